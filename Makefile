@@ -1,0 +1,53 @@
+# memgov — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TOOLS := .tools/bin
+export PATH := $(CURDIR)/$(TOOLS):$(PATH)
+
+# Pinned Go-built tools; built once per version into $(MEMGOV_TOOLS_CACHE) (default ~/.cache/memgov-tools).
+OPA_VERSION := v1.22.3
+REGAL_VERSION := v0.39.0
+HELM_VERSION := v3.22.0
+
+.PHONY: venv tools pg test test-py test-rego demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+tools:
+	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
+	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
+	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+
+# The tests start their own PostgreSQL cluster; this only makes sure the server binaries exist.
+pg:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (echo "installing the PostgreSQL server" && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+
+test-rego: tools
+	opa fmt --list --fail policies/rego
+	opa check --strict policies/rego
+	opa test policies/rego
+	regal lint policies/rego
+
+test-py: venv pg tools
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+test: test-rego test-py
+
+demo: venv
+	$(VENV)/bin/memgov demo
+
+bench: venv pg
+	$(VENV)/bin/memgov bench proxy
+
+clean:
+	rm -rf $(VENV) .tools .memgov

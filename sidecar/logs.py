@@ -1,0 +1,206 @@
+"""Structured JSON logging behind an allow-list sanitizer (SPEC D7).
+
+Only known keys survive, and each known key only with a value of its declared shape: codes,
+opaque ids, counts, durations, route templates. Unknown keys are dropped; a malformed event name
+or any failure inside the sanitizer drops the whole event. Library log records (aiohttp, asyncio)
+are reduced to their logger name and level; their message and traceback never pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import IO, Any, Final
+
+import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from sidecar.reasons import REASON_VALUES
+
+_EVENT = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
+_OPAQUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,95}$")
+_CODE = re.compile(r"^[a-z][a-z0-9_.\-/]{0,63}$")
+_TEMPLATE = re.compile(r"^/[A-Za-z0-9_{}./\-]{0,127}$")
+_TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,95}$")
+_HEX = re.compile(r"^[0-9a-f]{1,64}$")
+_ACTIONS: Final = frozenset({"forward", "rewrite_disabled", "empty_result", "deny"})
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "OTHER"})
+_LEVELS: Final = frozenset({"debug", "info", "warning", "error", "critical"})
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+
+
+def _num(v: Any) -> bool:
+    return _int(v) or (isinstance(v, float) and v == v and abs(v) < 1e15)
+
+
+def _match(rx: re.Pattern[str]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and rx.fullmatch(v) is not None
+
+
+def _member(values: frozenset[str]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and v in values
+
+
+def _reasons(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, str) and x in REASON_VALUES for x in v)
+
+
+_opaque, _code = _match(_OPAQUE), _match(_CODE)
+
+#: The allow-list: key -> predicate its value must satisfy.
+ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
+    "event": _match(_EVENT),
+    "level": _member(_LEVELS),
+    "timestamp": _match(re.compile(r"^[0-9T:.\-+Z]{10,40}$")),
+    "logger": _match(_TYPE_NAME),
+    "reason": _member(REASON_VALUES),
+    "reasons": _reasons,
+    "action": _member(_ACTIONS),
+    "shadow_action": _member(_ACTIONS),
+    "operation": _code,
+    "route_class": _code,
+    "component": _code,
+    "engine": _code,
+    "adapter": _code,
+    "state": _code,
+    "step": _code,
+    "kind": _code,
+    "outcome": _code,
+    "origin": _code,
+    "backend": _code,
+    "route": _match(_TEMPLATE),
+    "method": _member(_METHODS),
+    "status": _int,
+    "upstream_status": _int,
+    "decision_id": _opaque,
+    "scope_id": _opaque,
+    "erasure_id": _opaque,
+    "entry_id": _opaque,
+    "receipt_id": _opaque,
+    "op_id": _opaque,
+    "jti_hash": _match(_HEX),
+    "revision": _match(_HEX),
+    "policy_revision": _match(_HEX),
+    "generation": _int,
+    "count": _int,
+    "items": _int,
+    "bytes": _int,
+    "attempt": _int,
+    "port": _int,
+    "pid": _int,
+    "duration_ms": _num,
+    "upstream_ms": _num,
+    "error_type": _match(_TYPE_NAME),
+    "listener": _code,
+}
+
+
+class AllowListSanitizer:
+    """Keeps allow-listed keys whose values have the declared shape; drops everything else.
+
+    Args:
+        allowed: key -> predicate; defaults to :data:`ALLOWED`.
+    """
+
+    __slots__ = ("_allowed",)
+
+    def __init__(self, allowed: dict[str, Callable[[Any], bool]] | None = None) -> None:
+        self._allowed = ALLOWED if allowed is None else allowed
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        try:
+            event = event_dict.get("event")
+            if not self._allowed["event"](event):
+                raise structlog.DropEvent
+            clean: EventDict = {}
+            dropped = 0
+            for key, value in event_dict.items():
+                check = self._allowed.get(key)
+                if check is not None and check(value):
+                    clean[key] = value
+                else:
+                    dropped += 1
+            if dropped:
+                clean["dropped_fields"] = dropped
+            return clean
+        except structlog.DropEvent:
+            raise
+        except Exception:  # noqa: BLE001 - SECURITY: a sanitizer failure drops the event
+            raise structlog.DropEvent from None
+
+
+class ForeignRecordReducer:
+    """Turns a stdlib log record into ``library_log`` with its logger name; the message is dropped.
+
+    Args:
+        none.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        record = event_dict.get("_record")
+        name = getattr(record, "name", "unknown")
+        level = getattr(record, "levelname", "INFO").lower()
+        # SECURITY: library messages and tracebacks may carry request or upstream text.
+        return {"event": "library_log", "logger": name, "level": level if level in _LEVELS else "info"}
+
+
+def _shared_processors() -> list[Any]:
+    return [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
+    """Route structlog and stdlib logging through the sanitizer into JSON lines on ``stream``."""
+    out = stream if stream is not None else sys.stdout
+    lvl = getattr(logging, level.upper())
+    sanitizer = AllowListSanitizer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            *_shared_processors(),
+            sanitizer,
+            structlog.processors.JSONRenderer(sort_keys=True),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[],
+            processors=[
+                ForeignRecordReducer(),
+                *_shared_processors(),
+                sanitizer,
+                structlog.processors.JSONRenderer(sort_keys=True),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(lvl)
+
+
+def get_logger(component: str) -> Any:
+    """Return a structlog logger bound to a component name."""
+    return structlog.get_logger().bind(component=component)
+
+
+def sanitize_for_test(event: MutableMapping[str, Any]) -> EventDict | None:
+    """Run the sanitizer on one event dict; ``None`` when it would be dropped."""
+    try:
+        return AllowListSanitizer()(None, "info", dict(event))
+    except structlog.DropEvent:
+        return None

@@ -1,0 +1,79 @@
+"""Stable reason codes and the only way a governed error body is built.
+
+Every denial, rewrite and failure memgov reports names exactly one of these codes. Error bodies
+are assembled from the enum and opaque ids only, so no request, memory or upstream text can
+reach a client through an error (SPEC D7).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import secrets
+from typing import Final
+
+
+class Reason(enum.StrEnum):
+    """Reason codes; values are the wire form and never change once released."""
+
+    # consent and fencing
+    CONSENT_MISSING = "consent_missing"
+    CONSENT_DISABLED = "consent_disabled"
+    STALE_GENERATION = "stale_generation"
+    KEY_INVALID = "key_invalid"
+    AGENT_MISMATCH = "agent_mismatch"
+    SCOPE_MISMATCH = "scope_mismatch"
+    # identity, origin and audience
+    PRINCIPAL_INVALID = "principal_invalid"
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    AUDIENCE_MISMATCH = "audience_mismatch"
+    ROOM_STATE_INVALID = "room_state_invalid"
+    # delegation context
+    CONTEXT_MISSING = "context_missing"
+    CONTEXT_INVALID = "context_invalid"
+    CONTEXT_EXPIRED = "context_expired"
+    CONTEXT_REPLAYED = "context_replayed"
+    # limits and budgets
+    ENTRY_CAP_REACHED = "entry_cap_reached"
+    FACT_TOO_LARGE = "fact_too_large"
+    BATCH_TOO_LARGE = "batch_too_large"
+    RATE_LIMITED = "rate_limited"
+    HOURLY_BUDGET_EXHAUSTED = "hourly_budget_exhausted"
+    PREFETCH_LIMIT = "prefetch_limit"
+    EMBEDDING_ITEM_TOO_LARGE = "embedding_item_too_large"
+    # routes and transport
+    ROUTE_DENIED = "route_denied"
+    UNGOVERNED_STORE = "ungoverned_store"
+    BODY_TOO_LARGE = "body_too_large"
+    BAD_REQUEST = "bad_request"
+    NOT_FOUND = "not_found"
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    # dependencies
+    POLICY_UNAVAILABLE = "policy_unavailable"
+    STATE_UNAVAILABLE = "state_unavailable"
+    INTERNAL_ERROR = "internal_error"
+    # control plane
+    AUTH_REQUIRED = "auth_required"
+    CONFIRMATION_REQUIRED = "confirmation_required"
+    NOT_SUBJECT = "not_subject"
+    ERASURE_FAILED = "erasure_failed"
+    VERIFICATION_FAILED = "verification_failed"
+    # the policy allowed the request
+    ALLOWED = "allowed"
+
+
+REASON_VALUES: Final[frozenset[str]] = frozenset(r.value for r in Reason)
+
+
+def new_decision_id() -> str:
+    """Return an opaque, unguessable id that ties a response, a log line and an audit row."""
+    return "d_" + secrets.token_hex(8)
+
+
+def error_body(reason: Reason, decision_id: str, *, status: int | None = None) -> bytes:
+    """Serialize the only error body shape memgov emits: a reason code, an id, maybe a status."""
+    body: dict[str, object] = {"error": Reason(reason).value, "decision_id": decision_id}
+    if status is not None:
+        body["status"] = int(status)
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,264 @@
+"""Configuration: one YAML file plus ``MEMGOV_*`` environment variables (``__`` nests).
+
+Precedence, highest first: init arguments, environment, the YAML file (``--config`` or
+``MEMGOV_CONFIG``), secrets read from the files named by ``*_file`` keys, defaults. Every key of
+SPEC §5 exists here, one model per concern. Nothing is read at import time: call
+:func:`load_settings`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+PACKAGED_POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+DEV_DIR = Path(".memgov")
+
+
+class SettingsError(Exception):
+    """Configuration is invalid; the message names the offending key, never a secret value."""
+
+
+def _parse_hostport(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT or :PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UpstreamSettings(_Section):
+    controller_url: str = Field("http://127.0.0.1:8083", description="kagent controller base URL.")
+    embedding_url: str | None = Field(
+        None, description="OpenAI-compatible embedding provider base URL (…/v1); unset turns the embedding route off."
+    )
+    connect_timeout_s: float = Field(5.0, gt=0, description="Upstream TCP connect timeout in seconds.")
+    read_timeout_s: float = Field(300.0, gt=0, description="Longest silence between upstream bytes, seconds.")
+    total_timeout_s: float | None = Field(
+        None, gt=0, description="Whole-request upstream timeout in seconds; unset for streaming routes."
+    )
+    pool_size: int = Field(256, ge=1, description="Upstream connection pool size per app.")
+
+    @field_validator("controller_url", "embedding_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/") if v else v
+
+
+class ListenSettings(_Section):
+    data: str = Field("0.0.0.0:8080", description="Data-plane listener (kagent controller API in front).")
+    control: str = Field("0.0.0.0:8081", description="Control API listener.")
+    ops: str = Field("0.0.0.0:9090", description="Operations listener: /metrics, /healthz, /readyz.")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Largest request body accepted on the data plane (413 above)."
+    )
+
+    @field_validator("data", "control", "ops")
+    @classmethod
+    def _hostport(cls, v: str) -> str:
+        _parse_hostport(v)
+        return v
+
+    def address(self, name: Literal["data", "control", "ops"]) -> tuple[str, int]:
+        """Return (host, port) of one listener."""
+        return _parse_hostport(getattr(self, name))
+
+
+class StateSettings(_Section):
+    url: str = Field("sqlite:///./.memgov/state.db", description="State store: sqlite:///path or postgresql://…")
+    url_file: Path | None = Field(None, description="File holding the state URL (overrides url; for credentials).")
+    pool_size: int = Field(10, ge=1, description="PostgreSQL connection pool size.")
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must start with sqlite:/// or postgresql://")
+        return v
+
+
+class PolicySettings(_Section):
+    engine: Literal["cedar", "opa", "shadow"] = Field("cedar", description="Policy engine: cedar, opa or shadow.")
+    dir: Path = Field(PACKAGED_POLICY_DIR, description="Policy pack folder (cedar/, rego/, data/).")
+    opa_url: str = Field("http://127.0.0.1:8181", description="OPA server for the opa and shadow engines.")
+    opa_timeout_s: float = Field(0.5, gt=0, description="OPA decision timeout; a timeout denies (policy_unavailable).")
+    shadow_primary: Literal["cedar", "opa"] = Field("cedar", description="Engine that enforces in shadow mode.")
+    reload_interval_s: float = Field(2.0, ge=0, description="Poll interval for pack changes; 0 disables polling.")
+
+
+class SecretsSettings(_Section):
+    session_key_file: Path | None = Field(
+        None, description="HMAC key for session/storage keys; generated under ./.memgov/ in dev when unset."
+    )
+    previous_session_key_file: Path | None = Field(
+        None, description="Previous HMAC key, still accepted for verification during rotation."
+    )
+
+
+class TrustSettings(_Section):
+    bridge_key_file: Path | None = Field(
+        None, description="Verifies delegation contexts and subject tokens (HS256 secret or PEM public key)."
+    )
+    operator_key_file: Path | None = Field(None, description="Verifies operator tokens (role: operator).")
+    context_max_age_s: int = Field(120, ge=1, le=120, description="Longest accepted context lifetime (exp - iat).")
+
+
+class MatrixSettings(_Section):
+    server_name: str | None = Field(None, description="The local homeserver name; required for memory.")
+    bridge_bot: str | None = Field(None, description="MXID of the bridge bot (allowed control-room member).")
+
+
+class AgentSettings(_Section):
+    disabled_variant: str = Field(..., description="Name of the memory-disabled Agent in the same namespace.")
+    ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
+
+
+class ErasureSettings(_Section):
+    adapter: Literal["rest", "kagent-db"] = Field("rest", description="Erasure adapter: rest or kagent-db.")
+    kagent_db_url: str | None = Field(None, description="Least-privilege role on kagent's database (kagent-db).")
+    kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
+    sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
+    quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level emitted.")
+
+
+class Settings(BaseSettings):
+    """All memgov settings."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMGOV_", env_nested_delimiter="__", extra="forbid", frozen=True, nested_model_default_partial_update=True
+    )
+
+    profile: Literal["dev", "production"] = Field(
+        "dev", description="dev generates missing secrets under ./.memgov/; production refuses placeholders."
+    )
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings, description="Upstreams.")
+    listen: ListenSettings = Field(default_factory=ListenSettings, description="Listeners.")
+    state: StateSettings = Field(default_factory=StateSettings, description="State store.")
+    policy: PolicySettings = Field(default_factory=PolicySettings, description="Policy engine.")
+    secrets: SecretsSettings = Field(default_factory=SecretsSettings, description="Secret files.")
+    trust: TrustSettings = Field(default_factory=TrustSettings, description="Token verification keys.")
+    matrix: MatrixSettings = Field(default_factory=MatrixSettings, description="Matrix deployment facts.")
+    agents: dict[str, AgentSettings] = Field(default_factory=dict, description="Memory-enabled agents by ns/name.")
+    erasure: ErasureSettings = Field(default_factory=ErasureSettings, description="Erasure.")
+    log: LogSettings = Field(default_factory=LogSettings, description="Logging.")
+
+    @field_validator("agents")
+    @classmethod
+    def _agent_refs(cls, v: dict[str, AgentSettings]) -> dict[str, AgentSettings]:
+        for ref in v:
+            ns, sep, name = ref.partition("/")
+            if not sep or not ns or not name or "/" in name:
+                raise ValueError(f"agent key {ref!r} must be namespace/name")
+        return v
+
+    @model_validator(mode="after")
+    def _production_guards(self) -> Settings:
+        if self.profile == "production":
+            # SECURITY: production never runs on a generated or missing secret.
+            if self.secrets.session_key_file is None:
+                raise ValueError("secrets.session_key_file is required when profile is production")
+            if self.erasure.adapter == "kagent-db" and not (self.erasure.kagent_db_url or self.erasure.kagent_db_url_file):
+                raise ValueError("erasure.kagent_db_url(_file) is required for the kagent-db adapter")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    def state_url(self) -> str:
+        """Return the state URL, read from ``state.url_file`` when set."""
+        if self.state.url_file is not None:
+            return read_secret(self.state.url_file, "state.url_file").decode().strip()
+        return self.state.url
+
+    def kagent_db_url(self) -> str | None:
+        """Return the kagent-db erasure URL, read from its file when set."""
+        if self.erasure.kagent_db_url_file is not None:
+            return read_secret(self.erasure.kagent_db_url_file, "erasure.kagent_db_url_file").decode().strip()
+        return self.erasure.kagent_db_url
+
+    def session_keys(self) -> tuple[bytes, bytes | None]:
+        """Return (current, previous) HMAC keys; in dev a missing current key is generated once."""
+        if self.secrets.session_key_file is None:
+            path = DEV_DIR / "session.key"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32))
+            current = read_secret(path, "secrets.session_key_file")
+        else:
+            current = read_secret(self.secrets.session_key_file, "secrets.session_key_file")
+        previous = None
+        if self.secrets.previous_session_key_file is not None:
+            previous = read_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file")
+        return current, previous
+
+
+PLACEHOLDER_SECRETS = frozenset({b"changeme", b"change-me", b"secret", b"placeholder", b"dev", b"test"})
+
+
+def read_secret(path: Path, key: str, *, min_bytes: int = 16) -> bytes:
+    """Read a secret file; refuse missing, short or placeholder secrets, naming only the key."""
+    try:
+        data = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise SettingsError(f"{key}: cannot read the file ({exc.strerror})") from None
+    if data.lower() in PLACEHOLDER_SECRETS or len(data) < min_bytes:
+        raise SettingsError(f"{key}: the secret is a placeholder or shorter than {min_bytes} bytes")
+    return data
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by ``MEMGOV_CONFIG`` (set by ``--config``)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("MEMGOV_CONFIG")
+        if not path:
+            return {}
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(f"config file {path}: {type(exc).__name__}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"config file {path}: top level must be a mapping")
+        return data
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from the YAML file, the environment and overrides; errors name the key."""
+    if config is not None:
+        os.environ["MEMGOV_CONFIG"] = str(config)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"{key}: {err['msg']}")
+        raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
