@@ -1,24 +1,37 @@
-"""The ``memgov`` command line."""
+"""The ``memgov`` command line.
+
+Each command lives beside the code it drives and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` (``args -> exit code``). This file only lists them, in help order.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+#: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
+COMMAND_MODULES: tuple[str, ...] = (
+)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memgov", description="Governed memory gateway for kagent.")
     parser.add_argument("--config", help="YAML configuration file (also MEMGOV_CONFIG).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    handlers: dict[str, Callable[[argparse.Namespace], int]] = {}
-    return parser, handlers
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser, handlers = build_parser()
-    args = parser.parse_args(argv)
-    return handlers[args.command](args)
+    args = build_parser().parse_args(argv)
+    if args.config:
+        import os
+
+        os.environ["MEMGOV_CONFIG"] = args.config
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":
