@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 #: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
 COMMAND_MODULES: tuple[str, ...] = (
+    "sidecar.server",
 )
 
 

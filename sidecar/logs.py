@@ -195,7 +195,7 @@ def configure_logging(level: str = "info", stream: IO[str] | None = None) -> Non
 
 def get_logger(component: str) -> Any:
     """Return a structlog logger bound to a component name."""
-    return structlog.get_logger().bind(component=component)
+    return structlog.get_logger(component=component)
 
 
 def sanitize_for_test(event: MutableMapping[str, Any]) -> EventDict | None:

@@ -1,0 +1,48 @@
+"""Prometheus metrics for the data plane: one ``memgov_`` prefix, bounded labels only.
+
+Labels are drawn from closed sets (route class, HTTP status, upstream name, decision action,
+reason code, operation, engine). Never a user, room, scope, agent or entry id.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+
+_LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+REQUESTS = Counter(
+    "memgov_requests_total", "Data-plane requests by route class and response status.", ["route_class", "status"]
+)
+REQUEST_SECONDS = Histogram(
+    "memgov_request_duration_seconds", "Data-plane request latency until the response head is sent.",
+    ["route_class"], buckets=_LATENCY_BUCKETS,
+)
+UPSTREAM_SECONDS = Histogram(
+    "memgov_upstream_duration_seconds", "Upstream latency until response headers arrive.",
+    ["upstream"], buckets=_LATENCY_BUCKETS,
+)
+UPSTREAM_FAILURES = Counter(
+    "memgov_upstream_failures_total", "Upstream requests that failed before a response.", ["upstream", "kind"]
+)
+DECISIONS = Counter(
+    "memgov_governed_decisions_total", "Governed requests by operation, action and reason.",
+    ["operation", "action", "reason"],
+)
+MEMORY_OPERATIONS = Counter(
+    "memgov_memory_operations_total",
+    "Admitted memory work by kind (embedding items, summarizations, saves, retrievals); not model tokens.",
+    ["kind"],
+)
+AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
+
+
+def status_label(status: int) -> str:
+    """Return a bounded status label: the code when it is a valid HTTP status, else 'other'."""
+    return str(status) if 100 <= status <= 599 else "other"
+
+
+def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
+    """Render the Prometheus text exposition of a registry."""
+    return generate_latest(registry)

@@ -1,0 +1,146 @@
+"""Pure route classification: ``(method, raw path) → RouteMatch`` (SPEC §2 traffic classes).
+
+Governed handling applies only to the exact, canonical spelling of a memory, A2A or embedding
+route. A path that merely *decodes or folds* to a governed route (percent-encoded slashes, other
+letter case, duplicate slashes, dot segments, trailing slash) is classified ``memory.other`` or
+``a2a.noncanonical`` and refused, because kagent's router may still reach the governed handler
+through such spellings; refusing them costs nothing legitimate.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import unquote
+
+
+class RouteClass(enum.StrEnum):
+    """Traffic classes; the values are the bounded ``route_class`` metric and log label."""
+
+    A2A_INVOKE = "a2a.invoke"
+    A2A_CARD = "a2a.card"
+    A2A_NONCANONICAL = "a2a.noncanonical"
+    MEMORY_SAVE = "memory.save"
+    MEMORY_SAVE_BATCH = "memory.save_batch"
+    MEMORY_SEARCH = "memory.search"
+    MEMORY_LIST = "memory.list"
+    MEMORY_DELETE_ALL = "memory.delete_all"
+    MEMORY_OTHER = "memory.other"
+    MEMORY_UNGOVERNED = "memory.ungoverned"
+    EMBEDDING = "embedding"
+    PASSTHROUGH = "passthrough"
+
+
+#: Classes whose upstream error bodies are replaced (they can carry memory or DB text).
+CONTENT_CLASSES: Final = frozenset(
+    {
+        RouteClass.MEMORY_SAVE,
+        RouteClass.MEMORY_SAVE_BATCH,
+        RouteClass.MEMORY_SEARCH,
+        RouteClass.MEMORY_LIST,
+        RouteClass.MEMORY_DELETE_ALL,
+        RouteClass.EMBEDDING,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    """Result of classification: the class, a loggable template and the path parameters."""
+
+    cls: RouteClass
+    template: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+_SEG = r"[A-Za-z0-9][A-Za-z0-9._\-]{0,252}"
+_MEMORY_EXACT: Final[dict[tuple[str, str], RouteClass]] = {
+    ("POST", "/api/memories/sessions"): RouteClass.MEMORY_SAVE,
+    ("POST", "/api/memories/sessions/batch"): RouteClass.MEMORY_SAVE_BATCH,
+    ("POST", "/api/memories/search"): RouteClass.MEMORY_SEARCH,
+    ("GET", "/api/memories"): RouteClass.MEMORY_LIST,
+    ("DELETE", "/api/memories"): RouteClass.MEMORY_DELETE_ALL,
+}
+_A2A = re.compile(rf"^/api/(?P<kind>a2a|a2a-sandboxes)/(?P<ns>{_SEG})/(?P<name>{_SEG})(?P<rest>/.*)?$")
+_CARD_SUFFIX: Final = "/.well-known/agent-card.json"
+_EMBEDDING = re.compile(rf"^/embeddings/(?P<ns>{_SEG})/(?P<name>{_SEG})/v1/embeddings$")
+_UNGOVERNED = re.compile(r"^/api/(crewai/memory|crewai/flows/state|langgraph(/.*)?)$")
+
+# Templates for passthrough routes (logs and metrics never see raw paths).
+_TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
+    (re.compile(p), t)
+    for p, t in [
+        (r"^/health$", "/health"),
+        (r"^/version$", "/version"),
+        (r"^/api/me$", "/api/me"),
+        (r"^/api/sessions$", "/api/sessions"),
+        (r"^/api/sessions/agent/[^/]+/[^/]+$", "/api/sessions/agent/{ns}/{name}"),
+        (r"^/api/sessions/[^/]+$", "/api/sessions/{id}"),
+        (r"^/api/sessions/[^/]+/tasks$", "/api/sessions/{id}/tasks"),
+        (r"^/api/sessions/[^/]+/events$", "/api/sessions/{id}/events"),
+        (r"^/api/tasks$", "/api/tasks"),
+        (r"^/api/tasks/[^/]+$", "/api/tasks/{id}"),
+        (r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)$", "/api/{collection}"),
+        (r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)/[^/]+/[^/]+$",
+         "/api/{collection}/{ns}/{name}"),
+        (r"^/api/agentharnesses/[^/]+/[^/]+/.*$", "/api/agentharnesses/{ns}/{name}/{rest}"),
+        (r"^/api/modelproviderconfigs/(models|memories|configured)$", "/api/modelproviderconfigs/{kind}"),
+        (r"^/api/modelproviderconfigs/configured/[^/]+/models$", "/api/modelproviderconfigs/configured/{name}/models"),
+        (r"^/api/(models|tools|toolservertypes|namespaces|feedback)$", "/api/{collection}"),
+        (r"^/api/substrate/status$", "/api/substrate/status"),
+        (r"^/api/sandbox/ssh$", "/api/sandbox/ssh"),
+        (r"^/mcp(/.*)?$", "/mcp"),
+    ]
+]
+
+
+def _canonical(decoded: str) -> str:
+    """Fold a decoded path the way a lenient router might: case, slashes, dot segments."""
+    folded = posixpath.normpath("/" + decoded.lower())
+    return folded[1:] if folded.startswith("//") else folded
+
+
+def classify(method: str, raw_path: str) -> RouteMatch:
+    """Classify one request by method and raw (still percent-encoded) path, without I/O."""
+    method = method.upper()
+    path = raw_path.split("?", 1)[0]
+
+    exact = _MEMORY_EXACT.get((method, path))
+    if exact is not None:
+        return RouteMatch(exact, path)
+    if (m := _EMBEDDING.match(path)) is not None:
+        if method == "POST":
+            return RouteMatch(RouteClass.EMBEDDING, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
+        return RouteMatch(RouteClass.MEMORY_OTHER, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
+    if (m := _A2A.match(path)) is not None:
+        kind, rest = m["kind"], m["rest"] or ""
+        params = {"ns": m["ns"], "name": m["name"], "kind": kind}
+        if rest.endswith(_CARD_SUFFIX):
+            return RouteMatch(RouteClass.A2A_CARD, f"/api/{kind}/{{ns}}/{{name}}{_CARD_SUFFIX}", params)
+        if "%" in rest or "//" in rest or "/." in rest:
+            return RouteMatch(RouteClass.A2A_NONCANONICAL, f"/api/{kind}/{{ns}}/{{name}}/{{rest}}", params)
+        return RouteMatch(RouteClass.A2A_INVOKE, f"/api/{kind}/{{ns}}/{{name}}", params)
+    if _UNGOVERNED.match(path) is not None:
+        return RouteMatch(RouteClass.MEMORY_UNGOVERNED, _ungoverned_template(path))
+
+    # Anything whose decoded, folded form lands on a governed prefix is a bypass attempt or a typo.
+    folded = _canonical(unquote(unquote(path)))
+    if folded == "/api/memories" or folded.startswith(("/api/memories/", "/embeddings/")):
+        return RouteMatch(RouteClass.MEMORY_OTHER, "/api/memories/{other}")
+    if folded.startswith(("/api/a2a/", "/api/a2a-sandboxes/")):
+        return RouteMatch(RouteClass.A2A_NONCANONICAL, "/api/a2a/{other}")
+    if folded.startswith(("/api/crewai/", "/api/langgraph")):
+        return RouteMatch(RouteClass.MEMORY_UNGOVERNED, "/api/{ungoverned}")
+    for rx, template in _TEMPLATES:
+        if rx.match(path):
+            return RouteMatch(RouteClass.PASSTHROUGH, template)
+    return RouteMatch(RouteClass.PASSTHROUGH, "/{unknown}")
+
+
+def _ungoverned_template(path: str) -> str:
+    if path.startswith("/api/langgraph"):
+        return "/api/langgraph/{rest}"
+    return path

@@ -1,0 +1,90 @@
+"""``memgov serve``: assemble the data plane, control API and operations listeners and run them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from sidecar.logs import configure_logging, get_logger
+from sidecar.ops import Readiness, create_ops_app
+from sidecar.proxy import create_data_app
+from sidecar.settings import Settings, SettingsError, load_settings
+
+log = get_logger("server")
+
+
+@dataclass
+class Gateway:
+    """A running gateway: its runners and the URLs it listens on."""
+
+    settings: Settings
+    runners: list[web.AppRunner] = field(default_factory=list)
+    urls: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data_url(self) -> str:
+        return self.urls["data"]
+
+    @property
+    def ops_url(self) -> str:
+        return self.urls["ops"]
+
+
+async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]  # the bound port when port=0
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
+    gw.runners.append(runner)
+    gw.urls[name] = f"http://{shown}:{bound_port}"
+    log.info("listener.started", listener=name, port=int(bound_port))
+
+
+@asynccontextmanager
+async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
+    """Start every listener of a gateway (ports may be 0) and stop them on exit."""
+    gw = Gateway(settings)
+    readiness = Readiness()
+    try:
+        await _start(create_data_app(settings), *settings.listen.address("data"), "data", gw)
+        await _start(create_ops_app(readiness), *settings.listen.address("ops"), "ops", gw)
+        yield gw
+    finally:
+        for runner in reversed(gw.runners):
+            await runner.cleanup()
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_gateway(settings):
+        await stop.wait()
+    log.info("server.stopped")
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"memgov: {exc}")
+        return 2
+    configure_logging(settings.log.level)
+    asyncio.run(serve(settings))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="Run the gateway (data plane, control API, operations).")
+    p.set_defaults(func=_cmd_serve)

@@ -1,0 +1,150 @@
+"""The upstream side of the proxy: one pooled ``ClientSession`` per app and a streaming relay.
+
+Bodies flow in both directions without buffering on passthrough routes; hop-by-hop headers
+are dropped; the client's bytes reach kagent unchanged (no added compression or user agent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from sidecar import metrics
+from sidecar.settings import UpstreamSettings
+
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# aiohttp adds these by itself unless told not to; a transparent proxy must not.
+_AUTO_HEADERS: Final = ("Accept-Encoding", "User-Agent", "Content-Type", "Accept")
+
+
+class BodyTooLarge(Exception):
+    """The request body exceeded ``listen.max_body_bytes``."""
+
+
+def _overflow_in_chain(exc: BaseException) -> bool:
+    """True when a body-limit overflow, raised inside the client's body writer, caused ``exc``."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, BodyTooLarge):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be reached or did not answer in time; ``timeout`` tells which."""
+
+    def __init__(self, timeout: bool) -> None:
+        super().__init__("timeout" if timeout else "connect")
+        self.timeout = timeout
+
+
+def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
+    """Copy headers without hop-by-hop ones, those named in Connection, and ``drop``."""
+    connection = headers.get("Connection", "")
+    named = {h.strip().lower() for h in connection.split(",") if h.strip()}
+    skip = HOP_BY_HOP | named | {d.lower() for d in drop}
+    out: CIMultiDict[str] = CIMultiDict()
+    for key, value in headers.items():
+        if key.lower() not in skip:
+            out.add(key, value)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """A named upstream base URL sharing the app's client session."""
+
+    name: str
+    base: str
+    session: aiohttp.ClientSession
+
+    def url(self, raw_path_and_query: str) -> URL:
+        """Join the base with a raw, still-encoded path and query, keeping its encoding."""
+        return URL(self.base + raw_path_and_query, encoded=True)
+
+    @asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        raw_path_and_query: str,
+        *,
+        headers: CIMultiDict[str],
+        data: object = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send one request; yield the response once headers arrive; map failures to UpstreamUnavailable."""
+        skip = [h for h in _AUTO_HEADERS if h not in headers]
+        started = time.perf_counter()
+        try:
+            cm = self.session.request(
+                method, self.url(raw_path_and_query), headers=headers, data=data,
+                skip_auto_headers=skip, allow_redirects=False,
+            )
+            resp = await cm.__aenter__()
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()
+            raise UpstreamUnavailable(timeout=True) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            if _overflow_in_chain(exc):
+                raise BodyTooLarge from None
+            metrics.UPSTREAM_FAILURES.labels(self.name, "connect").inc()
+            raise UpstreamUnavailable(timeout=False) from None
+        metrics.UPSTREAM_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+        try:
+            yield resp
+        finally:
+            await cm.__aexit__(None, None, None)
+
+
+def make_session(cfg: UpstreamSettings) -> aiohttp.ClientSession:
+    """Create the single pooled client session of an app."""
+    timeout = aiohttp.ClientTimeout(
+        total=cfg.total_timeout_s, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
+    )
+    connector = aiohttp.TCPConnector(limit=cfg.pool_size, keepalive_timeout=30, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """Stream an upstream response to the client chunk by chunk (SSE events flush as they come)."""
+    headers = filter_headers(upstream.headers)
+    length = upstream.headers.get("Content-Length")
+    resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    if length is not None and length.isdigit():
+        resp.content_length = int(length)
+    else:
+        headers.popall("Content-Length", None)
+        if request.method != "HEAD" and upstream.status not in (204, 304):
+            resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    if request.method != "HEAD":
+        async for chunk in upstream.content.iter_any():
+            await resp.write(chunk)
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,98 @@
+"""Sentinel helper: plant a unique string, then prove it reached none of the sinks.
+
+A sink is any text the outside world can see: every log line (all levels), the Prometheus
+exposition, audit rows, response bodies and headers. The sentinel is searched for in plain,
+JSON-escaped, URL-encoded (both flavours) and base64 (standard and URL-safe, at every byte
+alignment) form, so an encoded leak is caught as surely as a verbatim one.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from urllib.parse import quote, quote_plus
+
+from sidecar.logs import configure_logging
+from sidecar.metrics import exposition
+
+
+def make_sentinel(tag: str) -> str:
+    """A unique marker with a non-ASCII letter and a quote, so escaping changes its form."""
+    return f"SNTL{tag}{secrets.token_hex(6)}ü\"x"
+
+
+def _b64_forms(raw: bytes) -> Iterator[str]:
+    # The sentinel can start at any offset of an encoded blob; drop the edge characters that
+    # depend on neighbouring bytes and keep the stable core of each alignment.
+    for pad in range(3):
+        for enc in (base64.b64encode, base64.urlsafe_b64encode):
+            text = enc(b"\0" * pad + raw).decode()
+            core = text[4 if pad else 0 :]
+            core = core[: len(core) - 4]
+            if len(core) >= 8:
+                yield core
+
+
+def encoded_forms(sentinel: str) -> list[str]:
+    """Every form in which a leaked sentinel is searched for."""
+    core = sentinel[: sentinel.index("ü")]  # the ASCII part is found even if the rest is mangled
+    raw = sentinel.encode()
+    forms = {
+        sentinel,
+        core,
+        json.dumps(sentinel)[1:-1],
+        json.dumps(sentinel, ensure_ascii=False)[1:-1],
+        quote(sentinel, safe=""),
+        quote_plus(sentinel),
+        *_b64_forms(raw),
+        *_b64_forms(core.encode()),
+    }
+    return sorted(forms)
+
+
+def find_leaks(sentinel: str, haystacks: Iterable[str | bytes]) -> list[str]:
+    """Return the encoded forms of ``sentinel`` found in any haystack (empty when clean)."""
+    texts = [h.decode("utf-8", "replace") if isinstance(h, bytes) else h for h in haystacks]
+    return [form for form in encoded_forms(sentinel) if any(form in t for t in texts)]
+
+
+def assert_absent(sentinel: str, *haystacks: str | bytes) -> None:
+    """Fail if the sentinel appears in any haystack in any encoded form."""
+    leaks = find_leaks(sentinel, haystacks)
+    assert not leaks, f"sentinel leaked in {len(leaks)} form(s)"
+
+
+class Sinks:
+    """Captures every sink of an in-process gateway while a test runs."""
+
+    def __init__(self) -> None:
+        self.log_stream = io.StringIO()
+        self.responses: list[str] = []
+        self.extra: list[str] = []
+
+    def record(self, status: int, headers: Iterable[tuple[str, str]], body: bytes | str) -> None:
+        """Remember one response (status line, headers, body) as seen by a client."""
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        self.responses.append(f"{status}\n" + "\n".join(f"{k}: {v}" for k, v in headers) + "\n" + text)
+
+    def texts(self) -> list[str]:
+        return [self.log_stream.getvalue(), exposition().decode(), *self.responses, *self.extra]
+
+    def assert_clean(self, *sentinels: str) -> None:
+        for sentinel in sentinels:
+            assert_absent(sentinel, *self.texts())
+
+
+@contextmanager
+def capture_sinks() -> Iterator[Sinks]:
+    """Route all logging (debug and up) into a buffer for the duration of the block."""
+    sinks = Sinks()
+    configure_logging("debug", sinks.log_stream)
+    try:
+        yield sinks
+    finally:
+        configure_logging("info")

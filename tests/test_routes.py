@@ -1,0 +1,133 @@
+"""Route classification: every kagent v0.9.11 controller route and the bypass spellings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.routes import RouteClass as C
+from sidecar.routes import classify
+
+CONTROLLER_ROUTES = [
+    # memory (section 1)
+    ("POST", "/api/memories/sessions", C.MEMORY_SAVE, "/api/memories/sessions"),
+    ("POST", "/api/memories/sessions/batch", C.MEMORY_SAVE_BATCH, "/api/memories/sessions/batch"),
+    ("POST", "/api/memories/search", C.MEMORY_SEARCH, "/api/memories/search"),
+    ("GET", "/api/memories?agent_name=a&user_id=b", C.MEMORY_LIST, "/api/memories"),
+    ("DELETE", "/api/memories?agent_name=a&user_id=b", C.MEMORY_DELETE_ALL, "/api/memories"),
+    # A2A
+    ("POST", "/api/a2a/kagent/k8s-agent", C.A2A_INVOKE, "/api/a2a/{ns}/{name}"),
+    ("POST", "/api/a2a/kagent/k8s-agent/", C.A2A_INVOKE, "/api/a2a/{ns}/{name}"),
+    ("POST", "/api/a2a-sandboxes/kagent/box", C.A2A_INVOKE, "/api/a2a-sandboxes/{ns}/{name}"),
+    ("GET", "/api/a2a/kagent/k8s-agent/.well-known/agent-card.json", C.A2A_CARD,
+     "/api/a2a/{ns}/{name}/.well-known/agent-card.json"),
+    # embedding route on the gateway
+    ("POST", "/embeddings/kagent/k8s-agent/v1/embeddings", C.EMBEDDING, "/embeddings/{ns}/{name}/v1/embeddings"),
+    # ungoverned stores
+    ("GET", "/api/crewai/memory?thread_id=1", C.MEMORY_UNGOVERNED, "/api/crewai/memory"),
+    ("POST", "/api/crewai/memory", C.MEMORY_UNGOVERNED, "/api/crewai/memory"),
+    ("DELETE", "/api/crewai/memory", C.MEMORY_UNGOVERNED, "/api/crewai/memory"),
+    ("GET", "/api/crewai/flows/state", C.MEMORY_UNGOVERNED, "/api/crewai/flows/state"),
+    ("POST", "/api/langgraph/checkpoints", C.MEMORY_UNGOVERNED, "/api/langgraph/{rest}"),
+    ("GET", "/api/langgraph/checkpoints", C.MEMORY_UNGOVERNED, "/api/langgraph/{rest}"),
+    ("POST", "/api/langgraph/checkpoints/writes", C.MEMORY_UNGOVERNED, "/api/langgraph/{rest}"),
+    ("DELETE", "/api/langgraph/checkpoints/t1", C.MEMORY_UNGOVERNED, "/api/langgraph/{rest}"),
+    # passthrough (section 4)
+    ("GET", "/health", C.PASSTHROUGH, "/health"),
+    ("GET", "/version", C.PASSTHROUGH, "/version"),
+    ("GET", "/api/me", C.PASSTHROUGH, "/api/me"),
+    ("GET", "/api/sessions", C.PASSTHROUGH, "/api/sessions"),
+    ("POST", "/api/sessions", C.PASSTHROUGH, "/api/sessions"),
+    ("GET", "/api/sessions/agent/kagent/a", C.PASSTHROUGH, "/api/sessions/agent/{ns}/{name}"),
+    ("GET", "/api/sessions/s1?order=asc&limit=3", C.PASSTHROUGH, "/api/sessions/{id}"),
+    ("PUT", "/api/sessions/s1", C.PASSTHROUGH, "/api/sessions/{id}"),
+    ("DELETE", "/api/sessions/s1", C.PASSTHROUGH, "/api/sessions/{id}"),
+    ("GET", "/api/sessions/s1/tasks", C.PASSTHROUGH, "/api/sessions/{id}/tasks"),
+    ("POST", "/api/sessions/s1/events", C.PASSTHROUGH, "/api/sessions/{id}/events"),
+    ("POST", "/api/tasks", C.PASSTHROUGH, "/api/tasks"),
+    ("GET", "/api/tasks/t1", C.PASSTHROUGH, "/api/tasks/{id}"),
+    ("DELETE", "/api/tasks/t1", C.PASSTHROUGH, "/api/tasks/{id}"),
+    ("GET", "/api/agents", C.PASSTHROUGH, "/api/{collection}"),
+    ("POST", "/api/agents", C.PASSTHROUGH, "/api/{collection}"),
+    ("PUT", "/api/agents", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/agents/kagent/a", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("DELETE", "/api/agents/kagent/a", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("GET", "/api/sandboxagents/kagent/a", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("GET", "/api/agentharnesses", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/agentharnesses/kagent/h/ws/x", C.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
+    ("GET", "/api/modelconfigs/kagent/m", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("GET", "/api/modelproviderconfigs/models", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
+    ("GET", "/api/modelproviderconfigs/memories", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
+    ("GET", "/api/modelproviderconfigs/configured", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
+    ("GET", "/api/modelproviderconfigs/configured/openai/models", C.PASSTHROUGH,
+     "/api/modelproviderconfigs/configured/{name}/models"),
+    ("GET", "/api/models", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/tools", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/toolservers/kagent/t", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("GET", "/api/toolservertypes", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/namespaces", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/prompttemplates/kagent/p", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/feedback", C.PASSTHROUGH, "/api/{collection}"),
+    ("GET", "/api/substrate/status", C.PASSTHROUGH, "/api/substrate/status"),
+    ("GET", "/api/sandbox/ssh", C.PASSTHROUGH, "/api/sandbox/ssh"),
+    ("POST", "/mcp", C.PASSTHROUGH, "/mcp"),
+    ("GET", "/nothing/here", C.PASSTHROUGH, "/{unknown}"),
+]
+
+BYPASS_SPELLINGS = [
+    ("POST", "/api/memories/search/", C.MEMORY_OTHER),
+    ("POST", "/api/memories%2Fsearch", C.MEMORY_OTHER),
+    ("POST", "/api/memories%252Fsearch", C.MEMORY_OTHER),
+    ("POST", "/API/MEMORIES/SEARCH", C.MEMORY_OTHER),
+    ("POST", "/api//memories/search", C.MEMORY_OTHER),
+    ("POST", "//api/memories/search", C.MEMORY_OTHER),
+    ("POST", "/api/./memories/search", C.MEMORY_OTHER),
+    ("POST", "/api/x/../memories/sessions", C.MEMORY_OTHER),
+    ("POST", "/api/%6demories/sessions", C.MEMORY_OTHER),
+    ("GET", "/api/memories/", C.MEMORY_OTHER),
+    ("POST", "/api/memories", C.MEMORY_OTHER),
+    ("PUT", "/api/memories/sessions", C.MEMORY_OTHER),
+    ("GET", "/api/memories/search", C.MEMORY_OTHER),
+    ("GET", "/embeddings/kagent/a/v1/embeddings", C.MEMORY_OTHER),
+    ("POST", "/Embeddings/kagent/a/v1/embeddings", C.MEMORY_OTHER),
+    ("POST", "/api/A2A/kagent/a", C.A2A_NONCANONICAL),
+    ("POST", "/api/a2a/kagent%2Fa", C.A2A_NONCANONICAL),
+    ("POST", "/api/a2a/kagent/a/%2e%2e/b", C.A2A_NONCANONICAL),
+    ("POST", "/api/a2a//kagent/a", C.A2A_NONCANONICAL),
+    ("POST", "/API/CREWAI/memory", C.MEMORY_UNGOVERNED),
+]
+
+
+class TestClassify:
+    @pytest.mark.parametrize(("method", "path", "cls", "template"), CONTROLLER_ROUTES)
+    def test_controller_routes(self, method, path, cls, template):
+        """Every documented controller route lands in its SPEC §2 class with a loggable template."""
+        match = classify(method, path)
+        assert (match.cls, match.template) == (cls, template)
+
+    @pytest.mark.parametrize(("method", "path", "cls"), BYPASS_SPELLINGS)
+    def test_bypass_spellings_are_never_governed_routes(self, method, path, cls):
+        """Encoded, folded, dotted or trailing-slash spellings of governed routes are refused classes."""
+        assert classify(method, path).cls is cls
+
+    def test_a2a_params(self):
+        """A2A and embedding matches expose namespace and name."""
+        assert classify("POST", "/api/a2a/team/my-agent/").params == {"ns": "team", "name": "my-agent", "kind": "a2a"}
+        assert classify("POST", "/embeddings/team/e/v1/embeddings").params == {"ns": "team", "name": "e"}
+
+    def test_method_is_case_insensitive(self):
+        """Lower-case methods classify like upper-case ones."""
+        assert classify("post", "/api/memories/search").cls is C.MEMORY_SEARCH
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.sampled_from(["GET", "POST", "DELETE"]), st.text(alphabet="/%.aAeimnorsx2F-_", max_size=40))
+    def test_templates_come_from_a_closed_set(self, method, path):
+        """Whatever the path, the loggable template is one of a fixed set, so raw text never reaches a log."""
+        assert classify(method, "/" + path).template in KNOWN_TEMPLATES
+
+
+KNOWN_TEMPLATES = {row[3] for row in CONTROLLER_ROUTES} | {
+    "/api/memories/{other}", "/api/a2a/{other}", "/api/{ungoverned}", "/api/a2a/{ns}/{name}/{rest}",
+    "/api/a2a-sandboxes/{ns}/{name}/{rest}", "/api/a2a-sandboxes/{ns}/{name}/.well-known/agent-card.json",
+}
