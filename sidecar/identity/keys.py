@@ -1,0 +1,111 @@
+"""Session keys (the fencing token of SPEC D1) and storage keys (the namespace of SPEC D2).
+
+``mg1.<scope_id>.<generation>.<mac>`` is what kagent sees as ``user_id`` during a governed
+conversation; the MAC makes it unforgeable, and because it carries the consent generation every
+memory call can be fenced. ``mgs1.<scope_id>.<generation>`` is what kagent stores under.
+
+The MAC key is not the file secret itself but a sub-key derived from it for this one purpose
+(HMAC-SHA256(secret, "memgov session key v1")), so adding another use of the same secret later
+cannot produce values that collide with session keys. Verification accepts keys made with the
+current or the previous secret, so the secret can be rotated without cutting live conversations.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from typing import Final
+
+from sidecar.identity import IdentityError
+from sidecar.reasons import Reason
+
+MAX_GENERATION: Final = 2**53
+MIN_SECRET_BYTES: Final = 16
+SCOPE_ID = re.compile(r"s[0-9a-f]{24}", re.ASCII)
+
+_PURPOSE: Final = b"memgov session key v1"
+_GENERATION = r"(0|[1-9][0-9]{0,15})"
+_SESSION_KEY = re.compile(r"mg1\.(s[0-9a-f]{24})\." + _GENERATION + r"\.([A-Za-z0-9_\-]{43})", re.ASCII)
+_STORAGE_KEY = re.compile(r"mgs1\.(s[0-9a-f]{24})\." + _GENERATION, re.ASCII)
+# mg1. + scope id + . + 16 digits + . + 43 MAC characters; nothing longer is ever looked at.
+MAX_SESSION_KEY_LEN: Final = 4 + 25 + 1 + 16 + 1 + 43
+
+
+def new_scope_id() -> str:
+    """Return a fresh random scope id (``s`` + 24 hex digits)."""
+    return "s" + secrets.token_hex(12)
+
+
+def _check_parts(scope_id: str, generation: int) -> None:
+    if not isinstance(scope_id, str) or SCOPE_ID.fullmatch(scope_id) is None:
+        raise ValueError("scope_id must match s[0-9a-f]{24}")
+    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation <= MAX_GENERATION:
+        raise ValueError("generation must be an integer in [0, 2**53]")
+
+
+def _derive(secret: bytes) -> bytes:
+    if not isinstance(secret, bytes) or len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"session key secret must be at least {MIN_SECRET_BYTES} bytes")
+    return hmac.new(secret, _PURPOSE, hashlib.sha256).digest()
+
+
+def _match(pattern: re.Pattern[str], value: object) -> re.Match[str] | None:
+    """Match a whole key of bounded length whose generation is within range."""
+    if not isinstance(value, str) or len(value) > MAX_SESSION_KEY_LEN:
+        return None
+    m = pattern.fullmatch(value)
+    return m if m is not None and int(m.group(2)) <= MAX_GENERATION else None
+
+
+def _mac(subkey: bytes, scope_id: str, generation: int) -> str:
+    digest = hmac.new(subkey, f"mg1.{scope_id}.{generation}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+class SessionKeys:
+    """Mints and verifies session keys with the current secret, still accepting the previous one."""
+
+    __slots__ = ("_current", "_accepted")
+
+    def __init__(self, current: bytes, previous: bytes | None = None) -> None:
+        self._current = _derive(current)
+        self._accepted = (self._current,) if previous is None else (self._current, _derive(previous))
+
+    def session_key(self, scope_id: str, generation: int) -> str:
+        """Return ``mg1.<scope_id>.<generation>.<mac>`` made with the current secret."""
+        _check_parts(scope_id, generation)
+        return f"mg1.{scope_id}.{generation}.{_mac(self._current, scope_id, generation)}"
+
+    def verify(self, key: str) -> tuple[str, int]:
+        """Return (scope_id, generation) of a genuine key; raise IdentityError(key_invalid)."""
+        m = _match(_SESSION_KEY, key)
+        if m is None:
+            raise IdentityError(Reason.KEY_INVALID)
+        scope_id, generation, presented = m.group(1), int(m.group(2)), m.group(3)
+        # SECURITY: compare the encoded MAC strings, not decoded bytes: the last base64 character
+        # carries two spare bits, and decoding would let four spellings of one MAC verify.
+        # Every accepted secret is tried so timing does not reveal which one matched.
+        matches = [hmac.compare_digest(presented, _mac(k, scope_id, generation)) for k in self._accepted]
+        if not any(matches):
+            raise IdentityError(Reason.KEY_INVALID)
+        return scope_id, generation
+
+
+def storage_key(scope_id: str, generation: int) -> str:
+    """Return the kagent ``user_id`` a scope's entries are stored under at one generation."""
+    _check_parts(scope_id, generation)
+    return f"mgs1.{scope_id}.{generation}"
+
+
+def parse_storage_key(value: str) -> tuple[str, int] | None:
+    """Return (scope_id, generation) of a well-formed storage key, else None."""
+    m = _match(_STORAGE_KEY, value)
+    return None if m is None else (m.group(1), int(m.group(2)))
+
+
+def is_session_key_shaped(value: str) -> bool:
+    """Return whether a value looks like a session key (format only, the MAC is not checked)."""
+    return _match(_SESSION_KEY, value) is not None
