@@ -1,0 +1,30 @@
+"""Durable control state: scopes, consent, ledger, budgets, replay cache, audit, erasures.
+
+``open_store(url)`` connects (SQLite embedded default, PostgreSQL for more than one replica),
+runs pending migrations and returns a :class:`StateStore`. See docs/state.md.
+"""
+
+from sidecar.state.store import StateStore, open_store
+from sidecar.state.types import (
+    BudgetClaim,
+    CapReached,
+    Erasure,
+    Fenced,
+    LedgerEntry,
+    Receipt,
+    Scope,
+    StateError,
+)
+
+__all__ = [
+    "BudgetClaim",
+    "CapReached",
+    "Erasure",
+    "Fenced",
+    "LedgerEntry",
+    "Receipt",
+    "Scope",
+    "StateError",
+    "StateStore",
+    "open_store",
+]

@@ -1,0 +1,113 @@
+"""Cost admission shared by all replicas: every claim of a request is reserved or none is.
+
+Each claim is one ``INSERT … ON CONFLICT DO UPDATE … WHERE <admits>`` statement: the database
+locks the budget row, re-reads it, and updates it only when the claim fits, so concurrent
+reservers can never over-admit. A claim that returns no row does not fit; the transaction is
+rolled back and that claim's reason is returned. Claims run in a fixed (kind, key) order so two
+multi-claim reservations cannot deadlock on PostgreSQL.
+
+Rows: ``level`` is the bucket's tokens left, or the count used in the current window/period;
+``mark`` is the end of that window/period (unused for buckets); ``expires_us`` is when the row
+equals a fresh one and can be purged.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from sidecar.state import codec
+from sidecar.state.codec import NEVER_US, to_us
+from sidecar.state.db import Database, Tx
+from sidecar.state.types import BudgetClaim
+
+_KINDS = frozenset({"bucket", "window", "counter"})
+
+# Refill by elapsed time (never negative if replica clocks disagree), cap at the limit, take cost.
+_BUCKET = """
+INSERT INTO budgets AS b (kind, bkey, level, mark, at_us, expires_us)
+VALUES ('bucket', $1, CAST($2 AS DOUBLE PRECISION) - CAST($3 AS DOUBLE PRECISION), 0, $4, $5)
+ON CONFLICT (kind, bkey) DO UPDATE SET
+  level = (CASE WHEN b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
+                     * CAST($6 AS DOUBLE PRECISION) >= CAST($2 AS DOUBLE PRECISION)
+                THEN CAST($2 AS DOUBLE PRECISION)
+                ELSE b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
+                     * CAST($6 AS DOUBLE PRECISION) END) - CAST($3 AS DOUBLE PRECISION),
+  at_us = CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us ELSE b.at_us END,
+  expires_us = CASE WHEN excluded.expires_us > b.expires_us THEN excluded.expires_us ELSE b.expires_us END
+WHERE b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
+      * CAST($6 AS DOUBLE PRECISION) >= CAST($3 AS DOUBLE PRECISION)
+RETURNING level
+"""
+
+# Window and counter share one shape: a count that starts over once its mark has passed.
+_COUNT = """
+INSERT INTO budgets AS b (kind, bkey, level, mark, at_us, expires_us)
+VALUES ($1, $2, CAST($3 AS DOUBLE PRECISION), $4, $5, $4)
+ON CONFLICT (kind, bkey) DO UPDATE SET
+  level = CASE WHEN b.mark <= excluded.at_us THEN excluded.level ELSE b.level + excluded.level END,
+  mark = CASE WHEN b.mark <= excluded.at_us THEN excluded.mark ELSE b.mark END,
+  expires_us = CASE WHEN b.mark <= excluded.at_us THEN excluded.mark ELSE b.mark END,
+  at_us = excluded.at_us
+WHERE b.mark <= excluded.at_us OR b.level + excluded.level <= CAST($6 AS DOUBLE PRECISION)
+RETURNING level
+"""
+
+
+class _Refused(Exception):
+    """Internal: a claim did not fit; rolls the reservation back."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check(claim: BudgetClaim) -> None:
+    if claim.kind not in _KINDS:
+        raise ValueError("budget claim kind is invalid")
+    codec.check_reason(claim.reason, "claim reason")
+    if claim.cost < 0 or claim.limit < 0 or claim.refill_per_s < 0 or not math.isfinite(claim.refill_per_s):
+        raise ValueError("budget claim numbers must be non-negative")
+    if (claim.kind == "window" and claim.window_s <= 0) or (claim.kind == "counter" and claim.ttl_s <= 0):
+        raise ValueError("budget claim period must be positive")
+
+
+async def _reserve_one(tx: Tx, claim: BudgetClaim, key: str, now_us: int) -> bool:
+    if claim.kind == "bucket":
+        rate = claim.refill_per_s / 1_000_000
+        # A bucket untouched for limit/rate seconds is full again, i.e. equal to a missing row.
+        expires = now_us + math.ceil(claim.limit / rate) if rate > 0 else NEVER_US
+        row = await tx.fetchrow(_BUCKET, key, float(claim.limit), float(claim.cost), now_us, expires, rate)
+    else:
+        if claim.kind == "window":
+            period = claim.window_s * 1_000_000
+            mark = (now_us // period + 1) * period
+        else:
+            mark = now_us + claim.ttl_s * 1_000_000
+        row = await tx.fetchrow(_COUNT, claim.kind, key, float(claim.cost), mark, now_us, float(claim.limit))
+    return row is not None
+
+
+class BudgetOps:
+    """All-or-nothing reservation of budget claims."""
+
+    _db: Database
+
+    async def reserve_budget(self, claims: list[BudgetClaim], now: datetime) -> str | None:
+        """Reserve every claim or none; return None when admitted, else the first refusing claim's reason."""
+        for claim in claims:
+            _check(claim)
+        # A cost above the limit can never fit, and the insert path would not notice it.
+        for claim in claims:
+            if claim.cost > claim.limit:
+                return claim.reason
+        now_us = to_us(now)
+        ordered = sorted(((c.kind, codec.digest(c.key), c) for c in claims), key=lambda t: (t[0], t[1]))
+        try:
+            async with self._db.tx("write") as tx:
+                for _, key, claim in ordered:
+                    if not await _reserve_one(tx, claim, key, now_us):
+                        raise _Refused(claim.reason)
+        except _Refused as refused:
+            return refused.reason
+        return None

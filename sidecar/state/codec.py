@@ -1,0 +1,111 @@
+"""Pure conversions between caller values and stored columns, and the bounds every column has.
+
+Times are stored as integer microseconds since the Unix epoch (UTC) on both backends, so the
+same SQL compares them and no driver time-zone handling is involved. Every string a caller hands
+in is checked here against a shape and a byte bound before it reaches SQL; a refused value is
+never echoed in the error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from sidecar.reasons import REASON_VALUES
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_US: Final = timedelta(microseconds=1)
+#: Largest stored time; stands for "never" (a bucket that does not refill).
+NEVER_US: Final = 2**62
+
+#: Byte bounds of stored strings; the schema declares the same bounds (tests compare them).
+MXID_MAX: Final = 255
+ROOM_MAX: Final = 255
+AGENT_MAX: Final = 320
+PURPOSE_MAX: Final = 256
+CODE_MAX: Final = 64
+ID_MAX: Final = 64
+
+_CODE = re.compile(r"[a-z][a-z0-9_.\-]{0,63}")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
+_SCOPE_ID = re.compile(r"s[0-9a-f]{24}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def to_us(when: datetime) -> int:
+    """Convert an aware datetime to integer microseconds since the epoch."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError("state times must be timezone-aware")
+    return (when - _EPOCH) // _US
+
+
+def from_us(us: int) -> datetime:
+    """Convert stored microseconds back to an aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def opt_from_us(us: int | None) -> datetime | None:
+    """Like :func:`from_us`, keeping NULL as None."""
+    return None if us is None else from_us(us)
+
+
+def new_id(prefix: str) -> str:
+    """Return an opaque id: a one-letter kind prefix and 24 random hex digits (no dots)."""
+    return prefix + secrets.token_hex(12)
+
+
+def digest(value: str) -> str:
+    """Return the SHA-256 hex of a caller key, so stored keys are bounded and opaque."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _fail(field: str) -> ValueError:
+    # The value itself is deliberately left out: it may be anything a request carried.
+    return ValueError(f"{field} has an invalid shape or length")
+
+
+def check_bounded(value: str, field: str, max_bytes: int, *, allow_empty: bool = False) -> str:
+    """Require a printable string of at most ``max_bytes`` UTF-8 bytes."""
+    if not isinstance(value, str) or len(value.encode()) > max_bytes or not (value or allow_empty):
+        raise _fail(field)
+    if not value.isprintable():
+        raise _fail(field)
+    return value
+
+
+def check_code(value: str, field: str) -> str:
+    """Require a lower-case code such as ``control_room`` or ``forget_one``."""
+    if not isinstance(value, str) or _CODE.fullmatch(value) is None:
+        raise _fail(field)
+    return value
+
+
+def check_reason(value: str, field: str = "reason") -> str:
+    """Require a value of the Reason enum."""
+    if not isinstance(value, str) or value not in REASON_VALUES:
+        raise _fail(field)
+    return value
+
+
+def check_id(value: str, field: str) -> str:
+    """Require an opaque id (letters, digits, ``_.:-``, at most 64 bytes)."""
+    if not isinstance(value, str) or _ID.fullmatch(value) is None:
+        raise _fail(field)
+    return value
+
+
+def check_scope_id(value: str) -> str:
+    """Require the ``s`` + 24 hex form of a scope id."""
+    if not isinstance(value, str) or _SCOPE_ID.fullmatch(value) is None:
+        raise _fail("scope_id")
+    return value
+
+
+def check_hex64(value: str, field: str) -> str:
+    """Require a lower-case SHA-256 hex digest."""
+    if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+        raise _fail(field)
+    return value

@@ -1,0 +1,234 @@
+"""One small transaction interface over asyncpg (PostgreSQL) and aiosqlite (SQLite).
+
+Statements are written once, in PostgreSQL's ``$1`` placeholder style; for SQLite they are
+rewritten to its numbered ``?1`` form. The few places where the dialects differ (row locks,
+DDL types) ask :attr:`Tx.dialect`. Backend failures become ``StateError(state_unavailable)``.
+
+Transaction modes:
+  ``read``      one or more independent statements, no transaction (the fast lookup path);
+  ``snapshot``  several reads that must agree with each other;
+  ``write``     a read-write transaction; on SQLite ``BEGIN IMMEDIATE`` so writers queue on the
+                file lock instead of failing when they upgrade, on PostgreSQL row locks and
+                ``ON CONFLICT`` make concurrent writers safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import aiosqlite
+import asyncpg
+
+from sidecar.reasons import Reason
+from sidecar.state.types import StateError
+
+Mode = Literal["read", "snapshot", "write"]
+Row = Sequence[Any]
+
+_SQLITE_BUSY_MS = 30_000
+_PG_CONNECT_TIMEOUT_S = 10.0
+_BACKEND_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    sqlite3.Error,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+class Tx(Protocol):
+    """Statements inside one connection (and, except in ``read`` mode, one transaction)."""
+
+    dialect: str
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]: ...
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
+
+    async def execute(self, sql: str, *args: Any) -> int: ...
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+class Database(Protocol):
+    """A connection pool (PostgreSQL) or a writer/reader connection pair (SQLite)."""
+
+    dialect: str
+
+    def tx(self, mode: Mode = "write") -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+@asynccontextmanager
+async def backend_errors() -> AsyncIterator[None]:
+    """Turn driver and socket failures into ``StateError(state_unavailable)``."""
+    try:
+        yield
+    except StateError:
+        raise
+    except _BACKEND_ERRORS as exc:
+        # SECURITY: driver messages may quote statement values; only the code leaves this layer.
+        raise StateError(Reason.STATE_UNAVAILABLE) from exc
+
+
+@lru_cache(maxsize=512)
+def _qmark(sql: str) -> str:
+    return re.sub(r"\$(\d+)", r"?\1", sql)
+
+
+class _PgTx:
+    __slots__ = ("_con",)
+    dialect = "postgresql"
+
+    def __init__(self, con: asyncpg.Connection) -> None:
+        self._con = con
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return list(await self._con.fetch(sql, *args))
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        row: Row | None = await self._con.fetchrow(sql, *args)
+        return row
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        status: str = await self._con.execute(sql, *args)
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self._con.executemany(sql, list(rows))
+
+
+class PgDatabase:
+    """asyncpg pool; statements are prepared and cached per connection by asyncpg."""
+
+    dialect = "postgresql"
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, url: str, pool_size: int) -> PgDatabase:
+        async with backend_errors():
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S)
+        return cls(pool)
+
+    @asynccontextmanager
+    async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
+        async with backend_errors(), self._pool.acquire() as con:
+            if mode == "read":
+                yield _PgTx(con)
+                return
+            isolation = "repeatable_read" if mode == "snapshot" else "read_committed"
+            async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
+                yield _PgTx(con)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+
+class _SqliteTx:
+    __slots__ = ("_con",)
+    dialect = "sqlite"
+
+    def __init__(self, con: aiosqlite.Connection) -> None:
+        self._con = con
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return list(await self._con.execute_fetchall(_qmark(sql), args))
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        rows = await self.fetch(sql, *args)
+        return rows[0] if rows else None
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._con.execute(_qmark(sql), args) as cur:
+            return max(cur.rowcount, 0)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self._con.executemany(_qmark(sql), [tuple(r) for r in rows])
+
+
+class SqliteDatabase:
+    """One writer and one reader connection in WAL mode; a lock per connection keeps one
+    transaction per connection at a time inside this process, the file lock across processes."""
+
+    dialect = "sqlite"
+
+    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
+        self._writer, self._reader = writer, reader
+        self._wlock = asyncio.Lock()
+        self._rlock = self._wlock if reader is writer else asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: str) -> SqliteDatabase:
+        async with backend_errors():
+            if path == ":memory:":
+                writer = await cls._connect(path)
+                return cls(writer, writer)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            writer = await cls._connect(path)
+            await cls._wal(writer)
+            return cls(writer, await cls._connect(path))
+
+    @staticmethod
+    async def _connect(path: str) -> aiosqlite.Connection:
+        con = await aiosqlite.connect(path, isolation_level=None, timeout=_SQLITE_BUSY_MS / 1000)
+        await con.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
+        await con.execute("PRAGMA foreign_keys = ON")
+        await con.execute("PRAGMA synchronous = NORMAL")
+        return con
+
+    @staticmethod
+    async def _wal(con: aiosqlite.Connection) -> None:
+        # Two processes creating the same file at once can see SQLITE_BUSY here even with a busy
+        # timeout (the journal-mode switch needs the file to itself); retry until it sticks.
+        for _ in range(200):
+            try:
+                rows = list(await con.execute_fetchall("PRAGMA journal_mode = WAL"))
+            except sqlite3.OperationalError:
+                rows = []
+            if rows and str(rows[0][0]).lower() == "wal":
+                return
+            await asyncio.sleep(0.05)
+        raise StateError(Reason.STATE_UNAVAILABLE)
+
+    @asynccontextmanager
+    async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
+        con, lock = (self._writer, self._wlock) if mode == "write" else (self._reader, self._rlock)
+        async with backend_errors(), lock:
+            if mode == "read":
+                yield _SqliteTx(con)
+                return
+            await con.execute("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")
+            try:
+                yield _SqliteTx(con)
+            except BaseException:
+                try:
+                    await con.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite already rolled back on its own (e.g. disk full); the first error is the one to raise
+                raise
+            await con.execute("COMMIT")
+
+    async def close(self) -> None:
+        await self._writer.close()
+        if self._reader is not self._writer:
+            await self._reader.close()
+
+
+async def connect(url: str, pool_size: int = 10) -> Database:
+    """Open the backend named by ``url`` (``sqlite:///path`` or ``postgresql://…``)."""
+    if url.startswith("sqlite:///"):
+        return await SqliteDatabase.open(url.removeprefix("sqlite:///"))
+    if url.startswith(("postgresql://", "postgres://")):
+        return await PgDatabase.open(url, pool_size)
+    raise ValueError("state URL must start with sqlite:/// or postgresql://")

@@ -1,0 +1,152 @@
+"""Content-free evidence: audit records with their own retention, and erasure state machines.
+
+Audit rows hold a kind, a reason code, opaque ids and a policy revision; every value is checked
+against its shape before it is written. Erasures move forward one state at a time
+(``types.ERASURE_NEXT``) with a conditional update, so two replicas resuming the same erasure
+after a crash cannot both advance it, and every step is kept with its time as evidence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.codec import from_us, to_us
+from sidecar.state.db import Database, Tx
+from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateError
+
+_AUDIT_COLS = ("at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id", "operation",
+               "policy_revision")
+_ERASURE_COLS = ("erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
+                 " updated_us")
+
+
+def _opt(value: str | None, check: Any, field: str) -> str | None:
+    return None if value is None else check(value, field)
+
+
+class EvidenceOps:
+    """Audit records and erasure records."""
+
+    _db: Database
+
+    async def audit(
+        self, kind: str, reason: str, *, decision_id: str | None = None, scope_id: str | None = None,
+        entry_id: str | None = None, erasure_id: str | None = None, operation: str | None = None,
+        policy_revision: str | None = None, now: datetime,
+    ) -> None:
+        """Append one content-free audit record."""
+        values = (
+            to_us(now), codec.check_code(kind, "kind"), codec.check_reason(reason),
+            _opt(decision_id, codec.check_id, "decision_id"), _opt(scope_id, codec.check_id, "scope_id"),
+            _opt(entry_id, codec.check_id, "entry_id"), _opt(erasure_id, codec.check_id, "erasure_id"),
+            _opt(operation, codec.check_code, "operation"), _opt(policy_revision, codec.check_id, "policy_revision"),
+        )
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                "INSERT INTO audit (at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation,"
+                " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", *values,
+            )
+
+    async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest audit records (of one scope when given), newest first."""
+        cols = "at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation, policy_revision"
+        async with self._db.tx("read") as tx:
+            if scope_id is None:
+                rows = await tx.fetch(f"SELECT {cols} FROM audit ORDER BY at_us DESC, audit_id DESC LIMIT $1", limit)
+            else:
+                rows = await tx.fetch(
+                    f"SELECT {cols} FROM audit WHERE scope_id = $1 ORDER BY at_us DESC, audit_id DESC LIMIT $2",
+                    scope_id, limit,
+                )
+        return [{"at": from_us(r[0]), **dict(zip(_AUDIT_COLS[1:], r[1:], strict=True))} for r in rows]
+
+    async def purge_audit(self, older_than: datetime) -> int:
+        """Delete audit records older than the retention cut-off; return how many."""
+        async with self._db.tx("write") as tx:
+            return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
+
+    async def create_erasure(
+        self, scope_id: str, kind: str, entry_ids: list[str], adapter: str, requested_by_kind: str, now: datetime
+    ) -> Erasure:
+        """Record a requested erasure of the given entries (empty for whole-scope erasures)."""
+        codec.check_scope_id(scope_id)
+        codec.check_code(kind, "kind")
+        codec.check_code(adapter, "adapter")
+        codec.check_code(requested_by_kind, "requested_by_kind")
+        ids = sorted({codec.check_id(e, "entry_id") for e in entry_ids})
+        erasure_id, at = codec.new_id("e"), to_us(now)
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6)",
+                erasure_id, scope_id, kind, adapter, requested_by_kind, at,
+            )
+            if ids:
+                await tx.executemany(
+                    "INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2)", [(erasure_id, e) for e in ids]
+                )
+            await tx.execute(
+                "INSERT INTO erasure_steps (erasure_id, seq, state, at_us) VALUES ($1, 0, 'requested', $2)",
+                erasure_id, at,
+            )
+            erasure = await _load(tx, erasure_id)
+        assert erasure is not None
+        return erasure
+
+    async def advance_erasure(
+        self, erasure_id: str, state: str, now: datetime, failure_reason: str | None = None
+    ) -> Erasure:
+        """Move an erasure to its next state; an illegal or lost transition raises StateError(internal_error)."""
+        allowed_from = sorted(s for s, nxt in ERASURE_NEXT.items() if state in nxt)
+        if not allowed_from or (failure_reason is not None) != (state == "failed"):
+            raise ValueError("erasure transition is invalid")
+        if failure_reason is not None:
+            codec.check_reason(failure_reason, "failure_reason")
+        at, sources = to_us(now), ", ".join(f"'{s}'" for s in allowed_from)
+        async with self._db.tx("write") as tx:
+            # The conditional update is the compare-and-set: a concurrent advancer finds no row.
+            changed = await tx.execute(
+                "UPDATE erasures SET state = $2, failure_reason = $3, updated_us = $4"
+                f" WHERE erasure_id = $1 AND state IN ({sources})",
+                erasure_id, state, failure_reason, at,
+            )
+            if changed != 1:
+                raise StateError(Reason.INTERNAL_ERROR)
+            await tx.execute(
+                "INSERT INTO erasure_steps (erasure_id, seq, state, at_us)"
+                " SELECT $4, COALESCE(MAX(seq), -1) + 1, $2, $3 FROM erasure_steps WHERE erasure_id = $1",
+                erasure_id, state, at, erasure_id,
+            )
+            erasure = await _load(tx, erasure_id)
+        assert erasure is not None
+        return erasure
+
+    async def get_erasure(self, erasure_id: str) -> Erasure | None:
+        """Return the erasure with its entries and steps, or None."""
+        async with self._db.tx("snapshot") as tx:
+            return await _load(tx, erasure_id)
+
+    async def unfinished_erasures(self) -> list[Erasure]:
+        """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
+        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({terminal}) ORDER BY created_us, erasure_id"
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
+
+async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
+    row = await tx.fetchrow(f"SELECT {_ERASURE_COLS} FROM erasures WHERE erasure_id = $1", erasure_id)
+    if row is None:
+        return None
+    entries = await tx.fetch("SELECT entry_id FROM erasure_entries WHERE erasure_id = $1 ORDER BY entry_id", erasure_id)
+    steps = await tx.fetch("SELECT state, at_us FROM erasure_steps WHERE erasure_id = $1 ORDER BY seq", erasure_id)
+    return Erasure(
+        erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
+        failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]), entry_ids=[r[0] for r in entries],
+        steps=[(r[0], from_us(r[1])) for r in steps],
+    )

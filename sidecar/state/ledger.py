@@ -1,0 +1,192 @@
+"""The entry ledger: which ids the gateway let kagent create, when they expire, what was erased.
+
+A save first reserves slots (``reserve_entries``) under the scope's row lock, counting live
+entries plus unexpired pending slots, so concurrent savers can never push a scope over its cap.
+Filling a slot sets the entry id and its hard expiry exactly once (a trigger refuses changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.codec import from_us, opt_from_us, to_us
+from sidecar.state.db import Database, Row
+from sidecar.state.scopes import fence, update_lock, valid_scope_id
+from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
+
+#: How long a reserved, not yet filled slot counts against the cap before it lapses.
+SLOT_LEASE_S = 300
+_CHUNK = 500
+_ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us"
+_LIVE = "tombstoned_us IS NULL AND deleted_us IS NULL AND expires_us > $2"
+
+
+def _entry(r: Row) -> LedgerEntry:
+    return LedgerEntry(
+        entry_id=r[0], scope_id=r[1], generation=int(r[2]), created_at=from_us(r[3]), expires_at=from_us(r[4]),
+        tombstoned_at=opt_from_us(r[5]), physically_deleted_at=opt_from_us(r[6]), verified_at=opt_from_us(r[7]),
+    )
+
+
+def _params(first: int, n: int) -> str:
+    return ", ".join(f"${i}" for i in range(first, first + n))
+
+
+def _chunks(ids: Iterable[str]) -> Iterator[list[str]]:
+    clean = sorted({i for i in ids if _is_id(i)})
+    for start in range(0, len(clean), _CHUNK):
+        yield clean[start:start + _CHUNK]
+
+
+def _is_id(value: str) -> bool:
+    try:
+        codec.check_id(value, "entry_id")
+    except ValueError:
+        return False
+    return True
+
+
+class LedgerOps:
+    """Entry slots, live filtering, tombstones and sweep bookkeeping."""
+
+    _db: Database
+
+    async def reserve_entries(
+        self, scope_id: str, generation: int, n: int, cap: int, now: datetime, lease_s: int = SLOT_LEASE_S
+    ) -> list[str]:
+        """Reserve ``n`` slots if live entries + pending slots + n <= cap, else raise CapReached."""
+        if not valid_scope_id(scope_id):
+            raise Fenced(Reason.CONSENT_MISSING)
+        if n <= 0:
+            return []
+        at = to_us(now)
+        slots = [codec.new_id("l") for _ in range(n)]
+        async with self._db.tx("write") as tx:
+            # The scope row lock serializes reservers of one scope; other scopes proceed in parallel.
+            await fence(tx, scope_id, generation, update_lock(tx))
+            row = await tx.fetchrow(
+                "SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
+                " AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2))",
+                scope_id, at,
+            )
+            if row is None or int(row[0]) + n > cap:
+                raise CapReached()
+            await tx.executemany(
+                "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us) VALUES ($1, $2, $3, $4, $5)",
+                [(s, scope_id, generation, at, at + lease_s * 1_000_000) for s in slots],
+            )
+        return slots
+
+    async def fill_entry(self, slot_id: str, entry_id: str, created_at: datetime, expires_at: datetime) -> None:
+        """Bind a reserved slot to kagent's entry id and its hard expiry, once.
+
+        Raises StateError(internal_error) when the slot is unknown, already filled, or its lease
+        lapsed before ``created_at`` (it no longer counts against the cap).
+        """
+        codec.check_id(entry_id, "entry_id")
+        created, expires = to_us(created_at), to_us(expires_at)
+        if expires < created:
+            raise ValueError("expires_at must not precede created_at")
+        async with self._db.tx("write") as tx:
+            changed = await tx.execute(
+                "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
+                " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
+                slot_id, entry_id, created, expires,
+            )
+        if changed != 1:
+            raise StateError(Reason.INTERNAL_ERROR)
+
+    async def release_entries(self, slot_ids: list[str]) -> None:
+        """Give back reserved slots that were never filled (the save did not happen)."""
+        async with self._db.tx("write") as tx:
+            for chunk in _chunks(slot_ids):
+                await tx.execute(
+                    f"DELETE FROM ledger WHERE expires_us IS NULL AND slot_id IN ({_params(1, len(chunk))})", *chunk
+                )
+
+    async def filter_live(self, scope_id: str, generation: int, entry_ids: list[str], now: datetime) -> set[str]:
+        """Return the ids that are ledger-known for this scope and generation, not erased, not expired."""
+        live: set[str] = set()
+        if not valid_scope_id(scope_id):
+            return live
+        async with self._db.tx("read") as tx:
+            for chunk in _chunks(entry_ids):
+                rows = await tx.fetch(
+                    f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND generation = $3"
+                    f" AND entry_id IN ({_params(4, len(chunk))})",
+                    scope_id, to_us(now), generation, *chunk,
+                )
+                live.update(r[0] for r in rows)
+        return live
+
+    async def live_entries(self, scope_id: str, now: datetime, after: str | None, limit: int) -> list[LedgerEntry]:
+        """One page of live entries ordered by (created_at, entry_id), after the entry id ``after``."""
+        if not valid_scope_id(scope_id) or limit <= 0:
+            return []
+        sql = f"SELECT {_ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND {_LIVE}"
+        args: list[object] = [scope_id, to_us(now)]
+        if after is not None:
+            if not _is_id(after):
+                return []
+            sql += (" AND (created_us, entry_id) > (SELECT created_us, entry_id FROM ledger"
+                    " WHERE scope_id = $1 AND entry_id = $3)")
+            args.append(after)
+        sql += f" ORDER BY created_us, entry_id LIMIT ${len(args) + 1}"
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(sql, *args, limit)
+        return [_entry(r) for r in rows]
+
+    async def live_count(self, scope_id: str, now: datetime) -> int:
+        """Count live (filled, not erased, not expired) entries of the scope."""
+        async with self._db.tx("read") as tx:
+            row = await tx.fetchrow(f"SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND {_LIVE}", scope_id, to_us(now))
+        return int(row[0]) if row else 0
+
+    async def entries_of_scope(self, scope_id: str) -> list[LedgerEntry]:
+        """Every filled entry of the scope, erased and expired ones included (erasure, evidence)."""
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {_ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
+                " ORDER BY created_us, entry_id", scope_id,
+            )
+        return [_entry(r) for r in rows]
+
+    async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int:
+        """Mark entries of the scope erased (unreadable from now on); return how many were newly marked."""
+        total = 0
+        async with self._db.tx("write") as tx:
+            for chunk in _chunks(entry_ids):
+                total += await tx.execute(
+                    "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
+                    f" AND entry_id IN ({_params(3, len(chunk))})",
+                    scope_id, to_us(now), *chunk,
+                )
+        return total
+
+    async def _stamp(self, column: str, entry_ids: list[str], now: datetime) -> None:
+        async with self._db.tx("write") as tx:
+            for chunk in _chunks(entry_ids):
+                await tx.execute(
+                    f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL AND entry_id IN ({_params(2, len(chunk))})",
+                    to_us(now), *chunk,
+                )
+
+    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None:
+        """Record that kagent no longer holds these rows."""
+        await self._stamp("deleted_us", entry_ids, now)
+
+    async def mark_verified(self, entry_ids: list[str], now: datetime) -> None:
+        """Record that a read-after-delete confirmed the rows are gone."""
+        await self._stamp("verified_us", entry_ids, now)
+
+    async def expired_unswept(self, now: datetime, limit: int) -> list[LedgerEntry]:
+        """Entries past their hard expiry that the sweeper has not yet physically deleted."""
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {_ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
+                " ORDER BY expires_us LIMIT $2", to_us(now), limit,
+            )
+        return [_entry(r) for r in rows]

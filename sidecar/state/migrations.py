@@ -1,0 +1,221 @@
+"""Versioned schema migrations, applied on start and by ``memgov state migrate``.
+
+Content-free by construction: every column is an integer, a boolean, a float, or a string with
+a declared bound (PostgreSQL ``VARCHAR(n)``; SQLite ``STRICT`` tables with ``CHECK(length(...))``).
+No column exists that could hold memory text, a query, a vector or a request body.
+
+Safe when several processes start at once: the whole run is one transaction that first takes a
+migration lock (PostgreSQL advisory lock; SQLite ``BEGIN IMMEDIATE``), then reads the applied
+versions. DDL is transactional on both backends, so a crash leaves the previous version intact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sidecar.logs import get_logger
+from sidecar.state import codec
+from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
+from sidecar.state.db import Database
+
+_log = get_logger("state")
+#: Arbitrary constant naming memgov's migration lock among PostgreSQL advisory locks.
+_PG_MIGRATION_LOCK = 0x6D656D676F76
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Column spellings for one backend."""
+
+    name: str
+
+    @property
+    def pg(self) -> bool:
+        return self.name == "postgresql"
+
+    def s(self, col: str, n: int, *, null: bool = False) -> str:
+        """A string column of at most ``n`` characters."""
+        nn = "" if null else " NOT NULL"
+        if self.pg:
+            return f"{col} VARCHAR({n}){nn}"
+        return f"{col} TEXT{nn} CHECK (length({col}) <= {n})"
+
+    def i(self, col: str, *, null: bool = False) -> str:
+        """A 64-bit integer column (times are microseconds since the epoch)."""
+        return f"{col} {'BIGINT' if self.pg else 'INTEGER'}{'' if null else ' NOT NULL'}"
+
+    def b(self, col: str) -> str:
+        """A boolean column."""
+        return f"{col} BOOLEAN NOT NULL" if self.pg else f"{col} INTEGER NOT NULL CHECK ({col} IN (0, 1))"
+
+    def f(self, col: str) -> str:
+        """A double-precision column."""
+        return f"{col} {'DOUBLE PRECISION' if self.pg else 'REAL'} NOT NULL"
+
+    @property
+    def strict(self) -> str:
+        return "" if self.pg else " STRICT"
+
+    def table(self, name: str, *cols: str, if_not_exists: bool = False) -> str:
+        """A CREATE TABLE statement (STRICT on SQLite so declared types are enforced)."""
+        head = "CREATE TABLE IF NOT EXISTS" if if_not_exists else "CREATE TABLE"
+        return f"{head} {name} (\n  " + ",\n  ".join(cols) + f"\n){self.strict}"
+
+
+def _v1(d: Dialect) -> list[str]:
+    def sid() -> str:
+        return d.s("scope_id", 25)  # "s" + 24 hex
+
+    stmts = [
+        d.table(
+            "scopes",
+            sid() + " PRIMARY KEY", d.s("principal_mxid", MXID_MAX), d.s("origin", 16), d.s("agent", AGENT_MAX),
+            d.s("kind", 32), d.s("room_id", ROOM_MAX), d.b("enabled"), d.i("generation"),
+            d.s("purpose", PURPOSE_MAX, null=True), d.s("policy_version", CODE_MAX, null=True),
+            d.i("created_us"), d.i("updated_us"), d.i("consented_us", null=True),
+            "UNIQUE (principal_mxid, origin, agent, kind, room_id)",
+        ),
+        "CREATE INDEX scopes_agent_enabled ON scopes (agent) WHERE enabled",
+        d.table(
+            "receipts",
+            d.s("receipt_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.s("action", 8) + " CHECK (action IN ('grant', 'withdraw'))", d.s("purpose", PURPOSE_MAX),
+            d.s("policy_version", CODE_MAX), d.i("generation_after"), d.i("at_us"),
+        ),
+        "CREATE INDEX receipts_scope ON receipts (scope_id, at_us)",
+        d.table(
+            # A row is a pending slot (entry_id and expires_us NULL, lease_us set) until filled.
+            "ledger",
+            d.s("slot_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"), d.s("entry_id", ID_MAX, null=True) + " UNIQUE", d.i("created_us"),
+            d.i("expires_us", null=True), d.i("lease_us", null=True), d.i("tombstoned_us", null=True),
+            d.i("deleted_us", null=True), d.i("verified_us", null=True),
+        ),
+        "CREATE INDEX ledger_scope ON ledger (scope_id, created_us, entry_id)",
+        "CREATE INDEX ledger_unswept ON ledger (expires_us) WHERE deleted_us IS NULL",
+        d.table(
+            "inflight",
+            d.s("op_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"), d.i("started_us"), d.i("lease_us"),
+        ),
+        "CREATE INDEX inflight_scope ON inflight (scope_id, lease_us)",
+        d.table(
+            # bkey is a SHA-256 of the caller's key; mark is a window end or counter expiry.
+            "budgets",
+            d.s("kind", 8), d.s("bkey", 64), d.f("level"), d.i("mark"), d.i("at_us"), d.i("expires_us"),
+            "PRIMARY KEY (kind, bkey)",
+        ),
+        "CREATE INDEX budgets_expiry ON budgets (expires_us)",
+        d.table("replay", d.s("jti_hash", 64) + " PRIMARY KEY", d.i("exp_us")),
+        "CREATE INDEX replay_exp ON replay (exp_us)",
+        d.table(
+            "confirmations",
+            d.s("token_hash", 64) + " PRIMARY KEY", sid(), d.s("subject", MXID_MAX), d.s("action", CODE_MAX),
+            d.i("expires_us"),
+        ),
+        d.table(
+            "audit",
+            ("audit_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY" if d.pg else "audit_id INTEGER PRIMARY KEY"),
+            d.i("at_us"), d.s("kind", CODE_MAX), d.s("reason", CODE_MAX), d.s("decision_id", ID_MAX, null=True),
+            d.s("scope_id", 25, null=True), d.s("entry_id", ID_MAX, null=True), d.s("erasure_id", 25, null=True),
+            d.s("operation", CODE_MAX, null=True), d.s("policy_revision", CODE_MAX, null=True),
+        ),
+        "CREATE INDEX audit_at ON audit (at_us)",
+        "CREATE INDEX audit_scope ON audit (scope_id, at_us)",
+        d.table(
+            "erasures",
+            d.s("erasure_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.s("kind", CODE_MAX), d.s("state", 16), d.s("adapter", CODE_MAX), d.s("requested_by_kind", CODE_MAX),
+            d.s("failure_reason", CODE_MAX, null=True), d.i("created_us"), d.i("updated_us"),
+        ),
+        "CREATE INDEX erasures_unfinished ON erasures (created_us) WHERE state NOT IN ('verified', 'failed')",
+        d.table(
+            "erasure_entries",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.s("entry_id", ID_MAX),
+            "PRIMARY KEY (erasure_id, entry_id)",
+        ),
+        d.table(
+            "erasure_steps",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.i("seq"), d.s("state", 16),
+            d.i("at_us"), "PRIMARY KEY (erasure_id, seq)",
+        ),
+    ]
+    return stmts + (_pg_guards() if d.pg else _sqlite_guards())
+
+
+# Receipts are append-only evidence; a ledger row's id, creation time and hard expiry never
+# change once filled (R-9: expiry is never extended). The store never issues such updates;
+# these triggers make the database itself refuse them.
+_LEDGER_CHANGED = (
+    "OLD.expires_us IS NOT NULL AND (NEW.expires_us IS DISTINCT FROM OLD.expires_us"
+    " OR NEW.entry_id IS DISTINCT FROM OLD.entry_id OR NEW.created_us IS DISTINCT FROM OLD.created_us)"
+)
+
+
+def _pg_guards() -> list[str]:
+    return [
+        "CREATE FUNCTION memgov_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        "$f$ BEGIN RAISE EXCEPTION 'memgov: % on % is refused', TG_OP, TG_TABLE_NAME; END $f$",
+        "CREATE TRIGGER receipts_append_only BEFORE UPDATE OR DELETE ON receipts "
+        "FOR EACH ROW EXECUTE FUNCTION memgov_refuse()",
+        f"CREATE TRIGGER ledger_fill_once BEFORE UPDATE ON ledger FOR EACH ROW WHEN ({_LEDGER_CHANGED}) "
+        "EXECUTE FUNCTION memgov_refuse()",
+    ]
+
+
+def _sqlite_guards() -> list[str]:
+    changed = _LEDGER_CHANGED.replace("IS DISTINCT FROM", "IS NOT")
+    return [
+        "CREATE TRIGGER receipts_no_update BEFORE UPDATE ON receipts "
+        "BEGIN SELECT RAISE(ABORT, 'memgov: receipts are append-only'); END",
+        "CREATE TRIGGER receipts_no_delete BEFORE DELETE ON receipts "
+        "BEGIN SELECT RAISE(ABORT, 'memgov: receipts are append-only'); END",
+        f"CREATE TRIGGER ledger_fill_once BEFORE UPDATE ON ledger WHEN {changed} "
+        "BEGIN SELECT RAISE(ABORT, 'memgov: filled ledger rows are immutable'); END",
+    ]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema version: its number, a short name, and its statements per dialect."""
+
+    version: int
+    name: str
+    statements: Callable[[Dialect], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_schema", _v1),)
+LATEST: int = MIGRATIONS[-1].version
+
+
+async def migrate(db: Database) -> int:
+    """Apply every pending migration; return how many were applied (0 when up to date)."""
+    dialect = Dialect(db.dialect)
+    async with db.tx("write") as tx:
+        if dialect.pg:
+            await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
+        await tx.execute(
+            dialect.table("schema_migrations", dialect.i("version") + " PRIMARY KEY", dialect.s("name", CODE_MAX),
+                          dialect.i("applied_us"), if_not_exists=True)
+        )
+        applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
+        pending = [m for m in MIGRATIONS if m.version not in applied]
+        for m in pending:
+            for stmt in m.statements(dialect):
+                await tx.execute(stmt)
+            await tx.execute(
+                "INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, $3)",
+                m.version, m.name, codec.to_us(datetime.now(UTC)),
+            )
+    if pending:
+        _log.info("state.migrated", backend=db.dialect, count=len(pending))
+    return len(pending)
+
+
+async def schema_version(db: Database) -> int:
+    """Return the highest applied migration version."""
+    async with db.tx("read") as tx:
+        row = await tx.fetchrow("SELECT MAX(version) FROM schema_migrations")
+    return int(row[0]) if row and row[0] is not None else 0

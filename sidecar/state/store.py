@@ -1,0 +1,94 @@
+"""The StateStore: every operation the gateway, control API and sweepers need, one object.
+
+Each concern lives in its own module (scopes, ledger, budgets, tokens, evidence); this class
+joins them over one :class:`~sidecar.state.db.Database` and adds lifecycle and housekeeping.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sidecar.state.budgets import BudgetOps
+from sidecar.state.codec import to_us
+from sidecar.state.db import Database, connect
+from sidecar.state.evidence import EvidenceOps
+from sidecar.state.ledger import LedgerOps
+from sidecar.state.migrations import migrate, schema_version
+from sidecar.state.scopes import ScopeOps
+from sidecar.state.tokens import TokenOps
+
+_STATS = {
+    "scopes": "SELECT COUNT(*) FROM scopes",
+    "scopes_enabled": "SELECT COUNT(*) FROM scopes WHERE enabled",
+    "receipts": "SELECT COUNT(*) FROM receipts",
+    "ledger_entries": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NOT NULL",
+    "ledger_pending": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NULL",
+    "ledger_tombstoned": "SELECT COUNT(*) FROM ledger WHERE tombstoned_us IS NOT NULL",
+    "ledger_deleted": "SELECT COUNT(*) FROM ledger WHERE deleted_us IS NOT NULL",
+    "inflight": "SELECT COUNT(*) FROM inflight",
+    "budgets": "SELECT COUNT(*) FROM budgets",
+    "replay": "SELECT COUNT(*) FROM replay",
+    "confirmations": "SELECT COUNT(*) FROM confirmations",
+    "audit": "SELECT COUNT(*) FROM audit",
+    "erasures": "SELECT COUNT(*) FROM erasures",
+    "erasures_unfinished": "SELECT COUNT(*) FROM erasures WHERE state NOT IN ('verified', 'failed')",
+}
+
+# Rows that mean nothing once their time has passed (a lapsed slot no longer counts toward a cap).
+_EXPIRED = {
+    "inflight": "DELETE FROM inflight WHERE lease_us <= $1",
+    "ledger_pending": "DELETE FROM ledger WHERE expires_us IS NULL AND lease_us <= $1",
+    "budgets": "DELETE FROM budgets WHERE expires_us <= $1",
+    "replay": "DELETE FROM replay WHERE exp_us <= $1",
+    "confirmations": "DELETE FROM confirmations WHERE expires_us <= $1",
+}
+
+
+class StateStore(ScopeOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps):
+    """Durable control state on SQLite or PostgreSQL; never holds memory content."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._jti_calls = 0
+        self.backend: str = db.dialect
+
+    async def ping(self) -> None:
+        """Raise StateError(state_unavailable) unless the backend answers."""
+        async with self._db.tx("read") as tx:
+            await tx.fetchrow("SELECT 1")
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self._db.close()
+
+    async def schema_version(self) -> int:
+        """The highest applied migration."""
+        return await schema_version(self._db)
+
+    async def stats(self) -> dict[str, int]:
+        """Row counts per kind of record; counts only, no ids."""
+        out: dict[str, int] = {}
+        async with self._db.tx("snapshot") as tx:
+            for name, sql in _STATS.items():
+                row = await tx.fetchrow(sql)
+                out[name] = int(row[0]) if row else 0
+        return out
+
+    async def purge_expired(self, now: datetime) -> dict[str, int]:
+        """Delete lapsed leases and slots, drained budgets, expired replay ids and confirmations."""
+        out: dict[str, int] = {}
+        async with self._db.tx("write") as tx:
+            for name, sql in _EXPIRED.items():
+                out[name] = await tx.execute(sql, to_us(now))
+        return out
+
+
+async def open_store(url: str, pool_size: int = 10) -> StateStore:
+    """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate."""
+    db = await connect(url, pool_size)
+    try:
+        await migrate(db)
+    except BaseException:
+        await db.close()
+        raise
+    return StateStore(db)

@@ -1,0 +1,134 @@
+"""Records the state store returns, the budget claim it accepts, and its errors.
+
+Error tree (every error carries a :class:`~sidecar.reasons.Reason` in ``reason``; the message is
+that code and nothing else, so no stored or requested value can surface through it)::
+
+    StateError            backend unreachable or failing (state_unavailable), unknown record
+    ├── Fenced            consent_missing | consent_disabled | stale_generation
+    └── CapReached        entry_cap_reached
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from sidecar.reasons import Reason
+
+ReceiptAction = Literal["grant", "withdraw"]
+BudgetKind = Literal["bucket", "window", "counter"]
+
+#: Erasure states in the order an erasure walks them; ``failed`` is reachable from any
+#: unfinished state and, like ``verified``, is terminal.
+ERASURE_STATES: tuple[str, ...] = ("requested", "fenced", "quiesced", "deleted", "verified", "failed")
+ERASURE_NEXT: dict[str, frozenset[str]] = {
+    "requested": frozenset({"fenced", "failed"}),
+    "fenced": frozenset({"quiesced", "failed"}),
+    "quiesced": frozenset({"deleted", "failed"}),
+    "deleted": frozenset({"verified", "failed"}),
+    "verified": frozenset(),
+    "failed": frozenset(),
+}
+ERASURE_TERMINAL: frozenset[str] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
+
+
+class StateError(Exception):
+    """The state store could not do what was asked; ``reason`` says why, as a code."""
+
+    def __init__(self, reason: Reason = Reason.STATE_UNAVAILABLE) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+
+class Fenced(StateError):
+    """The scope is missing, disabled, or at another generation than the caller's."""
+
+
+class CapReached(StateError):
+    """The scope already holds as many live entries as its cap allows."""
+
+    def __init__(self) -> None:
+        super().__init__(Reason.ENTRY_CAP_REACHED)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A typed (principal, agent, scope) triple with its consent state."""
+
+    scope_id: str
+    principal_mxid: str
+    origin: str
+    agent: str
+    kind: str
+    room_id: str
+    enabled: bool
+    generation: int
+    purpose: str | None
+    policy_version: str | None
+    created_at: datetime
+    updated_at: datetime
+    consented_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """One append-only consent change; ``purpose`` is the scope's last consented purpose."""
+
+    receipt_id: str
+    scope_id: str
+    action: ReceiptAction
+    purpose: str
+    policy_version: str
+    generation_after: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """An entry id the gateway let kagent create, with its immutable hard expiry."""
+
+    entry_id: str
+    scope_id: str
+    generation: int
+    created_at: datetime
+    expires_at: datetime
+    tombstoned_at: datetime | None
+    physically_deleted_at: datetime | None
+    verified_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """A crash-resumable erasure: its current state and every state it passed through."""
+
+    erasure_id: str
+    scope_id: str
+    kind: str
+    state: str
+    entry_ids: list[str]
+    steps: list[tuple[str, datetime]]
+    failure_reason: str | None
+    adapter: str
+    requested_by_kind: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetClaim:
+    """One unit of cost to reserve; ``reason`` is the code reported when this claim is refused.
+
+    ``bucket``: token bucket with capacity ``limit`` refilled at ``refill_per_s``;
+    ``window``: at most ``limit`` per fixed window of ``window_s`` seconds;
+    ``counter``: at most ``limit`` until ``ttl_s`` seconds after the first use.
+    """
+
+    kind: BudgetKind
+    key: str
+    limit: int
+    cost: int = 1
+    refill_per_s: float = 0.0
+    window_s: int = 3600
+    ttl_s: int = 0
+    reason: str = Reason.RATE_LIMITED.value
