@@ -1,0 +1,62 @@
+"""kagent agent names: ``ns/name`` references and the ``app_name`` kagent stores memory under.
+
+Both kagent runtimes (Python ``KAgentConfig.app_name``, Go ``deriveAppName``) build
+``<namespace>__NS__<name>`` with every ``-`` in the namespace *and* the name replaced by ``_``;
+the UI sends the same string without the replacement, for list and delete only. Two agents whose
+references differ only in ``-`` versus ``_`` therefore share one kagent memory namespace. Such a
+pair is ambiguous, so neither member of it is ever matched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from sidecar.identity import IdentityError
+from sidecar.reasons import Reason
+
+SEPARATOR = "__NS__"
+# Namespaces are Kubernetes DNS labels. Names follow Kubernetes object names but also allow
+# "_", because a configured reference may use kagent's normalised spelling; collisions between
+# the two spellings are handled by agent_name_matches.
+_NAMESPACE = re.compile(r"[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?", re.ASCII)
+_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._\-]{0,251}[a-z0-9])?", re.ASCII)
+
+
+def parse_agent_ref(ref: str) -> tuple[str, str]:
+    """Split ``ns/name`` into (namespace, name); raise IdentityError(bad_request) if malformed."""
+    if not isinstance(ref, str):
+        raise IdentityError(Reason.BAD_REQUEST)
+    namespace, sep, name = ref.partition("/")
+    if not sep or _NAMESPACE.fullmatch(namespace) is None or _NAME.fullmatch(name) is None:
+        raise IdentityError(Reason.BAD_REQUEST)
+    return namespace, name
+
+
+def app_name(namespace: str, name: str) -> str:
+    """Return kagent's ``app_name``: ``<ns>__NS__<name>`` with every ``-`` turned into ``_``."""
+    return f"{namespace}{SEPARATOR}{name}".replace("-", "_")
+
+
+def _raw_app_name(ref: str) -> str:
+    namespace, _, name = ref.partition("/")
+    return app_name(namespace, name)
+
+
+def agent_name_matches(presented: str, agent_ref: str, all_refs: Iterable[str]) -> bool:
+    """Return whether ``presented`` names ``agent_ref`` in kagent's or the UI's spelling.
+
+    Refuses (False) when another configured reference normalises to the same ``app_name``: the
+    shared kagent namespace would let either agent read or erase the other's memory. The UI
+    spelling needs no separate check, since it can only equal another agent's ``app_name`` when
+    the two ``app_name`` values already collide.
+    """
+    try:
+        namespace, name = parse_agent_ref(agent_ref)
+    except IdentityError:
+        return False
+    expected = app_name(namespace, name)
+    # SECURITY: an ambiguous pair is refused for both members, whichever one is asked about.
+    if any(ref != agent_ref and _raw_app_name(ref) == expected for ref in all_refs):
+        return False
+    return isinstance(presented, str) and presented in (expected, f"{namespace}{SEPARATOR}{name}")

@@ -1,0 +1,284 @@
+"""Signed tokens from the bridge and operators: verifier keys, bearer tokens, minting.
+
+The verifier's algorithm is fixed by the key file, never by the token: an HS256 shared secret
+verifies only HS256, an Ed25519 public key only EdDSA, an RSA public key only RS256. A token
+whose header names anything else (``none`` included) is refused, and a PEM public key is never
+usable as an HMAC secret, which closes the classic algorithm-confusion forgery.
+
+Times are checked here against the caller's ``now`` (not the wall clock), so replays and expiry
+are deterministic under test: ``exp <= now`` is expired, ``iat`` or ``nbf`` more than
+:data:`CLOCK_SKEW_S` in the future is invalid.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import jwt
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
+from jwt.algorithms import HMACAlgorithm
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from sidecar.identity import IdentityError
+from sidecar.identity.appname import parse_agent_ref
+from sidecar.identity.mxid import Origin, normalise_server_name, parse_mxid, parse_room_id
+from sidecar.reasons import Reason
+from sidecar.settings import SettingsError, read_secret
+
+CLOCK_SKEW_S: Final = 5
+MAX_TOKEN_LEN: Final = 16 * 1024
+MIN_HMAC_SECRET_BYTES: Final = 32
+MIN_RSA_BITS: Final = 2048
+JTI = re.compile(r"[A-Za-z0-9._~:\-]{1,128}", re.ASCII)
+
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] ([A-Za-z0-9\-._~+/]+=*)", re.ASCII)
+_OPERATOR_SUB = re.compile(r"[\x21-\x7e]{1,255}", re.ASCII)
+_PLACEHOLDER_WORDS: Final = (b"changeme", b"change-me", b"change_me", b"placeholder", b"example", b"replace")
+_TIME_CLAIMS: Final = ("exp", "iat", "nbf")
+
+
+class Verifier:
+    """Verifies JWTs with one key and the one algorithm that key type allows."""
+
+    __slots__ = ("algorithm", "_key")
+
+    def __init__(self, algorithm: str, key: bytes | Ed25519PublicKey | RSAPublicKey) -> None:
+        self.algorithm = algorithm
+        self._key = key
+
+    def __repr__(self) -> str:
+        return f"Verifier(algorithm={self.algorithm!r})"
+
+    def decode(self, token: str, *, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
+        """Return the verified claims; raise IdentityError(context_invalid or context_expired)."""
+        invalid = IdentityError(Reason.CONTEXT_INVALID)
+        if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
+            raise invalid
+        options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False, "verify_nbf": False}
+        try:
+            # SECURITY: the allowed list holds only the key's own algorithm.
+            claims: dict[str, Any] = jwt.decode(token, self._key, algorithms=[self.algorithm], options=options)
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise invalid from None
+        times = {name: claims[name] for name in _TIME_CLAIMS if name in claims}
+        if not all(_is_int(v) for v in times.values()):
+            raise invalid
+        if any(times.get(name, now) > now + CLOCK_SKEW_S for name in ("iat", "nbf")):
+            raise invalid
+        if "exp" in times and times["exp"] <= now:
+            raise IdentityError(Reason.CONTEXT_EXPIRED)
+        return claims
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def load_verifier(path: Path, *, setting: str = "trust.bridge_key_file") -> Verifier:
+    """Load an HS256 secret or a PEM public key; raise SettingsError naming ``setting``, never the key."""
+    data = read_secret(Path(path), setting, min_bytes=MIN_HMAC_SECRET_BYTES)
+    if b"-----BEGIN" in data:
+        return Verifier(*_public_key(data, setting))
+    lowered = data.lower()
+    if any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(data)) < 8:
+        raise SettingsError(f"{setting}: the secret looks like a placeholder; use a random secret")
+    try:
+        # PyJWT's own guard: SSH and PEM-like material is never an HMAC secret.
+        HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(data)
+    except jwt.InvalidKeyError:
+        raise SettingsError(f"{setting}: an asymmetric key cannot be used as an HS256 secret") from None
+    return Verifier("HS256", data)
+
+
+def _public_key(data: bytes, setting: str) -> tuple[str, Ed25519PublicKey | RSAPublicKey]:
+    if b"PRIVATE KEY-----" in data:
+        raise SettingsError(f"{setting}: holds a private key; give the gateway the public key only")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise SettingsError(f"{setting}: not a readable PEM public key") from None
+    if isinstance(key, Ed25519PublicKey):
+        return "EdDSA", key
+    if isinstance(key, RSAPublicKey) and key.key_size >= MIN_RSA_BITS:
+        return "RS256", key
+    raise SettingsError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
+
+
+def mint_token(claims: dict[str, Any], key: bytes, alg: str) -> str:
+    """Sign claims with an HS256 secret or an Ed25519/RSA PEM private key (the bridge's side)."""
+    if alg == "HS256":
+        return jwt.encode(claims, key, algorithm=alg)
+    expected = {"EdDSA": Ed25519PrivateKey, "RS256": RSAPrivateKey}.get(alg)
+    if expected is None:
+        raise ValueError("alg must be HS256, EdDSA or RS256")
+    private = serialization.load_pem_private_key(key, password=None)
+    if not isinstance(private, expected):
+        raise ValueError("the private key does not match alg")
+    return jwt.encode(claims, private, algorithm=alg)
+
+
+def bearer(header_value: str | None) -> str | None:
+    """Return the token of an ``Authorization: Bearer <token>`` value, or None if it is not one."""
+    if not isinstance(header_value, str) or len(header_value) > MAX_TOKEN_LEN:
+        return None
+    m = _BEARER.fullmatch(header_value)
+    return None if m is None else m.group(1)
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectToken:
+    """A verified control-API caller acting for itself; ``sub`` is the canonical MXID."""
+
+    sub: str
+    exp: int
+    jti: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorToken:
+    """A verified operator (``role: operator``)."""
+
+    sub: str
+    exp: int
+
+
+def _decode_auth(token: str, verifier: Verifier, now: int, required: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        return verifier.decode(token, now=now, required_claims=required)
+    except IdentityError:
+        raise IdentityError(Reason.AUTH_REQUIRED) from None
+
+
+def verify_subject_token(token: str, verifier: Verifier, *, now: int) -> SubjectToken:
+    """Verify a subject's bearer token; raise IdentityError(auth_required or principal_invalid)."""
+    claims = _decode_auth(token, verifier, now, ("sub", "exp"))
+    jti = claims.get("jti")
+    if jti is not None and (not isinstance(jti, str) or JTI.fullmatch(jti) is None):
+        raise IdentityError(Reason.AUTH_REQUIRED)
+    return SubjectToken(sub=str(parse_mxid(claims["sub"])), exp=claims["exp"], jti=jti)
+
+
+def verify_operator_token(token: str, verifier: Verifier, *, now: int) -> OperatorToken:
+    """Verify an operator's bearer token (``role == "operator"``); raise IdentityError(auth_required)."""
+    claims = _decode_auth(token, verifier, now, ("sub", "exp", "role"))
+    sub = claims["sub"]
+    if claims["role"] != "operator" or not isinstance(sub, str) or _OPERATOR_SUB.fullmatch(sub) is None:
+        raise IdentityError(Reason.AUTH_REQUIRED)
+    return OperatorToken(sub=sub, exp=claims["exp"])
+
+
+def _pydantic(check: Any) -> Any:
+    """Turn an identity check into a pydantic validator whose error never quotes the value.
+
+    A check returning a string replaces the value with that canonical form.
+    """
+
+    def run(value: str) -> str:
+        try:
+            result = check(value)
+        except IdentityError:
+            raise ValueError("malformed identifier") from None
+        return result if isinstance(result, str) else value
+
+    return AfterValidator(run)
+
+
+def _jti(value: str) -> None:
+    if JTI.fullmatch(value) is None:
+        raise IdentityError(Reason.CONTEXT_INVALID)
+
+
+MxidStr = Annotated[StrictStr, _pydantic(lambda v: str(parse_mxid(v)))]
+ServerName = Annotated[StrictStr, _pydantic(normalise_server_name)]
+RoomId = Annotated[StrictStr, _pydantic(parse_room_id)]
+AgentRef = Annotated[StrictStr, _pydantic(parse_agent_ref)]
+Text = Annotated[StrictStr, Field(min_length=1, max_length=255)]
+Members = Annotated[list[MxidStr], Field(max_length=1024)]
+
+
+class _Claims(BaseModel):
+    # SECURITY: an unknown claim may be a restriction this gateway would silently ignore, so any
+    # claim it does not understand makes the context invalid; upgrade the gateway first.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScopeKind(enum.StrEnum):
+    """Kinds of memory scope; ``cross_room`` is reserved and refused by policy for now."""
+
+    CONTROL_ROOM = "control_room"
+    CROSS_ROOM = "cross_room"
+
+
+class ScopeClaim(_Claims):
+    """The scope a delegation runs in."""
+
+    kind: ScopeKind
+    room_id: RoomId
+
+
+class ServerAclClaim(_Claims):
+    """The room's ``m.room.server_acl`` content as attested by the bridge."""
+
+    allow: Annotated[list[Text], Field(max_length=256)]
+    deny: Annotated[list[Text], Field(max_length=256)]
+    allow_ip_literals: StrictBool
+
+
+class RoomClaim(_Claims):
+    """Attested room state (SPEC R-5); members and invitees are canonical MXIDs."""
+
+    room_version: Text
+    encrypted: StrictBool
+    join_rule: Text
+    history_visibility: Text
+    members: Members
+    invited: Members
+    server_acl: ServerAclClaim
+
+
+class AudienceClaim(_Claims):
+    """Who will read the reply: participating homeservers (canonical names) and a classification."""
+
+    servers: Annotated[list[ServerName], Field(max_length=1024)]
+    classification: Text
+
+
+class DelegationContext(_Claims):
+    """The bridge's signed statement about one delegation (``X-Memgov-Context``)."""
+
+    sub: MxidStr
+    origin: Origin
+    agent: AgentRef
+    scope: ScopeClaim
+    room: RoomClaim
+    audience: AudienceClaim
+    iat: StrictInt
+    exp: StrictInt
+    jti: Annotated[StrictStr, _pydantic(_jti)]
+
+
+_CONTEXT_CLAIMS: Final = tuple(DelegationContext.model_fields)
+
+
+def verify_context(token: str, verifier: Verifier, *, now: int, max_age_s: int = 120) -> DelegationContext:
+    """Verify a delegation context; the caller still refuses a replayed ``jti`` until ``exp``.
+
+    Raises IdentityError(context_expired) when ``exp <= now`` and IdentityError(context_invalid)
+    for everything else: signature, algorithm, shape, ``iat`` in the future, or a lifetime
+    (``exp - iat``) above ``max_age_s``.
+    """
+    claims = verifier.decode(token, now=now, required_claims=_CONTEXT_CLAIMS)
+    if not 0 < claims["exp"] - claims["iat"] <= max_age_s:
+        raise IdentityError(Reason.CONTEXT_INVALID)
+    try:
+        return DelegationContext.model_validate(claims)
+    except ValidationError:
+        raise IdentityError(Reason.CONTEXT_INVALID) from None
