@@ -1,4 +1,4 @@
-"""Signed tokens from the bridge and operators: verifier keys, bearer tokens, minting.
+"""Signed tokens: verifier key files, delegation contexts, subject and operator bearer tokens, minting.
 
 The verifier's algorithm is fixed by the key file, never by the token: an HS256 shared secret
 verifies only HS256, an Ed25519 public key only EdDSA, an RSA public key only RS256. A token
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -175,7 +175,7 @@ def verify_operator_token(token: str, verifier: Verifier, *, now: int) -> Operat
     return OperatorToken(sub=sub, exp=claims["exp"])
 
 
-def _pydantic(check: Any) -> Any:
+def _pydantic(check: Callable[[str], object]) -> AfterValidator:
     """Turn an identity check into a pydantic validator whose error never quotes the value.
 
     A check returning a string replaces the value with that canonical form.
