@@ -9,6 +9,7 @@ SPEC §5 exists here, one model per concern. Nothing is read at import time: cal
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,10 @@ class UpstreamSettings(_Section):
         None, gt=0, description="Whole-request upstream timeout in seconds; unset for streaming routes."
     )
     pool_size: int = Field(256, ge=1, description="Upstream connection pool size per app.")
+    kagent_auth_mode: Literal["unsecure", "trusted-proxy"] = Field(
+        "unsecure", description="kagent's --auth-mode; decides how the session key is carried on an invocation."
+    )
+    kagent_user_claim: str = Field("sub", description="kagent's --auth-user-id-claim (trusted-proxy mode).")
 
     @field_validator("controller_url", "embedding_url")
     @classmethod
@@ -118,10 +123,43 @@ class MatrixSettings(_Section):
     server_name: str | None = Field(None, description="The local homeserver name; required for memory.")
     bridge_bot: str | None = Field(None, description="MXID of the bridge bot (allowed control-room member).")
 
+    @field_validator("server_name")
+    @classmethod
+    def _server(cls, v: str | None) -> str | None:
+        return None if v is None else _identity_check("server_name", v)
+
+    @field_validator("bridge_bot")
+    @classmethod
+    def _bot(cls, v: str | None) -> str | None:
+        return None if v is None else _identity_check("mxid", v)
+
 
 class AgentSettings(_Section):
     disabled_variant: str = Field(..., description="Name of the memory-disabled Agent in the same namespace.")
     ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
+
+    @field_validator("ghost")
+    @classmethod
+    def _ghost(cls, v: str) -> str:
+        return _identity_check("mxid", v)
+
+    @field_validator("disabled_variant")
+    @classmethod
+    def _variant(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?", v):
+            raise ValueError("must be a Kubernetes object name")
+        return v
+
+
+def _identity_check(kind: str, value: str) -> str:
+    """Validate an MXID or server name with the identity grammar; the canonical form is kept."""
+    from sidecar.identity import IdentityError
+    from sidecar.identity.mxid import normalise_server_name, parse_mxid
+
+    try:
+        return normalise_server_name(value) if kind == "server_name" else str(parse_mxid(value))
+    except IdentityError:
+        raise ValueError(f"not a valid {'server name' if kind == 'server_name' else 'Matrix user id'}") from None
 
 
 class ErasureSettings(_Section):
@@ -130,6 +168,13 @@ class ErasureSettings(_Section):
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
     quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
+
+
+class EnforceSettings(_Section):
+    prefetch_window_s: int = Field(
+        60, ge=1, le=3600, description="Searches this soon after a new conversation's invocation count as prefetch."
+    )
+    write_lease_s: int = Field(30, ge=1, le=600, description="Lease of an in-flight write record (erasure quiescing).")
 
 
 class LogSettings(_Section):
@@ -155,6 +200,7 @@ class Settings(BaseSettings):
     matrix: MatrixSettings = Field(default_factory=MatrixSettings, description="Matrix deployment facts.")
     agents: dict[str, AgentSettings] = Field(default_factory=dict, description="Memory-enabled agents by ns/name.")
     erasure: ErasureSettings = Field(default_factory=ErasureSettings, description="Erasure.")
+    enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")
 
     @field_validator("agents")

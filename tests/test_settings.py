@@ -110,3 +110,26 @@ class TestSettings:
         first, _ = s.session_keys()
         assert first == load_settings().session_keys()[0] and len(first) >= 32
         assert (tmp_path / ".memgov" / "session.key").stat().st_mode & 0o077 == 0
+
+
+class TestIdentitySettings:
+    @pytest.mark.parametrize(
+        ("env", "value", "key"),
+        [
+            ("MEMGOV_MATRIX__SERVER_NAME", "not a host", "matrix.server_name"),
+            ("MEMGOV_MATRIX__BRIDGE_BOT", "bridge", "matrix.bridge_bot"),
+            ("MEMGOV_AGENTS", '{"kagent/a": {"disabled_variant": "a-nomem", "ghost": "a@example.org"}}', "ghost"),
+            ("MEMGOV_AGENTS", '{"kagent/a": {"disabled_variant": "A_NoMem", "ghost": "@a:example.org"}}',
+             "disabled_variant"),
+        ],
+    )
+    def test_matrix_identities_are_validated_at_load(self, monkeypatch, env, value, key):
+        """Server names, the bridge bot and agent ghosts must follow the Matrix grammar."""
+        monkeypatch.setenv(env, value)
+        with pytest.raises(SettingsError, match=key):
+            load_settings()
+
+    def test_server_name_is_canonicalised(self, monkeypatch):
+        """Host names are compared in lower case, so the setting is stored that way."""
+        monkeypatch.setenv("MEMGOV_MATRIX__SERVER_NAME", "Example.ORG")
+        assert load_settings().matrix.server_name == "example.org"
