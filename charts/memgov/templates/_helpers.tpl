@@ -1,0 +1,98 @@
+{{/*
+Names, labels and fixed ports. memgov's listener ports are part of its contract (SPEC §5): the
+data plane listens on 8080 and is published as 8083, the port kagent builds KAGENT_URL with.
+*/}}
+
+{{- define "memgov.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "memgov.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "memgov.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "memgov.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "memgov.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "memgov.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: memgov
+{{- end }}
+
+{{- define "memgov.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "memgov.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "memgov.port.data" -}}8080{{- end }}
+{{- define "memgov.port.service" -}}8083{{- end }}
+{{- define "memgov.port.control" -}}8081{{- end }}
+{{- define "memgov.port.ops" -}}9090{{- end }}
+{{- define "memgov.port.controller" -}}8083{{- end }}
+{{- define "memgov.port.opa" -}}8181{{- end }}
+{{- define "memgov.port.opaDiagnostics" -}}8282{{- end }}
+
+{{- define "memgov.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the session key: the named one, or "<full name>-session-key". */}}
+{{- define "memgov.sessionKeySecret" -}}
+{{- default (printf "%s-session-key" (include "memgov.fullname" .)) .Values.secrets.sessionKey.existingSecret }}
+{{- end }}
+
+{{- define "memgov.usesPostgres" -}}
+{{- if or .Values.state.postgresql.existingSecret (eq .Values.erasure.adapter "kagent-db") }}true{{- end }}
+{{- end }}
+
+{{- define "memgov.usesOpa" -}}
+{{- if ne .Values.policy.engine "cedar" }}true{{- end }}
+{{- end }}
+
+{{- define "memgov.controllerUrl" -}}
+{{- if .Values.upstream.controllerUrl }}
+{{- .Values.upstream.controllerUrl }}
+{{- else if eq .Values.mode "sidecar" }}
+{{- printf "http://127.0.0.1:%s" (include "memgov.port.controller" .) }}
+{{- else }}
+{{- printf "http://kagent-controller.%s.svc:%s" .Values.kagent.namespace (include "memgov.port.controller" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "memgov.opaUrl" -}}
+{{- if .Values.policy.opa.container.enabled }}
+{{- printf "http://127.0.0.1:%s" (include "memgov.port.opa" .) }}
+{{- else }}
+{{- .Values.policy.opa.url }}
+{{- end }}
+{{- end }}
+
+{{/* Pods that carry memgov: its own pods in gateway mode, kagent's controller pods in sidecar mode. */}}
+{{- define "memgov.podLabelsSelected" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- toYaml .Values.kagent.controllerSelector }}
+{{- else }}
+{{- include "memgov.selectorLabels" . }}
+{{- end }}
+{{- end }}

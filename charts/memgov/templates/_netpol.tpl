@@ -1,0 +1,36 @@
+{{/*
+NetworkPolicy building blocks. A selector left empty in values is not rendered, so an empty
+namespaceSelector keeps a peer inside kagent's namespace instead of opening every namespace.
+*/}}
+
+{{/* memgov.peer: a one-element list holding the NetworkPolicyPeer of a {podSelector, namespaceSelector} pair. */}}
+{{- define "memgov.peer" -}}
+{{- $peer := dict }}
+{{- with .namespaceSelector }}{{- $_ := set $peer "namespaceSelector" . }}{{- end }}
+{{- with .podSelector }}{{- $_ := set $peer "podSelector" . }}{{- end }}
+{{- if not $peer }}{{- $_ := set $peer "podSelector" dict }}{{- end }}
+{{- toYaml (list $peer) }}
+{{- end }}
+
+{{- define "memgov.tcp" -}}
+- port: {{ . }}
+  protocol: TCP
+{{- end }}
+
+{{/*
+memgov.otherPorts: TCP ranges covering 1-65535 except the given ascending ports, so a policy can
+restrict the ports it governs and leave the pod's other listeners as they were.
+*/}}
+{{- define "memgov.otherPorts" -}}
+{{- $ranges := list }}
+{{- $start := 1 }}
+{{- range $p := . }}
+{{- if gt $p $start }}
+{{- $range := dict "port" $start "protocol" "TCP" }}
+{{- if gt (sub $p 1) $start }}{{- $_ := set $range "endPort" (sub $p 1) }}{{- end }}
+{{- $ranges = append $ranges $range }}
+{{- end }}
+{{- $start = add $p 1 }}
+{{- end }}
+{{- toYaml (append $ranges (dict "port" $start "endPort" 65535 "protocol" "TCP")) }}
+{{- end }}

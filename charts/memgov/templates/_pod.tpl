@@ -1,0 +1,218 @@
+{{/*
+The memgov containers and volumes. The gateway Deployment and the sidecar patch for kagent's
+controller pod both render these, so the two modes cannot drift apart. Volume names carry a
+"memgov-" prefix because in sidecar mode they join the controller pod's own volumes.
+*/}}
+
+{{- define "memgov.secretDir" -}}/var/run/memgov/secrets{{- end }}
+
+{{/*
+memgov.secretFiles: every Secret key memgov reads, in a fixed order, with the file it is mounted as
+and the setting (section, key) of sidecar/settings.py that names that file.
+*/}}
+{{- define "memgov.secretFiles" -}}
+{{- $v := .Values }}
+{{- $refs := list
+  (list (dict "existingSecret" (include "memgov.sessionKeySecret" .) "key" $v.secrets.sessionKey.key)
+    "session.key" "secrets" "session_key_file")
+  (list $v.secrets.previousSessionKey "previous-session.key" "secrets" "previous_session_key_file")
+  (list $v.trust.bridgeKey "bridge.key" "trust" "bridge_key_file")
+  (list $v.trust.operatorKey "operator.key" "trust" "operator_key_file")
+  (list $v.state.postgresql "state-url" "state" "url_file") }}
+{{- if eq $v.erasure.adapter "kagent-db" }}
+{{- $refs = append $refs (list $v.erasure.kagentDb "kagent-db-url" "erasure" "kagent_db_url_file") }}
+{{- end }}
+{{- $files := list }}
+{{- range $refs }}
+{{- $ref := index . 0 }}
+{{- if $ref.existingSecret }}
+{{- $files = append $files (dict "secret" $ref.existingSecret "key" $ref.key
+  "file" (index . 1) "section" (index . 2) "setting" (index . 3)) }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "files" $files) }}
+{{- end }}
+
+{{/* memgov.config: the YAML file `memgov --config` reads; keys are exactly sidecar/settings.py's. */}}
+{{- define "memgov.config" -}}
+{{- $v := .Values }}
+{{- $upstream := dict "controller_url" (include "memgov.controllerUrl" .) }}
+{{- with $v.upstream.embeddingUrl }}{{- $_ := set $upstream "embedding_url" . }}{{- end }}
+{{- $state := dict }}
+{{- if not $v.state.postgresql.existingSecret }}
+{{- $_ := set $state "url" "sqlite:////var/lib/memgov/state.db" }}
+{{- end }}
+{{- $policy := dict "engine" $v.policy.engine "dir" "/etc/memgov/policies" }}
+{{- if include "memgov.usesOpa" . }}
+{{- $_ := set $policy "opa_url" (include "memgov.opaUrl" .) }}
+{{- end }}
+{{- if eq $v.policy.engine "shadow" }}
+{{- $_ := set $policy "shadow_primary" $v.policy.shadowPrimary }}
+{{- end }}
+{{- $matrix := dict }}
+{{- with $v.matrix.serverName }}{{- $_ := set $matrix "server_name" . }}{{- end }}
+{{- with $v.matrix.bridgeBot }}{{- $_ := set $matrix "bridge_bot" . }}{{- end }}
+{{- $agents := dict }}
+{{- range $ref, $agent := $v.agents }}
+{{- $_ := set $agents $ref (dict "disabled_variant" $agent.disabledVariant "ghost" $agent.ghost) }}
+{{- end }}
+{{- $listen := dict
+  "data" (printf "0.0.0.0:%s" (include "memgov.port.data" .))
+  "control" (printf "0.0.0.0:%s" (include "memgov.port.control" .))
+  "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .)) }}
+{{- $config := dict
+  "profile" "production"
+  "upstream" $upstream
+  "listen" $listen
+  "state" $state
+  "policy" $policy
+  "secrets" dict
+  "trust" dict
+  "matrix" $matrix
+  "agents" $agents
+  "erasure" (dict "adapter" $v.erasure.adapter)
+  "log" (dict "level" $v.log.level) }}
+{{- $dir := include "memgov.secretDir" . }}
+{{- range (include "memgov.secretFiles" . | fromYaml).files }}
+{{- $_ := set (index $config .section) .setting (printf "%s/%s" $dir .file) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The user and group are repeated on each container because in sidecar mode the pod-level
+security context is kagent's, not ours.
+*/}}
+{{- define "memgov.containerSecurityContext" -}}
+{{- $pod := .Values.podSecurityContext }}
+{{- toYaml (merge (dict "runAsUser" $pod.runAsUser "runAsGroup" $pod.runAsGroup) .Values.securityContext) }}
+{{- end }}
+
+{{- define "memgov.containers" -}}
+- name: memgov
+  image: {{ include "memgov.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["memgov", "--config", "/etc/memgov/config.yaml", "serve"]
+  ports:
+    - name: data
+      containerPort: {{ include "memgov.port.data" . }}
+      protocol: TCP
+    - name: control
+      containerPort: {{ include "memgov.port.control" . }}
+      protocol: TCP
+    - name: ops
+      containerPort: {{ include "memgov.port.ops" . }}
+      protocol: TCP
+  # Ready only once policies are loaded and validated and the state store answers.
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: {{ include "memgov.port.ops" . }}
+    periodSeconds: 10
+    timeoutSeconds: 3
+    failureThreshold: 3
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: {{ include "memgov.port.ops" . }}
+    initialDelaySeconds: 10
+    periodSeconds: 20
+    timeoutSeconds: 3
+    failureThreshold: 3
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- include "memgov.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - name: memgov-config
+      mountPath: /etc/memgov
+      readOnly: true
+    - name: memgov-secrets
+      mountPath: {{ include "memgov.secretDir" . }}
+      readOnly: true
+    - name: memgov-tmp
+      mountPath: /tmp
+    {{- if not .Values.state.postgresql.existingSecret }}
+    - name: memgov-state
+      mountPath: /var/lib/memgov
+    {{- end }}
+{{- if .Values.policy.opa.container.enabled }}
+{{- $opa := .Values.policy.opa.container }}
+- name: opa
+  image: {{ printf "%s:%s" $opa.image.repository $opa.image.tag | quote }}
+  imagePullPolicy: {{ $opa.image.pullPolicy }}
+  # Loopback only: memgov is OPA's one client. Diagnostics (/health) serve the kubelet's probes.
+  args:
+    - run
+    - --server
+    - --addr=127.0.0.1:{{ include "memgov.port.opa" . }}
+    - --diagnostic-addr=0.0.0.0:{{ include "memgov.port.opaDiagnostics" . }}
+    - --ignore=.*
+    - --ignore=*_test.rego
+    - --watch
+    - --skip-version-check
+    # Decision inputs never reach a log line.
+    - --log-level=error
+    - --log-format=json
+    - /etc/memgov/policies/rego
+  ports:
+    - name: opa-diag
+      containerPort: {{ include "memgov.port.opaDiagnostics" . }}
+      protocol: TCP
+  readinessProbe:
+    httpGet:
+      path: /health
+      port: {{ include "memgov.port.opaDiagnostics" . }}
+    periodSeconds: 10
+  livenessProbe:
+    httpGet:
+      path: /health
+      port: {{ include "memgov.port.opaDiagnostics" . }}
+    initialDelaySeconds: 10
+    periodSeconds: 20
+  resources:
+    {{- toYaml $opa.resources | nindent 4 }}
+  securityContext:
+    {{- include "memgov.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - name: memgov-config
+      mountPath: /etc/memgov
+      readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "memgov.volumes" -}}
+- name: memgov-config
+  projected:
+    sources:
+      - configMap:
+          name: {{ include "memgov.fullname" . }}-config
+          items:
+            - key: config.yaml
+              path: config.yaml
+      - configMap:
+          name: {{ include "memgov.fullname" . }}-policies
+          items:
+            {{- include "memgov.packItems" . | nindent 12 }}
+- name: memgov-secrets
+  projected:
+    # Group-readable through fsGroup; nobody else in the pod reads them.
+    defaultMode: 0440
+    sources:
+      {{- range (include "memgov.secretFiles" . | fromYaml).files }}
+      - secret:
+          name: {{ .secret }}
+          items:
+            - key: {{ .key }}
+              path: {{ .file }}
+      {{- end }}
+- name: memgov-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if not .Values.state.postgresql.existingSecret }}
+# SQLite state: lost when the pod is replaced, which is why replicaCount>1 requires PostgreSQL.
+- name: memgov-state
+  emptyDir:
+    sizeLimit: 1Gi
+{{- end }}
+{{- end }}

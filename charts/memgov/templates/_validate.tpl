@@ -1,0 +1,69 @@
+{{/*
+Combinations the schema cannot express but that could never work. Every problem found is
+reported at once, each naming the values to change. Called from the config ConfigMap, which every
+mode renders.
+*/}}
+{{- define "memgov.validate" -}}
+{{- $v := .Values }}
+{{- $np := $v.networkPolicy }}
+{{- $errors := list }}
+{{- if ne .Release.Namespace $v.kagent.namespace }}
+{{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s %s"
+  "memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
+  "agents reach http://<KAGENT_CONTROLLER_NAME>.<kagent namespace>:8083,"
+  "and the sidecar patch mounts ConfigMaps of that namespace."
+  (printf "Use --namespace %s or set kagent.namespace." $v.kagent.namespace)) }}
+{{- end }}
+{{- if and (eq $v.mode "gateway") (gt (int $v.replicaCount) 1) (not $v.state.postgresql.existingSecret) }}
+{{- $errors = append $errors (printf "replicaCount=%d %s %s" (int $v.replicaCount)
+  "needs PostgreSQL state: SQLite state lives inside one pod, so replicas would not share consent, ledger or budgets."
+  "Set state.postgresql.existingSecret or replicaCount=1.") }}
+{{- end }}
+{{- if and (include "memgov.usesOpa" .) (not $v.policy.opa.container.enabled) (not $v.policy.opa.url) }}
+{{- $errors = append $errors (printf "policy.engine=%s %s" $v.policy.engine
+  "needs an OPA server: set policy.opa.container.enabled=true or policy.opa.url.") }}
+{{- end }}
+{{- if and $v.policy.opa.container.enabled $v.policy.opa.url }}
+{{- $errors = append $errors (list "policy.opa.container.enabled and policy.opa.url are both set:"
+  "memgov talks to one OPA server; keep one." | join " ") }}
+{{- end }}
+{{- if and (not (include "memgov.usesOpa" .)) (or $v.policy.opa.container.enabled $v.policy.opa.url) }}
+{{- $errors = append $errors (list "an OPA server is configured but policy.engine=cedar never asks it:"
+  "set policy.engine to opa or shadow, or remove the policy.opa settings." | join " ") }}
+{{- end }}
+{{- if and (eq $v.erasure.adapter "kagent-db") (not $v.erasure.kagentDb.existingSecret) }}
+{{- $errors = append $errors (list "erasure.adapter=kagent-db needs the least-privilege role's URL:"
+  "set erasure.kagentDb.existingSecret (a Secret holding a postgresql:// URL)." | join " ") }}
+{{- end }}
+{{- if and $np.enabled (eq $v.mode "gateway") }}
+{{- if and $v.upstream.embeddingUrl (not $np.embedding.to) }}
+{{- $errors = append $errors (list "upstream.embeddingUrl is set but networkPolicy.embedding.to is empty:"
+  "memgov's egress policy would block the provider. List it (for example an ipBlock)." | join " ") }}
+{{- end }}
+{{- if and (include "memgov.usesPostgres" .) (not $np.postgresql.to) }}
+{{- $errors = append $errors (list "PostgreSQL is used (state.postgresql or erasure.adapter=kagent-db)"
+  "but networkPolicy.postgresql.to is empty: memgov's egress policy would block it. List the PostgreSQL peers."
+  | join " ") }}
+{{- end }}
+{{- if and $v.policy.opa.url (not $np.opa.to) }}
+{{- $errors = append $errors (list "policy.opa.url is set but networkPolicy.opa.to is empty:"
+  "memgov's egress policy would block OPA. List the OPA peers." | join " ") }}
+{{- end }}
+{{- end }}
+{{- $files := include "memgov.packFiles" . | fromYaml }}
+{{- if not (hasKey $files "data/limits.yaml") }}
+{{- $errors = append $errors (list "the policy pack has no data/limits.yaml: run scripts/sync-chart-policies.sh,"
+  "or give policy.pack.files a complete pack." | join " ") }}
+{{- end }}
+{{- if $v.policy.opa.container.enabled }}
+{{- $rego := false }}
+{{- range $path, $_ := $files }}{{- if hasPrefix "rego/" $path }}{{- $rego = true }}{{- end }}{{- end }}
+{{- if not $rego }}
+{{- $errors = append $errors (list "policy.opa.container.enabled=true"
+  "but the policy pack has no rego/ files for OPA to load." | join " ") }}
+{{- end }}
+{{- end }}
+{{- if $errors }}
+{{- fail (printf "\n  - %s" (join "\n  - " $errors)) }}
+{{- end }}
+{{- end }}
