@@ -1,0 +1,1 @@
+"""Chart tests: real helm lint/template, Kubernetes schema validation, NetworkPolicy reachability."""

@@ -1,0 +1,69 @@
+"""Values the chart is rendered with: the matrix every check runs over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+UI_PEER: dict[str, Any] = {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "ui"}}}
+PROVIDER_CIDR = "203.0.113.0/24"
+POSTGRES_PEER: dict[str, Any] = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "databases"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "postgresql"}},
+}
+OPA_PEER: dict[str, Any] = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "opa"}},
+    "podSelector": {"matchLabels": {"app": "opa"}},
+}
+
+GATEWAY_DEFAULT: dict[str, Any] = {}
+
+GATEWAY_PRODUCTION: dict[str, Any] = {
+    "replicaCount": 3,
+    "image": {"digest": "sha256:" + "ab" * 32},
+    "podAnnotations": {"example.org/team": "platform"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "agents", "effect": "NoSchedule"}],
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+    ],
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+    "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
+    "state": {"postgresql": {"existingSecret": "memgov-state"}},
+    "policy": {"engine": "shadow", "opa": {"container": {"enabled": True}}},
+    "secrets": {"previousSessionKey": {"existingSecret": "memgov-session-key-old"}},
+    "trust": {"bridgeKey": {"existingSecret": "memgov-bridge"}, "operatorKey": {"existingSecret": "memgov-operator"}},
+    "matrix": {"serverName": "example.org", "bridgeBot": "@kagent-bridge:example.org"},
+    "agents": {"kagent/helper": {"disabledVariant": "helper-nomem", "ghost": "@agent-helper:example.org"}},
+    "erasure": {"adapter": "kagent-db", "kagentDb": {"existingSecret": "memgov-kagent-db"}},
+    "networkPolicy": {
+        "agents": {"namespaceSelector": {"matchLabels": {"memgov.example.org/agents": "true"}}},
+        "controllerClients": [UI_PEER],
+        "embedding": {"to": [{"ipBlock": {"cidr": PROVIDER_CIDR}}]},
+        "postgresql": {"to": [POSTGRES_PEER]},
+    },
+}
+
+GATEWAY_EXTERNAL_OPA: dict[str, Any] = {
+    "policy": {"engine": "opa", "opa": {"url": "http://opa.opa.svc:8181"}},
+    "networkPolicy": {"opa": {"to": [OPA_PEER]}},
+}
+
+SIDECAR: dict[str, Any] = {
+    "mode": "sidecar",
+    "policy": {"engine": "opa", "opa": {"container": {"enabled": True}}},
+    "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
+    "networkPolicy": {"controllerClients": [UI_PEER]},
+}
+
+NETWORK_POLICIES_OFF: dict[str, Any] = {
+    "networkPolicy": {"enabled": False},
+    "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
+    "serviceMonitor": {"enabled": True},
+}
+
+MATRIX: dict[str, dict[str, Any]] = {
+    "gateway-default": GATEWAY_DEFAULT,
+    "gateway-production": GATEWAY_PRODUCTION,
+    "gateway-external-opa": GATEWAY_EXTERNAL_OPA,
+    "sidecar": SIDECAR,
+    "network-policies-off": NETWORK_POLICIES_OFF,
+}

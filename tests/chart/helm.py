@@ -1,0 +1,102 @@
+"""Run the pinned helm binary against charts/memgov and parse what it renders."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "memgov"
+HELM = REPO / ".tools" / "bin" / "helm"
+RELEASE = "memgov"
+NAMESPACE = "kagent"
+# The Kubernetes version helm renders for and the manifests are validated against.
+KUBE_VERSION = "1.33.0"
+
+Manifest = dict[str, Any]
+
+
+class HelmFailed(Exception):
+    """helm exited non-zero; the message is its stderr."""
+
+
+def _helm_binary() -> Path:
+    if not HELM.exists():
+        raise FileNotFoundError(f"{HELM} is missing: run `make tools` to build the pinned helm")
+    return HELM
+
+
+def run_helm(command: str, values: dict[str, Any], namespace: str = NAMESPACE) -> str:
+    """Run `helm lint` or `helm template` with values; return stdout or raise HelmFailed(stderr)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="memgov-values-") as fh:
+        # JSON is YAML, and it keeps keys such as "kagent/helper" or "data/limits.yaml" intact.
+        json.dump(values, fh)
+        fh.flush()
+        args = [str(_helm_binary()), command]
+        if command == "template":
+            args.append(RELEASE)
+        args += [str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, "--values", fh.name]
+        if command == "lint":
+            args.append("--strict")
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise HelmFailed(proc.stderr + proc.stdout)
+    return proc.stdout
+
+
+@cache
+def _render(values_json: str, namespace: str) -> tuple[Manifest, ...]:
+    out = run_helm("template", json.loads(values_json), namespace)
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def render(values: dict[str, Any], namespace: str = NAMESPACE) -> list[Manifest]:
+    """Render the chart (cached per values) and return a private copy of its manifests."""
+    return copy.deepcopy(list(_render(json.dumps(values, sort_keys=True), namespace)))
+
+
+def render_error(values: dict[str, Any], namespace: str = NAMESPACE) -> str:
+    """Render values that must be refused and return helm's message."""
+    try:
+        run_helm("template", values, namespace)
+    except HelmFailed as exc:
+        return str(exc)
+    raise AssertionError("helm rendered values that should have been refused")
+
+
+def find(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    """Return the one manifest of a kind (and name)."""
+    hits = [m for m in manifests if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
+    assert len(hits) == 1, f"expected one {kind} {name or ''}, found {len(hits)}"
+    return hits[0]
+
+
+def kinds(manifests: list[Manifest]) -> list[str]:
+    """Return the rendered kinds, sorted."""
+    return sorted(m["kind"] for m in manifests)
+
+
+def config_file(manifests: list[Manifest]) -> dict[str, Any]:
+    """Return memgov's rendered config.yaml, parsed."""
+    return yaml.safe_load(find(manifests, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
+
+
+def kagent_files(manifests: list[Manifest]) -> dict[str, Any]:
+    """Return the parsed files of the ConfigMap that tells how to change kagent."""
+    data = find(manifests, "ConfigMap", f"{RELEASE}-kagent")["data"]
+    return {key: yaml.safe_load(text) for key, text in data.items()}
+
+
+def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
+    """Return the pod spec memgov runs in: the Deployment's, or the sidecar patch's."""
+    deployments = [m for m in manifests if m["kind"] == "Deployment"]
+    if deployments:
+        return deployments[0]["spec"]["template"]["spec"]
+    return kagent_files(manifests)["controller-patch.yaml"]["spec"]["template"]["spec"]

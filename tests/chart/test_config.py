@@ -1,0 +1,171 @@
+"""The rendered config file, the container command, the mounts behind them, and the kagent wiring per mode."""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+from sidecar.cli import build_parser
+from sidecar.settings import Settings, load_settings
+from tests.chart import cases
+from tests.chart.helm import RELEASE, config_file, find, kagent_files, pod_spec, render
+
+MATRIX = list(cases.MATRIX.items())
+IDS = list(cases.MATRIX)
+
+
+@pytest.fixture
+def load(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Load a rendered config file through memgov's own settings loader, with no MEMGOV_* leaking in."""
+
+    def _load(config: dict[str, Any]) -> Settings:
+        for key in list(os.environ):
+            if key.startswith("MEMGOV_"):
+                monkeypatch.delenv(key)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        monkeypatch.setenv("MEMGOV_CONFIG", str(path))
+        return load_settings()
+
+    return _load
+
+
+def _mounted_files(values: dict[str, Any]) -> dict[str, str]:
+    """Map every file path the memgov container sees through a projected volume to its source key."""
+    spec = pod_spec(render(values))
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    files: dict[str, str] = {}
+    for mount in spec["containers"][0]["volumeMounts"]:
+        for source in volumes[mount["name"]].get("projected", {}).get("sources", []):
+            ref = source.get("secret") or source.get("configMap")
+            for item in ref["items"]:
+                files[str(PurePosixPath(mount["mountPath"]) / item["path"])] = f"{ref['name']}/{item['key']}"
+    return files
+
+
+class TestConfigFile:
+    @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
+    def test_memgov_accepts_the_rendered_config(self, name: str, values: dict[str, Any], load: Any) -> None:
+        """memgov's settings loader (unknown keys refused) accepts every rendered config as a production config."""
+        settings = load(config_file(render(values)))
+        assert settings.profile == "production"
+        assert settings.listen.address("data") == ("0.0.0.0", 8080)
+        assert settings.policy.dir.as_posix() == "/etc/memgov/policies"
+
+    def test_production_values_reach_the_settings(self, load: Any) -> None:
+        """Engine, upstreams, Matrix facts, agents and the erasure adapter arrive under memgov's own key names."""
+        settings = load(config_file(render(cases.GATEWAY_PRODUCTION)))
+        assert settings.policy.engine == "shadow"
+        assert settings.policy.opa_url == "http://127.0.0.1:8181"
+        assert settings.upstream.controller_url == "http://kagent-controller.kagent.svc:8083"
+        assert settings.upstream.embedding_url == "https://embeddings.example.org/v1"
+        assert settings.matrix.server_name == "example.org"
+        assert settings.agents["kagent/helper"].disabled_variant == "helper-nomem"
+        assert settings.erasure.adapter == "kagent-db"
+        assert settings.state.url_file is not None
+
+    @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
+    def test_every_file_setting_points_at_a_mounted_secret(self, name: str, values: dict[str, Any]) -> None:
+        """Each *_file key in the config names a file the pod actually mounts from a Secret."""
+        config = config_file(render(values))
+        mounted = _mounted_files(values)
+        named = [path for section in config.values() if isinstance(section, dict)
+                 for key, path in section.items() if key.endswith("_file")]
+        assert named
+        assert all(path in mounted for path in named)
+
+    def test_secret_files_come_from_the_named_secrets(self) -> None:
+        """Session, rotation, bridge, operator, state and kagent-db keys are read from the Secrets the values name."""
+        mounted = _mounted_files(cases.GATEWAY_PRODUCTION)
+        secrets = {path.rsplit("/", 1)[1]: src for path, src in mounted.items() if path.startswith("/var/run/")}
+        assert secrets == {
+            "session.key": f"{RELEASE}-session-key/session-key",
+            "previous-session.key": "memgov-session-key-old/session-key",
+            "bridge.key": "memgov-bridge/bridge-key",
+            "operator.key": "memgov-operator/operator-key",
+            "state-url": "memgov-state/url",
+            "kagent-db-url": "memgov-kagent-db/url",
+        }
+
+    @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
+    def test_container_command_is_one_memgov_understands(self, name: str, values: dict[str, Any]) -> None:
+        """The container command parses with memgov's CLI as `serve` with the mounted config file."""
+        command = pod_spec(render(values))["containers"][0]["command"]
+        assert command[0] == "memgov"
+        args = build_parser().parse_args(command[1:])
+        assert (args.command, args.config) == ("serve", "/etc/memgov/config.yaml")
+        assert args.config in _mounted_files(values)
+
+    @pytest.mark.parametrize(
+        ("values", "state"),
+        [(cases.GATEWAY_DEFAULT, "sqlite"), (cases.GATEWAY_PRODUCTION, "postgresql")],
+        ids=["sqlite", "postgresql"],
+    )
+    def test_sqlite_state_gets_a_writable_volume(self, values: dict[str, Any], state: str) -> None:
+        """SQLite state lives on a writable volume; PostgreSQL state needs none."""
+        config = config_file(render(values))
+        mounts = {m["mountPath"] for m in pod_spec(render(values))["containers"][0]["volumeMounts"]}
+        if state == "sqlite":
+            assert config["state"]["url"] == "sqlite:////var/lib/memgov/state.db"
+            assert "/var/lib/memgov" in mounts
+        else:
+            assert config["state"] == {"url_file": "/var/run/memgov/secrets/state-url"}
+            assert "/var/lib/memgov" not in mounts
+
+
+class TestKagentWiring:
+    def test_gateway_points_kagent_controller_name_at_the_service(self) -> None:
+        """Gateway mode tells kagent to set KAGENT_CONTROLLER_NAME to memgov's Service, which serves 8083."""
+        manifests = render(cases.GATEWAY_DEFAULT)
+        env = kagent_files(manifests)["kagent-values.yaml"]["controller"]["env"]
+        service = find(manifests, "Service", RELEASE)
+        assert env == [{"name": "KAGENT_CONTROLLER_NAME", "value": service["metadata"]["name"]}]
+        assert 8083 in {p["port"] for p in service["spec"]["ports"]}
+
+    def test_sidecar_moves_the_controller_to_loopback_behind_memgov(self) -> None:
+        """Sidecar mode binds the controller to loopback, memgov forwards there, and kagent's Service targets memgov."""
+        manifests = render(cases.SIDECAR)
+        controller = kagent_files(manifests)["kagent-values.yaml"]["controller"]
+        memgov = pod_spec(manifests)["containers"][0]
+        data_port = next(p["containerPort"] for p in memgov["ports"] if p["name"] == "data")
+        assert controller["env"] == [{"name": "HTTP_SERVER_ADDRESS", "value": "127.0.0.1:8083"}]
+        assert controller["service"]["ports"] == {"port": 8083, "targetPort": data_port}
+        assert config_file(manifests)["upstream"]["controller_url"] == "http://127.0.0.1:8083"
+        # The kubelet cannot reach loopback, so kagent's probes move to the manager's health port.
+        assert controller["readinessProbe"]["httpGet"]["port"] == 8082
+
+    def test_sidecar_patch_lets_memgov_read_its_secrets(self) -> None:
+        """The controller-pod patch sets the fsGroup that makes memgov's 0440 secret files readable to it."""
+        spec = pod_spec(render(cases.SIDECAR))
+        secrets = next(v for v in spec["volumes"] if v["name"] == "memgov-secrets")
+        assert secrets["projected"]["defaultMode"] == 0o440
+        assert spec["securityContext"]["fsGroup"] == spec["containers"][0]["securityContext"]["runAsGroup"]
+
+    def test_sidecar_volumes_do_not_collide_with_the_controllers(self) -> None:
+        """Every volume the patch adds is memgov-prefixed, so it cannot replace one of kagent's."""
+        assert all(v["name"].startswith("memgov-") for v in pod_spec(render(cases.SIDECAR))["volumes"])
+
+
+class TestOpaWiring:
+    @pytest.mark.parametrize("values", [cases.GATEWAY_PRODUCTION, cases.SIDECAR], ids=["gateway", "sidecar"])
+    def test_in_pod_opa_serves_the_same_pack_on_loopback(self, values: dict[str, Any]) -> None:
+        """The OPA container loads the pack's rego/ from the same volume and listens where memgov asks."""
+        manifests = render(values)
+        memgov, opa = pod_spec(manifests)["containers"]
+        args = opa["args"]
+        assert args[:2] == ["run", "--server"]
+        assert "--addr=127.0.0.1:8181" in args
+        assert args[-1] == "/etc/memgov/policies/rego"
+        assert config_file(manifests)["policy"]["opa_url"] == "http://127.0.0.1:8181"
+        shared = {m["name"] for m in opa["volumeMounts"]} & {m["name"] for m in memgov["volumeMounts"]}
+        assert shared == {"memgov-config"}
+
+    def test_external_opa_is_used_as_configured(self) -> None:
+        """With policy.opa.url the config names that server and no OPA container is added."""
+        manifests = render(cases.GATEWAY_EXTERNAL_OPA)
+        assert config_file(manifests)["policy"]["opa_url"] == "http://opa.opa.svc:8181"
+        assert [c["name"] for c in pod_spec(manifests)["containers"]] == ["memgov"]
