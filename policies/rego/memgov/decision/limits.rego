@@ -1,0 +1,82 @@
+package memgov.decision
+
+# METADATA
+# title: entry_cap_reached
+# description: A write that would take the scope past its cap is refused; nothing is evicted (R-10).
+# custom:
+#   reason: entry_cap_reached
+deny contains "entry_cap_reached" if {
+	saves
+	not within_cap
+}
+
+# METADATA
+# title: fact_too_large
+# description: A stored fact is at most max_fact_bytes UTF-8 bytes (R-10).
+# custom:
+#   reason: fact_too_large
+deny contains "fact_too_large" if {
+	saves
+	not input.request.max_item_bytes <= input.deployment.limits.max_fact_bytes
+}
+
+# METADATA
+# title: batch_too_large
+# description: An automatic save stores at most max_batch_facts facts (R-10).
+# custom:
+#   reason: batch_too_large
+deny contains "batch_too_large" if {
+	input.operation == "memory.save_batch"
+	not input.request.item_count <= input.deployment.limits.max_batch_facts
+}
+
+# METADATA
+# title: embedding_item_too_large
+# description: Each embedding input is at most embedding_item_bytes UTF-8 bytes (R-11).
+# custom:
+#   reason: embedding_item_too_large
+deny contains "embedding_item_too_large" if {
+	input.operation == "embedding"
+	not input.request.max_item_bytes <= input.deployment.limits.embedding_item_bytes
+}
+
+# METADATA
+# title: rate_limited
+# description: Explicit load/save share a per-minute sender+agent rate (R-11).
+# custom:
+#   reason: rate_limited
+deny contains "rate_limited" if {
+	memory_work
+	not is_true(input.budget.rate_ok)
+}
+
+# METADATA
+# title: hourly_budget_exhausted
+# description: Memory work per scope per hour is bounded, embedding items included (R-11).
+# custom:
+#   reason: hourly_budget_exhausted
+deny contains "hourly_budget_exhausted" if {
+	memory_work
+	not hourly_ok
+}
+
+# METADATA
+# title: prefetch_limit
+# description: A new conversation may prefetch at most prefetch_searches times (R-11).
+# custom:
+#   reason: prefetch_limit
+deny contains "prefetch_limit" if {
+	memory_work
+	not is_true(input.budget.prefetch_ok)
+}
+
+within_cap if {
+	after := input.entries.count + input.request.item_count
+	after <= input.entries.cap
+	after <= input.deployment.limits.max_entries
+}
+
+hourly_ok if {
+	is_true(input.budget.hourly_ok)
+	is_true(input.budget.embedding_ok)
+}

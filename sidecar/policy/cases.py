@@ -1,0 +1,186 @@
+"""Engine-neutral case tables (``policy-tests/*.yaml``): loading them and running them on engines.
+
+``base.yaml`` holds complete, valid inputs per operation; every case names a base, overrides
+dotted paths with ``set`` and states the expected action and reasons. Deployment limits,
+classification and partners come from the pack's data files unless a case overrides them, so
+the tables test the pack against the same numbers the gateway uses. Facts given as text
+(``facts``) are measured in UTF-8 bytes exactly as the gateway measures them; ``{é*256}`` in a
+fact repeats a piece.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sidecar.policy.engine import Engine, EngineUnavailable
+from sidecar.policy.model import Action, DecisionInput, Federation, Limits
+from sidecar.policy.outcome import Verdict, assemble
+from sidecar.reasons import Reason
+
+#: Every reason code a pack rule can produce; each needs ALLOW and DENY cases.
+RULES: tuple[str, ...] = (
+    "consent_missing", "consent_disabled", "stale_generation", "key_invalid", "agent_mismatch", "scope_mismatch",
+    "principal_invalid", "origin_not_allowed", "audience_mismatch", "room_state_invalid", "context_missing",
+    "context_invalid", "context_expired", "context_replayed", "entry_cap_reached", "fact_too_large",
+    "batch_too_large", "embedding_item_too_large", "rate_limited", "hourly_budget_exhausted", "prefetch_limit",
+    "ungoverned_store",
+)
+KINDS = ("allow", "deny", "bypass")
+_REPEAT = re.compile(r"\{([^{}*]+)\*(\d{1,5})\}")
+
+
+class CaseError(Exception):
+    """A case table is malformed; the message names the file and case."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row: an input and the action and reasons every engine must answer."""
+
+    file: str
+    name: str
+    rule: str
+    kind: str
+    inp: DecisionInput
+    action: Action
+    reasons: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        """Stable id for test names: file stem and case name."""
+        return f"{self.file}::{self.name}"
+
+
+def expand(text: str) -> str:
+    """Expand ``{piece*count}`` repetitions in a fact."""
+    return _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
+
+
+def _set(target: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = target
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def _apply(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    for path, value in (changes or {}).items():
+        if path == "facts":
+            sizes = [len(expand(f).encode("utf-8")) for f in value]
+            _set(out, "request.item_count", len(sizes))
+            _set(out, "request.max_item_bytes", max(sizes, default=0))
+        else:
+            _set(out, path, value)
+    return out
+
+
+def _bases(raw: dict[str, Any], limits: Limits, federation: Federation) -> dict[str, dict[str, Any]]:
+    deployment = dict(raw["deployment"])
+    deployment.setdefault("classification", federation.classification)
+    deployment.setdefault("federation_partners", [p.model_dump(mode="json") for p in federation.partners])
+    deployment["limits"] = limits.model_dump(mode="json")
+    bases: dict[str, dict[str, Any]] = {}
+    for name, spec in raw["bases"].items():
+        if "extends" in spec:
+            bases[name] = _apply(bases[spec["extends"]], spec.get("set", {}))
+        else:
+            bases[name] = {**copy.deepcopy(spec), "deployment": deployment}
+    return bases
+
+
+def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]]) -> Case:
+    name = row.get("name", "?")
+    try:
+        rule, kind, expect = row["rule"], row["kind"], row["expect"]
+        if rule not in RULES or kind not in KINDS:
+            raise CaseError(f"{file}: case {name!r}: unknown rule or kind")
+        inp = DecisionInput.model_validate(_apply(bases[row["base"]], row.get("set", {})))
+        action = Action(expect["action"])
+        reasons = tuple(sorted(Reason(r).value for r in expect.get("reasons", ["allowed"])))
+    except (KeyError, ValueError, ValidationError) as exc:
+        raise CaseError(f"{file}: case {name!r}: {type(exc).__name__}") from None
+    return Case(file, name, rule, kind, inp, action, reasons)
+
+
+def load_cases(folder: Path, limits: Limits, federation: Federation) -> list[Case]:
+    """Load every case table in a folder against the pack's data."""
+    folder = Path(folder)
+    raw_base = yaml.safe_load((folder / "base.yaml").read_text(encoding="utf-8"))
+    bases = _bases(raw_base, limits, federation)
+    cases: list[Case] = []
+    for path in sorted(folder.glob("*.yaml")):
+        if path.name == "base.yaml":
+            continue
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        cases.extend(_case(path.stem, row, bases) for row in doc.get("cases", []))
+    names = [c.id for c in cases]
+    if len(set(names)) != len(names):
+        raise CaseError("case names repeat within a file")
+    return cases
+
+
+@dataclass
+class Result:
+    """What one engine answered for one case."""
+
+    case: Case
+    engine: str
+    action: str
+    reasons: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when the engine answered exactly what the case expects."""
+        return self.action == self.case.action.value and self.reasons == self.case.reasons
+
+
+def judge(case: Case, engine: str, verdict: Verdict | None) -> Result:
+    """Turn an engine verdict (None when it failed) into a result, without the floor."""
+    if verdict is None:
+        return Result(case, engine, "error", (Reason.POLICY_UNAVAILABLE.value,))
+    decision = assemble(case.inp, verdict, case.inp.deployment.limits)
+    return Result(case, engine, decision.action.value, tuple(r.value for r in decision.reasons))
+
+
+async def run_engine(engine: Engine, cases: list[Case]) -> list[Result]:
+    """Run every case through one engine (the pack must be committed)."""
+    results = []
+    for case in cases:
+        try:
+            verdict: Verdict | None = await engine.decide(case.inp)
+        except EngineUnavailable:
+            verdict = None
+        results.append(judge(case, engine.name, verdict))
+    return results
+
+
+@dataclass
+class Coverage:
+    """Case counts of one rule by kind."""
+
+    rule: str
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+    @property
+    def complete(self) -> bool:
+        """A rule is covered when it has at least one ALLOW and one DENY case."""
+        return self.counts["allow"] > 0 and self.counts["deny"] > 0
+
+
+def coverage(cases: list[Case]) -> list[Coverage]:
+    """Per-rule counts of allow, deny and bypass cases."""
+    table = {rule: Coverage(rule) for rule in RULES}
+    for case in cases:
+        table[case.rule].counts[case.kind] += 1
+    return list(table.values())

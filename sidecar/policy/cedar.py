@@ -1,0 +1,304 @@
+"""The in-process Cedar engine: parse and validate the pack once, then map each input to a request.
+
+The pack's @id annotations are reason codes in kebab-case; a denial's reasons are the @ids of the
+forbid policies that determined it. Any evaluation error fails closed, because Cedar skips an
+erroring forbid instead of applying it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final
+
+import cedarpy
+
+from sidecar.policy.engine import EngineUnavailable
+from sidecar.policy.model import DecisionInput, Deployment
+from sidecar.policy.outcome import Verdict
+from sidecar.policy.pack import Pack, PackError, is_complete
+from sidecar.reasons import REASON_VALUES
+
+_DEPLOYMENT: Final = {"type": "Deployment", "id": "local"}
+_OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
+_KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+#: Cedar line width used by ``memgov policy check`` to decide whether a file is formatted.
+FORMAT_WIDTH = 100
+
+
+class CedarEvalError(EngineUnavailable):
+    """Cedar reported an error while evaluating; the decision fails closed."""
+
+    def __init__(self, kind: str = "error") -> None:
+        super().__init__(kind)
+
+
+@dataclass(frozen=True)
+class CedarPolicies:
+    """Parsed, validated handles of one pack revision."""
+
+    policies: cedarpy.PolicySet
+    schema: cedarpy.Schema
+    reasons: dict[str, str]
+
+
+def _annotations(text: str) -> dict[str, dict[str, str]]:
+    est = json.loads(cedarpy.policies_to_json_str(text))
+    return {pid: body.get("annotations", {}) for pid, body in est.get("staticPolicies", {}).items()}
+
+
+def compile_pack(pack: Pack) -> CedarPolicies:
+    """Parse the schema and policies, validate them against the schema and check every @id."""
+    schemas = pack.select("cedar", ".cedarschema")
+    if len(schemas) != 1:
+        raise PackError("cedar/: expected exactly one .cedarschema file")
+    sources = pack.select("cedar", ".cedar")
+    if not sources:
+        raise PackError("cedar/: no .cedar policy files")
+    text = "\n".join(sources[rel] for rel in sorted(sources))
+    try:
+        schema = cedarpy.Schema.from_str(next(iter(schemas.values())))
+    except ValueError:
+        raise PackError("cedar/: the schema does not parse") from None
+    try:
+        policies = cedarpy.PolicySet.from_str(text)
+        annotations = _annotations(text)
+    except ValueError:
+        raise PackError("cedar/: the policies do not parse") from None
+    result = cedarpy.validate_policies(text, schema)
+    if not result.validation_passed:
+        bad = sorted({result.id_annotations_by_policy_id.get(e.policy_id, e.policy_id) for e in result.errors})
+        raise PackError("cedar/: policies fail schema validation: " + ", ".join(bad))
+    return CedarPolicies(policies, schema, _reason_map(annotations))
+
+
+def _reason_map(annotations: dict[str, dict[str, str]]) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    for pid, notes in annotations.items():
+        ident = notes.get("id", "")
+        code = ident.replace("-", "_")
+        if not _KEBAB.fullmatch(ident) or code not in REASON_VALUES:
+            raise PackError(f"cedar/: policy {pid} needs an @id that is a reason code in kebab-case")
+        if not notes.get("rationale"):
+            raise PackError(f"cedar/: policy {ident} needs a @rationale")
+        if code in reasons.values():
+            raise PackError(f"cedar/: @id {ident} is used twice")
+        reasons[pid] = code
+    return reasons
+
+
+def _limits(inp: DecisionInput) -> dict[str, int]:
+    lim = inp.deployment.limits
+    return {
+        "maxDays": lim.max_days, "maxEntries": lim.max_entries, "maxFactBytes": lim.max_fact_bytes,
+        "maxBatchFacts": lim.max_batch_facts, "ratePerMinute": lim.rate_per_minute, "rateBurst": lim.rate_burst,
+        "hourlyOperations": lim.hourly_operations, "prefetchSearches": lim.prefetch_searches,
+        "prefetchQueryBytes": lim.prefetch_query_bytes, "embeddingItemBytes": lim.embedding_item_bytes,
+        "searchMaxLimit": lim.search_max_limit,
+    }
+
+
+def _deployment(inp: DecisionInput) -> dict[str, Any]:
+    dep = inp.deployment
+    # Cedar has no loops: the audience servers complete partner records admit are joined here.
+    partners = {
+        p.server_name for p in dep.federation_partners if is_complete(p) and p.classification == dep.classification
+    }
+    return {
+        "uid": _DEPLOYMENT,
+        "attrs": {
+            "serverName": dep.server_name, "bridgeBot": dep.bridge_bot or "", "agentGhost": dep.agent_ghost or "",
+            "classification": dep.classification, "limits": _limits(inp),
+            "audienceServers": sorted(partners | {dep.server_name}),
+        },
+        "parents": [],
+    }
+
+
+def _user(inp: DecisionInput) -> dict[str, Any]:
+    p = inp.principal
+    if p is None:
+        attrs: dict[str, Any] = {
+            "known": False, "mxid": "", "localpart": "", "serverName": "", "origin": "", "partnerOrigins": [],
+        }
+    else:
+        # The origins complete partner records admit for the principal's server, joined for Cedar.
+        origins = {
+            o.value for r in inp.deployment.federation_partners
+            if is_complete(r) and r.server_name == p.server_name for o in r.origins
+        }
+        attrs = {
+            "known": True, "mxid": p.mxid, "localpart": p.localpart, "serverName": p.server_name,
+            "origin": p.origin.value, "partnerOrigins": sorted(origins),
+        }
+    return {"uid": {"type": "User", "id": attrs["mxid"]}, "attrs": attrs, "parents": []}
+
+
+def _scope(inp: DecisionInput) -> dict[str, Any]:
+    s = inp.scope
+    if s is None:
+        attrs: dict[str, Any] = {
+            "exists": False, "enabled": False, "generation": -1, "kind": "", "roomId": "",
+            "principalMxid": "", "origin": "", "agent": "",
+        }
+        return {"uid": {"type": "Scope", "id": ""}, "attrs": attrs, "parents": []}
+    attrs = {
+        "exists": True, "enabled": s.enabled, "generation": s.generation, "kind": s.kind, "roomId": s.room_id,
+        "principalMxid": s.principal_mxid, "origin": s.origin.value, "agent": s.agent,
+    }
+    return {"uid": {"type": "Scope", "id": s.scope_id}, "attrs": attrs, "parents": []}
+
+
+def _delegation(inp: DecisionInput) -> dict[str, Any]:
+    req = inp.request
+    out: dict[str, Any] = {
+        "present": req.context.present, "valid": req.context.valid,
+        "expired": req.context.expired, "replayed": req.context.replayed,
+    }
+    if req.context.expires_at is not None:
+        out["expiresAt"] = req.context.expires_at
+    if req.context_scope is not None:
+        out["scope"] = {"kind": req.context_scope.kind, "roomId": req.context_scope.room_id}
+    if req.context_agent is not None:
+        out["agent"] = req.context_agent
+    return out
+
+
+def _room(inp: DecisionInput) -> dict[str, Any] | None:
+    room = inp.room
+    if room is None:
+        return None
+    # Matrix semantics: without an m.room.server_acl event every server is admitted.
+    acl = room.server_acl
+    return {
+        "roomVersion": room.room_version, "encrypted": room.encrypted, "joinRule": room.join_rule,
+        "historyVisibility": room.history_visibility, "members": room.members, "invited": room.invited,
+        "serverAcl": {"allow": acl.allow, "allowIpLiterals": acl.allow_ip_literals} if acl else _OPEN_ACL,
+    }
+
+
+def _context(inp: DecisionInput) -> dict[str, Any]:
+    a, req, b = inp.agent, inp.request, inp.budget
+    request: dict[str, Any] = {
+        "keyValid": req.key_valid, "userIdMatches": req.user_id_matches, "agentNameMatches": req.agent_name_matches,
+        "itemCount": req.item_count, "maxItemBytes": req.max_item_bytes,
+    }
+    if req.presented_generation is not None:
+        request["presentedGeneration"] = req.presented_generation
+    context: dict[str, Any] = {
+        "agent": {"known": a is not None, "ref": a.ref if a else "", "memoryEnabled": bool(a and a.memory_enabled)},
+        "request": request,
+        "delegation": _delegation(inp),
+        "budget": {
+            "rateOk": b.rate_ok, "hourlyOk": b.hourly_ok, "prefetchOk": b.prefetch_ok, "embeddingOk": b.embedding_ok,
+        },
+        "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
+        "now": inp.now,
+        "deployment": {"__entity": _DEPLOYMENT},
+    }
+    room = _room(inp)
+    if room is not None:
+        context["room"] = room
+    if inp.audience is not None:
+        context["audience"] = {"servers": inp.audience.servers, "classification": inp.audience.classification}
+    return context
+
+
+def entities(inp: DecisionInput) -> list[dict[str, Any]]:
+    """The Deployment, User and Scope entities of an input."""
+    return [_deployment(inp), _user(inp), _scope(inp)]
+
+
+def request(inp: DecisionInput) -> dict[str, Any]:
+    """The Cedar request of an input: principal, action, resource and context."""
+    return {
+        "principal": {"type": "User", "id": inp.principal.mxid if inp.principal else ""},
+        "action": {"type": "Action", "id": inp.operation.value},
+        "resource": {"type": "Scope", "id": inp.scope.scope_id if inp.scope else ""},
+        "context": _context(inp),
+    }
+
+
+def _verdict(result: cedarpy.AuthzResult, reasons: dict[str, str]) -> Verdict:
+    if result.diagnostics.errors:
+        # SECURITY: Cedar ignores a forbid that errors; we refuse instead of permitting.
+        raise CedarEvalError()
+    if result.allowed:
+        return Verdict(allowed=True, reasons=frozenset())
+    return Verdict(allowed=False, reasons=frozenset(reasons.get(pid, "") for pid in result.diagnostics.reasons))
+
+
+class CedarEngine:
+    """Cedar in-process; entity handles are cached so a steady conversation parses only its context."""
+
+    name = "cedar"
+    stale = False
+    _CACHE = 512
+
+    def __init__(self) -> None:
+        self._compiled: CedarPolicies | None = None
+        self._handles: OrderedDict[tuple[object, ...], tuple[Deployment, cedarpy.Entities]] = OrderedDict()
+
+    def prepare(self, pack: Pack) -> CedarPolicies:
+        """Compile a pack without touching the running one."""
+        return compile_pack(pack)
+
+    async def commit(self, compiled: CedarPolicies) -> None:
+        """Swap in a compiled pack; one assignment, so a decision sees the old or the new pack."""
+        self._handles = OrderedDict()
+        self._compiled = compiled
+
+    def _entities(self, compiled: CedarPolicies, inp: DecisionInput) -> cedarpy.Entities:
+        # Keyed by the (hashable, frozen) principal and scope and by the deployment object itself.
+        key = (inp.principal, inp.scope, id(inp.deployment))
+        found = self._handles.get(key)
+        if found is not None and found[0] is inp.deployment:
+            return found[1]
+        handle = cedarpy.Entities.from_json_str(json.dumps(entities(inp)), compiled.schema)
+        self._handles[key] = (inp.deployment, handle)
+        if len(self._handles) > self._CACHE:
+            self._handles.popitem(last=False)
+        return handle
+
+    def decide_sync(self, inp: DecisionInput) -> Verdict:
+        """Decide one input on the calling thread."""
+        compiled = self._compiled
+        if compiled is None:
+            raise CedarEvalError("unloaded")
+        try:
+            handle = self._entities(compiled, inp)
+            # The request is not re-validated against the schema: the entities were, and a type
+            # error in the context makes evaluation fail, which denies.
+            result = cedarpy.is_authorized(request(inp), compiled.policies, handle)
+        except (ValueError, TypeError):
+            raise CedarEvalError("malformed") from None
+        return _verdict(result, compiled.reasons)
+
+    def decide_many_sync(self, inputs: list[DecisionInput]) -> list[Verdict]:
+        """Decide a fan-out in one call when the inputs share their entities (prefetch)."""
+        compiled = self._compiled
+        if compiled is None:
+            raise CedarEvalError("unloaded")
+        first = inputs[0]
+        shared = (first.principal, first.scope, first.deployment)
+        if any((i.principal, i.scope, i.deployment) != shared for i in inputs):
+            return [self.decide_sync(inp) for inp in inputs]
+        try:
+            handle = self._entities(compiled, first)
+            results = cedarpy.is_authorized_batch([request(i) for i in inputs], compiled.policies, handle)
+        except (ValueError, TypeError):
+            raise CedarEvalError("malformed") from None
+        return [_verdict(r, compiled.reasons) for r in results]
+
+    async def decide(self, inp: DecisionInput) -> Verdict:
+        """Decide one input (in-process, no await inside)."""
+        return self.decide_sync(inp)
+
+    async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
+        """Decide several inputs."""
+        return self.decide_many_sync(inputs) if inputs else []
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,105 @@
+"""The code floor (SPEC D5): the non-negotiables that hold even under a permit-all pack.
+
+It runs after the engine, reads limits and partners from the loaded pack rather than from the
+decision input, and can only narrow: it turns a forward into a denial or adds reasons to a
+denial, and clamps obligations to the limits. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from sidecar.policy.model import Action, Decision, DecisionInput, Federation, Limits, Obligations, Operation, Origin
+from sidecar.policy.outcome import KEYED, SAVES, SEARCHES, deny_action, memory_work, scoped
+from sidecar.policy.pack import is_complete
+from sidecar.reasons import Reason
+
+
+def _origin_admitted(inp: DecisionInput, federation: Federation) -> bool:
+    if inp.principal is None:
+        return inp.scope is None or inp.scope.origin is Origin.NATIVE
+    p = inp.principal
+    if p.origin is Origin.NATIVE:
+        return True
+    return any(
+        is_complete(rec) and rec.server_name == p.server_name and p.origin in rec.origins
+        for rec in federation.partners
+    )
+
+
+def _consent(inp: DecisionInput) -> set[Reason]:
+    if inp.scope is None:
+        return {Reason.CONSENT_MISSING}
+    found = set() if inp.scope.enabled else {Reason.CONSENT_DISABLED}
+    if inp.operation in KEYED:
+        # SECURITY: every keyed read and write carries the current generation (R-4).
+        if inp.request.presented_generation != inp.scope.generation:
+            found.add(Reason.STALE_GENERATION)
+        if not (inp.request.key_valid and inp.request.user_id_matches):
+            found.add(Reason.KEY_INVALID)
+    return found
+
+
+def _sizes(inp: DecisionInput, limits: Limits) -> set[Reason]:
+    found: set[Reason] = set()
+    req = inp.request
+    if inp.operation in SAVES:
+        if req.max_item_bytes > limits.max_fact_bytes:
+            found.add(Reason.FACT_TOO_LARGE)
+        if inp.entries.count + req.item_count > min(inp.entries.cap, limits.max_entries):
+            found.add(Reason.ENTRY_CAP_REACHED)
+    if inp.operation is Operation.MEMORY_SAVE_BATCH and req.item_count > limits.max_batch_facts:
+        found.add(Reason.BATCH_TOO_LARGE)
+    if inp.operation is Operation.EMBEDDING and req.max_item_bytes > limits.embedding_item_bytes:
+        found.add(Reason.EMBEDDING_ITEM_TOO_LARGE)
+    return found
+
+
+def _budget(inp: DecisionInput) -> set[Reason]:
+    b = inp.budget
+    found: set[Reason] = set()
+    if not b.rate_ok:
+        found.add(Reason.RATE_LIMITED)
+    if not (b.hourly_ok and b.embedding_ok):
+        found.add(Reason.HOURLY_BUDGET_EXHAUSTED)
+    if not b.prefetch_ok:
+        found.add(Reason.PREFETCH_LIMIT)
+    return found
+
+
+def floor_reasons(inp: DecisionInput, limits: Limits, federation: Federation) -> set[Reason]:
+    """Reasons the floor refuses this input for, whatever the engine said."""
+    if inp.operation is Operation.MEMORY_UNGOVERNED:
+        return {Reason.UNGOVERNED_STORE}
+    found: set[Reason] = set()
+    if scoped(inp):
+        found |= _consent(inp)
+        if not _origin_admitted(inp, federation):
+            found.add(Reason.ORIGIN_NOT_ALLOWED)
+    if memory_work(inp):
+        found |= _budget(inp)
+    found |= _sizes(inp, limits)
+    return found
+
+
+def _clamp(ob: Obligations, limits: Limits, operation: Operation) -> Obligations:
+    # A forwarded save always carries a ttl and a forwarded search a limit, both within the limits.
+    ttl = ob.ttl_days if ob.ttl_days is not None else (limits.max_days if operation in SAVES else None)
+    top = ob.max_limit if ob.max_limit is not None else (limits.search_max_limit if operation in SEARCHES else None)
+    return Obligations(
+        ttl_days=None if ttl is None else max(1, min(ttl, limits.max_days)),
+        max_limit=None if top is None else max(1, min(top, limits.search_max_limit)),
+    )
+
+
+def apply_floor(decision: Decision, inp: DecisionInput, limits: Limits, federation: Federation) -> Decision:
+    """Narrow an engine decision to the floor; never widens it."""
+    refused = floor_reasons(inp, limits, federation)
+    if not refused:
+        return decision.model_copy(update={"obligations": _clamp(decision.obligations, limits, inp.operation)})
+    kept = set() if decision.action is Action.FORWARD else set(decision.reasons)
+    return decision.model_copy(
+        update={
+            "action": deny_action(inp.operation),
+            "reasons": sorted(kept | refused),
+            "obligations": Obligations(),
+        }
+    )

@@ -1,0 +1,57 @@
+"""Prometheus metrics of the policy stage, ``memgov_policy_`` prefix, bounded labels only.
+
+Labels come from closed sets: operation, action, reason code, engine name, reload outcome. The
+only open-ended label is the pack revision on the info gauge, which holds one series at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from sidecar.policy.model import Decision, Operation
+
+_BUCKETS: Final = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+
+DECISIONS = Counter(
+    "memgov_policy_decisions_total",
+    "Policy decisions by operation, action, reason code and engine (one count per reason).",
+    ["operation", "action", "reason", "engine"],
+)
+DECISION_SECONDS = Histogram(
+    "memgov_policy_decision_duration_seconds",
+    "Time to decide, engine and floor included.",
+    ["engine"],
+    buckets=_BUCKETS,
+)
+ENGINE_FAILURES = Counter(
+    "memgov_policy_engine_failures_total",
+    "Engine calls that failed and were answered policy_unavailable.",
+    ["engine", "kind"],
+)
+SHADOW_DISAGREEMENTS = Counter(
+    "memgov_policy_shadow_disagreements_total",
+    "Shadow-mode decisions where the comparison engine disagreed with the enforcing one.",
+    ["operation"],
+)
+RELOADS = Counter("memgov_policy_reloads_total", "Pack reload attempts by outcome.", ["outcome"])
+READY = Gauge("memgov_policy_ready", "1 when a validated pack is loaded.")
+PACK_INFO = Gauge(
+    "memgov_policy_pack_info", "The loaded pack revision (content hash) and engine.", ["engine", "revision"]
+)
+
+
+def count_decision(operation: Operation, decision: Decision, seconds: float) -> None:
+    """Count one decision under each of its reason codes and observe its latency."""
+    for reason in decision.reasons:
+        DECISIONS.labels(operation.value, decision.action.value, reason.value, decision.engine).inc()
+    DECISION_SECONDS.labels(decision.engine).observe(seconds)
+
+
+def show_pack(engine: str, revision: str | None) -> None:
+    """Publish the loaded revision as the only series of the info gauge."""
+    PACK_INFO.clear()
+    if revision is not None:
+        PACK_INFO.labels(engine, revision).set(1)
+    READY.set(1 if revision is not None else 0)

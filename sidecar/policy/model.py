@@ -1,0 +1,261 @@
+"""Engine-neutral decision input and output (SPEC D5), published as JSON Schema in docs/schema/.
+
+The gateway computes every fact in code (MAC checks, name comparisons, budget reservations,
+byte counts) and hands the engine a complete :class:`DecisionInput`; the engine only decides.
+Fields that can be unknown are nullable and a missing fact always leads to a denial. The
+input carries identifiers, flags and counts only, never memory content.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sidecar.reasons import Reason
+
+#: Upper bound of every integer fact: exact in JSON numbers and far from 64-bit overflow in sums.
+_BIG = 2**53
+
+
+class Operation(enum.StrEnum):
+    """The governed operation classes of SPEC §2 plus content-bearing control API calls."""
+
+    A2A_INVOKE = "a2a.invoke"
+    MEMORY_SAVE = "memory.save"
+    MEMORY_SAVE_BATCH = "memory.save_batch"
+    MEMORY_SEARCH = "memory.search"
+    MEMORY_LIST = "memory.list"
+    MEMORY_DELETE_ALL = "memory.delete_all"
+    MEMORY_UNGOVERNED = "memory.ungoverned"
+    EMBEDDING = "embedding"
+    CONTROL_INSPECT = "control.inspect"
+
+
+class Origin(enum.StrEnum):
+    """Where a principal comes from (SPEC D1); only ``native`` needs no partner record."""
+
+    NATIVE = "native"
+    APPSERVICE = "appservice"
+    REMOTE = "remote"
+    OAUTH = "oauth"
+    FEDIVERSE = "fediverse"
+
+
+class Action(enum.StrEnum):
+    """What the gateway does with the request."""
+
+    FORWARD = "forward"
+    REWRITE_DISABLED = "rewrite_disabled"
+    EMPTY_RESULT = "empty_result"
+    DENY = "deny"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Principal(_Model):
+    """The acting Matrix principal; for keyed memory calls, the scope's principal."""
+
+    mxid: str = Field(..., description="Complete MXID, e.g. @alice:example.org.")
+    localpart: str = Field(..., description="Localpart of the MXID (empty means invalid).")
+    server_name: str = Field(..., description="Server name of the MXID.")
+    origin: Origin = Field(..., description="Origin kind of the identity.")
+
+
+class Agent(_Model):
+    """The agent the request targets."""
+
+    ref: str = Field(..., description="Agent reference namespace/name.")
+    app_name: str = Field(..., description="kagent app_name: <ns>__NS__<name with - replaced by _>.")
+    memory_enabled: bool = Field(..., description="The agent is configured as memory-enabled in memgov.")
+
+
+class ScopeRecord(_Model):
+    """The durable scope record from the state store (content-free)."""
+
+    scope_id: str = Field(..., description="Opaque scope id.")
+    kind: Literal["control_room"] = Field("control_room", description="Scope kind.")
+    room_id: str = Field(..., description="Control room id of the scope.")
+    enabled: bool = Field(..., description="Consent is currently given.")
+    generation: int = Field(..., ge=0, le=_BIG, description="Current consent generation.")
+    purpose: str | None = Field(None, description="Consented purpose (operator-authored, bounded).")
+    policy_version: str | None = Field(None, description="Policy version the consent refers to.")
+    principal_mxid: str = Field(..., description="MXID of the scope's principal.")
+    origin: Origin = Field(..., description="Origin kind of the scope's principal.")
+    agent: str = Field(..., description="Agent reference namespace/name of the scope.")
+
+
+class ContextFacts(_Model):
+    """What the gateway found out about the delegation context (X-Memgov-Context)."""
+
+    present: bool = Field(False, description="A context was sent.")
+    valid: bool = Field(False, description="Its signature and claims verified.")
+    expired: bool = Field(False, description="The verifier found it expired.")
+    replayed: bool = Field(False, description="Its jti was seen before.")
+    expires_at: int | None = Field(
+        None, ge=0, le=_BIG, description="Its exp claim, epoch seconds; expired when now >= expires_at."
+    )
+
+
+class ContextScope(_Model):
+    """The scope a delegation context claims."""
+
+    kind: str = Field(..., description="Claimed scope kind.")
+    room_id: str = Field(..., description="Claimed room id.")
+
+
+class RequestFacts(_Model):
+    """Facts about this request, computed by the gateway."""
+
+    presented_generation: int | None = Field(
+        None, ge=0, le=_BIG, description="Generation inside the presented session key."
+    )
+    key_valid: bool = Field(False, description="The session key's MAC verified and names the scope.")
+    user_id_matches: bool = Field(False, description="Every user id carrier holds the same session key.")
+    caller_agent_name: str | None = Field(None, description="agent_name from the body or query.")
+    header_agent_name: str | None = Field(None, description="X-Agent-Name header value.")
+    agent_name_matches: bool = Field(False, description="Body and header agent names equal the scope agent's app_name.")
+    item_count: int = Field(0, ge=0, le=_BIG, description="Facts in a save, inputs in an embedding call.")
+    max_item_bytes: int = Field(
+        0, ge=0, le=_BIG, description="Largest UTF-8 byte length among facts or embedding inputs."
+    )
+    limit: int | None = Field(None, ge=-_BIG, le=_BIG, description="Requested search limit.")
+    ttl_days: int | None = Field(None, ge=-_BIG, le=_BIG, description="Requested ttl_days (<= 0 means kagent's 15).")
+    is_prefetch: bool = Field(False, description="The search is a first-turn prefetch.")
+    context: ContextFacts = Field(default_factory=ContextFacts, description="Delegation context facts.")
+    context_scope: ContextScope | None = Field(None, description="Scope claimed by the context.")
+    context_agent: str | None = Field(None, description="Agent reference claimed by the context.")
+
+
+class ServerAcl(_Model):
+    """The room's m.room.server_acl content."""
+
+    allow: list[str] = Field(default_factory=list, description="Allowed server globs.")
+    deny: list[str] = Field(default_factory=list, description="Denied server globs.")
+    allow_ip_literals: bool = Field(True, description="IP literal server names admitted.")
+
+
+class RoomState(_Model):
+    """Attested state of the room the request comes from (R-5)."""
+
+    room_version: str = Field(..., description="Room version.")
+    encrypted: bool = Field(..., description="m.room.encryption is set.")
+    join_rule: str = Field(..., description="Join rule.")
+    history_visibility: str = Field(..., description="History visibility.")
+    members: list[str] = Field(default_factory=list, description="Joined member MXIDs.")
+    invited: list[str] = Field(default_factory=list, description="Invited MXIDs.")
+    server_acl: ServerAcl | None = Field(None, description="Server ACL; none means every server is admitted.")
+
+
+class Audience(_Model):
+    """Who will read the output."""
+
+    servers: list[str] = Field(default_factory=list, description="Homeservers participating in the room.")
+    classification: str = Field(..., description="Classification of the room.")
+
+
+class Budget(_Model):
+    """Outcome of the atomic budget reservations the gateway made before deciding."""
+
+    rate_ok: bool = Field(True, description="Per-minute sender+agent rate reservation succeeded.")
+    hourly_ok: bool = Field(True, description="Hourly per-scope reservation succeeded.")
+    prefetch_ok: bool = Field(True, description="Prefetch reservation for the conversation succeeded.")
+    embedding_ok: bool = Field(True, description="Embedding item reservation succeeded.")
+
+
+class Entries(_Model):
+    """Ledger count for the scope."""
+
+    count: int = Field(0, ge=0, le=_BIG, description="Live entries of the scope.")
+    cap: int = Field(..., ge=0, le=_BIG, description="Entry cap of the scope.")
+
+
+class Limits(_Model):
+    """policies/data/limits.yaml (R-9 to R-11)."""
+
+    max_days: int = Field(..., ge=1, description="Hard expiry in days, never extended.")
+    max_entries: int = Field(..., ge=1, description="Entries per scope.")
+    max_fact_bytes: int = Field(..., ge=1, description="UTF-8 bytes per stored fact.")
+    max_batch_facts: int = Field(..., ge=1, description="Facts per automatic save.")
+    rate_per_minute: int = Field(..., ge=1, description="Explicit load/save per sender+agent per minute.")
+    rate_burst: int = Field(..., ge=1, description="Burst of the per-minute rate.")
+    hourly_operations: int = Field(..., ge=1, description="Memory operations per scope per hour.")
+    prefetch_searches: int = Field(..., ge=0, description="Prefetch searches per new conversation.")
+    prefetch_query_bytes: int = Field(..., ge=1, description="UTF-8 bytes per prefetch query.")
+    embedding_item_bytes: int = Field(..., ge=1, description="UTF-8 bytes per embedding input.")
+    search_max_limit: int = Field(..., ge=1, description="Largest search limit forwarded.")
+
+
+class PartnerRecord(_Model):
+    """A bilateral federation record; it admits anything only when every field is named."""
+
+    server_name: str = Field(..., description="Homeserver (or bridge network) the record covers.")
+    origins: list[Origin] = Field(default_factory=list, description="Origin kinds the record admits.")
+    controller: str | None = Field(None, description="Data controller.")
+    processor: str | None = Field(None, description="Data processor.")
+    purpose: str | None = Field(None, description="Agreed purpose.")
+    classification: str | None = Field(None, description="Agreed classification.")
+    residency: str | None = Field(None, description="Data residency.")
+    retention_days: int | None = Field(None, description="Agreed retention in days.")
+    erasure_owner: str | None = Field(None, description="Who executes erasure.")
+    principal_binding: str | None = Field(None, description="How principals are bound across the partnership.")
+
+
+class Federation(_Model):
+    """policies/data/federation.yaml (R-13)."""
+
+    classification: str = Field(..., description="Classification a local control room must carry.")
+    partners: list[PartnerRecord] = Field(default_factory=list, description="Reviewed bilateral records.")
+
+
+class Deployment(_Model):
+    """Deployment facts: settings plus the pack's data files."""
+
+    server_name: str = Field(..., description="Local homeserver name.")
+    bridge_bot: str | None = Field(None, description="MXID of the bridge bot.")
+    agent_ghost: str | None = Field(None, description="MXID of the target agent's ghost.")
+    classification: str = Field(..., description="Classification a local control room must carry.")
+    federation_partners: list[PartnerRecord] = Field(default_factory=list, description="federation.yaml partners.")
+    limits: Limits = Field(..., description="limits.yaml content.")
+
+
+class DecisionInput(_Model):
+    """Everything an engine may look at for one decision."""
+
+    operation: Operation = Field(..., description="Operation class.")
+    principal: Principal | None = Field(None, description="Acting principal; null when unknown.")
+    agent: Agent | None = Field(None, description="Target agent; null when unknown.")
+    scope: ScopeRecord | None = Field(None, description="Scope record; null when there is none.")
+    request: RequestFacts = Field(default_factory=RequestFacts, description="Request facts.")
+    room: RoomState | None = Field(None, description="Attested room state; null when not attested.")
+    audience: Audience | None = Field(None, description="Output audience; null when not attested.")
+    budget: Budget = Field(default_factory=Budget, description="Budget reservations.")
+    entries: Entries = Field(..., description="Ledger count and cap.")
+    now: int = Field(..., ge=0, le=_BIG, description="Current time, epoch seconds.")
+    deployment: Deployment = Field(..., description="Deployment facts.")
+
+
+class Obligations(_Model):
+    """Ceilings the gateway applies when it forwards."""
+
+    ttl_days: int | None = Field(None, description="ttl_days to send on a save.")
+    max_limit: int | None = Field(None, description="Largest search limit to forward.")
+
+
+class Decision(_Model):
+    """The answer: what to do, why, and under which obligations."""
+
+    action: Action = Field(..., description="forward, rewrite_disabled, empty_result or deny.")
+    reasons: list[Reason] = Field(..., description="Sorted unique reason codes; ['allowed'] when forwarded.")
+    obligations: Obligations = Field(default_factory=Obligations, description="Obligations when forwarded.")
+    decision_id: str = Field("", description="Opaque id tying the response, log line and audit row.")
+    engine: str = Field("", description="Engine that decided.")
+    revision: str = Field("", description="Content hash of the policy pack.")
+
+    @property
+    def allowed(self) -> bool:
+        """True when the request is forwarded as asked."""
+        return self.action is Action.FORWARD

@@ -1,0 +1,233 @@
+"""The policy stage of the pipeline: engine, then floor, with hot reload and fail-closed answers.
+
+``decide`` never raises: a missing pack or an engine failure becomes a policy_unavailable denial
+with the operation's deny action. Reloads (file change or SIGHUP) validate the new pack fully and
+swap it atomically; on any failure the previous pack keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import Any
+
+from sidecar.logs import get_logger
+from sidecar.policy import metrics
+from sidecar.policy.cedar import CedarEngine
+from sidecar.policy.engine import Engine, EngineUnavailable
+from sidecar.policy.floor import apply_floor
+from sidecar.policy.model import Decision, DecisionInput, Deployment
+from sidecar.policy.opa import OpaEngine
+from sidecar.policy.outcome import assemble, unavailable
+from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
+from sidecar.policy.shadow import ShadowEngine
+from sidecar.reasons import new_decision_id
+from sidecar.settings import PolicySettings
+
+log = get_logger("policy")
+
+
+def build_engine(settings: PolicySettings, engine: str | None = None, opa_url: str | None = None) -> Engine:
+    """Construct the configured engine (nothing is loaded yet)."""
+    name = engine or settings.engine
+    url = opa_url or settings.opa_url
+    if name == "cedar":
+        return CedarEngine()
+    if name == "opa":
+        return OpaEngine(url, settings.opa_timeout_s)
+    if name == "shadow":
+        cedar, opa = CedarEngine(), OpaEngine(url, settings.opa_timeout_s)
+        return ShadowEngine(cedar, opa) if settings.shadow_primary == "cedar" else ShadowEngine(opa, cedar)
+    raise ValueError(f"unknown policy engine {name!r}")
+
+
+class PolicyRuntime:
+    """Decides governed requests with the live pack; reloads it when it changes."""
+
+    def __init__(self, settings: PolicySettings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self._pack: Pack | None = None
+        self._prepared: Any = None
+        self._seen: str | None = None
+        self._lock = asyncio.Lock()
+        self._waiters: list[asyncio.Future[bool]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    async def start(
+        cls, settings: PolicySettings, *, engine: str | None = None, opa_url: str | None = None, watch: bool = True
+    ) -> PolicyRuntime:
+        """Load the pack (a failure leaves the runtime not ready) and start the file watcher."""
+        runtime = cls(settings, build_engine(settings, engine, opa_url))
+        await runtime.reload()
+        if watch and settings.reload_interval_s > 0:
+            runtime._spawn(runtime._watch())
+        return runtime
+
+    @property
+    def ready(self) -> bool:
+        """True while a validated pack is live in the engine."""
+        return self._pack is not None and not self.engine.stale
+
+    @property
+    def revision(self) -> str | None:
+        """Content hash of the live pack, or None before one loaded."""
+        return self._pack.revision if self._pack else None
+
+    @property
+    def pack(self) -> Pack | None:
+        """The live pack (limits and federation data included)."""
+        return self._pack
+
+    def deployment(self, server_name: str, bridge_bot: str | None, agent_ghost: str | None) -> Deployment:
+        """Deployment facts for an input, with the live pack's limits and partners."""
+        pack = self._pack
+        if pack is None:
+            raise PackError("no policy pack is loaded")
+        return Deployment(
+            server_name=server_name, bridge_bot=bridge_bot, agent_ghost=agent_ghost,
+            classification=pack.federation.classification, federation_partners=pack.federation.partners,
+            limits=pack.limits,
+        )
+
+    async def ready_check(self) -> tuple[bool, dict[str, object]]:
+        """Readiness for /readyz: ready flag plus engine and revision."""
+        return self.ready, {"engine": self.engine.name, "revision": self.revision or ""}
+
+    def _finish(self, pack: Pack, decision: Decision, inp: DecisionInput, did: str, started: float) -> Decision:
+        decision = apply_floor(decision, inp, pack.limits, pack.federation)
+        stamp = {"decision_id": did, "engine": self.engine.name, "revision": pack.revision}
+        decision = decision.model_copy(update=stamp)
+        metrics.count_decision(inp.operation, decision, time.perf_counter() - started)
+        log.info(
+            "policy.decision", decision_id=did, operation=inp.operation.value, action=decision.action.value,
+            reasons=[r.value for r in decision.reasons], engine=decision.engine, revision=decision.revision,
+        )
+        return decision
+
+    def _unloaded(self, inp: DecisionInput, did: str) -> Decision:
+        # SECURITY: no validated pack, no memory: fail closed.
+        decision = unavailable(inp).model_copy(update={"decision_id": did, "engine": self.engine.name})
+        metrics.ENGINE_FAILURES.labels(self.engine.name, "unloaded").inc()
+        log.warning("policy.decision", decision_id=did, operation=inp.operation.value, action=decision.action.value,
+                    reasons=[r.value for r in decision.reasons], engine=self.engine.name)
+        return decision
+
+    async def decide(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
+        """Engine, then floor; never raises."""
+        started, did, pack = time.perf_counter(), decision_id or new_decision_id(), self._pack
+        if pack is None:
+            return self._unloaded(inp, did)
+        try:
+            decision = assemble(inp, await self.engine.decide(inp), pack.limits)
+        except EngineUnavailable as exc:
+            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
+            decision = unavailable(inp)
+        return self._finish(pack, decision, inp, did, started)
+
+    def decide_sync(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
+        """Decide without awaiting (Cedar only), for callers on a hot synchronous path."""
+        if not isinstance(self.engine, CedarEngine):
+            raise TypeError("decide_sync needs the cedar engine")
+        started, did, pack = time.perf_counter(), decision_id or new_decision_id(), self._pack
+        if pack is None:
+            return self._unloaded(inp, did)
+        try:
+            decision = assemble(inp, self.engine.decide_sync(inp), pack.limits)
+        except EngineUnavailable as exc:
+            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
+            decision = unavailable(inp)
+        return self._finish(pack, decision, inp, did, started)
+
+    async def decide_many(self, inputs: list[DecisionInput]) -> list[Decision]:
+        """Decide a fan-out (e.g. the prefetch searches of one turn) in one engine call."""
+        started, pack = time.perf_counter(), self._pack
+        if pack is None:
+            return [self._unloaded(inp, new_decision_id()) for inp in inputs]
+        try:
+            verdicts = await self.engine.decide_many(inputs)
+            decisions = [assemble(inp, v, pack.limits) for inp, v in zip(inputs, verdicts, strict=True)]
+        except EngineUnavailable as exc:
+            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
+            decisions = [unavailable(inp) for inp in inputs]
+        return [
+            self._finish(pack, d, inp, new_decision_id(), started) for d, inp in zip(decisions, inputs, strict=True)
+        ]
+
+    async def reload(self) -> bool:
+        """Read, validate and swap in the pack on disk; keep the live one on any failure."""
+        async with self._lock:
+            ok = await self._reload()
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(ok)
+        return ok
+
+    async def _reload(self) -> bool:
+        try:
+            self._seen = fingerprint(self.settings.dir)
+            pack = read_pack(self.settings.dir)
+            if self._pack is not None and pack.revision == self._pack.revision:
+                metrics.RELOADS.labels("unchanged").inc()
+                return True
+            prepared = self.engine.prepare(pack)
+            await self.engine.commit(prepared)
+        except (PackError, EngineUnavailable) as exc:
+            outcome = "rejected" if isinstance(exc, PackError) else "engine_unavailable"
+            metrics.RELOADS.labels(outcome).inc()
+            log.error("policy.reload_failed", outcome=outcome, engine=self.engine.name, revision=self.revision)
+            return False
+        self._pack, self._prepared = pack, prepared
+        metrics.RELOADS.labels("loaded").inc()
+        metrics.show_pack(self.engine.name, pack.revision)
+        log.info("policy.loaded", engine=self.engine.name, revision=pack.revision)
+        return True
+
+    async def next_reload(self) -> bool:
+        """Wait for the next reload attempt to finish and return whether it loaded a pack."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return await fut
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_interval_s)
+            try:
+                current = fingerprint(self.settings.dir)
+            except PackError:
+                current = None
+            # OPA loses a pushed pack when it restarts; the engine notices and asks for a push.
+            if self.engine.stale and self._prepared is not None:
+                await self._repush()
+            if current != self._seen or self._pack is None:
+                await self.reload()
+
+    async def _repush(self) -> None:
+        async with self._lock:
+            try:
+                await self.engine.commit(self._prepared)
+            except (PackError, EngineUnavailable):
+                metrics.RELOADS.labels("engine_unavailable").inc()
+                return
+            metrics.RELOADS.labels("repushed").inc()
+            log.info("policy.loaded", engine=self.engine.name, revision=self.revision)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def install_sighup(self) -> None:
+        """Reload on SIGHUP (call once from the running server)."""
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+
+    async def close(self) -> None:
+        """Stop the watcher and release the engine."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.engine.close()
+        metrics.show_pack(self.engine.name, None)
