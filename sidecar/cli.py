@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 #: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
 COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.server",
+    "sidecar.bench.cli",
+    "sidecar.devstack.cli",
 )
 
 
@@ -23,15 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    # `memgov serve --config X` reads as naturally as `memgov --config X serve`; accept both.
+    for command in sub.choices.values():
+        command.add_argument("--config", dest="config_after", default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.config:
-        import os
-
-        os.environ["MEMGOV_CONFIG"] = args.config
+    config = getattr(args, "config_after", None) or args.config
+    if config:
+        os.environ["MEMGOV_CONFIG"] = config
     return int(args.func(args) or 0)
 
 
