@@ -15,6 +15,7 @@ from collections.abc import Sequence
 #: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
 COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.server",
+    "sidecar.policy.cli",
     "sidecar.bench.cli",
     "sidecar.devstack.cli",
 )

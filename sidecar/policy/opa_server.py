@@ -15,18 +15,18 @@ from pathlib import Path
 _REPO_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "bin"
 
 
-class OpaNotFound(RuntimeError):
-    """No opa binary in .tools/bin or on PATH."""
+class ToolNotFound(RuntimeError):
+    """A Go tool (opa, regal) is neither in .tools/bin nor on PATH."""
 
 
-def opa_binary() -> str:
-    """Return the pinned opa from .tools/bin (``make tools``), else the one on PATH."""
-    pinned = _REPO_TOOLS / "opa"
+def tool_binary(name: str) -> str:
+    """Return the pinned tool from .tools/bin (``make tools``), else the one on PATH."""
+    pinned = _REPO_TOOLS / name
     if pinned.is_file() and os.access(pinned, os.X_OK):
         return str(pinned)
-    found = shutil.which("opa")
+    found = shutil.which(name)
     if found is None:
-        raise OpaNotFound("opa not found: run `make tools` or put opa on PATH")
+        raise ToolNotFound(f"{name} not found: run `make tools` or put {name} on PATH")
     return found
 
 
@@ -66,7 +66,7 @@ def start_opa(startup_timeout_s: float = 30.0) -> OpaServer:
     """Start OPA on a free loopback port and return once /health answers."""
     port = _free_port()
     proc = subprocess.Popen(
-        [opa_binary(), "run", "--server", "--addr", f"127.0.0.1:{port}", "--log-level", "error"],
+        [tool_binary("opa"), "run", "--server", "--addr", f"127.0.0.1:{port}", "--log-level", "error"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     server = OpaServer(proc, f"http://127.0.0.1:{port}")
