@@ -1,0 +1,1 @@
+"""Benchmarks: ``memgov bench proxy`` (gateway overhead), ``state`` and ``decisions``."""

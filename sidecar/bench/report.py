@@ -1,0 +1,155 @@
+"""Aggregate benchmark rounds into medians and within-round ratios; render the table and the JSON.
+
+Each round measures the three targets back to back, so a ratio computed inside one round
+compares runs that saw the same machine noise; the report gives the median of those ratios,
+next to the median of each target's own numbers across rounds.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+TARGETS: Final = {"a": "stand-in (direct)", "b": "bare proxy", "c": "memgov"}
+METRICS: Final = ("rps", "p50_ms", "p99_ms", "p999_ms")
+RATIOS: Final = (("c/a", "c", "a"), ("c/b", "c", "b"))
+
+Run = dict[str, Any]  # {"round", "target", "result": LoadResult fields, "server_cpu_s", "upstream_cpu_s"}
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def _by_round(runs: Sequence[Run]) -> dict[int, dict[str, Run]]:
+    rounds: dict[int, dict[str, Run]] = {}
+    for run in runs:
+        rounds.setdefault(run["round"], {})[run["target"]] = run
+    return rounds
+
+
+def aggregate(runs: Sequence[Run]) -> dict[str, Any]:
+    """Per-target medians across rounds, median within-round ratios and added latency in ms."""
+    targets: dict[str, Any] = {}
+    for key, label in TARGETS.items():
+        mine = [r for r in runs if r["target"] == key]
+        if not mine:
+            continue
+        res = [r["result"] for r in mine]
+        per_req = [r["server_cpu_s"] * 1e6 / r["result"]["requests"] for r in mine if r["result"]["requests"]]
+        targets[key] = {
+            "label": label,
+            **{m: _median([x[m] for x in res]) for m in METRICS},
+            "errors": sum(x["errors"] for x in res),
+            "generator": res[0]["generator"],
+            "generator_cpu_share": _median([x["cpu_s"] / x["elapsed_s"] if x["elapsed_s"] else math.nan for x in res]),
+            "generator_saturated_rounds": sum(1 for x in res if x["saturated"]),
+            "generator_lag_p99_ms": _median([x["lag_p99_ms"] for x in res if x["lag_p99_ms"] is not None]),
+            "generator_late_rounds": sum(1 for x in res if x["notes"]),
+            "server_cpu_us_per_request": _median(per_req),
+        }
+    rounds = _by_round(runs).values()
+    ratios: dict[str, Any] = {}
+    added: dict[str, Any] = {}
+    for name, top, bottom in RATIOS:
+        pairs = [(r[top]["result"], r[bottom]["result"]) for r in rounds if top in r and bottom in r]
+        ratios[name] = {m: _median([t[m] / b[m] if b[m] else math.nan for t, b in pairs]) for m in METRICS}
+        added[name.replace("/", "-")] = {m: _median([t[m] - b[m] for t, b in pairs]) for m in METRICS[1:]}
+    other = _median([r["other_load_cores"] for r in runs])
+    return {"targets": targets, "ratios": ratios, "added_ms": added, "other_load_cores": other}
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def render(section: Mapping[str, Any]) -> str:
+    """A plain-text table for one scenario and load mode."""
+    agg = section["summary"]
+    head = (f"{section['scenario']} ({section['mode']} loop, {section['load']}, "
+            f"{section['duration_s']:g} s x {section['rounds']} rounds, medians) - {section['summary_text']}")
+    lines = [head, f"  {'target':<20}{'rps':>10}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
+                   f"{'cpu us/req':>12}  generator"]
+    for key, t in agg["targets"].items():
+        gen = f"{t['generator']} cpu {t['generator_cpu_share']:.0%}"
+        if math.isfinite(t["generator_lag_p99_ms"]):
+            gen += f", send lag p99 {t['generator_lag_p99_ms']:.1f} ms"
+        if t["generator_saturated_rounds"]:
+            gen += f", SATURATED in {t['generator_saturated_rounds']} round(s)"
+        if t["generator_late_rounds"]:
+            gen += f", BEHIND SCHEDULE in {t['generator_late_rounds']} round(s)"
+        if t["errors"]:
+            gen += f", {t['errors']} errors"
+        lines.append(f"  ({key}) {t['label']:<16}{_fmt(t['rps'], 1):>10}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
+                     f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}  {gen}")
+    for name, r in agg["ratios"].items():
+        add = agg["added_ms"][name.replace("/", "-")]
+        lines.append(f"  ratio ({name[0]})/({name[2]}): rps {_fmt(r['rps'])}  p50 {_fmt(r['p50_ms'])}  "
+                     f"p99 {_fmt(r['p99_ms'])}  p99.9 {_fmt(r['p999_ms'])}   added ms: p50 {_fmt(add['p50_ms'], 3)}  "
+                     f"p99 {_fmt(add['p99_ms'], 3)}")
+    lines.append(f"  other processes on the machine used {_fmt(agg['other_load_cores'])} cores during a run (median)")
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_revision() -> str | None:
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False,
+                         cwd=Path(__file__).resolve().parent)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, CPU model, kernel and load average at the time of the call."""
+    return {
+        "cores": os.cpu_count(), "usable_cores": sorted(os.sched_getaffinity(0)), "cpu_model": _cpu_model(),
+        "platform": platform.platform(), "loadavg": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def versions(wrk: str | None) -> dict[str, Any]:
+    """Versions of what was measured and what measured it."""
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {"python": sys.version.split()[0], "aiohttp": version("aiohttp"), "memgov": version("memgov"),
+            "git": _git_revision(), "wrk": wrk}
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_json(report: Mapping[str, Any], out_dir: Path, stamp: str) -> Path:
+    """Write the report as strict JSON (no NaN) to ``out_dir/<stamp>.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stamp}.json"
+    path.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    return path

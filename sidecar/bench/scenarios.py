@@ -1,0 +1,73 @@
+"""Benchmark scenarios: a request mix plus the setup and teardown it needs.
+
+A scenario is pluggable through three hooks, all optional: ``standin_params`` and
+``gateway_overrides`` shape the stand-in and memgov processes before they start, and
+``prepared`` runs once every server is up (grant scopes, mint tokens, seed data), yields the
+mix to send, and undoes its setup afterwards. The passthrough scenarios need none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from sidecar.bench.loadgen import RequestSpec
+
+_JSON: Final = (("Content-Type", "application/json"),)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named request mix; subclasses override the hooks when the mix needs setup."""
+
+    name: str
+    summary: str
+    mix: tuple[RequestSpec, ...]
+
+    def standin_params(self, workdir: Path) -> dict[str, Any]:
+        """Keyword arguments of ``start_devstack`` for the stand-in this scenario runs against."""
+        # Unpaced streams: a paced one would measure the stand-in's sleeps, not the proxies.
+        return {"stream_delay_s": 0.0}
+
+    def gateway_overrides(self, workdir: Path) -> dict[str, Any]:
+        """Settings memgov runs with for this scenario (merged over the bench defaults)."""
+        return {}
+
+    @contextmanager
+    def prepared(self, urls: Mapping[str, str]) -> Iterator[tuple[RequestSpec, ...]]:
+        """Set up what the mix needs once the servers run (``urls`` of every process); yield the mix."""
+        yield self.mix
+
+
+def session_body(size: int = 1024) -> bytes:
+    """A session-creation body of exactly ``size`` bytes, padded in a description field."""
+    base = {"name": "bench-session", "agent_ref": "bench/assistant", "user_id": "bench-user", "description": ""}
+    pad = size - len(json.dumps(base, separators=(",", ":")).encode())
+    return json.dumps({**base, "description": "x" * max(pad, 0)}, separators=(",", ":")).encode()
+
+
+def stream_body() -> bytes:
+    """An A2A JSON-RPC ``message/stream`` request with one short text part."""
+    message = {
+        "kind": "message", "messageId": "bench-0001", "role": "user",
+        "parts": [{"kind": "text", "text": "Summarise the benchmark setup in one sentence."}],
+    }
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": message}}).encode()
+
+
+PASSTHROUGH: Final[tuple[Scenario, ...]] = (
+    Scenario("health", "GET /health, a small JSON answer",
+             (RequestSpec("health", "GET", "/health"),)),
+    Scenario("sessions", "POST /api/sessions with a 1 KiB JSON body",
+             (RequestSpec("create-session", "POST", "/api/sessions", _JSON, session_body()),)),
+    Scenario("a2a-stream", "POST /api/a2a/{ns}/{name}/ message/stream, an SSE answer read to its end",
+             (RequestSpec("message-stream", "POST", "/api/a2a/bench/assistant/",
+                          (*_JSON, ("Accept", "text/event-stream")), stream_body()),)),
+)
+
+#: Every scenario by name, in the order ``--scenario all`` runs them.
+SCENARIOS: Final[dict[str, Scenario]] = {s.name: s for s in PASSTHROUGH}

@@ -1,0 +1,73 @@
+"""``memgov bench proxy`` end to end: three targets in their own processes, one short round."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.bench.proxy import CpuPlan, plan_cpus
+from sidecar.bench.scenarios import SCENARIOS
+from sidecar.cli import main
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
+    """Exit code, printed output and JSON result of one tiny run of every scenario in both modes."""
+    out = tmp_path_factory.mktemp("bench")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["bench", "proxy", "--scenario", "all", "--duration", "1", "--warmup", "0.2", "--rounds", "1",
+                     "--rate", "100", "--concurrency", "4", "--out", str(out)])
+    (path,) = out.glob("*.json")
+    return code, printed.getvalue(), json.loads(path.read_text())
+
+
+class TestBenchProxy:
+    def test_run_succeeds_and_prints_the_table(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
+        """The command exits 0 and prints each target and both ratios for every scenario and mode."""
+        code, printed, _ = smoke
+        assert code == 0
+        lines = printed.splitlines()
+        starts = ("  (a) stand-in (direct)", "  (b) bare proxy", "  (c) memgov", "  ratio (c)/(a)", "  ratio (c)/(b)")
+        for start in starts:
+            assert sum(line.startswith(start) for line in lines) == 2 * len(SCENARIOS)
+
+    def test_every_section_measures_three_targets(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
+        """Each scenario and mode has a positive rate and latency for the stand-in, bare proxy and memgov."""
+        sections = smoke[2]["sections"]
+        assert sorted((s["scenario"], s["mode"]) for s in sections) == sorted(
+            (name, mode) for name in SCENARIOS for mode in ("closed", "open"))
+        for section in sections:
+            targets = section["summary"]["targets"]
+            assert sorted(targets) == ["a", "b", "c"]
+            assert all(t["rps"] > 0 and t["p50_ms"] > 0 and t["errors"] == 0 for t in targets.values())
+            assert all(section["summary"]["ratios"][r]["rps"] > 0 for r in ("c/a", "c/b"))
+
+    def test_result_records_how_to_reproduce_it(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
+        """The JSON names the exact command, the machine's cores and the versions measured."""
+        report = smoke[2]
+        assert report["command"].startswith("memgov bench proxy --duration 1 --rounds 1 --concurrency 4 --rate 100")
+        assert report["machine"]["cores"] >= 1
+        assert report["versions"]["aiohttp"] and report["versions"]["python"]
+
+
+class TestCpuPlan:
+    @pytest.mark.parametrize(
+        ("cpus", "pin", "plan"),
+        [
+            ([0], True, CpuPlan()),
+            ([0, 1], False, CpuPlan()),
+            ([0, 1], True, CpuPlan((0,), (1,), (1,))),
+            ([3, 2], True, CpuPlan((2,), (3,), (3,))),
+            ([0, 1, 2, 3], True, CpuPlan((0,), (1,), (2, 3))),
+        ],
+    )
+    def test_generator_gets_its_own_core(self, cpus: Sequence[int], pin: bool, plan: CpuPlan) -> None:
+        """With two or more cores the generator never shares a core with a server."""
+        assert plan_cpus(cpus, pin) == plan
