@@ -58,6 +58,7 @@ class Reason(enum.StrEnum):
     CONFIRMATION_REQUIRED = "confirmation_required"
     NOT_SUBJECT = "not_subject"
     ERASURE_FAILED = "erasure_failed"
+    ERASURE_PENDING = "erasure_pending"
     VERIFICATION_FAILED = "verification_failed"
     # the policy allowed the request
     ALLOWED = "allowed"

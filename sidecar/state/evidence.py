@@ -128,6 +128,17 @@ class EvidenceOps:
         async with self._db.tx("snapshot") as tx:
             return await _load(tx, erasure_id)
 
+    async def erasures_of_scope(self, scope_id: str, limit: int = 100) -> list[Erasure]:
+        """The scope's erasures, newest first (status, and the re-consent guard)."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                "SELECT erasure_id FROM erasures WHERE scope_id = $1"
+                " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
+                scope_id, limit,
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
     async def unfinished_erasures(self) -> list[Erasure]:
         """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
         terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))

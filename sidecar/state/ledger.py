@@ -190,3 +190,17 @@ class LedgerOps:
                 " ORDER BY expires_us LIMIT $2", to_us(now), limit,
             )
         return [_entry(r) for r in rows]
+
+    async def dead_namespaces(self, limit: int) -> list[tuple[str, int]]:
+        """(scope_id, generation) pairs never readable again that still hold rows not physically deleted.
+
+        A generation is dead when it is older than the scope's or the scope is disabled; pending
+        slots count, since a save may have reached kagent before the gateway could fill its slot.
+        """
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                "SELECT DISTINCT l.scope_id, l.generation FROM ledger l JOIN scopes s ON s.scope_id = l.scope_id"
+                " WHERE l.deleted_us IS NULL AND (l.generation < s.generation OR NOT s.enabled)"
+                " ORDER BY l.scope_id, l.generation LIMIT $1", limit,
+            )
+        return [(r[0], int(r[1])) for r in rows]

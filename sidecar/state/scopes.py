@@ -188,6 +188,20 @@ class ScopeOps:
         scope, _ = await self._consent(scope_id, now, enable=False, receipt=False)
         return scope
 
+    async def advance_generation(self, scope_id: str, now: datetime) -> Scope:
+        """Fence in-flight work without a consent change (forget-all): generation+1, enabled as it was."""
+        if not valid_scope_id(scope_id):
+            raise StateError(Reason.NOT_FOUND)
+        async with self._db.tx("write") as tx:
+            # Same row lock as a consent change, so a begin_write either precedes it or is fenced.
+            row = await tx.fetchrow(
+                "UPDATE scopes SET generation = generation + 1, updated_us = $2 WHERE scope_id = $1"
+                f" RETURNING {_SCOPE_COLS}", scope_id, to_us(now),
+            )
+        if row is None:
+            raise StateError(Reason.NOT_FOUND)
+        return _scope(row)
+
     async def receipts(self, scope_id: str) -> list[Receipt]:
         """Every consent receipt of the scope, oldest first."""
         if not valid_scope_id(scope_id):
