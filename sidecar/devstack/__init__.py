@@ -1,0 +1,21 @@
+"""Stand-ins for kagent v0.9.11's controller API and an OpenAI-compatible embedding provider.
+
+They reproduce kagent's memory REST contract, flaws included, so the gateway can be tested,
+demonstrated and benchmarked without a cluster. Entry points: :func:`start_devstack`,
+:func:`create_kagent_app`, :func:`create_embedding_app`, :func:`open_memory_store`.
+"""
+
+from sidecar.devstack.clock import DevClock
+from sidecar.devstack.embedding import EMBEDDING, EmbeddingFaults, create_embedding_app
+from sidecar.devstack.kagent import create_kagent_app
+from sidecar.devstack.recorder import RecordedRequest, Recorder
+from sidecar.devstack.runtime import RuntimeConfig, app_name
+from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.state import RECORDER, STATE
+from sidecar.devstack.store import DbFault, MemoryRow, MemoryStore, open_memory_store
+
+__all__ = [
+    "EMBEDDING", "RECORDER", "STATE", "DbFault", "DevClock", "Devstack", "EmbeddingFaults", "MemoryRow", "MemoryStore",
+    "RecordedRequest", "Recorder", "RuntimeConfig", "app_name", "create_embedding_app", "create_kagent_app",
+    "open_memory_store", "start_devstack",
+]

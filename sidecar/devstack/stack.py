@@ -1,0 +1,81 @@
+"""Start both stand-ins in the running event loop (tests, demo, benchmarks, ``memgov devstack``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from aiohttp import web
+
+from sidecar.devstack.clock import DevClock
+from sidecar.devstack.embedding import EMBEDDING, EmbeddingFaults, EmbeddingState, create_embedding_app
+from sidecar.devstack.kagent import create_kagent_app
+from sidecar.devstack.recorder import Recorder
+from sidecar.devstack.runtime import RuntimeConfig
+from sidecar.devstack.state import RECORDER, STATE
+from sidecar.devstack.store import MemoryStore, open_memory_store
+
+
+async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner, int(runner.addresses[0][1])
+
+
+@dataclass
+class Devstack:
+    """Both stand-ins, listening; ``embedding_url`` is the OpenAI-style base URL (``.../v1``)."""
+
+    kagent_url: str
+    embedding_url: str
+    store: MemoryStore
+    clock: Callable[[], datetime]
+    kagent_app: web.Application
+    embedding_app: web.Application
+    _runners: tuple[web.AppRunner, ...]
+
+    @property
+    def recorder(self) -> Recorder:
+        """Requests the kagent stand-in received."""
+        return self.kagent_app[RECORDER]
+
+    @property
+    def embedding(self) -> EmbeddingState:
+        """Faults and recorded calls of the embedding stand-in."""
+        return self.embedding_app[EMBEDDING]
+
+    def set_runtime(self, runtime: RuntimeConfig | None) -> None:
+        """Point the simulated agent runtime (e.g. at a gateway started after the stand-ins)."""
+        self.kagent_app[STATE].runtime = runtime
+
+    async def stop(self) -> None:
+        """Stop listening and close the store."""
+        for runner in self._runners:
+            await runner.cleanup()
+        await self.store.close()
+
+
+async def start_devstack(*, store_url: str | None = None, host: str = "127.0.0.1", kagent_port: int = 0,
+                         embedding_port: int = 0, clock: Callable[[], datetime] | None = None,
+                         agents: Iterable[str] | None = None, runtime: RuntimeConfig | None = None,
+                         stream_delay_s: float = 0.05, embedding_faults: EmbeddingFaults | None = None) -> Devstack:
+    """Open the store and serve both stand-ins; port 0 picks free ports."""
+    now = clock if clock is not None else DevClock()
+    store = await open_memory_store(store_url, now=now)
+    try:
+        kagent_app = create_kagent_app(store, clock=now, agents=agents, stream_delay_s=stream_delay_s,
+                                       runtime=runtime)
+        embedding_app = create_embedding_app(faults=embedding_faults)
+        kagent_runner, kagent_port = await _serve(kagent_app, host, kagent_port)
+        try:
+            embedding_runner, embedding_port = await _serve(embedding_app, host, embedding_port)
+        except BaseException:
+            await kagent_runner.cleanup()
+            raise
+    except BaseException:
+        await store.close()
+        raise
+    return Devstack(f"http://{host}:{kagent_port}", f"http://{host}:{embedding_port}/v1", store, now, kagent_app,
+                    embedding_app, (kagent_runner, embedding_runner))
