@@ -9,7 +9,7 @@ kagent's, reproduced on purpose: the gateway in front is what must never echo th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -42,6 +42,7 @@ def rfc3339(value: datetime | None, *, nano: bool = False) -> str:
     """Go's time.RFC3339 (seconds) or RFC3339Nano (trailing zeros trimmed) in UTC."""
     if value is None:
         return _ZERO_TIME
+    value = value.astimezone(UTC)
     text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T"
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
     if nano and value.microsecond:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -70,8 +70,8 @@ class TestQuery:
 
 class TestTimes:
     def test_rfc3339_forms(self) -> None:
-        """Search uses RFC3339Nano with trimmed zeros, list uses whole seconds, NULL is Go's zero time."""
-        t = datetime(2026, 3, 1, 12, 0, 5, 120000, tzinfo=UTC)
+        """Times are UTC: RFC3339Nano with trimmed zeros for search, whole seconds for list, zero time for NULL."""
+        t = datetime(2026, 3, 1, 14, 0, 5, 120000, tzinfo=timezone(timedelta(hours=2)))
         assert (rfc3339(t, nano=True), rfc3339(t), rfc3339(None)) == (
             "2026-03-01T12:00:05.12Z", "2026-03-01T12:00:05Z", "0001-01-01T00:00:00Z")
 
