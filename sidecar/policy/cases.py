@@ -85,7 +85,9 @@ def _apply(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _bases(raw: dict[str, Any], limits: Limits, federation: Federation) -> dict[str, dict[str, Any]]:
+def load_bases(folder: Path, limits: Limits, federation: Federation) -> dict[str, dict[str, Any]]:
+    """Read ``base.yaml``: complete inputs by name, with the pack's data in their deployment."""
+    raw = yaml.safe_load((Path(folder) / "base.yaml").read_text(encoding="utf-8"))
     deployment = dict(raw["deployment"])
     deployment.setdefault("classification", federation.classification)
     deployment.setdefault("federation_partners", [p.model_dump(mode="json") for p in federation.partners])
@@ -99,13 +101,18 @@ def _bases(raw: dict[str, Any], limits: Limits, federation: Federation) -> dict[
     return bases
 
 
+def build_input(bases: dict[str, dict[str, Any]], base: str, changes: dict[str, Any] | None = None) -> DecisionInput:
+    """A validated input from a named base with dotted-path changes (``facts`` measured as bytes)."""
+    return DecisionInput.model_validate(_apply(bases[base], changes or {}))
+
+
 def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]]) -> Case:
     name = row.get("name", "?")
     try:
         rule, kind, expect = row["rule"], row["kind"], row["expect"]
         if rule not in RULES or kind not in KINDS:
             raise CaseError(f"{file}: case {name!r}: unknown rule or kind")
-        inp = DecisionInput.model_validate(_apply(bases[row["base"]], row.get("set", {})))
+        inp = build_input(bases, row["base"], row.get("set"))
         action = Action(expect["action"])
         reasons = tuple(sorted(Reason(r).value for r in expect.get("reasons", ["allowed"])))
     except (KeyError, ValueError, ValidationError) as exc:
@@ -116,8 +123,7 @@ def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]]) -> C
 def load_cases(folder: Path, limits: Limits, federation: Federation) -> list[Case]:
     """Load every case table in a folder against the pack's data."""
     folder = Path(folder)
-    raw_base = yaml.safe_load((folder / "base.yaml").read_text(encoding="utf-8"))
-    bases = _bases(raw_base, limits, federation)
+    bases = load_bases(folder, limits, federation)
     cases: list[Case] = []
     for path in sorted(folder.glob("*.yaml")):
         if path.name == "base.yaml":

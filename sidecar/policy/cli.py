@@ -79,7 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     check.set_defaults(func=_cmd_check)
 
     test = policy.add_parser("test", help="Run the policy-tests case tables on one or both engines.")
-    test.add_argument("--engine", choices=("cedar", "opa", "all"), default="all", help="Engine(s) to run (default all).")
+    test.add_argument(
+        "--engine", choices=("cedar", "opa", "all"), default="all", help="Engine(s) to run (default all)."
+    )
     test.add_argument("--opa-url", help="OPA server to use; without it a local opa is started on loopback.")
     test.add_argument("--dir", help="Policy pack folder (default: policy.dir from the configuration).")
     test.add_argument("--cases", help="Case table folder (default: policy-tests/ beside the pack).")

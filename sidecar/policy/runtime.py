@@ -54,6 +54,7 @@ class PolicyRuntime:
         self._lock = asyncio.Lock()
         self._waiters: list[asyncio.Future[bool]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._sighup: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     async def start(
@@ -170,15 +171,19 @@ class PolicyRuntime:
         try:
             self._seen = fingerprint(self.settings.dir)
             pack = read_pack(self.settings.dir)
-            if self._pack is not None and pack.revision == self._pack.revision:
+            live = self._pack is not None and pack.revision == self._pack.revision
+            if live and not self.engine.stale:
                 metrics.RELOADS.labels("unchanged").inc()
                 return True
-            prepared = self.engine.prepare(pack)
+            # An engine that lost the live pack (OPA restarted) gets the same pack again.
+            prepared = self._prepared if live else self.engine.prepare(pack)
             await self.engine.commit(prepared)
         except (PackError, EngineUnavailable) as exc:
             outcome = "rejected" if isinstance(exc, PackError) else "engine_unavailable"
             metrics.RELOADS.labels(outcome).inc()
             log.error("policy.reload_failed", outcome=outcome, engine=self.engine.name, revision=self.revision)
+            if self.engine.stale and self._prepared is not None:
+                await self._recommit_live()
             return False
         self._pack, self._prepared = pack, prepared
         metrics.RELOADS.labels("loaded").inc()
@@ -186,11 +191,17 @@ class PolicyRuntime:
         log.info("policy.loaded", engine=self.engine.name, revision=pack.revision)
         return True
 
-    async def next_reload(self) -> bool:
-        """Wait for the next reload attempt to finish and return whether it loaded a pack."""
+    async def _recommit_live(self) -> None:
+        try:
+            await self.engine.commit(self._prepared)
+        except (PackError, EngineUnavailable):
+            return
+
+    def next_reload(self) -> asyncio.Future[bool]:
+        """A future, registered now, that resolves when the next reload attempt ends (True: loaded)."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
-        return await fut
+        return fut
 
     async def _watch(self) -> None:
         while True:
@@ -200,20 +211,8 @@ class PolicyRuntime:
             except PackError:
                 current = None
             # OPA loses a pushed pack when it restarts; the engine notices and asks for a push.
-            if self.engine.stale and self._prepared is not None:
-                await self._repush()
-            if current != self._seen or self._pack is None:
+            if current != self._seen or self._pack is None or self.engine.stale:
                 await self.reload()
-
-    async def _repush(self) -> None:
-        async with self._lock:
-            try:
-                await self.engine.commit(self._prepared)
-            except (PackError, EngineUnavailable):
-                metrics.RELOADS.labels("engine_unavailable").inc()
-                return
-            metrics.RELOADS.labels("repushed").inc()
-            log.info("policy.loaded", engine=self.engine.name, revision=self.revision)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -221,11 +220,16 @@ class PolicyRuntime:
         task.add_done_callback(self._tasks.discard)
 
     def install_sighup(self) -> None:
-        """Reload on SIGHUP (call once from the running server)."""
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+        """Reload on SIGHUP (call once from the running server; ``close`` removes the handler)."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+        self._sighup = loop
 
     async def close(self) -> None:
-        """Stop the watcher and release the engine."""
+        """Stop the watcher, remove the SIGHUP handler and release the engine."""
+        if self._sighup is not None:
+            self._sighup.remove_signal_handler(signal.SIGHUP)
+            self._sighup = None
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

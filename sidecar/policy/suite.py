@@ -42,7 +42,9 @@ class SuiteReport:
         return not (self.failures() or self.disagreements() or self.uncovered())
 
 
-async def run_suite(pack_dir: Path, cases_dir: Path, engines: list[str], opa_url: str | None, timeout_s: float) -> SuiteReport:
+async def run_suite(
+    pack_dir: Path, cases_dir: Path, engines: list[str], opa_url: str | None, timeout_s: float
+) -> SuiteReport:
     """Load the pack into each engine and run every case on it."""
     pack = read_pack(pack_dir)
     cases = load_cases(cases_dir, pack.limits, pack.federation)

@@ -1,0 +1,77 @@
+"""Fixtures for the policy stage: valid inputs, pack copies, a real OPA server on loopback."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.policy.cases import build_input, load_bases
+from sidecar.policy.model import DecisionInput
+from sidecar.policy.opa_server import start_opa
+from sidecar.policy.pack import read_pack
+from sidecar.settings import PolicySettings
+
+REPO = Path(__file__).resolve().parents[2]
+PACK_DIR = REPO / "policies"
+CASES_DIR = REPO / "policy-tests"
+
+PERMIT_ALL_CEDAR = """@id("allowed")
+@rationale("Test pack: permits everything, so only the floor can refuse.")
+permit (principal, action, resource);
+"""
+
+PERMIT_ALL_REGO = """package memgov.decision
+
+result := {"allow": true, "reasons": []}
+"""
+
+MakeInput = Callable[..., DecisionInput]
+
+
+@pytest.fixture(scope="session")
+def make_input() -> MakeInput:
+    """Build a valid input from a policy-tests base name plus dotted-path changes."""
+    pack = read_pack(PACK_DIR)
+    bases = load_bases(CASES_DIR, pack.limits, pack.federation)
+
+    def make(base: str, changes: dict[str, Any] | None = None) -> DecisionInput:
+        return build_input(bases, base, changes)
+
+    return make
+
+
+@pytest.fixture
+def pack_copy(tmp_path: Path) -> Path:
+    """A private copy of the reference pack that a test may edit."""
+    dest = tmp_path / "policies"
+    shutil.copytree(PACK_DIR, dest)
+    return dest
+
+
+@pytest.fixture
+def permit_all_pack(pack_copy: Path) -> Path:
+    """The reference pack's schema and data with policies that permit everything, in both languages."""
+    for path in [*pack_copy.glob("cedar/*.cedar"), *pack_copy.rglob("rego/**/*.rego")]:
+        path.unlink()
+    (pack_copy / "cedar" / "permit_all.cedar").write_text(PERMIT_ALL_CEDAR)
+    (pack_copy / "rego" / "memgov" / "decision" / "permit_all.rego").write_text(PERMIT_ALL_REGO)
+    return pack_copy
+
+
+@pytest.fixture(scope="session")
+def opa_url() -> Iterator[str]:
+    """A real OPA server on loopback, empty; each test pushes the pack it needs."""
+    server = start_opa()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def policy_settings(pack: Path, **overrides: Any) -> PolicySettings:
+    """Policy settings for a pack folder; no file watching unless asked."""
+    return PolicySettings(dir=pack, **{"reload_interval_s": 0, "opa_timeout_s": 5.0, **overrides})

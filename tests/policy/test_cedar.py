@@ -1,0 +1,85 @@
+"""The Cedar engine: what a pack must satisfy to load, and failing closed at evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.policy.cedar import CedarEngine, CedarEvalError, compile_pack
+from sidecar.policy.model import Operation
+from sidecar.policy.pack import PackError, read_pack
+from tests.policy.conftest import MakeInput
+
+
+
+def _with_policy(pack: Path, text: str) -> Path:
+    (pack / "cedar" / "extra.cedar").write_text(text)
+    return pack
+
+
+class TestCompile:
+    def test_reference_pack_maps_every_policy_to_a_reason(self) -> None:
+        """Each policy's @id becomes a reason code; the permit is 'allowed'."""
+        compiled = compile_pack(read_pack(Path(__file__).resolve().parents[2] / "policies"))
+        assert "allowed" in compiled.reasons.values()
+        assert len(set(compiled.reasons.values())) == len(compiled.reasons) == 23
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("permit (principal, action, resource);", "@id"),
+            ('@id("no-such-reason")\n@rationale("r")\nforbid (principal, action, resource);', "@id"),
+            ('@id("Consent_Missing")\n@rationale("r")\nforbid (principal, action, resource);', "@id"),
+            ('@id("consent-missing")\n@rationale("r")\nforbid (principal, action, resource);', "used twice"),
+            ('@id("route-denied")\nforbid (principal, action, resource);', "rationale"),
+            ('@id("route-denied")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
+             "schema validation"),
+            ('@id("route-denied")\n@rationale("r")\nforbid (principal, action, resource', "do not parse"),
+        ],
+        ids=["no-id", "unknown-code", "not-kebab", "duplicate", "no-rationale", "schema", "syntax"],
+    )
+    def test_bad_policies_are_refused(self, pack_copy: Path, text: str, message: str) -> None:
+        """A pack loads only when it parses, validates against the schema and every @id is a unique reason."""
+        with pytest.raises(PackError, match=message):
+            compile_pack(read_pack(_with_policy(pack_copy, text)))
+
+    def test_two_schemas_are_refused(self, pack_copy: Path) -> None:
+        """One .cedarschema describes the model; a second one is ambiguous."""
+        (pack_copy / "cedar" / "other.cedarschema").write_text("entity Other;")
+        with pytest.raises(PackError, match="exactly one"):
+            compile_pack(read_pack(pack_copy))
+
+
+class TestEvaluation:
+    async def test_evaluation_error_fails_closed(self, pack_copy: Path, make_input: MakeInput) -> None:
+        """A forbid that errors at runtime (overflow) denies instead of being skipped as Cedar would."""
+        overflow = (
+            '@id("route-denied")\n@rationale("r")\n'
+            "forbid (principal, action, resource) when { context.now * 10000000000 > 0 };\n"
+        )
+        engine = CedarEngine()
+        await engine.commit(engine.prepare(read_pack(_with_policy(pack_copy, overflow))))
+        with pytest.raises(CedarEvalError):
+            engine.decide_sync(make_input("save"))
+
+    async def test_unloaded_engine_raises(self, make_input: MakeInput) -> None:
+        """Before a pack is committed the engine cannot answer."""
+        with pytest.raises(CedarEvalError):
+            await CedarEngine().decide(make_input("save"))
+
+    async def test_batch_matches_single_decisions(self, pack_copy: Path, make_input: MakeInput) -> None:
+        """A prefetch fan-out of 8 decided in one call answers like 8 single calls."""
+        engine = CedarEngine()
+        await engine.commit(engine.prepare(read_pack(pack_copy)))
+        inputs = [make_input("prefetch", {"budget.prefetch_ok": i < 6}) for i in range(8)]
+        assert await engine.decide_many(inputs) == [engine.decide_sync(i) for i in inputs]
+
+    async def test_mixed_batch_matches_single_decisions(self, pack_copy: Path, make_input: MakeInput) -> None:
+        """Inputs of different scopes in one batch are still decided one by one, correctly."""
+        engine = CedarEngine()
+        await engine.commit(engine.prepare(read_pack(pack_copy)))
+        inputs = [make_input("search"), make_input("search", {"scope": None}), make_input("invoke")]
+        verdicts = await engine.decide_many(inputs)
+        assert [v.allowed for v in verdicts] == [True, False, True]
+        assert inputs[1].operation is Operation.MEMORY_SEARCH and verdicts[1].reasons == {"consent_missing"}
