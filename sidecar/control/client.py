@@ -1,0 +1,139 @@
+"""An async client for every control API endpoint (used by ``memgov scope``, ``memgov drill`` and tests).
+
+Every method returns the decoded JSON answer. A refusal raises :class:`ControlError` with the
+HTTP status, the reason code, the decision id and, for a failed erasure, the evidence location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from sidecar.reasons import REASON_VALUES
+
+CONTEXT_HEADER = "X-Memgov-Context"
+
+
+class ControlError(Exception):
+    """The control API refused a call; ``reason`` is its code (``internal_error`` if unreadable)."""
+
+    def __init__(self, status: int, reason: str, decision_id: str | None, location: str | None) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status, self.reason, self.decision_id, self.location = status, reason, decision_id, location
+
+
+class ControlClient:
+    """Calls one control API base URL with one bearer token."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, session: aiohttp.ClientSession | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self._own = session is None
+        self._session = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+    def as_caller(self, token: str | None) -> ControlClient:
+        """The same endpoint and connection pool with another caller's token."""
+        return ControlClient(self.base_url, token, session=self._session)
+
+    async def close(self) -> None:
+        if self._own:
+            await self._session.close()
+
+    async def __aenter__(self) -> ControlClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def call(self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None,
+                   params: dict[str, str] | None = None) -> tuple[int, Any]:
+        """One request; returns (status, decoded body) for 2xx, raises ControlError otherwise."""
+        sent = dict(headers or {})
+        if self.token is not None:
+            sent["Authorization"] = f"Bearer {self.token}"
+        async with self._session.request(method, self.base_url + path, json=json, headers=sent,
+                                         params=params) as resp:
+            try:
+                body = await resp.json(content_type=None)
+            except ValueError:
+                body = None
+            if resp.status >= 400:
+                reason = body.get("error") if isinstance(body, dict) else None
+                raise ControlError(resp.status, reason if reason in REASON_VALUES else "internal_error",
+                                   body.get("decision_id") if isinstance(body, dict) else None,
+                                   resp.headers.get("Location"))
+            return resp.status, body
+
+    async def _json(self, method: str, path: str, **kw: Any) -> Any:
+        return (await self.call(method, path, **kw))[1]
+
+    async def openapi(self) -> dict[str, Any]:
+        return await self._json("GET", "/v1/openapi.json")  # type: ignore[no-any-return]
+
+    async def create_scope(self, mxid: str, agent: str, room_id: str, *, origin: str = "native",
+                           kind: str = "control_room") -> dict[str, Any]:
+        body = {"principal": {"mxid": mxid, "origin": origin}, "agent": agent,
+                "scope": {"kind": kind, "room_id": room_id}}
+        return await self._json("POST", "/v1/scopes", json=body)  # type: ignore[no-any-return]
+
+    async def status(self, scope_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/scopes/{scope_id}")  # type: ignore[no-any-return]
+
+    async def grant(self, scope_id: str, purpose: str, policy_version: str) -> dict[str, Any]:
+        body = {"purpose": purpose, "policy_version": policy_version}
+        return await self._json("PUT", f"/v1/scopes/{scope_id}/consent", json=body)  # type: ignore[no-any-return]
+
+    async def withdraw(self, scope_id: str) -> dict[str, Any]:
+        return await self._json("DELETE", f"/v1/scopes/{scope_id}/consent")  # type: ignore[no-any-return]
+
+    async def inspect(self, scope_id: str, context: str, *, cursor: str | None = None,
+                      limit: int | None = None) -> dict[str, Any]:
+        """One page; ``context`` is a fresh signed context for this page (each is single use)."""
+        params = {k: str(v) for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
+        return await self._json("GET", f"/v1/scopes/{scope_id}/entries",  # type: ignore[no-any-return]
+                                headers={CONTEXT_HEADER: context}, params=params)
+
+    async def inspect_all(self, scope_id: str, contexts: AsyncIterator[str], *,
+                          limit: int | None = None) -> list[dict[str, Any]]:
+        """Every page, each with the next context from ``contexts``."""
+        entries: list[dict[str, Any]] = []
+        cursor = None
+        async for context in contexts:
+            page = await self.inspect(scope_id, context, cursor=cursor, limit=limit)
+            entries.extend(page["entries"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        return entries
+
+    async def forget(self, scope_id: str, entry_id: str) -> dict[str, Any]:
+        path = f"/v1/scopes/{scope_id}/entries/{quote(entry_id, safe='')}"
+        return await self._json("DELETE", path)  # type: ignore[no-any-return]
+
+    async def _confirmed(self, scope_id: str, action: str, confirm: str | None) -> dict[str, Any]:
+        body = None if confirm is None else {"confirm": confirm}
+        return await self._json("POST", f"/v1/scopes/{scope_id}/{action}", json=body)  # type: ignore[no-any-return]
+
+    async def forget_all(self, scope_id: str, confirm: str | None = None) -> dict[str, Any]:
+        """Without ``confirm``: the confirmation token; with it: the erasure record."""
+        return await self._confirmed(scope_id, "forget-all", confirm)
+
+    async def off(self, scope_id: str, confirm: str | None = None) -> dict[str, Any]:
+        """Without ``confirm``: the confirmation token; with it: the erasure record."""
+        return await self._confirmed(scope_id, "off", confirm)
+
+    async def confirm_and_run(self, scope_id: str, action: str) -> dict[str, Any]:
+        """Both calls of forget-all (``forget-all``) or off (``off``)."""
+        issued = await self._confirmed(scope_id, action, None)
+        return await self._confirmed(scope_id, action, issued["confirm_token"])
+
+    async def offboard(self, mxid: str) -> dict[str, Any]:
+        return await self._json("POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")  # type: ignore[no-any-return]
+
+    async def erasure(self, erasure_id: str) -> dict[str, Any]:
+        """The evidence record; write it to a file as is to export it."""
+        return await self._json("GET", f"/v1/erasures/{quote(erasure_id, safe='')}")  # type: ignore[no-any-return]

@@ -1,0 +1,121 @@
+"""Private inspect and exact forget-one (SPEC R-5, R-6).
+
+Inspect is the only control call that returns memory text. Every page needs the subject's token
+and a fresh ``X-Memgov-Context`` attesting the control room; the attested state goes through
+the policy runtime (engine + floor) as a ``control.inspect`` decision and anything but
+``forward`` refuses the page with its reason code and no content. Text is fetched from kagent
+for the current generation's namespace and kept only for ledger-live ids of that generation.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sidecar.control.auth import require_scope_subject
+from sidecar.control.evidence import erasure_answer
+from sidecar.control.http import ENGINE, KAGENT, Refused, load_scope, ok, operation
+from sidecar.control.models import EntryOut, InspectPage, SourceScope
+from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.enforce.invoke import CONTEXT_HEADER, _context
+from sidecar.enforce.respond import decide, primary_reason, record, stamp
+from sidecar.enforce.runtime import GOVERNANCE
+from sidecar.erasure.adapters import AdapterError, list_namespace
+from sidecar.erasure.engine import Kind
+from sidecar.erasure.evidence import iso
+from sidecar.identity.keys import storage_key
+from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.types import Scope
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 50
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise Refused(400, Reason.BAD_REQUEST)
+    return int(raw)
+
+
+def _entry_id(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return codec.check_id(raw, "cursor")
+    except ValueError:
+        raise Refused(400, Reason.BAD_REQUEST) from None
+
+
+async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
+    """Decide ``control.inspect`` on the attested room state; the decision is logged and audited."""
+    gov = request.app[GOVERNANCE]
+    facts, ctx = await _context(request, request.headers.get(CONTEXT_HEADER))
+    # The principal is the one the bridge attests; the policy compares it with the scope's.
+    principal = principal_of(ctx.sub, ctx.origin) if ctx else principal_of(scope.principal_mxid, scope.origin)
+    decision = await decide(
+        request, Operation.CONTROL_INSPECT, agent_ref=scope.agent, principal=principal,
+        agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)),
+        scope=scope_of(scope),
+        request=RequestFacts(
+            context=facts,
+            context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
+            context_agent=ctx.agent if ctx else None,
+        ),
+        room=room_of(ctx.room) if ctx else None, audience=audience_of(ctx.audience) if ctx else None,
+        entries=Entries(count=live, cap=gov.limits.max_entries),
+    )
+    await record(request, Operation.CONTROL_INSPECT, decision, scope_id=scope.scope_id)
+    return decision
+
+
+async def inspect(request: web.Request) -> web.StreamResponse:
+    """GET /v1/scopes/{scope_id}/entries?cursor&limit: one bounded page of the subject's memory."""
+    operation(request, "scope.inspect")
+    gov = request.app[GOVERNANCE]
+    scope = await load_scope(gov, request.match_info["scope_id"])
+    require_scope_subject(request, scope)
+    limit, cursor = _limit(request.query.get("limit")), _entry_id(request.query.get("cursor"))
+    now = gov.now()
+    decision = await attest(request, scope, await gov.store.live_count(scope.scope_id, now))
+    if not decision.allowed:
+        # SECURITY: drift in the room, audience, context or consent suppresses the whole page.
+        raise Refused(403, primary_reason(decision), scope_id=scope.scope_id, audited=True)
+    page = await gov.store.live_entries(scope.scope_id, now, cursor, limit)
+    current = [e for e in page if e.generation == scope.generation]
+    texts: dict[str, str] = {}
+    if current:
+        try:
+            rows = await list_namespace(request.app[KAGENT], gov.settings.upstream.controller_url,
+                                        gov.app_name(scope.agent), storage_key(scope.scope_id, scope.generation))
+        except AdapterError as exc:
+            raise Refused(502, exc.reason, scope_id=scope.scope_id) from None
+        texts = {r["id"]: r.get("content") if isinstance(r.get("content"), str) else "" for r in rows}
+    after = await gov.store.get_scope(scope.scope_id)
+    if after is None or not after.enabled or after.generation != scope.generation:
+        # SECURITY: consent changed while the page was read; nothing read under it goes out.
+        raise Refused(403, Reason.STALE_GENERATION, scope_id=scope.scope_id)
+    source = SourceScope(kind=scope.kind, room_id=scope.room_id)
+    body = InspectPage(
+        scope_id=scope.scope_id,
+        entries=[EntryOut(id=e.entry_id, text=texts[e.entry_id], source_scope=source, created_at=iso(e.created_at) or "",
+                          expires_at=iso(e.expires_at) or "") for e in current if e.entry_id in texts],
+        next_cursor=page[-1].entry_id if len(page) == limit else None,
+    )
+    return stamp(ok(body), decision)
+
+
+async def forget_one(request: web.Request) -> web.Response:
+    """DELETE /v1/scopes/{scope_id}/entries/{entry_id}: erase exactly one ledger entry, with evidence."""
+    operation(request, "scope.forget_one")
+    gov = request.app[GOVERNANCE]
+    scope = await load_scope(gov, request.match_info["scope_id"])
+    require_scope_subject(request, scope)
+    entry_id = request.match_info["entry_id"]
+    entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == entry_id), None)
+    if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
+        raise Refused(404, Reason.NOT_FOUND, scope_id=scope.scope_id)
+    erasure = await request.app[ENGINE].erase(scope, Kind.FORGET_ONE, "subject", [entry.entry_id])
+    return ok(await erasure_answer(gov, erasure))

@@ -1,0 +1,61 @@
+"""Erasure answers: the evidence record for success, a content-free error pointing to it on failure."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sidecar.control.auth import authenticate
+from sidecar.control.http import Refused, ok, operation
+from sidecar.control.models import ErasureRecord
+from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.erasure.evidence import build_evidence
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.types import Erasure
+
+_UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.value})
+
+
+async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
+    """The evidence record of an erasure, built from its row and the scope's ledger."""
+    ledger = await gov.store.entries_of_scope(erasure.scope_id)
+    return ErasureRecord.model_validate(build_evidence(erasure, ledger))
+
+
+def location(erasure: Erasure) -> dict[str, str]:
+    """Where the evidence of an erasure can be fetched."""
+    return {"Location": f"/v1/erasures/{erasure.erasure_id}"}
+
+
+async def erasure_answer(gov: Governance, erasure: Erasure) -> ErasureRecord:
+    """The evidence of a verified erasure; a failed one becomes an error carrying only its code.
+
+    The engine has already audited the failure and disabled the scope; the ``Location`` header
+    leads an operator to the evidence.
+    """
+    if erasure.state != "verified":
+        reason = Reason(erasure.failure_reason or Reason.ERASURE_FAILED.value)
+        raise Refused(502 if reason.value in _UPSTREAM else 500, reason, scope_id=erasure.scope_id, audited=True,
+                      headers=location(erasure))
+    return await evidence_of(gov, erasure)
+
+
+async def get_erasure(request: web.Request) -> web.Response:
+    """GET /v1/erasures/{erasure_id}: the evidence, for the scope's subject or an operator."""
+    operation(request, "erasure.get")
+    gov = request.app[GOVERNANCE]
+    caller = authenticate(request)
+    erasure_id = request.match_info["erasure_id"]
+    try:
+        codec.check_id(erasure_id, "erasure_id")
+    except ValueError:
+        raise Refused(404, Reason.NOT_FOUND) from None
+    erasure = await gov.store.get_erasure(erasure_id)
+    if erasure is None:
+        raise Refused(404, Reason.NOT_FOUND)
+    if caller.kind == "subject":
+        scope = await gov.store.get_scope(erasure.scope_id)
+        if scope is None or scope.principal_mxid != caller.sub:
+            raise Refused(403, Reason.NOT_SUBJECT, scope_id=erasure.scope_id)
+    record = await evidence_of(gov, erasure)
+    return ok(record, headers={"Content-Disposition": f'inline; filename="erasure-{erasure.erasure_id}.json"'})

@@ -1,0 +1,148 @@
+"""Scope records and consent: create, grant, withdraw, status (SPEC R-1, R-2, R-4, R-6)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sidecar.control.auth import require_scope_subject, require_subject
+from sidecar.control.evidence import erasure_answer
+from sidecar.control.http import ENGINE, Refused, load_scope, ok, operation, parse
+from sidecar.control.models import (
+    ConsentChange,
+    CreateScope,
+    EntryCounts,
+    GrantConsent,
+    LastErasure,
+    PrincipalIn,
+    ReceiptOut,
+    ScopeCreated,
+    ScopeIn,
+    ScopeStatus,
+)
+from sidecar.enforce.runtime import GOVERNANCE
+from sidecar.erasure.engine import Kind
+from sidecar.erasure.evidence import iso
+from sidecar.identity import IdentityError
+from sidecar.identity.appname import parse_agent_ref
+from sidecar.identity.mxid import check_principal, parse_room_id
+from sidecar.logs import get_logger
+from sidecar.reasons import Reason
+from sidecar.state.types import Receipt, Scope
+
+log = get_logger("control")
+
+
+def _receipt(r: Receipt | None) -> ReceiptOut | None:
+    if r is None:
+        return None
+    return ReceiptOut(receipt_id=r.receipt_id, action=r.action, purpose=r.purpose, policy_version=r.policy_version,
+                      generation_after=r.generation_after, at=iso(r.at) or "")
+
+
+async def create_scope(request: web.Request) -> web.Response:
+    """POST /v1/scopes: validate the typed triple; the same triple again answers the existing scope."""
+    operation(request, "scope.create")
+    gov = request.app[GOVERNANCE]
+    body = await parse(request, CreateScope)
+    assert body is not None
+    try:
+        principal = check_principal(body.principal.mxid, body.principal.origin.value,
+                                    gov.settings.matrix.server_name or "")
+    except IdentityError:
+        raise Refused(400, Reason.PRINCIPAL_INVALID) from None
+    mxid = str(principal.mxid)
+    require_subject(request, mxid)
+    try:
+        parse_agent_ref(body.agent)
+        parse_room_id(body.scope.room_id)
+    except IdentityError:
+        raise Refused(400, Reason.BAD_REQUEST) from None
+    if not gov.is_memory_agent(body.agent):
+        raise Refused(403, Reason.AGENT_MISMATCH)
+    if body.scope.kind != "control_room":
+        raise Refused(403, Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
+    scope, created = await gov.store.create_scope(mxid, principal.origin.value, body.agent, body.scope.kind,
+                                                  body.scope.room_id, gov.now())
+    if created:
+        await gov.store.audit("scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create",
+                              now=gov.now())
+    return ok(ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
+              status=201 if created else 200)
+
+
+async def grant_consent(request: web.Request) -> web.Response:
+    """PUT /v1/scopes/{scope_id}/consent: enable, generation+1, receipt."""
+    operation(request, "consent.grant")
+    gov = request.app[GOVERNANCE]
+    scope = await load_scope(gov, request.match_info["scope_id"])
+    require_scope_subject(request, scope)
+    body = await parse(request, GrantConsent)
+    assert body is not None
+    if not gov.is_memory_agent(scope.agent):
+        raise Refused(403, Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
+    # SECURITY: consent never resumes over an unfinished or failed erasure (ADR 12).
+    blocked = await request.app[ENGINE].blocked(scope.scope_id)
+    if blocked is not None:
+        raise Refused(409, blocked, scope_id=scope.scope_id)
+    scope, receipt = await gov.store.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
+    await gov.store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="consent.grant",
+                          now=gov.now())
+    log.info("consent.granted", scope_id=scope.scope_id, receipt_id=receipt.receipt_id, generation=scope.generation)
+    return ok(ConsentChange(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation,
+                            receipt=_receipt(receipt)))
+
+
+async def withdraw_consent(request: web.Request) -> web.Response:
+    """DELETE /v1/scopes/{scope_id}/consent: disable + generation+1 (receipt), then erase everything."""
+    operation(request, "consent.withdraw")
+    gov = request.app[GOVERNANCE]
+    scope = await load_scope(gov, request.match_info["scope_id"])
+    require_scope_subject(request, scope)
+    erasure = await request.app[ENGINE].erase(scope, Kind.WITHDRAW, "subject")
+    record = await erasure_answer(gov, erasure)
+    after = await load_scope(gov, scope.scope_id)
+    receipts = [r for r in await gov.store.receipts(scope.scope_id) if r.at >= erasure.created_at]
+    return ok(ConsentChange(scope_id=after.scope_id, enabled=after.enabled, generation=after.generation,
+                            receipt=_receipt(receipts[-1] if receipts else None), erasure=record))
+
+
+async def _counts(request: web.Request, scope: Scope) -> EntryCounts:
+    gov = request.app[GOVERNANCE]
+    now = gov.now()
+    live = pending = 0
+    for e in await gov.store.entries_of_scope(scope.scope_id):
+        readable = (scope.enabled and e.generation == scope.generation and e.tombstoned_at is None
+                    and e.physically_deleted_at is None and e.expires_at > now)
+        live += readable
+        pending += not readable and e.physically_deleted_at is None
+    return EntryCounts(live=live, cap=gov.limits.max_entries, pending_physical_deletion=pending)
+
+
+async def scope_status(request: web.Request) -> web.Response:
+    """GET /v1/scopes/{scope_id}: consent, counts, limits and the last erasure; never memory content."""
+    operation(request, "scope.status")
+    gov = request.app[GOVERNANCE]
+    scope = await load_scope(gov, request.match_info["scope_id"])
+    require_scope_subject(request, scope)
+    history = await gov.store.erasures_of_scope(scope.scope_id, limit=1)
+    last = None
+    if history:
+        e = history[0]
+        last = LastErasure(erasure_id=e.erasure_id, kind=e.kind, state=e.state, failure_reason=e.failure_reason,
+                           updated_at=iso(e.updated_at) or "")
+    return ok(ScopeStatus(
+        scope_id=scope.scope_id,
+        principal=PrincipalIn(mxid=scope.principal_mxid, origin=scope.origin),
+        agent=scope.agent,
+        scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]
+        enabled=scope.enabled,
+        generation=scope.generation,
+        purpose=scope.purpose,
+        policy_version=scope.policy_version,
+        consented_at=iso(scope.consented_at),
+        hard_expiry_days=gov.limits.max_days,
+        entries=await _counts(request, scope),
+        erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]
+        last_erasure=last,
+    ))
+

@@ -1,0 +1,78 @@
+"""Content-free erasure evidence (SPEC R-15): what was erased, how, when, and what remains.
+
+The record is assembled from the durable erasure row and the ledger stamps of its entries, so
+it is the same whichever replica serves it and whenever it is fetched: an entry forgotten over
+REST reads ``pending_namespace_clear`` until its namespace is cleared, then ``complete``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sidecar.erasure.engine import WHOLE_SCOPE
+from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry
+
+FORMAT = "memgov.erasure.v1"
+
+#: What no memgov erasure reaches, stated on every record (see docs/control-api.md).
+ALWAYS_RESIDUAL = ("database_backups", "delivered_inspect_pages", "rows_written_around_memgov")
+
+
+def iso(when: datetime | None) -> str | None:
+    """RFC 3339 UTC with microseconds, or None."""
+    return None if when is None else when.isoformat().replace("+00:00", "Z")
+
+
+def _entry(entry_id: str, e: LedgerEntry | None) -> dict[str, Any]:
+    return {
+        "entry_id": entry_id,
+        "generation": None if e is None else e.generation,
+        "tombstoned_at": None if e is None else iso(e.tombstoned_at),
+        "physically_deleted_at": None if e is None else iso(e.physically_deleted_at),
+        "verified_at": None if e is None else iso(e.verified_at),
+    }
+
+
+def physical_state(erasure: Erasure, entries: list[LedgerEntry | None]) -> str:
+    """``complete``, ``pending_namespace_clear``, ``in_progress`` or ``incomplete`` (failed)."""
+    if erasure.state == "failed":
+        return "incomplete"
+    if erasure.state not in ERASURE_TERMINAL:
+        return "in_progress"
+    if erasure.kind in WHOLE_SCOPE or all(e is None or e.physically_deleted_at is not None for e in entries):
+        return "complete"
+    return "pending_namespace_clear"
+
+
+def build_evidence(erasure: Erasure, ledger: list[LedgerEntry]) -> dict[str, Any]:
+    """The exportable evidence record of one erasure; ``ledger`` is the scope's ledger."""
+    by_id = {e.entry_id: e for e in ledger}
+    entries = [by_id.get(i) for i in erasure.entry_ids]
+    physical = physical_state(erasure, entries)
+    verified = erasure.state == "verified"
+    residuals = list(ALWAYS_RESIDUAL)
+    if physical == "pending_namespace_clear":
+        residuals.insert(0, "pending_namespace_clear")
+    return {
+        "format": FORMAT,
+        "erasure_id": erasure.erasure_id,
+        "scope_id": erasure.scope_id,
+        "kind": erasure.kind,
+        "state": erasure.state,
+        "adapter": erasure.adapter,
+        "requested_by": erasure.requested_by_kind,
+        "created_at": iso(erasure.created_at),
+        "updated_at": iso(erasure.updated_at),
+        "failure_reason": erasure.failure_reason,
+        "steps": [{"state": state, "at": iso(at)} for state, at in erasure.steps],
+        "entries": [_entry(i, e) for i, e in zip(erasure.entry_ids, entries, strict=True)],
+        "verification": {
+            "result": "passed" if verified else ("failed" if erasure.state == "failed" else "pending"),
+            # Past the fence step nothing of it is served: tombstoned, stale or disabled.
+            "readable_through_memgov": None if erasure.state == "requested" else False,
+            "physically_absent": {"complete": True, "pending_namespace_clear": False}.get(physical),
+        },
+        "physical_deletion": physical,
+        "residuals": residuals,
+    }

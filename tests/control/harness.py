@@ -1,0 +1,224 @@
+"""A gateway in front of the kagent stand-in, with the tokens, contexts and saves a control test needs.
+
+Shared by tests/control and tests/erasure: keys on disk, a policy pack whose rate limits do not
+get in the way of bulk saves, a real gateway (data plane + control API) on loopback, and
+helpers that act as the bridge (subject tokens, signed contexts) and as the agent runtime
+(saves through the governed data plane).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import yaml
+
+from sidecar.control.client import ControlClient
+from sidecar.devstack import Devstack, MemoryRow, start_devstack
+from sidecar.devstack.vectors import embed_text
+from sidecar.enforce.runtime import utcnow
+from sidecar.identity.tokens import mint_token
+from sidecar.server import Gateway, running_gateway
+from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+
+SERVER = "example.org"
+ALICE = "@alice:example.org"
+BOB = "@bob:example.org"
+BOT = "@bridge:example.org"
+AGENT = "team/helper"
+GHOST = "@agent-helper:example.org"
+APP = "team__NS__helper"
+ROOM = "!ctrl-alice:example.org"
+BOB_ROOM = "!ctrl-bob:example.org"
+ROLE_SQL = Path(__file__).resolve().parents[2] / "docs" / "erasure-role.sql"
+#: Limits of the test pack: the packaged ones, minus the rate limits that would refuse bulk saves.
+TEST_LIMITS = {"max_entries": 1000, "rate_per_minute": 100_000, "rate_burst": 100_000,
+               "hourly_operations": 1_000_000}
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key files of a test deployment and the secrets that sign for them."""
+
+    folder: Path
+    bridge: bytes
+    operator: bytes
+
+    @property
+    def bridge_file(self) -> Path:
+        return self.folder / "bridge.key"
+
+    @property
+    def operator_file(self) -> Path:
+        return self.folder / "operator.key"
+
+    @property
+    def session_file(self) -> Path:
+        return self.folder / "session.key"
+
+
+def write_keys(folder: Path) -> Keys:
+    """Fresh random secrets as files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = Keys(folder, secrets.token_hex(32).encode(), secrets.token_hex(32).encode())
+    keys.bridge_file.write_bytes(keys.bridge)
+    keys.operator_file.write_bytes(keys.operator)
+    keys.session_file.write_bytes(secrets.token_hex(32).encode())
+    return keys
+
+
+def policy_pack(folder: Path, **limits: int) -> Path:
+    """A copy of the packaged pack with some limits changed."""
+    target = folder / "policies"
+    if not target.exists():
+        shutil.copytree(PACKAGED_POLICY_DIR, target)
+    path = target / "data" / "limits.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.update(TEST_LIMITS, **limits)
+    path.write_text(yaml.safe_dump(data))
+    return target
+
+
+def overrides(keys: Keys, pack: Path, kagent_url: str, state_url: str, *, adapter: str = "rest",
+              kagent_db_url: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Settings of a test gateway (every listener on a free loopback port)."""
+    erasure = {"adapter": adapter, "kagent_db_url": kagent_db_url, "quiesce_timeout_s": 10.0,
+               **extra.pop("erasure", {})}
+    return {
+        "upstream": {"controller_url": kagent_url},
+        "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
+        "state": {"url": state_url},
+        "policy": {"dir": str(pack), "reload_interval_s": 0},
+        "secrets": {"session_key_file": str(keys.session_file)},
+        "trust": {"bridge_key_file": str(keys.bridge_file), "operator_key_file": str(keys.operator_file)},
+        "matrix": {"server_name": SERVER, "bridge_bot": BOT},
+        "agents": {AGENT: {"disabled_variant": "helper-nomem", "ghost": GHOST}},
+        "erasure": erasure,
+        **extra,
+    }
+
+
+async def install_role(owner_url: str) -> None:
+    """Run docs/erasure-role.sql on kagent's database as its owner."""
+    conn = await asyncpg.connect(owner_url)
+    try:
+        await conn.execute(ROLE_SQL.read_text())
+    finally:
+        await conn.close()
+
+
+def role_url(owner_url: str) -> str:
+    """The same database, as the least-privilege erasure role (trust authentication on loopback)."""
+    return owner_url.replace("postgresql://postgres@", "postgresql://memgov_eraser@", 1)
+
+
+@dataclass
+class Harness:
+    """One gateway, the stand-in behind it, and the bridge's and runtime's side of the conversation."""
+
+    gw: Gateway
+    stack: Devstack
+    keys: Keys
+    http: aiohttp.ClientSession
+    clock_offset_s: float = 0.0
+    seen_rows: list[MemoryRow] = field(default_factory=list)
+
+    @property
+    def gov(self) -> Any:
+        assert self.gw.governance is not None
+        return self.gw.governance
+
+    def now(self) -> int:
+        return int(self.gov.now().timestamp())
+
+    def subject_token(self, mxid: str = ALICE, ttl_s: int = 300) -> str:
+        """What the bridge sends when ``mxid`` acts for itself."""
+        return mint_token({"sub": mxid, "iat": self.now(), "exp": self.now() + ttl_s}, self.keys.bridge, "HS256")
+
+    def operator_token(self, ttl_s: int = 300) -> str:
+        return mint_token({"sub": "ops-oncall", "role": "operator", "iat": self.now(), "exp": self.now() + ttl_s},
+                          self.keys.operator, "HS256")
+
+    def context(self, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
+                **room_state: Any) -> str:
+        """A fresh signed context attesting a correct control room (``room_state`` changes it)."""
+        state = {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
+                 "members": [mxid, BOT, GHOST], "invited": [],
+                 "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}, **room_state}
+        claims = {"sub": mxid, "origin": "native", "agent": agent, "scope": {"kind": "control_room", "room_id": room},
+                  "room": state, "audience": {"servers": [SERVER], "classification": "private"},
+                  "iat": self.now(), "exp": self.now() + 60, "jti": uuid.uuid4().hex}
+        return mint_token(claims, self.keys.bridge, "HS256")
+
+    def client(self, token: str | None = None) -> ControlClient:
+        """A control API client acting as ``token`` (Alice by default)."""
+        return ControlClient(self.gw.control_url, self.subject_token() if token is None else token,
+                             session=self.http)
+
+    async def scope(self, mxid: str = ALICE, room: str = ROOM, *, granted: bool = True) -> str:
+        """Create a scope through the API (and grant consent unless told otherwise); its id."""
+        api = self.client(self.subject_token(mxid))
+        scope_id: str = (await api.create_scope(mxid, AGENT, room))["scope_id"]
+        if granted:
+            await api.grant(scope_id, "remember my preferences", "v1")
+        return scope_id
+
+    def session_key(self, scope_id: str, generation: int) -> str:
+        key: str = self.gov.keys.session_key(scope_id, generation)
+        return key
+
+    async def save(self, scope_id: str, text: str, *, generation: int | None = None) -> tuple[int, Any]:
+        """The agent runtime's save_memory through the governed data plane: (status, body)."""
+        if generation is None:
+            generation = (await self.gov.store.get_scope(scope_id)).generation
+        key = self.session_key(scope_id, generation)
+        body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
+        async with self.http.post(self.gw.data_url + "/api/memories/sessions", json=body,
+                                  headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def saved(self, scope_id: str, text: str) -> str:
+        """Save and return the new entry id (the save must succeed)."""
+        status, body = await self.save(scope_id, text)
+        assert status == 201, body
+        entry_id: str = body["id"]
+        return entry_id
+
+    async def rows(self, scope_id: str) -> list[MemoryRow]:
+        """Every row the stand-in stores in any namespace of the scope."""
+        return [r for r in await self.stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}.")]
+
+    async def audit_text(self) -> str:
+        """Every audit row as text (for sentinel checks)."""
+        return repr(await self.gov.store.audit_rows(limit=100_000))
+
+    def advance(self, seconds: float) -> None:
+        """Move the gateway's clock forward (hard expiry, token lifetimes)."""
+        self.clock_offset_s += seconds
+        offset = timedelta(seconds=self.clock_offset_s)
+        self.gov.clock = lambda: utcnow() + offset
+
+
+@asynccontextmanager
+async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = None, adapter: str = "rest",
+                  kagent_db_url: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
+    """Start the stand-in (over ``store_url``), then a gateway in front of it."""
+    keys = write_keys(tmp / "keys")
+    pack = policy_pack(tmp)
+    stack = await start_devstack(store_url=store_url, stream_delay_s=0)
+    try:
+        settings = load_settings(**overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db",
+                                             adapter=adapter, kagent_db_url=kagent_db_url, **extra))
+        async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
+            yield Harness(gw, stack, keys, http)
+    finally:
+        await stack.stop()
