@@ -239,7 +239,7 @@ class CedarEngine:
 
     def __init__(self) -> None:
         self._compiled: CedarPolicies | None = None
-        self._handles: OrderedDict[tuple[object, ...], tuple[Deployment, cedarpy.Entities]] = OrderedDict()
+        self._handles: OrderedDict[tuple[object, object], tuple[Deployment, cedarpy.Entities]] = OrderedDict()
 
     def prepare(self, pack: Pack) -> CedarPolicies:
         """Compile a pack without touching the running one."""
@@ -251,10 +251,11 @@ class CedarEngine:
         self._compiled = compiled
 
     def _entities(self, compiled: CedarPolicies, inp: DecisionInput) -> cedarpy.Entities:
-        # Keyed by the (hashable, frozen) principal and scope and by the deployment object itself.
-        key = (inp.principal, inp.scope, id(inp.deployment))
+        # Keyed by the (hashable, frozen) principal and scope; the deployment is compared by value.
+        key = (inp.principal, inp.scope)
         found = self._handles.get(key)
-        if found is not None and found[0] is inp.deployment:
+        if found is not None and (found[0] is inp.deployment or found[0] == inp.deployment):
+            self._handles.move_to_end(key)
             return found[1]
         handle = cedarpy.Entities.from_json_str(json.dumps(entities(inp)), compiled.schema)
         self._handles[key] = (inp.deployment, handle)

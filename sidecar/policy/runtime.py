@@ -102,7 +102,8 @@ class PolicyRuntime:
         stamp = {"decision_id": did, "engine": self.engine.name, "revision": pack.revision}
         decision = decision.model_copy(update=stamp)
         metrics.count_decision(inp.operation, decision, time.perf_counter() - started)
-        log.info(
+        # Debug level: the enforcement stage logs every governed request once at info, with these fields.
+        log.debug(
             "policy.decision", decision_id=did, operation=inp.operation.value, action=decision.action.value,
             reasons=[r.value for r in decision.reasons], engine=decision.engine, revision=decision.revision,
         )

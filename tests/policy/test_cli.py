@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
 import pytest
 
-from sidecar.cli import main
+from sidecar.policy import cli
 from tests.policy.conftest import CASES_DIR, PACK_DIR
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(["policy", *argv])
+    """Run ``memgov policy …`` through the command's own parser."""
+    parser = argparse.ArgumentParser(prog="memgov")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["policy", *argv])
+    code = int(args.func(args))
     return code, capsys.readouterr().out
 
 
