@@ -81,26 +81,36 @@ def _request_body(request: web.Request) -> object:
 
 
 async def forward(request: web.Request, upstream: Upstream, *, path: str | None = None,
-                  headers: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> web.StreamResponse:
-    """Relay a request transparently (body streamed) and stream the response back."""
+                  headers: dict[str, str] | None = None, drop: tuple[str, ...] = (),
+                  body: bytes | None = None, response_headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Relay a request (body streamed unless already read) and stream the response back."""
     out = filter_headers(request.headers, drop=("Host", *drop))
     for key, value in (headers or {}).items():
         out[key] = value
-    body = _request_body(request)
+    if body is None:
+        body = _request_body(request)  # type: ignore[assignment]
+    else:
+        out.popall("Content-Length", None)
     async with upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp:
-        return await relay_response(request, resp)
+        return await relay_response(request, resp, response_headers)
 
 
-async def forward_content(request: web.Request, upstream: Upstream, *, path: str | None = None) -> web.StreamResponse:
+async def forward_content(request: web.Request, upstream: Upstream, *, path: str | None = None,
+                          body: bytes | None = None, drop: tuple[str, ...] = (),
+                          response_headers: dict[str, str] | None = None) -> web.StreamResponse:
     """Relay a memory or embedding request; upstream 4xx/5xx bodies are replaced (they may hold content)."""
-    out = filter_headers(request.headers, drop=("Host",))
-    body = _request_body(request)
+    out = filter_headers(request.headers, drop=("Host", *drop))
+    if body is None:
+        body = _request_body(request)  # type: ignore[assignment]
+    else:
+        out.popall("Content-Length", None)
     async with upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp:
         if resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
-            return json_error(request, resp.status, Reason.UPSTREAM_ERROR, upstream_status=resp.status)
-        return await relay_response(request, resp)
+            return json_error(request, resp.status, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
+                              headers=response_headers)
+        return await relay_response(request, resp, response_headers)
 
 
 async def _passthrough(request: web.Request, match: RouteMatch) -> web.StreamResponse:

@@ -66,6 +66,27 @@ class Reason(enum.StrEnum):
 
 REASON_VALUES: Final[frozenset[str]] = frozenset(r.value for r in Reason)
 
+#: When several rules refuse one request, the header and error body name the most fundamental
+#: cause: who is asking (context, key, principal) before what they may do (consent, scope, room)
+#: before how much (limits, budgets).
+_PRIORITY: Final[tuple[Reason, ...]] = (
+    Reason.BAD_REQUEST, Reason.POLICY_UNAVAILABLE, Reason.STATE_UNAVAILABLE,
+    Reason.CONTEXT_MISSING, Reason.CONTEXT_EXPIRED, Reason.CONTEXT_REPLAYED, Reason.CONTEXT_INVALID,
+    Reason.KEY_INVALID, Reason.PRINCIPAL_INVALID, Reason.ORIGIN_NOT_ALLOWED, Reason.AGENT_MISMATCH,
+    Reason.CONSENT_MISSING, Reason.CONSENT_DISABLED, Reason.STALE_GENERATION, Reason.SCOPE_MISMATCH,
+    Reason.ROOM_STATE_INVALID, Reason.AUDIENCE_MISMATCH, Reason.ROUTE_DENIED, Reason.UNGOVERNED_STORE,
+    Reason.BATCH_TOO_LARGE, Reason.FACT_TOO_LARGE, Reason.EMBEDDING_ITEM_TOO_LARGE, Reason.ENTRY_CAP_REACHED,
+    Reason.PREFETCH_LIMIT, Reason.RATE_LIMITED, Reason.HOURLY_BUDGET_EXHAUSTED,
+)
+_RANK: Final[dict[Reason, int]] = {r: i for i, r in enumerate(_PRIORITY)}
+
+
+def primary(reasons: list[Reason] | tuple[Reason, ...]) -> Reason:
+    """The reason reported first when several apply (see ``_PRIORITY``); ``internal_error`` when none."""
+    if not reasons:
+        return Reason.INTERNAL_ERROR
+    return min(reasons, key=lambda r: _RANK.get(Reason(r), len(_PRIORITY)))
+
 
 def new_decision_id() -> str:
     """Return an opaque, unguessable id that ties a response, a log line and an audit row."""

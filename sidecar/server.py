@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from aiohttp import web
 
+from sidecar.control.app import control_plane
+from sidecar.enforce import governed_handlers
+from sidecar.enforce.build import governance
+from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
@@ -26,6 +31,7 @@ class Gateway:
     settings: Settings
     runners: list[web.AppRunner] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
+    governance: Governance | None = None
 
     @property
     def data_url(self) -> str:
@@ -34,6 +40,10 @@ class Gateway:
     @property
     def ops_url(self) -> str:
         return self.urls["ops"]
+
+    @property
+    def control_url(self) -> str:
+        return self.urls["control"]
 
 
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
@@ -50,17 +60,22 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
 
 
 @asynccontextmanager
-async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
+async def running_gateway(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> AsyncIterator[Gateway]:
     """Start every listener of a gateway (ports may be 0) and stop them on exit."""
     gw = Gateway(settings)
     readiness = Readiness()
-    try:
-        await _start(create_data_app(settings), *settings.listen.address("data"), "data", gw)
-        await _start(create_ops_app(readiness), *settings.listen.address("ops"), "ops", gw)
-        yield gw
-    finally:
-        for runner in reversed(gw.runners):
-            await runner.cleanup()
+    async with governance(settings, readiness, clock=clock) as gov, control_plane(gov) as control:
+        gw.governance = gov
+        data = create_data_app(settings, handlers=governed_handlers())
+        data[GOVERNANCE] = gov
+        try:
+            await _start(data, *settings.listen.address("data"), "data", gw)
+            await _start(control, *settings.listen.address("control"), "control", gw)
+            await _start(create_ops_app(readiness), *settings.listen.address("ops"), "ops", gw)
+            yield gw
+        finally:
+            for runner in reversed(gw.runners):
+                await runner.cleanup()
 
 
 async def serve(settings: Settings) -> None:

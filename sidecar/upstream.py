@@ -131,9 +131,11 @@ def make_session(cfg: UpstreamSettings) -> aiohttp.ClientSession:
     )
 
 
-async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
+                         extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
     """Stream an upstream response to the client chunk by chunk (SSE events flush as they come)."""
     headers = filter_headers(upstream.headers)
+    headers.update(extra_headers or {})
     length = upstream.headers.get("Content-Length")
     resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is not None and length.isdigit():

@@ -11,7 +11,8 @@ from yarl import URL
 
 from sidecar.reasons import REASON_VALUES
 from tests.support.echo import ECHO, create_echo_app
-from tests.support.gateway import gateway
+from sidecar.proxy import create_data_app
+from tests.support.gateway import gateway, gateway_settings
 from tests.support.pg import free_port
 from tests.support.sentinel import capture_sinks, make_sentinel
 
@@ -194,17 +195,17 @@ class TestContentFreeErrors:
             ("DELETE", "/api/memories?agent_name=a&user_id=b"),
         ],
     )
-    async def test_memory_upstream_error_body_is_replaced(self, echo, client, method, path):
-        """kagent's 4xx/5xx text never reaches the client, a log line or a metric on memory routes."""
+    async def test_content_relay_replaces_upstream_error_bodies(self, echo, aiohttp_server, client, method, path):
+        """The content-safe relay under the governed handlers never passes kagent's 4xx/5xx text on."""
         secret = make_sentinel("ctl")
+        bare = await aiohttp_server(create_data_app(gateway_settings(_url(echo))))
         with capture_sinks() as sinks:
-            async with gateway(_url(echo)) as gw:
-                body = json.dumps({"error": f"failed to save memory: ERROR: {secret}"})
-                async with client.request(method, gw.data_url + path, json={"x": 1},
-                                          headers={"X-Echo-Status": "500", "X-Echo-Body": body}) as resp:
-                    text = await resp.text()
-                    sinks.record(resp.status, resp.headers.items(), text)
-                    assert resp.status == 500
+            body = json.dumps({"error": f"failed to save memory: ERROR: {secret}"})
+            async with client.request(method, _url(bare) + path, json={"x": 1},
+                                      headers={"X-Echo-Status": "500", "X-Echo-Body": body}) as resp:
+                text = await resp.text()
+                sinks.record(resp.status, resp.headers.items(), text)
+                assert resp.status == 500
         got = json.loads(text)
         assert got["error"] == "upstream_error" and got["status"] == 500
         assert set(got) == {"error", "status", "decision_id"}

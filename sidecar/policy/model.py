@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
+from sidecar.identity.mxid import Origin
 from sidecar.reasons import Reason
 
 #: Upper bound of every integer fact: exact in JSON numbers and far from 64-bit overflow in sums.
@@ -31,16 +33,6 @@ class Operation(enum.StrEnum):
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
     CONTROL_INSPECT = "control.inspect"
-
-
-class Origin(enum.StrEnum):
-    """Where a principal comes from (SPEC D1); only ``native`` needs no partner record."""
-
-    NATIVE = "native"
-    APPSERVICE = "appservice"
-    REMOTE = "remote"
-    OAUTH = "oauth"
-    FEDIVERSE = "fediverse"
 
 
 class Action(enum.StrEnum):
@@ -187,6 +179,9 @@ class Limits(_Model):
     prefetch_query_bytes: int = Field(..., ge=1, description="UTF-8 bytes per prefetch query.")
     embedding_item_bytes: int = Field(..., ge=1, description="UTF-8 bytes per embedding input.")
     search_max_limit: int = Field(..., ge=1, description="Largest search limit forwarded.")
+    embedding_items_per_agent_hour: int = Field(
+        ..., ge=1, description="Embedding items per memory-enabled agent per hour (embeddings carry no user)."
+    )
 
 
 class PartnerRecord(_Model):

@@ -14,6 +14,7 @@ from sidecar.state.db import Database, connect
 from sidecar.state.evidence import EvidenceOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
+from sidecar.state.prefetch import PrefetchOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.tokens import TokenOps
 
@@ -44,13 +45,18 @@ _EXPIRED = {
 }
 
 
-class StateStore(ScopeOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps):
+class StateStore(ScopeOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._jti_calls = 0
         self.backend: str = db.dialect
+
+    @property
+    def db(self) -> Database:
+        """The underlying connection(s); for bulk loading and schema inspection, not the request path."""
+        return self._db
 
     async def ping(self) -> None:
         """Raise StateError(state_unavailable) unless the backend answers."""

@@ -14,6 +14,8 @@ def gateway_settings(controller_url: str, **overrides: Any) -> Any:
     """Settings for a test gateway: loopback listeners on port 0, the given upstream."""
     upstream = {"controller_url": controller_url, **overrides.pop("upstream", {})}
     listen = {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0", **overrides.pop("listen", {})}
+    overrides.setdefault("state", {"url": "sqlite:///:memory:"})
+    overrides.setdefault("policy", {"reload_interval_s": 0})
     return load_settings(upstream=upstream, listen=listen, **overrides)
 
 

@@ -1,0 +1,61 @@
+"""Build and tear down the governance runtime of one gateway process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+import aiohttp
+
+from sidecar.enforce.runtime import Governance, utcnow
+from sidecar.erasure.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.identity.keys import SessionKeys
+from sidecar.identity.tokens import load_verifier
+from sidecar.ops import Readiness
+from sidecar.policy import PolicyRuntime, load_limits
+from sidecar.settings import Settings
+from sidecar.state import open_store
+from sidecar.upstream import make_session
+
+
+def make_eraser(settings: Settings, session: aiohttp.ClientSession) -> EraseAdapter:
+    """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role)."""
+    if settings.erasure.adapter == "kagent-db":
+        url = settings.kagent_db_url()
+        if not url:
+            raise ValueError("erasure.kagent_db_url is required for the kagent-db adapter")
+        return KagentDbAdapter(url)
+    return RestAdapter(session, settings.upstream.controller_url)
+
+
+@asynccontextmanager
+async def governance(settings: Settings, readiness: Readiness, *,
+                     clock: Callable[[], datetime] | None = None) -> AsyncIterator[Governance]:
+    """Open the state store, start the policy runtime, load keys; register readiness checks."""
+    store = await open_store(settings.state_url(), pool_size=settings.state.pool_size)
+    policy = await PolicyRuntime.start(settings.policy)
+    session = make_session(settings.upstream)
+    eraser = make_eraser(settings, session)
+    current, previous = settings.session_keys()
+    bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
+    gov = Governance(
+        settings=settings, store=store, policy=policy, keys=SessionKeys(current, previous), bridge=bridge,
+        eraser=eraser, initial_limits=load_limits(settings.policy.dir), clock=clock or utcnow,
+    )
+
+    async def state_ready() -> tuple[bool, dict[str, object]]:
+        await store.ping()
+        return True, {"backend": store.backend}
+
+    readiness.checks["policy"] = policy.ready_check
+    readiness.checks["state"] = state_ready
+    try:
+        yield gov
+    finally:
+        readiness.checks.pop("policy", None)
+        readiness.checks.pop("state", None)
+        await eraser.close()
+        await session.close()
+        await policy.close()
+        await store.close()

@@ -1,0 +1,124 @@
+"""Governed agent invocations (``a2a.invoke`` to a memory-enabled agent, SPEC D1 and D6).
+
+Allowed: forwarded to the same agent with every kagent identity carrier set to the session key
+``mg1.<scope>.<generation>.<mac>`` and the delegation context stripped. Anything else: forwarded
+to the agent's memory-disabled variant with the caller's own identity, so chat keeps working.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qsl, urlencode
+
+import jwt
+from aiohttp import web
+
+from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.enforce.respond import decide, decision_headers, gov_of, record
+from sidecar.enforce.runtime import Governance
+from sidecar.identity import IdentityError
+from sidecar.identity.mxid import check_principal
+from sidecar.identity.tokens import DelegationContext, verify_context
+from sidecar.policy.model import Budget, ContextFacts, ContextScope, Operation, RequestFacts
+from sidecar.proxy import CONTROLLER, forward, read_body
+from sidecar.reasons import Reason
+from sidecar.routes import RouteMatch
+from sidecar.state.types import BudgetClaim
+
+CONTEXT_HEADER = "X-Memgov-Context"
+
+
+def _is_new_conversation(body: bytes) -> bool:
+    """A message without a contextId starts a conversation (kagent's prefetch runs on its first turn)."""
+    try:
+        message = json.loads(body).get("params", {}).get("message", {})
+    except (ValueError, AttributeError):
+        return True
+    return not (isinstance(message, dict) and message.get("contextId"))
+
+
+def _with_query_user(raw_path: str, user: str) -> str:
+    """Replace a ``user_id`` query parameter (kagent reads it before X-User-Id in unsecure mode)."""
+    path, sep, query = raw_path.partition("?")
+    if not sep:
+        return raw_path
+    pairs = [(k, user if k == "user_id" else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+    return f"{path}?{urlencode(pairs)}"
+
+
+async def _context(request: web.Request, token: str | None) -> tuple[ContextFacts, DelegationContext | None]:
+    gov = gov_of(request)
+    if token is None:
+        return ContextFacts(present=False), None
+    if gov.bridge is None:
+        return ContextFacts(present=True), None  # no trust key configured: every context is invalid
+    now = gov.now()
+    try:
+        ctx = verify_context(token, gov.bridge, now=int(now.timestamp()),
+                             max_age_s=gov.settings.trust.context_max_age_s)
+    except IdentityError as exc:
+        return ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None
+    fresh = await gov.store.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
+    return ContextFacts(present=True, valid=True, replayed=not fresh, expires_at=ctx.exp), ctx
+
+
+async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+    gov = gov_of(request)
+    ref = f"{match.params['ns']}/{match.params['name']}"
+    if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
+        return await forward(request, request.app[CONTROLLER])
+    body = await read_body(request)
+    facts, ctx = await _context(request, request.headers.get(CONTEXT_HEADER))
+    principal = scope = room = audience = None
+    budget = Budget()
+    if ctx is not None:
+        try:
+            check_principal(ctx.sub, ctx.origin, gov.settings.matrix.server_name or "")
+            principal = principal_of(ctx.sub, ctx.origin)
+        except IdentityError:
+            principal = None
+        found = await gov.store.find_scope(ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id)
+        scope = scope_of(found) if found is not None else None
+        room, audience = room_of(ctx.room), audience_of(ctx.audience)
+        if found is not None and found.enabled:
+            # Peek: a reservation of nothing against one less than the limit succeeds only while
+            # at least one operation is left this hour, so an exhausted scope chats without memory.
+            failed = await gov.store.reserve_budget(
+                [BudgetClaim(kind="window", key=f"hour:{found.scope_id}", limit=gov.limits.hourly_operations - 1,
+                             cost=0, window_s=3600, reason=Reason.HOURLY_BUDGET_EXHAUSTED.value)], gov.now())
+            budget = Budget(hourly_ok=failed is None)
+    request_facts = RequestFacts(
+        context=facts,
+        context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
+        context_agent=ctx.agent if ctx else None,
+    )
+    decision = await decide(request, Operation.A2A_INVOKE, agent_ref=ref, principal=principal,
+                            agent=agent_of(ref, gov.app_name(ref), True), scope=scope, request=request_facts,
+                            room=room, audience=audience, budget=budget)
+    await record(request, Operation.A2A_INVOKE, decision, scope_id=scope.scope_id if scope else None)
+    upstream = request.app[CONTROLLER]
+    if decision.allowed and scope is not None:
+        key = gov.keys.session_key(scope.scope_id, scope.generation)
+        headers = {"X-User-Id": key}
+        if gov.settings.upstream.kagent_auth_mode == "trusted-proxy":
+            headers["Authorization"] = "Bearer " + _kagent_bearer(gov, key)
+        if _is_new_conversation(body):
+            now = gov.now()
+            await gov.store.open_prefetch_window(
+                scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
+        return await forward(request, upstream, path=_with_query_user(request.raw_path, key), headers=headers,
+                             drop=(CONTEXT_HEADER,), body=body, response_headers=decision_headers(decision))
+    # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
+    variant = gov.settings.agents[ref].disabled_variant
+    prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
+    path = f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):]
+    return await forward(request, upstream, path=path, drop=(CONTEXT_HEADER,), body=body,
+                         response_headers=decision_headers(decision))
+
+
+def _kagent_bearer(gov: Governance, key: str) -> str:
+    """A bearer token whose user claim is the session key (kagent parses it without verifying)."""
+    now = int(gov.now().timestamp())
+    claims = {gov.settings.upstream.kagent_user_claim: key, "iss": "memgov", "iat": now, "exp": now + 300}
+    return jwt.encode(claims, gov.bearer_secret, algorithm="HS256")

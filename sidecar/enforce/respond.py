@@ -1,0 +1,106 @@
+"""Deciding and answering: run the policy, stamp the decision header, audit, meter."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from sidecar import metrics
+from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.logs import get_logger
+from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
+from sidecar.proxy import DECISION_ID, json_error
+from sidecar.reasons import Reason, primary
+
+log = get_logger("enforce")
+DECISION_HEADER = "X-Memgov-Decision"
+DECISION: web.RequestKey[Decision] = web.RequestKey("decision", Decision)
+
+#: Action taken when a request is refused before the engine could be asked.
+DENY_ACTION: dict[Operation, Action] = {
+    Operation.A2A_INVOKE: Action.REWRITE_DISABLED,
+    Operation.MEMORY_SEARCH: Action.EMPTY_RESULT,
+}
+
+
+def gov_of(request: web.Request) -> Governance:
+    return request.app[GOVERNANCE]
+
+
+async def decide(request: web.Request, operation: Operation, /, *, agent_ref: str | None,
+                 entries: Entries | None = None, **facts: Any) -> Decision:
+    """Build the decision input, ask the policy runtime (engine + floor), remember the answer."""
+    gov = gov_of(request)
+    if gov.policy.pack is None:
+        return await refuse(request, operation, Reason.POLICY_UNAVAILABLE)
+    inp = DecisionInput(
+        operation=operation,
+        entries=entries or Entries(count=0, cap=gov.limits.max_entries),
+        now=int(gov.now().timestamp()),
+        deployment=gov.deployment(agent_ref),
+        **facts,
+    )
+    decision = await gov.policy.decide(inp, request[DECISION_ID])
+    request[DECISION] = decision
+    return decision
+
+
+async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None) -> Decision:
+    """Record a refusal made in code (malformed request, cap or fence hit, state store down)."""
+    decision = Decision(action=DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
+                        decision_id=request[DECISION_ID], engine="code")
+    request[DECISION] = decision
+    await record(request, operation, decision, scope_id=scope_id)
+    return decision
+
+
+def primary_reason(decision: Decision) -> Reason:
+    return primary(decision.reasons)
+
+
+def header_value(decision: Decision) -> str:
+    return f"{decision.action.value}; reason={primary_reason(decision).value}; id={decision.decision_id}"
+
+
+async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None) -> None:
+    """Count, log and (for every refusal or rewrite) audit one governed decision, content-free."""
+    gov = gov_of(request)
+    reason = primary_reason(decision)
+    metrics.DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
+    log.info("decision", operation=operation.value, action=decision.action.value,
+             reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
+             engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
+    if decision.action is not Action.FORWARD:
+        try:
+            await gov.store.audit("decision", reason.value, decision_id=decision.decision_id, scope_id=scope_id,
+                                  operation=operation.value, policy_revision=decision.revision or None,
+                                  now=gov.now())
+            metrics.AUDIT_WRITES.labels("decision").inc()
+        except Exception:  # noqa: BLE001 - the refusal stands even if its audit row cannot be written
+            log.error("audit.failed", operation=operation.value, decision_id=decision.decision_id)
+
+
+def decision_headers(decision: Decision) -> dict[str, str]:
+    """Response headers every governed answer carries."""
+    return {DECISION_HEADER: header_value(decision)}
+
+
+def stamp(resp: web.StreamResponse, decision: Decision) -> web.StreamResponse:
+    resp.headers[DECISION_HEADER] = header_value(decision)
+    return resp
+
+
+def error(request: web.Request, status: int, decision: Decision) -> web.Response:
+    """A content-free error answer carrying the decision header."""
+    resp = json_error(request, status, primary_reason(decision))
+    stamp(resp, decision)
+    return resp
+
+
+def json_answer(status: int, payload: object, decision: Decision) -> web.Response:
+    resp = web.Response(status=status, body=json.dumps(payload, separators=(",", ":")).encode(),
+                        content_type="application/json")
+    stamp(resp, decision)
+    return resp

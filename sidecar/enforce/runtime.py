@@ -1,0 +1,67 @@
+"""The per-process governance runtime: everything a governed handler needs, built once at start."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from aiohttp import web
+
+from sidecar.erasure.adapters import EraseAdapter
+from sidecar.identity.appname import app_name, parse_agent_ref
+from sidecar.identity.keys import SessionKeys
+from sidecar.identity.tokens import Verifier
+from sidecar.policy.model import Deployment, Limits
+from sidecar.settings import Settings
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Governance:
+    """Shared, long-lived handles of one gateway process (state, policy, keys, adapters)."""
+
+    settings: Settings
+    store: Any  # sidecar.state.StateStore
+    policy: Any  # sidecar.policy.PolicyRuntime
+    keys: SessionKeys
+    bridge: Verifier | None
+    eraser: EraseAdapter
+    initial_limits: Limits  # used only until a pack is live; decisions fail closed meanwhile anyway
+    clock: Callable[[], datetime] = utcnow
+    agent_refs: frozenset[str] = field(default_factory=frozenset)
+    # Signs the stand-in bearer token for kagent's trusted-proxy mode, which parses but never verifies it.
+    bearer_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    def __post_init__(self) -> None:
+        self.agent_refs = frozenset(self.settings.agents)
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    @property
+    def limits(self) -> Limits:
+        """The live pack's limits (hot-reloaded with the pack)."""
+        pack = self.policy.pack
+        return pack.limits if pack is not None else self.initial_limits
+
+    def is_memory_agent(self, ref: str) -> bool:
+        return ref in self.agent_refs
+
+    def app_name(self, ref: str) -> str:
+        ns, name = parse_agent_ref(ref)
+        return app_name(ns, name)
+
+    def deployment(self, agent_ref: str | None) -> Deployment:
+        """Deployment facts for one decision; the ghost is the target agent's."""
+        agent = self.settings.agents.get(agent_ref or "")
+        return self.policy.deployment(self.settings.matrix.server_name or "", self.settings.matrix.bridge_bot,
+                                      agent.ghost if agent else None)
+
+
+GOVERNANCE: Final = web.AppKey("governance", Governance)
