@@ -1,0 +1,117 @@
+"""R-14: memory content never reaches a log line, a metric, an audit row or an error body.
+
+Distinct sentinels are planted in saved facts, embedding inputs, a raw-transcript "fact", a failed
+embedding provider body and failed controller bodies; every sink is then scanned for them in plain,
+JSON-escaped, URL-encoded and base64 form. The only place content may appear is the legitimate
+answer to the runtime's own search.
+"""
+
+from __future__ import annotations
+
+from sidecar.devstack.store import DbFault
+from tests.enforce.conftest import APP
+from tests.support.sentinel import capture_sinks, make_sentinel
+
+ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
+
+
+async def _audit_text(stack) -> str:
+    return repr(await stack.gov.store.audit_rows(limit=100000))
+
+
+class TestSentinels:
+    async def test_saved_fact_and_search(self, stack):
+        """A saved fact comes back only in its own search result; logs, metrics and audit never hold it."""
+        fact = make_sentinel("fact")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            key = await stack.session_key()
+            status, body, headers = await stack.save(key, f"user said {fact}")
+            sinks.record(status, headers.items(), repr(body))
+            status, rows, headers = await stack.search(key, f"user said {fact}")
+            assert any(fact in r["content"] for r in rows), "the runtime's own search is the legitimate channel"
+            sinks.record(status, headers.items(), "")
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(fact)
+
+    async def test_embedding_input(self, stack):
+        """Text sent for embedding (queries, facts) appears nowhere but at the provider."""
+        query = make_sentinel("query")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            async with stack.http.post(stack.gw.data_url + ROUTE, json={"model": "m", "input": [query]}) as resp:
+                sinks.record(resp.status, resp.headers.items(), await resp.read())
+            oversize = query + "x" * 600
+            async with stack.http.post(stack.gw.data_url + ROUTE, json={"model": "m", "input": [oversize]}) as resp:
+                sinks.record(resp.status, resp.headers.items(), await resp.read())
+                assert resp.status == 403
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(query)
+
+    async def test_raw_transcript_fact(self, stack):
+        """A summarizer failure that saves the whole transcript is refused without echoing it anywhere."""
+        transcript = make_sentinel("transcript")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            key = await stack.session_key()
+            raw = "\n".join(f"user: turn {i} {transcript}" for i in range(40))
+            body = {"items": [{"agent_name": APP, "user_id": key, "content": raw, "vector": [0.01] * 768}]}
+            status, answer, headers = await stack.memory("POST", "/api/memories/sessions/batch", body)
+            assert (status, answer["error"]) == (403, "fact_too_large")
+            sinks.record(status, headers.items(), repr(answer))
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(transcript)
+        assert await stack.rows() == []
+
+    async def test_failed_embedding_provider_body(self, stack):
+        """A provider error body (which may quote the input) is replaced by a reason code."""
+        leaked = make_sentinel("provider")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            stack.dev.embedding.faults.status = 400
+            stack.dev.embedding.faults.body = f'{{"error": {{"message": "bad input: {leaked}"}}}}'
+            async with stack.http.post(stack.gw.data_url + ROUTE, json={"model": "m", "input": ["x"]}) as resp:
+                text = await resp.read()
+                sinks.record(resp.status, resp.headers.items(), text)
+                assert resp.status == 400
+            sinks.extra.append(await _audit_text(stack))
+        assert b"upstream_error" in text
+        sinks.assert_clean(leaked)
+
+    async def test_failed_controller_bodies(self, stack):
+        """kagent's 500 texts carry raw DB errors; on save and search they are replaced."""
+        leaked = make_sentinel("db")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            key = await stack.session_key()
+            stack.dev.store.fault = DbFault(message=f"ERROR: value too long: {leaked}")
+            status, body, headers = await stack.save(key, "fact")
+            sinks.record(status, headers.items(), repr(body))
+            assert (status, body["error"]) == (500, "upstream_error")
+            status, rows, headers = await stack.search(key, "fact")
+            sinks.record(status, headers.items(), repr(rows))
+            assert status == 500
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(leaked)
+
+    async def test_hostile_identity_values(self, stack):
+        """Text smuggled into user ids, agent names and contexts does not reach any sink."""
+        smuggled = make_sentinel("ident")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            status, body, headers = await stack.save(smuggled, "x", agent_name=smuggled, agent_header=smuggled)
+            sinks.record(status, headers.items(), repr(body))
+            resp, _ = await stack.invoke(context=smuggled, user=smuggled.encode("ascii", "ignore").decode())
+            sinks.record(resp.status, resp.headers.items(), "")
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(smuggled)
+
+    async def test_denials_leave_content_free_audit_rows(self, stack):
+        """Every refusal and rewrite writes an audit row with codes and ids only."""
+        await stack.scope()
+        await stack.invoke()  # no context → rewrite
+        await stack.save("mg1.bogus", "x")  # key_invalid
+        rows = await stack.gov.store.audit_rows(limit=100)
+        reasons = {r["reason"] for r in rows}
+        assert {"context_missing", "key_invalid"} <= reasons
+        assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
