@@ -96,7 +96,7 @@ def _limits(inp: DecisionInput) -> dict[str, int]:
         "maxBatchFacts": lim.max_batch_facts, "ratePerMinute": lim.rate_per_minute, "rateBurst": lim.rate_burst,
         "hourlyOperations": lim.hourly_operations, "prefetchSearches": lim.prefetch_searches,
         "prefetchQueryBytes": lim.prefetch_query_bytes, "embeddingItemBytes": lim.embedding_item_bytes,
-        "searchMaxLimit": lim.search_max_limit,
+        "searchMaxLimit": lim.search_max_limit, "embeddingItemsPerAgentHour": lim.embedding_items_per_agent_hour,
     }
 
 
