@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.policy.cli",
     "sidecar.bench.cli",
     "sidecar.devstack.cli",
+    "sidecar.demo",
 )
 
 
