@@ -19,7 +19,7 @@ from sidecar.policy.engine import Engine, EngineUnavailable
 from sidecar.policy.floor import apply_floor
 from sidecar.policy.model import Decision, DecisionInput, Deployment
 from sidecar.policy.opa import OpaEngine
-from sidecar.policy.outcome import assemble, unavailable
+from sidecar.policy.outcome import Verdict, assemble, unavailable
 from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
 from sidecar.policy.shadow import ShadowEngine
 from sidecar.reasons import new_decision_id
@@ -117,31 +117,41 @@ class PolicyRuntime:
                     reasons=[r.value for r in decision.reasons], engine=self.engine.name)
         return decision
 
+    def _conclude(
+        self, pack: Pack, inp: DecisionInput, verdict: Verdict | Exception, did: str | None, started: float
+    ) -> Decision:
+        if isinstance(verdict, Exception):
+            # SECURITY: whatever went wrong inside the engine, the answer is a denial.
+            kind = verdict.kind if isinstance(verdict, EngineUnavailable) else "internal"
+            metrics.ENGINE_FAILURES.labels(self.engine.name, kind).inc()
+            decision = unavailable(inp)
+        else:
+            decision = assemble(inp, verdict, pack.limits)
+        return self._finish(pack, decision, inp, did or new_decision_id(), started)
+
     async def decide(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
         """Engine, then floor; never raises."""
-        started, did, pack = time.perf_counter(), decision_id or new_decision_id(), self._pack
+        started, pack = time.perf_counter(), self._pack
         if pack is None:
-            return self._unloaded(inp, did)
+            return self._unloaded(inp, decision_id or new_decision_id())
         try:
-            decision = assemble(inp, await self.engine.decide(inp), pack.limits)
-        except EngineUnavailable as exc:
-            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
-            decision = unavailable(inp)
-        return self._finish(pack, decision, inp, did, started)
+            verdict: Verdict | Exception = await self.engine.decide(inp)
+        except Exception as exc:  # noqa: BLE001 - turned into policy_unavailable
+            verdict = exc
+        return self._conclude(pack, inp, verdict, decision_id, started)
 
     def decide_sync(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
         """Decide without awaiting (Cedar only), for callers on a hot synchronous path."""
         if not isinstance(self.engine, CedarEngine):
             raise TypeError("decide_sync needs the cedar engine")
-        started, did, pack = time.perf_counter(), decision_id or new_decision_id(), self._pack
+        started, pack = time.perf_counter(), self._pack
         if pack is None:
-            return self._unloaded(inp, did)
+            return self._unloaded(inp, decision_id or new_decision_id())
         try:
-            decision = assemble(inp, self.engine.decide_sync(inp), pack.limits)
-        except EngineUnavailable as exc:
-            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
-            decision = unavailable(inp)
-        return self._finish(pack, decision, inp, did, started)
+            verdict: Verdict | Exception = self.engine.decide_sync(inp)
+        except Exception as exc:  # noqa: BLE001 - turned into policy_unavailable
+            verdict = exc
+        return self._conclude(pack, inp, verdict, decision_id, started)
 
     async def decide_many(self, inputs: list[DecisionInput]) -> list[Decision]:
         """Decide a fan-out (e.g. the prefetch searches of one turn) in one engine call."""
@@ -149,14 +159,10 @@ class PolicyRuntime:
         if pack is None:
             return [self._unloaded(inp, new_decision_id()) for inp in inputs]
         try:
-            verdicts = await self.engine.decide_many(inputs)
-            decisions = [assemble(inp, v, pack.limits) for inp, v in zip(inputs, verdicts, strict=True)]
-        except EngineUnavailable as exc:
-            metrics.ENGINE_FAILURES.labels(self.engine.name, exc.kind).inc()
-            decisions = [unavailable(inp) for inp in inputs]
-        return [
-            self._finish(pack, d, inp, new_decision_id(), started) for d, inp in zip(decisions, inputs, strict=True)
-        ]
+            verdicts: list[Verdict] | list[Exception] = await self.engine.decide_many(inputs)
+        except Exception as exc:  # noqa: BLE001 - every input becomes policy_unavailable
+            verdicts = [exc] * len(inputs)
+        return [self._conclude(pack, inp, v, None, started) for inp, v in zip(inputs, verdicts, strict=True)]
 
     async def reload(self) -> bool:
         """Read, validate and swap in the pack on disk; keep the live one on any failure."""

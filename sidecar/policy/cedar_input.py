@@ -1,0 +1,148 @@
+"""Mapping a decision input to Cedar: the Deployment, User and Scope entities, and the request.
+
+Names follow the schema in policies/cedar/memgov.cedarschema (camelCase attributes). Unknown
+principals and missing scopes become placeholders flagged ``known``/``exists`` false; optional
+facts are left out rather than given a default, so a policy must test them with ``has``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sidecar.policy.model import DecisionInput
+from sidecar.policy.pack import is_complete
+
+_DEPLOYMENT: Final = {"type": "Deployment", "id": "local"}
+_OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
+
+
+def _limits(inp: DecisionInput) -> dict[str, int]:
+    lim = inp.deployment.limits
+    return {
+        "maxDays": lim.max_days, "maxEntries": lim.max_entries, "maxFactBytes": lim.max_fact_bytes,
+        "maxBatchFacts": lim.max_batch_facts, "ratePerMinute": lim.rate_per_minute, "rateBurst": lim.rate_burst,
+        "hourlyOperations": lim.hourly_operations, "prefetchSearches": lim.prefetch_searches,
+        "prefetchQueryBytes": lim.prefetch_query_bytes, "embeddingItemBytes": lim.embedding_item_bytes,
+        "searchMaxLimit": lim.search_max_limit, "embeddingItemsPerAgentHour": lim.embedding_items_per_agent_hour,
+    }
+
+
+def _deployment(inp: DecisionInput) -> dict[str, Any]:
+    dep = inp.deployment
+    # Cedar has no loops: the audience servers complete partner records admit are joined here.
+    partners = {
+        p.server_name for p in dep.federation_partners if is_complete(p) and p.classification == dep.classification
+    }
+    return {
+        "uid": _DEPLOYMENT,
+        "attrs": {
+            "serverName": dep.server_name, "bridgeBot": dep.bridge_bot or "", "agentGhost": dep.agent_ghost or "",
+            "classification": dep.classification, "limits": _limits(inp),
+            "audienceServers": sorted(partners | {dep.server_name}),
+        },
+        "parents": [],
+    }
+
+
+def _user(inp: DecisionInput) -> dict[str, Any]:
+    p = inp.principal
+    if p is None:
+        attrs: dict[str, Any] = {
+            "known": False, "mxid": "", "localpart": "", "serverName": "", "origin": "", "partnerOrigins": [],
+        }
+    else:
+        # The origins complete partner records admit for the principal's server, joined for Cedar.
+        origins = {
+            o.value for r in inp.deployment.federation_partners
+            if is_complete(r) and r.server_name == p.server_name for o in r.origins
+        }
+        attrs = {
+            "known": True, "mxid": p.mxid, "localpart": p.localpart, "serverName": p.server_name,
+            "origin": p.origin.value, "partnerOrigins": sorted(origins),
+        }
+    return {"uid": {"type": "User", "id": attrs["mxid"]}, "attrs": attrs, "parents": []}
+
+
+def _scope(inp: DecisionInput) -> dict[str, Any]:
+    s = inp.scope
+    if s is None:
+        attrs: dict[str, Any] = {
+            "exists": False, "enabled": False, "generation": -1, "kind": "", "roomId": "",
+            "principalMxid": "", "origin": "", "agent": "",
+        }
+        return {"uid": {"type": "Scope", "id": ""}, "attrs": attrs, "parents": []}
+    attrs = {
+        "exists": True, "enabled": s.enabled, "generation": s.generation, "kind": s.kind, "roomId": s.room_id,
+        "principalMxid": s.principal_mxid, "origin": s.origin.value, "agent": s.agent,
+    }
+    return {"uid": {"type": "Scope", "id": s.scope_id}, "attrs": attrs, "parents": []}
+
+
+def _delegation(inp: DecisionInput) -> dict[str, Any]:
+    req = inp.request
+    out: dict[str, Any] = {
+        "present": req.context.present, "valid": req.context.valid,
+        "expired": req.context.expired, "replayed": req.context.replayed,
+    }
+    if req.context.expires_at is not None:
+        out["expiresAt"] = req.context.expires_at
+    if req.context_scope is not None:
+        out["scope"] = {"kind": req.context_scope.kind, "roomId": req.context_scope.room_id}
+    if req.context_agent is not None:
+        out["agent"] = req.context_agent
+    return out
+
+
+def _room(inp: DecisionInput) -> dict[str, Any] | None:
+    room = inp.room
+    if room is None:
+        return None
+    # Matrix semantics: without an m.room.server_acl event every server is admitted.
+    acl = room.server_acl
+    return {
+        "roomVersion": room.room_version, "encrypted": room.encrypted, "joinRule": room.join_rule,
+        "historyVisibility": room.history_visibility, "members": room.members, "invited": room.invited,
+        "serverAcl": {"allow": acl.allow, "allowIpLiterals": acl.allow_ip_literals} if acl else _OPEN_ACL,
+    }
+
+
+def _context(inp: DecisionInput) -> dict[str, Any]:
+    a, req, b = inp.agent, inp.request, inp.budget
+    request: dict[str, Any] = {
+        "keyValid": req.key_valid, "userIdMatches": req.user_id_matches, "agentNameMatches": req.agent_name_matches,
+        "itemCount": req.item_count, "maxItemBytes": req.max_item_bytes,
+    }
+    if req.presented_generation is not None:
+        request["presentedGeneration"] = req.presented_generation
+    context: dict[str, Any] = {
+        "agent": {"known": a is not None, "ref": a.ref if a else "", "memoryEnabled": bool(a and a.memory_enabled)},
+        "request": request,
+        "delegation": _delegation(inp),
+        "budget": {
+            "rateOk": b.rate_ok, "hourlyOk": b.hourly_ok, "prefetchOk": b.prefetch_ok, "embeddingOk": b.embedding_ok,
+        },
+        "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
+        "now": inp.now,
+        "deployment": {"__entity": _DEPLOYMENT},
+    }
+    room = _room(inp)
+    if room is not None:
+        context["room"] = room
+    if inp.audience is not None:
+        context["audience"] = {"servers": inp.audience.servers, "classification": inp.audience.classification}
+    return context
+
+
+def entities(inp: DecisionInput) -> list[dict[str, Any]]:
+    """The Deployment, User and Scope entities of an input."""
+    return [_deployment(inp), _user(inp), _scope(inp)]
+
+
+def request(inp: DecisionInput) -> dict[str, Any]:
+    """The Cedar request of an input: principal, action, resource and context."""
+    return {
+        "principal": {"type": "User", "id": inp.principal.mxid if inp.principal else ""},
+        "action": {"type": "Action", "id": inp.operation.value},
+        "resource": {"type": "Scope", "id": inp.scope.scope_id if inp.scope else ""},
+        "context": _context(inp),
+    }
