@@ -214,3 +214,37 @@ class TestShadow:
         assert isinstance(shadow.engine, ShadowEngine)
         await shadow.engine.drain()
         assert _sample("memgov_policy_shadow_disagreements_total", labels) == before
+
+
+class _Exploding:
+    """An engine with a bug: it loads, then raises something unexpected on every decision."""
+
+    name = "exploding"
+    stale = False
+
+    def prepare(self, pack: Any) -> None:
+        return None
+
+    async def commit(self, prepared: Any) -> None:
+        return None
+
+    async def decide(self, inp: Any) -> Any:
+        raise RuntimeError("engine bug")
+
+    async def decide_many(self, inputs: Any) -> Any:
+        raise RuntimeError("engine bug")
+
+    async def close(self) -> None:
+        return None
+
+
+class TestUnexpectedFailure:
+    async def test_engine_bug_fails_closed(self, pack_copy: Path, make_input: MakeInput) -> None:
+        """An engine that raises anything at all yields policy_unavailable, never an exception or a forward."""
+        rt = PolicyRuntime(policy_settings(pack_copy), _Exploding())
+        assert await rt.reload()
+        single = await rt.decide(make_input("invoke"))
+        many = await rt.decide_many([make_input("search")] * 2)
+        assert (single.action, single.reasons) == (Action.REWRITE_DISABLED, [Reason.POLICY_UNAVAILABLE])
+        assert [(d.action, d.reasons) for d in many] == [(Action.EMPTY_RESULT, [Reason.POLICY_UNAVAILABLE])] * 2
+        await rt.close()
