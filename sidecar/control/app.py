@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler
 from sidecar.control.entries import forget_one, inspect
 from sidecar.control.erase import forget_all, off, offboard
 from sidecar.control.evidence import get_erasure
-from sidecar.control.http import ENGINE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, Refused
+from sidecar.control.http import ENGINE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS, Refused
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
 from sidecar.enforce.runtime import GOVERNANCE, Governance
@@ -127,7 +127,7 @@ async def control_plane(gov: Governance) -> AsyncIterator[web.Application]:
     engine = ErasureEngine(gov)
     await engine.resume_all()
     app = create_control_app(gov, engine)
-    sweepers = Sweepers(gov, engine)
+    sweepers = app[SWEEPERS] = Sweepers(gov, engine)
     sweepers.start()
     try:
         yield app

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.sweeper import Sweepers
 from sidecar.identity.tokens import Verifier
 from sidecar.reasons import Reason
 from sidecar.state.types import Scope
@@ -23,6 +24,7 @@ from sidecar.state.types import Scope
 ENGINE: Final = web.AppKey("erasure_engine", ErasureEngine)
 OPERATORS: Final = web.AppKey("operator_verifier", Verifier)
 KAGENT: Final = web.AppKey("kagent_session", aiohttp.ClientSession)
+SWEEPERS: Final = web.AppKey("sweepers", Sweepers)
 OPERATION: Final = web.RequestKey("control_operation", str)
 MAX_BODY_BYTES: Final = 16 * 1024
 

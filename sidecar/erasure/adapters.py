@@ -99,10 +99,7 @@ class RestAdapter:
             raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
 
     async def remaining(self, app_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
-        try:
-            rows = await list_namespace(self._session, self._base, app_name, storage_key)
-        except AdapterError:
-            raise AdapterError(Reason.VERIFICATION_FAILED) from None
+        rows = await list_namespace(self._session, self._base, app_name, storage_key)
         # Only ids are kept; the content kagent returns with them is dropped right here.
         found = {r["id"] for r in rows}
         return found if entry_ids is None else found & set(entry_ids)
@@ -132,13 +129,15 @@ class KagentDbAdapter:
                 raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
         return self._pool
 
-    async def _run(self, sql: str, *args: object, failure: Reason = Reason.ERASURE_FAILED) -> list[Any]:
+    async def _run(self, sql: str, *args: object) -> list[Any]:
         pool = await self._conn_pool()
         try:
             rows = await pool.fetch(sql, *args)
-        except _PG_ERRORS:
+        except asyncpg.PostgresError:
             # SECURITY: driver messages may quote values; only the code leaves the adapter.
-            raise AdapterError(failure) from None
+            raise AdapterError(Reason.ERASURE_FAILED) from None
+        except _PG_ERRORS:
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
         return [r[0] for r in rows]
 
     async def delete_entries(self, app_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
@@ -151,11 +150,9 @@ class KagentDbAdapter:
 
     async def remaining(self, app_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
         if entry_ids is None:
-            ids = await self._run("SELECT id FROM memory WHERE user_id = $1", storage_key,
-                                  failure=Reason.VERIFICATION_FAILED)
+            ids = await self._run("SELECT id FROM memory WHERE user_id = $1", storage_key)
         else:
-            ids = await self._run("SELECT id FROM memory WHERE id = ANY($1::text[])", list(entry_ids),
-                                  failure=Reason.VERIFICATION_FAILED)
+            ids = await self._run("SELECT id FROM memory WHERE id = ANY($1::text[])", list(entry_ids))
         return set(ids)
 
     async def delete_created_before(self, cutoff: datetime) -> int | None:

@@ -166,6 +166,9 @@ class Sweepers:
         self._gov, self._engine = gov, engine
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Set after every pass, with its report; whoever waits for a pass clears it first.
+        self.swept = asyncio.Event()
+        self.last: SweepReport | None = None
 
     def start(self) -> None:
         """Start sweeping now and then every ``erasure.sweep_interval_s``."""
@@ -175,7 +178,8 @@ class Sweepers:
         interval = self._gov.settings.erasure.sweep_interval_s
         while not self._stop.is_set():
             try:
-                await sweep_once(self._gov, self._engine)
+                self.last = await sweep_once(self._gov, self._engine)
+                self.swept.set()
             except StateError as exc:
                 log.warning("sweep.failed", reason=exc.reason.value)
             except Exception as exc:  # noqa: BLE001 - one bad pass must not end the sweeper

@@ -8,10 +8,11 @@ helpers that act as the bridge (subject tokens, signed contexts) and as the agen
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,9 +24,11 @@ import asyncpg
 import yaml
 
 from sidecar.control.client import ControlClient
+from sidecar.control.http import SWEEPERS
 from sidecar.devstack import Devstack, MemoryRow, start_devstack
 from sidecar.devstack.vectors import embed_text
 from sidecar.enforce.runtime import utcnow
+from sidecar.erasure.sweeper import Sweepers
 from sidecar.identity.tokens import mint_token
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
@@ -201,6 +204,11 @@ class Harness:
         """Every audit row as text (for sentinel checks)."""
         return repr(await self.gov.store.audit_rows(limit=100_000))
 
+    @property
+    def sweepers(self) -> Sweepers:
+        """The periodic sweeper of the running control app."""
+        return next(r.app[SWEEPERS] for r in self.gw.runners if SWEEPERS in r.app)
+
     def advance(self, seconds: float) -> None:
         """Move the gateway's clock forward (hard expiry, token lifetimes)."""
         self.clock_offset_s += seconds
@@ -222,3 +230,10 @@ async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = N
             yield Harness(gw, stack, keys, http)
     finally:
         await stack.stop()
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
+    """Wait for an observable condition (a state another task or process reaches), within a bound."""
+    async with asyncio.timeout(timeout_s):
+        while not await condition():
+            await asyncio.sleep(0.01)

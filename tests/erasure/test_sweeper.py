@@ -1,0 +1,112 @@
+"""Sweepers: physical deletion after hard expiry and of anything that lands in a dead generation (R-9, D2)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from sidecar.devstack.store import NewMemory
+from sidecar.devstack.vectors import embed_text
+from sidecar.erasure.sweeper import sweep_once
+from sidecar.identity.keys import storage_key
+from tests.control.harness import APP, Harness, harness
+
+DAY = 86400
+
+
+async def _plant(h: Harness, scope_id: str, generation: int, text: str, *, age: timedelta = timedelta(0)) -> str:
+    """Write a row straight into kagent's table, as a save that escaped every fence would."""
+    store = h.stack.store
+    base = store.now
+    store.now = lambda: base() - age
+    try:
+        return await store.insert(NewMemory(APP, storage_key(scope_id, generation), text, embed_text(text), "{}", None))
+    finally:
+        store.now = base
+
+
+class TestHardExpiry:
+    async def test_rest_clears_a_namespace_once_all_its_entries_expired(self, sh: Harness) -> None:
+        """Over REST an expired entry waits while its namespace holds live memory, then goes with the namespace."""
+        scope_id = await sh.scope()
+        first = await sh.saved(scope_id, "likes green tea")
+        sh.advance(3 * DAY)
+        await sh.saved(scope_id, "lives in Lisbon")
+        sh.advance(5 * DAY)  # the first entry is past its 7 days, the second is not
+        report = await sweep_once(sh.gov)
+        assert (report.expired_pending, report.expired_deleted) == (1, 0)
+        assert len(await sh.rows(scope_id)) == 2
+        sh.advance(3 * DAY)
+        report = await sweep_once(sh.gov)
+        assert report.expired_deleted == 2 and await sh.rows(scope_id) == []
+        ledger = {e.entry_id: e for e in await sh.gov.store.entries_of_scope(scope_id)}
+        assert ledger[first].physically_deleted_at is not None and ledger[first].verified_at is not None
+
+    async def test_kagent_db_deletes_each_expired_entry_by_id(self, kdb: Harness) -> None:
+        """With the exact adapter the expired row goes at the next pass and its live neighbour stays."""
+        scope_id = await kdb.scope()
+        expired = await kdb.saved(scope_id, "likes green tea")
+        kdb.advance(3 * DAY)
+        live = await kdb.saved(scope_id, "lives in Lisbon")
+        kdb.advance(4 * DAY)
+        report = await sweep_once(kdb.gov)
+        assert report.expired_deleted == 1
+        assert [r.id for r in await kdb.rows(scope_id)] == [live]
+        (gone,) = [e for e in await kdb.gov.store.entries_of_scope(scope_id) if e.entry_id == expired]
+        assert gone.verified_at is not None
+
+    async def test_the_periodic_sweeper_runs_on_its_own(self, tmp_path: Path) -> None:
+        """With a short interval the running gateway deletes expired memory without being asked."""
+        async with harness(tmp_path, store_url=None, erasure={"sweep_interval_s": 0.05}) as h:
+            scope_id = await h.scope()
+            await h.saved(scope_id, "likes green tea")
+            h.advance(8 * DAY)
+            while await h.rows(scope_id):
+                h.sweepers.swept.clear()
+                await h.sweepers.swept.wait()
+            assert h.sweepers.last is not None
+
+
+class TestDeadGenerations:
+    async def test_a_save_that_outlived_the_quiesce_bound_is_deleted_by_the_sweeper(self, any_adapter: Harness) -> None:
+        """A write of the old generation that lands after the verified withdrawal is cleared at the next pass."""
+        h = any_adapter
+        scope_id = await h.scope()
+        await h.saved(scope_id, "likes green tea")
+        now = h.gov.now()
+        (slot,) = await h.gov.store.reserve_entries(scope_id, 1, 1, 1000, now)
+        op = await h.gov.store.begin_write(scope_id, 1, 1.0, now)  # lease lapses: the erasure stops waiting
+        h.advance(2)
+        record = (await h.client().withdraw(scope_id))["erasure"]
+        assert record["state"] == "verified" and await h.rows(scope_id) == []
+        late = await _plant(h, scope_id, 1, "late background save")
+        await h.gov.store.fill_entry(slot, late, h.gov.now(), h.gov.now() + timedelta(days=7))
+        await h.gov.store.end_write(op)
+        report = await sweep_once(h.gov)
+        assert report.dead_cleared == 1 and await h.rows(scope_id) == []
+        assert await h.gov.store.dead_namespaces(10) == []
+
+    async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
+        """Consent given again moves the generation; the old rows, never readable again, are swept."""
+        h = any_adapter
+        scope_id = await h.scope()
+        await h.saved(scope_id, "likes green tea")
+        await h.client().grant(scope_id, "remember my preferences", "v2")
+        fresh = await h.saved(scope_id, "lives in Lisbon")
+        await sweep_once(h.gov)
+        assert [r.id for r in await h.rows(scope_id)] == [fresh]
+
+
+class TestOrphans:
+    async def test_kagent_db_removes_unrecorded_rows_past_any_expiry(self, kdb: Harness) -> None:
+        """A row in a memgov namespace the ledger never knew goes once it is older than any hard expiry."""
+        scope_id = await kdb.scope()
+        kept = await kdb.saved(scope_id, "likes green tea")
+        await _plant(kdb, scope_id, 1, "crash between save and ledger", age=timedelta(days=9))
+        report = await sweep_once(kdb.gov)
+        assert report.orphans_deleted == 1
+        assert [r.id for r in await kdb.rows(scope_id)] == [kept]
+
+    async def test_rest_cannot_see_orphans_and_says_so(self, sh: Harness) -> None:
+        """Over REST the orphan pass does not run (reported as None), so nothing is claimed."""
+        assert (await sweep_once(sh.gov)).orphans_deleted is None
