@@ -120,7 +120,10 @@ class ServerProcess:
         if not self._conn.poll(_START_TIMEOUT_S):
             self.stop()
             raise RuntimeError(f"{kind} server did not start within {_START_TIMEOUT_S:.0f} s")
-        self.urls: dict[str, str] = self._conn.recv()
+        try:
+            self.urls: dict[str, str] = self._conn.recv()
+        except EOFError:
+            self.urls = {"error": "the process exited"}
         if "error" in self.urls:
             self.stop()
             raise RuntimeError(f"{kind} server failed to start: {self.urls['error']}")

@@ -8,13 +8,15 @@ share the other, which means a proxy also shares its core with the stand-in behi
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -111,33 +113,34 @@ def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus:
             "other_load_cores": max(other, 0.0) / wall}
 
 
+@contextmanager
+def _servers(scenario: Scenario, workdir: Path, plan: CpuPlan) -> Iterator[dict[str, ServerProcess]]:
+    """Start the stand-in, then both proxies in front of it; stop all of them on exit."""
+    servers: dict[str, ServerProcess] = {}
+    try:
+        servers["a"] = ServerProcess("standin", scenario.standin_params(workdir), plan.upstream)
+        upstream = servers["a"].urls["url"]
+        servers["b"] = ServerProcess("bare", {"upstream": upstream}, plan.proxy)
+        servers["c"] = ServerProcess("memgov", {"upstream": upstream, "workdir": str(workdir),
+                                                "overrides": scenario.gateway_overrides(workdir)}, plan.proxy)
+        yield servers
+    finally:
+        for proc in reversed(list(servers.values())):
+            proc.stop()
+
+
 def run_scenario(scenario: Scenario, opts: BenchOptions, plan: CpuPlan,
                  progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """Start the three servers, run every round of every mode, stop them; one section per mode."""
+    """Run every round of every mode of one scenario on fresh servers; one report section per mode."""
     runs: dict[Mode, list[dict[str, Any]]] = {mode: [] for mode in opts.modes}
-    with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp:
-        workdir = Path(tmp)
-        servers: dict[str, ServerProcess] = {}
-        try:
-            servers["a"] = ServerProcess("standin", scenario.standin_params(workdir), plan.upstream)
-            upstream = servers["a"].urls["url"]
-            servers["b"] = ServerProcess("bare", {"upstream": upstream}, plan.proxy)
-            servers["c"] = ServerProcess("memgov", {"upstream": upstream, "workdir": str(workdir),
-                                                    "overrides": scenario.gateway_overrides(workdir)}, plan.proxy)
-            urls = {key: proc.urls["url"] for key, proc in servers.items()}
-            with scenario.prepared({f"{k}_{n}": u for k, p in servers.items() for n, u in p.urls.items()}) as mix:
-                preflight(urls, mix)
-                for rnd in range(1, opts.rounds + 1):
-                    for mode in opts.modes:
-                        for key in TARGETS:
-                            progress(f"{scenario.name}: round {rnd}/{opts.rounds}, {mode} loop, ({key}) {TARGETS[key]}")
-                            job = LoadJob(urls[key], tuple(mix), mode, opts.duration_s, opts.warmup_s,
-                                          opts.concurrency, opts.rate)
-                            run = _measure(servers, key, job, plan.generator, opts.generator)
-                            runs[mode].append({"round": rnd, **run})
-        finally:
-            for proc in reversed(list(servers.values())):
-                proc.stop()
+    with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp, _servers(scenario, Path(tmp), plan) as servers:
+        urls = {key: proc.urls["url"] for key, proc in servers.items()}
+        with scenario.prepared({proc.kind: proc.urls for proc in servers.values()}) as mix:
+            preflight(urls, mix)
+            for rnd, mode, key in itertools.product(range(1, opts.rounds + 1), opts.modes, TARGETS):
+                progress(f"{scenario.name}: round {rnd}/{opts.rounds}, {mode} loop, ({key}) {TARGETS[key]}")
+                job = LoadJob(urls[key], tuple(mix), mode, opts.duration_s, opts.warmup_s, opts.concurrency, opts.rate)
+                runs[mode].append({"round": rnd, **_measure(servers, key, job, plan.generator, opts.generator)})
     return [_section(scenario, mode, opts, runs[mode]) for mode in opts.modes]
 
 

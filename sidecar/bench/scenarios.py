@@ -38,8 +38,12 @@ class Scenario:
         return {}
 
     @contextmanager
-    def prepared(self, urls: Mapping[str, str]) -> Iterator[tuple[RequestSpec, ...]]:
-        """Set up what the mix needs once the servers run (``urls`` of every process); yield the mix."""
+    def prepared(self, urls: Mapping[str, Mapping[str, str]]) -> Iterator[tuple[RequestSpec, ...]]:
+        """Set up what the mix needs once the servers run; yield the mix; undo the setup on exit.
+
+        ``urls`` maps ``standin``, ``bare`` and ``memgov`` to that process's URLs (``url`` takes
+        the load; memgov adds ``control_url`` and ``ops_url``, the stand-in ``embedding_url``).
+        """
         yield self.mix
 
 
