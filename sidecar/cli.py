@@ -16,6 +16,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.server",
     "sidecar.policy.cli",
+    "sidecar.state.cli",
     "sidecar.bench.cli",
     "sidecar.devstack.cli",
     "sidecar.demo",

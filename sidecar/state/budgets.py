@@ -24,6 +24,7 @@ from sidecar.state.types import BudgetClaim
 _KINDS = frozenset({"bucket", "window", "counter"})
 
 # Refill by elapsed time (never negative if replica clocks disagree), cap at the limit, take cost.
+# The tiny tolerance keeps e.g. 6/min (0.1/s) exact despite binary floating point.
 _BUCKET = """
 INSERT INTO budgets AS b (kind, bkey, level, mark, at_us, expires_us)
 VALUES ('bucket', $1, CAST($2 AS DOUBLE PRECISION) - CAST($3 AS DOUBLE PRECISION), 0, $4, $5)
@@ -36,7 +37,7 @@ ON CONFLICT (kind, bkey) DO UPDATE SET
   at_us = CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us ELSE b.at_us END,
   expires_us = CASE WHEN excluded.expires_us > b.expires_us THEN excluded.expires_us ELSE b.expires_us END
 WHERE b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
-      * CAST($6 AS DOUBLE PRECISION) >= CAST($3 AS DOUBLE PRECISION)
+      * CAST($6 AS DOUBLE PRECISION) >= CAST($3 AS DOUBLE PRECISION) - 0.000000001
 RETURNING level
 """
 

@@ -1,0 +1,101 @@
+"""``memgov state migrate | stats | purge-audit``: operate the configured state store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from sidecar.settings import SettingsError, load_settings
+from sidecar.state.db import connect
+from sidecar.state.migrations import LATEST, migrate
+from sidecar.state.store import StateStore, open_store
+from sidecar.state.types import StateError
+
+#: Audit retention used when ``--older-than-days`` is not given (R-15: audit has its own window).
+DEFAULT_AUDIT_RETENTION_DAYS = 90
+
+
+def _run(action: Callable[[str], Awaitable[int]]) -> int:
+    try:
+        url = load_settings().state_url()
+    except SettingsError as exc:
+        print(f"memgov: {exc}")
+        return 2
+    try:
+        return asyncio.run(action(url))
+    except StateError as exc:
+        print(f"memgov state: {exc.reason.value}")
+        return 1
+
+
+async def _with_store(url: str, body: Callable[[StateStore], Awaitable[int]]) -> int:
+    store = await open_store(url)
+    try:
+        return await body(store)
+    finally:
+        await store.close()
+
+
+async def _migrate(url: str) -> int:
+    db = await connect(url)
+    try:
+        applied = await migrate(db)
+    finally:
+        await db.close()
+    print(f"state schema at version {LATEST} ({applied} migration(s) applied)")
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    return _run(_migrate)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    async def body(store: StateStore) -> int:
+        stats = await store.stats()
+        if args.json:
+            print(json.dumps({"backend": store.backend, **stats}, sort_keys=True))
+        else:
+            print(f"backend: {store.backend}")
+            width = max(len(k) for k in stats)
+            for key, value in stats.items():
+                print(f"{key:<{width}}  {value}")
+        return 0
+
+    return _run(lambda url: _with_store(url, body))
+
+
+def _cmd_purge_audit(args: argparse.Namespace) -> int:
+    cutoff = datetime.now(UTC) - timedelta(days=args.older_than_days)
+
+    async def body(store: StateStore) -> int:
+        purged = await store.purge_audit(cutoff)
+        print(f"purged {purged} audit record(s) older than {args.older_than_days} day(s)")
+        return 0
+
+    return _run(lambda url: _with_store(url, body))
+
+
+def _days(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``memgov state …``."""
+    p = sub.add_parser("state", help="Migrate the state store, show its counts, purge old audit records.")
+    state = p.add_subparsers(dest="state_command", required=True, metavar="ACTION")
+    state.add_parser("migrate", help="Apply pending schema migrations (also done on every start).").set_defaults(
+        func=_cmd_migrate)
+    stats = state.add_parser("stats", help="Row counts per record kind (counts only, no ids).")
+    stats.add_argument("--json", action="store_true", help="Print one JSON object.")
+    stats.set_defaults(func=_cmd_stats)
+    purge = state.add_parser("purge-audit", help="Delete audit records older than the retention window.")
+    purge.add_argument("--older-than-days", type=_days, default=DEFAULT_AUDIT_RETENTION_DAYS,
+                       help=f"Retention window in days (default {DEFAULT_AUDIT_RETENTION_DAYS}).")
+    purge.set_defaults(func=_cmd_purge_audit)

@@ -1,0 +1,52 @@
+"""Every state test runs against a SQLite file and a real PostgreSQL database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sidecar.state import Scope, StateStore, open_store
+from tests.state.workers import Pool
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+WEEK = timedelta(days=7)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of an empty state database on one backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/state.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture(scope="session")
+def pool() -> Iterator[Pool]:
+    """Four spawned worker processes, reused by every concurrency test."""
+    workers = Pool(4)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture
+async def store(state_url: str) -> AsyncIterator[StateStore]:
+    """A migrated store, closed after the test."""
+    st = await open_store(state_url)
+    try:
+        yield st
+    finally:
+        await st.close()
+
+
+async def new_scope(store: StateStore, room: str = "!room:example.org", *, granted: bool = True) -> Scope:
+    """Create a scope for a fixed principal and agent, granted unless told otherwise."""
+    scope, _ = await store.create_scope("@alice:example.org", "native", "team/helper", "control_room", room, NOW)
+    if granted:
+        scope, _ = await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+    return scope

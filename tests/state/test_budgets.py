@@ -1,0 +1,92 @@
+"""Cost admission: token buckets, fixed windows, expiring counters, all-or-nothing reservations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from sidecar.state import BudgetClaim, StateStore
+from tests.state.conftest import NOW
+
+RATE = BudgetClaim("bucket", "sender+agent", limit=3, refill_per_s=0.1, reason="rate_limited")
+HOURLY = BudgetClaim("window", "scope", limit=2, window_s=3600, reason="hourly_budget_exhausted")
+PREFETCH = BudgetClaim("counter", "conversation", limit=2, ttl_s=600, reason="prefetch_limit")
+
+
+async def admitted(store: StateStore, claims: list[BudgetClaim], at: timedelta, times: int) -> list[str | None]:
+    """Reserve the same claims ``times`` times at NOW + at; return each outcome."""
+    return [await store.reserve_budget(claims, NOW + at) for _ in range(times)]
+
+
+class TestBudgetKinds:
+    async def test_bucket_allows_a_burst_then_refills_to_capacity(self, store: StateStore) -> None:
+        """6/min burst 3: three at once, then one per ten seconds, never more than three banked."""
+        assert await admitted(store, [RATE], timedelta(0), 4) == [None, None, None, "rate_limited"]
+        assert await admitted(store, [RATE], timedelta(seconds=9), 1) == ["rate_limited"]
+        assert await admitted(store, [RATE], timedelta(seconds=10), 2) == [None, "rate_limited"]
+        assert await admitted(store, [RATE], timedelta(hours=1), 4) == [None, None, None, "rate_limited"]
+
+    async def test_window_resets_at_the_window_boundary(self, store: StateStore) -> None:
+        """A fixed hourly window admits its limit, then nothing until the next hour starts."""
+        start = timedelta(minutes=59, seconds=59)  # NOW is on the hour
+        assert await admitted(store, [HOURLY], timedelta(0), 3) == [None, None, "hourly_budget_exhausted"]
+        assert await admitted(store, [HOURLY], start, 1) == ["hourly_budget_exhausted"]
+        assert await admitted(store, [HOURLY], timedelta(hours=1), 3) == [None, None, "hourly_budget_exhausted"]
+
+    async def test_counter_expires_ttl_after_first_use(self, store: StateStore) -> None:
+        """A per-conversation counter starts over only after its ttl from the first use."""
+        assert await admitted(store, [PREFETCH], timedelta(0), 2) == [None, None]
+        assert await admitted(store, [PREFETCH], timedelta(seconds=599), 1) == ["prefetch_limit"]
+        assert await admitted(store, [PREFETCH], timedelta(seconds=600), 3) == [None, None, "prefetch_limit"]
+
+    async def test_cost_counts_every_item(self, store: StateStore) -> None:
+        """A claim with cost n uses n units; a cost above the limit never fits."""
+        big = BudgetClaim("window", "scope", limit=5, cost=3, reason="hourly_budget_exhausted")
+        assert await admitted(store, [big], timedelta(0), 2) == [None, "hourly_budget_exhausted"]
+        huge = BudgetClaim("bucket", "agent", limit=2, cost=3, reason="rate_limited")
+        assert await store.reserve_budget([huge], NOW) == "rate_limited"
+
+    async def test_keys_are_independent(self, store: StateStore) -> None:
+        """Two senders do not share a bucket."""
+        other = BudgetClaim("bucket", "other", limit=3, refill_per_s=0.1, reason="rate_limited")
+        await admitted(store, [RATE], timedelta(0), 3)
+        assert await store.reserve_budget([other], NOW) is None
+
+
+class TestAllOrNothing:
+    async def test_a_refused_claim_charges_nothing(self, store: StateStore) -> None:
+        """When one claim does not fit, the others of the same request are not consumed."""
+        await admitted(store, [HOURLY], timedelta(0), 2)
+        assert await admitted(store, [RATE, HOURLY], timedelta(0), 3) == ["hourly_budget_exhausted"] * 3
+        assert await admitted(store, [RATE], timedelta(0), 4) == [None, None, None, "rate_limited"]
+
+    async def test_budget_keys_are_stored_opaquely(self, store: StateStore) -> None:
+        """Budget rows never carry the caller's key (which may contain an MXID)."""
+        claim = BudgetClaim("bucket", "@alice:example.org|team/helper", limit=3, refill_per_s=0.1)
+        await store.reserve_budget([claim], NOW)
+        async with store.db.tx("read") as tx:
+            keys = [r[0] for r in await tx.fetch("SELECT bkey FROM budgets")]
+        assert len(keys) == 1 and "alice" not in keys[0] and len(keys[0]) == 64
+
+    @pytest.mark.parametrize(
+        "claim",
+        [
+            BudgetClaim("bucket", "k", limit=3, reason="free text"),
+            BudgetClaim("hourly", "k", limit=3),  # type: ignore[arg-type]
+            BudgetClaim("window", "k", limit=3, window_s=0),
+            BudgetClaim("counter", "k", limit=3, ttl_s=0),
+            BudgetClaim("bucket", "k", limit=3, cost=-1),
+        ],
+    )
+    async def test_malformed_claims_are_refused(self, store: StateStore, claim: BudgetClaim) -> None:
+        """A claim with an unknown kind, a non-code reason or a non-positive period is a programming error."""
+        with pytest.raises(ValueError):
+            await store.reserve_budget([claim], NOW)
+
+    async def test_drained_rows_are_purged(self, store: StateStore) -> None:
+        """Rows equal to a fresh budget are removed by housekeeping without changing admission."""
+        await admitted(store, [RATE, HOURLY, PREFETCH], timedelta(0), 1)
+        assert (await store.purge_expired(NOW + timedelta(seconds=29)))["budgets"] == 0
+        assert (await store.purge_expired(NOW + timedelta(hours=1)))["budgets"] == 3
+        assert await admitted(store, [RATE], timedelta(hours=1), 4) == [None, None, None, "rate_limited"]

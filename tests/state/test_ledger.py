@@ -1,0 +1,189 @@
+"""The entry ledger: cap reservations, immutable expiry, live filtering, erasure bookkeeping."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from sidecar.reasons import Reason
+from sidecar.state import CapReached, Fenced, StateError, StateStore
+from tests.state.conftest import NOW, WEEK, new_scope
+
+
+async def save(store: StateStore, scope_id: str, entry_id: str, *, generation: int = 1,
+               created: timedelta = timedelta(0)) -> None:
+    """Reserve one slot and fill it, the way the gateway records a save."""
+    (slot,) = await store.reserve_entries(scope_id, generation, 1, 100, NOW + created)
+    await store.fill_entry(slot, entry_id, NOW + created, NOW + created + WEEK)
+
+
+class TestReserveEntries:
+    async def test_cap_is_never_exceeded_and_refusal_does_not_evict(self, store: StateStore) -> None:
+        """Writes beyond the cap are refused whole; the existing entries stay live."""
+        scope = await new_scope(store)
+        assert len(await store.reserve_entries(scope.scope_id, 1, 3, 5, NOW)) == 3
+        with pytest.raises(CapReached) as err:
+            await store.reserve_entries(scope.scope_id, 1, 3, 5, NOW)
+        assert err.value.reason is Reason.ENTRY_CAP_REACHED
+        assert len(await store.reserve_entries(scope.scope_id, 1, 2, 5, NOW)) == 2
+        assert (await store.stats())["ledger_pending"] == 5
+
+    @pytest.mark.parametrize(
+        ("freed_by", "later"),
+        [("release", timedelta(0)), ("tombstone", timedelta(0)), ("expiry", WEEK), ("lapse", timedelta(minutes=5))],
+    )
+    async def test_released_erased_expired_and_lapsed_entries_free_the_cap(
+        self, store: StateStore, freed_by: str, later: timedelta
+    ) -> None:
+        """Only live entries and unexpired pending slots count toward the cap."""
+        scope = await new_scope(store)
+        slots = await store.reserve_entries(scope.scope_id, 1, 2, 2, NOW)
+        with pytest.raises(CapReached):
+            await store.reserve_entries(scope.scope_id, 1, 1, 2, NOW)
+        if freed_by == "release":
+            await store.release_entries(slots)
+        elif freed_by in ("tombstone", "expiry"):
+            for i, slot in enumerate(slots):
+                await store.fill_entry(slot, f"e{i}", NOW, NOW + WEEK)
+            if freed_by == "tombstone":
+                assert await store.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
+        if later:
+            with pytest.raises(CapReached):
+                await store.reserve_entries(scope.scope_id, 1, 1, 2, NOW + later - timedelta(microseconds=1))
+        assert len(await store.reserve_entries(scope.scope_id, 1, 2, 2, NOW + later)) == 2
+
+    @pytest.mark.parametrize(("generation", "reason"), [(0, Reason.STALE_GENERATION), (2, Reason.STALE_GENERATION)])
+    async def test_reservation_is_fenced(self, store: StateStore, generation: int, reason: Reason) -> None:
+        """A save under a stale generation cannot take a slot."""
+        scope = await new_scope(store)
+        with pytest.raises(Fenced) as err:
+            await store.reserve_entries(scope.scope_id, generation, 1, 100, NOW)
+        assert err.value.reason is reason
+
+    async def test_withdrawn_scope_cannot_reserve(self, store: StateStore) -> None:
+        """After withdrawal the new generation is disabled, so no slot is handed out."""
+        scope = await new_scope(store)
+        await store.withdraw(scope.scope_id, NOW)
+        with pytest.raises(Fenced) as err:
+            await store.reserve_entries(scope.scope_id, 2, 1, 100, NOW)
+        assert err.value.reason is Reason.CONSENT_DISABLED
+
+
+class TestFillEntry:
+    async def test_a_slot_is_filled_once(self, store: StateStore) -> None:
+        """The second fill of a slot fails and the first expiry stands."""
+        scope = await new_scope(store)
+        (slot,) = await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW)
+        await store.fill_entry(slot, "e1", NOW, NOW + WEEK)
+        with pytest.raises(StateError):
+            await store.fill_entry(slot, "e1", NOW, NOW + WEEK * 2)
+        (entry,) = await store.entries_of_scope(scope.scope_id)
+        assert entry.expires_at == NOW + WEEK
+
+    async def test_a_lapsed_slot_cannot_be_filled(self, store: StateStore) -> None:
+        """A slot whose lease ran out no longer counts toward the cap, so it cannot become an entry."""
+        scope = await new_scope(store)
+        (slot,) = await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW, lease_s=30)
+        with pytest.raises(StateError) as err:
+            await store.fill_entry(slot, "e1", NOW + timedelta(seconds=30), NOW + WEEK)
+        assert err.value.reason is Reason.INTERNAL_ERROR
+
+    @pytest.mark.parametrize(
+        "sql",
+        [
+            "UPDATE ledger SET expires_us = expires_us + 86400000000",
+            "UPDATE ledger SET expires_us = NULL",
+            "UPDATE ledger SET entry_id = 'other'",
+            "UPDATE ledger SET created_us = created_us + 1",
+        ],
+    )
+    async def test_filled_rows_are_immutable_in_the_database(self, store: StateStore, sql: str) -> None:
+        """Hard expiry is never extended: even a direct statement cannot change a filled row."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "e1")
+        with pytest.raises(StateError):
+            async with store.db.tx() as tx:
+                await tx.execute(sql)
+        (entry,) = await store.entries_of_scope(scope.scope_id)
+        assert (entry.entry_id, entry.created_at, entry.expires_at) == ("e1", NOW, NOW + WEEK)
+
+    async def test_tombstoning_a_filled_row_is_allowed(self, store: StateStore) -> None:
+        """Erasure bookkeeping columns stay writable after the row is filled."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "e1")
+        await store.mark_physically_deleted(["e1"], NOW)
+        await store.mark_verified(["e1"], NOW + timedelta(seconds=1))
+        (entry,) = await store.entries_of_scope(scope.scope_id)
+        assert (entry.physically_deleted_at, entry.verified_at) == (NOW, NOW + timedelta(seconds=1))
+
+
+class TestLiveFiltering:
+    async def test_only_known_current_unerased_unexpired_ids_pass(self, store: StateStore) -> None:
+        """Search and list results keep only ids this scope and generation may read right now."""
+        scope = await new_scope(store)
+        other = await new_scope(store, "!other:example.org")
+        await save(store, scope.scope_id, "live")
+        await save(store, scope.scope_id, "erased")
+        await save(store, scope.scope_id, "old", created=-WEEK)
+        await save(store, other.scope_id, "foreign")
+        await store.tombstone(scope.scope_id, ["erased"], NOW)
+        await store.withdraw(scope.scope_id, NOW)
+        await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        await save(store, scope.scope_id, "newgen", generation=3)
+        asked = ["live", "erased", "old", "foreign", "unknown", "newgen", "bad id!"]
+        assert await store.filter_live(scope.scope_id, 1, asked, NOW) == {"live"}
+        assert await store.filter_live(scope.scope_id, 3, asked, NOW) == {"newgen"}
+        assert await store.filter_live(scope.scope_id, 1, ["live"], NOW + WEEK) == set()
+        assert await store.live_count(scope.scope_id, NOW) == 2
+
+    async def test_tombstone_touches_only_the_named_scope(self, store: StateStore) -> None:
+        """One scope's erasure cannot tombstone another scope's entry, and repeats count zero."""
+        scope = await new_scope(store)
+        other = await new_scope(store, "!other:example.org")
+        await save(store, scope.scope_id, "mine")
+        await save(store, other.scope_id, "theirs")
+        assert await store.tombstone(scope.scope_id, ["mine", "theirs"], NOW) == 1
+        assert await store.tombstone(scope.scope_id, ["mine"], NOW) == 0
+        assert await store.filter_live(other.scope_id, 1, ["theirs"], NOW) == {"theirs"}
+
+    async def test_pages_walk_every_live_entry_in_order(self, store: StateStore) -> None:
+        """Inspect pages are ordered by creation time and id, without gaps or repeats."""
+        scope = await new_scope(store)
+        ids = [f"e{i}" for i in range(7)]
+        for i, entry_id in enumerate(reversed(ids)):
+            await save(store, scope.scope_id, entry_id, created=timedelta(seconds=i // 2))
+        await store.tombstone(scope.scope_id, ["e3"], NOW)
+        seen, cursor = [], None
+        for _ in range(10):
+            page = await store.live_entries(scope.scope_id, NOW + timedelta(seconds=5), cursor, 2)
+            if not page:
+                break
+            seen += page
+            cursor = page[-1].entry_id
+        keys = [(e.created_at, e.entry_id) for e in seen]
+        assert keys == sorted(keys) and len(seen) == 6 and "e3" not in {e.entry_id for e in seen}
+        assert await store.live_entries(scope.scope_id, NOW, "unknown", 2) == []
+
+    async def test_entries_of_scope_includes_erased_and_expired(self, store: StateStore) -> None:
+        """Erasure and evidence see every entry the scope ever had, not just live ones."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "a")
+        await save(store, scope.scope_id, "b", created=-WEEK)
+        await store.tombstone(scope.scope_id, ["a"], NOW)
+        await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW)
+        assert sorted(e.entry_id for e in await store.entries_of_scope(scope.scope_id)) == ["a", "b"]
+
+
+class TestSweep:
+    async def test_expired_entries_are_listed_until_physically_deleted(self, store: StateStore) -> None:
+        """The sweeper finds entries at or past expiry and stops seeing them once deleted."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "old", created=-WEEK)
+        await save(store, scope.scope_id, "older", created=-WEEK - timedelta(hours=1))
+        await save(store, scope.scope_id, "fresh")
+        due = await store.expired_unswept(NOW, 10)
+        assert [e.entry_id for e in due] == ["older", "old"]
+        await store.mark_physically_deleted(["older"], NOW)
+        assert [e.entry_id for e in await store.expired_unswept(NOW, 10)] == ["old"]
+        assert [e.entry_id for e in await store.expired_unswept(NOW, 0)] == []

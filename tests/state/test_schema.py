@@ -1,0 +1,152 @@
+"""The schema: content-free by construction, identical on both backends, migrated exactly once."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sidecar.reasons import Reason
+from sidecar.state import StateError, StateStore, open_store
+from sidecar.state.migrations import LATEST, MIGRATIONS, migrate
+from tests.state import workers
+from tests.state.conftest import NOW, new_scope
+from tests.state.workers import Pool
+
+#: Longest string any column may hold; only these columns may exceed the 64 of ids and codes.
+MAX_BOUND = 320
+LONG_COLUMNS = {"principal_mxid", "subject", "room_id", "agent", "purpose"}
+Column = tuple[str, int]  # ("int" | "float" | "str", bound for str else 0)
+
+
+async def pg_columns(store: StateStore) -> dict[tuple[str, str], Column]:
+    """Every column of the PostgreSQL schema, normalized."""
+    kinds = {"bigint": "int", "integer": "int", "smallint": "int", "boolean": "int", "double precision": "float"}
+    async with store.db.tx("read") as tx:
+        rows = await tx.fetch(
+            "SELECT table_name, column_name, data_type, character_maximum_length FROM information_schema.columns"
+            " WHERE table_schema = 'public'"
+        )
+    out = {}
+    for table, column, data_type, length in rows:
+        if data_type == "character varying" and length is not None:
+            out[(table, column)] = ("str", int(length))
+        else:  # text, bytea, json, arrays and anything else land here as unbounded
+            out[(table, column)] = (kinds.get(data_type, "unbounded:" + data_type), 0)
+    return out
+
+
+async def sqlite_columns(store: StateStore) -> dict[tuple[str, str], Column]:
+    """Every column of the SQLite schema, normalized; TEXT counts as bounded only with a length CHECK."""
+    kinds = {"INTEGER": "int", "REAL": "float"}
+    out = {}
+    async with store.db.tx("read") as tx:
+        tables = await tx.fetch("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        for table, sql in tables:
+            strict = re.search(r"\)\s*STRICT\s*$", sql) is not None
+            for col in await tx.fetch(f"SELECT name, type FROM pragma_table_info('{table}')"):
+                name, decl = col[0], col[1].upper()
+                bound = re.search(rf"CHECK \(length\({name}\) <= (\d+)\)", sql)
+                if decl == "TEXT" and bound and strict:
+                    out[(table, name)] = ("str", int(bound.group(1)))
+                else:
+                    out[(table, name)] = (kinds.get(decl, "unbounded:" + decl) if strict else "unbounded:lax", 0)
+    return out
+
+
+async def columns(store: StateStore) -> dict[tuple[str, str], Column]:
+    return await (pg_columns(store) if store.backend == "postgresql" else sqlite_columns(store))
+
+
+class TestContentFree:
+    async def test_no_column_can_hold_free_text(self, store: StateStore) -> None:
+        """Every column is a number or a string bounded to ids, codes, MXIDs, rooms, agents or a purpose."""
+        cols = await columns(store)
+        assert len({t for t, _ in cols}) >= 12
+        unbounded = {k: v for k, v in cols.items() if v[0] not in ("int", "float", "str")}
+        assert unbounded == {}
+        too_long = {k: n for k, (kind, n) in cols.items() if kind == "str" and (n > MAX_BOUND or (
+            n > 64 and k[1] not in LONG_COLUMNS))}
+        assert too_long == {}
+
+    async def test_both_backends_have_the_same_schema(self, tmp_path: Path, pg_url: str) -> None:
+        """SQLite and PostgreSQL hold the same tables, columns and string bounds."""
+        lite = await open_store(f"sqlite:///{tmp_path}/s.db")
+        pg = await open_store(pg_url)
+        try:
+            assert await sqlite_columns(lite) == await pg_columns(pg)
+        finally:
+            await lite.close()
+            await pg.close()
+
+    @pytest.mark.parametrize(
+        "sql",
+        [
+            "UPDATE scopes SET purpose = $1",
+            "UPDATE scopes SET principal_mxid = $1",
+            "INSERT INTO audit (at_us, kind, reason) VALUES (0, 'denial', $1)",
+        ],
+    )
+    async def test_the_database_itself_refuses_long_strings(self, store: StateStore, sql: str) -> None:
+        """Bypassing the store's checks still cannot put a long text into a row."""
+        await new_scope(store)
+        with pytest.raises(StateError):
+            async with store.db.tx() as tx:
+                await tx.execute(sql, "remember this: " + "x" * 400)
+
+    async def test_stats_are_counts_only(self, store: StateStore) -> None:
+        """`memgov state stats` reports integers per record kind and nothing else."""
+        await new_scope(store)
+        stats = await store.stats()
+        assert stats["scopes"] == 1 and stats["scopes_enabled"] == 1 and stats["receipts"] == 1
+        assert all(isinstance(v, int) for v in stats.values())
+
+
+class TestMigrations:
+    async def test_migrating_twice_changes_nothing(self, state_url: str) -> None:
+        """Reopening an up-to-date store applies no migration and keeps the data."""
+        first = await open_store(state_url)
+        scope = await new_scope(first)
+        await first.close()
+        again = await open_store(state_url)
+        try:
+            assert await migrate(again.db) == 0
+            assert await again.schema_version() == LATEST
+            assert await again.get_scope(scope.scope_id) == scope
+        finally:
+            await again.close()
+
+    async def test_processes_starting_together_migrate_once(self, state_url: str, pool: Pool) -> None:
+        """Replicas that start at the same moment all come up on the latest schema, applied once."""
+        assert pool.run(state_url, workers.open_only, [()] * pool.size) == [LATEST] * pool.size
+        store = await open_store(state_url)
+        try:
+            async with store.db.tx("read") as tx:
+                rows = await tx.fetch("SELECT version FROM schema_migrations ORDER BY version")
+            assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+            assert (await store.stats())["scopes"] == 0
+            await store.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:example.org", NOW)
+        finally:
+            await store.close()
+
+    async def test_memory_database_works_for_tests_and_demos(self) -> None:
+        """sqlite:///:memory: gives a private, migrated store."""
+        store = await open_store("sqlite:///:memory:")
+        try:
+            scope, created = await store.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:x", NOW)
+            assert created and (await store.get_scope(scope.scope_id)) == scope
+        finally:
+            await store.close()
+
+    async def test_an_unknown_scheme_is_a_configuration_error(self) -> None:
+        """Only sqlite:/// and postgresql:// URLs are accepted."""
+        with pytest.raises(ValueError):
+            await open_store("mysql://localhost/db")
+
+    async def test_an_unreachable_server_is_state_unavailable(self) -> None:
+        """A PostgreSQL server that does not answer surfaces as the state_unavailable code only."""
+        with pytest.raises(StateError) as err:
+            await open_store("postgresql://memgov:hunter2@127.0.0.1:1/none")
+        assert err.value.reason is Reason.STATE_UNAVAILABLE
+        assert str(err.value) == "state_unavailable"

@@ -1,0 +1,162 @@
+"""Worker processes for the concurrency tests: each opens its own store on the shared database.
+
+A :class:`Pool` spawns its processes once per test session (``spawn``, so nothing but the
+database is shared with the test process). For each round every worker gets exactly one job on
+its own queue, opens a fresh store, waits at a shared barrier so all of them start together, runs
+the job and reports the result (or its traceback) on a common queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue as queue_mod
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.state import BudgetClaim, CapReached, Fenced, StateStore, open_store
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+#: Upper bound on attempts of a worker that loops until it is fenced (keeps a broken store finite).
+MAX_ATTEMPTS = 5000
+CTX = multiprocessing.get_context("spawn")
+
+Job = Callable[..., Awaitable[Any]]
+
+
+async def open_only(store: StateStore) -> int:
+    """Report the schema version after opening (and so migrating) at the same moment as the others."""
+    return await store.schema_version()
+
+
+async def flip_consent(store: StateStore, scope_id: str, rounds: int) -> list[int]:
+    """Alternate grant and withdraw; return the generations this worker produced."""
+    out = []
+    for i in range(rounds):
+        if i % 2:
+            scope, _ = await store.withdraw(scope_id, NOW)
+        else:
+            scope, _ = await store.grant(scope_id, "remember preferences", "v1", NOW)
+        out.append(scope.generation)
+    return out
+
+
+async def write_until_fenced(
+    store: StateStore, scope_ids: list[str], generation: int, signal: Any
+) -> list[tuple[int, str | None]]:
+    """Per scope, in turn: record in-flight writes at ``generation`` until fenced.
+
+    Signals after the first success on each scope; returns (successes, fence reason) per scope.
+    """
+    out: list[tuple[int, str | None]] = []
+    for scope_id in scope_ids:
+        successes, reason = 0, None
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                await store.begin_write(scope_id, generation, 600, NOW)
+            except Fenced as exc:
+                reason = exc.reason.value
+                break
+            successes += 1
+            if successes == 1:
+                signal.put("started")
+        out.append((successes, reason))
+    return out
+
+
+async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, cap: int) -> list[int]:
+    """Per scope: try to reserve one slot ``attempts`` times against ``cap``; return how many were granted."""
+    granted = [0] * len(scope_ids)
+    for i, scope_id in enumerate(scope_ids):
+        for _ in range(attempts):
+            try:
+                granted[i] += len(await store.reserve_entries(scope_id, 1, 1, cap, NOW))
+            except CapReached:
+                pass
+    return granted
+
+
+async def reserve_budget(store: StateStore, claim: BudgetClaim, attempts: int) -> int:
+    """Reserve ``claim`` ``attempts`` times; return how many were admitted."""
+    results = [await store.reserve_budget([claim], NOW) for _ in range(attempts)]
+    return sum(r is None for r in results)
+
+
+async def _job(barrier: Any, url: str, job: Job, args: tuple[Any, ...], signal: Any) -> Any:
+    # open_only races the migrations themselves, so it waits before opening; the rest after.
+    if job is open_only:
+        barrier.wait(60)
+    store = await open_store(url)
+    try:
+        if job is not open_only:
+            barrier.wait(60)
+        if job is write_until_fenced:
+            args = (*args, signal)
+        return await job(store, *args)
+    finally:
+        await store.close()
+
+
+def _serve(jobs: Any, results: Any, signal: Any, barrier: Any) -> None:
+    while (item := jobs.get()) is not None:
+        url, job, args = item
+        try:
+            results.put(("ok", asyncio.run(_job(barrier, url, job, args, signal))))
+        except BaseException:  # reported, so the test fails with the worker's traceback
+            barrier.abort()
+            results.put(("error", traceback.format_exc()))
+
+
+class Pool:
+    """A fixed set of spawned worker processes that run one job each per round."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.signal = CTX.Queue()
+        self._results = CTX.Queue()
+        self._barrier = CTX.Barrier(size)
+        self._jobs = [CTX.Queue() for _ in range(size)]
+        self._procs = [
+            CTX.Process(target=_serve, args=(q, self._results, self.signal, self._barrier), daemon=True)
+            for q in self._jobs
+        ]
+        for p in self._procs:
+            p.start()
+
+    def start(self, url: str, job: Job, argsets: list[tuple[Any, ...]]) -> None:
+        """Hand one job to every worker (one argument tuple each)."""
+        assert len(argsets) == self.size
+        self._barrier.reset()
+        for q, args in zip(self._jobs, argsets, strict=True):
+            q.put((url, job, args))
+
+    def results(self, timeout: float = 90) -> list[Any]:
+        """Each worker's return value (completion order); a worker's exception fails the caller."""
+        results = [self._results.get(timeout=timeout) for _ in range(self.size)]
+        errors = [detail for status, detail in results if status == "error"]
+        assert not errors, errors[0]
+        return [detail for _, detail in results]
+
+    def run(self, url: str, job: Job, argsets: list[tuple[Any, ...]]) -> list[Any]:
+        """Run one round to completion."""
+        self.start(url, job, argsets)
+        return self.results()
+
+    def wait_signals(self, count: int, timeout: float = 60) -> None:
+        """Block until ``count`` workers have signalled (e.g. their first successful write)."""
+        for _ in range(count):
+            self.signal.get(timeout=timeout)
+
+    def close(self) -> None:
+        """Stop the workers."""
+        for q in self._jobs:
+            q.put(None)
+        for p in self._procs:
+            p.join(30)
+        while True:  # drain leftovers so the queues' feeder threads can exit
+            try:
+                self.signal.get_nowait()
+            except queue_mod.Empty:
+                break
