@@ -60,7 +60,9 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
 
 
 @asynccontextmanager
-async def running_gateway(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> AsyncIterator[Gateway]:
+async def running_gateway(
+    settings: Settings, *, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Gateway]:
     """Start every listener of a gateway (ports may be 0) and stop them on exit."""
     gw = Gateway(settings)
     readiness = Readiness()
@@ -84,7 +86,9 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running_gateway(settings):
+    async with running_gateway(settings) as gw:
+        if gw.governance is not None:
+            gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
         await stop.wait()
     log.info("server.stopped")
 
