@@ -9,7 +9,9 @@ Transaction modes:
   ``snapshot``  several reads that must agree with each other;
   ``write``     a read-write transaction; on SQLite ``BEGIN IMMEDIATE`` so writers queue on the
                 file lock instead of failing when they upgrade, on PostgreSQL row locks and
-                ``ON CONFLICT`` make concurrent writers safe.
+                ``ON CONFLICT`` make concurrent writers safe;
+  ``single``    writes whose statements are each atomic on their own (autocommit): saves the
+                BEGIN/COMMIT round trips on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import asyncpg
 from sidecar.reasons import Reason
 from sidecar.state.types import StateError
 
-Mode = Literal["read", "snapshot", "write"]
+Mode = Literal["read", "snapshot", "write", "single"]
 Row = Sequence[Any]
 
 _SQLITE_BUSY_MS = 30_000
@@ -107,6 +109,12 @@ class _PgTx:
         await self._con.executemany(sql, list(rows))
 
 
+async def _keep_session(con: asyncpg.Connection) -> None:
+    """Skip asyncpg's reset query (a round trip on every release): the store never leaves session
+    state behind (no LISTEN, session advisory locks, cursors or SET), and asyncpg still rolls back
+    a transaction left open before this hook runs."""
+
+
 class PgDatabase:
     """asyncpg pool; statements are prepared and cached per connection by asyncpg."""
 
@@ -118,13 +126,14 @@ class PgDatabase:
     @classmethod
     async def open(cls, url: str, pool_size: int) -> PgDatabase:
         async with backend_errors():
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S)
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S,
+                                             reset=_keep_session)
         return cls(pool)
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
         async with backend_errors(), self._pool.acquire() as con:
-            if mode == "read":
+            if mode in ("read", "single"):
                 yield _PgTx(con)
                 return
             isolation = "repeatable_read" if mode == "snapshot" else "read_committed"
@@ -203,9 +212,9 @@ class SqliteDatabase:
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
-        con, lock = (self._writer, self._wlock) if mode == "write" else (self._reader, self._rlock)
+        con, lock = (self._writer, self._wlock) if mode in ("write", "single") else (self._reader, self._rlock)
         async with backend_errors(), lock:
-            if mode == "read":
+            if mode in ("read", "single"):
                 yield _SqliteTx(con)
                 return
             await con.execute("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")

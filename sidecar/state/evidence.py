@@ -44,7 +44,7 @@ class EvidenceOps:
             _opt(entry_id, codec.check_id, "entry_id"), _opt(erasure_id, codec.check_id, "erasure_id"),
             _opt(operation, codec.check_code, "operation"), _opt(policy_revision, codec.check_id, "policy_revision"),
         )
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             await tx.execute(
                 "INSERT INTO audit (at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation,"
                 " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", *values,
@@ -65,7 +65,7 @@ class EvidenceOps:
 
     async def purge_audit(self, older_than: datetime) -> int:
         """Delete audit records older than the retention cut-off; return how many."""
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
 
     async def create_erasure(

@@ -90,7 +90,7 @@ class LedgerOps:
         created, expires = to_us(created_at), to_us(expires_at)
         if expires < created:
             raise ValueError("expires_at must not precede created_at")
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             changed = await tx.execute(
                 "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
                 " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
@@ -101,7 +101,7 @@ class LedgerOps:
 
     async def release_entries(self, slot_ids: list[str]) -> None:
         """Give back reserved slots that were never filled (the save did not happen)."""
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             for chunk in _chunks(slot_ids):
                 await tx.execute(
                     f"DELETE FROM ledger WHERE expires_us IS NULL AND slot_id IN ({_params(1, len(chunk))})", *chunk
@@ -167,7 +167,7 @@ class LedgerOps:
         return total
 
     async def _stamp(self, column: str, entry_ids: list[str], now: datetime) -> None:
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             for chunk in _chunks(entry_ids):
                 await tx.execute(
                     f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL AND entry_id IN ({_params(2, len(chunk))})",

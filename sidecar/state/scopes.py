@@ -227,7 +227,7 @@ class ScopeOps:
 
     async def end_write(self, op_id: str) -> None:
         """Drop an in-flight record (finished or abandoned write); unknown ids are ignored."""
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             await tx.execute("DELETE FROM inflight WHERE op_id = $1", op_id)
 
     async def inflight_count(self, scope_id: str, now: datetime, generation: int | None = None) -> int:

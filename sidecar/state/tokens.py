@@ -28,7 +28,7 @@ class TokenOps:
             raise ValueError("jti must be a non-empty string")
         now_us = to_us(now)
         self._jti_calls += 1
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             if self._jti_calls % _PURGE_EVERY == 0:
                 await tx.execute("DELETE FROM replay WHERE exp_us <= $1", now_us)
             # An expired row may be taken over; a live one makes the insert return nothing.
@@ -48,7 +48,7 @@ class TokenOps:
         codec.check_bounded(subject, "subject", MXID_MAX)
         codec.check_code(action, "action")
         codec.check_bounded(action, "action", CODE_MAX)
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             await tx.execute(
                 "INSERT INTO confirmations (token_hash, scope_id, subject, action, expires_us)"
                 " VALUES ($1, $2, $3, $4, $5)",
@@ -57,7 +57,7 @@ class TokenOps:
 
     async def take_confirmation(self, token_hash: str, scope_id: str, subject: str, action: str, now: datetime) -> bool:
         """Consume a matching, unexpired token; True exactly once."""
-        async with self._db.tx("write") as tx:
+        async with self._db.tx("single") as tx:
             row = await tx.fetchrow(
                 "DELETE FROM confirmations WHERE token_hash = $1 AND scope_id = $2 AND subject = $3 AND action = $4"
                 " AND expires_us > $5 RETURNING 1",
