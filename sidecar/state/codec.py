@@ -69,18 +69,23 @@ def _fail(field: str) -> ValueError:
 
 def check_bounded(value: str, field: str, max_bytes: int, *, allow_empty: bool = False) -> str:
     """Require a printable string of at most ``max_bytes`` UTF-8 bytes."""
-    if not isinstance(value, str) or len(value.encode()) > max_bytes or not (value or allow_empty):
+    # isprintable() first: it also refuses lone surrogates, which encode() could not handle.
+    if not isinstance(value, str) or not value.isprintable() or not (value or allow_empty):
         raise _fail(field)
-    if not value.isprintable():
+    if len(value.encode()) > max_bytes:
+        raise _fail(field)
+    return value
+
+
+def _matching(rx: re.Pattern[str], value: str, field: str) -> str:
+    if not isinstance(value, str) or rx.fullmatch(value) is None:
         raise _fail(field)
     return value
 
 
 def check_code(value: str, field: str) -> str:
     """Require a lower-case code such as ``control_room`` or ``forget_one``."""
-    if not isinstance(value, str) or _CODE.fullmatch(value) is None:
-        raise _fail(field)
-    return value
+    return _matching(_CODE, value, field)
 
 
 def check_reason(value: str, field: str = "reason") -> str:
@@ -92,20 +97,14 @@ def check_reason(value: str, field: str = "reason") -> str:
 
 def check_id(value: str, field: str) -> str:
     """Require an opaque id (letters, digits, ``_.:-``, at most 64 bytes)."""
-    if not isinstance(value, str) or _ID.fullmatch(value) is None:
-        raise _fail(field)
-    return value
+    return _matching(_ID, value, field)
 
 
 def check_scope_id(value: str) -> str:
     """Require the ``s`` + 24 hex form of a scope id."""
-    if not isinstance(value, str) or _SCOPE_ID.fullmatch(value) is None:
-        raise _fail("scope_id")
-    return value
+    return _matching(_SCOPE_ID, value, "scope_id")
 
 
 def check_hex64(value: str, field: str) -> str:
     """Require a lower-case SHA-256 hex digest."""
-    if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
-        raise _fail(field)
-    return value
+    return _matching(_HEX64, value, field)

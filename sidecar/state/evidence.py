@@ -158,6 +158,7 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
     steps = await tx.fetch("SELECT state, at_us FROM erasure_steps WHERE erasure_id = $1 ORDER BY seq", erasure_id)
     return Erasure(
         erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
-        failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]), entry_ids=[r[0] for r in entries],
+        failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]),
+        entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
     )

@@ -142,7 +142,9 @@ class LedgerOps:
     async def live_count(self, scope_id: str, now: datetime) -> int:
         """Count live (filled, not erased, not expired) entries of the scope."""
         async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(f"SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND {_LIVE}", scope_id, to_us(now))
+            row = await tx.fetchrow(
+                f"SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND {_LIVE}", scope_id, to_us(now)
+            )
         return int(row[0]) if row else 0
 
     async def entries_of_scope(self, scope_id: str) -> list[LedgerEntry]:
@@ -170,7 +172,8 @@ class LedgerOps:
         async with self._db.tx("single") as tx:
             for chunk in _chunks(entry_ids):
                 await tx.execute(
-                    f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL AND entry_id IN ({_params(2, len(chunk))})",
+                    f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL"
+                    f" AND entry_id IN ({_params(2, len(chunk))})",
                     to_us(now), *chunk,
                 )
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.state import BudgetClaim, StateStore
-from tests.state.conftest import NOW
+from tests.state.conftest import NOW, new_scope
 
 RATE = BudgetClaim("bucket", "sender+agent", limit=3, refill_per_s=0.1, reason="rate_limited")
 HOURLY = BudgetClaim("window", "scope", limit=2, window_s=3600, reason="hourly_budget_exhausted")
@@ -90,3 +90,17 @@ class TestAllOrNothing:
         assert (await store.purge_expired(NOW + timedelta(seconds=29)))["budgets"] == 0
         assert (await store.purge_expired(NOW + timedelta(hours=1)))["budgets"] == 3
         assert await admitted(store, [RATE], timedelta(hours=1), 4) == [None, None, None, "rate_limited"]
+
+
+class TestPrefetchWindow:
+    async def test_a_window_is_open_until_its_end_and_replaced_by_the_next(self, store: StateStore) -> None:
+        """Searches inside a new conversation's window share one prefetch counter id; a new window gets a new id."""
+        scope = await new_scope(store)
+        assert await store.prefetch_window(scope.scope_id, NOW) is None
+        await store.open_prefetch_window(scope.scope_id, NOW, NOW + timedelta(seconds=30))
+        first = await store.prefetch_window(scope.scope_id, NOW + timedelta(seconds=29))
+        assert first is not None and first.startswith(scope.scope_id)
+        assert await store.prefetch_window(scope.scope_id, NOW + timedelta(seconds=30)) is None
+        await store.open_prefetch_window(scope.scope_id, NOW + timedelta(minutes=1), NOW + timedelta(minutes=2))
+        second = await store.prefetch_window(scope.scope_id, NOW + timedelta(minutes=1))
+        assert second is not None and second != first

@@ -101,3 +101,14 @@ class TestErasure:
         assert [(e.erasure_id, e.state) for e in await store.unfinished_erasures()] == [
             (first.erasure_id, "fenced"), (second.erasure_id, "requested")]
         assert await store.get_erasure("e" + "0" * 24) is None
+
+    async def test_a_scope_lists_its_own_erasures_newest_first(self, store: StateStore) -> None:
+        """Status shows the scope's erasure history and nothing from other scopes."""
+        scope = await new_scope(store)
+        other = await new_scope(store, "!other:example.org")
+        older = await store.create_erasure(scope.scope_id, "forget_one", ["e1"], "rest", "subject", NOW)
+        newer = await store.create_erasure(scope.scope_id, "off", [], "rest", "subject", NOW + timedelta(seconds=1))
+        await store.create_erasure(other.scope_id, "off", [], "rest", "subject", NOW)
+        assert [e.erasure_id for e in await store.erasures_of_scope(scope.scope_id)] == [
+            newer.erasure_id, older.erasure_id]
+        assert [e.erasure_id for e in await store.erasures_of_scope(scope.scope_id, limit=1)] == [newer.erasure_id]

@@ -187,3 +187,18 @@ class TestSweep:
         await store.mark_physically_deleted(["older"], NOW)
         assert [e.entry_id for e in await store.expired_unswept(NOW, 10)] == ["old"]
         assert [e.entry_id for e in await store.expired_unswept(NOW, 0)] == []
+
+    async def test_dead_namespaces_are_listed_until_their_rows_are_deleted(self, store: StateStore) -> None:
+        """Generations that can never be read again, with rows or pending slots left, are found for the sweeper."""
+        scope = await new_scope(store)
+        live = await new_scope(store, "!live:example.org")
+        await save(store, scope.scope_id, "old-gen")
+        await save(store, live.scope_id, "current")
+        await store.withdraw(scope.scope_id, NOW)
+        await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        await store.reserve_entries(scope.scope_id, 3, 1, 100, NOW)
+        assert await store.dead_namespaces(10) == [(scope.scope_id, 1)]
+        await store.mark_physically_deleted(["old-gen"], NOW)
+        assert await store.dead_namespaces(10) == []
+        await store.withdraw(scope.scope_id, NOW)
+        assert await store.dead_namespaces(10) == [(scope.scope_id, 3)]

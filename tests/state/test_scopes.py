@@ -54,6 +54,7 @@ class TestCreateScope:
             (0, "@" + "é" * 127 + ":x"),
             (0, ""),
             (0, "@alice:example.org\n"),
+            (0, "@alice\ud800:example.org"),
             (1, "Native"),
             (2, "n/" + "a" * 320),
             (3, "control room"),
@@ -177,3 +178,22 @@ class TestBeginWrite:
         assert await store.inflight_count(scope.scope_id, NOW + timedelta(seconds=10)) == 1
         await store.end_write(long)
         assert await store.inflight_count(scope.scope_id, NOW) == 1
+
+
+class TestAdvanceGeneration:
+    async def test_forget_all_fences_without_changing_consent(self, store: StateStore) -> None:
+        """Advancing the generation refuses work under the old key while the scope stays enabled."""
+        scope = await new_scope(store)
+        advanced = await store.advance_generation(scope.scope_id, NOW)
+        assert (advanced.enabled, advanced.generation) == (True, 2)
+        assert [r.action for r in await store.receipts(scope.scope_id)] == ["grant"]
+        with pytest.raises(Fenced) as err:
+            await store.begin_write(scope.scope_id, 1, 30, NOW)
+        assert err.value.reason is Reason.STALE_GENERATION
+        assert await store.begin_write(scope.scope_id, 2, 30, NOW)
+
+    async def test_unknown_scope_is_not_found(self, store: StateStore) -> None:
+        """Fencing a scope that does not exist fails with not_found."""
+        with pytest.raises(StateError) as err:
+            await store.advance_generation("s" + "0" * 24, NOW)
+        assert err.value.reason is Reason.NOT_FOUND

@@ -45,7 +45,8 @@ class TestConfirmations:
     ) -> None:
         """A confirmation is bound to the scope, subject and action it was issued for, until it expires."""
         scope = await new_scope(store)
-        await store.put_confirmation(TOKEN, scope.scope_id, "@alice:example.org", "forget_all", NOW + timedelta(minutes=5))
+        expires = NOW + timedelta(minutes=5)
+        await store.put_confirmation(TOKEN, scope.scope_id, "@alice:example.org", "forget_all", expires)
         assert await store.take_confirmation(TOKEN, scope.scope_id, subject, action, NOW + later) is accepted
 
     async def test_a_token_is_single_use(self, store: StateStore) -> None:
