@@ -177,6 +177,12 @@ class EnforceSettings(_Section):
     write_lease_s: int = Field(30, ge=1, le=600, description="Lease of an in-flight write record (erasure quiescing).")
 
 
+class AuditSettings(_Section):
+    retention_days: int = Field(
+        90, ge=1, le=3650, description="Audit records older than this are purged by the sweeper (own window, R-15)."
+    )
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level emitted.")
 
@@ -201,6 +207,7 @@ class Settings(BaseSettings):
     agents: dict[str, AgentSettings] = Field(default_factory=dict, description="Memory-enabled agents by ns/name.")
     erasure: ErasureSettings = Field(default_factory=ErasureSettings, description="Erasure.")
     enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
+    audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit record retention.")
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")
 
     @field_validator("agents")

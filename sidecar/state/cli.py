@@ -14,10 +14,6 @@ from sidecar.state.migrations import LATEST, migrate
 from sidecar.state.store import StateStore, open_store
 from sidecar.state.types import StateError
 
-#: Audit retention used when ``--older-than-days`` is not given (R-15: audit has its own window).
-DEFAULT_AUDIT_RETENTION_DAYS = 90
-
-
 def _run(action: Callable[[str], Awaitable[int]]) -> int:
     try:
         url = load_settings().state_url()
@@ -69,6 +65,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_purge_audit(args: argparse.Namespace) -> int:
+    if args.older_than_days is None:
+        try:
+            args.older_than_days = load_settings().audit.retention_days
+        except SettingsError as exc:
+            print(f"memgov: {exc}")
+            return 2
     cutoff = datetime.now(UTC) - timedelta(days=args.older_than_days)
 
     async def body(store: StateStore) -> int:
@@ -96,6 +98,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     stats.add_argument("--json", action="store_true", help="Print one JSON object.")
     stats.set_defaults(func=_cmd_stats)
     purge = state.add_parser("purge-audit", help="Delete audit records older than the retention window.")
-    purge.add_argument("--older-than-days", type=_days, default=DEFAULT_AUDIT_RETENTION_DAYS,
-                       help=f"Retention window in days (default {DEFAULT_AUDIT_RETENTION_DAYS}).")
+    purge.add_argument("--older-than-days", type=_days, default=None,
+                       help="Retention window in days (default: audit.retention_days, 90).")
     purge.set_defaults(func=_cmd_purge_audit)
