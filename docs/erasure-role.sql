@@ -20,9 +20,9 @@ BEGIN
 END
 $$;
 
--- A small pool is all the erasure engine and the sweepers use; a bound keeps a leaked
--- credential from exhausting kagent's connections.
-ALTER ROLE memgov_eraser CONNECTION LIMIT 8;
+-- Each memgov replica opens at most 4 connections (only while erasing or sweeping); the bound
+-- keeps a leaked credential from exhausting kagent's connections. Raise it above 4 x replicas.
+ALTER ROLE memgov_eraser CONNECTION LIMIT 32;
 ALTER ROLE memgov_eraser SET statement_timeout = '30s';
 
 DO $$

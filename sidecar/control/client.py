@@ -68,34 +68,35 @@ class ControlClient:
                                    resp.headers.get("Location"))
             return resp.status, body
 
-    async def _json(self, method: str, path: str, **kw: Any) -> Any:
-        return (await self.call(method, path, **kw))[1]
+    async def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        body = (await self.call(method, path, **kw))[1]
+        return body if isinstance(body, dict) else {}
 
     async def openapi(self) -> dict[str, Any]:
-        return await self._json("GET", "/v1/openapi.json")  # type: ignore[no-any-return]
+        return await self._json("GET", "/v1/openapi.json")
 
     async def create_scope(self, mxid: str, agent: str, room_id: str, *, origin: str = "native",
                            kind: str = "control_room") -> dict[str, Any]:
         body = {"principal": {"mxid": mxid, "origin": origin}, "agent": agent,
                 "scope": {"kind": kind, "room_id": room_id}}
-        return await self._json("POST", "/v1/scopes", json=body)  # type: ignore[no-any-return]
+        return await self._json("POST", "/v1/scopes", json=body)
 
     async def status(self, scope_id: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/scopes/{scope_id}")  # type: ignore[no-any-return]
+        return await self._json("GET", f"/v1/scopes/{scope_id}")
 
     async def grant(self, scope_id: str, purpose: str, policy_version: str) -> dict[str, Any]:
         body = {"purpose": purpose, "policy_version": policy_version}
-        return await self._json("PUT", f"/v1/scopes/{scope_id}/consent", json=body)  # type: ignore[no-any-return]
+        return await self._json("PUT", f"/v1/scopes/{scope_id}/consent", json=body)
 
     async def withdraw(self, scope_id: str) -> dict[str, Any]:
-        return await self._json("DELETE", f"/v1/scopes/{scope_id}/consent")  # type: ignore[no-any-return]
+        return await self._json("DELETE", f"/v1/scopes/{scope_id}/consent")
 
     async def inspect(self, scope_id: str, context: str, *, cursor: str | None = None,
                       limit: int | None = None) -> dict[str, Any]:
         """One page; ``context`` is a fresh signed context for this page (each is single use)."""
         params = {k: str(v) for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
-        return await self._json("GET", f"/v1/scopes/{scope_id}/entries",  # type: ignore[no-any-return]
-                                headers={CONTEXT_HEADER: context}, params=params)
+        return await self._json("GET", f"/v1/scopes/{scope_id}/entries", headers={CONTEXT_HEADER: context},
+                                params=params)
 
     async def inspect_all(self, scope_id: str, contexts: AsyncIterator[str], *,
                           limit: int | None = None) -> list[dict[str, Any]]:
@@ -112,11 +113,11 @@ class ControlClient:
 
     async def forget(self, scope_id: str, entry_id: str) -> dict[str, Any]:
         path = f"/v1/scopes/{scope_id}/entries/{quote(entry_id, safe='')}"
-        return await self._json("DELETE", path)  # type: ignore[no-any-return]
+        return await self._json("DELETE", path)
 
     async def _confirmed(self, scope_id: str, action: str, confirm: str | None) -> dict[str, Any]:
         body = None if confirm is None else {"confirm": confirm}
-        return await self._json("POST", f"/v1/scopes/{scope_id}/{action}", json=body)  # type: ignore[no-any-return]
+        return await self._json("POST", f"/v1/scopes/{scope_id}/{action}", json=body)
 
     async def forget_all(self, scope_id: str, confirm: str | None = None) -> dict[str, Any]:
         """Without ``confirm``: the confirmation token; with it: the erasure record."""
@@ -132,8 +133,8 @@ class ControlClient:
         return await self._confirmed(scope_id, action, issued["confirm_token"])
 
     async def offboard(self, mxid: str) -> dict[str, Any]:
-        return await self._json("POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")  # type: ignore[no-any-return]
+        return await self._json("POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")
 
     async def erasure(self, erasure_id: str) -> dict[str, Any]:
         """The evidence record; write it to a file as is to export it."""
-        return await self._json("GET", f"/v1/erasures/{quote(erasure_id, safe='')}")  # type: ignore[no-any-return]
+        return await self._json("GET", f"/v1/erasures/{quote(erasure_id, safe='')}")

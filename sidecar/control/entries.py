@@ -100,8 +100,9 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     source = SourceScope(kind=scope.kind, room_id=scope.room_id)
     body = InspectPage(
         scope_id=scope.scope_id,
-        entries=[EntryOut(id=e.entry_id, text=texts[e.entry_id], source_scope=source, created_at=iso(e.created_at) or "",
-                          expires_at=iso(e.expires_at) or "") for e in current if e.entry_id in texts],
+        entries=[EntryOut(id=e.entry_id, text=texts[e.entry_id], source_scope=source,
+                          created_at=iso(e.created_at) or "", expires_at=iso(e.expires_at) or "")
+                 for e in current if e.entry_id in texts],
         next_cursor=page[-1].entry_id if len(page) == limit else None,
     )
     return stamp(ok(body), decision)

@@ -67,7 +67,8 @@ class Op:
 
 OPS: tuple[Op, ...] = (
     Op("get", "/v1/openapi.json", "getOpenApi", "This document.", [], {}, ()),
-    Op("post", "/v1/scopes", "createScope", "Create a disabled scope for the typed triple (same triple: the existing one).",
+    Op("post", "/v1/scopes", "createScope",
+       "Create a disabled scope for the typed triple (same triple: the existing one).",
        _SUBJECT, {201: m.ScopeCreated, 200: m.ScopeCreated}, (400, 401, 403), m.CreateScope),
     Op("get", "/v1/scopes/{scope_id}", "getScopeStatus", "Consent, counts, limits and last erasure; no content.",
        _SUBJECT, {200: m.ScopeStatus}, (401, 403, 404), params=("scope_id",)),

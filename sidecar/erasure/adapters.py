@@ -124,7 +124,9 @@ class KagentDbAdapter:
     async def _conn_pool(self) -> asyncpg.Pool:
         if self._pool is None:
             try:
-                self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=4, command_timeout=10)
+                # Connections are opened only while erasing or sweeping (docs/erasure-role.sql bounds them).
+                self._pool = await asyncpg.create_pool(self._url, min_size=0, max_size=4, command_timeout=10,
+                                                       max_inactive_connection_lifetime=60)
             except _PG_ERRORS:
                 raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
         return self._pool

@@ -191,7 +191,8 @@ class ErasureEngine:
             # can never leave a failed erasure on an enabled scope.
             await store.disable(scope.scope_id, now)
         try:
-            failed: Erasure = await store.advance_erasure(erasure.erasure_id, "failed", now, failure_reason=reason.value)
+            failed: Erasure = await store.advance_erasure(erasure.erasure_id, "failed", now,
+                                                          failure_reason=reason.value)
         except StateError as exc:
             if exc.reason is not Reason.INTERNAL_ERROR:
                 raise

@@ -98,8 +98,8 @@ class _Pass:
             for (scope_id, generation), ids in groups.items():
                 scope = await self.gov.store.get_scope(scope_id)
                 if scope is not None:
-                    work = self.expire_exact(scope, generation, ids) if exact else self.expire_rest(scope, generation, ids)
-                    await self.guard(work, scope_id)
+                    expire = self.expire_exact if exact else self.expire_rest
+                    await self.guard(expire(scope, generation, ids), scope_id)
             if len(batch) < _BATCH:
                 return
 
@@ -128,8 +128,9 @@ class _Pass:
         cutoff = self.now - timedelta(days=self.gov.limits.max_days) - ORPHAN_GRACE
         try:
             self.report.orphans_deleted = await self.gov.eraser.delete_created_before(cutoff)
-        except AdapterError:
+        except AdapterError as exc:
             self.report.failures += 1
+            log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.gov.eraser.name)
 
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
         """Run one unit of work; an adapter failure is counted and logged, the pass goes on."""

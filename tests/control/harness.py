@@ -124,6 +124,23 @@ def role_url(owner_url: str) -> str:
     return owner_url.replace("postgresql://postgres@", "postgresql://memgov_eraser@", 1)
 
 
+def subject_token(keys: Keys, now: int, mxid: str = ALICE, ttl_s: int = 300) -> str:
+    """What the bridge sends when ``mxid`` acts for itself."""
+    return mint_token({"sub": mxid, "iat": now, "exp": now + ttl_s}, keys.bridge, "HS256")
+
+
+def context_token(keys: Keys, now: int, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
+                  **room_state: Any) -> str:
+    """A fresh signed delegation context attesting a correct control room (``room_state`` changes it)."""
+    state = {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
+             "members": [mxid, BOT, GHOST], "invited": [],
+             "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}, **room_state}
+    claims = {"sub": mxid, "origin": "native", "agent": agent, "scope": {"kind": "control_room", "room_id": room},
+              "room": state, "audience": {"servers": [SERVER], "classification": "private"},
+              "iat": now, "exp": now + 60, "jti": uuid.uuid4().hex}
+    return mint_token(claims, keys.bridge, "HS256")
+
+
 @dataclass
 class Harness:
     """One gateway, the stand-in behind it, and the bridge's and runtime's side of the conversation."""
@@ -145,7 +162,7 @@ class Harness:
 
     def subject_token(self, mxid: str = ALICE, ttl_s: int = 300) -> str:
         """What the bridge sends when ``mxid`` acts for itself."""
-        return mint_token({"sub": mxid, "iat": self.now(), "exp": self.now() + ttl_s}, self.keys.bridge, "HS256")
+        return subject_token(self.keys, self.now(), mxid, ttl_s)
 
     def operator_token(self, ttl_s: int = 300) -> str:
         return mint_token({"sub": "ops-oncall", "role": "operator", "iat": self.now(), "exp": self.now() + ttl_s},
@@ -154,13 +171,7 @@ class Harness:
     def context(self, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
                 **room_state: Any) -> str:
         """A fresh signed context attesting a correct control room (``room_state`` changes it)."""
-        state = {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-                 "members": [mxid, BOT, GHOST], "invited": [],
-                 "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}, **room_state}
-        claims = {"sub": mxid, "origin": "native", "agent": agent, "scope": {"kind": "control_room", "room_id": room},
-                  "room": state, "audience": {"servers": [SERVER], "classification": "private"},
-                  "iat": self.now(), "exp": self.now() + 60, "jti": uuid.uuid4().hex}
-        return mint_token(claims, self.keys.bridge, "HS256")
+        return context_token(self.keys, self.now(), mxid, room, agent=agent, **room_state)
 
     def client(self, token: str | None = None) -> ControlClient:
         """A control API client acting as ``token`` (Alice by default)."""

@@ -1,0 +1,134 @@
+"""Withdrawal racing hundreds of background saves from two gateway processes sharing PostgreSQL (SPEC D2, R-4).
+
+Over two hundred saves of the old generation (single saves and auto-save batches) are in flight
+through two ``memgov serve`` processes when the subject withdraws on one of them. After the
+withdrawal's verified erasure and one sweeper pass, nothing of the scope is left in the stand-in's
+table and nothing is readable through memgov, even after consent is given again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sidecar.control.client import ControlClient
+from sidecar.devstack import start_devstack
+from sidecar.devstack.vectors import embed_text
+from sidecar.enforce.build import governance
+from sidecar.erasure.sweeper import sweep_once
+from sidecar.identity.keys import SessionKeys
+from sidecar.ops import Readiness
+from sidecar.settings import load_settings
+from tests.control.harness import AGENT, ALICE, APP, ROOM, context_token, policy_pack, subject_token, write_keys
+from tests.erasure.conftest import kagent_table
+from tests.erasure.procs import gateway_process, process_settings
+
+SINGLE_SAVES = 160
+BATCHES = 10
+BATCH_SIZE = 5
+WITHDRAW_AFTER = 40
+_dbs = itertools.count()
+
+
+async def _post(http: aiohttp.ClientSession, url: str, key: str, body: dict[str, Any]) -> int:
+    async with http.post(url, json=body, headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+        await resp.read()
+        return resp.status
+
+
+def _item(key: str, text: str) -> dict[str, Any]:
+    return {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
+
+
+@pytest.fixture(params=["rest", "kagent-db"])
+def adapter(request: pytest.FixtureRequest) -> str:
+    """The erasure adapter both gateways use."""
+    return str(request.param)
+
+
+@pytest.fixture
+async def race_setup(tmp_path: Path, pg_server: Any, adapter: str) -> AsyncIterator[dict[str, Any]]:
+    """A PostgreSQL stand-in store and a PostgreSQL state store, each in its own fresh database."""
+    n = next(_dbs)
+    memory_url = pg_server.create_database(f"race_memory_{n}")
+    state_url = pg_server.create_database(f"race_state_{n}")
+    eraser = await kagent_table(memory_url)
+    stack = await start_devstack(store_url=memory_url, stream_delay_s=0)
+    try:
+        yield {"stack": stack, "state_url": state_url, "eraser": eraser, "keys": write_keys(tmp_path / "keys"),
+               "pack": policy_pack(tmp_path), "tmp": tmp_path}
+    finally:
+        await stack.stop()
+
+
+class TestWithdrawalRace:
+    async def test_nothing_survives_a_withdrawal_during_two_hundred_saves(self, race_setup: dict[str, Any],
+                                                                          adapter: str) -> None:
+        """Zero rows in kagent's table and zero readable entries after the verified erasure and a sweep."""
+        r = race_setup
+        extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}}
+        if adapter == "kagent-db":
+            extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
+        first = process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"], **extra)
+        second = process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"], **extra)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with gateway_process(r["tmp"] / "a", first) as a, gateway_process(r["tmp"] / "b", second) as b, \
+                aiohttp.ClientSession(connector=connector) as http:
+            api = ControlClient(a.control_url, subject_token(r["keys"], int(time.time())), session=http)
+            scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
+            await api.grant(scope_id, "remember my preferences", "v1")
+            key = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 1)
+
+            done = 0
+            enough = asyncio.Event()
+
+            async def save(gateway_url: str, path: str, body: dict[str, Any]) -> int:
+                nonlocal done
+                status = await _post(http, gateway_url + path, key, body)
+                done += 1
+                if done >= WITHDRAW_AFTER:
+                    enough.set()
+                return status
+
+            urls = itertools.cycle([a.data_url, b.data_url])
+            saves = [save(next(urls), "/api/memories/sessions", _item(key, f"fact {i} about tea"))
+                     for i in range(SINGLE_SAVES)]
+            saves += [save(next(urls), "/api/memories/sessions/batch",
+                           {"items": [_item(key, f"batch {j} fact {i}") for i in range(BATCH_SIZE)]})
+                      for j in range(BATCHES)]
+            in_flight = [asyncio.create_task(s) for s in saves]
+            await enough.wait()
+            withdrawal = await api.withdraw(scope_id)
+            statuses = await asyncio.gather(*in_flight)
+
+            assert withdrawal["erasure"]["state"] == "verified"
+            assert SINGLE_SAVES + BATCHES * BATCH_SIZE >= 200
+            # Saves landed before the fence and were refused after it: the withdrawal really raced them.
+            assert statuses.count(201) >= WITHDRAW_AFTER // 2 and statuses.count(403) > 0
+            assert set(statuses) <= {201, 403}
+            settings = load_settings(**{**first, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0",
+                                                           "ops": "127.0.0.1:0"}})
+            async with governance(settings, Readiness()) as gov:
+                assert (await sweep_once(gov)).failures == 0
+                assert await gov.store.dead_namespaces(10) == []
+
+            rows = [row for row in await r["stack"].store.rows() if (row.user_id or "").startswith(f"mgs1.{scope_id}.")]
+            assert rows == []
+            await api.grant(scope_id, "remember my preferences", "v2")
+            assert (await api.inspect(scope_id, context_token(r["keys"], int(time.time()))))["entries"] == []
+            search = {"agent_name": APP, "user_id": key, "vector": embed_text("fact about tea"), "limit": 50}
+            async with http.post(b.data_url + "/api/memories/search", json=search,
+                                 headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+                assert resp.status == 200 and await resp.json() == []
+            fresh = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 3)
+            search["user_id"] = fresh
+            async with http.post(a.data_url + "/api/memories/search", json=search,
+                                 headers={"X-Agent-Name": APP, "X-User-Id": fresh}) as resp:
+                assert resp.status == 200 and await resp.json() == []
