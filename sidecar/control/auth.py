@@ -14,7 +14,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from sidecar.control.http import OPERATORS, Refused
+from sidecar.control.http import OPERATORS, Refused, load_scope
 from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import bearer, verify_operator_token, verify_subject_token
@@ -53,19 +53,20 @@ def authenticate(request: web.Request) -> Caller:
     raise Refused(401, Reason.AUTH_REQUIRED, headers=_CHALLENGE)
 
 
-def require_subject(request: web.Request, mxid: str, scope_id: str | None = None) -> Caller:
+def ensure_subject(caller: Caller, mxid: str, scope_id: str | None = None) -> None:
     """The caller must be exactly ``mxid`` acting for itself; operators get not_subject too."""
-    caller = authenticate(request)
     # SECURITY: only the exact subject may see or erase its memory (R-6); moderators and
     # operators, however privileged elsewhere, are refused here.
     if caller.kind != "subject" or caller.sub != mxid:
         raise Refused(403, Reason.NOT_SUBJECT, scope_id=scope_id)
-    return caller
 
 
-def require_scope_subject(request: web.Request, scope: Scope) -> Caller:
-    """The caller must be the scope's principal."""
-    return require_subject(request, scope.principal_mxid, scope.scope_id)
+async def subject_scope(request: web.Request) -> tuple[Caller, Scope]:
+    """Authenticate first, then load the scope named in the path and require its exact principal."""
+    caller = authenticate(request)
+    scope = await load_scope(request.app[GOVERNANCE], request.match_info["scope_id"])
+    ensure_subject(caller, scope.principal_mxid, scope.scope_id)
+    return caller, scope
 
 
 def require_operator(request: web.Request) -> Caller:

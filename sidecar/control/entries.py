@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.control.auth import require_scope_subject
+from sidecar.control.auth import subject_scope
 from sidecar.control.evidence import erasure_answer
-from sidecar.control.http import ENGINE, KAGENT, Refused, load_scope, ok, operation
+from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.invoke import CONTEXT_HEADER, _context
@@ -75,8 +75,7 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     """GET /v1/scopes/{scope_id}/entries?cursor&limit: one bounded page of the subject's memory."""
     operation(request, "scope.inspect")
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    require_scope_subject(request, scope)
+    _, scope = await subject_scope(request)
     limit, cursor = _limit(request.query.get("limit")), _entry_id(request.query.get("cursor"))
     now = gov.now()
     decision = await attest(request, scope, await gov.store.live_count(scope.scope_id, now))
@@ -112,8 +111,7 @@ async def forget_one(request: web.Request) -> web.Response:
     """DELETE /v1/scopes/{scope_id}/entries/{entry_id}: erase exactly one ledger entry, with evidence."""
     operation(request, "scope.forget_one")
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    require_scope_subject(request, scope)
+    _, scope = await subject_scope(request)
     entry_id = request.match_info["entry_id"]
     entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == entry_id), None)
     if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:

@@ -15,9 +15,9 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar.control.auth import require_operator, require_scope_subject
+from sidecar.control.auth import require_operator, subject_scope
 from sidecar.control.evidence import erasure_answer, evidence_of
-from sidecar.control.http import ENGINE, Refused, load_scope, ok, operation, parse
+from sidecar.control.http import ENGINE, Refused, ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
 from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.engine import Kind
@@ -35,9 +35,8 @@ def _hash(token: str) -> str:
 
 async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    caller = require_scope_subject(request, scope)
-    body = await parse(request, Confirm, optional=True)
+    caller, scope = await subject_scope(request)
+    body = await parse_optional(request, Confirm)
     now = gov.now()
     if body is None:
         token, expires = secrets.token_urlsafe(32), now + timedelta(seconds=CONFIRM_TTL_S)

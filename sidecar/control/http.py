@@ -52,18 +52,24 @@ def ok(payload: BaseModel, status: int = 200, headers: dict[str, str] | None = N
     return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
 
-async def parse(request: web.Request, model: type[M], *, optional: bool = False) -> M | None:
-    """Parse the JSON body into ``model``; an empty body is None when ``optional``, else bad_request."""
+async def parse_optional(request: web.Request, model: type[M]) -> M | None:
+    """Parse the JSON body into ``model``; an empty body is None, anything malformed bad_request."""
     raw = await request.read()
     if not raw.strip():
-        if optional:
-            return None
-        raise Refused(400, Reason.BAD_REQUEST)
+        return None
     try:
         return model.model_validate_json(raw)
     except ValidationError:
         # SECURITY: pydantic messages quote the input; only the code goes back.
         raise Refused(400, Reason.BAD_REQUEST) from None
+
+
+async def parse(request: web.Request, model: type[M]) -> M:
+    """Parse the required JSON body into ``model``; missing or malformed is bad_request."""
+    body = await parse_optional(request, model)
+    if body is None:
+        raise Refused(400, Reason.BAD_REQUEST)
+    return body
 
 
 async def load_scope(gov: Governance, scope_id: str) -> Scope:

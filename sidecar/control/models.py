@@ -182,7 +182,7 @@ class ErasureRecord(_Out):
     kind: Literal["forget_one", "forget_all", "off", "withdraw", "offboard"]
     state: Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
     adapter: Literal["rest", "kagent-db"]
-    requested_by: Literal["subject", "operator", "system"]
+    requested_by: Literal["subject", "operator"]
     created_at: Timestamp
     updated_at: Timestamp
     failure_reason: str | None

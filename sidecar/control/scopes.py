@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.control.auth import require_scope_subject, require_subject
+from sidecar.control.auth import authenticate, ensure_subject, subject_scope
 from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, Refused, load_scope, ok, operation, parse
 from sidecar.control.models import (
@@ -43,15 +43,15 @@ async def create_scope(request: web.Request) -> web.Response:
     """POST /v1/scopes: validate the typed triple; the same triple again answers the existing scope."""
     operation(request, "scope.create")
     gov = request.app[GOVERNANCE]
+    caller = authenticate(request)
     body = await parse(request, CreateScope)
-    assert body is not None
     try:
         principal = check_principal(body.principal.mxid, body.principal.origin.value,
                                     gov.settings.matrix.server_name or "")
     except IdentityError:
         raise Refused(400, Reason.PRINCIPAL_INVALID) from None
     mxid = str(principal.mxid)
-    require_subject(request, mxid)
+    ensure_subject(caller, mxid)
     try:
         parse_agent_ref(body.agent)
         parse_room_id(body.scope.room_id)
@@ -74,10 +74,8 @@ async def grant_consent(request: web.Request) -> web.Response:
     """PUT /v1/scopes/{scope_id}/consent: enable, generation+1, receipt."""
     operation(request, "consent.grant")
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    require_scope_subject(request, scope)
+    _, scope = await subject_scope(request)
     body = await parse(request, GrantConsent)
-    assert body is not None
     if not gov.is_memory_agent(scope.agent):
         raise Refused(403, Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
     # SECURITY: consent never resumes over an unfinished or failed erasure (ADR 12).
@@ -86,7 +84,7 @@ async def grant_consent(request: web.Request) -> web.Response:
         raise Refused(409, blocked, scope_id=scope.scope_id)
     scope, receipt = await gov.store.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
     await gov.store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="consent.grant",
-                          now=gov.now())
+                          policy_revision=gov.policy.revision, now=gov.now())
     log.info("consent.granted", scope_id=scope.scope_id, receipt_id=receipt.receipt_id, generation=scope.generation)
     return ok(ConsentChange(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation,
                             receipt=_receipt(receipt)))
@@ -96,8 +94,7 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     """DELETE /v1/scopes/{scope_id}/consent: disable + generation+1 (receipt), then erase everything."""
     operation(request, "consent.withdraw")
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    require_scope_subject(request, scope)
+    _, scope = await subject_scope(request)
     erasure = await request.app[ENGINE].erase(scope, Kind.WITHDRAW, "subject")
     record = await erasure_answer(gov, erasure)
     after = await load_scope(gov, scope.scope_id)
@@ -122,8 +119,7 @@ async def scope_status(request: web.Request) -> web.Response:
     """GET /v1/scopes/{scope_id}: consent, counts, limits and the last erasure; never memory content."""
     operation(request, "scope.status")
     gov = request.app[GOVERNANCE]
-    scope = await load_scope(gov, request.match_info["scope_id"])
-    require_scope_subject(request, scope)
+    _, scope = await subject_scope(request)
     history = await gov.store.erasures_of_scope(scope.scope_id, limit=1)
     last = None
     if history:

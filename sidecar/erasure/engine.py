@@ -205,9 +205,14 @@ class ErasureEngine:
         await self._audit(failed, reason)
         return failed
 
+    def _revision(self) -> str | None:
+        revision: str | None = self._gov.policy.revision
+        return revision
+
     async def _audit(self, erasure: Erasure, reason: Reason) -> None:
         await self._gov.store.audit("erasure", reason.value, scope_id=erasure.scope_id, erasure_id=erasure.erasure_id,
-                                    operation=f"erasure.{erasure.kind}.{erasure.state}", now=self._now())
+                                    operation=f"erasure.{erasure.kind}.{erasure.state}",
+                                    policy_revision=self._revision(), now=self._now())
 
     async def _scope(self, erasure: Erasure) -> Scope:
         scope: Scope | None = await self._gov.store.get_scope(erasure.scope_id)
@@ -241,7 +246,7 @@ class ErasureEngine:
         if kind is Kind.WITHDRAW:
             _, receipt = await store.withdraw(scope.scope_id, now)
             await store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, erasure_id=erasure.erasure_id,
-                              operation="consent.withdraw", now=now)
+                              operation="consent.withdraw", policy_revision=self._revision(), now=now)
             log.info("consent.withdrawn", scope_id=scope.scope_id, receipt_id=receipt.receipt_id,
                      generation=receipt.generation_after)
         elif kind is Kind.FORGET_ALL:

@@ -72,6 +72,8 @@ class TestConsent:
         assert (receipt["purpose"], receipt["policy_version"]) == ("remember my preferences", "v1")
         receipts = await h.gov.store.receipts(scope_id)
         assert [(r.receipt_id, r.generation_after) for r in receipts] == [(granted["receipt"]["receipt_id"], 1)]
+        audit = [r for r in await h.gov.store.audit_rows(scope_id) if r["operation"] == "consent.grant"]
+        assert [r["policy_revision"] for r in audit] == [h.gov.policy.revision]
 
     async def test_withdrawal_disables_advances_and_erases_with_evidence(self, h: Harness) -> None:
         """DELETE consent: scope off at a new generation, a withdraw receipt, and a verified erasure."""
@@ -132,6 +134,17 @@ class TestCallers:
                 await call
             assert (err.value.status, err.value.reason) == expected
         assert (await sh.client().status(scope_id))["enabled"] is True
+
+    @pytest.mark.parametrize(("authenticated", "status", "reason"), [(False, 401, "auth_required"),
+                                                                    (True, 404, "not_found")])
+    async def test_callers_are_authenticated_before_scopes_are_looked_up(self, sh: Harness, authenticated: bool,
+                                                                        status: int, reason: str) -> None:
+        """An unknown scope id tells an unauthenticated caller nothing beyond auth_required."""
+        api = sh.client()
+        api.token = api.token if authenticated else None
+        with pytest.raises(ControlError) as err:
+            await api.status("s" + "0" * 24)
+        assert (err.value.status, err.value.reason) == (status, reason)
 
     async def test_refusals_are_audited_without_content(self, sh: Harness) -> None:
         """Every refusal leaves an audit row with its code and the decision id the caller saw."""
