@@ -14,7 +14,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,6 @@ class Harness:
     keys: Keys
     http: aiohttp.ClientSession
     clock_offset_s: float = 0.0
-    seen_rows: list[MemoryRow] = field(default_factory=list)
 
     @property
     def gov(self) -> Any:

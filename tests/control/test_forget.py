@@ -7,6 +7,7 @@ import pytest
 from sidecar.control.client import ControlError
 from sidecar.devstack import DbFault
 from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
+from tests.support.sentinel import capture_sinks, make_sentinel
 
 
 class TestForgetOne:
@@ -148,3 +149,26 @@ class TestFailures:
         scope = await sh.gov.store.get_scope(scope_id)
         assert scope is not None and not scope.enabled
         assert [r.action for r in await sh.gov.store.receipts(scope_id)] == ["grant", "withdraw"]
+
+
+class TestBoundary:
+    async def test_erasure_paths_leak_no_content(self, h: Harness) -> None:
+        """Stored text and kagent's failing error text never reach logs, metrics, audit rows or answers."""
+        stored, upstream = make_sentinel("erase"), make_sentinel("kagent")
+        with capture_sinks() as sinks:
+            scope_id = await h.scope()
+            entry = await h.saved(scope_id, f"secret {stored}")
+            await h.saved(scope_id, f"second {stored}")
+            answers = [await h.client().forget(scope_id, entry), await h.client().status(scope_id)]
+            h.stack.store.fault = DbFault(message=f"boom {upstream} {stored}", ops=frozenset({"delete"}))
+            with pytest.raises(ControlError) as err:
+                await h.client().confirm_and_run(scope_id, "forget-all")
+            h.stack.store.fault = None
+            answers.append(await h.client().erasure(err.value.location.rsplit("/", 1)[1]))  # type: ignore[union-attr]
+            answers.append((await h.client().withdraw(scope_id))["erasure"])
+            for answer in answers:
+                sinks.record(200, [], repr(answer))
+            sinks.record(err.value.status, [], f"{err.value.reason} {err.value.decision_id}")
+            sinks.extra.append(await h.audit_text())
+        assert answers[-1]["state"] == "verified" and await h.rows(scope_id) == []
+        sinks.assert_clean(stored, upstream)

@@ -100,7 +100,7 @@ class TestKagentDbAdapter:
         """A storage key names one scope and generation, so every row under it goes, whatever agent_name says."""
         key, other = "mgs1.s000000000000000000000001.1", "mgs1.s000000000000000000000002.1"
         await _insert(kagent_db, key, "likes tea")
-        kagent_db_row = await _insert(kagent_db, other, "someone else's")
+        foreign = await _insert(kagent_db, other, "someone else's")
         await kagent_db.insert(NewMemory("team__NS__helper-x", key, "odd spelling", embed_text("x"), "{}", None))
         adapter = KagentDbAdapter(role_url(pg_url))
         try:
@@ -108,7 +108,7 @@ class TestKagentDbAdapter:
             assert await adapter.remaining(APP, key) == set()
         finally:
             await adapter.close()
-        assert [r.id for r in await kagent_db.rows()] == [kagent_db_row]
+        assert [r.id for r in await kagent_db.rows()] == [foreign]
 
     async def test_orphan_sweep_takes_only_old_rows_of_memgov_namespaces(self, kagent_db: MemoryStore,
                                                                         pg_url: str) -> None:
