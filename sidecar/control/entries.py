@@ -16,7 +16,7 @@ from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.invoke import CONTEXT_HEADER, _context
+from sidecar.enforce.invoke import CONTEXT_HEADER, context_facts
 from sidecar.enforce.respond import decide, primary_reason, record, stamp
 from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.adapters import AdapterError, list_namespace
@@ -52,7 +52,7 @@ def _entry_id(raw: str | None) -> str | None:
 async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
     """Decide ``control.inspect`` on the attested room state; the decision is logged and audited."""
     gov = request.app[GOVERNANCE]
-    facts, ctx = await _context(request, request.headers.get(CONTEXT_HEADER))
+    facts, ctx = await context_facts(request, request.headers.get(CONTEXT_HEADER))
     # The principal is the one the bridge attests; the policy compares it with the scope's.
     principal = principal_of(ctx.sub, ctx.origin) if ctx else principal_of(scope.principal_mxid, scope.origin)
     decision = await decide(

@@ -47,7 +47,7 @@ def _with_query_user(raw_path: str, user: str) -> str:
     return f"{path}?{urlencode(pairs)}"
 
 
-async def _context(request: web.Request, token: str | None) -> tuple[ContextFacts, DelegationContext | None]:
+async def context_facts(request: web.Request, token: str | None) -> tuple[ContextFacts, DelegationContext | None]:
     gov = gov_of(request)
     if token is None:
         return ContextFacts(present=False), None
@@ -69,7 +69,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
     if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
         return await forward(request, request.app[CONTROLLER])
     body = await read_body(request)
-    facts, ctx = await _context(request, request.headers.get(CONTEXT_HEADER))
+    facts, ctx = await context_facts(request, request.headers.get(CONTEXT_HEADER))
     principal = scope = room = audience = None
     budget = Budget()
     if ctx is not None:

@@ -47,6 +47,7 @@ class SweepReport:
     expired_pending: int = 0
     orphans_deleted: int | None = None
     erasures_resumed: int = 0
+    audit_purged: int = 0
     failures: int = 0
 
 
@@ -155,6 +156,8 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
     await gov.store.purge_expired(gov.now())
+    # Audit rows have their own retention window, independent of memory expiry.
+    report.audit_purged = await gov.store.purge_audit(gov.now() - timedelta(days=gov.settings.audit.retention_days))
     log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted, pending=report.expired_pending,
              failures=report.failures, adapter=gov.eraser.name)
     return report

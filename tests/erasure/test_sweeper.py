@@ -110,3 +110,15 @@ class TestOrphans:
     async def test_rest_cannot_see_orphans_and_says_so(self, sh: Harness) -> None:
         """Over REST the orphan pass does not run (reported as None), so nothing is claimed."""
         assert (await sweep_once(sh.gov)).orphans_deleted is None
+
+
+class TestAuditRetention:
+    async def test_audit_rows_older_than_the_retention_window_are_purged(self, sh: Harness) -> None:
+        """Audit records keep their own window: a sweep drops rows older than audit.retention_days."""
+        store = sh.gov.store
+        old = sh.gov.now() - timedelta(days=sh.gov.settings.audit.retention_days + 1)
+        await store.audit("decision", "consent_missing", decision_id="d_0000000000000001", now=old)
+        await store.audit("decision", "consent_missing", decision_id="d_0000000000000002", now=sh.gov.now())
+        await sweep_once(sh.gov)  # the periodic pass may get there first; either way the old row goes
+        assert [r["decision_id"] for r in await store.audit_rows(limit=1000)
+                if r["decision_id"] in {"d_0000000000000001", "d_0000000000000002"}] == ["d_0000000000000002"]
