@@ -109,7 +109,9 @@ def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus:
     up_cpu = upstream.cpu_seconds() - up0 if key != "a" else 0.0
     # What neither the generator nor our servers used went to other work on a shared machine.
     other = busy_cpu_seconds() - busy0 - server_cpu - up_cpu - (_children_cpu_seconds() - gen0)
+    loaded_s = job.warmup_s + result.elapsed_s  # the servers idle while the generator starts
     return {"target": key, "result": asdict(result), "server_cpu_s": server_cpu, "upstream_cpu_s": up_cpu,
+            "servers_cores": (server_cpu + up_cpu) / loaded_s if loaded_s else 0.0,
             "other_load_cores": max(other, 0.0) / wall}
 
 

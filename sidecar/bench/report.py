@@ -57,6 +57,7 @@ def aggregate(runs: Sequence[Run]) -> dict[str, Any]:
             "generator_lag_p99_ms": _median([x["lag_p99_ms"] for x in res if x["lag_p99_ms"] is not None]),
             "generator_late_rounds": sum(1 for x in res if x["notes"]),
             "server_cpu_us_per_request": _median(per_req),
+            "servers_cores": _median([r["servers_cores"] for r in mine]),
         }
     rounds = _by_round(runs).values()
     ratios: dict[str, Any] = {}
@@ -78,8 +79,8 @@ def render(section: Mapping[str, Any]) -> str:
     agg = section["summary"]
     head = (f"{section['scenario']} ({section['mode']} loop, {section['load']}, "
             f"{section['duration_s']:g} s x {section['rounds']} rounds, medians) - {section['summary_text']}")
-    lines = [head, f"  {'target':<20}{'rps':>10}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
-                   f"{'cpu us/req':>12}  generator"]
+    lines = [head, f"  {'target':<22}{'rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
+                   f"{'cpu us/req':>12}{'srv cores':>11}  generator"]
     for key, t in agg["targets"].items():
         gen = f"{t['generator']} cpu {t['generator_cpu_share']:.0%}"
         if math.isfinite(t["generator_lag_p99_ms"]):
@@ -90,8 +91,9 @@ def render(section: Mapping[str, Any]) -> str:
             gen += f", BEHIND SCHEDULE in {t['generator_late_rounds']} round(s)"
         if t["errors"]:
             gen += f", {t['errors']} errors"
-        lines.append(f"  ({key}) {t['label']:<16}{_fmt(t['rps'], 1):>10}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
-                     f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}  {gen}")
+        lines.append(f"  ({key}) {t['label']:<18}{_fmt(t['rps'], 1):>9}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
+                     f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}"
+                     f"{_fmt(t['servers_cores']):>11}  {gen}")
     for name, r in agg["ratios"].items():
         add = agg["added_ms"][name.replace("/", "-")]
         lines.append(f"  ratio ({name[0]})/({name[2]}): rps {_fmt(r['rps'])}  p50 {_fmt(r['p50_ms'])}  "

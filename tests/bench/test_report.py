@@ -17,7 +17,7 @@ def _run(rnd: int, target: str, rps: float, p50: float, p99: float = 10.0) -> di
               "p99_ms": p99, "p999_ms": p99 * 2, "max_ms": p99 * 3, "cpu_s": 0.2, "saturated": False,
               "lag_p99_ms": None, "notes": []}
     return {"round": rnd, "target": target, "result": result, "server_cpu_s": rps / 1e4, "upstream_cpu_s": 0.0,
-            "other_load_cores": 0.1}
+            "servers_cores": 0.5, "other_load_cores": 0.1}
 
 
 ROUNDS = [
