@@ -20,6 +20,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.bench.cli",
     "sidecar.devstack.cli",
     "sidecar.demo",
+    "sidecar.control.cli",
+    "sidecar.drill.cli",
 )
 
 

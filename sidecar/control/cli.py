@@ -1,0 +1,296 @@
+"""``memgov scope …``: a thin command-line client for every control API endpoint.
+
+Human-readable output by default, the API's own JSON with ``--json``. The bearer token comes from
+``--token`` or ``--token-file`` and is never printed; the only secret ever shown is the
+confirmation token of ``forget-all``/``off``, which the user must type back. Exit codes: 0 done,
+1 refused by the control API (4xx), 2 usage or local error, 3 the control API failed (5xx), 4 the
+control API did not answer, 5 confirmation required (token printed, nothing erased).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sidecar.control.client import ControlClient, ControlError
+from sidecar.drill.actors import context_claims
+from sidecar.drill.target import DrillConfigError, load_signing_key
+from sidecar.identity.tokens import mint_token
+from sidecar.policy.pack import load_federation
+from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings, read_secret
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_SERVER, EXIT_UNREACHABLE, EXIT_CONFIRM = 0, 1, 2, 3, 4, 5
+
+
+class UsageError(Exception):
+    """A local problem (options, files); the message names the option, never a secret."""
+
+
+def control_url(args: argparse.Namespace) -> str:
+    """``--control-url``, else ``MEMGOV_CONTROL_URL``, else the configured control listener on loopback."""
+    if args.control_url:
+        return str(args.control_url).rstrip("/")
+    if os.environ.get("MEMGOV_CONTROL_URL"):
+        return os.environ["MEMGOV_CONTROL_URL"].rstrip("/")
+    try:
+        host, port = load_settings().listen.address("control")
+    except SettingsError as exc:
+        raise UsageError(f"--control-url not given and {exc}") from None
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
+def bearer_token(args: argparse.Namespace) -> str | None:
+    """The caller's token from ``--token`` or ``--token-file`` (a subject token, or an operator token)."""
+    if args.token_file is not None:
+        try:
+            return read_secret(args.token_file, "--token-file").decode()
+        except SettingsError as exc:
+            raise UsageError(str(exc)) from None
+    return str(args.token) if args.token else None
+
+
+async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: str) -> AsyncIterator[str]:
+    """One fresh context per inspect page: read from ``--context-file`` or minted with ``--bridge-key-file``."""
+    if args.context_file is not None:
+        try:
+            lines = [ln.strip() for ln in args.context_file.read_text().splitlines() if ln.strip()]
+        except OSError as exc:
+            raise UsageError(f"--context-file: cannot read the file ({exc.strerror})") from None
+        for line in lines:
+            yield line
+        raise UsageError("--context-file: no context left for the next page (one line per page)")
+    if args.bridge_key_file is None or not (args.server_name and args.bridge_bot and args.ghost):
+        raise UsageError("inspect needs --context-file, or --bridge-key-file with --server-name, --bridge-bot "
+                         "and --ghost to attest the control room")
+    try:
+        key = load_signing_key(args.bridge_key_file, "--bridge-key-file")
+    except DrillConfigError as exc:
+        raise UsageError(str(exc)) from None
+    scope = await client.status(scope_id)
+    classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification
+    sub, bot, server = scope["principal"]["mxid"], args.bridge_bot, args.server_name
+    while True:
+        claims = context_claims(sub, scope["principal"]["origin"], scope["agent"], scope["scope"]["room_id"],
+                                now=int(time.time()), members=[sub, bot, args.ghost], acl_allow=[server],
+                                servers=[server], classification=classification)
+        yield mint_token(claims, key.material, key.alg)
+
+
+async def _inspect(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:
+    contexts = _contexts(args, client, args.scope_id)
+    try:
+        if args.all:
+            entries = await client.inspect_all(args.scope_id, contexts, limit=args.limit)
+            return {"scope_id": args.scope_id, "entries": entries, "next_cursor": None}
+        return await client.inspect(args.scope_id, await anext(contexts), cursor=args.cursor, limit=args.limit)
+    finally:
+        await contexts.aclose()
+
+
+async def _confirmed(args: argparse.Namespace, client: ControlClient, action: str) -> dict[str, Any]:
+    run = client.forget_all if action == "forget-all" else client.off
+    if args.yes:
+        return await client.confirm_and_run(args.scope_id, action)
+    return await run(args.scope_id, args.confirm)
+
+
+async def _erasure(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:
+    record = await client.erasure(args.erasure_id)
+    if args.output is not None:
+        args.output.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return record
+
+
+# --- human output ----------------------------------------------------------------------------
+def _yn(value: object) -> str:
+    return "yes" if value else "no"
+
+
+def _printable(text: str) -> str:
+    # SECURITY: stored text is user-influenced; control characters could drive the terminal.
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def _show_created(a: dict[str, Any]) -> str:
+    return f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"
+
+
+def _show_status(a: dict[str, Any]) -> str:
+    counts, last = a["entries"], a.get("last_erasure")
+    consent = (f"purpose \"{a['purpose']}\", policy {a['policy_version']}, since {a['consented_at']}"
+               if a.get("consented_at") else "never given")
+    erasure = f"adapter {a['erasure_adapter']}; " + (
+        f"last {last['kind']} {last['erasure_id']} {last['state']} at {last['updated_at']}" if last else "none yet")
+    rows = [("scope", a["scope_id"]), ("principal", f"{a['principal']['mxid']} ({a['principal']['origin']})"),
+            ("agent", a["agent"]), ("room", f"{a['scope']['room_id']} ({a['scope']['kind']})"),
+            ("enabled", f"{_yn(a['enabled'])}, generation {a['generation']}"), ("consent", consent),
+            ("entries", f"{counts['live']} live of {counts['cap']}, "
+                        f"{counts['pending_physical_deletion']} pending physical deletion"),
+            ("expiry", f"{a['hard_expiry_days']} days after creation, never extended"), ("erasure", erasure)]
+    return "\n".join(f"{k:<10} {v}" for k, v in rows)
+
+
+def _show_consent(a: dict[str, Any]) -> str:
+    lines = [f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"]
+    if a.get("receipt"):
+        r = a["receipt"]
+        lines.append(f"receipt {r['receipt_id']}: {r['action']} (policy {r['policy_version']}) at {r['at']}")
+    if a.get("erasure"):
+        lines.append(_show_erasure(a["erasure"]))
+    return "\n".join(lines)
+
+
+def _show_page(a: dict[str, Any]) -> str:
+    lines = [f"{e['id']}  created {e['created_at']}  expires {e['expires_at']}\n    {_printable(e['text'])}"
+             for e in a["entries"]] or ["no entries"]
+    if a.get("next_cursor"):
+        lines.append(f"more entries: add --cursor {a['next_cursor']}")
+    return "\n".join(lines)
+
+
+def _show_erasure(a: dict[str, Any]) -> str:
+    return (f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
+            f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}")
+
+
+def _show_offboard(a: dict[str, Any]) -> str:
+    lines = [f"offboarding {'complete' if a['complete'] else 'INCOMPLETE'}: {len(a['scopes'])} scope(s)"]
+    lines += [f"  {s['scope_id']} {s['agent']}: erasure {s['erasure_id']} {s['state']}"
+              f"{' (' + s['failure_reason'] + ')' if s.get('failure_reason') else ''}, "
+              f"physical deletion {s['physical_deletion']}" for s in a["scopes"]]
+    return "\n".join(lines)
+
+
+def _show_refusal(exc: ControlError) -> str:
+    text = f"refused: {exc.reason} (HTTP {exc.status}, decision {exc.decision_id or '-'})"
+    return text + (f"; evidence at {exc.location}" if exc.location else "")
+
+
+def _show_confirmation(a: dict[str, Any], command: str, scope_id: str) -> str:
+    what = "disable memory, then erase every entry" if command == "off" else "erase every entry, keep consent"
+    return (f"Confirmation required to {what} of scope {scope_id}.\n"
+            f"confirm token: {a['confirm_token']} (single use, expires {a['expires_at']})\n"
+            f"to proceed: memgov scope {command} {scope_id} --confirm {a['confirm_token']}")
+
+
+#: subcommand → (the call, its human-readable form)
+_ACTIONS: dict[str, tuple[Callable[[argparse.Namespace, ControlClient], Awaitable[Any]], Callable[[Any], str]]] = {
+    "create": (lambda a, c: c.create_scope(a.mxid, a.agent, a.room, origin=a.origin), _show_created),
+    "status": (lambda a, c: c.status(a.scope_id), _show_status),
+    "consent": (lambda a, c: c.grant(a.scope_id, a.purpose, a.policy_version), _show_consent),
+    "withdraw": (lambda a, c: c.withdraw(a.scope_id), _show_consent),
+    "inspect": (_inspect, _show_page),
+    "forget": (lambda a, c: c.forget(a.scope_id, a.entry_id), _show_erasure),
+    "forget-all": (lambda a, c: _confirmed(a, c, "forget-all"), _show_erasure),
+    "off": (lambda a, c: _confirmed(a, c, "off"), _show_erasure),
+    "offboard": (lambda a, c: c.offboard(a.mxid), _show_offboard),
+    "erasure": (_erasure, _show_erasure),
+}
+
+
+async def _call(args: argparse.Namespace, url: str, token: str | None) -> Any:
+    async with ControlClient(url, token, timeout_s=args.timeout) as client:
+        return await _ACTIONS[args.scope_command][0](args, client)
+
+
+def _fail(args: argparse.Namespace, code: int, message: str, body: dict[str, Any]) -> int:
+    if args.json:
+        print(json.dumps(body, sort_keys=True))
+    else:
+        print(f"memgov scope: {message}", file=sys.stderr)
+    return code
+
+
+def _cmd_scope(args: argparse.Namespace) -> int:
+    try:
+        url, token = control_url(args), bearer_token(args)
+        answer = asyncio.run(_call(args, url, token))
+    except UsageError as exc:
+        return _fail(args, EXIT_USAGE, str(exc), {"error": "usage"})
+    except ControlError as exc:
+        body = {"error": exc.reason, "status": exc.status, "decision_id": exc.decision_id, "location": exc.location}
+        code = EXIT_SERVER if exc.status >= 500 else EXIT_REFUSED
+        return _fail(args, code, _show_refusal(exc), body)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return _fail(args, EXIT_UNREACHABLE, f"the control API at {url} did not answer ({type(exc).__name__})",
+                     {"error": "unreachable"})
+    pending = isinstance(answer, dict) and "confirm_token" in answer
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+    elif pending:
+        print(_show_confirmation(answer, args.scope_command, args.scope_id))
+    else:
+        print(_ACTIONS[args.scope_command][1](answer))
+        if getattr(args, "output", None) is not None:
+            print(f"evidence written to {args.output}")
+    return EXIT_CONFIRM if pending else EXIT_OK
+
+
+# --- the command line ----------------------------------------------------------------------
+def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Options every scope command takes, before or after the subcommand name."""
+    default = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
+    parser.add_argument("--control-url", default=default(None),
+                        help="Control API base URL (default MEMGOV_CONTROL_URL, else the configured listener).")
+    token = parser.add_mutually_exclusive_group()
+    token.add_argument("--token", default=default(None), help="Bearer token (visible to other local users; "
+                                                               "prefer --token-file).")
+    token.add_argument("--token-file", type=Path, default=default(None), help="File holding the bearer token.")
+    parser.add_argument("--json", action="store_true", default=default(False), help="Print the API's JSON answer.")
+    parser.add_argument("--timeout", type=float, default=default(60.0), help="Seconds to wait for an answer.")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    scope = sub.add_parser("scope", help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
+                           description=(__doc__ or "").replace("``", ""),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _globals(scope, suppress=False)
+    scope.set_defaults(func=_cmd_scope)
+    cmds = scope.add_subparsers(dest="scope_command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str, *positionals: str) -> argparse.ArgumentParser:
+        p = cmds.add_parser(name, help=help_text)
+        _globals(p, suppress=True)
+        for positional in positionals:
+            p.add_argument(positional)
+        return p
+
+    p = add("create", "Create (or find) the scope of a subject, agent and control room.")
+    p.add_argument("--mxid", required=True, help="The subject's complete MXID.")
+    p.add_argument("--agent", required=True, help="Agent ns/name.")
+    p.add_argument("--room", required=True, help="Control room id.")
+    p.add_argument("--origin", default="native", help="Origin kind of the MXID (default native).")
+    add("status", "Show consent, counts, limits and the last erasure.", "scope_id")
+    p = add("consent", "Give explicit, versioned consent.", "scope_id")
+    p.add_argument("--purpose", required=True, help="What the memory is for, as shown to the subject.")
+    p.add_argument("--policy-version", required=True, help="Version of the policy text agreed to.")
+    add("withdraw", "Withdraw consent (disable, then erase everything).", "scope_id")
+    p = add("inspect", "Show stored entries (needs a fresh attested context per page).", "scope_id")
+    p.add_argument("--all", action="store_true", help="Every page.")
+    p.add_argument("--limit", type=int, help="Entries per page (1-50).")
+    p.add_argument("--cursor", help="Start after this entry (from the previous page).")
+    p.add_argument("--context-file", type=Path, help="Signed contexts from the bridge, one per line and page.")
+    p.add_argument("--bridge-key-file", type=Path, help="Test setups: mint contexts with the bridge's key.")
+    p.add_argument("--server-name", help="Test setups: the local homeserver the room attests.")
+    p.add_argument("--bridge-bot", help="Test setups: the bridge bot in the room.")
+    p.add_argument("--ghost", help="Test setups: the agent's ghost in the room.")
+    p.add_argument("--classification", help="Test setups: the room's classification (default the pack's).")
+    add("forget", "Erase exactly one entry, verified.", "scope_id", "entry_id")
+    for name, what in (("forget-all", "Erase every entry, keeping consent."),
+                       ("off", "Disable memory, then erase every entry.")):
+        p = add(name, what + " Asks for confirmation.", "scope_id")
+        choice = p.add_mutually_exclusive_group()
+        choice.add_argument("--confirm", help="The confirmation token printed by the first call.")
+        choice.add_argument("--yes", action="store_true", help="Request and use a confirmation token at once.")
+    add("offboard", "Operator: disable, erase and verify every scope of one MXID.", "mxid")
+    p = add("erasure", "Fetch the content-free evidence record of an erasure.", "erasure_id")
+    p.add_argument("--output", type=Path, help="Also write the record to this JSON file.")

@@ -1,0 +1,140 @@
+"""What a drill runs against: URLs, the keys it signs and computes with, and the identities it plays.
+
+The drill stands where an in-cluster job with the deployment's Secrets mounted would stand: it
+signs delegation contexts and subject tokens as the bridge, operator tokens as an operator, and
+computes session keys as the agent runtime receives them. Key material never appears in a
+``repr``, in output or in the evidence bundle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+
+from sidecar.identity import IdentityError
+from sidecar.identity.appname import app_name, parse_agent_ref
+from sidecar.identity.mxid import parse_mxid
+from sidecar.policy.model import Limits
+from sidecar.settings import SettingsError, read_secret
+
+
+class DrillConfigError(Exception):
+    """The drill cannot be set up; the message names an option, never a secret."""
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A key the drill signs tokens with: an HS256 secret or an Ed25519/RSA PEM private key."""
+
+    material: bytes = field(repr=False)
+    alg: str
+
+
+def load_signing_key(path: Path, option: str) -> SigningKey:
+    """Read a signing key file; the algorithm follows from the key, as on the verifying side."""
+    try:
+        data = read_secret(path, option)
+    except SettingsError as exc:
+        raise DrillConfigError(str(exc)) from None
+    if b"-----BEGIN" not in data:
+        return SigningKey(data, "HS256")
+    try:
+        private = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise DrillConfigError(f"{option}: not an unencrypted PEM private key or an HS256 secret") from None
+    if isinstance(private, Ed25519PrivateKey):
+        return SigningKey(data, "EdDSA")
+    if isinstance(private, RSAPrivateKey):
+        return SigningKey(data, "RS256")
+    raise DrillConfigError(f"{option}: only Ed25519 and RSA private keys can sign")
+
+
+def load_session_secret(path: Path, option: str = "--session-key-file") -> bytes:
+    """The gateway's session-key secret, read exactly as the gateway reads it."""
+    try:
+        return read_secret(path, option)
+    except SettingsError as exc:
+        raise DrillConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A memory-enabled agent: ``ns/name``, its Matrix ghost and the app_name its runtime presents."""
+
+    ref: str
+    ghost: str
+    app: str
+
+    @classmethod
+    def of(cls, ref: str, ghost: str, app: str | None = None) -> Agent:
+        """Validate the reference and ghost; the app_name defaults to kagent's derivation."""
+        try:
+            ns, name = parse_agent_ref(ref)
+            ghost = str(parse_mxid(ghost))
+        except IdentityError:
+            raise DrillConfigError("--agent/--ghost: not an ns/name reference and a Matrix user id") from None
+        return cls(ref, ghost, app or app_name(ns, name))
+
+
+def _strip_credentials(url: str | None) -> str | None:
+    """A URL as it may appear in evidence: without user info, query or fragment."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Target:
+    """One deployment (or the in-process devstack) and everything the drill needs to act on it."""
+
+    mode: Literal["devstack", "deployment"]
+    data_url: str
+    control_url: str
+    ops_url: str | None
+    kagent_url: str | None
+    bridge_key: SigningKey
+    operator_key: SigningKey
+    session_secret: bytes = field(repr=False)
+    server_name: str
+    bridge_bot: str
+    subject: str
+    room: str
+    agents: tuple[Agent, ...]
+    classification: str
+    limits: Limits
+
+    def __post_init__(self) -> None:
+        if not self.agents:
+            raise DrillConfigError("--agent: at least one memory-enabled agent is needed")
+        try:
+            parse_mxid(self.subject)
+            parse_mxid(self.bridge_bot)
+        except IdentityError:
+            raise DrillConfigError("--subject/--bridge-bot: not a complete Matrix user id") from None
+        if not self.room.startswith("!") or ":" not in self.room:
+            raise DrillConfigError("--room: give a room id of the form !opaque:server")
+
+    def describe(self) -> dict[str, Any]:
+        """The content-free description recorded in the evidence bundle (no key material)."""
+        return {
+            "mode": self.mode,
+            "data_url": _strip_credentials(self.data_url),
+            "control_url": _strip_credentials(self.control_url),
+            "ops_url": _strip_credentials(self.ops_url),
+            "kagent_url": _strip_credentials(self.kagent_url),
+            "server_name": self.server_name,
+            "bridge_bot": self.bridge_bot,
+            "subject": self.subject,
+            "agents": [a.ref for a in self.agents],
+            "classification": self.classification,
+            "signing": {"bridge": self.bridge_key.alg, "operator": self.operator_key.alg},
+        }

@@ -1,0 +1,98 @@
+"""`memgov drill` proves every acceptance property, writes a content-free bundle, and notices a leaky target."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import build_parser
+from sidecar.drill.bundle import report_json
+from sidecar.drill.cli import deployment_target
+from sidecar.drill.devstack import CAP, devstack_target
+from sidecar.drill.runner import CHECKS, run_drill
+from sidecar.drill.sentinels import find_leaks
+
+
+def _bundle(folder: Path) -> tuple[dict, str]:
+    return json.loads((folder / "drill.json").read_text()), (folder / "SUMMARY.md").read_text()
+
+
+class TestDrillDevstack:
+    async def test_every_check_passes_and_bundle_is_content_free(self, memgov, planted, tmp_path):
+        """`memgov drill --devstack` passes all twelve checks and its bundle carries no planted sentinel."""
+        code, out, _ = await memgov("drill", "--devstack", "--output", str(tmp_path / "bundle"))
+        doc, summary = _bundle(tmp_path / "bundle")
+        assert code == 0, [c for c in doc["checks"] if not c["passed"]]
+        assert [c["id"] for c in doc["checks"]] == [c.id for c in CHECKS]
+        assert all(c["passed"] for c in doc["checks"]) and doc["result"]["passed"] is True
+        assert doc["versions"]["kagent"] == "v0.9.11" and doc["versions"]["policy_revision"]
+        assert doc["cleanup"]["complete"] is True
+        assert "# memgov drill: PASSED" in summary and "| 12 | Sentinel absence" in summary
+        assert "12 passed, 0 failed, 0 not provable" in out
+        assert len(planted) > 20
+        assert not [s for s in planted if find_leaks(s, [json.dumps(doc), summary])]
+
+    async def test_bypass_to_kagent_fails_the_cross_user_check(self, planted, tmp_path):
+        """A client that reaches kagent around memgov reads another user's entries: that check fails, exit 1."""
+        async with devstack_target() as (target, local):
+            leaky = dataclasses.replace(target, kagent_url=local.dev.kagent_url)
+            report = await run_drill(leaky, local=local, clock=local.clock)
+        failed = {c.id: c.evidence for c in report.checks if not c.passed}
+        assert report.exit_code == 1
+        assert list(failed) == ["no_cross_user_reuse"]
+        assert failed["no_cross_user_reuse"]["failed_expectation"] == "kagent_answers_around_memgov"
+        assert failed["no_cross_user_reuse"]["bypass"] == {"reachable": True, "entries_seen": 2}
+
+    async def test_cap_beyond_the_hourly_budget_is_not_provable(self, tmp_path):
+        """When the budget cannot fill a scope to its cap the check says so instead of passing (exit 3)."""
+        cap_check = [c for c in CHECKS if c.id == "cap_refusal"]
+        async with devstack_target() as (target, local):
+            tight = dataclasses.replace(target, limits=target.limits.model_copy(update={"hourly_operations": 10}))
+            report = await run_drill(tight, local=local, clock=local.clock, checks=cap_check)
+        (result,) = report.checks
+        assert (report.exit_code, result.outcome) == (3, "not_provable")
+        assert result.evidence["not_provable"] == "hourly_budget_below_cap_fill"
+        assert (result.evidence["cap"], result.evidence["needed_operations"]) == (CAP, 14)
+        assert result.notes
+
+
+class TestDrillDeployment:
+    async def test_deployment_mode_against_running_gateway(self, deployment, planted):
+        """Against URLs and key files the drill passes and says what a deployment cannot show it."""
+        dep, t = deployment, deployment.target
+        argv = ["drill", "--data-url", t.data_url, "--control-url", t.control_url, "--ops-url", t.ops_url,
+                "--bridge-key-file", str(dep.keys["bridge"]), "--operator-key-file", str(dep.keys["operator"]),
+                "--session-key-file", str(dep.keys["session"]), "--server-name", t.server_name,
+                "--bridge-bot", t.bridge_bot, "--agent", t.agents[0].ref, "--ghost", t.agents[0].ghost]
+        target = deployment_target(build_parser().parse_args(argv))
+        report = await run_drill(target)
+        by_id = {c.id: c for c in report.checks}
+        assert report.exit_code == 0, {c.id: c.evidence for c in report.checks if not c.passed}
+        assert target.subject.startswith("@drill-") and report.target["mode"] == "deployment"
+        assert by_id["hard_expiry"].evidence["expiry_observed"] is False and by_id["hard_expiry"].notes
+        assert by_id["no_cross_agent_reuse"].notes and "logs" not in by_id["sentinel_absence"].evidence["scanned"]
+        assert "metrics" in by_id["sentinel_absence"].evidence["scanned"]
+        assert not [s for s in planted if find_leaks(s, [json.dumps(report_json(report))])]
+
+
+class TestDrillUsage:
+    @pytest.mark.parametrize("argv, expected", [
+        (["--devstack", "--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
+        (["--data-url", "http://127.0.0.1:9"], 2),
+        (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
+        (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9", "KEYS"], 4),
+    ])
+    async def test_exit_codes(self, memgov, tmp_path, argv, expected):
+        """Contradictory or missing options exit 2; a target that does not answer exits 4."""
+        key = tmp_path / "k"
+        key.write_text("a" * 64)
+        full = ["--bridge-key-file", str(key), "--operator-key-file", str(key), "--session-key-file", str(key),
+                "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
+                "--ghost", "@agent:drill.example"]
+        argv = [a for arg in argv for a in (full if arg == "KEYS" else [arg])]
+        code, out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
+        assert code == expected and err.startswith("memgov drill: ")
+        assert not (tmp_path / "bundle").exists()

@@ -1,0 +1,155 @@
+"""`memgov scope …` drives every control API endpoint of a running gateway and reports refusals by code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sidecar.drill.actors import PURPOSE
+
+
+def _base(dep, token_file: Path) -> list[str]:
+    return ["scope", "--control-url", dep.target.control_url, "--token-file", str(token_file)]
+
+
+def _mint_flags(dep) -> list[str]:
+    t = dep.target
+    return ["--bridge-key-file", str(dep.keys["bridge"]), "--server-name", t.server_name, "--bridge-bot",
+            t.bridge_bot, "--ghost", t.agents[0].ghost]
+
+
+class TestScopeCommands:
+    async def test_create_consent_status_withdraw(self, deployment, memgov, tmp_path):
+        """A subject creates its scope, consents, reads its status and withdraws, all from the command line."""
+        dep = deployment
+        subject = dep.run.subject("cli")
+        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(subject)))
+        code, out, _ = await memgov(*base, "--json", "create", "--mxid", subject, "--agent",
+                                    dep.target.agents[0].ref, "--room", dep.run.room())
+        assert code == 0
+        scope_id = json.loads(out)["scope_id"]
+        code, out, _ = await memgov(*base, "consent", scope_id, "--purpose", PURPOSE, "--policy-version", "v2")
+        assert (code, "enabled yes, generation 1") == (0, out.splitlines()[0].split(": ", 1)[1])
+        code, out, _ = await memgov(*base, "status", scope_id)
+        assert code == 0
+        assert "0 live of 5" in out and "policy v2" in out and "7 days after creation" in out
+        code, out, _ = await memgov(*base, "withdraw", scope_id)
+        assert code == 0 and "enabled no, generation 2" in out and "(withdraw): verified" in out
+
+    async def test_inspect_pages_and_forget_one(self, deployment, memgov, tmp_path):
+        """Inspect shows the subject's own entries page by page; forget erases exactly the one named."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        facts = await dep.run.remember(scope, 2, "cli")
+        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))
+        code, out, _ = await memgov(*base, "inspect", scope.scope_id, "--all", *_mint_flags(dep))
+        assert code == 0 and all(f in out for f in facts)
+        code, out, _ = await memgov(*base, "--json", "inspect", scope.scope_id, "--limit", "1", *_mint_flags(dep))
+        page = json.loads(out)
+        assert code == 0 and len(page["entries"]) == 1 and page["next_cursor"] == page["entries"][0]["id"]
+        forgotten = page["entries"][0]
+        code, out, _ = await memgov(*base, "forget", scope.scope_id, forgotten["id"])
+        assert code == 0 and "(forget_one): verified" in out and "pending_namespace_clear" in out
+        code, out, _ = await memgov(*base, "inspect", scope.scope_id, "--all", *_mint_flags(dep))
+        assert code == 0 and forgotten["text"] not in out and len(re.findall(r"created ", out)) == 1
+
+    @pytest.mark.parametrize("lines, expected", [(3, 0), (1, 2)])
+    async def test_inspect_with_context_file(self, deployment, memgov, tmp_path, lines, expected):
+        """Every page uses the next bridge-signed context of the file; running out is a usage error."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        await dep.run.remember(scope, 2, "cli")
+        contexts = tmp_path / "contexts"
+        contexts.write_text("\n".join(dep.run.context(scope.subject, scope.agent, scope.room) for _ in range(lines)))
+        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))
+        code, _, err = await memgov(*base, "inspect", scope.scope_id, "--all", "--limit", "1",
+                                    "--context-file", str(contexts))
+        assert code == expected
+        assert ("no context left" in err) == (expected == 2)
+
+    @pytest.mark.parametrize("command", ["off", "forget-all"])
+    async def test_confirmation_then_confirm(self, deployment, memgov, tmp_path, command):
+        """Without confirmation nothing is erased and the token is printed; with it the erasure runs."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        await dep.run.remember(scope, 1, "cli")
+        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))
+        code, out, _ = await memgov(*base, command, scope.scope_id)
+        token = re.search(r"--confirm (\S+)", out).group(1)
+        assert code == 5 and (await dep.run.status(scope))["entries"]["live"] == 1
+        code, out, _ = await memgov(*base, command, scope.scope_id, "--confirm", token)
+        status = await dep.run.status(scope)
+        assert code == 0 and "verified" in out
+        assert (status["enabled"], status["entries"]["live"]) == (command == "forget-all", 0)
+
+    async def test_yes_offboard_and_evidence_export(self, deployment, memgov, tmp_path):
+        """--yes confirms at once; an operator offboards the subject; evidence exports as a JSON file."""
+        dep = deployment
+        subject = dep.run.subject("cli")
+        first, second = await dep.run.new_scope(subject), await dep.run.new_scope(subject)
+        await dep.run.remember(first, 1, "cli")
+        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(subject)))
+        code, out, _ = await memgov(*base, "--json", "forget-all", first.scope_id, "--yes")
+        erasure_id = json.loads(out)["erasure_id"]
+        assert code == 0
+        operator = _base(dep, dep.token_file(tmp_path, dep.run.operator_token(), "operator"))
+        code, out, _ = await memgov(*operator, "offboard", subject)
+        assert code == 0 and "offboarding complete: 2 scope(s)" in out
+        assert first.scope_id in out and second.scope_id in out
+        exported = tmp_path / "evidence.json"
+        code, out, _ = await memgov(*base, "erasure", erasure_id, "--output", str(exported))
+        record = json.loads(exported.read_text())
+        assert code == 0 and f"evidence written to {exported}" in out
+        assert (record["format"], record["kind"], record["state"]) == ("memgov.erasure.v1", "forget_all", "verified")
+
+
+class TestScopeErrors:
+    @pytest.mark.parametrize("who, command, status, reason", [
+        ("nobody", "status", 401, "auth_required"),
+        ("peer", "status", 403, "not_subject"),
+        ("operator", "status", 403, "not_subject"),
+        ("subject", "offboard", 403, "route_denied"),
+        ("subject", "forget", 404, "not_found"),
+        ("subject", "off-wrong-token", 409, "confirmation_required"),
+    ])
+    async def test_refusals_exit_one_with_code_and_decision(self, deployment, memgov, tmp_path, who, command,
+                                                            status, reason):
+        """A refusal prints its reason code and decision id on stderr, or as JSON, and exits 1."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        tokens = {"subject": dep.run.subject_token(scope.subject), "peer": dep.run.subject_token(
+            dep.run.subject("peer")), "operator": dep.run.operator_token()}
+        base = ["scope", "--control-url", dep.target.control_url]
+        if who in tokens:
+            base += ["--token-file", str(dep.token_file(tmp_path, tokens[who]))]
+        rest = {"status": ["status", scope.scope_id], "offboard": ["offboard", scope.subject],
+                "forget": ["forget", scope.scope_id, "no-such-entry"],
+                "off-wrong-token": ["off", scope.scope_id, "--confirm", "not-the-token"]}[command]
+        code, out, err = await memgov(*base, *rest)
+        assert code == 1 and f"refused: {reason} (HTTP {status}, decision d_" in err and out == ""
+        code, out, _ = await memgov(*base, "--json", *rest)
+        body = json.loads(out)
+        assert (code, body["error"], body["status"]) == (1, reason, status) and body["decision_id"].startswith("d_")
+
+    async def test_local_and_transport_errors(self, deployment, memgov, tmp_path):
+        """Usage problems exit 2, an unreachable control API exits 4, and no token is ever echoed."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        token = dep.run.subject_token(scope.subject)
+        token_file = dep.token_file(tmp_path, token)
+        outputs = []
+        for argv, expected in [
+            (["scope", "--control-url", dep.target.control_url, "--token-file", str(tmp_path / "missing"),
+              "status", scope.scope_id], 2),
+            (_base(dep, token_file) + ["inspect", scope.scope_id], 2),
+            (["scope", "--control-url", "http://127.0.0.1:9", "--token-file", str(token_file), "status",
+              scope.scope_id], 4),
+            (["scope", "--control-url", dep.target.control_url, "--token", token, "status", scope.scope_id], 0),
+        ]:
+            code, out, err = await memgov(*argv)
+            assert code == expected, (argv[-2:], code, err)
+            outputs.append(out + err)
+        assert all(token not in text for text in outputs)
