@@ -171,7 +171,8 @@ def _show_offboard(a: dict[str, Any]) -> str:
 
 
 def _show_refusal(exc: ControlError) -> str:
-    text = f"refused: {exc.reason} (HTTP {exc.status}, decision {exc.decision_id or '-'})"
+    verdict = "failed" if exc.status >= 500 else "refused"
+    text = f"{verdict}: {exc.reason} (HTTP {exc.status}, decision {exc.decision_id or '-'})"
     return text + (f"; evidence at {exc.location}" if exc.location else "")
 
 
@@ -198,7 +199,7 @@ _ACTIONS: dict[str, tuple[Callable[[argparse.Namespace, ControlClient], Awaitabl
 
 
 async def _call(args: argparse.Namespace, url: str, token: str | None) -> Any:
-    async with ControlClient(url, token, timeout_s=args.timeout) as client:
+    async with ControlClient(url, token) as client:
         return await _ACTIONS[args.scope_command][0](args, client)
 
 
@@ -246,7 +247,6 @@ def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                                                                "prefer --token-file).")
     token.add_argument("--token-file", type=Path, default=default(None), help="File holding the bearer token.")
     parser.add_argument("--json", action="store_true", default=default(False), help="Print the API's JSON answer.")
-    parser.add_argument("--timeout", type=float, default=default(60.0), help="Seconds to wait for an answer.")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

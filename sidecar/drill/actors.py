@@ -70,7 +70,6 @@ class Scope:
     agent: Agent
     room: str
     generation: int
-    origin: str = "native"
 
 
 class DrillRun:
@@ -146,7 +145,7 @@ class DrillRun:
         room = self.room()
         control = self.control(subject)
         created = await control.create_scope(subject, agent.ref, room, origin=origin)
-        scope = Scope(created["scope_id"], subject, agent, room, int(created["generation"]), origin)
+        scope = Scope(created["scope_id"], subject, agent, room, int(created["generation"]))
         if consent:
             granted = await control.grant(scope.scope_id, PURPOSE, POLICY_VERSION)
             scope.generation = int(granted["generation"])

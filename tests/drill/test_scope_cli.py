@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.devstack.store import DbFault
 from sidecar.drill.actors import PURPOSE
 
 
@@ -133,6 +134,17 @@ class TestScopeErrors:
         code, out, _ = await memgov(*base, "--json", *rest)
         body = json.loads(out)
         assert (code, body["error"], body["status"]) == (1, reason, status) and body["decision_id"].startswith("d_")
+
+    async def test_failed_erasure_exits_three_with_evidence_location(self, deployment, memgov, tmp_path):
+        """When kagent fails during off, the command exits 3 with the reason and where the evidence is."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        await dep.run.remember(scope, 1, "cli")
+        dep.local.dev.store.fault = DbFault(times=100)
+        code, _, err = await memgov(*_base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject))),
+                                    "off", scope.scope_id, "--yes")
+        dep.local.dev.store.fault = None
+        assert code == 3 and "failed: upstream_error (HTTP 502" in err and "evidence at /v1/erasures/e" in err
 
     async def test_local_and_transport_errors(self, deployment, memgov, tmp_path):
         """Usage problems exit 2, an unreachable control API exits 4, and no token is ever echoed."""
