@@ -167,10 +167,13 @@ class ErasureEngine:
                      state=erasure.state, adapter=erasure.adapter)
         return erasure
 
-    async def _advance(self, erasure: Erasure, target: str) -> Erasure:
+    async def _step(self, erasure: Erasure, target: str, failure_reason: str | None = None) -> tuple[Erasure, bool]:
+        """Move the row to ``target``; (row, True) when this runner did, (current row, False) if another did."""
         store = self._gov.store
         try:
-            advanced: Erasure = await store.advance_erasure(erasure.erasure_id, target, self._now())
+            moved: Erasure = await store.advance_erasure(erasure.erasure_id, target, self._now(),
+                                                         failure_reason=failure_reason)
+            return moved, True
         except StateError as exc:
             if exc.reason is not Reason.INTERNAL_ERROR:
                 raise
@@ -178,7 +181,12 @@ class ErasureEngine:
             reloaded = await store.get_erasure(erasure.erasure_id)
             if reloaded is None:
                 raise
-            return reloaded
+            return reloaded, False
+
+    async def _advance(self, erasure: Erasure, target: str) -> Erasure:
+        advanced, ours = await self._step(erasure, target)
+        if not ours:
+            return advanced
         if advanced.state == "verified":
             await self._audit(advanced, Reason.ALLOWED)
         return advanced
@@ -190,16 +198,9 @@ class ErasureEngine:
             # SECURITY: the scope is disabled before the failure is recorded, so a crash in between
             # can never leave a failed erasure on an enabled scope.
             await store.disable(scope.scope_id, now)
-        try:
-            failed: Erasure = await store.advance_erasure(erasure.erasure_id, "failed", now,
-                                                          failure_reason=reason.value)
-        except StateError as exc:
-            if exc.reason is not Reason.INTERNAL_ERROR:
-                raise
-            reloaded = await store.get_erasure(erasure.erasure_id)
-            if reloaded is None:
-                raise
-            return reloaded
+        failed, ours = await self._step(erasure, "failed", reason.value)
+        if not ours:
+            return failed
         log.warning("erasure.failed", erasure_id=erasure.erasure_id, scope_id=erasure.scope_id, kind=erasure.kind,
                     reason=reason.value, step=erasure.state, adapter=erasure.adapter)
         await self._audit(failed, reason)
