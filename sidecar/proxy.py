@@ -31,6 +31,7 @@ EMBEDDING: Final = web.AppKey("embedding", Upstream)
 HANDLERS: Final = web.AppKey("handlers", dict[RouteClass, ClassHandler])
 MATCH: Final = web.RequestKey("match", RouteMatch)
 DECISION_ID: Final = web.RequestKey("decision_id", str)
+BODY: Final = web.RequestKey("body", bytes)
 
 log = get_logger("proxy")
 
@@ -47,7 +48,9 @@ def json_error(request: web.Request, status: int, reason: Reason, *, upstream_st
 
 
 async def read_body(request: web.Request) -> bytes:
-    """Read the whole body within the configured limit (governed routes need it parsed)."""
+    """Read the whole body within the configured limit (governed routes need it parsed); read once."""
+    if BODY in request:
+        return request[BODY]
     limit = request.app[SETTINGS].listen.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
@@ -57,7 +60,8 @@ async def read_body(request: web.Request) -> bytes:
         if size > limit:
             raise BodyTooLarge
         chunks.append(chunk)
-    return b"".join(chunks)
+    request[BODY] = b"".join(chunks)
+    return request[BODY]
 
 
 async def _limited_stream(request: web.Request, limit: int) -> AsyncIterator[bytes]:

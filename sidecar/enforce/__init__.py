@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
+from aiohttp import web
+
 from sidecar.enforce.embedding import handle_embedding
-from sidecar.enforce.invoke import handle_invoke
+from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_save_batch, handle_search
+from sidecar.enforce.respond import error, json_answer, refuse
+from sidecar.policy.model import Operation
 from sidecar.proxy import ClassHandler
-from sidecar.routes import RouteClass
+from sidecar.reasons import Reason
+from sidecar.routes import RouteClass, RouteMatch
+from sidecar.state.types import StateError
+
+
+def _fail_closed(operation: Operation, handler: ClassHandler) -> ClassHandler:
+    """If the state store fails, degrade the way a denial would: chat without memory, ``[]``, or 503."""
+
+    async def guarded(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+        try:
+            return await handler(request, match)
+        except StateError:
+            # SECURITY: no control state, no memory. The audit write would fail too, so only log and count.
+            decision = await refuse(request, operation, Reason.STATE_UNAVAILABLE, audit=False)
+            if operation is Operation.A2A_INVOKE:
+                return await rewrite_disabled(request, match, decision)
+            if operation is Operation.MEMORY_SEARCH:
+                return json_answer(200, [], decision)
+            return error(request, 503, decision)
+
+    return guarded
 
 
 def governed_handlers() -> dict[RouteClass, ClassHandler]:
     """The class table entries that replace the transparent defaults once governance is on."""
-    return {
-        RouteClass.A2A_INVOKE: handle_invoke,
-        RouteClass.MEMORY_SAVE: handle_save,
-        RouteClass.MEMORY_SAVE_BATCH: handle_save_batch,
-        RouteClass.MEMORY_SEARCH: handle_search,
-        RouteClass.MEMORY_LIST: handle_list_or_delete,
-        RouteClass.MEMORY_DELETE_ALL: handle_list_or_delete,
-        RouteClass.EMBEDDING: handle_embedding,
+    table: dict[RouteClass, tuple[Operation, ClassHandler]] = {
+        RouteClass.A2A_INVOKE: (Operation.A2A_INVOKE, handle_invoke),
+        RouteClass.MEMORY_SAVE: (Operation.MEMORY_SAVE, handle_save),
+        RouteClass.MEMORY_SAVE_BATCH: (Operation.MEMORY_SAVE_BATCH, handle_save_batch),
+        RouteClass.MEMORY_SEARCH: (Operation.MEMORY_SEARCH, handle_search),
+        RouteClass.MEMORY_LIST: (Operation.MEMORY_LIST, handle_list_or_delete),
+        RouteClass.MEMORY_DELETE_ALL: (Operation.MEMORY_DELETE_ALL, handle_list_or_delete),
+        RouteClass.EMBEDDING: (Operation.EMBEDDING, handle_embedding),
     }
+    return {cls: _fail_closed(op, handler) for cls, (op, handler) in table.items()}

@@ -20,7 +20,7 @@ from sidecar.enforce.runtime import Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.identity.tokens import DelegationContext, verify_context
-from sidecar.policy.model import Budget, ContextFacts, ContextScope, Operation, RequestFacts
+from sidecar.policy.model import Budget, ContextFacts, ContextScope, Decision, Operation, RequestFacts
 from sidecar.proxy import CONTROLLER, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
@@ -109,11 +109,17 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
         return await forward(request, upstream, path=_with_query_user(request.raw_path, key), headers=headers,
                              drop=(CONTEXT_HEADER,), body=body, response_headers=decision_headers(decision))
+    return await rewrite_disabled(request, match, decision)
+
+
+async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: Decision) -> web.StreamResponse:
+    """Send the invocation to the agent's memory-disabled variant with the caller's own identity."""
     # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
-    variant = gov.settings.agents[ref].disabled_variant
+    variant = gov_of(request).settings.agents[f"{match.params['ns']}/{match.params['name']}"].disabled_variant
     prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
     path = f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):]
-    return await forward(request, upstream, path=path, drop=(CONTEXT_HEADER,), body=body,
+    body = await read_body(request)
+    return await forward(request, request.app[CONTROLLER], path=path, drop=(CONTEXT_HEADER,), body=body,
                          response_headers=decision_headers(decision))
 
 

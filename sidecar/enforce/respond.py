@@ -47,12 +47,13 @@ async def decide(request: web.Request, operation: Operation, /, *, agent_ref: st
     return decision
 
 
-async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None) -> Decision:
+async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None,
+                 audit: bool = True) -> Decision:
     """Record a refusal made in code (malformed request, cap or fence hit, state store down)."""
     decision = Decision(action=DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
                         decision_id=request[DECISION_ID], engine="code")
     request[DECISION] = decision
-    await record(request, operation, decision, scope_id=scope_id)
+    await record(request, operation, decision, scope_id=scope_id, audit=audit)
     return decision
 
 
@@ -64,7 +65,8 @@ def header_value(decision: Decision) -> str:
     return f"{decision.action.value}; reason={primary_reason(decision).value}; id={decision.decision_id}"
 
 
-async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None) -> None:
+async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None,
+                 audit: bool = True) -> None:
     """Count, log and (for every refusal or rewrite) audit one governed decision, content-free."""
     gov = gov_of(request)
     reason = primary_reason(decision)
@@ -72,7 +74,7 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     log.info("decision", operation=operation.value, action=decision.action.value,
              reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
              engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
-    if decision.action is not Action.FORWARD:
+    if audit and decision.action is not Action.FORWARD:
         try:
             await gov.store.audit("decision", reason.value, decision_id=decision.decision_id, scope_id=scope_id,
                                   operation=operation.value, policy_revision=decision.revision or None,
