@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import os
 import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.bench.proxy import BenchOptions, run_proxy_bench
-from sidecar.bench.report import machine_info, render, versions, write_json
+from sidecar.bench.report import load_average, machine_info, render, versions, write_json
 from sidecar.bench.scenarios import SCENARIOS
 from sidecar.bench.wrk import wrk_version
 
@@ -54,7 +53,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
           f"3 targets, {args.duration:g} s each; {machine['cores']} cores", flush=True)
     body = run_proxy_bench(opts, machine["usable_cores"], progress=lambda line: print(f"  {line}", flush=True))
     report = {"command": _command_line(opts, args.out),
-              "started": stamp, "machine": machine, "machine_after": {"loadavg": list(os.getloadavg())},
+              "started": stamp, "machine": machine, "machine_after": {"loadavg": load_average()},
               "versions": versions(wrk_version()), **body}
     for section in body["sections"]:
         print()

@@ -119,11 +119,16 @@ def _git_revision() -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded."""
+    return [round(v, 2) for v in os.getloadavg()]
+
+
 def machine_info() -> dict[str, Any]:
     """Cores, CPU model, kernel and load average at the time of the call."""
     return {
         "cores": os.cpu_count(), "usable_cores": sorted(os.sched_getaffinity(0)), "cpu_model": _cpu_model(),
-        "platform": platform.platform(), "loadavg": [round(v, 2) for v in os.getloadavg()],
+        "platform": platform.platform(), "loadavg": load_average(),
     }
 
 
