@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -97,7 +97,7 @@ class LoadResult:
     cpu_s: float
     saturated: bool
     lag_p99_ms: float | None = None
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     @property
     def cpu_share(self) -> float:

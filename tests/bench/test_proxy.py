@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
