@@ -6,7 +6,7 @@ reason code, operation, engine). Never a user, room, scope, agent or entry id.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -36,6 +36,19 @@ MEMORY_OPERATIONS = Counter(
     ["kind"],
 )
 AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
+
+
+_REQUEST_CHILDREN: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def request_children(route_class: str, status: int) -> tuple[Any, Any]:
+    """The request counter and latency histogram children for one (class, status), made once."""
+    key = (route_class, status)
+    children = _REQUEST_CHILDREN.get(key)
+    if children is None:
+        children = (REQUESTS.labels(route_class, status_label(status)), REQUEST_SECONDS.labels(route_class))
+        _REQUEST_CHILDREN[key] = children
+    return children
 
 
 def status_label(status: int) -> str:

@@ -180,11 +180,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                   decision_id=request[DECISION_ID])
         resp = json_error(request, 500, Reason.INTERNAL_ERROR)
     elapsed = time.perf_counter() - started
-    metrics.REQUESTS.labels(match.cls.value, metrics.status_label(resp.status)).inc()
-    metrics.REQUEST_SECONDS.labels(match.cls.value).observe(elapsed)
-    log.info("request.done", method=request.method if request.method in _METHODS else "OTHER",
-             route_class=match.cls.value, route=match.template, status=resp.status,
-             duration_ms=round(elapsed * 1000, 3), decision_id=request[DECISION_ID])
+    counted, timed = metrics.request_children(match.cls.value, resp.status)
+    counted.inc()
+    timed.observe(elapsed)
+    # Successful pass-through traffic is counted by the metrics above; a log line per such request
+    # would cost more than the relay itself, so it is kept for debug level.
+    emit = log.debug if match.cls is RouteClass.PASSTHROUGH and resp.status < 400 else log.info
+    emit("request.done", method=request.method if request.method in _METHODS else "OTHER",
+         route_class=match.cls.value, route=match.template, status=resp.status,
+         duration_ms=round(elapsed * 1000, 3), decision_id=request[DECISION_ID])
     return resp
 
 

@@ -165,12 +165,8 @@ def _render(runs: list[dict[str, Any]]) -> str:
 
 
 def _start_pg() -> Any:
-    """A throwaway PostgreSQL server from the repository's test tooling."""
-    try:
-        from tests.support.pg import start_pg
-    except ImportError:  # run as `memgov` from elsewhere: the tooling lives beside the package
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-        from tests.support.pg import start_pg
+    from sidecar.devstack.pg import start_pg
+
     return start_pg()
 
 
