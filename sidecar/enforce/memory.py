@@ -116,6 +116,8 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
         slots = await gov.store.reserve_entries(scope.scope_id, gen, len(facts), gov.limits.max_entries, now)
     except CapReached:
         return error(request, 403, await refuse(request, op, Reason.ENTRY_CAP_REACHED, scope_id=scope.scope_id))
+    except Fenced as fenced:  # withdrawn between the decision and the reservation
+        return error(request, 403, await refuse(request, op, fenced.reason, scope_id=scope.scope_id))
     try:
         op_id = await gov.store.begin_write(scope.scope_id, gen, gov.settings.enforce.write_lease_s, now)
     except Fenced as fenced:

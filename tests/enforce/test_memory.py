@@ -262,3 +262,21 @@ class TestIsolation:
         await stack.scope()
         status, body, _ = await stack.memory(method, f"/api/memories?agent_name={APP}&user_id=x")
         assert (status, body["error"]) == (403, "route_denied")
+
+
+class TestFencedBetweenDecisionAndWrite:
+    async def test_withdrawal_after_the_decision_refuses_with_its_reason(self, stack, monkeypatch):
+        """A withdrawal landing between the policy decision and the ledger reservation is a 403 with the fence's reason."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        store = stack.gov.store
+        original = store.reserve_entries
+
+        async def withdraw_first(*args, **kwargs):
+            await store.withdraw(scope.scope_id, stack.clock())
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(store, "reserve_entries", withdraw_first)
+        status, body, _ = await stack.save(key, "decided, then fenced")
+        assert status == 403 and body["error"] in {"consent_disabled", "stale_generation"}
+        assert await stack.rows() == []
