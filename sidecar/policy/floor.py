@@ -46,7 +46,7 @@ def _sizes(inp: DecisionInput, limits: Limits) -> set[Reason]:
             found.add(Reason.FACT_TOO_LARGE)
         if inp.entries.count + req.item_count > min(inp.entries.cap, limits.max_entries):
             found.add(Reason.ENTRY_CAP_REACHED)
-    if inp.operation is Operation.MEMORY_SAVE_BATCH and req.item_count > limits.max_batch_facts:
+    if inp.operation in (Operation.MEMORY_SAVE_BATCH, Operation.EMBEDDING) and req.item_count > limits.max_batch_facts:
         found.add(Reason.BATCH_TOO_LARGE)
     if inp.operation is Operation.EMBEDDING and req.max_item_bytes > limits.embedding_item_bytes:
         found.add(Reason.EMBEDDING_ITEM_TOO_LARGE)

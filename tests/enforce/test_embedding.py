@@ -45,6 +45,15 @@ class TestEmbedding:
         if status == 403:
             assert body["error"] == "embedding_item_too_large"
 
+    @pytest.mark.parametrize(("count", "status"), [(10, 200), (11, 403)])
+    async def test_item_count(self, stack, count, status):
+        """One embedding call embeds at most 10 items (an auto-save's facts)."""
+        await stack.scope()
+        got, body, _ = await embed(stack, [f"item {i}" for i in range(count)])
+        assert got == status
+        if status == 403:
+            assert body["error"] == "batch_too_large"
+
     async def test_agent_without_memory(self, stack):
         """Agents not configured for memory get no embedding route."""
         await stack.scope()

@@ -22,11 +22,11 @@ deny contains "fact_too_large" if {
 
 # METADATA
 # title: batch_too_large
-# description: An automatic save stores at most max_batch_facts facts (R-10).
+# description: An automatic save stores, and one embedding call embeds, at most max_batch_facts items (R-10, R-11).
 # custom:
 #   reason: batch_too_large
 deny contains "batch_too_large" if {
-	input.operation == "memory.save_batch"
+	input.operation in {"memory.save_batch", "embedding"}
 	not input.request.item_count <= input.deployment.limits.max_batch_facts
 }
 

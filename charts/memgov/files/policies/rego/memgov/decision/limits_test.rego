@@ -26,6 +26,13 @@ test_embedding_item_size_boundaries if {
 	decision.deny == {"embedding_item_too_large"} with input as too_large
 }
 
+test_embedding_item_count_boundaries if {
+	embed := {"operation": "embedding", "agent": agent, "budget": budget}
+	decision.allow with input as object.union_n([save, embed, {"request": {"item_count": 10, "max_item_bytes": 8}}])
+	eleven := object.union_n([save, embed, {"request": {"item_count": 11, "max_item_bytes": 8}}])
+	decision.deny == {"batch_too_large"} with input as eleven
+}
+
 test_budget_flags_map_to_reasons if {
 	decision.deny == {"rate_limited"} with input as object.union(save, {"budget": {"rate_ok": false}})
 	decision.deny == {"hourly_budget_exhausted"} with input as object.union(save, {"budget": {"hourly_ok": false}})
