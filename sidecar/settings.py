@@ -191,7 +191,8 @@ class Settings(BaseSettings):
     """All memgov settings."""
 
     model_config = SettingsConfigDict(
-        env_prefix="MEMGOV_", env_nested_delimiter="__", extra="forbid", frozen=True, nested_model_default_partial_update=True
+        env_prefix="MEMGOV_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        nested_model_default_partial_update=True,
     )
 
     profile: Literal["dev", "production"] = Field(
@@ -225,7 +226,8 @@ class Settings(BaseSettings):
             # SECURITY: production never runs on a generated or missing secret.
             if self.secrets.session_key_file is None:
                 raise ValueError("secrets.session_key_file is required when profile is production")
-            if self.erasure.adapter == "kagent-db" and not (self.erasure.kagent_db_url or self.erasure.kagent_db_url_file):
+            erasure = self.erasure
+            if erasure.adapter == "kagent-db" and not (erasure.kagent_db_url or erasure.kagent_db_url_file):
                 raise ValueError("erasure.kagent_db_url(_file) is required for the kagent-db adapter")
         return self
 

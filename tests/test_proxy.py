@@ -120,7 +120,8 @@ class TestStreaming:
         """The client reads event 1 while the upstream is still holding events 2 and 3."""
         state = echo.app[ECHO]
         async with gateway(_url(echo)) as gw:
-            async with client.post(gw.data_url + "/api/a2a/kagent/plain/stream-test", json={"method": "message/stream"}) as resp:
+            url = gw.data_url + "/api/a2a/kagent/plain/stream-test"
+            async with client.post(url, json={"method": "message/stream"}) as resp:
                 assert resp.headers["Content-Type"].startswith("text/event-stream")
                 first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), timeout=10)
                 assert first == b'data: {"n": 1}\n\n'

@@ -16,7 +16,6 @@ import random
 import shlex
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable

@@ -192,7 +192,8 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
                                                         gov.now()))
         entries = Entries(count=await gov.store.live_count(scope.scope_id, gov.now()), cap=gov.limits.max_entries)
     decision = await _decide(request, op, kf, scope, budget=budget, entries=entries, item_count=1,
-                             max_item_bytes=utf8_len(payload.get("content", "")), ttl_days=_int(payload.get("ttl_days")))
+                             max_item_bytes=utf8_len(payload.get("content", "")),
+                             ttl_days=_int(payload.get("ttl_days")))
     if not decision.allowed or scope is None:
         return error(request, 403, decision)
     return await _write(request, op, kf, scope, decision, [payload])

@@ -89,7 +89,8 @@ class Stack:
 
     async def invoke(self, text: str = "hello there", *, agent: str = AGENT, user: str = ALICE,
                      context: str | None = None, context_id: str | None = None, path_suffix: str = "/",
-                     query: str = "", extra_headers: dict[str, str] | None = None) -> tuple[aiohttp.ClientResponse, Any]:
+                     query: str = "",
+                     extra_headers: dict[str, str] | None = None) -> tuple[aiohttp.ClientResponse, Any]:
         message: dict[str, Any] = {"role": "user", "messageId": secrets.token_hex(4),
                                    "parts": [{"kind": "text", "text": text}]}
         if context_id:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jwt
 import pytest
 
-from tests.enforce.conftest import AGENT, ALICE, BOB, BOT, GHOST, ROOM, ROOM_B, SERVER
+from tests.enforce.conftest import AGENT, ALICE, BOB, BOT, GHOST, ROOM_B, SERVER
 
 
 def decision(resp) -> tuple[str, str]:
@@ -37,7 +37,8 @@ class TestAllowed:
         stack = await make_stack(upstream={"kagent_auth_mode": "trusted-proxy"})
         scope = await stack.scope()
         bridge_jwt = jwt.encode({"sub": ALICE}, "x" * 32, algorithm="HS256")
-        resp, seen = await stack.invoke(context=stack.context(), extra_headers={"Authorization": f"Bearer {bridge_jwt}"})
+        resp, seen = await stack.invoke(context=stack.context(),
+                                        extra_headers={"Authorization": f"Bearer {bridge_jwt}"})
         assert decision(resp)[0] == "forward"
         token = seen.header("Authorization").removeprefix("Bearer ")
         claims = jwt.decode(token, options={"verify_signature": False})
@@ -148,7 +149,7 @@ class TestDegraded:
         assert seen is not None
 
     async def test_appservice_is_not_native(self, stack):
-        """An appservice identity never uses the native scope of the same MXID; without a partner record it is refused."""
+        """An appservice identity never uses the native scope of the same MXID; without a partner it is refused."""
         await stack.scope()
         await self._expect_rewrite(stack, "origin_not_allowed", context=stack.context(origin="appservice"))
 

@@ -266,7 +266,7 @@ class TestIsolation:
 
 class TestFencedBetweenDecisionAndWrite:
     async def test_withdrawal_after_the_decision_refuses_with_its_reason(self, stack, monkeypatch):
-        """A withdrawal landing between the policy decision and the ledger reservation is a 403 with the fence's reason."""
+        """A withdrawal between the policy decision and the ledger reservation is a 403 with the fence's reason."""
         scope = await stack.scope()
         key = await stack.session_key()
         store = stack.gov.store
