@@ -184,6 +184,10 @@ class SqliteDatabase:
                 writer = await cls._connect(path)
                 return cls(writer, writer)
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Control state names people (MXIDs): only the gateway's user may read the file. SQLite
+            # gives its -wal and -shm files the database file's mode.
+            Path(path).touch(mode=0o600, exist_ok=True)
+            Path(path).chmod(0o600)
             writer = await cls._connect(path)
             await cls._wal(writer)
             return cls(writer, await cls._connect(path))

@@ -54,3 +54,16 @@ class TestStateCli:
         assert main(["state", "stats"]) == 1
         out = capsys.readouterr().out
         assert out.strip() == "memgov state: state_unavailable"
+
+
+class TestSqliteFileMode:
+    async def test_state_file_is_private_to_the_gateway_user(self, tmp_path):
+        """The SQLite state file (MXIDs, scope ids) is readable by its owner only."""
+        from sidecar.state import open_store
+
+        path = tmp_path / "nested" / "state.db"
+        store = await open_store(f"sqlite:///{path}")
+        try:
+            assert path.stat().st_mode & 0o077 == 0
+        finally:
+            await store.close()
