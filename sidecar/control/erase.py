@@ -39,7 +39,8 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
     body = await parse_optional(request, Confirm)
     now = gov.now()
     if body is None:
-        token, expires = secrets.token_urlsafe(32), now + timedelta(seconds=CONFIRM_TTL_S)
+        # Hex, not URL-safe base64: a token starting with "-" would read as an option on a command line.
+        token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
         await gov.store.put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
         issued = ConfirmationIssued.model_validate(
             {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)})

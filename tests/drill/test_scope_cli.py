@@ -80,6 +80,7 @@ class TestScopeCommands:
         base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))
         code, out, _ = await memgov(*base, command, scope.scope_id)
         token = re.search(r"--confirm (\S+)", out).group(1)
+        assert re.fullmatch(r"[0-9a-f]{64}", token), "a token must be safe to paste as a command-line argument"
         assert code == 5 and (await dep.run.status(scope))["entries"]["live"] == 1
         code, out, _ = await memgov(*base, command, scope.scope_id, "--confirm", token)
         status = await dep.run.status(scope)
