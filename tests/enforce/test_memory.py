@@ -70,13 +70,7 @@ class TestSave:
         scope = await stack.scope()
         key = await stack.session_key()
         store = stack.gov.store
-        original = store.fill_entry
-
-        async def withdraw_meanwhile(*args, **kwargs):
-            await original(*args, **kwargs)
-            await store.withdraw(scope.scope_id, stack.clock())
-
-        monkeypatch.setattr(store, "fill_entry", withdraw_meanwhile)
+        withdraw_around(stack, monkeypatch, scope, "fill_entry", before=False)
         status, body, _ = await stack.save(key, "written while consent was withdrawn")
         assert status == 403 and body["error"] == "stale_generation"
         assert await stack.rows() == []
@@ -269,14 +263,23 @@ class TestFencedBetweenDecisionAndWrite:
         """A withdrawal between the policy decision and the ledger reservation is a 403 with the fence's reason."""
         scope = await stack.scope()
         key = await stack.session_key()
-        store = stack.gov.store
-        original = store.reserve_entries
-
-        async def withdraw_first(*args, **kwargs):
-            await store.withdraw(scope.scope_id, stack.clock())
-            return await original(*args, **kwargs)
-
-        monkeypatch.setattr(store, "reserve_entries", withdraw_first)
+        withdraw_around(stack, monkeypatch, scope, "reserve_entries", before=True)
         status, body, _ = await stack.save(key, "decided, then fenced")
         assert status == 403 and body["error"] in {"consent_disabled", "stale_generation"}
         assert await stack.rows() == []
+
+
+def withdraw_around(stack, monkeypatch, scope, method: str, *, before: bool) -> None:
+    """Make one state-store step withdraw the scope just before (or after) it runs: a race, made deterministic."""
+    store = stack.gov.store
+    original = getattr(store, method)
+
+    async def racing(*args, **kwargs):
+        if before:
+            await store.withdraw(scope.scope_id, stack.clock())
+            return await original(*args, **kwargs)
+        result = await original(*args, **kwargs)
+        await store.withdraw(scope.scope_id, stack.clock())
+        return result
+
+    monkeypatch.setattr(store, method, racing)
