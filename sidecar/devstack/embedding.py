@@ -99,6 +99,8 @@ async def embeddings(request: web.Request) -> web.Response:
         return _openai_error(400, "We could not parse the JSON body of your request.")
     if inputs is None:
         return _openai_error(400, "'input' must be a non-empty string or array of strings")
+    if "model" in body and not isinstance(model, str):
+        return _openai_error(400, "'model' must be a string")
     dims = body.get("dimensions", state.dim)
     if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= MAX_DIMENSIONS:
         return _openai_error(400, f"'dimensions' must be an integer from 1 to {MAX_DIMENSIONS}")

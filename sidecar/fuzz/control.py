@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from sidecar.fuzz.cases import Case, Request, Setup, Value
 from sidecar.fuzz.chaos import Fault
-from sidecar.fuzz.data import document as body_document
-from sidecar.fuzz.data import weighted
+from sidecar.fuzz.bodies import document as body_document
+from sidecar.fuzz.bodies import weighted
 from sidecar.fuzz.jsondoc import Doc, Node, Ph, Str
 from sidecar.fuzz.schema import operations, strategy
 from sidecar.fuzz.stack import AGENT, AGENT2, PLAIN_AGENT
@@ -38,8 +38,8 @@ _PARAMS: dict[str, S[Value]] = {
     "mxid": weighted((4, Ph("PRINCIPAL")), (1, Ph("OTHER_PRINCIPAL")), (1, "@nobody:fuzz.example"),
                      (1, "@x:elsewhere.example")),
 }
-_LIMITS: S[Value] = st.sampled_from(["0", "51", "-1", "1e3", "9" * 30, " 5", "5 ", "", "٣",
-                                     Str((Ph("S:path"),))])
+_LIMITS: S[Value] = st.sampled_from([quote(v, safe="") for v in ("0", "51", "-1", "1e3", "9" * 30, " 5", "5 ", "",
+                                                                  "٣")] + [Str((Ph("S:path"),))])
 _HINTS: dict[str, S[Node]] = {
     "mxid": weighted((4, Ph("PRINCIPAL")), (1, Ph("OTHER_PRINCIPAL"))),
     "agent": st.sampled_from([AGENT, AGENT, AGENT2, PLAIN_AGENT]),

@@ -204,9 +204,9 @@ class ControlRun(CaseRun):
                 and Ph("SCOPE_ID") in request.target and self.case.fault is None)
 
     def unrouted(self, status: int) -> bool:
-        """A hostile path segment (an encoded slash, a dot segment) made a path no operation has: the
+        """A hostile path segment (empty, an encoded slash, a dot segment) made a path no operation has: the
         router's 404/405 is then the right answer, before any handler or credential check runs."""
-        odd = any(isinstance(p, Str) or (isinstance(p, str) and ("%" in p or ".." in p or len(p) > 200))
+        odd = any(isinstance(p, Str) or (isinstance(p, str) and (p == "" or "%" in p or ".." in p or len(p) > 200))
                   for p in self.case.request.target)
         return odd and status in (404, 405)
 

@@ -23,6 +23,7 @@ from sidecar.devstack.kagent import controller_mux
 from sidecar.fuzz.cases import Case
 from sidecar.fuzz.chaos import Seen
 from sidecar.fuzz.data import CONTEXTS
+from sidecar.fuzz.jsondoc import Ph
 from sidecar.fuzz.oracle import (
     UPSTREAM_REASONS,
     Outcome,
@@ -84,10 +85,14 @@ class DataRun(CaseRun):
         if case.epilogue and self.scope is not None:
             await self.withdraw_and_compare()
         await stack.chaos.settle()
-        if "CTX" in self.names and reply is not None and self.reached(reply, seen):
+        if self.first_context() == Ph("CTX") and reply is not None and self.reached(reply, seen):
             await self.replay_context()
         self.sweep_sinks()
         return Outcome(case, reply.status if reply is not None else None, self.failures)
+
+    def first_context(self) -> object:
+        """The value of the first ``X-Memgov-Context`` header (the one a gateway reads), if any."""
+        return next((v for k, v in self.case.request.headers if k.lower() == "x-memgov-context"), None)
 
     @staticmethod
     def reached(reply: Reply, seen: list[Seen]) -> bool:
@@ -179,7 +184,7 @@ class DataRun(CaseRun):
                 self.check_embedding(s)
             elif self.is_memory_route(s):
                 self.check_memory(s)
-        if family in RELAYED | {"invoke", "a2a_other"}:
+        if family in RELAYED | {"invoke"}:
             self.check_relay(seen, reply)
 
     @staticmethod
@@ -280,7 +285,7 @@ class DataRun(CaseRun):
         query_user = go_query(s.raw_path.partition("?")[2]).get("user_id")
         if decision.action == "forward":
             key = self.env["KEY"]
-            if s.header("X-User-Id") != key or (query_user is not None and query_user != [key]):
+            if s.header("X-User-Id") != key or any(value != key for value in query_user or ()):
                 self.fail("invoke_identity_not_rewritten", "a carrier does not hold the session key")
             if f"/{AGENT.split('/')[1]}" not in s.path:
                 self.fail("invoke_target_changed", "forwarded to another agent")
@@ -318,7 +323,7 @@ class DataRun(CaseRun):
     # --- the legitimate content channel ----------------------------------------------------------
     def allowed_in_answer(self, reply: Reply) -> set[str]:
         family = self.case.route
-        if family in RELAYED | {"invoke", "a2a_other"} and reason_body(reply) is None:
+        if family in RELAYED | {"invoke"} and reason_body(reply) is None:
             return set(self.sentinels.values())  # echoes of the caller's own request and relayed upstream errors
         if family == "search" and reply.status == 200:
             return set().union(*(s.facts for s in self.named_scopes()))

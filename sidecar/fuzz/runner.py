@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from sidecar.fuzz.cases import Case, Request, Setup
 from sidecar.fuzz.control import control_cases
-from sidecar.fuzz.data import data_cases, weighted
+from sidecar.fuzz.bodies import weighted
+from sidecar.fuzz.data import data_cases
 from sidecar.fuzz.jsondoc import Arr, Deep, Doc, Node, Obj, Ph, Str
 from sidecar.fuzz.oracle import MARKER, Failure, Outcome
 from sidecar.fuzz.run_control import run_control_case

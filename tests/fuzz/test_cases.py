@@ -5,10 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 
+from hypothesis import HealthCheck, given, settings
+
 from sidecar.fuzz.cases import Case, Request
+from sidecar.fuzz.data import CANONICAL, data_cases
 from sidecar.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, to_bytes
 from sidecar.fuzz.runner import simpler
+from sidecar.fuzz.stack import AGENT, PLAIN_AGENT
 
+A2A_PATHS = {f"/api/a2a/{AGENT}/", f"/api/a2a/{AGENT}", f"/api/a2a/{PLAIN_AGENT}/", f"/api/a2a-sandboxes/{AGENT}/",
+             f"/api/a2a/{AGENT}/.well-known/agent-card.json"}
 ENV = {"KEY": "mg1.s0.1.mac", "S:fact": 'SNTLfact0123456789abü"x'}
 
 
@@ -71,3 +77,19 @@ class TestSimpler:
         assert any(isinstance(v.request.body, Doc) and ("d", Deep(500, "array")) in v.request.body.value.pairs
                    for v in variants)
         assert all(len(v.show()) <= len(case.show()) for v in variants)
+
+
+class TestGeneratedCases:
+    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data_cases())
+    def test_a_look_alike_is_never_the_canonical_spelling(self, case: Case) -> None:
+        """A target judged as a look-alike differs from every spelling the route is governed under."""
+        if case.route == "lookalike":
+            target, method = case.request.target[0], case.request.method
+            assert not (isinstance(target, str) and ((method, target) in CANONICAL or target in A2A_PATHS))
+
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data_cases())
+    def test_reproducers_name_placeholders_only(self, case: Case) -> None:
+        """Nothing a case prints is a sentinel, a key or a token."""
+        assert not any(mark in case.show() for mark in ("SNTL", "mg1.", "eyJ"))
