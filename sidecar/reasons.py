@@ -45,6 +45,8 @@ class Reason(enum.StrEnum):
     ROUTE_DENIED = "route_denied"
     UNGOVERNED_STORE = "ungoverned_store"
     BODY_TOO_LARGE = "body_too_large"
+    BODY_TIMEOUT = "body_timeout"
+    CONCURRENCY_LIMITED = "concurrency_limited"
     BAD_REQUEST = "bad_request"
     NOT_FOUND = "not_found"
     UPSTREAM_ERROR = "upstream_error"

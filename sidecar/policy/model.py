@@ -182,6 +182,9 @@ class Limits(_Model):
     embedding_items_per_agent_hour: int = Field(
         ..., ge=1, description="Embedding items per memory-enabled agent per hour (embeddings carry no user)."
     )
+    embedding_items_per_source_hour: int = Field(
+        ..., ge=1, description="Share of an agent's hourly embedding items one source address may use."
+    )
 
 
 class PartnerRecord(_Model):

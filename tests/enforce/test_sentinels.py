@@ -107,11 +107,15 @@ class TestSentinels:
         sinks.assert_clean(smuggled)
 
     async def test_denials_leave_content_free_audit_rows(self, stack):
-        """Every refusal and rewrite writes an audit row with codes and ids only."""
+        """A refusal with a genuine credential writes an audit row with codes and ids only; one without
+        any is counted per hour (R-15), so an anonymous caller cannot grow the store."""
         await stack.scope()
-        await stack.invoke()  # no context → rewrite
-        await stack.save("mg1.bogus", "x")  # key_invalid
+        key = await stack.session_key()
+        await stack.invoke()  # no context → rewrite, anonymous
+        await stack.save("mg1.bogus", "x")  # key_invalid, anonymous
+        await stack.save(key, "x", agent_name="kagent__NS__helper")  # a genuine key, the wrong agent
         rows = await stack.gov.store.audit_rows(limit=100)
-        reasons = {r["reason"] for r in rows}
-        assert {"context_missing", "key_invalid"} <= reasons
+        assert {r["reason"] for r in rows if r["kind"] == "decision"} == {"agent_mismatch"}
         assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
+        counted = {(op, reason): n for _, op, reason, n in await stack.gov.store.refusal_counts()}
+        assert counted == {("a2a.invoke", "context_missing"): 1, ("memory.save", "key_invalid"): 1}

@@ -130,7 +130,7 @@ class GatewayProcess:
 def process_settings(keys: Keys, pack: Path, kagent_url: str, state_url: str, **extra: Any) -> dict[str, Any]:
     """Settings of a gateway process on fresh fixed ports."""
     settings = overrides(keys, pack, kagent_url, state_url, **extra)
-    settings["listen"] = {name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}
+    settings["listen"] = {**settings["listen"], **{name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}}
     settings["policy"]["reload_interval_s"] = 0
     settings["log"] = {"level": "info"}
     return settings
