@@ -68,7 +68,7 @@ class Request:
         if self.chunked:
             lines.append("Transfer-Encoding: chunked")
         if self.body is not None:
-            body = display(self.body) if isinstance(self.body, Doc) else repr(self.body)
+            body = display(self.body) if isinstance(self.body, Doc) else _bytes(self.body)
             lines.append(("" if self.encoding == "identity" else f"[{self.encoding}-compressed] ") + body)
         return lines
 
@@ -134,6 +134,11 @@ def _show(value: Value) -> str:
         return value.name
     text = "".join(p if isinstance(p, str) else f"«{p.name}»" for p in value.parts)
     return text + (f"«{value.pad!r}×{value.pad_n}»" if value.pad_n else "")
+
+
+def _bytes(body: bytes) -> str:
+    """Raw bytes as a repr, long ones cut (they are repetitive: deep nesting, fillers)."""
+    return repr(body) if len(body) <= 120 else f"{body[:60]!r}«… {len(body)} bytes in all»"
 
 
 def _chunks(body: bytes) -> list[bytes]:

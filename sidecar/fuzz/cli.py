@@ -42,15 +42,12 @@ async def fuzz(cases: int, seed: int, target: Target, *, shrink: bool = True,
     from sidecar.fuzz.runner import Fuzzer
     from sidecar.fuzz.stack import fuzz_stack
 
-    async with fuzz_stack() as stack:
-        async with stack.http.get(stack.gw.control_url + "/v1/openapi.json") as resp:
-            doc = await resp.json()
-        fuzzer = Fuzzer(stack, doc, target, seed, progress)
-        report = await fuzzer.run(cases)
-        if shrink and report.examples:
-            progress(f"fuzz: reducing {len(report.examples)} failure classes to small reproducers")
-        reduced = await fuzzer.shrink() if shrink else dict(report.examples)
-        return report, reduced
+    fuzzer = Fuzzer(fuzz_stack, target, seed, progress)
+    report = await fuzzer.run(cases)
+    if shrink and report.examples:
+        progress(f"fuzz: reducing {len(report.examples)} failure classes to small reproducers")
+    reduced = await fuzzer.shrink() if shrink and report.examples else dict(report.examples)
+    return report, reduced
 
 
 def summary(report: Report, reduced: dict[Key, Any], seed: int) -> str:

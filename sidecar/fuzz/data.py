@@ -151,12 +151,13 @@ def _assemble(family: str, method: str, path: str, query: tuple[Value, ...], bod
         family, method = family if keep else CANONICAL.get((other, path), "lookalike"), other
     elif twist == "lookalike":
         # Behind an A2A prefix kagent hands any rest to the agent, so only the prefix is respelled. A
-        # ";param" is no spelling of the route to kagent's router: relayed or refused, both are fine.
+        # ";param" or "%00" suffix is no spelling of the route to kagent's router: relayed or refused,
+        # both are fine (that no memory handler is reached is checked on every case).
         a2a = family in ("invoke", "a2a_other", "card")
         base, rest = _a2a_split(path) if a2a else (path, "")
         how = "double" if a2a and how == "trailing" else how  # /api/a2a/ns/name/ is the canonical spelling
-        family, target = "passthrough" if how == "param" else "lookalike", (lookalike(base, how, index) + rest,
-                                                                             *query)
+        family = "passthrough" if how in ("param", "nul") else "lookalike"
+        target = (lookalike(base, how, index) + rest, *query)
     elif twist == "fragment":
         family, target = "fragment", (path, "#", *(query or ("frag",)))
     elif twist == "absolute":

@@ -32,6 +32,7 @@ class CaseRun:
     def begin(self) -> None:
         """Fresh hourly windows and rate buckets, an empty wire record, this case's sentinels."""
         self.stack.clock.advance(3601)
+        self.stack.learn_storage_keys()
         self.stack.chaos.forget()
         tags = {n[2:] for n in self.names if n.startswith("S:")} | ({"fault"} if self.case.fault else set())
         self.sentinels = {tag: make_sentinel(tag) for tag in sorted(tags)}
@@ -122,8 +123,7 @@ class CaseRun:
         await self.stack.chaos.settle()  # writes whose outcome the gateway never learned land first
         status, body = await self.stack.control("GET", f"/v1/scopes/{scope.scope_id}", scope.principal)
         current = body.get("generation") if status == 200 and isinstance(body, dict) else None
-        rows = [r for r in await self.stack.dev.store.rows()
-                if (r.user_id or "").startswith(f"mgs1.{scope.scope_id}.")]
+        rows = await self.stack.kagent_rows(scope)
         if record.get("kind") == "forget_one":
             gone = {e.get("entry_id") for e in record.get("entries", []) if isinstance(e, dict)
                     and (e.get("physically_deleted_at") or record.get("physical_deletion") == "complete")}

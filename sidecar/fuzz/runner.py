@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -31,6 +32,8 @@ from sidecar.fuzz.stack import FuzzStack, SetupFailed
 
 Target = Literal["data", "control", "all"]
 BATCH = 500
+#: Cases per stack: kagent's table, the state store and the process stay small on long runs.
+STACK_CASES = 2000
 #: How often (in cases) the whole state store is scanned for sentinels.
 STATE_SCAN_EVERY = 1000
 #: Time to reduce one failure class, and all of them together.
@@ -88,14 +91,34 @@ def strategy_for(target: Target, doc: Mapping[str, Any]) -> st.SearchStrategy[Ca
 
 
 class Fuzzer:
-    """One stack, one target, one seed."""
+    """One target, one seed; a fresh stack every :data:`STACK_CASES` cases keeps tables and memory small."""
 
-    def __init__(self, stack: FuzzStack, doc: Mapping[str, Any], target: Target, seed_value: int,
-                 progress: Callable[[str], None] = print) -> None:
-        self.stack, self.doc, self.target, self.seed = stack, doc, target, seed_value
+    def __init__(self, open_stack: Callable[[], AbstractAsyncContextManager[FuzzStack]], target: Target,
+                 seed_value: int, progress: Callable[[str], None] = print) -> None:
+        self.open_stack, self.target, self.seed = open_stack, target, seed_value
         self.progress = progress
         self.report = Report()
+        self.doc: Mapping[str, Any] = {}
         self._started = time.perf_counter()
+        self._stack: FuzzStack | None = None
+
+    @property
+    def stack(self) -> FuzzStack:
+        assert self._stack is not None, "only while a stack runs"
+        return self._stack
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[FuzzStack]:
+        """A fresh stack for the next stretch of cases (the OpenAPI document is read from the first)."""
+        async with self.open_stack() as stack:
+            self._stack = stack
+            if not self.doc:
+                self.doc = await stack.openapi()
+            try:
+                yield stack
+            finally:
+                self.scan_state()
+                self._stack = None
 
     async def execute(self, case: Case) -> Outcome:
         try:
@@ -106,24 +129,27 @@ class Fuzzer:
             return Outcome(case, None, [Failure("setup_failed", case.route, str(exc))])
 
     async def run(self, cases: int) -> Report:
-        """Run ``cases`` cases, then reduce every failure class to a small reproducer."""
+        """Run ``cases`` cases; failures are counted by class, one example kept per class."""
         started = self._started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._explore, cases, loop)
-        self.scan_state()
+        done = 0
+        while done < cases:
+            stretch = min(STACK_CASES, cases - done)
+            async with self.running():
+                await asyncio.to_thread(self._explore, done, stretch, cases, loop)
+            done += stretch
         self.report.seconds = time.perf_counter() - started
         return self.report
 
-    def _explore(self, cases: int, loop: asyncio.AbstractEventLoop) -> None:
+    def _explore(self, offset: int, stretch: int, cases: int, loop: asyncio.AbstractEventLoop) -> None:
         strategy = strategy_for(self.target, self.doc)
-        done, batch = 0, 0
-        while done < cases:
-            size = min(BATCH, cases - done)
+        done = 0
+        while done < stretch:
+            size = min(BATCH, stretch - done)
             before = self.report.total
-            self._batch(strategy, size, self.seed * 1_000_003 + batch, loop)
+            self._batch(strategy, size, self.seed * 1_000_003 + (offset + done) // BATCH, loop)
             done += self.report.total - before
-            batch += 1
-            self._say(done, cases)
+            self._say(offset + done, cases)
 
     def _batch(self, strategy: st.SearchStrategy[Case], size: int, batch_seed: int,
                loop: asyncio.AbstractEventLoop) -> None:
@@ -156,6 +182,10 @@ class Fuzzer:
 
     async def shrink(self, budget_s: float = SHRINK_SECONDS, total_s: float = SHRINK_TOTAL_SECONDS) -> dict[Key, Case]:
         """For each failure class, the simplest variant of its smallest example that still fails so."""
+        async with self.running():
+            return await self._shrink(budget_s, total_s)
+
+    async def _shrink(self, budget_s: float, total_s: float) -> dict[Key, Case]:
         reduced = {}
         end = time.perf_counter() + total_s
         for cls, case in sorted(self.report.examples.items()):

@@ -9,6 +9,7 @@ received (``Chaos``), the captured log lines and the state database file (scanne
 from __future__ import annotations
 
 import io
+import json
 import secrets
 import sqlite3
 import tempfile
@@ -22,7 +23,9 @@ import aiohttp
 import jwt
 
 from sidecar.devstack.clock import DevClock
+from sidecar.devstack.gojson import go_query
 from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.store import MemoryRow
 from sidecar.devstack.vectors import embed_text
 from sidecar.drill.devstack import write_keys
 from sidecar.fuzz.chaos import Chaos
@@ -40,7 +43,7 @@ AGENT = "kagent/k8s-agent"
 AGENT2 = "kagent/helper"
 PLAIN_AGENT = "kagent/plain"  # exists in kagent, has no memory
 AGENTS = {AGENT: "@k8s-agent:" + SERVER, AGENT2: "@helper:" + SERVER}
-#: The gateway gives up on a silent upstream after this long; a "delay" fault outlasts it.
+#: The gateway gives up on a silent upstream after this long (every pool); a "delay" fault outlasts it.
 READ_TIMEOUT_S = 0.5
 DELAY_S = 0.8
 TYP = {"context": "memgov-context+jwt", "subject": "memgov-subject+jwt", "operator": "memgov-operator+jwt"}
@@ -95,6 +98,7 @@ class FuzzStack:
     classification: str
     neighbours: dict[str, Scope] = field(default_factory=dict)
     scopes: dict[str, Scope] = field(default_factory=dict)
+    storage_keys: dict[str, set[str]] = field(default_factory=dict)  # scope id -> every key kagent was sent
     _serial: int = 0
     _labels: set[str] = field(default_factory=set)
 
@@ -228,9 +232,35 @@ class FuzzStack:
                 fresh.append(line[:end + 1])
         return fresh
 
-    async def kagent_rows(self, scope: Scope) -> int:
-        """Rows kagent holds under any storage key of the scope, whatever their agent name."""
-        return sum(1 for r in await self.dev.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope.scope_id}."))
+    def learn_storage_keys(self) -> None:
+        """Remember every storage key kagent has been sent so far (bodies and queries), by scope."""
+        for seen in self.chaos.seen:
+            if seen.upstream != "kagent" or not seen.path.startswith("/api/memories"):
+                continue
+            users = go_query(seen.raw_path.partition("?")[2]).get("user_id", [])
+            try:
+                body = json.loads(seen.body or b"null")
+            except (ValueError, RecursionError):
+                body = None
+            items = body.get("items") if isinstance(body, dict) and isinstance(body.get("items"), list) else [body]
+            users += [i["user_id"] for i in items if isinstance(i, dict) and isinstance(i.get("user_id"), str)]
+            for user in users:
+                if user.startswith("mgs1.") and user.count(".") >= 2:
+                    self.storage_keys.setdefault(user.split(".")[1], set()).add(user)
+
+    async def kagent_rows(self, scope: Scope) -> list[MemoryRow]:
+        """Rows kagent holds under any storage key the scope was ever given, whatever their agent name."""
+        self.learn_storage_keys()
+        rows: list[MemoryRow] = []
+        for key in sorted(self.storage_keys.get(scope.scope_id, ())):
+            rows += await self.dev.store.rows(user_id=key)
+        return rows
+
+    async def openapi(self) -> dict[str, Any]:
+        """The control API's OpenAPI document, as the gateway serves it."""
+        async with self.http.get(self.gw.control_url + "/v1/openapi.json") as resp:
+            doc: dict[str, Any] = await resp.json()
+            return doc
 
 
 @asynccontextmanager
@@ -246,7 +276,8 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
             try:
                 settings = load_settings(
                     upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
-                              "read_timeout_s": READ_TIMEOUT_S},
+                              "read_timeout_s": READ_TIMEOUT_S, "memory_timeout_s": READ_TIMEOUT_S,
+                              "embedding_timeout_s": READ_TIMEOUT_S},
                     listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
                     state={"url": f"sqlite:///{folder}/state.db"},
                     policy={"reload_interval_s": 0},
