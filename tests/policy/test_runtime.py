@@ -59,7 +59,9 @@ def _sample(name: str, labels: dict[str, str]) -> float:
 class TestStart:
     async def test_loaded_pack_is_ready_and_reports_its_revision(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
         """/readyz sees ready with the engine and the pack's content hash."""
-        expected = {"engine": runtime.engine.name, "revision": fingerprint(pack_copy)}
+        revision = fingerprint(pack_copy)
+        expected = {"engine": runtime.engine.name, "revision": revision,
+                    "last_reload": {"outcome": "loaded", "revision": revision}}
         assert await runtime.ready_check() == (True, expected)
 
     async def test_decision_is_stamped(self, runtime: PolicyRuntime, make_input: MakeInput) -> None:
@@ -186,7 +188,8 @@ class TestShadow:
     async def shadow(self, pack_copy: Path, opa_url: str) -> AsyncIterator[PolicyRuntime]:
         """Cedar enforcing, Rego on OPA compared; the Rego copy also denies memory.list."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
-            'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
+            'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
+            'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
         rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa_url)
         yield rt
@@ -205,6 +208,8 @@ class TestShadow:
         assert _sample("memgov_policy_shadow_disagreements_total", labels) == before + 1
         (line,) = _events(log_lines, "policy.shadow_disagreement")
         assert (line["action"], line["shadow_action"], line["reasons"]) == ("forward", "deny", ["rate_limited"])
+        assert line["decision_id"] == decision.decision_id
+        assert line["revision"] == line["shadow_revision"] == shadow.revision
 
     async def test_agreement_is_not_counted(self, shadow: PolicyRuntime, make_input: MakeInput) -> None:
         """When both engines answer the same, nothing is reported."""
