@@ -202,6 +202,17 @@ class CedarEngine:
             raise CedarEvalError("malformed") from None
         return _verdict(result, compiled.reasons)
 
+    def explain_sync(self, inp: DecisionInput) -> tuple[Verdict, list[Site]]:
+        """Decide one input and name the policies that determined the answer (authoring tools)."""
+        compiled = self._compiled
+        if compiled is None:
+            raise CedarEvalError("unloaded")
+        try:
+            result = cedarpy.is_authorized(request(inp), compiled.policies, self._entities(compiled, inp))
+        except (ValueError, TypeError):
+            raise CedarEvalError("malformed") from None
+        return _verdict(result, compiled.reasons), determining(compiled, result)
+
     def decide_many_sync(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Decide a fan-out in one call when the inputs share their entities (prefetch)."""
         compiled = self._compiled

@@ -45,7 +45,7 @@ MakeInput = Callable[..., DecisionInput]
 def make_input() -> MakeInput:
     """Build a valid input from a policy-tests base name plus dotted-path changes."""
     pack = read_pack(PACK_DIR)
-    bases = load_bases(CASES_DIR, pack.limits, pack.federation)
+    bases = load_bases(CASES_DIR, pack)
 
     def make(base: str, changes: dict[str, Any] | None = None) -> DecisionInput:
         return build_input(bases, base, changes)
