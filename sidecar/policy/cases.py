@@ -129,12 +129,15 @@ def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]], rule
     return Case(file, name, rule, kind, inp, action, reasons, row["base"], dict(row.get("set") or {}))
 
 
-def load_cases(where: Path, pack: Pack) -> list[Case]:
-    """Load every case table in a folder, or one table file, against the pack's data."""
+def load_cases(where: Path, pack: Pack, rules: tuple[str, ...] | None = None) -> list[Case]:
+    """Load every case table in a folder, or one table file, against the pack's data.
+
+    ``rules`` are the codes a row may name (default: the pack's own).
+    """
     where = Path(where)
     folder, tables = (where.parent, [where]) if where.is_file() else (where, sorted(where.glob("*.yaml")))
     bases = load_bases(folder, pack)
-    rules = rule_codes(pack)
+    rules = rules or rule_codes(pack)
     cases: list[Case] = []
     for path in tables:
         if path.name == "base.yaml":

@@ -21,8 +21,6 @@ from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack, PackError
 from sidecar.policy.rules import PERMIT_ID, Site, Statement, annotations, cedar_sites, cedar_statements, rule_codes
 
-#: Cedar line width used by ``memgov policy check`` to decide whether a file is formatted.
-FORMAT_WIDTH = 100
 _ACTION_NOTE = re.compile(r' (?:for|in context for) Action::"[^"]*"')
 _POLICY_NOTE = re.compile(r"^(?:\[policy\d+\] )?(?:for policy `policy\d+`, )?")
 

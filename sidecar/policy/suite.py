@@ -56,7 +56,8 @@ class Engines:
         self._cedar_ready = False
         self._rego: RegoEval | None = None
 
-    async def _cedar_engine(self) -> CedarEngine:
+    async def cedar(self) -> CedarEngine:
+        """The Cedar engine with this pack committed."""
         if not self._cedar_ready:
             await self._cedar.commit(self._cedar.prepare(self.pack))
             self._cedar_ready = True
@@ -72,7 +73,7 @@ class Engines:
         """Verdicts (None: no usable answer) and, per rule, how many inputs it decided (Rego: 1 = fired)."""
         fired: dict[Site, int] = {}
         if engine == "cedar":
-            cedar = await self._cedar_engine()
+            cedar = await self.cedar()
             verdicts: list[Verdict | None] = []
             for inp in inputs:
                 try:
