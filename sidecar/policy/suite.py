@@ -261,6 +261,8 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
     if report.mutants:
         lines.append(f"differential: {report.mutants} mutated inputs, {len(report.differences)} disagreement(s)")
     problems = []
+    if report.differences:
+        problems.append(f"engines disagree on {len(report.differences)} mutated input(s)")
     if report.full and report.uncovered():
         problems.append(f"{len(report.uncovered())} code(s) without ALLOW and DENY cases")
     if report.full and report.unfired():
