@@ -12,7 +12,7 @@ from sidecar.policy import cli
 from tests.policy.conftest import CASES_DIR, PACK_DIR
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     """Run ``memgov policy …`` through the command's own parser."""
     parser = argparse.ArgumentParser(prog="memgov")
     cli.register(parser.add_subparsers(dest="command", required=True))
@@ -24,7 +24,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 class TestPolicyCheck:
     def test_reference_pack_is_clean(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Parse, schema validation, formatting and lint all pass on the shipped pack."""
-        code, out = _run(capsys, "check", "--dir", str(PACK_DIR))
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
         assert code == 0, out
         for step in ("cedar parse + schema validation + @id", "cedar format", "opa fmt", "opa check --strict",
                      "regal lint"):
@@ -48,7 +48,7 @@ class TestPolicyCheck:
     ) -> None:
         """A badly formatted, unlinted or invalid file fails the check and names the step."""
         (pack_copy / rel).write_text(text)
-        code, out = _run(capsys, "check", "--dir", str(pack_copy))
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1
         assert f"FAIL {step}" in out
 
@@ -56,14 +56,14 @@ class TestPolicyCheck:
 class TestPolicyTest:
     def test_cedar_passes_the_tables_with_a_coverage_table(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Every case passes on Cedar and the table lists every rule."""
-        code, out = _run(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
+        code, out = run_cli(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
         assert code == 0, out
         assert "entry_cap_reached" in out and "ungoverned_store" in out
         assert out.strip().endswith("1 engine(s), 0 disagreement(s)")
 
     def test_both_engines_agree_on_a_local_opa(self, capsys: pytest.CaptureFixture[str]) -> None:
         """With --engine all a local OPA is started and both packs pass with no disagreement."""
-        code, out = _run(capsys, "test", "--engine", "all", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
+        code, out = run_cli(capsys, "test", "--engine", "all", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
         assert code == 0, out
         assert out.strip().endswith("2 engine(s), 0 disagreement(s)")
 
@@ -73,7 +73,7 @@ class TestPolicyTest:
         shutil.copytree(CASES_DIR, cases, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
         path = cases / "limits.yaml"
         path.write_text(path.read_text().replace("reasons: [batch_too_large]}", "reasons: [fact_too_large]}", 1))
-        code, out = _run(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases))
+        code, out = run_cli(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases))
         assert code == 1
         assert "FAIL [cedar] limits::automatic save of 11 facts is refused" in out
 
@@ -84,7 +84,7 @@ class TestPolicyTest:
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
             'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
         )
-        code, out = _run(capsys, "test", "--engine", "all", "--opa-url", opa_url, "--dir", str(pack_copy),
+        code, out = run_cli(capsys, "test", "--engine", "all", "--opa-url", opa_url, "--dir", str(pack_copy),
                          "--cases", str(CASES_DIR))
         assert code == 1
         assert "DISAGREE consent::list at the current generation is forwarded" in out
@@ -93,4 +93,4 @@ class TestPolicyTest:
 class TestSchemaCommand:
     def test_published_schemas_are_current(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`memgov policy schema --check` passes on the committed docs/schema/."""
-        assert _run(capsys, "schema", "--check") == (0, "")
+        assert run_cli(capsys, "schema", "--check") == (0, "")
