@@ -24,6 +24,10 @@ class Unformatted:
     diff: str
 
 
+def _diff(rel: str, text: str, formatted: str) -> str:
+    return "".join(difflib.unified_diff(text.splitlines(True), formatted.splitlines(True), rel, rel + " (formatted)"))
+
+
 def cedar_unformatted(root: Path) -> list[Unformatted]:
     """Cedar files of a pack that cedarpy would format differently (a file that does not parse is skipped)."""
     out = []
@@ -35,13 +39,12 @@ def cedar_unformatted(root: Path) -> list[Unformatted]:
             continue  # the parse step reports it, with file and line
         if formatted != text:
             rel = path.relative_to(root).as_posix()
-            diff = "".join(difflib.unified_diff(text.splitlines(True), formatted.splitlines(True), rel, rel + " (formatted)"))
-            out.append(Unformatted(rel, diff))
+            out.append(Unformatted(rel, _diff(rel, text, formatted)))
     return out
 
 
 def rego_unformatted(root: Path) -> list[Unformatted]:
-    """Rego files ``opa fmt`` would change, with its diff."""
+    """Rego files ``opa fmt`` would change, with a unified diff of what it would write."""
     rego = root / "rego"
     if not rego.is_dir():
         return []
@@ -50,8 +53,9 @@ def rego_unformatted(root: Path) -> list[Unformatted]:
     out = []
     for name in listed.stdout.split():
         path = Path(name)
-        proc = subprocess.run([opa, "fmt", "--diff", str(path)], capture_output=True, text=True, timeout=120, check=False)
-        out.append(Unformatted(path.resolve().relative_to(root.resolve()).as_posix(), proc.stdout))
+        proc = subprocess.run([opa, "fmt", str(path)], capture_output=True, text=True, timeout=120, check=False)
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+        out.append(Unformatted(rel, _diff(rel, path.read_text(encoding="utf-8"), proc.stdout)))
     return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from sidecar.policy.cases import Case, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
@@ -89,8 +90,17 @@ def find_case(pack_dir: Path, cases_path: Path, name: str) -> tuple[DecisionInpu
 
 
 def read_input(path: Path) -> DecisionInput:
-    """A decision input from a JSON or YAML file (validated: unknown fields are refused)."""
-    return DecisionInput.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    """A decision input from a JSON or YAML file (validated: unknown fields are refused).
+
+    The error names the fields at fault, never their values: a file could hold anything.
+    """
+    try:
+        return DecisionInput.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except yaml.YAMLError:
+        raise ValueError(f"{path}: not JSON or YAML") from None
+    except ValidationError as exc:
+        where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in exc.errors())
+        raise ValueError(f"{path}: not a decision input ({where})") from None
 
 
 @dataclass(frozen=True)
