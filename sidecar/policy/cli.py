@@ -146,7 +146,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("policy", help="Check, format, test, explain and compare policy packs; export the schemas.")
     policy = p.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
 
-    check = policy.add_parser("check", help="Both languages: parse, validate, format, rule codes, opa check/test, regal.")
+    check = policy.add_parser(
+        "check", help="Both languages: parse, validate, format, rule codes, opa check/test, regal."
+    )
     _dir(check)
     check.set_defaults(func=_cmd_check)
 

@@ -225,7 +225,8 @@ class Deployment(_Model):
     limits: Limits = Field(..., description="limits.yaml content.")
     org: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="data/org.yaml: named lists of identifiers an organisation's rules read (e.g. agents denied memory).",
+        description="data/org.yaml: named lists of identifiers an organisation's rules read "
+        "(e.g. agents denied memory).",
     )
 
 

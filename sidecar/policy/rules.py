@@ -166,5 +166,6 @@ def rego_sites(pack: Pack) -> list[Site]:
             code = key[1:-1] if key.startswith('"') else None
             custom = _metadata(lines, at).get("custom")
             reason = custom.get("reason") if isinstance(custom, dict) else None
-            sites.append(Site("opa", code, f"deny[{key or '?'}]", rel, at + 1, reason if isinstance(reason, str) else None))
+            named = reason if isinstance(reason, str) else None
+            sites.append(Site("opa", code, f"deny[{key or '?'}]", rel, at + 1, named))
     return sites

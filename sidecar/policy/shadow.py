@@ -66,7 +66,8 @@ class ShadowEngine:
             metrics.ENGINE_FAILURES.labels(self.shadow.name, "shadow_skipped").inc()
             return
         ids = DECISION_IDS.get()
-        task = asyncio.get_running_loop().create_task(self._run(inputs, enforced, ids if len(ids) == len(inputs) else ()))
+        ids = ids if len(ids) == len(inputs) else ()
+        task = asyncio.get_running_loop().create_task(self._run(inputs, enforced, ids))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

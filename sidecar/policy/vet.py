@@ -123,7 +123,9 @@ def opa_compile(pack: Pack) -> str | None:
             capture_output=True, text=True, timeout=60, check=False,
         )
     # OPA's messages name policy files and lines only (policy text is ours, never request data).
-    return (proc.stdout + proc.stderr).replace(f"{root}/", "").strip() or "opa check failed" if proc.returncode else None
+    if proc.returncode == 0:
+        return None
+    return (proc.stdout + proc.stderr).replace(f"{root}/", "").strip() or "opa check failed"
 
 
 def _rego(pack: Pack, compile_rego: bool) -> list[Site]:

@@ -26,7 +26,8 @@ PERMIT_ALL_CEDAR = """@id("allowed")
 @rationale("Test pack: permits everything, so only the floor can refuse.")
 permit (principal, action, resource);
 """ + "".join(
-    f'\n@id("{code.replace("_", "-")}")\n@rationale("Never fires.")\nforbid (principal, action, resource)\nwhen {{ false }};\n'
+    f'\n@id("{code.replace("_", "-")}")\n@rationale("Never fires.")\n'
+    "forbid (principal, action, resource)\nwhen { false };\n"
     for code in BUILT_IN_RULES
 )
 
