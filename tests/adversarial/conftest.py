@@ -153,6 +153,11 @@ class Target:
         with contextlib.closing(sqlite3.connect(self.gw.workdir.parent / "state.db")) as db:
             return int(db.execute(sql).fetchone()[0])
 
+    def state_dump(self) -> str:
+        """Every row of every table of the gateway's own state store, as text."""
+        with contextlib.closing(sqlite3.connect(self.gw.workdir.parent / "state.db")) as db:
+            return "\n".join(db.iterdump())
+
     def gateway_log(self) -> str:
         return (self.gw.workdir / "gateway.log").read_text(errors="replace")
 

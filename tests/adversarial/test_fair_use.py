@@ -138,15 +138,18 @@ class TestBudgets:
 
 class TestAuditAmplification:
     async def test_anonymous_refusals_do_not_grow_the_audit_table(self, target: Target) -> None:
-        """Two hundred refusals without a genuine credential add no audit row; they are counted per hour."""
+        """Three hundred refusals without a genuine credential (data plane and control API) add no audit
+        row; they are counted per hour."""
         t = target
         before = t.state_count("SELECT COUNT(*) FROM audit")
         bogus = {"agent_name": "team__NS__helper", "user_id": "mg1.bogus", "content": "x", "vector": [0.5] * 768}
         for _ in range(100):
             await t.post("/api/memories/sessions", bogus)
             await t.invoke(context=secrets.token_hex(40))
+            await t.control("GET", "/v1/scopes/s" + "0" * 24, token="not-a-token")
         assert t.state_count("SELECT COUNT(*) FROM audit") == before
-        assert t.state_count("SELECT SUM(n) FROM audit_counts") == 200
+        assert t.state_count("SELECT SUM(n) FROM audit_counts") == 300
+        assert t.state_count("SELECT COUNT(*) FROM audit_counts") == 3  # one row per hour, operation and reason
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.adversarial.conftest import Launch
+from tests.support.sentinel import assert_absent, make_sentinel
 
 
 class TestUnknownOutcome:
@@ -23,7 +24,8 @@ class TestUnknownOutcome:
         scope_id = await t.consented_scope()
         key = await t.session_key()
         t.gate.hold = lambda r: r.method == "POST" and r.path == "/api/memories/sessions"
-        status, body, headers = await t.save(key, "likes green tea")
+        fact = make_sentinel("late")
+        status, body, headers = await t.save(key, f"likes green tea {fact}")
         assert (status, body["error"]) == (504, "upstream_unavailable")
         assert headers["X-Memgov-Decision"].startswith("deny; reason=upstream_unavailable")
 
@@ -46,4 +48,7 @@ class TestUnknownOutcome:
         assert evidence["verification"]["physically_absent"] is True
         assert evidence["verification"]["rechecked_after_possible_write"] is True
         assert await t.rows() == []
+        async with t.http.get(t.gw.ops_url + "/metrics") as resp:
+            metrics = await resp.text()
+        assert_absent(fact, t.gateway_log(), metrics, t.state_dump(), repr(body), repr(evidence))
 
