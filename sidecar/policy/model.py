@@ -202,6 +202,14 @@ class PartnerRecord(_Model):
     principal_binding: str | None = Field(None, description="How principals are bound across the partnership.")
 
 
+class DeclaredReason(_Model):
+    """One entry of data/reasons.yaml: a reason code the pack's own rules may answer with."""
+
+    code: str = Field(..., description="The code, a lower-case identifier that is not built in.")
+    after: str = Field(..., description="The code it is reported right after when several apply (priority).")
+    description: str = Field(..., min_length=1, max_length=200, description="What a denial with this code means.")
+
+
 class Federation(_Model):
     """policies/data/federation.yaml (R-13)."""
 
@@ -218,6 +226,11 @@ class Deployment(_Model):
     classification: str = Field(..., description="Classification a local control room must carry.")
     federation_partners: list[PartnerRecord] = Field(default_factory=list, description="federation.yaml partners.")
     limits: Limits = Field(..., description="limits.yaml content.")
+    org: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="data/org.yaml: named lists of identifiers an organisation's rules read "
+        "(e.g. agents denied memory).",
+    )
 
 
 class DecisionInput(_Model):
