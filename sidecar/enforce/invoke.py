@@ -7,8 +7,8 @@ to the agent's memory-disabled variant with the caller's own identity, so chat k
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import jwt
@@ -16,7 +16,7 @@ from aiohttp import web
 
 from sidecar.enforce.context import seen_context
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.respond import decide, decision_headers, gov_of, record
+from sidecar.enforce.respond import decide, decision_headers, gov_of, record, refuse
 from sidecar.enforce.runtime import Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
@@ -25,13 +25,17 @@ from sidecar.proxy import CONTROLLER, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
+from sidecar.wire import BadBody, StrictJSON
 
-def _is_new_conversation(body: bytes) -> bool:
+#: The A2A fields memgov reads from an invocation; an agent's A2A server (a Go one matches keys
+#: case-insensitively) must read the same ones.
+_INVOKE = StrictJSON(("params", "message", "contextId"))
+
+
+def _is_new_conversation(payload: dict[str, Any]) -> bool:
     """A message without a contextId starts a conversation (kagent's prefetch runs on its first turn)."""
-    try:
-        message = json.loads(body).get("params", {}).get("message", {})
-    except (ValueError, AttributeError):
-        return True
+    params = payload.get("params")
+    message = params.get("message") if isinstance(params, dict) else None
     return not (isinstance(message, dict) and message.get("contextId"))
 
 
@@ -50,6 +54,11 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
     if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
         return await forward(request, request.app[CONTROLLER])
     body = await read_body(request)
+    try:
+        payload = _INVOKE.parse_object(body)
+    except BadBody:
+        # SECURITY: an invocation memgov cannot read unambiguously goes to the agent without memory.
+        return await rewrite_disabled(request, match, await refuse(request, Operation.A2A_INVOKE, Reason.BAD_REQUEST))
     seen = await seen_context(request)
     facts, ctx = seen.facts, seen.claims
     principal = scope = room = audience = None
@@ -86,7 +95,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         headers = {"X-User-Id": key}
         if gov.settings.upstream.kagent_auth_mode == "trusted-proxy":
             headers["Authorization"] = "Bearer " + _kagent_bearer(gov, key)
-        if _is_new_conversation(body):
+        if _is_new_conversation(payload):
             now = gov.now()
             await gov.store.open_prefetch_window(
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))

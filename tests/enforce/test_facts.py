@@ -87,9 +87,9 @@ class TestInvokeHelpers:
     @pytest.mark.parametrize(
         ("body", "new"),
         [
-            (b'{"params":{"message":{"parts":[]}}}', True),
-            (b'{"params":{"message":{"contextId":"c1"}}}', False),
-            (b"not json", True),
+            ({"params": {"message": {"parts": []}}}, True),
+            ({"params": {"message": {"contextId": "c1"}}}, False),
+            ({"params": "not an object"}, True),
         ],
     )
     def test_new_conversation(self, body, new):

@@ -101,12 +101,13 @@ class TestBatch:
         assert (status, body["error"]) == (403, "batch_too_large") and await stack.rows() == []
 
     async def test_partial_failure_leaves_nothing_readable(self, stack):
-        """kagent failing on the second fact → content-free 500, and the first fact is never readable."""
+        """kagent failing on the second fact → content-free 502 naming kagent's 500; the first fact is never
+        readable."""
         scope = await stack.scope()
         key = await stack.session_key()
         stack.dev.store.fault = DbFault(message="disk full", ops=frozenset({"insert"}), after=1, times=1)
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["x", "y"]))
-        assert status == 500 and body == {"error": "upstream_error", "decision_id": body["decision_id"]}
+        assert status == 502 and body == {"error": "upstream_error", "status": 500, "decision_id": body["decision_id"]}
         entries = await stack.gov.store.entries_of_scope(scope.scope_id)
         assert len(entries) == 1 and entries[0].tombstoned_at is not None
         status, rows, _ = await stack.search(key, "x")

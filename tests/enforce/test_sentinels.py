@@ -75,7 +75,7 @@ class TestSentinels:
             async with stack.http.post(stack.gw.data_url + ROUTE, json={"model": "m", "input": ["x"]}) as resp:
                 text = await resp.read()
                 sinks.record(resp.status, resp.headers.items(), text)
-                assert resp.status == 400
+                assert resp.status == 502
             sinks.extra.append(await _audit_text(stack))
         assert b"upstream_error" in text
         sinks.assert_clean(leaked)
@@ -89,10 +89,10 @@ class TestSentinels:
             stack.dev.store.fault = DbFault(message=f"ERROR: value too long: {leaked}")
             status, body, headers = await stack.save(key, "fact")
             sinks.record(status, headers.items(), repr(body))
-            assert (status, body["error"]) == (500, "upstream_error")
+            assert (status, body["error"], body["status"]) == (502, "upstream_error", 500)
             status, rows, headers = await stack.search(key, "fact")
             sinks.record(status, headers.items(), repr(rows))
-            assert status == 500
+            assert status == 502
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(leaked)
 
