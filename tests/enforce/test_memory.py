@@ -17,6 +17,7 @@ def reason(headers) -> str:
 
 
 class TestSave:
+    @pytest.mark.kagent
     async def test_save_lands_under_the_storage_key_with_a_hard_expiry(self, stack):
         """kagent stores mgs1.<scope>.<gen> (never the MXID) with ttl clamped to 7 days; the ledger knows the id."""
         scope = await stack.scope()
@@ -84,6 +85,7 @@ class TestBatch:
         return {"items": [{"agent_name": agent_name, "user_id": key, "content": f,
                            "vector": [0.01] * 768} for f in facts]}
 
+    @pytest.mark.kagent
     async def test_batch_is_saved_as_single_entries(self, stack):
         """An auto-save batch answers 201 {"count": n} and every fact gets a ledger row."""
         scope = await stack.scope()
@@ -93,6 +95,7 @@ class TestBatch:
         assert len(await stack.gov.store.entries_of_scope(scope.scope_id)) == 3
         assert len(await stack.rows()) == 3
 
+    @pytest.mark.kagent
     async def test_more_than_ten_facts_is_refused_whole(self, stack):
         """Eleven facts → 403 batch_too_large, nothing written."""
         await stack.scope()
@@ -115,6 +118,7 @@ class TestBatch:
 
 
 class TestSearch:
+    @pytest.mark.kagent
     async def test_search_finds_what_was_saved(self, stack):
         """A saved fact comes back to the same scope."""
         await stack.scope()
@@ -124,6 +128,7 @@ class TestSearch:
         assert status == 200 and [r["id"] for r in rows] == [body["id"]]
         assert rows[0]["content"] == "alice likes green tea"
 
+    @pytest.mark.kagent
     async def test_rows_unknown_to_the_ledger_are_filtered(self, stack):
         """A row written around memgov under the same storage key is never returned."""
         scope = await stack.scope()
@@ -134,6 +139,7 @@ class TestSearch:
         status, rows, _ = await stack.search(key, "planted")
         assert status == 200 and rows == []
 
+    @pytest.mark.kagent
     async def test_expired_entries_disappear_while_kagent_still_holds_them(self, stack):
         """One second past the hard expiry the entry is unreadable, though kagent's row remains."""
         await stack.scope()
@@ -186,6 +192,7 @@ class TestSearch:
 
 
 class TestIsolation:
+    @pytest.mark.kagent
     async def test_stale_generation_after_withdrawal(self, stack):
         """After withdrawal the old key reads nothing and writes nothing."""
         scope = await stack.scope()
@@ -197,6 +204,7 @@ class TestIsolation:
         status, body, _ = await stack.save(key, "after withdrawal")
         assert status == 403 and body["error"] in {"consent_disabled", "stale_generation"}
 
+    @pytest.mark.kagent
     async def test_regranted_scope_does_not_see_the_old_generation(self, stack):
         """Re-consent starts a new generation: old entries live in a dead namespace."""
         scope = await stack.scope()
@@ -211,6 +219,7 @@ class TestIsolation:
         status, rows, headers = await stack.search(old, "generation one fact")
         assert rows == [] and reason(headers) == "stale_generation"
 
+    @pytest.mark.kagent
     async def test_forged_key(self, stack):
         """A key with a wrong MAC is key_invalid; a raw MXID as user_id is key_invalid."""
         await stack.scope()
@@ -237,6 +246,7 @@ class TestIsolation:
         status, body, _ = await stack.save(key, "x", agent_name=agent_name, agent_header=agent_header)
         assert (status, body["error"]) == (403, "agent_mismatch")
 
+    @pytest.mark.kagent
     async def test_cross_user_and_cross_room(self, stack):
         """Bob's scope and Alice's second room see none of Alice's control-room facts."""
         await stack.scope()
@@ -259,6 +269,7 @@ class TestIsolation:
 
 
 class TestFencedBetweenDecisionAndWrite:
+    @pytest.mark.kagent
     async def test_withdrawal_after_the_decision_refuses_with_its_reason(self, stack, monkeypatch):
         """A withdrawal between the policy decision and the ledger reservation is a 403 with the fence's reason."""
         scope = await stack.scope()

@@ -2,24 +2,28 @@
 
 Distinct sentinels are planted in saved facts, embedding inputs, a raw-transcript "fact", a failed
 embedding provider body and failed controller bodies; every sink is then scanned for them in plain,
-JSON-escaped, URL-encoded and base64 form. The only place content may appear is the legitimate
-answer to the runtime's own search.
+JSON-escaped, URL-encoded and base64 form; kagent's own log is one of the sinks. The only place
+content may appear is the legitimate answer to the runtime's own search.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from sidecar.devstack.store import DbFault
-from tests.enforce.conftest import APP
-from tests.support.sentinel import capture_sinks, make_sentinel
+from tests.enforce.conftest import ALICE, APP
+from tests.support.sentinel import assert_absent, capture_sinks, make_sentinel
 
 ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 
 
 async def _audit_text(stack) -> str:
-    return repr(await stack.gov.store.audit_rows(limit=100000))
+    """Audit rows, and what kagent logged: memgov is responsible for what it forwards there too."""
+    return repr(await stack.gov.store.audit_rows(limit=100000)) + "\n" + stack.kagent_log()
 
 
 class TestSentinels:
+    @pytest.mark.kagent
     async def test_saved_fact_and_search(self, stack):
         """A saved fact comes back only in its own search result; logs, metrics and audit never hold it."""
         fact = make_sentinel("fact")
@@ -48,6 +52,7 @@ class TestSentinels:
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(query)
 
+    @pytest.mark.kagent
     async def test_raw_transcript_fact(self, stack):
         """A summarizer failure that saves the whole transcript is refused without echoing it anywhere."""
         transcript = make_sentinel("transcript")
@@ -94,6 +99,7 @@ class TestSentinels:
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(leaked)
 
+    @pytest.mark.kagent
     async def test_hostile_identity_values(self, stack):
         """Text smuggled into user ids, agent names and contexts does not reach any sink."""
         smuggled = make_sentinel("ident")
@@ -115,3 +121,22 @@ class TestSentinels:
         reasons = {r["reason"] for r in rows}
         assert {"context_missing", "key_invalid"} <= reasons
         assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
+
+
+class TestKagentLog:
+    @pytest.mark.kagent
+    async def test_session_keys_and_mxids_stay_out_of_kagents_log(self, stack):
+        """kagent logs identifiers it is sent; memgov sends it storage keys, never a session key or an MXID."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        assert (await stack.save(key, "a fact for the log check"))[0] == 201
+        assert (await stack.search(key, "a fact"))[0] == 200
+        await stack.memory("POST", "/api/memories/sessions/batch", {"items": [
+            {"agent_name": APP, "user_id": key, "content": "batched", "vector": [0.01] * 768}]})
+        resp, _ = await stack.invoke()  # refused: relayed to the memory-disabled variant as the caller
+        assert resp.status == 200
+        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+        log = stack.kagent_log()
+        assert '"msg":"added memory"' in log, "kagent logged the save (the sink is live)"
+        for secret in (key, ALICE):
+            assert_absent(secret, log)

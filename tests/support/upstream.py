@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import jwt
+
 from sidecar.devstack.pg import PgServer, free_port
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from sidecar.devstack.stack import Devstack, start_devstack
@@ -55,6 +57,13 @@ def sa_token(agent_ref: str) -> str:
 
     claims = {"sub": f"system:serviceaccount:{ns}:{name}", "iss": "https://kubernetes.default.svc"}
     return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def bridge_headers(upstream: Upstream, user: str) -> dict[str, str]:
+    """What the bridge sends kagent for ``user`` in this auth mode (an OIDC-style bearer naming the user)."""
+    if upstream.auth_mode != "trusted-proxy":
+        return {}
+    return {"Authorization": f"Bearer {jwt.encode({'sub': user}, 'bridge-oidc-signing-key-32-bytes!', algorithm='HS256')}"}
 
 
 def runtime_headers(upstream: Upstream, agent_ref: str) -> dict[str, str]:
