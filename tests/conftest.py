@@ -15,7 +15,7 @@ import pytest
 
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
-from tests.support.upstream import MARKER, STANDIN, UPSTREAMS, Upstream
+from tests.support.upstream import MARKER, STANDIN, Upstream, marked_upstreams
 
 _db_names = itertools.count(1)
 
@@ -25,8 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "upstream" in metafunc.fixturenames and metafunc.definition.get_closest_marker(MARKER):
-        metafunc.parametrize("upstream", UPSTREAMS, ids=[u.id for u in UPSTREAMS], indirect=True)
+    real = marked_upstreams(metafunc.definition)
+    if "upstream" in metafunc.fixturenames and real:
+        choices = (STANDIN, *real)
+        metafunc.parametrize("upstream", choices, ids=[u.id for u in choices], indirect=True)
 
 
 @pytest.fixture

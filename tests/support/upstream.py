@@ -2,7 +2,7 @@
 
 A test opts in to the real kagent with ``@pytest.mark.kagent``; it then runs three times (stand-in,
 real kagent in ``unsecure`` mode, real kagent in ``trusted-proxy`` mode) through the ``upstream``
-fixture. With the real kagent the stack is a hybrid: kagent's own server answers every controller
+fixture (``@pytest.mark.kagent(auth_modes=(...))`` narrows the real modes). With the real kagent the stack is a hybrid: kagent's own server answers every controller
 route and owns the ``memory`` table; the stand-in app only plays the agents kagent proxies A2A
 invocations to (and their simulated Python runtime) and the embedding provider; the stand-in's
 store is opened on kagent's database, so ``dev.store.rows()`` reads kagent's real rows.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jwt
+import pytest
 
 from sidecar.devstack.pg import PgServer, free_port
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
@@ -46,6 +47,15 @@ class Upstream:
 
 STANDIN = Upstream("standin")
 UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
+
+
+def marked_upstreams(definition: pytest.Function) -> tuple[Upstream, ...]:
+    """The real kagents a test asked for with its ``kagent`` marker (none when unmarked)."""
+    marker = definition.get_closest_marker(MARKER)
+    if marker is None:
+        return ()
+    modes = marker.kwargs.get("auth_modes", AUTH_MODES)
+    return tuple(u for u in UPSTREAMS if u.real and u.auth_mode in modes)
 
 
 def sa_token(agent_ref: str) -> str:
