@@ -2,9 +2,10 @@
 # Build the real-kagent conformance inputs once and cache them; print where they are.
 #
 #   conformance/kagent/build.sh server     kagent v0.9.11's controller HTTP server (our main.go in its tree)
+#   conformance/kagent/build.sh runtime    a driver of kagent's Go runtime memory code (our runtime/main.go)
 #   conformance/kagent/build.sh pgvector   pgvector 0.8.6 for the installed PostgreSQL server
 #   conformance/kagent/build.sh client     a venv with kagent-adk/kagent-core 0.9.11 (kagent's Python runtime)
-#   conformance/kagent/build.sh all        all three
+#   conformance/kagent/build.sh all        all four
 #
 # Inputs come from $MEMGOV_VENDOR_DIR (default: ../shared/vendor next to the repository) and are
 # checked against pinned sha256 sums. Each result lives under $MEMGOV_CONFORMANCE_CACHE (default
@@ -47,29 +48,30 @@ lock() {
   flock 9
 }
 
-build_server() {
-  local tarball go_version out work
+# build_go NAME SOURCE PACKAGE: our SOURCE main, placed at PACKAGE inside kagent's module tree.
+build_go() {
+  local name=$1 source=$2 package=$3 tarball go_version out work
   tarball=$(checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256")
-  command -v go >/dev/null || { log "go is required to build kagent's server"; exit 2; }
+  command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
   go_version=$(go env GOVERSION)
-  out="$cache/kagent-$(key "$KAGENT_SHA256" "$(sha "$here/main.go")" "$go_version")"
-  if [ ! -x "$out/memgov-conformance" ]; then
+  out="$cache/$name-$(key "$KAGENT_SHA256" "$(sha "$source")" "$go_version")"
+  if [ ! -x "$out/$name" ]; then
     lock
-    if [ ! -x "$out/memgov-conformance" ]; then
-      log "building kagent $KAGENT_VERSION's controller HTTP server with $go_version (first build: minutes)"
+    if [ ! -x "$out/$name" ]; then
+      log "building $name from kagent $KAGENT_VERSION with $go_version (first build: minutes)"
       work=$(mktemp -d "$cache/build.XXXXXX")
-      trap 'rm -rf "$work"' RETURN
+      trap 'rm -rf "${work:-}"; trap - RETURN' RETURN
       tar -xzf "$tarball" -C "$work"
-      mkdir -p "$work/go/core/cmd/memgov-conformance"
-      cp "$here/main.go" "$work/go/core/cmd/memgov-conformance/main.go"
+      mkdir -p "$work/go/$package"
+      cp "$source" "$work/go/$package/main.go"
       local pkg=github.com/kagent-dev/kagent/go/core/internal/version
-      (cd "$work/go" && go build -trimpath -o "$work/memgov-conformance" \
+      (cd "$work/go" && go build -trimpath -o "$work/$name" \
         -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
-        ./core/cmd/memgov-conformance)
-      mkdir -p "$out.tmp" && mv "$work/memgov-conformance" "$out.tmp/" && rm -rf "$out" && mv "$out.tmp" "$out"
+        "./$package")
+      mkdir -p "$out.tmp" && mv "$work/$name" "$out.tmp/" && rm -rf "$out" && mv "$out.tmp" "$out"
     fi
   fi
-  echo "$out/memgov-conformance"
+  echo "$out/$name"
 }
 
 pg_bindir() {
@@ -105,7 +107,7 @@ build_pgvector() {
     if [ ! -f "$out/.done" ]; then
       log "building pgvector 0.8.6 for $server"
       work=$(mktemp -d "$cache/build.XXXXXX")
-      trap 'rm -rf "$work"' RETURN
+      trap 'rm -rf "${work:-}"; trap - RETURN' RETURN
       tar -xzf "$tarball" -C "$work"
       make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no >/dev/null
       rm -rf "$out" && mkdir -p "$out"
@@ -142,10 +144,15 @@ build_client() {
   echo "$out/bin/python"
 }
 
+build_server() { build_go memgov-conformance "$here/main.go" core/cmd/memgov-conformance; }
+
+build_runtime() { build_go memgov-runtime "$here/runtime/main.go" adk/cmd/memgov-runtime; }
+
 case "${1:-all}" in
   server) build_server ;;
+  runtime) build_runtime ;;
   pgvector) build_pgvector ;;
   client) build_client ;;
-  all) build_server; build_pgvector; build_client ;;
-  *) echo "usage: $0 [server|pgvector|client|all]" >&2; exit 2 ;;
+  all) build_server; build_runtime; build_pgvector; build_client ;;
+  *) echo "usage: $0 [server|runtime|pgvector|client|all]" >&2; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ class RealKagentError(RuntimeError):
     """The real kagent could not be built or did not come up."""
 
 
-def build(part: Literal["server", "pgvector", "client"]) -> str:
+def build(part: Literal["server", "runtime", "pgvector", "client"]) -> str:
     """Run the cached build of one part; returns the path it prints (binary, pgvector folder, python)."""
     if not BUILD_SCRIPT.is_file():
         raise RealKagentError(f"{BUILD_SCRIPT} not found: the real kagent runs from a memgov source checkout")
