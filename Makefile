@@ -12,7 +12,7 @@ OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
 
-.PHONY: venv tools pg test test-py test-rego demo bench chart-policies clean
+.PHONY: venv tools pg kagent conformance test test-py test-rego demo bench chart-policies clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,13 +32,24 @@ pg:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (echo "installing the PostgreSQL server" && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 
+# kagent v0.9.11's own controller server and Go runtime driver, pgvector for the local PostgreSQL, and a
+# venv with kagent's Python runtime: built once from ../shared/vendor and PyPI, cached in
+# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh).
+kagent: pg
+	@command -v go >/dev/null || { echo "go is required for the real-kagent conformance build"; exit 1; }
+	conformance/kagent/build.sh all >/dev/null
+
+# Only the conformance part: every test that runs kagent v0.9.11 itself or kagent's own runtime code.
+conformance: venv kagent
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m real_kagent
+
 test-rego: tools
 	opa fmt --list --fail policies/rego
 	opa check --strict policies/rego
 	opa test policies/rego
 	regal lint policies/rego
 
-test-py: venv pg tools
+test-py: venv pg tools kagent
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: test-rego test-py
@@ -46,7 +57,7 @@ test: test-rego test-py
 demo: venv
 	$(VENV)/bin/memgov demo
 
-bench: venv pg
+bench: venv pg kagent
 	$(VENV)/bin/memgov bench proxy
 
 # The chart carries a copy of policies/ (Helm reads only files inside the chart); refresh it after edits.

@@ -15,20 +15,20 @@ import pytest
 
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
-from tests.support.upstream import MARKER, STANDIN, Upstream, marked_upstreams
+from tests.support.upstream import MARKER, REAL_MARKER, STANDIN, Upstream, marked_upstreams, upstream_params
 
 _db_names = itertools.count(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}: also run against kagent v0.9.11 itself, in both auth modes")
+    config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent v0.9.11 itself (selected by make conformance)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     real = marked_upstreams(metafunc.definition)
     if "upstream" in metafunc.fixturenames and real:
-        choices = (STANDIN, *real)
-        metafunc.parametrize("upstream", choices, ids=[u.id for u in choices], indirect=True)
+        metafunc.parametrize("upstream", upstream_params((STANDIN, *real)), indirect=True)
 
 
 @pytest.fixture

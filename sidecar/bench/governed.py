@@ -1,9 +1,10 @@
 """Governed scenarios: a memory.search / memory.save mix through memgov's full pipeline.
 
 memgov runs the Cedar engine and a real state store (SQLite, or a throwaway PostgreSQL), with a
-consented scope and its session key; the stand-in and the bare proxy get the very same requests.
-Limits are raised in a copy of the pack so every request is forwarded: a refusal would be cheaper
-than the work being measured.
+consented scope and its session key; the upstream (the stand-in, or kagent v0.9.11 itself on
+PostgreSQL with pgvector) and the bare proxy get the very same requests. Limits are raised in a
+copy of the pack so every request is forwarded: a refusal would be cheaper than the work being
+measured.
 """
 
 from __future__ import annotations
@@ -130,4 +131,6 @@ GOVERNED: Final[tuple[Scenario, ...]] = (
                      (), state="sqlite"),
     GovernedScenario("governed-postgresql", "memory.search/save 3:1, Cedar, PostgreSQL state",
                      (), state="postgresql"),
+    GovernedScenario("governed-kagent", "memory.search/save 3:1, Cedar, SQLite state, kagent v0.9.11 itself upstream",
+                     (), upstream="kagent", state="sqlite"),
 )

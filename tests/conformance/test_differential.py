@@ -4,7 +4,7 @@ Both run on PostgreSQL: the real kagent with pgvector and its own migrations, th
 its ``real[]`` copy of the table. Every request of tests/conformance/transcript.py goes to both;
 status, Content-Type and the body (ids and timestamps reduced to their shape, scores rounded)
 must match, and so must the rows after each section. What the stand-in deliberately does not
-model is listed in NOT_MODELLED and in docs/conformance.md.
+model is listed in docs/conformance.md (and proved on the real kagent in test_kagent_facts.py).
 """
 
 from __future__ import annotations
@@ -24,21 +24,11 @@ import pytest
 
 from sidecar.devstack.pg import PgServer
 from sidecar.devstack.realkagent import RealKagent, start_real_kagent
-from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.stack import start_devstack
 from sidecar.devstack.store import DbFault
 from tests.conformance.transcript import NO_VECTOR, TRANSCRIPT, Prune, Req, Rows, Sql, Step
 
-#: Behaviour of kagent v0.9.11 the stand-in leaves out on purpose (each is proved on the real one).
-NOT_MODELLED = {
-    "auth": "--auth-mode=trusted-proxy (401 without a parseable bearer JWT): the stand-in is always unsecure",
-    "index": "HNSW approximate ordering among equal scores (the stand-in orders ties by insertion)",
-    "clock": "created_at from the database's NOW() and expires_at from Go's clock (the stand-in uses one test clock)",
-    "cleanup-loop": "the 24 h cleanup loop itself (the stand-in prunes only when asked)",
-    "novector-table": "a database without the memory table (the stand-in fakes the error with a DbFault)",
-    "logs": "kagent's full log (the stand-in keeps only the request and save lines, which carry identifiers)",
-    "a2a": "kagent's A2A proxy re-encoding JSON-RPC (the stand-in answers as the agent itself)",
-    "other-routes": "every non-memory controller route (the stand-in echoes them)",
-}
+pytestmark = pytest.mark.real_kagent
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TS_NANO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{1,9}Z$")

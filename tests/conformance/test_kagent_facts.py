@@ -21,6 +21,8 @@ from sidecar.devstack.realkagent import RealKagent, start_real_kagent
 from tests.conformance.transcript import E0, NS
 from tests.support.upstream import sa_token
 
+pytestmark = pytest.mark.real_kagent
+
 UNSIGNED_ALICE = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSJ9.not-a-signature"
 BOB_SAVE = {"agent_name": NS, "user_id": "bob", "content": "bob's memory", "vector": E0}
 

@@ -102,7 +102,8 @@ def rows_of(name: str, *users: str) -> Rows:
     return Rows(name, f"""
         SELECT agent_name, user_id, content, metadata, access_count,
                round(extract(epoch FROM (expires_at - created_at)) / 86400.0, 2) AS ttl_days,
-               expires_at < now() AS expired, expires_at IS NULL AS no_expiry, array_length(embedding::real[], 1) AS dims
+               expires_at < now() AS expired, expires_at IS NULL AS no_expiry,
+               array_length(embedding::real[], 1) AS dims
         FROM memory WHERE user_id IN ({names}) ORDER BY user_id, agent_name, content, access_count""")
 
 

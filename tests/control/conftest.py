@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.control.harness import Harness, harness
-from tests.support.upstream import STANDIN, UPSTREAMS, marked_upstreams
+from tests.support.upstream import STANDIN, UPSTREAMS, marked_upstreams, upstream_params
 
 STANDIN_STORES = ("sqlite", "postgresql")
 REAL = {u.id: u for u in UPSTREAMS if u.real}
@@ -19,7 +19,7 @@ REAL = {u.id: u for u in UPSTREAMS if u.real}
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
-        real = [u.id for u in marked_upstreams(metafunc.definition)]
+        real = upstream_params(marked_upstreams(metafunc.definition), lambda u: u.id)
         metafunc.parametrize("backend", [*STANDIN_STORES, *real], indirect=True)
 
 

@@ -241,8 +241,8 @@ async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = N
     """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
-    stack = await start_stack(upstream, pg_server=pg_server, log_dir=tmp / "kagent", agents=(AGENT, "team/helper-nomem"),
-                              store_url=store_url, stream_delay_s=0)
+    stack = await start_stack(upstream, pg_server=pg_server, log_dir=tmp / "kagent",
+                              agents=(AGENT, "team/helper-nomem"), store_url=store_url, stream_delay_s=0)
     try:
         if stack.real is not None and adapter == "kagent-db" and kagent_db_url is None:
             await install_role(stack.real.db_url)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 import secrets
 import sqlite3
 from datetime import UTC, datetime, timedelta

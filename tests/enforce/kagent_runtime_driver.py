@@ -29,7 +29,6 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
-
 from kagent.adk import _token
 from kagent.adk._memory_service import KagentMemoryService
 from kagent.adk._token import KAgentTokenService

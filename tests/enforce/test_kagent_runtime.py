@@ -26,6 +26,8 @@ from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.upstream import sa_token
 
+#: kagent's own runtime code is exercised on every upstream, so all of this belongs to ``make conformance``.
+pytestmark = pytest.mark.real_kagent
 DRIVER = Path(__file__).with_name("kagent_runtime_driver.py")
 
 
@@ -86,7 +88,7 @@ async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
 @pytest.mark.kagent
 class TestKagentRuntime:
     async def test_consented_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
-        """add_memory, the save_memory tool and the five-turn auto-save batch all land; search, load and prefetch recall."""
+        """add_memory, the save tool and the fifth-turn auto-save batch land; search, load and prefetch recall them."""
         scope = await stack.scope()
         key = await stack.session_key()
         facts = ["alice prefers oolong tea in the morning", "alice works on the billing service"]
@@ -110,7 +112,7 @@ class TestKagentRuntime:
         assert "billing service" in " ".join(prefetched["replies"])
 
     async def test_denied_saves_and_empty_searches_do_not_break_a_turn(self, stack: Stack, tmp_path: Path):
-        """Without consent every save is refused and every search is 200 []: the runtime answers anyway, content-free."""
+        """Without consent saves are refused and searches are 200 []: the runtime answers anyway, content-free."""
         await stack.scope()  # someone else's consented scope keeps the agent's embedding route open
         bob = await stack.scope(mxid=BOB, room_id=ROOM_B, consent=False)
         key = stack.gov.keys.session_key(bob.scope_id, bob.generation)

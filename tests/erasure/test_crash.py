@@ -66,7 +66,8 @@ class Crash:
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
+                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
     """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent)."""
     keys = write_keys(tmp_path / "keys")
     stack = await start_stack(upstream, pg_server=request.getfixturevalue("pg_server") if upstream.real else None,

@@ -23,7 +23,7 @@ from tests.control.harness import APP, install_role, role_url
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["standin-schema", "kagent-schema"])
+@pytest.fixture(params=["standin-schema", pytest.param("kagent-schema", marks=pytest.mark.real_kagent)])
 async def kagent_db(pg_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[MemoryStore]:
     """kagent's memory table, as the stand-in creates it or as kagent v0.9.11's own migrations do, with the role."""
     kagent = None

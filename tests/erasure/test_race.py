@@ -27,8 +27,18 @@ from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
-from tests.control.harness import (AGENT, ALICE, APP, ROOM, context_token, install_role, policy_pack, role_url,
-                                   subject_token, write_keys)
+from tests.control.harness import (
+    AGENT,
+    ALICE,
+    APP,
+    ROOM,
+    context_token,
+    install_role,
+    policy_pack,
+    role_url,
+    subject_token,
+    write_keys,
+)
 from tests.erasure.conftest import kagent_table
 from tests.erasure.procs import gateway_process, process_settings
 from tests.support.upstream import Upstream, runtime_headers, start_stack
@@ -87,9 +97,8 @@ class TestWithdrawalRace:
         extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}}
         if adapter == "kagent-db":
             extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
-        first = process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"], upstream=upstream, **extra)
-        second = process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"], upstream=upstream,
-                                  **extra)
+        first, second = (process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"],
+                                          upstream=upstream, **extra) for _ in range(2))
         connector = aiohttp.TCPConnector(limit=0)
         async with gateway_process(r["tmp"] / "a", first) as a, gateway_process(r["tmp"] / "b", second) as b, \
                 aiohttp.ClientSession(connector=connector) as http:
@@ -136,12 +145,12 @@ class TestWithdrawalRace:
             await api.grant(scope_id, "remember my preferences", "v2")
             assert (await api.inspect(scope_id, context_token(r["keys"], int(time.time()))))["entries"] == []
             search = {"agent_name": APP, "user_id": key, "vector": embed_text("fact about tea"), "limit": 50}
+            runtime = runtime_headers(upstream, AGENT)
             async with http.post(b.data_url + "/api/memories/search", json=search,
-                                 headers={"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(upstream, AGENT)}) as resp:
+                                 headers={"X-Agent-Name": APP, "X-User-Id": key, **runtime}) as resp:
                 assert resp.status == 200 and await resp.json() == []
             fresh = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 3)
             search["user_id"] = fresh
             async with http.post(a.data_url + "/api/memories/search", json=search,
-                                 headers={"X-Agent-Name": APP, "X-User-Id": fresh,
-                                          **runtime_headers(upstream, AGENT)}) as resp:
+                                 headers={"X-Agent-Name": APP, "X-User-Id": fresh, **runtime}) as resp:
                 assert resp.status == 200 and await resp.json() == []

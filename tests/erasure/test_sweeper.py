@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text

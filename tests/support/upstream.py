@@ -2,8 +2,9 @@
 
 A test opts in to the real kagent with ``@pytest.mark.kagent``; it then runs three times (stand-in,
 real kagent in ``unsecure`` mode, real kagent in ``trusted-proxy`` mode) through the ``upstream``
-fixture (``@pytest.mark.kagent(auth_modes=(...))`` narrows the real modes). With the real kagent the stack is a hybrid: kagent's own server answers every controller
-route and owns the ``memory`` table; the stand-in app only plays the agents kagent proxies A2A
+fixture (``@pytest.mark.kagent(auth_modes=(...))`` narrows the real modes). With the real kagent
+the stack is a hybrid: kagent's own server answers every controller route and owns the ``memory``
+table; the stand-in app only plays the agents kagent proxies A2A
 invocations to (and their simulated Python runtime) and the embedding provider; the stand-in's
 store is opened on kagent's database, so ``dev.store.rows()`` reads kagent's real rows.
 """
@@ -27,6 +28,8 @@ from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_
 from sidecar.devstack.stack import Devstack, start_devstack
 
 MARKER = "kagent"
+#: Carried by every test (or parameter) that runs kagent v0.9.11 itself: ``make conformance`` selects it.
+REAL_MARKER = "real_kagent"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class Upstream:
 
 STANDIN = Upstream("standin")
 UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
+
+
+def upstream_params(upstreams: tuple[Upstream, ...], value: Any = None) -> list[Any]:
+    """``pytest.param`` per upstream, named by its id; real ones carry the ``real_kagent`` marker."""
+    return [pytest.param(u if value is None else value(u), id=u.id,
+                         marks=[getattr(pytest.mark, REAL_MARKER)] if u.real else []) for u in upstreams]
 
 
 def marked_upstreams(definition: pytest.Function) -> tuple[Upstream, ...]:
@@ -73,7 +82,8 @@ def bridge_headers(upstream: Upstream, user: str) -> dict[str, str]:
     """What the bridge sends kagent for ``user`` in this auth mode (an OIDC-style bearer naming the user)."""
     if upstream.auth_mode != "trusted-proxy":
         return {}
-    return {"Authorization": f"Bearer {jwt.encode({'sub': user}, 'bridge-oidc-signing-key-32-bytes!', algorithm='HS256')}"}
+    token = jwt.encode({"sub": user}, "bridge-oidc-signing-key-32-bytes!", algorithm="HS256")
+    return {"Authorization": f"Bearer {token}"}
 
 
 def runtime_headers(upstream: Upstream, agent_ref: str) -> dict[str, str]:
