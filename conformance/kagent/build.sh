@@ -41,36 +41,49 @@ checked_input() {
   echo "$file"
 }
 
-# Serialise builds of one cache (two test runs may start at once).
+# once OUT DONE STEP...: unless OUT/DONE exists, run STEP... WORK DEST under the cache lock, with
+# WORK a scratch folder and DEST a fresh folder that becomes OUT only when the step succeeded.
+# Two test runs may start at once: the second waits for the lock and finds the result.
+once() {
+  local out=$1 done=$2
+  shift 2
+  [ -e "$out/$done" ] && return 0
+  lock
+  [ -e "$out/$done" ] && return 0
+  work=$(mktemp -d "$cache/build.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  "$@" "$work" "$out.tmp"  # set -e: a failing step stops here, the EXIT trap drops the scratch folder
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$work" && trap - EXIT
+}
+
 lock() {
   mkdir -p "$cache"
   exec 9>"$cache/.lock"
   flock 9
 }
 
-# build_go NAME SOURCE PACKAGE: our SOURCE main, placed at PACKAGE inside kagent's module tree.
+# go_step NAME SOURCE PACKAGE WORK DEST: our SOURCE main at PACKAGE inside kagent's module tree,
+# built with kagent's own go.mod/go.sum.
+go_step() {
+  local name=$1 source=$2 package=$3 work=$4 dest=$5 pkg=github.com/kagent-dev/kagent/go/core/internal/version
+  log "building $name from kagent $KAGENT_VERSION with $(go env GOVERSION) (first build: minutes)"
+  tar -xzf "$vendor/$KAGENT_TARBALL" -C "$work"
+  mkdir -p "$work/go/$package"
+  cp "$source" "$work/go/$package/main.go"
+  (cd "$work/go" && go build -trimpath -o "$dest/$name" \
+    -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
+    "./$package")
+}
+
+# build_go NAME SOURCE PACKAGE: print the path of the cached binary, building it first if needed.
 build_go() {
-  local name=$1 source=$2 package=$3 tarball go_version out work
-  tarball=$(checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256")
+  local name=$1 source=$2 package=$3 out
+  checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256" >/dev/null
   command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
-  go_version=$(go env GOVERSION)
-  out="$cache/$name-$(key "$KAGENT_SHA256" "$(sha "$source")" "$go_version")"
-  if [ ! -x "$out/$name" ]; then
-    lock
-    if [ ! -x "$out/$name" ]; then
-      log "building $name from kagent $KAGENT_VERSION with $go_version (first build: minutes)"
-      work=$(mktemp -d "$cache/build.XXXXXX")
-      trap 'rm -rf "${work:-}"; trap - RETURN' RETURN
-      tar -xzf "$tarball" -C "$work"
-      mkdir -p "$work/go/$package"
-      cp "$source" "$work/go/$package/main.go"
-      local pkg=github.com/kagent-dev/kagent/go/core/internal/version
-      (cd "$work/go" && go build -trimpath -o "$work/$name" \
-        -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
-        "./$package")
-      mkdir -p "$out.tmp" && mv "$work/$name" "$out.tmp/" && rm -rf "$out" && mv "$out.tmp" "$out"
-    fi
-  fi
+  out="$cache/$name-$(key "$KAGENT_SHA256" "$(sha "$source")" "$(go env GOVERSION)")"
+  once "$out" "$name" go_step "$name" "$source" "$package"
   echo "$out/$name"
 }
 
@@ -95,31 +108,26 @@ ensure_pg_config() {
   echo "/usr/lib/postgresql/$major/bin/pg_config"
 }
 
+# pgvector_step PG_CONFIG WORK DEST: pgvector built against that server, staged under DEST/stage.
+pgvector_step() {
+  local pg_config=$1 work=$2 dest=$3
+  log "building pgvector 0.8.6 for $("$pg_config" --version)"
+  tar -xzf "$vendor/$PGVECTOR_TARBALL" -C "$work"
+  make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no >/dev/null
+  make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no DESTDIR="$dest/stage" install >/dev/null
+}
+
 build_pgvector() {
-  local tarball bindir pg_config server out work libdir sharedir f
-  tarball=$(checked_input "$PGVECTOR_TARBALL" "$PGVECTOR_SHA256")
+  local bindir pg_config out libdir sharedir f target
+  checked_input "$PGVECTOR_TARBALL" "$PGVECTOR_SHA256" >/dev/null
   bindir=$(pg_bindir)
   pg_config=$(ensure_pg_config "$bindir")
-  server=$("$bindir/postgres" --version)
-  out="$cache/pgvector-$(key "$PGVECTOR_SHA256" "$server")"
-  if [ ! -f "$out/.done" ]; then
-    lock
-    if [ ! -f "$out/.done" ]; then
-      log "building pgvector 0.8.6 for $server"
-      work=$(mktemp -d "$cache/build.XXXXXX")
-      trap 'rm -rf "${work:-}"; trap - RETURN' RETURN
-      tar -xzf "$tarball" -C "$work"
-      make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no >/dev/null
-      rm -rf "$out" && mkdir -p "$out"
-      make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no DESTDIR="$out/stage" install >/dev/null
-      touch "$out/.done"
-    fi
-  fi
+  out="$cache/pgvector-$(key "$PGVECTOR_SHA256" "$("$bindir/postgres" --version)")"
+  once "$out" stage pgvector_step "$pg_config"
   # The server loads extensions only from its own folders: copy the staged files there when they differ.
   libdir=$("$pg_config" --pkglibdir)
   sharedir=$("$pg_config" --sharedir)/extension
   for f in "$out/stage$libdir/vector.so" "$out/stage$sharedir"/vector*; do
-    local target
     case "$f" in */vector.so) target="$libdir/vector.so" ;; *) target="$sharedir/$(basename "$f")" ;; esac
     cmp -s "$f" "$target" || install -m 0644 "$f" "$target"
   done
@@ -130,6 +138,7 @@ build_client() {
   local python out
   python=${MEMGOV_CONFORMANCE_PYTHON:-python3}
   out="$cache/client-$(key "$(sha "$CLIENT_REQUIREMENTS")" "$("$python" -c 'import sys; print(sys.version)')")"
+  # A venv cannot move (its scripts name their folder), so it is built in place and marked done.
   if [ ! -f "$out/.done" ]; then
     lock
     if [ ! -f "$out/.done" ]; then
