@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ import jwt
 import pytest
 
 from sidecar.devstack.pg import PgServer, free_port
-from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
+from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
 from sidecar.devstack.stack import Devstack, start_devstack
 
 MARKER = "kagent"
+_databases = itertools.count()
 #: Carried by every test (or parameter) that runs kagent v0.9.11 itself: ``make conformance`` selects it.
 REAL_MARKER = "real_kagent"
 
@@ -102,7 +104,7 @@ async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir
     if not upstream.real:
         return await start_devstack(store_url=store_url, **devstack)
     assert pg_server is not None, "the real kagent needs the session's PostgreSQL server"
-    db_url = pg_server.create_database(f"kagent_{free_port()}")
+    db_url = pg_server.create_database(f"kagent_{next(_databases)}")
     standin_port = free_port()
     kagent = await asyncio.to_thread(functools.partial(
         start_real_kagent, db_url, log_dir, auth_mode=upstream.auth_mode,
@@ -115,8 +117,3 @@ async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir
     dev.attach_real_kagent(kagent)
     return dev
 
-
-def real_of(dev: Devstack) -> RealKagent:
-    """The real kagent behind a hybrid stack."""
-    assert dev.real is not None, "not a real-kagent stack"
-    return dev.real
