@@ -84,10 +84,13 @@ class GovernedScenario(Scenario):
         # search, so a namespace that grows with the saves would measure the stand-in, not memgov.
         try:
             search_key, save_key = (self._consent(urls["memgov"]["control_url"], room) for room in ROOMS)
+            upstream = urls[self.upstream]["url"]
             for i in range(5):
-                self._post(urls["memgov"]["url"], "/api/memories/sessions",
-                           {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}",
-                            "vector": _vector(10 + i)})
+                fact = {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}", "vector": _vector(10 + i)}
+                # Through memgov (stored under the storage key) and straight into the namespace (a) and (b)
+                # search (the session key as user_id), so all three targets rank and count the same five rows.
+                self._post(urls["memgov"]["url"], "/api/memories/sessions", fact)
+                self._post(upstream, "/api/memories/sessions", fact)
             search = json.dumps({"agent_name": APP, "user_id": search_key, "vector": _vector(1), "limit": 5,
                                  "min_score": 0.0}).encode()
             save = json.dumps({"agent_name": APP, "user_id": save_key, "content": "prefers short answers",
