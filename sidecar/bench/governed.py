@@ -86,7 +86,8 @@ class GovernedScenario(Scenario):
             search_key, save_key = (self._consent(urls["memgov"]["control_url"], room) for room in ROOMS)
             upstream = urls[self.upstream]["url"]
             for i in range(5):
-                fact = {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}", "vector": _vector(10 + i)}
+                fact = {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}",
+                        "vector": _vector(10 + i)}
                 # Through memgov (stored under the storage key) and straight into the namespace (a) and (b)
                 # search (the session key as user_id), so all three targets rank and count the same five rows.
                 self._post(urls["memgov"]["url"], "/api/memories/sessions", fact)
