@@ -45,8 +45,11 @@ class Devstack:
     _runners: tuple[web.AppRunner, ...]
     real: RealKagent | None = None
 
-    def attach_real_kagent(self, kagent: RealKagent) -> None:
-        """Put kagent's own server in front: it answers the controller routes and is stopped with the stack."""
+    async def attach_real_kagent(self, kagent: RealKagent, store: MemoryStore) -> None:
+        """Put kagent's own server in front: it answers the controller routes, ``store`` (opened on its
+        database) replaces the stand-in's, and it is stopped with the stack."""
+        await self.store.close()
+        self.store = self.kagent_app[STATE].store = store
         self.real = kagent
         self.kagent_url = kagent.url
 

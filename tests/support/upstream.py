@@ -24,9 +24,10 @@ from typing import Any, Literal
 import jwt
 import pytest
 
-from sidecar.devstack.pg import PgServer, free_port
+from sidecar.devstack.pg import PgServer
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
 from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.store import open_memory_store
 
 MARKER = "kagent"
 _databases = itertools.count()
@@ -105,15 +106,19 @@ async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir
         return await start_devstack(store_url=store_url, **devstack)
     assert pg_server is not None, "the real kagent needs the session's PostgreSQL server"
     db_url = pg_server.create_database(f"kagent_{next(_databases)}")
-    standin_port = free_port()
-    kagent = await asyncio.to_thread(functools.partial(
-        start_real_kagent, db_url, log_dir, auth_mode=upstream.auth_mode,
-        agents=a2a_agents(agents, standin_port)))
+    dev = await start_devstack(**devstack)  # the agents kagent proxies to; its store is replaced below
     try:
-        dev = await start_devstack(store_url=db_url, kagent_port=standin_port, **devstack)
+        standin_port = int(dev.kagent_url.rsplit(":", 1)[1])
+        kagent = await asyncio.to_thread(functools.partial(
+            start_real_kagent, db_url, log_dir, auth_mode=upstream.auth_mode,
+            agents=a2a_agents(agents, standin_port)))
+        try:
+            await dev.attach_real_kagent(kagent, await open_memory_store(db_url, now=dev.clock))
+        except BaseException:
+            kagent.stop()
+            raise
     except BaseException:
-        kagent.stop()
+        await dev.stop()
         raise
-    dev.attach_real_kagent(kagent)
     return dev
 
