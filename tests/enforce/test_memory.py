@@ -78,6 +78,28 @@ class TestSave:
                                                                          await store.entries_of_scope(scope.scope_id)],
                                        stack.clock()) == set()
 
+    @pytest.mark.kagent
+    async def test_an_all_zero_vector_is_refused_and_the_namespace_stays_searchable(self, stack):
+        """R-10: a zero vector never reaches kagent, where one such row makes every search of its namespace fail."""
+        await stack.scope()
+        key = await stack.session_key()
+        assert (await stack.save(key, "a real fact about tea"))[0] == 201
+        zero = {"agent_name": APP, "user_id": key, "content": "zero", "vector": [0.0] * 768}
+        status, _, _ = await stack.memory("POST", "/api/memories/sessions", zero)
+        assert 400 <= status < 500
+        status, rows, _ = await stack.search(key, "a real fact about tea")
+        assert status == 200 and [r["content"] for r in rows] == ["a real fact about tea"]
+
+    @pytest.mark.kagent
+    async def test_no_row_lands_under_another_agent_spelling(self, stack):
+        """D1: a save spelled kagent__NS__k8s-agent is refused or stored under the scope's one app_name."""
+        await stack.scope()
+        key = await stack.session_key()
+        hyphen = APP.replace("k8s_agent", "k8s-agent")
+        status, _, _ = await stack.save(key, "spelled with a hyphen", agent_name=hyphen, agent_header=hyphen)
+        assert status == 201 or 400 <= status < 500
+        assert [r.agent_name for r in await stack.rows()] == ([APP] if status == 201 else [])
+
 
 class TestBatch:
     def _batch(self, key, facts, agent_name=APP):
