@@ -9,7 +9,7 @@ from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
 
 
 class TestOffboard:
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_every_scope_of_the_principal_is_disabled_erased_and_verified(self, h: Harness) -> None:
         """Two scopes of Alice end disabled and empty with one verified erasure each; Bob's scope is untouched."""
         first, second = await h.scope(), await h.scope(ALICE, "!second:example.org")

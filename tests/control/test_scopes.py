@@ -78,7 +78,7 @@ class TestConsent:
         audit = [r for r in await h.gov.store.audit_rows(scope_id) if r["operation"] == "consent.grant"]
         assert [r["policy_revision"] for r in audit] == [h.gov.policy.revision]
 
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_withdrawal_disables_advances_and_erases_with_evidence(self, h: Harness) -> None:
         """DELETE consent: scope off at a new generation, a withdraw receipt, and a verified erasure."""
         scope_id = await h.scope()

@@ -135,14 +135,14 @@ class TestDrillAgainstKagent:
         assert report.cleanup["complete"] is True
         assert len(planted) > 20
 
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_kagent_db_adapter(self, upstream, planted, tmp_path, request):
-        """With kagent-db on kagent's own schema every check passes."""
+        """With kagent-db on kagent's own schema every check passes, in both of kagent's auth modes."""
         self._assert_passed(await _drill_on(upstream, "kagent-db", tmp_path, request), planted, "kagent-db")
 
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_rest_adapter(self, upstream, planted, tmp_path, request):
-        """With the REST adapter (kagent's own list and delete routes) every check passes."""
+        """With the REST adapter (kagent's own list and delete routes) every check passes, in both auth modes."""
         self._assert_passed(await _drill_on(upstream, "rest", tmp_path, request), planted, "rest")
 
 

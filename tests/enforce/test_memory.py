@@ -65,6 +65,7 @@ class TestSave:
         if status == 403:
             assert body["error"] == "entry_cap_reached"
 
+    @pytest.mark.kagent
     async def test_withdrawal_during_the_write_undoes_it(self, stack, monkeypatch):
         """A save whose scope is withdrawn while kagent writes is deleted at once and refused."""
         scope = await stack.scope()

@@ -184,3 +184,16 @@ class TestKagentLog:
         assert '"msg":"added memory"' in log, "kagent logged the save (the sink is live)"
         for secret in (key, ALICE):
             assert_absent(secret, log)
+
+    @pytest.mark.kagent
+    @pytest.mark.parametrize("consented", [True, False])
+    async def test_a_user_id_query_on_an_invocation_reaches_kagents_log_as_neither(self, stack, consented):
+        """A bridge that also sends ?user_id=<MXID>: kagent logs that parameter, so neither the MXID nor the
+        session key may reach it there."""
+        scope = await stack.scope(consent=consented)
+        resp, seen = await stack.invoke(context=stack.context(), query="?user_id=%40alice%3Aexample.org")
+        assert resp.status == 200 and seen is not None
+        key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        log = stack.kagent_log()
+        for secret in (key, ALICE):
+            assert_absent(secret, log)

@@ -101,7 +101,7 @@ def _read_after_delete(c: Crash) -> Hold:
 
 
 class TestKillBetweenSteps:
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     @pytest.mark.parametrize("stuck_in", ["requested", "fenced", "quiesced", "deleted"])
     async def test_a_killed_withdrawal_completes_after_restart(self, crash: Crash, stuck_in: str) -> None:
         """Whatever step the process died in, the restarted gateway finishes: verified, disabled, no rows."""

@@ -85,7 +85,7 @@ async def race_setup(tmp_path: Path, pg_server: Any, adapter: str, upstream: Ups
 
 
 class TestWithdrawalRace:
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_nothing_survives_a_withdrawal_during_two_hundred_saves(self, race_setup: dict[str, Any],
                                                                           adapter: str, upstream: Upstream) -> None:
         """Zero rows in kagent's table and zero readable entries after the verified erasure and a sweep."""

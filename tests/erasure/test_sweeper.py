@@ -71,7 +71,7 @@ class TestHardExpiry:
 
 
 class TestDeadGenerations:
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_a_save_that_outlived_the_quiesce_bound_is_deleted_by_the_sweeper(self, any_adapter: Harness) -> None:
         """A write of the old generation that lands after the verified withdrawal is cleared at the next pass."""
         h = any_adapter
@@ -91,7 +91,7 @@ class TestDeadGenerations:
         assert report.dead_cleared == 1 and await h.rows(scope_id) == []
         assert await h.gov.store.sweepable_namespaces(h.gov.now(), 10) == []
 
-    @pytest.mark.kagent(auth_modes=("unsecure",))
+    @pytest.mark.kagent
     async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
         """Consent given again moves the generation; the old rows, never readable again, are swept."""
         h = any_adapter
