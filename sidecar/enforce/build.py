@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 
@@ -16,17 +16,19 @@ from sidecar.ops import Readiness
 from sidecar.policy import PolicyRuntime, load_limits
 from sidecar.settings import Settings
 from sidecar.state import open_store
-from sidecar.upstream import make_session
+from sidecar.upstream import MEMGOV_USER, make_session
 
 
-def make_eraser(settings: Settings, session: aiohttp.ClientSession) -> EraseAdapter:
-    """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role)."""
+def make_eraser(settings: Settings, session: aiohttp.ClientSession,
+                headers: Callable[[], Mapping[str, str]] = dict) -> EraseAdapter:
+    """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role);
+    ``headers`` authenticates the ``rest`` adapter's calls where kagent wants it."""
     if settings.erasure.adapter == "kagent-db":
         url = settings.kagent_db_url()
         if not url:
             raise ValueError("erasure.kagent_db_url is required for the kagent-db adapter")
         return KagentDbAdapter(url)
-    return RestAdapter(session, settings.upstream.controller_url)
+    return RestAdapter(session, settings.upstream.controller_url, headers)
 
 
 @asynccontextmanager
@@ -35,8 +37,10 @@ async def governance(settings: Settings, readiness: Readiness, *,
     """Open the state store, start the policy runtime, load keys; register readiness checks."""
     store = await open_store(settings.state_url(), pool_size=settings.state.pool_size)
     policy = await PolicyRuntime.start(settings.policy)
-    session = make_session(settings.upstream)
-    eraser = make_eraser(settings, session)
+    # Erasure calls are memgov's own, short and bounded like governed memory calls.
+    cfg = settings.upstream
+    session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
+    eraser = make_eraser(settings, session, lambda: gov.kagent_headers(MEMGOV_USER))
     current, previous = settings.session_keys()
     bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
     gov = Governance(
