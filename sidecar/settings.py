@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +19,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-PACKAGED_POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+#: The default policy pack, shipped as package data (sidecar/packaged/) and found through
+#: importlib.resources. memgov is installed as files, so this is a folder the pack reader and the
+#: file watcher can walk; its case tables are ``policy-tests`` beside it.
+PACKAGED_POLICY_DIR = Path(str(files("sidecar").joinpath("packaged", "policies")))
 DEV_DIR = Path(".memgov")
 
 
