@@ -9,7 +9,7 @@ from pathlib import Path
 import cedarpy
 
 from sidecar.policy.cedar import FORMAT_WIDTH, compile_pack
-from sidecar.policy.opa import merge_modules
+from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import Pack, PackError, read_pack
 
@@ -56,7 +56,7 @@ def check_pack(root: Path) -> list[Step]:
         steps.append(Step("cedar parse + schema validation + @id", False, str(exc)))
     steps.append(_cedar_format(pack))
     try:
-        merge_modules(pack.select("rego", ".rego"))
+        check_layout(pack.select("rego", ".rego"))
         steps.append(Step("rego package layout", True))
     except PackError as exc:
         steps.append(Step("rego package layout", False, str(exc)))

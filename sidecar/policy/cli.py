@@ -9,8 +9,9 @@ from pathlib import Path
 from sidecar.policy import schema
 from sidecar.policy.cases import CaseError
 from sidecar.policy.check import check_pack
+from sidecar.policy.opa_bundle import write_folder, write_tarball
 from sidecar.policy.opa_server import OpaServer, ToolNotFound, start_opa
-from sidecar.policy.pack import PackError
+from sidecar.policy.pack import PackError, read_pack
 from sidecar.policy.suite import render, run_suite
 from sidecar.settings import SettingsError, load_settings
 
@@ -45,10 +46,10 @@ def _cmd_test(args: argparse.Namespace) -> int:
     server: OpaServer | None = None
     try:
         if "opa" in engines and not args.opa_url:
-            server = start_opa()
+            server = start_opa(root)
         url = args.opa_url or (server.url if server else None)
         report = asyncio.run(run_suite(root, cases, engines, url, max(settings.opa_timeout_s, 2.0)))
-    except (PackError, CaseError, ToolNotFound, OSError) as exc:
+    except (PackError, CaseError, ToolNotFound, OSError, RuntimeError) as exc:
         print(f"memgov policy test: {exc}")
         return 2
     finally:
@@ -56,6 +57,17 @@ def _cmd_test(args: argparse.Namespace) -> int:
             server.stop()
     print(render(report))
     return 0 if report.ok else 1
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    try:
+        pack = read_pack(_pack_dir(args))
+        (write_tarball if args.out.endswith(".tar.gz") else write_folder)(pack, Path(args.out))
+    except (SettingsError, PackError, OSError) as exc:
+        print(f"memgov policy bundle: {exc}")
+        return 2
+    print(f"wrote {args.out} (revision {pack.revision})")
+    return 0
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -86,6 +98,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     test.add_argument("--dir", help="Policy pack folder (default: policy.dir from the configuration).")
     test.add_argument("--cases", help="Case table folder (default: policy-tests/ beside the pack).")
     test.set_defaults(func=_cmd_test)
+
+    bundle = policy.add_parser(
+        "bundle", help="Write the pack as an OPA bundle (a folder, or a .tar.gz for a bundle server)."
+    )
+    bundle.add_argument("--dir", help="Policy pack folder (default: policy.dir from the configuration).")
+    bundle.add_argument(
+        "--out", required=True,
+        help="Bundle folder to create or replace (never a mount point: it is renamed into place), or FILE.tar.gz.",
+    )
+    bundle.set_defaults(func=_cmd_bundle)
 
     sch = policy.add_parser("schema", help="Write the decision input/output JSON Schemas to docs/schema/.")
     sch.add_argument("--check", action="store_true", help="Only report whether docs/schema/ is current.")

@@ -18,7 +18,7 @@ from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import Engine, EngineUnavailable
 from sidecar.policy.floor import apply_floor
 from sidecar.policy.model import Decision, DecisionInput, Deployment
-from sidecar.policy.opa import OpaEngine
+from sidecar.policy.opa import OpaEngine, opa_part
 from sidecar.policy.outcome import Verdict, assemble, unavailable
 from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
 from sidecar.policy.shadow import ShadowEngine
@@ -94,8 +94,12 @@ class PolicyRuntime:
         )
 
     async def ready_check(self) -> tuple[bool, dict[str, object]]:
-        """Readiness for /readyz: ready flag plus engine and revision."""
-        return self.ready, {"engine": self.engine.name, "revision": self.revision or ""}
+        """Readiness for /readyz: ready flag, engine and revision, and the revision an OPA server serves."""
+        detail: dict[str, object] = {"engine": self.engine.name, "revision": self.revision or ""}
+        opa = opa_part(self.engine)
+        if opa is not None:
+            detail["opa_revision"] = opa.served
+        return self.ready, detail
 
     def _finish(self, pack: Pack, decision: Decision, inp: DecisionInput, did: str, started: float) -> Decision:
         decision = apply_floor(decision, inp, pack.limits, pack.federation)
@@ -182,7 +186,7 @@ class PolicyRuntime:
             if live and not self.engine.stale:
                 metrics.RELOADS.labels("unchanged").inc()
                 return True
-            # An engine that lost the live pack (OPA restarted) gets the same pack again.
+            # An engine that fell out of step (OPA serving another revision) is checked again.
             prepared = self._prepared if live else self.engine.prepare(pack)
             await self.engine.commit(prepared)
         except (PackError, EngineUnavailable) as exc:
@@ -217,7 +221,7 @@ class PolicyRuntime:
                 current = fingerprint(self.settings.dir)
             except PackError:
                 current = None
-            # OPA loses a pushed pack when it restarts; the engine notices and asks for a push.
+            # An OPA serving another revision marks the engine stale; check again until it matches.
             if current != self._seen or self._pack is None or self.engine.stale:
                 await self.reload()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.policy import cli
-from tests.policy.conftest import CASES_DIR, PACK_DIR
+from tests.policy.conftest import CASES_DIR, PACK_DIR, OpaServers
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -78,13 +78,13 @@ class TestPolicyTest:
         assert "FAIL [cedar] limits::automatic save of 11 facts is refused" in out
 
     def test_engine_disagreement_fails(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, opa_url: str
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, opa: OpaServers
     ) -> None:
         """When the Rego pack answers differently from the Cedar pack, the run fails and shows where."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
             'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
         )
-        code, out = _run(capsys, "test", "--engine", "all", "--opa-url", opa_url, "--dir", str(pack_copy),
+        code, out = _run(capsys, "test", "--engine", "all", "--opa-url", opa.serve(pack_copy), "--dir", str(pack_copy),
                          "--cases", str(CASES_DIR))
         assert code == 1
         assert "DISAGREE consent::list at the current generation is forwarded" in out

@@ -6,8 +6,9 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ from prometheus_client import REGISTRY
 
 from sidecar.logs import configure_logging
 from sidecar.policy.model import Action, Operation
+from sidecar.policy.opa import opa_part
 from sidecar.policy.pack import fingerprint
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.policy.shadow import ShadowEngine
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput, policy_settings
+from tests.policy.conftest import MakeInput, OpaServers, policy_settings
 
 BROKEN = {
     "cedar": ("cedar/consent.cedar", "forbid (principal, action, resource"),
@@ -40,12 +42,32 @@ def log_lines() -> Iterator[io.StringIO]:
 
 @pytest.fixture(params=["cedar", "opa"])
 async def runtime(request: pytest.FixtureRequest, pack_copy: Path) -> AsyncIterator[PolicyRuntime]:
-    """A started runtime on a private pack copy, Cedar in-process or Rego on a real OPA."""
-    url = request.getfixturevalue("opa_url") if request.param == "opa" else None
+    """A started runtime on a private pack copy, Cedar in-process or Rego on a real OPA serving that copy."""
+    url = request.getfixturevalue("opa").serve(pack_copy) if request.param == "opa" else None
     settings = policy_settings(pack_copy, reload_interval_s=0.05)
     rt = await PolicyRuntime.start(settings, engine=request.param, opa_url=url)
     yield rt
     await rt.close()
+
+
+Edit = Callable[[Path], None]
+
+
+@pytest.fixture
+def roll_out(runtime: PolicyRuntime, pack_copy: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """Change the pack the way an operator rolls a change out: an OPA gets the new bundle first."""
+
+    def roll(edit: Edit) -> None:
+        engine = opa_part(runtime.engine)
+        if engine is not None:
+            staged = tmp_path / "staged"
+            shutil.copytree(pack_copy, staged)
+            edit(staged)
+            servers: OpaServers = request.getfixturevalue("opa")
+            servers.replace(engine.url, staged)
+        edit(pack_copy)
+
+    return roll
 
 
 def _events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
@@ -60,6 +82,8 @@ class TestStart:
     async def test_loaded_pack_is_ready_and_reports_its_revision(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
         """/readyz sees ready with the engine and the pack's content hash."""
         expected = {"engine": runtime.engine.name, "revision": fingerprint(pack_copy)}
+        if runtime.engine.name == "opa":
+            expected["opa_revision"] = fingerprint(pack_copy)
         assert await runtime.ready_check() == (True, expected)
 
     async def test_decision_is_stamped(self, runtime: PolicyRuntime, make_input: MakeInput) -> None:
@@ -121,32 +145,33 @@ class TestReload:
         assert await runtime.reload() is False
         assert runtime.revision == before
 
-    async def test_valid_change_is_swapped_in(
-        self, runtime: PolicyRuntime, pack_copy: Path, make_input: MakeInput
-    ) -> None:
+    async def test_valid_change_is_swapped_in(self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput) -> None:
         """A stricter limit takes effect on reload, with a new revision."""
         fact = make_input("save", {"facts": ["{a*300}"]})
         assert (await runtime.decide(fact)).action is Action.FORWARD
-        path = pack_copy / "data" / "limits.yaml"
-        path.write_text(path.read_text().replace("max_fact_bytes: 512", "max_fact_bytes: 256"))
+
+        def stricter(pack: Path) -> None:
+            path = pack / "data" / "limits.yaml"
+            path.write_text(path.read_text().replace("max_fact_bytes: 512", "max_fact_bytes: 256"))
+
+        roll_out(stricter)
         before = runtime.revision
         assert await runtime.reload() is True
         assert runtime.revision != before
         assert (await runtime.decide(fact)).reasons == [Reason.FACT_TOO_LARGE]
 
-    async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
+    async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, roll_out: Any) -> None:
         """Editing a pack file is noticed without a restart."""
         before, reloaded = runtime.revision, runtime.next_reload()
-        path = pack_copy / "cedar" / "routes.cedar"
-        path.write_text(path.read_text() + "\n")
+        roll_out(lambda pack: (pack / "cedar" / "routes.cedar").write_text((pack / "cedar" / "routes.cedar").read_text() + "\n"))
         assert await asyncio.wait_for(reloaded, 30) is True
         assert runtime.revision not in (None, before)
 
-    async def test_sighup_reloads(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
+    async def test_sighup_reloads(self, runtime: PolicyRuntime, pack_copy: Path, roll_out: Any) -> None:
         """SIGHUP makes the runtime re-read the pack."""
         runtime.install_sighup()
-        path = pack_copy / "data" / "federation.yaml"
-        path.write_text(path.read_text() + "\n")
+        roll_out(lambda pack: (pack / "data" / "federation.yaml").write_text(
+            (pack / "data" / "federation.yaml").read_text() + "\n"))
         reloaded = runtime.next_reload()
         os.kill(os.getpid(), signal.SIGHUP)
         assert await asyncio.wait_for(reloaded, 30) is True
@@ -183,12 +208,12 @@ class TestObservability:
 
 class TestShadow:
     @pytest.fixture
-    async def shadow(self, pack_copy: Path, opa_url: str) -> AsyncIterator[PolicyRuntime]:
+    async def shadow(self, pack_copy: Path, opa: OpaServers) -> AsyncIterator[PolicyRuntime]:
         """Cedar enforcing, Rego on OPA compared; the Rego copy also denies memory.list."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
             'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
         )
-        rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa_url)
+        rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa.serve(pack_copy))
         yield rt
         await rt.close()
 
