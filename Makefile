@@ -12,7 +12,7 @@ OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
 
-.PHONY: venv tools pg test test-py test-rego demo bench chart-policies clean
+.PHONY: venv tools pg test test-py test-rego demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,10 +48,6 @@ demo: venv
 
 bench: venv pg
 	$(VENV)/bin/memgov bench proxy
-
-# The chart carries a copy of policies/ (Helm reads only files inside the chart); refresh it after edits.
-chart-policies:
-	scripts/sync-chart-policies.sh
 
 clean:
 	rm -rf $(VENV) .tools .memgov

@@ -47,7 +47,8 @@ class Gateway:
 
 
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=gw.settings.listen.shutdown_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()
