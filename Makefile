@@ -11,8 +11,11 @@ export PATH := $(CURDIR)/$(TOOLS):$(PATH)
 OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
+# Prometheus 3.16.0 (its Go module versions are v0.3xx). scripts/rulecheck/go.mod pins the same.
+PROMETHEUS_VERSION := v0.316.0
+RULECHECK := scripts/rulecheck
 
-.PHONY: venv tools pg test test-py test-rego demo bench clean
+.PHONY: venv tools promtool check-rules-promtool pg test test-py test-rego demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +29,19 @@ tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
+
+# The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
+# modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
+promtool:
+	GO_TOOL_TAGS=remove_all_sd scripts/go-tool.sh promtool github.com/prometheus/prometheus $(PROMETHEUS_VERSION) github.com/prometheus/prometheus/cmd/promtool
+
+check-rules-promtool: venv tools promtool
+	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true \
+	  --show-only templates/prometheusrule.yaml \
+	  | $(PY) -c 'import sys, yaml; print(yaml.safe_dump({"groups": yaml.safe_load(sys.stdin)["spec"]["groups"]}))' \
+	  > .tools/memgov-rules.yaml
+	promtool check rules .tools/memgov-rules.yaml
 
 # The tests start their own PostgreSQL cluster; this only makes sure the server binaries exist.
 pg:

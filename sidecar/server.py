@@ -19,6 +19,7 @@ from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
+from sidecar.sampler import sampling
 from sidecar.settings import Settings, SettingsError, load_settings
 
 log = get_logger("server")
@@ -67,7 +68,11 @@ async def running_gateway(
     """Start every listener of a gateway (ports may be 0) and stop them on exit."""
     gw = Gateway(settings)
     readiness = Readiness()
-    async with governance(settings, readiness, clock=clock) as gov, control_plane(gov) as control:
+    async with (
+        governance(settings, readiness, clock=clock) as gov,
+        control_plane(gov) as control,
+        sampling(gov.store, gov.now),
+    ):
         gw.governance = gov
         data = create_data_app(settings, handlers=governed_handlers())
         data[GOVERNANCE] = gov
