@@ -15,7 +15,14 @@ HELM_VERSION := v3.22.0
 PROMETHEUS_VERSION := v0.316.0
 RULECHECK := scripts/rulecheck
 
-.PHONY: venv tools promtool check-rules-promtool pg test test-py test-rego demo bench clean
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= memgov:$(VERSION)
+# docker, podman or buildah: all three build the Containerfile with the same command line.
+CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command -v $(t))))
+# The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
+IMAGE_CI := .tools/image/memgov-ci.tar
+
+.PHONY: venv tools promtool check-rules-promtool pg image image-tools image-ci test test-py test-rego demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,7 +61,20 @@ test-rego: tools
 	opa test policies/rego
 	regal lint policies/rego
 
-test-py: venv pg tools
+# memgov's container image, for your registry (docs/deploy.md). Bases are pinned by digest in the Containerfile.
+image:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs docker, podman or buildah" >&2; exit 1; }
+	$(CONTAINER_TOOL) build -f Containerfile -t $(IMAGE) .
+
+image-tools:
+	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
+	  (echo "installing buildah and mmdebstrap" && apt-get update -qq && \
+	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >/dev/null)
+
+image-ci: image-tools
+	scripts/image-ci.sh $(IMAGE_CI)
+
+test-py: venv pg tools image-ci
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: test-rego test-py
