@@ -12,6 +12,7 @@ from datetime import datetime
 
 from aiohttp import web
 
+from sidecar import tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers
 from sidecar.enforce.build import governance
@@ -92,10 +93,14 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running_gateway(settings) as gw:
-        if gw.governance is not None:
-            gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
-        await stop.wait()
+    tracing.configure(settings.tracing)
+    try:
+        async with running_gateway(settings) as gw:
+            if gw.governance is not None:
+                gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            await stop.wait()
+    finally:
+        await asyncio.to_thread(tracing.shutdown)  # flushes spans still queued: a blocking export
     log.info("server.stopped")
 
 

@@ -190,6 +190,25 @@ class AuditSettings(_Section):
     )
 
 
+class TracingSettings(_Section):
+    enabled: bool = Field(False, description="Export OpenTelemetry traces (content-free spans) over OTLP/HTTP.")
+    endpoint: str = Field(
+        "http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces endpoint of the collector."
+    )
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces recorded; a caller's sampled traceparent is followed."
+    )
+    service_name: str = Field("memgov", min_length=1, max_length=64, description="service.name of the spans.")
+    timeout_s: float = Field(5.0, gt=0, description="Export timeout in seconds.")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level emitted.")
 
@@ -217,6 +236,7 @@ class Settings(BaseSettings):
     enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit record retention.")
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")
+    tracing: TracingSettings = Field(default_factory=TracingSettings, description="OpenTelemetry traces.")
 
     @field_validator("agents")
     @classmethod

@@ -11,6 +11,10 @@ POSTGRES_PEER: dict[str, Any] = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "databases"}},
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "postgresql"}},
 }
+COLLECTOR_PEER: dict[str, Any] = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+    "podSelector": {"matchLabels": {"app": "otel-collector"}},
+}
 OPA_PEER: dict[str, Any] = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "opa"}},
     "podSelector": {"matchLabels": {"app": "opa"}},
@@ -36,7 +40,9 @@ GATEWAY_PRODUCTION: dict[str, Any] = {
     "matrix": {"serverName": "example.org", "bridgeBot": "@kagent-bridge:example.org"},
     "agents": {"kagent/helper": {"disabledVariant": "helper-nomem", "ghost": "@agent-helper:example.org"}},
     "erasure": {"adapter": "kagent-db", "kagentDb": {"existingSecret": "memgov-kagent-db"}},
+    "tracing": {"enabled": True, "endpoint": "http://otel-collector.observability:4318/v1/traces"},
     "networkPolicy": {
+        "tracing": {"to": [COLLECTOR_PEER]},
         "agents": {"namespaceSelector": {"matchLabels": {"memgov.example.org/agents": "true"}}},
         "clients": [CLIENT_PEER],
         "embedding": {"to": [{"ipBlock": {"cidr": PROVIDER_CIDR}}]},

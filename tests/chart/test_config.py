@@ -82,6 +82,7 @@ class TestConfigFile:
         assert settings.agents["kagent/helper"].disabled_variant == "helper-nomem"
         assert settings.erasure.adapter == "kagent-db"
         assert settings.state.url_file is not None
+        assert settings.tracing.enabled and settings.tracing.endpoint.endswith(":4318/v1/traces")
 
     @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
     def test_every_file_setting_points_at_a_mounted_secret(self, name: str, values: dict[str, Any]) -> None:

@@ -86,6 +86,8 @@ class TestCombinationGuards:
                 "collides",
             ),
             ({"mode": "sidecar", "kagent": {"ui": {"gatewayAccess": "port-forward"}}}, "gateway mode only"),
+            ({"tracing": {"enabled": True}, "networkPolicy": {"enabled": False}}, "needs tracing.endpoint"),
+            ({"tracing": {"enabled": True, "endpoint": "http://c:4318/v1/traces"}}, "networkPolicy.tracing.to is empty"),
         ],
         ids=[
             "sqlite-with-two-replicas",
@@ -102,6 +104,8 @@ class TestCombinationGuards:
             "opa-without-rego",
             "pack-key-collision",
             "port-forward-ui-in-sidecar-mode",
+            "tracing-without-endpoint",
+            "tracing-blocked-by-egress",
         ],
     )
     def test_impossible_combinations_fail(self, values: dict[str, Any], message: str) -> None:

@@ -40,15 +40,18 @@ PROMETHEUS = Endpoint("prometheus", "10.0.4.5", Namespace("monitoring"), {"app":
 DNS = Endpoint("dns", "10.0.5.10", Namespace("kube-system"), {"k8s-app": "kube-dns"})
 POSTGRES = Endpoint("postgres", "10.0.6.5", Namespace("databases"), {"app.kubernetes.io/name": "postgresql"})
 OPA = Endpoint("opa", "10.0.7.5", Namespace("opa"), {"app": "opa"})
+COLLECTOR = Endpoint("collector", "10.0.8.5", Namespace("observability"), {"app": "otel-collector"})
 PROVIDER = Endpoint("provider", "203.0.113.7")
 INTERNET = Endpoint("internet", "198.51.100.9")
 KUBE_API = Endpoint("kube-api", "172.20.0.1")
 
 PODS = [
-    MEMGOV, CONTROLLER, UI, TOOLS, AGENT, TEAM_AGENT, OTHER_AGENT, LOOKALIKE, RANDOM, BRIDGE, PROMETHEUS, DNS, POSTGRES, OPA
+    MEMGOV, CONTROLLER, UI, TOOLS, AGENT, TEAM_AGENT, OTHER_AGENT, LOOKALIKE, RANDOM, BRIDGE, PROMETHEUS, DNS, POSTGRES, OPA,
+    COLLECTOR,
 ]
 EVERYONE = [*PODS, PROVIDER, INTERNET, KUBE_API]
-PORTS = [(p, proto) for p in (53, 80, 443, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090) for proto in ("TCP", "UDP")]
+PORTS = [(p, proto) for p in (53, 80, 443, 4318, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090)
+         for proto in ("TCP", "UDP")]
 
 
 def policies(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -183,10 +186,11 @@ class TestMemgovEgress:
         ("values", "expected"),
         [
             (cases.GATEWAY_DEFAULT, BASE_EGRESS),
-            (cases.GATEWAY_PRODUCTION, BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP")}),
+            (cases.GATEWAY_PRODUCTION,
+             BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP"), ("collector", 4318, "TCP")}),
             (cases.GATEWAY_EXTERNAL_OPA, BASE_EGRESS | {("opa", 8181, "TCP")}),
         ],
-        ids=["default", "embedding-and-postgresql", "external-opa"],
+        ids=["default", "embedding-postgresql-and-collector", "external-opa"],
     )
     def test_egress_is_exactly_the_documented_set(
         self, values: dict[str, Any], expected: set[tuple[str, int, str]]

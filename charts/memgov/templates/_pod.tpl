@@ -62,6 +62,10 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "control" (printf "0.0.0.0:%s" (include "memgov.port.control" .))
   "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .))
   "shutdown_timeout_s" (include "memgov.shutdownTimeout" . | int) }}
+{{- $tracing := dict "enabled" false }}
+{{- if $v.tracing.enabled }}
+{{- $tracing = dict "enabled" true "endpoint" $v.tracing.endpoint "sample_ratio" $v.tracing.sampleRatio }}
+{{- end }}
 {{- $config := dict
   "profile" "production"
   "upstream" $upstream
@@ -73,7 +77,8 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "matrix" $matrix
   "agents" $agents
   "erasure" (dict "adapter" $v.erasure.adapter)
-  "log" (dict "level" $v.log.level) }}
+  "log" (dict "level" $v.log.level)
+  "tracing" $tracing }}
 {{- $dir := include "memgov.secretDir" . }}
 {{- range (include "memgov.secretFiles" . | fromYaml).files }}
 {{- $_ := set (index $config .section) .setting (printf "%s/%s" $dir .file) }}

@@ -35,6 +35,9 @@ mode renders.
 {{- $errors = append $errors (list "erasure.adapter=kagent-db needs the least-privilege role's URL:"
   "set erasure.kagentDb.existingSecret (a Secret holding a postgresql:// URL)." | join " ") }}
 {{- end }}
+{{- if and $v.tracing.enabled (not $v.tracing.endpoint) }}
+{{- $errors = append $errors "tracing.enabled=true needs tracing.endpoint (the collector's OTLP/HTTP traces URL)." }}
+{{- end }}
 {{- if and $np.enabled (eq $v.mode "gateway") }}
 {{- if and $v.upstream.embeddingUrl (not $np.embedding.to) }}
 {{- $errors = append $errors (list "upstream.embeddingUrl is set but networkPolicy.embedding.to is empty:"
@@ -44,6 +47,10 @@ mode renders.
 {{- $errors = append $errors (list "PostgreSQL is used (state.postgresql or erasure.adapter=kagent-db)"
   "but networkPolicy.postgresql.to is empty: memgov's egress policy would block it. List the PostgreSQL peers."
   | join " ") }}
+{{- end }}
+{{- if and $v.tracing.enabled (not $np.tracing.to) }}
+{{- $errors = append $errors (list "tracing.enabled=true but networkPolicy.tracing.to is empty:"
+  "memgov's egress policy would block the collector. List it." | join " ") }}
 {{- end }}
 {{- if and $v.policy.opa.url (not $np.opa.to) }}
 {{- $errors = append $errors (list "policy.opa.url is set but networkPolicy.opa.to is empty:"
