@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, error_body, new_decision_id
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
@@ -95,7 +95,8 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
         body = _request_body(request)  # type: ignore[assignment]
     else:
         out.popall("Content-Length", None)
-    async with upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp:
+    async with (tracing.span("memgov.forward", upstream=upstream.name),
+                upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp):
         return await relay_response(request, resp, response_headers)
 
 
@@ -108,7 +109,8 @@ async def forward_content(request: web.Request, upstream: Upstream, *, path: str
         body = _request_body(request)  # type: ignore[assignment]
     else:
         out.popall("Content-Length", None)
-    async with upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp:
+    async with (tracing.span("memgov.forward", upstream=upstream.name),
+                upstream.request(request.method, path or request.raw_path, headers=out, data=body) as resp):
         if resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
@@ -162,7 +164,9 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Classify, time, count and log every request; turn failures into content-free errors."""
     started = time.perf_counter()
-    match = classify(request.method, request.raw_path)
+    with tracing.span("memgov.classify") as traced:
+        match = classify(request.method, request.raw_path)
+        traced.set(route_class=match.cls.value, route=match.template)
     request[MATCH] = match
     request[DECISION_ID] = new_decision_id()
     try:
@@ -205,7 +209,8 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 
 def create_data_app(settings: Settings, *, handlers: dict[RouteClass, ClassHandler] | None = None) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table."""
-    app = web.Application(middlewares=[observe], client_max_size=settings.listen.max_body_bytes)
+    app = web.Application(middlewares=[tracing.trace_requests, observe],
+                          client_max_size=settings.listen.max_body_bytes)
     app[SETTINGS] = settings
     table = default_handlers()
     table.update(handlers or {})

@@ -74,6 +74,41 @@ class TestSpans:
         assert child.context.trace_id == parent.context.trace_id
 
 
+class TestHelpers:
+    async def test_async_with_and_traced_functions(self, spans: InMemorySpanExporter) -> None:
+        """`async with span` and @traced coroutines nest like `with`, and annotate() reaches the current span."""
+
+        @tracing.traced("memgov.erasure.step", lambda erasure_id, step: {"erasure_id": erasure_id, "step": step})
+        async def work(erasure_id: str, step: str) -> str:
+            tracing.annotate(adapter="rest", query="not allowed")
+            return step
+
+        async with tracing.span("memgov.request"):
+            assert await work("e0123456789abcdef01234567", "deleted") == "deleted"
+        inner, outer = spans.get_finished_spans()
+        assert inner.name == "memgov.erasure.step" and inner.parent is not None
+        assert inner.parent.span_id == outer.context.span_id
+        assert dict(inner.attributes or {}) == {"erasure_id": "e0123456789abcdef01234567", "step": "deleted",
+                                                "adapter": "rest"}
+
+    async def test_request_middleware_is_the_root(self, spans: InMemorySpanExporter, aiohttp_client: Any) -> None:
+        """Each data-plane request gets a root span with its method and status, under the caller's trace."""
+
+        async def ok(request: web.Request) -> web.Response:
+            with tracing.span("memgov.classify"):
+                return web.Response(status=204)
+
+        app = web.Application(middlewares=[tracing.trace_requests])
+        app.router.add_route("*", "/{tail:.*}", ok)
+        client = await aiohttp_client(app)
+        resp = await client.request("PROPFIND", "/x", headers={"traceparent": PARENT})
+        assert resp.status == 204
+        child, root = spans.get_finished_spans()
+        assert (root.name, dict(root.attributes or {})) == ("memgov.request", {"method": "OTHER", "status": 204})
+        assert format(root.context.trace_id, "032x") == PARENT.split("-")[1]
+        assert child.parent is not None and child.parent.span_id == root.context.span_id
+
+
 class TestPropagation:
     def test_callers_traceparent_is_the_parent(self, spans: InMemorySpanExporter) -> None:
         """A request span continues the caller's trace; tracestate and baggage (free text) are not read."""

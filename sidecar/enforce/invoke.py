@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl, urlencode
 import jwt
 from aiohttp import web
 
+from sidecar import tracing
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.respond import decide, decision_headers, gov_of, record
 from sidecar.enforce.runtime import Governance
@@ -47,6 +48,7 @@ def _with_query_user(raw_path: str, user: str) -> str:
     return f"{path}?{urlencode(pairs)}"
 
 
+@tracing.traced("memgov.identify")
 async def context_facts(request: web.Request, token: str | None) -> tuple[ContextFacts, DelegationContext | None]:
     gov = gov_of(request)
     if token is None:

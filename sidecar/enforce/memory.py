@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.enforce.facts import KeyFacts, agent_of, is_vector, parse_object, principal_of, scope_of, utf8_len
 from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
 from sidecar.enforce.runtime import Governance
@@ -53,6 +53,7 @@ def _budget(failed: str | None) -> Budget:
                   prefetch_ok=failed != Reason.PREFETCH_LIMIT, embedding_ok=True)
 
 
+@tracing.traced("memgov.identify")
 async def _identify(request: web.Request, user_id: object, agent_name: object) -> tuple[KeyFacts, Scope | None, bool]:
     """Verify the key and load its scope; the bool says whether the scope is live at that generation."""
     gov = gov_of(request)
@@ -89,7 +90,8 @@ async def _post(upstream: Upstream, path: str, headers: dict[str, str], payload:
     from multidict import CIMultiDict
 
     data = json.dumps(payload, separators=(",", ":")).encode()
-    async with upstream.request("POST", path, headers=CIMultiDict(headers), data=data) as resp:
+    async with (tracing.span("memgov.forward", upstream=upstream.name),
+                upstream.request("POST", path, headers=CIMultiDict(headers), data=data) as resp):
         raw = await resp.read()
         if resp.status >= 400:
             return resp.status, None

@@ -48,6 +48,7 @@ class Sinks:
         return [self.log_stream.getvalue(), exposition().decode(), *spans, *self.responses, *self.extra]
 
     def assert_clean(self, *sentinels: str) -> None:
+        assert self.spans.get_finished_spans(), "no span was recorded, so the trace sink was not exercised"
         for sentinel in sentinels:
             assert_absent(sentinel, *self.texts())
 
