@@ -24,7 +24,6 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,14 +16,6 @@ from sidecar.settings import TracingSettings
 from tests.support.sentinel import assert_absent, make_sentinel
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.export_to(exporter)
-    yield exporter
-    tracing.shutdown()
 
 
 class TestOff:

@@ -87,7 +87,10 @@ class TestCombinationGuards:
             ),
             ({"mode": "sidecar", "kagent": {"ui": {"gatewayAccess": "port-forward"}}}, "gateway mode only"),
             ({"tracing": {"enabled": True}, "networkPolicy": {"enabled": False}}, "needs tracing.endpoint"),
-            ({"tracing": {"enabled": True, "endpoint": "http://c:4318/v1/traces"}}, "networkPolicy.tracing.to is empty"),
+            (
+                {"tracing": {"enabled": True, "endpoint": "http://c:4318/v1/traces"}},
+                "networkPolicy.tracing.to is empty",
+            ),
         ],
         ids=[
             "sqlite-with-two-replicas",

@@ -117,7 +117,8 @@ class TestDashboard:
         cells: set[tuple[int, int]] = set()
         for panel in _dashboard()["panels"]:
             grid = panel["gridPos"]
-            mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+            mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                    for y in range(grid["y"], grid["y"] + grid["h"])}
             assert not cells & mine, panel["title"]
             cells |= mine
             if panel["type"] != "row":

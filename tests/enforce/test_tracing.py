@@ -3,27 +3,16 @@ forward, erasure steps as spans, and W3C traceparent carried on to kagent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from sidecar import tracing
 from sidecar.erasure.engine import ErasureEngine, Kind
 from tests.enforce.conftest import APP
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.export_to(exporter)
-    yield exporter
-    tracing.shutdown()
 
 
 def _named(spans: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

@@ -145,7 +145,9 @@ class TestReload:
         assert await runtime.reload() is False
         assert runtime.revision == before
 
-    async def test_valid_change_is_swapped_in(self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput) -> None:
+    async def test_valid_change_is_swapped_in(
+        self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput
+    ) -> None:
         """A stricter limit takes effect on reload, with a new revision."""
         fact = make_input("save", {"facts": ["{a*300}"]})
         assert (await runtime.decide(fact)).action is Action.FORWARD
@@ -163,7 +165,10 @@ class TestReload:
     async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, roll_out: Any) -> None:
         """Editing a pack file is noticed without a restart."""
         before, reloaded = runtime.revision, runtime.next_reload()
-        roll_out(lambda pack: (pack / "cedar" / "routes.cedar").write_text((pack / "cedar" / "routes.cedar").read_text() + "\n"))
+        def touch(pack: Path) -> None:
+            (pack / "cedar" / "routes.cedar").write_text((pack / "cedar" / "routes.cedar").read_text() + "\n")
+
+        roll_out(touch)
         assert await asyncio.wait_for(reloaded, 30) is True
         assert runtime.revision not in (None, before)
 
