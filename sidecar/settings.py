@@ -73,7 +73,7 @@ class ListenSettings(_Section):
         4 * 1024 * 1024, ge=1024, description="Largest request body accepted on the data plane (413 above)."
     )
     shutdown_timeout_s: float = Field(
-        30.0, ge=0, description="On SIGTERM, how long requests in flight (streams included) may still finish."
+        30.0, gt=0, description="On SIGTERM, how long requests in flight (streams included) may still finish."
     )
 
     @field_validator("data", "control", "ops")
