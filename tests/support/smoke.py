@@ -8,8 +8,11 @@ OPA wiring; each starts the process its own way and hands over the URLs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,20 +67,36 @@ def url(config: dict[str, Any], listener: str) -> str:
     return "http://" + config["listen"][listener]
 
 
+def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout_s: float) -> bool:
+    """Signal the process group a process leads and wait until it is empty; False when it outlived the timeout."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # a group's end can only be observed by asking
+        proc.poll()  # reaps the leader, which would otherwise stay in the group as a zombie
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @contextmanager
 def serving(argv: Sequence[str], *, log: Path, **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a `memgov serve` process; stop it with SIGTERM (then SIGKILL) at the end."""
+    """Run a `memgov serve` process in its own process group; stop the whole group at the end.
+
+    The group matters when the process is a launcher (unshare, chroot): memgov below it, which may
+    have changed user, is stopped too.
+    """
     with log.open("wb") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **popen)
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **popen)
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if not _stop_group(proc, signal.SIGTERM, 20):
+            _stop_group(proc, signal.SIGKILL, 20)
 
 
 async def wait_ready(proc: subprocess.Popen[bytes], ops_url: str, log: Path, timeout_s: float = 90.0) -> dict[str, Any]:
