@@ -22,7 +22,7 @@ from sidecar.control.client import ControlClient, ControlError
 from sidecar.devstack.clock import DevClock
 from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.stack import start_devstack
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.server import running_gateway
 from sidecar.policy import load_federation
@@ -60,19 +60,13 @@ class Bridge:
 
     def context(self) -> str:
         now = int(self.clock().timestamp())
-        claims = {
-            "sub": ALICE, "origin": "native", "agent": AGENT, "scope": {"kind": "control_room", "room_id": ROOM},
-            "room": {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-                     "members": [ALICE, BOT, GHOST], "invited": [],
-                     "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}},
-            "audience": {"servers": [SERVER], "classification": self.classification},
-            "iat": now, "exp": now + 60, "jti": secrets.token_hex(8),
-        }
-        return mint_token(claims, self.key, "HS256")
+        return mint_context(self.key, "HS256", sub=ALICE, agent=AGENT, room_id=ROOM,
+                            room=control_room([ALICE, BOT, GHOST], SERVER), servers=[SERVER],
+                            classification=self.classification, now=now)
 
     def subject_token(self) -> str:
-        now = int(self.clock().timestamp())
-        return mint_token({"sub": ALICE, "iat": now, "exp": now + 600}, self.key, "HS256")
+        """A fresh, single-use bearer token for Alice (consent changes and erasures spend it)."""
+        return mint_subject(ALICE, self.key, "HS256", now=int(self.clock().timestamp()))
 
 
 async def _say_to_agent(http: aiohttp.ClientSession, data_url: str, text: str, *, context: str | None,
@@ -120,7 +114,7 @@ async def run_demo() -> int:
                 dev.set_runtime(RuntimeConfig(memory_base_url=gw.data_url,
                                               embedding_base_url=f"{gw.data_url}/embeddings/{AGENT}/v1",
                                               memory_agents=frozenset({AGENT})))
-                async with ControlClient(gw.control_url, bridge.subject_token()) as control:
+                async with ControlClient(gw.control_url, bridge.subject_token) as control:
                     await _story(story, dev, gw, http, control, bridge, clock)
         finally:
             await dev.stop()
@@ -179,7 +173,6 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
 
     story.say("Alice withdraws consent while a background auto-save is still on its way")
     key = dev.recorder.of_kind("a2a")[-1].user_id_header
-    control = control.as_caller(bridge.subject_token())  # a week passed: the bridge signs a fresh token
     withdrawn = await control.withdraw(scope["scope_id"])
     story.note(f"consent withdrawn: enabled={withdrawn.get('enabled')} generation={withdrawn.get('generation')}")
     late = {"items": [{"agent_name": "kagent__NS__k8s_agent", "user_id": key, "content": "likes jasmine too",

@@ -87,6 +87,8 @@ ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
     "jti_hash": _match(_HEX),
     "revision": _match(_HEX),
     "policy_revision": _match(_HEX),
+    "shadow_revision": _match(_HEX),
+    "pack_file": _match(re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")),
     "generation": _int,
     "count": _int,
     "deleted": _int,

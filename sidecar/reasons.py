@@ -3,13 +3,21 @@
 Every denial, rewrite and failure memgov reports names exactly one of these codes. Error bodies
 are assembled from the enum and opaque ids only, so no request, memory or upstream text can
 reach a client through an error (SPEC D7).
+
+A policy pack may declare further codes for its own rules (``data/reasons.yaml``); the runtime
+registers them with :func:`declare` before the pack goes live. A declared code is a member of
+``Reason`` from then on (``Reason("org_code")`` works) and stays accepted until the process ends,
+so a decision made by the previous pack can still be answered and audited. Declared codes are
+operator-reviewed identifiers of a fixed shape and bounded number, never request text.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import re
 import secrets
+from collections.abc import Iterable, Iterator, Set
 from typing import Final
 
 
@@ -45,6 +53,8 @@ class Reason(enum.StrEnum):
     ROUTE_DENIED = "route_denied"
     UNGOVERNED_STORE = "ungoverned_store"
     BODY_TOO_LARGE = "body_too_large"
+    BODY_TIMEOUT = "body_timeout"
+    CONCURRENCY_LIMITED = "concurrency_limited"
     BAD_REQUEST = "bad_request"
     NOT_FOUND = "not_found"
     UPSTREAM_ERROR = "upstream_error"
@@ -63,8 +73,61 @@ class Reason(enum.StrEnum):
     # the policy allowed the request
     ALLOWED = "allowed"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Reason | None:
+        # A code a loaded pack declared; anything else stays a ValueError.
+        return _DECLARED.get(value) if isinstance(value, str) else None
 
-REASON_VALUES: Final[frozenset[str]] = frozenset(r.value for r in Reason)
+
+#: The codes built into memgov; a pack can never redefine them.
+BUILT_IN: Final[frozenset[str]] = frozenset(r.value for r in Reason)
+#: Shape of a declared code: a lower-case identifier, like the built-in ones.
+DECLARED_CODE: Final = re.compile(r"^[a-z][a-z0-9_]{2,47}$")
+#: Most codes one process accepts from packs, so metric labels and log values stay bounded.
+MAX_DECLARED: Final = 64
+_DECLARED: dict[str, Reason] = {}
+_DECLARED_AFTER: dict[str, str] = {}
+
+
+class _Codes(Set[str]):
+    """Built-in codes plus the codes packs declared in this process (a live view)."""
+
+    def __contains__(self, value: object) -> bool:
+        return value in BUILT_IN or value in _DECLARED
+
+    def __iter__(self) -> Iterator[str]:
+        yield from BUILT_IN
+        yield from list(_DECLARED)
+
+    def __len__(self) -> int:
+        return len(BUILT_IN) + len(_DECLARED)
+
+
+REASON_VALUES: Final[Set[str]] = _Codes()
+
+
+def declare(codes: Iterable[tuple[str, str]]) -> None:
+    """Accept pack-declared ``(code, after)`` pairs: ``code`` ranks right after the code ``after``.
+
+    Raises ValueError (naming the code) for a malformed code, a built-in one, an ``after`` that is
+    not a known code, or when the process would accept more than MAX_DECLARED codes.
+    """
+    pairs = list(codes)
+    new = {code for code, _ in pairs if code not in _DECLARED}
+    for code, after in pairs:
+        if not isinstance(code, str) or not DECLARED_CODE.fullmatch(code) or code in BUILT_IN:
+            raise ValueError(f"{code!r} cannot be declared: built-in or not a lower-case identifier")
+        if after not in BUILT_IN and after not in {c for c, _ in pairs} | set(_DECLARED):
+            raise ValueError(f"{code}: 'after' names no known code")
+    if len(_DECLARED) + len(new) > MAX_DECLARED:
+        raise ValueError(f"more than {MAX_DECLARED} declared reason codes in one process")
+    for code, after in pairs:
+        if code not in _DECLARED:
+            member = str.__new__(Reason, code)
+            member._name_ = code.upper()
+            member._value_ = code
+            _DECLARED[code] = member
+        _DECLARED_AFTER[code] = after
 
 #: When several rules refuse one request, the header and error body name the most fundamental
 #: cause: who is asking (context, key, principal) before what they may do (consent, scope, room)
@@ -81,11 +144,21 @@ _PRIORITY: Final[tuple[Reason, ...]] = (
 _RANK: Final[dict[Reason, int]] = {r: i for i, r in enumerate(_PRIORITY)}
 
 
+def _rank(reason: str, seen: frozenset[str] = frozenset()) -> tuple[float, ...]:
+    if reason in _RANK:
+        return (_RANK[Reason(reason)],)
+    after = _DECLARED_AFTER.get(reason)
+    if after is None or reason in seen:
+        return (float(len(_PRIORITY)),)
+    # Right after its anchor, before the anchor's next built-in neighbour.
+    return (*_rank(after, seen | {reason}), 0.5)
+
+
 def primary(reasons: list[Reason] | tuple[Reason, ...]) -> Reason:
     """The reason reported first when several apply (see ``_PRIORITY``); ``internal_error`` when none."""
     if not reasons:
         return Reason.INTERNAL_ERROR
-    return min(reasons, key=lambda r: _RANK.get(Reason(r), len(_PRIORITY)))
+    return Reason(min(reasons, key=lambda r: (_rank(Reason(r).value), Reason(r).value)))
 
 
 def new_decision_id() -> str:

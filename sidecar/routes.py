@@ -32,6 +32,7 @@ class RouteClass(enum.StrEnum):
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
     PASSTHROUGH = "passthrough"
+    INVALID = "invalid"
 
 
 #: Classes whose upstream error bodies are replaced (they can carry memory or DB text).
@@ -97,6 +98,14 @@ _TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
 ]
 
 
+# RFC 9112 origin-form: an absolute path made only of the characters RFC 3986 allows there, and
+# an optional query of printable ASCII (browsers leave `|`, `[`, `{` … unencoded in queries).
+# Anything else (absolute-form, asterisk-form, a fragment, spaces, control or non-ASCII bytes)
+# could be read by kagent's router as a path other than the one classified.
+_ORIGIN_FORM = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*(\?[\x21-\x22\x24-\x7e]*)?", re.ASCII)
+_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _canonical(decoded: str) -> str:
     """Fold a decoded path the way a lenient router might: case, slashes, dot segments."""
     folded = posixpath.normpath("/" + decoded.lower())
@@ -105,6 +114,10 @@ def _canonical(decoded: str) -> str:
 
 def classify(method: str, raw_path: str) -> RouteMatch:
     """Classify one request by method and raw (still percent-encoded) path, without I/O."""
+    if _ORIGIN_FORM.fullmatch(raw_path) is None or _PCT.search(raw_path.partition("?")[0]) is not None:
+        # SECURITY: what memgov classifies is what it forwards; a target it cannot read exactly
+        # the way kagent will is refused, whatever it appears to name.
+        return RouteMatch(RouteClass.INVALID, "/{invalid}")
     method = method.upper()
     path = raw_path.split("?", 1)[0]
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from sidecar import tracing
 from sidecar.control.app import control_plane
-from sidecar.enforce import governed_handlers
+from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.enforce.build import governance
 from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.logs import configure_logging, get_logger
@@ -49,8 +49,10 @@ class Gateway:
 
 
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
+    # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
+    # byte) and never parsed as something other than what arrived on a governed route.
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=gw.settings.listen.shutdown_timeout_s)
+                           shutdown_timeout=gw.settings.listen.shutdown_timeout_s, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()
@@ -75,7 +77,7 @@ async def running_gateway(
         sampling(gov.store, gov.now),
     ):
         gw.governance = gov
-        data = create_data_app(settings, handlers=governed_handlers())
+        data = create_data_app(settings, handlers=governed_handlers(), middlewares=governed_middlewares())
         data[GOVERNANCE] = gov
         try:
             await _start(data, *settings.listen.address("data"), "data", gw)

@@ -51,7 +51,17 @@ class UpstreamSettings(_Section):
     total_timeout_s: float | None = Field(
         None, gt=0, description="Whole-request upstream timeout in seconds; unset for streaming routes."
     )
-    pool_size: int = Field(256, ge=1, description="Upstream connection pool size per app.")
+    pool_size: int = Field(
+        256, ge=1, description="Connection pool for passthrough and A2A traffic (long streams live here)."
+    )
+    memory_pool_size: int = Field(
+        64, ge=1, description="Separate connection pool for governed memory calls, so other traffic cannot starve them."
+    )
+    memory_timeout_s: float = Field(
+        10.0, gt=0, le=120, description="Whole-request timeout of one governed memory call to kagent, seconds."
+    )
+    embedding_pool_size: int = Field(32, ge=1, description="Separate connection pool for embedding calls.")
+    embedding_timeout_s: float = Field(30.0, gt=0, le=300, description="Whole-request embedding timeout, seconds.")
     kagent_auth_mode: Literal["unsecure", "trusted-proxy"] = Field(
         "unsecure", description="kagent's --auth-mode; decides how the session key is carried on an invocation."
     )
@@ -74,6 +84,15 @@ class ListenSettings(_Section):
     )
     shutdown_timeout_s: float = Field(
         30.0, gt=0, description="On SIGTERM, how long requests in flight (streams included) may still finish."
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Every request body must arrive completely within this many seconds (408 otherwise)."
+    )
+    body_min_rate_bps: int = Field(
+        1024, ge=0, description="After the first second a request body must keep this average rate (408 otherwise)."
+    )
+    max_concurrent_per_client: int = Field(
+        64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
     )
 
     @field_validator("data", "control", "ops")
@@ -124,6 +143,10 @@ class TrustSettings(_Section):
     )
     operator_key_file: Path | None = Field(None, description="Verifies operator tokens (role: operator).")
     context_max_age_s: int = Field(120, ge=1, le=120, description="Longest accepted context lifetime (exp - iat).")
+    subject_max_age_s: int = Field(
+        300, ge=1, le=3600, description="Longest accepted subject-token lifetime (exp - iat); jti is required."
+    )
+    operator_max_age_s: int = Field(3600, ge=1, le=86400, description="Longest accepted operator-token lifetime.")
 
 
 class MatrixSettings(_Section):
@@ -181,7 +204,10 @@ class EnforceSettings(_Section):
     prefetch_window_s: int = Field(
         60, ge=1, le=3600, description="Searches this soon after a new conversation's invocation count as prefetch."
     )
-    write_lease_s: int = Field(30, ge=1, le=600, description="Lease of an in-flight write record (erasure quiescing).")
+    write_lease_s: int = Field(
+        30, ge=1, le=600,
+        description="How long a write of unknown outcome may still land after its upstream call ended (erasure waits).",
+    )
 
 
 class AuditSettings(_Section):

@@ -19,6 +19,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from sidecar import metrics, tracing
+from sidecar.reasons import Reason
 from sidecar.settings import UpstreamSettings
 
 HOP_BY_HOP: Final = frozenset(
@@ -38,35 +39,60 @@ HOP_BY_HOP: Final = frozenset(
 _AUTO_HEADERS: Final = ("Accept-Encoding", "User-Agent", "Content-Type", "Accept")
 
 
-class BodyTooLarge(Exception):
+#: Never forwarded, on any route: a delegation context is for memgov alone (SPEC §5).
+CONTEXT_HEADER: Final = "X-Memgov-Context"
+
+
+class BodyRefused(Exception):
+    """The request body broke a listener limit; ``status`` and ``reason`` say which."""
+
+    status = 400
+    reason = Reason.BAD_REQUEST
+
+
+class BodyTooLarge(BodyRefused):
     """The request body exceeded ``listen.max_body_bytes``."""
 
+    status = 413
+    reason = Reason.BODY_TOO_LARGE
 
-def _overflow_in_chain(exc: BaseException) -> bool:
-    """True when a body-limit overflow, raised inside the client's body writer, caused ``exc``."""
+
+class BodyTooSlow(BodyRefused):
+    """The request body missed ``listen.body_timeout_s`` or ``listen.body_min_rate_bps``."""
+
+    status = 408
+    reason = Reason.BODY_TIMEOUT
+
+
+def _refusal_in_chain(exc: BaseException) -> BodyRefused | None:
+    """The body refusal, raised inside the client's body writer, that caused ``exc`` (if any)."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
-            return False
-        if isinstance(seen, BodyTooLarge):
-            return True
+            return None
+        if isinstance(seen, BodyRefused):
+            return seen
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 class UpstreamUnavailable(Exception):
-    """The upstream could not be reached or did not answer in time; ``timeout`` tells which."""
+    """The upstream could not be reached or did not answer in time; ``timeout`` tells which.
 
-    def __init__(self, timeout: bool) -> None:
+    ``sent`` is True unless the connection itself failed: then the request never left, and a
+    write certainly did not happen; otherwise (timeout, reset) its outcome is unknown.
+    """
+
+    def __init__(self, timeout: bool, sent: bool = True) -> None:
         super().__init__("timeout" if timeout else "connect")
-        self.timeout = timeout
+        self.timeout, self.sent = timeout, sent
 
 
 def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
-    """Copy headers without hop-by-hop ones, those named in Connection, and ``drop``."""
+    """Copy headers without hop-by-hop ones, those named in Connection, ``drop`` and the context header."""
     connection = headers.get("Connection", "")
     named = {h.strip().lower() for h in connection.split(",") if h.strip()}
-    skip = HOP_BY_HOP | named | {d.lower() for d in drop}
+    skip = HOP_BY_HOP | named | {d.lower() for d in drop} | {CONTEXT_HEADER.lower()}
     out: CIMultiDict[str] = CIMultiDict()
     for key, value in headers.items():
         if key.lower() not in skip:
@@ -105,14 +131,16 @@ class Upstream:
                 skip_auto_headers=skip, allow_redirects=False,
             )
             resp = await cm.__aenter__()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            if (refused := _refusal_in_chain(exc)) is not None:
+                raise refused from None
             metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()
             raise UpstreamUnavailable(timeout=True) from None
         except (aiohttp.ClientError, OSError) as exc:
-            if _overflow_in_chain(exc):
-                raise BodyTooLarge from None
+            if (refused := _refusal_in_chain(exc)) is not None:
+                raise refused from None
             metrics.UPSTREAM_FAILURES.labels(self.name, "connect").inc()
-            raise UpstreamUnavailable(timeout=False) from None
+            raise UpstreamUnavailable(timeout=False, sent=not isinstance(exc, aiohttp.ClientConnectorError)) from None
         metrics.UPSTREAM_SECONDS.labels(self.name).observe(time.perf_counter() - started)
         try:
             yield resp
@@ -120,12 +148,14 @@ class Upstream:
             await cm.__aexit__(None, None, None)
 
 
-def make_session(cfg: UpstreamSettings) -> aiohttp.ClientSession:
-    """Create the single pooled client session of an app."""
+def make_session(cfg: UpstreamSettings, *, pool_size: int | None = None,
+                 total_timeout_s: float | None = None) -> aiohttp.ClientSession:
+    """Create one pooled client session; each traffic group gets its own (see docs/boundary.md)."""
     timeout = aiohttp.ClientTimeout(
-        total=cfg.total_timeout_s, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
+        total=total_timeout_s or cfg.total_timeout_s, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
     )
-    connector = aiohttp.TCPConnector(limit=cfg.pool_size, keepalive_timeout=30, enable_cleanup_closed=True)
+    connector = aiohttp.TCPConnector(limit=pool_size or cfg.pool_size, keepalive_timeout=30,
+                                     enable_cleanup_closed=True)
     return aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent",),

@@ -130,4 +130,5 @@ class TestClassify:
 KNOWN_TEMPLATES = {row[3] for row in CONTROLLER_ROUTES} | {
     "/api/memories/{other}", "/api/a2a/{other}", "/api/{ungoverned}", "/api/a2a/{ns}/{name}/{rest}",
     "/api/a2a-sandboxes/{ns}/{name}/{rest}", "/api/a2a-sandboxes/{ns}/{name}/.well-known/agent-card.json",
+    "/{invalid}",
 }

@@ -56,7 +56,7 @@ async def _bench_engine(
     engine: str, url: str | None, pack_dir: Path, iterations: int, warmup: int
 ) -> dict[str, Any]:
     pack = read_pack(pack_dir)
-    bases = load_bases(pack_dir.parent / "policy-tests", pack.limits, pack.federation)
+    bases = load_bases(pack_dir.parent / "policy-tests", pack)
     settings = PolicySettings(dir=pack_dir, reload_interval_s=0, opa_timeout_s=5.0)
     runtime = await PolicyRuntime.start(settings, engine=engine, opa_url=url, watch=False)
     if not runtime.ready:

@@ -24,7 +24,7 @@ import yaml
 from sidecar.bench.loadgen import RequestSpec
 from sidecar.bench.scenarios import Scenario
 from sidecar.identity.keys import SessionKeys
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import mint_subject
 from sidecar.settings import PACKAGED_POLICY_DIR
 
 SERVER: Final = "bench.example"
@@ -34,7 +34,8 @@ APP: Final = "bench__NS__assistant"
 ROOMS: Final = (f"!bench-search:{SERVER}", f"!bench-save:{SERVER}")
 # Every budget and cap far above what a run can reach, so the decision is always "forward".
 _UNBOUNDED: Final = {"max_entries": 10**9, "rate_per_minute": 10**9, "rate_burst": 10**9,
-                     "hourly_operations": 10**9, "embedding_items_per_agent_hour": 10**9}
+                     "hourly_operations": 10**9, "embedding_items_per_agent_hour": 10**9,
+                     "embedding_items_per_source_hour": 10**9}
 _JSON: Final = (("Content-Type", "application/json"), ("X-Agent-Name", APP))
 
 
@@ -108,11 +109,9 @@ class GovernedScenario(Scenario):
 
     def _consent(self, control_url: str, room: str) -> str:
         """Create and consent one bench scope through the control API; return its session key."""
-        now = int(time.time())
-        token = mint_token({"sub": SUBJECT, "iat": now, "exp": now + 3600}, self._files["bridge"], "HS256")
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
         def call(method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            token = mint_subject(SUBJECT, self._files["bridge"], "HS256", now=int(time.time()))
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
             req = urllib.request.Request(control_url + path, data=json.dumps(body).encode(), method=method,
                                          headers=headers)
             with urllib.request.urlopen(req, timeout=30) as resp:

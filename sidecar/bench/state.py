@@ -41,10 +41,16 @@ SELECT 's' || lpad(to_hex(i), 24, '0'), '@user' || i || ':bench.example', 'nativ
 FROM generate_series(CAST($1 AS BIGINT), CAST($2 AS BIGINT) - 1) AS i
 """
 _PG_LEDGER = """
-INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us)
+INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us, ns_id)
 SELECT 'k' || lpad(to_hex(j), 24, '0'), 's' || lpad(to_hex(LEAST(j / $3, $4 - 1)), 24, '0'), 1, 'bench-' || j,
-       $5 - (j % 86400) * 1000000, $5 - (j % 86400) * 1000000 + $6
+       $5 - (j % 86400) * 1000000, $5 - (j % 86400) * 1000000 + $6, 'n' || lpad(to_hex(LEAST(j / $3, $4 - 1)), 24, '0')
 FROM generate_series(CAST($1 AS BIGINT), CAST($2 AS BIGINT) - 1) AS j
+"""
+# Each bench scope's live namespace: id and salt derived from the scope id (the bench needs no secrecy).
+_NAMESPACES = """
+INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us)
+SELECT 'n' || substr(s.scope_id, 2), s.scope_id, 1, substr(s.scope_id, 2) || '00000000', 'live', $1 FROM scopes s
+WHERE NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.scope_id = s.scope_id)
 """
 _SQLITE_SEQ = "WITH RECURSIVE seq(i) AS (SELECT $1 WHERE $1 < $2 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < $2) "
 _SQLITE_SCOPES = _SQLITE_SEQ + """
@@ -54,9 +60,9 @@ SELECT printf('s%024x', i), '@user' || i || ':bench.example', 'native', 'bench/a
        'control_room', '!room' || i || ':bench.example', 1, 1, 'benchmark', 'v1', $3, $3, $3 FROM seq
 """
 _SQLITE_LEDGER = _SQLITE_SEQ + """
-INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us)
+INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us, ns_id)
 SELECT printf('k%024x', i), printf('s%024x', min(i / $3, $4 - 1)), 1, 'bench-' || i,
-       $5 - (i % 86400) * 1000000, $5 - (i % 86400) * 1000000 + $6 FROM seq
+       $5 - (i % 86400) * 1000000, $5 - (i % 86400) * 1000000 + $6, printf('n%024x', min(i / $3, $4 - 1)) FROM seq
 """
 
 
@@ -81,6 +87,7 @@ async def _grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -
     start = time.perf_counter()
     async with store.db.tx("write") as tx:
         await tx.execute(_PG_SCOPES if pg else _SQLITE_SCOPES, have_scopes, scopes, now_us)
+        await tx.execute(_NAMESPACES, now_us)
         await tx.execute(_PG_LEDGER if pg else _SQLITE_LEDGER, have_rows, ledger_rows, per_scope, scopes, now_us,
                          _WEEK_US)
     async with store.db.tx("read") as tx:
@@ -123,16 +130,18 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
                 raise RuntimeError("benchmark scope missing or fenced")
 
         async def fenced_write(i: int) -> None:
-            await store.end_write(await store.begin_write(picks[i % len(picks)], 1, 60, now))
+            sid = picks[i % len(picks)]
+            await store.end_write(await store.begin_write(sid, 1, "n" + sid[1:], 60, now))
 
         async def ledger_insert(i: int) -> None:
-            (slot,) = await store.reserve_entries(picks[i % len(picks)], 1, 1, _HUGE, now)
+            sid = picks[i % len(picks)]
+            (slot,) = await store.reserve_entries(sid, 1, "n" + sid[1:], 1, _HUGE, now)
             await store.fill_entry(slot, f"m-{scopes}-{i}-{rng.getrandbits(32):08x}", now, now + timedelta(days=7))
 
         async def filter_live(i: int) -> None:
             sid = picks[i % len(picks)]
             base = int(sid[1:], 16) * max(1, ledger_rows // scopes)
-            await store.filter_live(sid, 1, [f"bench-{base + k}" for k in range(10)], now)
+            await store.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(10)], now)
 
         async def budget(i: int) -> None:
             claims = [BudgetClaim("bucket", f"@user{i % 1000}:bench.example|bench/agent", _HUGE, refill_per_s=1.0),

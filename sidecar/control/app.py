@@ -55,8 +55,12 @@ async def _refusal(request: web.Request, refused: Refused) -> web.Response:
     if not refused.audited:
         gov = request.app[GOVERNANCE]
         try:
-            await gov.store.audit("control", refused.reason.value, decision_id=request[DECISION_ID],
-                                  scope_id=refused.scope_id, operation=request.get(OPERATION), now=gov.now())
+            if refused.reason is Reason.AUTH_REQUIRED:
+                # No valid credential: counted per hour, not one row each.
+                await gov.store.count_refusal(request.get(OPERATION) or "control", refused.reason.value, gov.now())
+            else:
+                await gov.store.audit("control", refused.reason.value, decision_id=request[DECISION_ID],
+                                      scope_id=refused.scope_id, operation=request.get(OPERATION), now=gov.now())
         except StateError:
             log.error("audit.failed", decision_id=request[DECISION_ID], reason=refused.reason.value)
     return json_error(request, refused.status, refused.reason, headers=refused.headers)

@@ -22,9 +22,8 @@ from typing import Any
 import aiohttp
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.drill.actors import context_claims
 from sidecar.drill.target import DrillConfigError, load_signing_key
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import control_room, mint_context
 from sidecar.policy.pack import load_federation
 from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings, read_secret
 
@@ -79,10 +78,9 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
     classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification
     sub, bot, server = scope["principal"]["mxid"], args.bridge_bot, args.server_name
     while True:
-        claims = context_claims(sub, scope["principal"]["origin"], scope["agent"], scope["scope"]["room_id"],
-                                now=int(time.time()), members=[sub, bot, args.ghost], acl_allow=[server],
-                                servers=[server], classification=classification)
-        yield mint_token(claims, key.material, key.alg)
+        yield mint_context(key.material, key.alg, sub=sub, origin=scope["principal"]["origin"], agent=scope["agent"],
+                           room_id=scope["scope"]["room_id"], room=control_room([sub, bot, args.ghost], server),
+                           servers=[server], classification=classification, now=int(time.time()))
 
 
 async def _inspect(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:

@@ -6,15 +6,14 @@ HTTP status, the reason code, the decision id and, for a failed erasure, the evi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
 from sidecar.reasons import REASON_VALUES
-
-CONTEXT_HEADER = "X-Memgov-Context"
+from sidecar.upstream import CONTEXT_HEADER
 
 
 class ControlError(Exception):
@@ -25,17 +24,22 @@ class ControlError(Exception):
         self.status, self.reason, self.decision_id, self.location = status, reason, decision_id, location
 
 
-class ControlClient:
-    """Calls one control API base URL with one bearer token."""
+#: A bearer token, or something that mints a fresh one per call (subject tokens are single-use
+#: for consent changes and erasures).
+Token = str | Callable[[], str] | None
 
-    def __init__(self, base_url: str, token: str | None = None, *, session: aiohttp.ClientSession | None = None,
+
+class ControlClient:
+    """Calls one control API base URL as one caller."""
+
+    def __init__(self, base_url: str, token: Token = None, *, session: aiohttp.ClientSession | None = None,
                  timeout_s: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self._own = session is None
         self._session = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
 
-    def as_caller(self, token: str | None) -> ControlClient:
+    def as_caller(self, token: Token) -> ControlClient:
         """The same endpoint and connection pool with another caller's token."""
         return ControlClient(self.base_url, token, session=self._session)
 
@@ -53,8 +57,9 @@ class ControlClient:
                    params: dict[str, str] | None = None) -> tuple[int, Any]:
         """One request; returns (status, decoded body) for 2xx, raises ControlError otherwise."""
         sent = dict(headers or {})
-        if self.token is not None:
-            sent["Authorization"] = f"Bearer {self.token}"
+        token = self.token() if callable(self.token) else self.token
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
         async with self._session.request(method, self.base_url + path, json=json, headers=sent,
                                          params=params) as resp:
             try:

@@ -4,25 +4,25 @@ Inspect is the only control call that returns memory text. Every page needs the 
 and a fresh ``X-Memgov-Context`` attesting the control room; the attested state goes through
 the policy runtime (engine + floor) as a ``control.inspect`` decision and anything but
 ``forward`` refuses the page with its reason code and no content. Text is fetched from kagent
-for the current generation's namespace and kept only for ledger-live ids of that generation.
+for the scope's live namespace, listed with the spelling that reaches every stored agent name,
+and kept only for the ledger-live ids of that namespace: exactly what the agent can recall.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.control.auth import subject_scope
+from sidecar.control.auth import spend, subject_scope
 from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.invoke import CONTEXT_HEADER, context_facts
+from sidecar.enforce.context import seen_context
 from sidecar.enforce.respond import decide, primary_reason, record, stamp
 from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.adapters import AdapterError, list_namespace
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
-from sidecar.identity.keys import storage_key
 from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason
 from sidecar.state import codec
@@ -52,7 +52,8 @@ def _entry_id(raw: str | None) -> str | None:
 async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
     """Decide ``control.inspect`` on the attested room state; the decision is logged and audited."""
     gov = request.app[GOVERNANCE]
-    facts, ctx = await context_facts(request, request.headers.get(CONTEXT_HEADER))
+    seen = await seen_context(request)
+    facts, ctx = seen.facts, seen.claims
     # The principal is the one the bridge attests; the policy compares it with the scope's.
     principal = principal_of(ctx.sub, ctx.origin) if ctx else principal_of(scope.principal_mxid, scope.origin)
     decision = await decide(
@@ -67,7 +68,7 @@ async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
         room=room_of(ctx.room) if ctx else None, audience=audience_of(ctx.audience) if ctx else None,
         entries=Entries(count=live, cap=gov.limits.max_entries),
     )
-    await record(request, Operation.CONTROL_INSPECT, decision, scope_id=scope.scope_id)
+    await record(request, Operation.CONTROL_INSPECT, decision, scope_id=scope.scope_id, credentialed=True)
     return decision
 
 
@@ -83,17 +84,19 @@ async def inspect(request: web.Request) -> web.StreamResponse:
         # SECURITY: drift in the room, audience, context or consent suppresses the whole page.
         raise Refused(403, primary_reason(decision), scope_id=scope.scope_id, audited=True)
     page = await gov.store.live_entries(scope.scope_id, now, cursor, limit)
-    current = [e for e in page if e.generation == scope.generation]
+    live_ns = scope.namespace
+    current = [e for e in page if live_ns is not None and e.ns_id == live_ns.ns_id]
     texts: dict[str, str] = {}
-    if current:
+    if current and live_ns is not None:
         try:
             rows = await list_namespace(request.app[KAGENT], gov.settings.upstream.controller_url,
-                                        gov.app_name(scope.agent), storage_key(scope.scope_id, scope.generation))
+                                        gov.query_name(scope.agent), live_ns.storage_key)
         except AdapterError as exc:
             raise Refused(502, exc.reason, scope_id=scope.scope_id) from None
         texts = {r["id"]: r.get("content") if isinstance(r.get("content"), str) else "" for r in rows}
     after = await gov.store.get_scope(scope.scope_id)
-    if after is None or not after.enabled or after.generation != scope.generation:
+    if (after is None or not after.enabled or after.generation != scope.generation or after.namespace is None
+            or live_ns is None or after.namespace.ns_id != live_ns.ns_id):
         # SECURITY: consent changed while the page was read; nothing read under it goes out.
         raise Refused(403, Reason.STALE_GENERATION, scope_id=scope.scope_id)
     source = SourceScope(kind=scope.kind, room_id=scope.room_id)
@@ -111,10 +114,11 @@ async def forget_one(request: web.Request) -> web.Response:
     """DELETE /v1/scopes/{scope_id}/entries/{entry_id}: erase exactly one ledger entry, with evidence."""
     operation(request, "scope.forget_one")
     gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request)
+    caller, scope = await subject_scope(request)
     entry_id = request.match_info["entry_id"]
     entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == entry_id), None)
     if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
         raise Refused(404, Reason.NOT_FOUND, scope_id=scope.scope_id)
+    await spend(request, caller)
     erasure = await request.app[ENGINE].erase(scope, Kind.FORGET_ONE, "subject", [entry.entry_id])
     return ok(await erasure_answer(gov, erasure))

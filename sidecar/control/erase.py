@@ -15,8 +15,8 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar.control.auth import require_operator, subject_scope
-from sidecar.control.evidence import erasure_answer, evidence_of
+from sidecar.control.auth import require_operator, spend, subject_scope
+from sidecar.control.evidence import erasure_answer, evidence_of, location
 from sidecar.control.http import ENGINE, Refused, ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
 from sidecar.enforce.runtime import GOVERNANCE
@@ -38,7 +38,7 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
     caller, scope = await subject_scope(request)
     body = await parse_optional(request, Confirm)
     now = gov.now()
-    if body is None:
+    if body is None or body.confirm is None:  # no body, or `{}`: no confirmation yet
         # Hex, not URL-safe base64: a token starting with "-" would read as an option on a command line.
         token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
         await gov.store.put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
@@ -47,8 +47,9 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
         return ok(issued, status=202)
     if not await gov.store.take_confirmation(_hash(body.confirm), scope.scope_id, caller.sub, kind.value, now):
         raise Refused(409, Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
+    await spend(request, caller)  # executing the erasure changes state: the token works once
     erasure = await request.app[ENGINE].erase(scope, kind, "subject")
-    return ok(await erasure_answer(gov, erasure))
+    return ok(await erasure_answer(gov, erasure), headers=location(erasure))
 
 
 async def forget_all(request: web.Request) -> web.Response:

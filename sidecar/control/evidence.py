@@ -17,9 +17,10 @@ _UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.
 
 
 async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
-    """The evidence record of an erasure, built from its row and the scope's ledger."""
+    """The evidence record of an erasure, built from its row, the scope's ledger and namespaces."""
     ledger = await gov.store.entries_of_scope(erasure.scope_id)
-    return ErasureRecord.model_validate(build_evidence(erasure, ledger))
+    namespaces = await gov.store.namespaces_of_scope(erasure.scope_id)
+    return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces))
 
 
 def location(erasure: Erasure) -> dict[str, str]:
@@ -28,12 +29,13 @@ def location(erasure: Erasure) -> dict[str, str]:
 
 
 async def erasure_answer(gov: Governance, erasure: Erasure) -> ErasureRecord:
-    """The evidence of a verified erasure; a failed one becomes an error carrying only its code.
+    """The evidence of an erasure; a failed one becomes an error carrying only its code.
 
-    The engine has already audited the failure and disabled the scope; the ``Location`` header
-    leads an operator to the evidence.
+    An erasure still waiting (a write of unknown outcome may land until ``not_before``) is
+    answered with its evidence as it stands: state ``deleted``, verification pending. The engine has already
+    audited a failure and disabled the scope; the ``Location`` header leads to the evidence.
     """
-    if erasure.state != "verified":
+    if erasure.state == "failed":
         reason = Reason(erasure.failure_reason or Reason.ERASURE_FAILED.value)
         raise Refused(502 if reason.value in _UPSTREAM else 500, reason, scope_id=erasure.scope_id, audited=True,
                       headers=location(erasure))

@@ -55,7 +55,10 @@ class GrantConsent(_In):
 class Confirm(_In):
     """Second call of forget-all or off."""
 
-    confirm: str = Field(..., min_length=1, max_length=128, description="The confirm_token of the first call.")
+    confirm: str | None = Field(
+        None, min_length=1, max_length=128,
+        description="The confirm_token of the first call; absent (or an empty object) asks for one.",
+    )
 
 
 class ScopeCreated(_Out):
@@ -166,11 +169,27 @@ class EvidenceEntry(_Out):
 
 
 class Verification(_Out):
-    """Read-after-delete result."""
+    """Read-after-delete result; every claim comes from a read-back."""
 
     result: Literal["passed", "failed", "pending"]
     readable_through_memgov: bool | None
-    physically_absent: bool | None
+    physically_absent: bool | None = Field(
+        ..., description="True only when a read-back of every namespace (or forgotten id) found nothing."
+    )
+    rechecked_after_possible_write: bool = Field(
+        ..., description="Verification waited for a write of unknown outcome and cleared and read back again."
+    )
+
+
+class ReadBackOut(_Out):
+    """One read-back of one storage namespace during the erasure (what was found, not what was asked)."""
+
+    namespace_id: str
+    generation: int | None
+    legacy: bool | None = Field(..., description="An unsalted namespace written before storage salts existed.")
+    check: Literal["namespace", "entries"]
+    at: Timestamp
+    rows_found: int
 
 
 class ErasureRecord(_Out):
@@ -186,10 +205,14 @@ class ErasureRecord(_Out):
     created_at: Timestamp
     updated_at: Timestamp
     failure_reason: str | None
+    not_before: Timestamp | None = Field(
+        ..., description="Verification waits until then: a write of unknown outcome may still land (SPEC D4)."
+    )
     steps: list[StepOut]
     entries: list[EvidenceEntry]
+    read_back: list[ReadBackOut]
     verification: Verification
-    physical_deletion: Literal["complete", "pending_namespace_clear", "in_progress", "incomplete"]
+    physical_deletion: Literal["complete", "pending_namespace_clear", "in_progress", "incomplete", "unverified"]
     residuals: list[str] = Field(..., description="What this erasure cannot reach (codes, see docs/control-api.md).")
 
 

@@ -25,7 +25,7 @@ _OPERATOR: list[dict[str, list[str]]] = [{"operatorToken": []}]
 _EITHER = [*_SUBJECT, *_OPERATOR]
 _ERRORS = {
     400: "bad_request, principal_invalid: malformed input.",
-    401: "auth_required: no valid bearer token.",
+    401: "auth_required: no valid bearer token of the right type, or a subject token already spent.",
     403: "not_subject (or another reason code): the caller may not do this.",
     404: "not_found.",
     409: "confirmation_required, erasure_pending or erasure_failed.",
@@ -144,9 +144,13 @@ def _document() -> str:
             "schemas": _schemas(),
             "securitySchemes": {
                 "subjectToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                 "description": "Signed by the bridge key; sub is the acting MXID."},
+                                 "description": "JOSE typ memgov-subject+jwt, signed by the bridge key; sub is "
+                                                "the acting MXID; iat, exp (at most 300 s later) and jti required. "
+                                                "Consent changes and erasures spend the jti: one token, one change. "
+                                                "A delegation context is never accepted here."},
                 "operatorToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                  "description": "Signed by the operator key; role: operator."},
+                                  "description": "JOSE typ memgov-operator+jwt, signed by the operator key; "
+                                                 "role: operator; iat and exp (at most 1 h later) required."},
             },
         },
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from sidecar.control.auth import authenticate, ensure_subject, subject_scope
-from sidecar.control.evidence import erasure_answer
+from sidecar.control.evidence import erasure_answer, location
 from sidecar.control.http import ENGINE, Refused, load_scope, ok, operation, parse
 from sidecar.control.models import (
     ConsentChange,
@@ -74,7 +74,7 @@ async def grant_consent(request: web.Request) -> web.Response:
     """PUT /v1/scopes/{scope_id}/consent: enable, generation+1, receipt."""
     operation(request, "consent.grant")
     gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request)
+    _, scope = await subject_scope(request, changes_state=True)
     body = await parse(request, GrantConsent)
     if not gov.is_memory_agent(scope.agent):
         raise Refused(403, Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
@@ -94,21 +94,23 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     """DELETE /v1/scopes/{scope_id}/consent: disable + generation+1 (receipt), then erase everything."""
     operation(request, "consent.withdraw")
     gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request)
+    _, scope = await subject_scope(request, changes_state=True)
     erasure = await request.app[ENGINE].erase(scope, Kind.WITHDRAW, "subject")
     record = await erasure_answer(gov, erasure)
     after = await load_scope(gov, scope.scope_id)
     receipts = [r for r in await gov.store.receipts(scope.scope_id) if r.at >= erasure.created_at]
     return ok(ConsentChange(scope_id=after.scope_id, enabled=after.enabled, generation=after.generation,
-                            receipt=_receipt(receipts[-1] if receipts else None), erasure=record))
+                            receipt=_receipt(receipts[-1] if receipts else None), erasure=record),
+              headers=location(erasure))
 
 
 async def _counts(request: web.Request, scope: Scope) -> EntryCounts:
     gov = request.app[GOVERNANCE]
     now = gov.now()
     live = pending = 0
+    live_ns = scope.namespace.ns_id if scope.namespace is not None else None
     for e in await gov.store.entries_of_scope(scope.scope_id):
-        readable = (scope.enabled and e.generation == scope.generation and e.tombstoned_at is None
+        readable = (live_ns is not None and e.ns_id == live_ns and e.tombstoned_at is None
                     and e.physically_deleted_at is None and e.expires_at > now)
         live += readable
         pending += not readable and e.physically_deleted_at is None

@@ -38,6 +38,7 @@ class EmbeddingCall:
     inputs: tuple[str, ...]
     authorization_present: bool
     header_names: frozenset[str]
+    body_keys: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -82,7 +83,8 @@ async def embeddings(request: web.Request) -> web.Response:
     model = body.get("model") if isinstance(body, dict) else None
     state.calls.append(EmbeddingCall(request.path, model if isinstance(model, str) else None, tuple(inputs or ()),
                                      "Authorization" in request.headers,
-                                     frozenset(k.lower() for k in request.headers)))
+                                     frozenset(k.lower() for k in request.headers),
+                                     frozenset(body) if isinstance(body, dict) else frozenset()))
     faults = state.faults
     if faults.delay_s > 0:
         await asyncio.sleep(faults.delay_s)  # simulates a slow provider

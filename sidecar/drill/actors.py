@@ -8,6 +8,8 @@ the runtime with a computed session key, inspect as the subject.
 
 from __future__ import annotations
 
+import functools
+
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -17,32 +19,19 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from sidecar.control.client import ControlClient, ControlError
+from sidecar.control.client import ControlClient, ControlError, Token
 from sidecar.drill.result import CheckFailed
 from sidecar.drill.sentinels import make_sentinel
 from sidecar.drill.target import Agent, Target
 from sidecar.drill.wire import Answer, Recorder, call
-from sidecar.identity.keys import SessionKeys, storage_key
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.keys import SessionKeys, new_salt, storage_key
+from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 
 #: Every fact and query the drill sends has this vector: search then ranks nothing out by similarity.
 VECTOR: tuple[float, ...] = (0.036,) * 768
 PURPOSE, POLICY_VERSION = "memgov drill: throwaway acceptance proof", "drill-1"
 #: A JSON-RPC call that gets a governed decision without running a model turn.
 PROBE_RPC = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "memgov-drill-probe"}}
-
-
-def context_claims(subject: str, origin: str, agent_ref: str, room_id: str, *, now: int, members: list[str],
-                   acl_allow: list[str], servers: list[str], classification: str) -> dict[str, Any]:
-    """The claims of a delegation context attesting a room-v12, plaintext, invite-only control room."""
-    return {
-        "sub": subject, "origin": origin, "agent": agent_ref, "scope": {"kind": "control_room", "room_id": room_id},
-        "room": {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-                 "members": members, "invited": [],
-                 "server_acl": {"allow": acl_allow, "deny": [], "allow_ip_literals": False}},
-        "audience": {"servers": servers, "classification": classification},
-        "iat": now, "exp": now + 60, "jti": secrets.token_hex(12),
-    }
 
 
 class LocalView(Protocol):
@@ -115,26 +104,32 @@ class DrillRun:
                 acl_allow: list[str] | None = None, classification: str | None = None) -> str:
         """A signed delegation context; by default it attests a correct control room."""
         t = self.target
-        claims = context_claims(subject, origin, agent.ref, room, now=self._now(),
-                                members=members if members is not None else [subject, t.bridge_bot, agent.ghost],
-                                acl_allow=acl_allow or [t.server_name], servers=servers or [t.server_name],
-                                classification=classification or t.classification)
-        return mint_token(claims, t.bridge_key.material, t.bridge_key.alg)
+        state = control_room(members if members is not None else [subject, t.bridge_bot, agent.ghost],
+                             t.server_name)
+        if acl_allow is not None:
+            state["server_acl"] = {**state["server_acl"], "allow": acl_allow}
+        return mint_context(t.bridge_key.material, t.bridge_key.alg, sub=subject, origin=origin, agent=agent.ref,
+                            room_id=room, room=state, servers=servers or [t.server_name],
+                            classification=classification or t.classification, now=self._now())
 
     def subject_token(self, subject: str) -> str:
-        """The bridge's bearer token for ``subject`` acting for itself."""
-        now = self._now()
-        return mint_token({"sub": subject, "iat": now, "exp": now + 300}, self.target.bridge_key.material,
-                          self.target.bridge_key.alg)
+        """The bridge's bearer token for ``subject`` acting for itself (single-use for state changes)."""
+        return mint_subject(subject, self.target.bridge_key.material, self.target.bridge_key.alg, now=self._now())
 
     def operator_token(self) -> str:
-        now = self._now()
-        return mint_token({"sub": "memgov-drill", "role": "operator", "iat": now, "exp": now + 300},
-                          self.target.operator_key.material, self.target.operator_key.alg)
+        return mint_operator("memgov-drill", self.target.operator_key.material, self.target.operator_key.alg,
+                             now=self._now())
 
     def control(self, subject: str | None = None, *, operator: bool = False) -> ControlClient:
-        """A control client on the run's session, as ``subject``, as an operator, or anonymous."""
-        token = self.operator_token() if operator else (self.subject_token(subject) if subject else None)
+        """A control client on the run's session, as ``subject``, as an operator, or anonymous.
+
+        Each call carries a freshly minted token, as a bridge would send.
+        """
+        token: Token = None
+        if operator:
+            token = self.operator_token
+        elif subject:
+            token = functools.partial(self.subject_token, subject)
         return ControlClient(self.target.control_url, token, session=self.http)
 
     # --- scopes -------------------------------------------------------------------------------
@@ -162,8 +157,14 @@ class DrillRun:
         return self.keys.session_key(scope.scope_id, scope.generation if generation is None else generation)
 
     @staticmethod
-    def storage_key(scope: Scope) -> str:
-        return storage_key(scope.scope_id, scope.generation)
+    def guessed_storage_keys(scope: Scope) -> list[str]:
+        """What someone holding the scope's session key could try as its kagent ``user_id``.
+
+        The real storage key carries a random salt only memgov's state knows (SPEC D2); these are
+        the unsalted form derived from the session key and the real shape with a guessed salt.
+        """
+        return [storage_key(scope.scope_id, scope.generation, ""),
+                storage_key(scope.scope_id, scope.generation, new_salt())]
 
     async def inspect_all(self, scope: Scope) -> list[dict[str, Any]]:
         """Every entry, as the subject, with a fresh attested context per page."""

@@ -57,9 +57,10 @@ async def _bypass(run: DrillRun, victim: Scope, ev: Evidence) -> None:
     try:
         # Not memgov's answer, so not one of its sinks: the entry count below is the finding.
         with Recorder.content_channel():
-            found = await run.search(run.storage_key(victim), app=victim.agent.app, url=url)
-            listed = await run.list_route(run.storage_key(victim), app=victim.agent.app, url=url)
-        seen = len(found.ids()) + len(listed.ids())
+            for key in run.guessed_storage_keys(victim):
+                found = await run.search(key, app=victim.agent.app, url=url)
+                listed = await run.list_route(key, app=victim.agent.app, url=url)
+                seen += len(found.ids()) + len(listed.ids())
     except (aiohttp.ClientError, TimeoutError):
         reachable = False
     ev["bypass"] = {"reachable": reachable, "entries_seen": seen}
@@ -82,13 +83,14 @@ async def cross_user(run: DrillRun, ev: Evidence) -> None:
     expect(found.decision.action == "forward" and not found.ids(), "peer_key_reads_entries")
 
     peer_mac = run.key(other).rsplit(".", 1)[1]
-    probes = {"subject_mxid": subject, "storage_key": run.storage_key(victim),
+    derived, salted = run.guessed_storage_keys(victim)
+    probes = {"subject_mxid": subject, "derived_storage_key": derived, "guessed_salted_storage_key": salted,
               "forged_key": f"mg1.{victim.scope_id}.{victim.generation}.{peer_mac}"}
     for name, user_id in probes.items():
         answer = await run.search(user_id, app=app)
         ev[name] = _empty(answer)
         expect(not answer.ids() and answer.decision.action != "forward", f"{name}_reads_entries")
-    listed = await run.list_route(run.storage_key(victim), app=app)
+    listed = await run.list_route(salted, app=app)
     ev["list_route"] = _empty(listed)
     expect(listed.status == 403 and not listed.ids(), "list_route_answers")
 

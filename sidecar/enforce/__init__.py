@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from sidecar.enforce.embedding import handle_embedding
 from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_save_batch, handle_search
-from sidecar.enforce.respond import error, json_answer, refuse
-from sidecar.policy.model import Operation
+from sidecar.enforce.context import spend_contexts
+from sidecar.enforce.respond import DECISION, error, json_answer, refuse
+from sidecar.policy.model import Action, Operation
 from sidecar.proxy import ClassHandler
 from sidecar.reasons import Reason
 from sidecar.routes import RouteClass, RouteMatch
 from sidecar.state.types import StateError
+from sidecar.upstream import BodyRefused, UpstreamUnavailable
 
 
 def _fail_closed(operation: Operation, handler: ClassHandler) -> ClassHandler:
-    """If the state store fails, degrade the way a denial would: chat without memory, ``[]``, or 503."""
+    """Turn failures into governed answers that carry a decision.
+
+    The state store failing degrades the way a denial would (chat without memory, ``[]``, or
+    503); an unreachable upstream and a refused body answer their status with the decision header.
+    """
 
     async def guarded(request: web.Request, match: RouteMatch) -> web.StreamResponse:
         try:
@@ -29,6 +36,12 @@ def _fail_closed(operation: Operation, handler: ClassHandler) -> ClassHandler:
             if operation is Operation.MEMORY_SEARCH:
                 return json_answer(200, [], decision)
             return error(request, 503, decision)
+        except UpstreamUnavailable as exc:
+            credentialed = DECISION in request and request[DECISION].action is Action.FORWARD
+            decision = await refuse(request, operation, Reason.UPSTREAM_UNAVAILABLE, credentialed=credentialed)
+            return error(request, 504 if exc.timeout else 502, decision)
+        except BodyRefused as exc:
+            return error(request, exc.status, await refuse(request, operation, exc.reason))
 
     return guarded
 
@@ -45,3 +58,8 @@ def governed_handlers() -> dict[RouteClass, ClassHandler]:
         RouteClass.EMBEDDING: (Operation.EMBEDDING, handle_embedding),
     }
     return {cls: _fail_closed(op, handler) for cls, (op, handler) in table.items()}
+
+
+def governed_middlewares() -> tuple[Middleware, ...]:
+    """Data-plane middlewares governance adds: every delegation context is spent where it is seen."""
+    return (spend_contexts,)

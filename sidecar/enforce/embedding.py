@@ -1,36 +1,58 @@
-"""Governed embedding calls: ``/embeddings/{ns}/{name}/v1/embeddings`` → the provider (SPEC §2).
+"""Governed embedding calls: ``/embeddings/{ns}/{name}/v1/embeddings`` → the provider (SPEC §2, R-11, R-18).
 
 An embedding request carries no user, so it is admitted for a memory-enabled agent that has at
 least one enabled scope, within per-item size and count limits and the agent's hourly item
-budget; the scope pays again on the memory call that follows. Provider error bodies are
-replaced; the provider API key passes through untouched and is never logged; kagent's identity
-headers stop here (the provider has no use for them).
+budget; each source address has its own share of that budget, so one caller cannot spend it for
+every user of the agent. The scope pays again on the memory call that follows. The provider
+receives a body memgov serialized from the fields it checked (OpenAI's ``model``, ``input``,
+``dimensions``, ``encoding_format``); provider error bodies are replaced; the provider API key
+passes through untouched and is never logged; kagent's identity headers stop here.
 """
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 from aiohttp import web
 
 from sidecar import metrics
-from sidecar.enforce.facts import agent_of, parse_object, utf8_len
+from sidecar.enforce.facts import agent_of, utf8_len
 from sidecar.enforce.respond import decide, decision_headers, error, gov_of, record, refuse
 from sidecar.policy.model import Budget, Operation, RequestFacts
-from sidecar.proxy import EMBEDDING, forward_content, read_body
+from sidecar.proxy import EMBEDDING, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
+from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
-_KAGENT_HEADERS = ("X-User-Id", "X-Agent-Name")
+#: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
+_FIELDS: Final = ("model", "input", "dimensions", "encoding_format", "user")
+_PARSER = StrictJSON(_FIELDS)
+_ENCODINGS: Final = frozenset({"float", "base64"})
+_DROPPED: Final = ("X-User-Id", "X-Agent-Name", "Content-Length", "Content-Encoding")
 
 
-def embedding_inputs(payload: dict[str, object]) -> list[str] | None:
-    """The texts of an OpenAI-style request (a string or a list of strings); None otherwise."""
-    value = payload.get("input")
+def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+    """The texts and the body to forward, from a checked OpenAI-style request; None if malformed."""
+    value, model = payload.get("input"), payload.get("model")
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)  # type: ignore[arg-type]
-    return None
+        inputs = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        inputs = list(value)
+    else:
+        return None
+    body: dict[str, Any] = {"model": model, "input": value}
+    if not isinstance(model, str):
+        return None
+    if "dimensions" in payload:
+        if not is_int64(payload["dimensions"]):
+            return None
+        body["dimensions"] = payload["dimensions"]
+    if "encoding_format" in payload:
+        if payload["encoding_format"] not in _ENCODINGS:
+            return None
+        body["encoding_format"] = payload["encoding_format"]
+    return inputs, body
 
 
 async def handle_embedding(request: web.Request, match: RouteMatch) -> web.StreamResponse:
@@ -39,17 +61,27 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     ref = f"{match.params['ns']}/{match.params['name']}"
     if EMBEDDING not in request.app:
         return error(request, 404, await refuse(request, op, Reason.ROUTE_DENIED))
-    body = await read_body(request)
-    payload = parse_object(body)
-    inputs = embedding_inputs(payload) if payload is not None else None
-    if inputs is None:
+    try:
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            raise BadBody("encoded")
+        parsed = embedding_request(_PARSER.parse_object(await read_body(request)))
+    except BadBody:
+        parsed = None
+    if parsed is None:
         return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
+    inputs, body = parsed
     if not gov.is_memory_agent(ref) or not await gov.store.has_enabled_scope(ref):
         # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
         return error(request, 403, await refuse(request, op, Reason.CONSENT_MISSING))
+    lim = gov.limits
     failed = await gov.store.reserve_budget(
-        [BudgetClaim(kind="window", key=f"embed:{ref}", limit=gov.limits.embedding_items_per_agent_hour,
+        [BudgetClaim(kind="window", key=f"embed-src:{ref}:{request.remote or ''}", cost=len(inputs),
+                     limit=lim.embedding_items_per_source_hour, window_s=3600,
+                     reason=Reason.HOURLY_BUDGET_EXHAUSTED.value),
+         BudgetClaim(kind="window", key=f"embed:{ref}", limit=lim.embedding_items_per_agent_hour,
                      cost=len(inputs), window_s=3600, reason=Reason.HOURLY_BUDGET_EXHAUSTED.value)], gov.now())
+    # A prefetch query is embedded here before its search (which carries only a vector), so the
+    # prefetch query size is enforced on every item too.
     facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
     decision = await decide(request, op, agent_ref=ref, agent=agent_of(ref, gov.app_name(ref), True),
                             request=facts, budget=Budget(embedding_ok=failed is None))
@@ -57,5 +89,6 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     if not decision.allowed:
         return error(request, 403, decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
-    return await forward_content(request, request.app[EMBEDDING], path="/embeddings", body=body,
-                                 drop=_KAGENT_HEADERS, response_headers=decision_headers(decision))
+    return await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
+                         headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
+                         replace_errors=True)

@@ -1,34 +1,30 @@
 """Governed agent invocations (``a2a.invoke`` to a memory-enabled agent, SPEC D1 and D6).
 
 Allowed: forwarded to the same agent with every kagent identity carrier set to the session key
-``mg1.<scope>.<generation>.<mac>`` and the delegation context stripped. Anything else: forwarded
+``mg1.<scope>.<generation>.<mac>``; the delegation context is stripped on every route. Anything else: forwarded
 to the agent's memory-disabled variant with the caller's own identity, so chat keeps working.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode
 
 import jwt
 from aiohttp import web
 
-from sidecar import tracing
+from sidecar.enforce.context import seen_context
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.respond import decide, decision_headers, gov_of, record
 from sidecar.enforce.runtime import Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
-from sidecar.identity.tokens import DelegationContext, verify_context
-from sidecar.policy.model import Budget, ContextFacts, ContextScope, Decision, Operation, RequestFacts
+from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
 from sidecar.proxy import CONTROLLER, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
-
-CONTEXT_HEADER = "X-Memgov-Context"
-
 
 def _is_new_conversation(body: bytes) -> bool:
     """A message without a contextId starts a conversation (kagent's prefetch runs on its first turn)."""
@@ -48,30 +44,14 @@ def _with_query_user(raw_path: str, user: str) -> str:
     return f"{path}?{urlencode(pairs)}"
 
 
-@tracing.traced("memgov.identify")
-async def context_facts(request: web.Request, token: str | None) -> tuple[ContextFacts, DelegationContext | None]:
-    gov = gov_of(request)
-    if token is None:
-        return ContextFacts(present=False), None
-    if gov.bridge is None:
-        return ContextFacts(present=True), None  # no trust key configured: every context is invalid
-    now = gov.now()
-    try:
-        ctx = verify_context(token, gov.bridge, now=int(now.timestamp()),
-                             max_age_s=gov.settings.trust.context_max_age_s)
-    except IdentityError as exc:
-        return ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None
-    fresh = await gov.store.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
-    return ContextFacts(present=True, valid=True, replayed=not fresh, expires_at=ctx.exp), ctx
-
-
 async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     gov = gov_of(request)
     ref = f"{match.params['ns']}/{match.params['name']}"
     if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
         return await forward(request, request.app[CONTROLLER])
     body = await read_body(request)
-    facts, ctx = await context_facts(request, request.headers.get(CONTEXT_HEADER))
+    seen = await seen_context(request)
+    facts, ctx = seen.facts, seen.claims
     principal = scope = room = audience = None
     budget = Budget()
     if ctx is not None:
@@ -98,7 +78,8 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
     decision = await decide(request, Operation.A2A_INVOKE, agent_ref=ref, principal=principal,
                             agent=agent_of(ref, gov.app_name(ref), True), scope=scope, request=request_facts,
                             room=room, audience=audience, budget=budget)
-    await record(request, Operation.A2A_INVOKE, decision, scope_id=scope.scope_id if scope else None)
+    await record(request, Operation.A2A_INVOKE, decision, scope_id=scope.scope_id if scope else None,
+                 credentialed=ctx is not None)
     upstream = request.app[CONTROLLER]
     if decision.allowed and scope is not None:
         key = gov.keys.session_key(scope.scope_id, scope.generation)
@@ -110,7 +91,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
             await gov.store.open_prefetch_window(
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
         return await forward(request, upstream, path=_with_query_user(request.raw_path, key), headers=headers,
-                             drop=(CONTEXT_HEADER,), body=body, response_headers=decision_headers(decision))
+                             body=body, response_headers=decision_headers(decision))
     return await rewrite_disabled(request, match, decision)
 
 
@@ -121,7 +102,7 @@ async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: De
     prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
     path = f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):]
     body = await read_body(request)
-    return await forward(request, request.app[CONTROLLER], path=path, drop=(CONTEXT_HEADER,), body=body,
+    return await forward(request, request.app[CONTROLLER], path=path, body=body,
                          response_headers=decision_headers(decision))
 
 

@@ -1,40 +1,54 @@
-"""Governed memory calls from agent runtimes: save, batch save, search (SPEC D1–D3, R-9–R-11).
+"""Governed memory calls from agent runtimes: save, batch save, search (SPEC D1–D4, R-9–R-11, R-18).
 
-The runtime presents the session key as ``user_id``. The gateway verifies it, checks the scope
-is enabled at that generation and the agent name is the scope's, reserves budgets, asks the
-policy, and only then forwards with ``user_id`` rewritten to the scope's storage key. Saves are
-recorded in the ledger with an immutable hard expiry; searches come back filtered by it.
+The runtime presents the session key as ``user_id``. The gateway parses the body once, strictly
+(``sidecar.wire``), verifies the key, checks the scope is enabled at that generation and the
+agent name is the scope's, reserves budgets, asks the policy, and only then forwards a body it
+serialized itself: ``user_id`` is the scope's live storage key and ``agent_name`` the scope's one
+canonical ``app_name``, whatever spelling the runtime used. Saves are recorded in the ledger
+with an immutable hard expiry; searches come back filtered by it. A save whose upstream outcome
+is unknown (timeout, reset) keeps its in-flight record and marks its namespace possibly written.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from sidecar import metrics, tracing
-from sidecar.enforce.facts import KeyFacts, agent_of, is_vector, parse_object, principal_of, scope_of, utf8_len
+from sidecar.enforce.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
-from sidecar.identity.keys import storage_key
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
-from sidecar.proxy import CONTROLLER, read_body
+from sidecar.proxy import MEMORY, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
-from sidecar.state.types import BudgetClaim, CapReached, Fenced, Scope
-from sidecar.upstream import Upstream, filter_headers
+from sidecar.state.types import BudgetClaim, CapReached, Fenced, Namespace, Scope
+from sidecar.upstream import Upstream, UpstreamUnavailable, filter_headers
+from sidecar.wire import BadBody, StrictJSON, dumps, is_int64, is_number, is_vector
 
-SAVE_PATH = "/api/memories/sessions"
-SEARCH_PATH = "/api/memories/search"
+SAVE_PATH: Final = "/api/memories/sessions"
+SEARCH_PATH: Final = "/api/memories/search"
+#: Fields kagent v0.9.11 reads from a save and from a search (its Go request structs).
+_SAVE_FIELDS: Final = ("agent_name", "user_id", "content", "vector", "metadata", "ttl_days")
+_SEARCH_FIELDS: Final = ("agent_name", "user_id", "vector", "limit", "min_score")
+_SAVE = StrictJSON(_SAVE_FIELDS)
+_BATCH = StrictJSON(("items", *_SAVE_FIELDS))
+_SEARCH = StrictJSON(_SEARCH_FIELDS)
+#: Headers memgov sets itself on a forwarded memory call (the body says everything kagent reads).
+_REPLACED: Final = ("Host", "Content-Length", "Content-Type", "Content-Encoding", "X-User-Id", "X-Agent-Name")
 
 
 def _fact_ok(item: object) -> bool:
+    """A save item kagent would accept, with every field memgov forwards of the right type."""
     return (isinstance(item, dict) and isinstance(item.get("content", ""), str)
             and isinstance(item.get("agent_name"), str) and isinstance(item.get("user_id"), str)
-            and is_vector(item.get("vector")))
+            and is_vector(item.get("vector")) and ("ttl_days" not in item or is_int64(item["ttl_days"])))
 
 
 def _rate_claim(gov: Governance, scope: Scope) -> BudgetClaim:
@@ -59,7 +73,8 @@ async def _identify(request: web.Request, user_id: object, agent_name: object) -
     gov = gov_of(request)
     kf = KeyFacts(gov.keys, user_id, request.headers.get("X-User-Id"), agent_name, request.headers.get("X-Agent-Name"))
     scope = await gov.store.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None
-    live = scope is not None and scope.enabled and scope.generation == kf.generation and kf.user_id_matches
+    live = (scope is not None and scope.enabled and scope.generation == kf.generation and kf.user_id_matches
+            and scope.namespace is not None)
     return kf, scope, live
 
 
@@ -75,36 +90,40 @@ async def _decide(request: web.Request, op: Operation, kf: KeyFacts, scope: Scop
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)) if scope else None,
         scope=scope_of(scope) if scope else None, request=rf, budget=budget, entries=entries,
     )
-    await record(request, op, decision, scope_id=scope.scope_id if scope else None)
+    await record(request, op, decision, scope_id=scope.scope_id if scope else None, credentialed=kf.key_valid)
     return decision
 
 
-def _upstream_headers(request: web.Request, key: str) -> dict[str, str]:
-    headers = dict(filter_headers(request.headers, drop=("Host", "Content-Length", "Content-Type", "X-User-Id")))
-    headers.update({"Content-Type": "application/json", "X-User-Id": key})
+def _upstream_headers(request: web.Request, key: str, app_name: str) -> CIMultiDict[str]:
+    headers = filter_headers(request.headers, drop=_REPLACED)
+    headers.update({"Content-Type": "application/json", "X-User-Id": key, "X-Agent-Name": app_name})
     return headers
 
 
-async def _post(upstream: Upstream, path: str, headers: dict[str, str], payload: object) -> tuple[int, Any]:
-    """POST JSON to kagent; returns (status, parsed body or None). Error bodies are never kept."""
-    from multidict import CIMultiDict
+async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payload: object) -> tuple[int, Any]:
+    """POST JSON memgov built to kagent; (status, parsed body or None). Error bodies are never kept.
 
-    data = json.dumps(payload, separators=(",", ":")).encode()
+    Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
+    request may have reached kagent).
+    """
     async with (tracing.span("memgov.forward", upstream=upstream.name),
-                upstream.request("POST", path, headers=CIMultiDict(headers), data=data) as resp):
-        raw = await resp.read()
+                upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp):
+        try:
+            raw = await resp.read()
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            raise UpstreamUnavailable(timeout=False) from None
         if resp.status >= 400:
             return resp.status, None
         try:
             return resp.status, json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return 502, None
 
 
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     ceiling = min(decision.obligations.ttl_days or max_days, max_days)
-    if isinstance(requested, int) and not isinstance(requested, bool) and 0 < requested < ceiling:
-        return requested
+    if is_int64(requested) and 0 < requested < ceiling:  # type: ignore[operator]
+        return requested  # type: ignore[return-value]
     return ceiling  # kagent treats a missing or non-positive ttl as 15 days: always send the ceiling
 
 
@@ -112,47 +131,69 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
                  facts: list[dict[str, Any]]) -> web.StreamResponse:
     """Reserve ledger slots, fence, forward each fact as a single save, record or roll back."""
     gov = gov_of(request)
-    gen = kf.generation or 0
+    gen, ns = kf.generation or 0, scope.namespace
+    assert ns is not None  # _identify admits only scopes with a live namespace
     now = gov.now()
     try:
-        slots = await gov.store.reserve_entries(scope.scope_id, gen, len(facts), gov.limits.max_entries, now)
-    except CapReached:
-        return error(request, 403, await refuse(request, op, Reason.ENTRY_CAP_REACHED, scope_id=scope.scope_id))
-    except Fenced as fenced:  # withdrawn between the decision and the reservation
-        return error(request, 403, await refuse(request, op, fenced.reason, scope_id=scope.scope_id))
+        slots = await gov.store.reserve_entries(scope.scope_id, gen, ns.ns_id, len(facts), gov.limits.max_entries,
+                                                now)
+    except (CapReached, Fenced) as refused:  # a fence here: withdrawn or rotated since the decision
+        return error(request, 403, await refuse(request, op, refused.reason, scope_id=scope.scope_id,
+                                                credentialed=True))
+    # The in-flight lease covers every single save of the call, each bounded by the memory timeout.
+    lease = gov.settings.enforce.write_lease_s + len(facts) * gov.settings.upstream.memory_timeout_s
     try:
-        op_id = await gov.store.begin_write(scope.scope_id, gen, gov.settings.enforce.write_lease_s, now)
+        op_id = await gov.store.begin_write(scope.scope_id, gen, ns.ns_id, lease, now)
     except Fenced as fenced:
         await gov.store.release_entries(slots)
-        return error(request, 403, await refuse(request, op, fenced.reason, scope_id=scope.scope_id))
-    key = storage_key(scope.scope_id, gen)
+        return error(request, 403, await refuse(request, op, fenced.reason, scope_id=scope.scope_id,
+                                                credentialed=True))
     app = gov.app_name(scope.agent)
-    headers = _upstream_headers(request, key)
+    headers = _upstream_headers(request, ns.storage_key, app)
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
     created: list[str] = []
+    in_doubt = False  # True while a save is on its way and its outcome is not yet known
     try:
         for fact in facts:
-            body = {"agent_name": fact["agent_name"], "user_id": key, "content": fact.get("content", ""),
+            # SECURITY: memgov serializes the body from the checked values: one canonical agent
+            # name and the namespace's storage key, nothing else the caller sent.
+            body = {"agent_name": app, "user_id": ns.storage_key, "content": fact.get("content", ""),
                     "vector": fact["vector"], "ttl_days": ttl}
-            status, answer = await _post(request.app[CONTROLLER], SAVE_PATH, headers, body)
+            in_doubt = True
+            try:
+                status, answer = await _post(request.app[MEMORY], SAVE_PATH, headers, body)
+            except UpstreamUnavailable as exc:
+                in_doubt = exc.sent  # a connection that never opened wrote nothing
+                raise
+            in_doubt = False
             entry_id = answer.get("id") if isinstance(answer, dict) else None
             if status != 201 or not isinstance(entry_id, str):
-                await _roll_back(gov, scope, gen, app, key, created, slots[len(created):])
-                reason = await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id)
+                await _roll_back(gov, scope, ns, created, slots[len(created):])
+                reason = await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True)
                 return error(request, status if status >= 400 else 502, reason)
             created.append(entry_id)
             at = gov.now()
             await gov.store.fill_entry(slots[len(created) - 1], entry_id, at, at + timedelta(days=gov.limits.max_days))
         current = await gov.store.get_scope(scope.scope_id)
-        if current is None or not current.enabled or current.generation != gen:
-            # SECURITY: consent was withdrawn while this write was in flight; undo it at once.
-            await _roll_back(gov, scope, gen, app, key, created, [], dead_namespace=True)
-            return error(request, 403, await refuse(request, op, Reason.STALE_GENERATION, scope_id=scope.scope_id))
+        if current is None or current.namespace is None or current.namespace.ns_id != ns.ns_id:
+            # SECURITY: consent was withdrawn (or the namespace retired) while this write was in
+            # flight; undo it at once.
+            await _roll_back(gov, scope, ns, created, [], dead_namespace=True)
+            return error(request, 403, await refuse(request, op, Reason.STALE_GENERATION, scope_id=scope.scope_id,
+                                                    credentialed=True))
     except BaseException:
-        await _roll_back(gov, scope, gen, app, key, created, slots[len(created):])
+        # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
+        await _roll_back(gov, scope, ns, created, slots[len(created) + int(in_doubt):])
+        if in_doubt:
+            # SECURITY: that save may still commit in kagent. The in-flight record stays until its
+            # lease ends and the namespace is marked possibly written, so an erasure waits for it
+            # or clears again afterwards (SPEC D4).
+            until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
+            await gov.store.write_outcome_unknown(op_id, until)
         raise
     finally:
-        await gov.store.end_write(op_id)
+        if not in_doubt:
+            await gov.store.end_write(op_id)
     metrics.MEMORY_OPERATIONS.labels("save").inc(len(created))
     if op is Operation.MEMORY_SAVE_BATCH:
         metrics.MEMORY_OPERATIONS.labels("summarization").inc()
@@ -160,8 +201,8 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
     return json_answer(201, {"id": created[0]}, decision)
 
 
-async def _roll_back(gov: Governance, scope: Scope, gen: int, app: str, key: str, created: list[str],
-                     unused_slots: list[str], *, dead_namespace: bool = False) -> None:
+async def _roll_back(gov: Governance, scope: Scope, ns: Namespace, created: list[str], unused_slots: list[str], *,
+                     dead_namespace: bool = False) -> None:
     """Make created entries unreadable now, and physically gone where the adapter can."""
     if unused_slots:
         await gov.store.release_entries(unused_slots)
@@ -169,11 +210,12 @@ async def _roll_back(gov: Governance, scope: Scope, gen: int, app: str, key: str
         return
     now = gov.now()
     await gov.store.tombstone(scope.scope_id, created, now)
+    agent = gov.query_name(scope.agent)
     try:
         if dead_namespace:
-            await gov.eraser.delete_namespace(app, key)  # the old generation's namespace is never read again
+            await gov.eraser.delete_namespace(agent, ns.storage_key)  # a retired namespace is never read again
         elif gov.eraser.exact:
-            await gov.eraser.delete_entries(app, key, created)
+            await gov.eraser.delete_entries(agent, ns.storage_key, created)
         else:
             return  # rest adapter: tombstoned, physical deletion pending until the namespace is cleared
         await gov.store.mark_physically_deleted(created, gov.now())
@@ -181,10 +223,22 @@ async def _roll_back(gov: Governance, scope: Scope, gen: int, app: str, key: str
         pass  # tombstoned already; the sweepers retry the physical deletion
 
 
+async def _parse(request: web.Request, op: Operation, parser: StrictJSON) -> dict[str, Any] | Decision:
+    """The strictly parsed body, or the refusal decision (bad_request, counted, no audit row)."""
+    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        return await refuse(request, op, Reason.BAD_REQUEST)
+    try:
+        return parser.parse_object(await read_body(request))
+    except BadBody:
+        return await refuse(request, op, Reason.BAD_REQUEST)
+
+
 async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     op = Operation.MEMORY_SAVE
-    payload = parse_object(await read_body(request))
-    if payload is None or not _fact_ok(payload):
+    payload = await _parse(request, op, _SAVE)
+    if isinstance(payload, Decision):
+        return error(request, 400, payload)
+    if not _fact_ok(payload):
         return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
     gov = gov_of(request)
     kf, scope, live = await _identify(request, payload["user_id"], payload["agent_name"])
@@ -195,7 +249,7 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
         entries = Entries(count=await gov.store.live_count(scope.scope_id, gov.now()), cap=gov.limits.max_entries)
     decision = await _decide(request, op, kf, scope, budget=budget, entries=entries, item_count=1,
                              max_item_bytes=utf8_len(payload.get("content", "")),
-                             ttl_days=_int(payload.get("ttl_days")))
+                             ttl_days=payload.get("ttl_days"))
     if not decision.allowed or scope is None:
         return error(request, 403, decision)
     return await _write(request, op, kf, scope, decision, [payload])
@@ -203,8 +257,10 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
 
 async def handle_save_batch(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     op = Operation.MEMORY_SAVE_BATCH
-    payload = parse_object(await read_body(request))
-    items = payload.get("items") if payload is not None else None
+    payload = await _parse(request, op, _BATCH)
+    if isinstance(payload, Decision):
+        return error(request, 400, payload)
+    items = payload.get("items")
     if not isinstance(items, list) or not items or not all(_fact_ok(i) for i in items):
         return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
     first = items[0]
@@ -214,22 +270,31 @@ async def handle_save_batch(request: web.Request, match: RouteMatch) -> web.Stre
     kf, scope, live = await _identify(request, first["user_id"], first["agent_name"])
     budget, entries = Budget(), None
     if live and scope is not None:
-        # One summarization plus, per fact, one save and one embedding item (SPEC R-11).
+        # A batch is a save like any other for the sender's rate (limits.yaml), plus one
+        # summarization and, per fact, one save and one embedding item for the hour (R-11).
         cost = 1 + 2 * len(items)
-        budget = _budget(await gov.store.reserve_budget([_hour_claim(gov, scope, cost)], gov.now()))
+        budget = _budget(await gov.store.reserve_budget([_rate_claim(gov, scope), _hour_claim(gov, scope, cost)],
+                                                        gov.now()))
         entries = Entries(count=await gov.store.live_count(scope.scope_id, gov.now()), cap=gov.limits.max_entries)
     decision = await _decide(request, op, kf, scope, budget=budget, entries=entries, item_count=len(items),
                              max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
-                             ttl_days=_int(first.get("ttl_days")))
+                             ttl_days=first.get("ttl_days"))
     if not decision.allowed or scope is None:
         return error(request, 403, decision)
     return await _write(request, op, kf, scope, decision, items)
 
 
+def _search_ok(payload: dict[str, Any]) -> bool:
+    return (is_vector(payload.get("vector")) and ("limit" not in payload or is_int64(payload["limit"]))
+            and ("min_score" not in payload or is_number(payload["min_score"])))
+
+
 async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     op = Operation.MEMORY_SEARCH
-    payload = parse_object(await read_body(request))
-    if payload is None or not is_vector(payload.get("vector")):
+    payload = await _parse(request, op, _SEARCH)
+    if isinstance(payload, Decision):
+        return json_answer(200, [], payload)
+    if not _search_ok(payload):
         return json_answer(200, [], await refuse(request, op, Reason.BAD_REQUEST))
     gov = gov_of(request)
     kf, scope, live = await _identify(request, payload.get("user_id"), payload.get("agent_name"))
@@ -241,22 +306,21 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
                              ttl_s=gov.settings.enforce.prefetch_window_s, reason=Reason.PREFETCH_LIMIT.value)
                  if prefetch else _rate_claim(gov, scope))
         budget = _budget(await gov.store.reserve_budget([first, _hour_claim(gov, scope, 2)], gov.now()))
-    limit = _int(payload.get("limit"))
+    limit = payload.get("limit")
     decision = await _decide(request, op, kf, scope, budget=budget, limit=limit, is_prefetch=prefetch)
-    if not decision.allowed or scope is None:
+    if not decision.allowed or scope is None or scope.namespace is None:
         return json_answer(200, [], decision)
-    gen = kf.generation or 0
+    ns = scope.namespace
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
-    body = {"agent_name": payload["agent_name"], "user_id": storage_key(scope.scope_id, gen),
-            "vector": payload["vector"], "limit": min(limit if limit and limit > 0 else 5, ceiling),
-            "min_score": payload.get("min_score", 0)}
-    status, rows = await _post(request.app[CONTROLLER], SEARCH_PATH,
-                               _upstream_headers(request, storage_key(scope.scope_id, gen)), body)
+    app = gov.app_name(scope.agent)
+    body = {"agent_name": app, "user_id": ns.storage_key, "vector": payload["vector"],
+            "limit": min(limit if limit and limit > 0 else 5, ceiling), "min_score": payload.get("min_score", 0)}
+    status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), body)
     if status >= 400 or not isinstance(rows, list):
         return error(request, status if status >= 400 else 502,
-                     await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id))
+                     await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True))
     ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
-    keep = await gov.store.filter_live(scope.scope_id, gen, ids, gov.now())
+    keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
     metrics.MEMORY_OPERATIONS.labels("retrieval").inc()
     return json_answer(200, [r for r in rows if isinstance(r, dict) and r.get("id") in keep], decision)
 
@@ -265,7 +329,3 @@ async def handle_list_or_delete(request: web.Request, match: RouteMatch) -> web.
     """Whole-namespace list and delete are control-plane work: the data plane refuses them."""
     op = Operation(match.cls.value)
     return error(request, 403, await refuse(request, op, Reason.ROUTE_DENIED))
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

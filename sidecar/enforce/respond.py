@@ -49,12 +49,12 @@ async def decide(request: web.Request, operation: Operation, /, *, agent_ref: st
 
 
 async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None,
-                 audit: bool = True) -> Decision:
+                 audit: bool = True, credentialed: bool = False) -> Decision:
     """Record a refusal made in code (malformed request, cap or fence hit, state store down)."""
     decision = Decision(action=DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
                         decision_id=request[DECISION_ID], engine="code")
     request[DECISION] = decision
-    await record(request, operation, decision, scope_id=scope_id, audit=audit)
+    await record(request, operation, decision, scope_id=scope_id, audit=audit, credentialed=credentialed)
     return decision
 
 
@@ -67,8 +67,13 @@ def header_value(decision: Decision) -> str:
 
 
 async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None,
-                 audit: bool = True) -> None:
-    """Count, log and (for every refusal or rewrite) audit one governed decision, content-free."""
+                 audit: bool = True, credentialed: bool = False) -> None:
+    """Count, log and audit one governed decision, content-free.
+
+    Every refusal or rewrite is audited (R-15). One that carried a genuine credential (a session
+    key that verified, or a valid delegation context) gets its own audit row; one that did not
+    is only counted per hour, operation and reason, so an anonymous caller cannot grow the store.
+    """
     gov = gov_of(request)
     reason = primary_reason(decision)
     tracing.annotate(operation=operation.value, action=decision.action.value, reason=reason.value,
@@ -78,14 +83,19 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     log.info("decision", operation=operation.value, action=decision.action.value,
              reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
              engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
-    if audit and decision.action is not Action.FORWARD:
-        try:
+    if not audit or decision.action is Action.FORWARD:
+        return
+    try:
+        if credentialed:
             await gov.store.audit("decision", reason.value, decision_id=decision.decision_id, scope_id=scope_id,
                                   operation=operation.value, policy_revision=decision.revision or None,
                                   now=gov.now())
             metrics.AUDIT_WRITES.labels("decision").inc()
-        except Exception:  # noqa: BLE001 - the refusal stands even if its audit row cannot be written
-            log.error("audit.failed", operation=operation.value, decision_id=decision.decision_id)
+        else:
+            await gov.store.count_refusal(operation.value, reason.value, gov.now())
+            metrics.AUDIT_WRITES.labels("refusal_count").inc()
+    except Exception:  # noqa: BLE001 - the refusal stands even if its audit row cannot be written
+        log.error("audit.failed", operation=operation.value, decision_id=decision.decision_id)
 
 
 def decision_headers(decision: Decision) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from sidecar.erasure.adapters import EraseAdapter
-from sidecar.identity.appname import app_name, parse_agent_ref
+from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier
 from sidecar.policy.model import Deployment, Limits
@@ -54,8 +54,13 @@ class Governance:
         return ref in self.agent_refs
 
     def app_name(self, ref: str) -> str:
+        """The one canonical kagent ``app_name`` every memory call of this agent is forwarded with."""
         ns, name = parse_agent_ref(ref)
         return app_name(ns, name)
+
+    def query_name(self, ref: str) -> str:
+        """The ``agent_name`` erasure lists and deletes with, reaching every stored spelling."""
+        return query_spelling(ref)
 
     def deployment(self, agent_ref: str | None) -> Deployment:
         """Deployment facts for one decision; the ghost is the target agent's."""

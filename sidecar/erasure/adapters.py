@@ -2,9 +2,12 @@
 
 ``kagent-db`` uses a least-privilege PostgreSQL role on kagent's database (docs/erasure-role.sql)
 that can see ids, names and timestamps but never ``content`` or ``embedding``; it deletes and
-verifies by id. ``rest`` only has kagent's whole-namespace ``DELETE /api/memories``; it can clear
-a storage namespace exactly, but a single entry in a live namespace can only be tombstoned (never
-readable through memgov again) until the namespace is cleared.
+verifies by id and by ``user_id`` (the storage key) whatever the stored ``agent_name``. ``rest``
+only has kagent's whole-namespace ``DELETE /api/memories``; it can clear a storage namespace
+exactly, but a single entry in a live namespace can only be tombstoned (never readable through
+memgov again) until the namespace is cleared. Callers pass the agent's query spelling
+(``identity.appname.query_spelling``), which kagent's List and Delete match against every
+spelling memgov ever stored.
 """
 
 from __future__ import annotations
@@ -39,28 +42,28 @@ class EraseAdapter(Protocol):
     name: str
     exact: bool  # True when single entries of a live namespace can be deleted physically
 
-    async def delete_entries(self, app_name: str, storage_key: str, entry_ids: Iterable[str]) -> None: ...
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None: ...
 
-    async def delete_namespace(self, app_name: str, storage_key: str) -> None: ...
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None: ...
 
-    async def remaining(self, app_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]: ...
+    async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]: ...
 
     async def delete_created_before(self, cutoff: datetime) -> int | None: ...
 
     async def close(self) -> None: ...
 
 
-def memories_url(controller_url: str, app_name: str, storage_key: str) -> str:
+def memories_url(controller_url: str, agent_name: str, storage_key: str) -> str:
     """kagent's list/delete URL of one (agent, user) namespace."""
-    query = urlencode({"agent_name": app_name, "user_id": storage_key})
+    query = urlencode({"agent_name": agent_name, "user_id": storage_key})
     return f"{controller_url.rstrip('/')}/api/memories?{query}"
 
 
-async def list_namespace(session: aiohttp.ClientSession, controller_url: str, app_name: str,
+async def list_namespace(session: aiohttp.ClientSession, controller_url: str, agent_name: str,
                          storage_key: str) -> list[dict[str, Any]]:
     """Every row kagent lists for a namespace (content included); AdapterError when kagent fails."""
     try:
-        async with session.get(memories_url(controller_url, app_name, storage_key)) as resp:
+        async with session.get(memories_url(controller_url, agent_name, storage_key)) as resp:
             if resp.status != 200:
                 # SECURITY: kagent's error body can quote database errors; it is read and dropped.
                 await resp.read()
@@ -85,21 +88,21 @@ class RestAdapter:
         self._session = session
         self._base = controller_url.rstrip("/")
 
-    async def delete_entries(self, app_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
         # kagent v0.9.11 has no per-entry delete; the caller tombstones and reports "pending".
         raise AdapterError(Reason.ERASURE_FAILED)
 
-    async def delete_namespace(self, app_name: str, storage_key: str) -> None:
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
         try:
-            async with self._session.delete(memories_url(self._base, app_name, storage_key)) as resp:
+            async with self._session.delete(memories_url(self._base, agent_name, storage_key)) as resp:
                 await resp.read()
                 if resp.status != 200:
                     raise AdapterError(Reason.ERASURE_FAILED)
         except _HTTP_ERRORS:
             raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
 
-    async def remaining(self, app_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
-        rows = await list_namespace(self._session, self._base, app_name, storage_key)
+    async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
+        rows = await list_namespace(self._session, self._base, agent_name, storage_key)
         # Only ids are kept; the content kagent returns with them is dropped right here.
         found = {r["id"] for r in rows}
         return found if entry_ids is None else found & set(entry_ids)
@@ -142,15 +145,15 @@ class KagentDbAdapter:
             raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
         return [r[0] for r in rows]
 
-    async def delete_entries(self, app_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
         await self._run("DELETE FROM memory WHERE user_id = $1 AND id = ANY($2::text[]) RETURNING id",
                         storage_key, list(entry_ids))
 
-    async def delete_namespace(self, app_name: str, storage_key: str) -> None:
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
         # The storage key names one scope and generation alone, so every agent_name spelling goes.
         await self._run("DELETE FROM memory WHERE user_id = $1 RETURNING id", storage_key)
 
-    async def remaining(self, app_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
+    async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
         if entry_ids is None:
             ids = await self._run("SELECT id FROM memory WHERE user_id = $1", storage_key)
         else:

@@ -5,11 +5,15 @@ Each step first does its work, which is idempotent, and then advances the durabl
 with a compare-and-set. A process killed between any two steps therefore redoes at most the
 interrupted step when the erasure is resumed (on start, and by the sweeper for stalled rows).
 
-Whole-scope kinds fence by advancing the generation: withdrawal, off and offboarding also
-disable the scope; forget-all keeps consent and only moves the generation, so every in-flight
-write of the old generation is stale. Deletion then covers every generation the scope can no
-longer read, so rows that landed without a ledger record are cleared too. A failure leaves
-the scope disabled with a reason code; it never resumes on a best-effort assumption.
+Whole-scope kinds fence by advancing the generation, which retires the scope's live storage
+namespace: withdrawal, off and offboarding also disable the scope; forget-all keeps consent and
+writes to a fresh namespace from then on, so every in-flight write of the old one is stale.
+Deletion then covers every namespace the scope ever had (every storage key, generation and, via
+the adapter's query, every agent-name spelling), so rows that landed without a ledger record
+are cleared too. Verification is a read-back of each of those namespaces, recorded as evidence;
+only what was read back is ever claimed (SPEC D4). A namespace that a write of unknown outcome
+may still reach defers verification until its lease ends, then clears and reads back again. A
+failure leaves the scope disabled with a reason code; it never resumes on a best-effort assumption.
 """
 
 from __future__ import annotations
@@ -22,10 +26,9 @@ from datetime import datetime, timedelta
 from sidecar import tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
-from sidecar.identity.keys import storage_key
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
-from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Scope, StateError
+from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, Scope, StateError
 
 log = get_logger("erasure")
 _POLL_FIRST_S = 0.02
@@ -46,15 +49,18 @@ WHOLE_SCOPE = frozenset({Kind.FORGET_ALL, Kind.OFF, Kind.WITHDRAW, Kind.OFFBOARD
 NEXT_STATE = {"requested": "fenced", "fenced": "quiesced", "quiesced": "deleted", "deleted": "verified"}
 
 
-def dead_generations(scope: Scope) -> range:
-    """Generations the scope can never read again: older than the current one, and it too when disabled."""
-    return range(0, scope.generation + (0 if scope.enabled else 1))
+class Deferred(Exception):
+    """Verification must wait: a write of unknown outcome may still land before ``until``."""
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__("deferred")
+        self.until = until
 
 
-def _by_generation(entries: Iterable[LedgerEntry]) -> dict[int, list[str]]:
-    groups: dict[int, list[str]] = {}
+def _by_namespace(entries: Iterable[LedgerEntry]) -> dict[str | None, list[str]]:
+    groups: dict[str | None, list[str]] = {}
     for e in entries:
-        groups.setdefault(e.generation, []).append(e.entry_id)
+        groups.setdefault(e.ns_id, []).append(e.entry_id)
     return groups
 
 
@@ -64,6 +70,7 @@ class ErasureEngine:
     def __init__(self, gov: Governance) -> None:
         self._gov = gov
         self._running: dict[str, asyncio.Task[Erasure]] = {}
+        self._waking: dict[str, asyncio.Task[None]] = {}
 
     @property
     def adapter(self) -> str:
@@ -123,12 +130,35 @@ class ErasureEngine:
         return list(await asyncio.gather(*(self.run(e.erasure_id) for e in unfinished)))
 
     async def resume_stale(self, older_than: timedelta) -> int:
-        """Resume unfinished erasures nobody advanced for ``older_than`` (their runner died)."""
-        cutoff = self._now() - older_than
-        stale = [e for e in await self._gov.store.unfinished_erasures()
-                 if e.updated_at < cutoff and e.erasure_id not in self._running]
-        await asyncio.gather(*(self.run(e.erasure_id) for e in stale))
-        return len(stale)
+        """Resume unfinished erasures nobody advanced for ``older_than`` (their runner died), and
+        deferred ones whose wait is over."""
+        now = self._now()
+        cutoff = now - older_than
+        due = [e for e in await self._gov.store.unfinished_erasures()
+               if e.erasure_id not in self._running
+               and ((e.not_before is None and e.updated_at < cutoff) or (e.not_before is not None and e.not_before <= now))]
+        await asyncio.gather(*(self.run(e.erasure_id) for e in due))
+        return len(due)
+
+    def _wake_at(self, erasure_id: str, until: datetime) -> None:
+        """Resume a deferred erasure in this process once its wait is over (the sweeper also would)."""
+        if erasure_id in self._waking:
+            return
+
+        async def wake() -> None:
+            while (left := (until - self._now()).total_seconds()) > 0:
+                await asyncio.sleep(min(1.0, left))
+            self._waking.pop(erasure_id, None)
+            await self.run(erasure_id)
+
+        self._waking[erasure_id] = asyncio.create_task(wake())
+
+    async def close(self) -> None:
+        """Stop waiting for deferred erasures (they stay recorded and are resumed on start)."""
+        for task in self._waking.values():
+            task.cancel()
+        await asyncio.gather(*self._waking.values(), return_exceptions=True)
+        self._waking.clear()
 
     async def offboard(self, scopes: list[Scope], requested_by: str) -> list[Erasure]:
         """Fence every scope of a principal first, then erase each (SPEC R-7)."""
@@ -156,6 +186,11 @@ class ErasureEngine:
             target = NEXT_STATE[erasure.state]
             try:
                 await self._work(erasure, target)
+            except Deferred as wait:
+                await store.defer_erasure(erasure_id, wait.until)
+                self._wake_at(erasure_id, wait.until)
+                log.info("erasure.deferred", erasure_id=erasure_id, scope_id=erasure.scope_id, step=target)
+                return await store.get_erasure(erasure_id) or erasure
             except AdapterError as exc:
                 return await self._fail(erasure, exc.reason)
             except StateError as exc:
@@ -235,7 +270,8 @@ class ErasureEngine:
         elif target == "deleted":
             await (self._delete_scope(scope) if kind in WHOLE_SCOPE else self._delete_entries(scope, erasure))
         else:
-            await (self._verify_scope(scope) if kind in WHOLE_SCOPE else self._verify_entries(scope, erasure))
+            await (self._verify_scope(scope, erasure) if kind in WHOLE_SCOPE
+                   else self._verify_entries(scope, erasure))
 
     async def _fence(self, scope: Scope, kind: Kind, erasure: Erasure) -> None:
         store, now = self._gov.store, self._now()
@@ -259,21 +295,19 @@ class ErasureEngine:
             await store.disable(scope.scope_id, now)
 
     async def _stale_inflight(self, scope: Scope) -> int:
-        store, now = self._gov.store, self._now()
-        total: int = await store.inflight_count(scope.scope_id, now)
-        if not scope.enabled:
-            return total
-        return total - int(await store.inflight_count(scope.scope_id, now, generation=scope.generation))
+        live = scope.namespace.ns_id if scope.namespace is not None else None
+        count: int = await self._gov.store.inflight_count(scope.scope_id, self._now(), except_ns=live)
+        return count
 
     async def _quiesce(self, scope: Scope, erasure: Erasure) -> None:
-        """Wait, within a bound, for writes of fenced generations that were already under way."""
+        """Wait, within a bound, for writes into retired namespaces that were already under way."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._gov.settings.erasure.quiesce_timeout_s
         delay = _POLL_FIRST_S
         while (left := await self._stale_inflight(scope)) > 0:
             if loop.time() >= deadline:
-                # Each such write re-checks the generation after it lands and deletes its own row;
-                # whatever still slips through lands in a dead namespace the sweeper clears.
+                # Each such write re-checks its namespace after it lands and deletes its own row; a
+                # write whose outcome stays unknown marks its namespace, and verification waits for it.
                 log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id,
                             count=left)
                 await self._gov.store.audit("erasure", Reason.STALE_GENERATION.value, scope_id=scope.scope_id,
@@ -283,58 +317,67 @@ class ErasureEngine:
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, _POLL_MAX_S)
 
-    def _ns(self, scope: Scope, generation: int) -> tuple[str, str]:
-        return self._gov.app_name(scope.agent), storage_key(scope.scope_id, generation)
-
-    async def _dead_entries(self, scope: Scope) -> list[LedgerEntry]:
-        dead = dead_generations(scope)
-        return [e for e in await self._gov.store.entries_of_scope(scope.scope_id) if e.generation in dead]
+    async def _retired(self, scope: Scope) -> list[Namespace]:
+        """Every namespace of the scope except the live one: each storage key it can no longer write."""
+        return [n for n in await self._gov.store.namespaces_of_scope(scope.scope_id) if n.state != "live"]
 
     async def _delete_scope(self, scope: Scope) -> None:
-        eraser = self._gov.eraser
-        for generation in dead_generations(scope):
-            app, key = self._ns(scope, generation)
+        eraser, agent = self._gov.eraser, self._gov.query_name(scope.agent)
+        for ns in await self._retired(scope):
             # Over REST an empty namespace costs one read; the delete only runs where rows remain.
-            if eraser.exact or await eraser.remaining(app, key):
-                await eraser.delete_namespace(app, key)
-        ids = [e.entry_id for e in await self._dead_entries(scope)]
-        await self._gov.store.mark_physically_deleted(ids, self._now())
+            if ns.state == "retired" and (eraser.exact or await eraser.remaining(agent, ns.storage_key)):
+                await eraser.delete_namespace(agent, ns.storage_key)
 
-    async def _verify_scope(self, scope: Scope) -> None:
-        eraser, store, now = self._gov.eraser, self._gov.store, self._now()
-        for generation in dead_generations(scope):
-            app, key = self._ns(scope, generation)
-            if await eraser.remaining(app, key):
-                # A late write, or a generation fenced by a concurrent erasure since the delete
+    async def _verify_scope(self, scope: Scope, erasure: Erasure) -> None:
+        """Read back every retired namespace; clear again what is found; claim only empty read-backs."""
+        eraser, store, agent = self._gov.eraser, self._gov.store, self._gov.query_name(scope.agent)
+        namespaces = await self._retired(scope)
+        waits = [n.possibly_until for n in namespaces if n.possibly_until is not None and n.possibly_until > self._now()]
+        if waits:
+            raise Deferred(max(waits))
+        for ns in namespaces:
+            remaining = len(await eraser.remaining(agent, ns.storage_key))
+            if remaining:
+                # A late write, or a namespace retired by a concurrent erasure since the delete
                 # step: delete once more; only rows that survive a second delete fail the erasure.
-                await eraser.delete_namespace(app, key)
-                if await eraser.remaining(app, key):
-                    raise AdapterError(Reason.VERIFICATION_FAILED)
-        ids = [e.entry_id for e in await self._dead_entries(scope)]
+                await eraser.delete_namespace(agent, ns.storage_key)
+                remaining = len(await eraser.remaining(agent, ns.storage_key))
+            await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "namespace", self._now())
+            if remaining:
+                raise AdapterError(Reason.VERIFICATION_FAILED)
+        now = self._now()
+        retired = {n.ns_id for n in namespaces}
+        ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.ns_id in retired]
         await store.tombstone(scope.scope_id, ids, now)
         await store.mark_physically_deleted(ids, now)
         await store.mark_verified(ids, now)
+        await store.mark_cleared([n.ns_id for n in namespaces], now)
 
-    async def _entries(self, scope: Scope, erasure: Erasure) -> dict[int, list[str]]:
+    async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
         wanted = set(erasure.entry_ids)
-        return _by_generation(e for e in await self._gov.store.entries_of_scope(scope.scope_id)
-                              if e.entry_id in wanted)
+        groups = _by_namespace(e for e in await self._gov.store.entries_of_scope(scope.scope_id)
+                               if e.entry_id in wanted)
+        by_id = {n.ns_id: n for n in await self._gov.store.namespaces_of_scope(scope.scope_id)}
+        return {by_id[ns_id]: ids for ns_id, ids in groups.items() if ns_id in by_id}
 
     async def _delete_entries(self, scope: Scope, erasure: Erasure) -> None:
         eraser = self._gov.eraser
         if not eraser.exact:
             return  # tombstoned; physically deleted when its namespace is cleared
-        for generation, ids in (await self._entries(scope, erasure)).items():
-            await eraser.delete_entries(*self._ns(scope, generation), ids)
-            await self._gov.store.mark_physically_deleted(ids, self._now())
+        for ns, ids in (await self._entries(scope, erasure)).items():
+            await eraser.delete_entries(self._gov.query_name(scope.agent), ns.storage_key, ids)
 
     async def _verify_entries(self, scope: Scope, erasure: Erasure) -> None:
         eraser, store = self._gov.eraser, self._gov.store
-        for generation, ids in (await self._entries(scope, erasure)).items():
+        for ns, ids in (await self._entries(scope, erasure)).items():
             # Read-after-delete: never readable through memgov again, and gone from kagent when exact.
-            if await store.filter_live(scope.scope_id, generation, ids, self._now()):
+            if await store.filter_live(scope.scope_id, ns.ns_id, ids, self._now()):
                 raise AdapterError(Reason.VERIFICATION_FAILED)
             if eraser.exact:
-                if await eraser.remaining(*self._ns(scope, generation), ids):
+                remaining = len(await eraser.remaining(self._gov.query_name(scope.agent), ns.storage_key, ids))
+                await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "entries", self._now())
+                if remaining:
                     raise AdapterError(Reason.VERIFICATION_FAILED)
-                await store.mark_verified(ids, self._now())
+                now = self._now()
+                await store.mark_physically_deleted(ids, now)
+                await store.mark_verified(ids, now)

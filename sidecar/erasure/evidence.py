@@ -1,8 +1,10 @@
-"""Content-free erasure evidence (SPEC R-15): what was erased, how, when, and what remains.
+"""Content-free erasure evidence (SPEC R-15, D4): what was erased, how, when, and what remains.
 
-The record is assembled from the durable erasure row and the ledger stamps of its entries, so
-it is the same whichever replica serves it and whenever it is fetched: an entry forgotten over
-REST reads ``pending_namespace_clear`` until its namespace is cleared, then ``complete``.
+The record is assembled from the durable erasure row, its read-backs and the ledger stamps of
+its entries, so it is the same whichever replica serves it and whenever it is fetched: an entry
+forgotten over REST reads ``pending_namespace_clear`` until its namespace is cleared, then
+``complete``. ``physically_absent`` is derived only from read-backs: true when every namespace
+(or every forgotten id) was read back with nothing left, never from a delete having been sent.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sidecar.erasure.engine import WHOLE_SCOPE
-from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry
+from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace
 
 FORMAT = "memgov.erasure.v1"
 
@@ -45,15 +47,34 @@ def physical_state(erasure: Erasure, entries: list[LedgerEntry | None]) -> str:
     return "pending_namespace_clear"
 
 
-def build_evidence(erasure: Erasure, ledger: list[LedgerEntry]) -> dict[str, Any]:
-    """The exportable evidence record of one erasure; ``ledger`` is the scope's ledger."""
+def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namespaces: list[Namespace]) -> bool:
+    """True only when read-backs cover everything the erasure claims and every one found nothing."""
+    if erasure.state != "verified" or any(n for _, _, n, _ in erasure.readbacks):
+        return False
+    if erasure.kind in WHOLE_SCOPE:
+        # Every namespace the scope had before the erasure, except the one it writes to now.
+        read = {ns_id for ns_id, _, _, _ in erasure.readbacks}
+        wanted = {n.ns_id for n in namespaces if n.state != "live" and n.created_at is not None
+                  and n.created_at <= erasure.created_at}
+        return wanted <= read
+    # A forgotten entry is stamped verified only after a read-back found it gone (this erasure's
+    # own, or the sweeper's when its namespace was cleared later).
+    return bool(entries) and all(e is not None and e.verified_at is not None for e in entries)
+
+
+def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace]) -> dict[str, Any]:
+    """The exportable evidence record of one erasure; ``ledger`` and ``namespaces`` are the scope's."""
     by_id = {e.entry_id: e for e in ledger}
     entries = [by_id.get(i) for i in erasure.entry_ids]
     physical = physical_state(erasure, entries)
     verified = erasure.state == "verified"
+    absent = _read_back_clean(erasure, entries, namespaces)
+    if physical == "complete" and not absent:
+        physical = "unverified"
     residuals = list(ALWAYS_RESIDUAL)
     if physical == "pending_namespace_clear":
         residuals.insert(0, "pending_namespace_clear")
+    generation = {n.ns_id: n for n in namespaces}
     return {
         "format": FORMAT,
         "erasure_id": erasure.erasure_id,
@@ -65,13 +86,21 @@ def build_evidence(erasure: Erasure, ledger: list[LedgerEntry]) -> dict[str, Any
         "created_at": iso(erasure.created_at),
         "updated_at": iso(erasure.updated_at),
         "failure_reason": erasure.failure_reason,
+        "not_before": iso(erasure.not_before),
         "steps": [{"state": state, "at": iso(at)} for state, at in erasure.steps],
         "entries": [_entry(i, e) for i, e in zip(erasure.entry_ids, entries, strict=True)],
+        "read_back": [
+            {"namespace_id": ns_id, "generation": generation[ns_id].generation if ns_id in generation else None,
+             "legacy": generation[ns_id].legacy if ns_id in generation else None, "check": check,
+             "at": iso(at), "rows_found": found}
+            for ns_id, at, found, check in erasure.readbacks
+        ],
         "verification": {
             "result": "passed" if verified else ("failed" if erasure.state == "failed" else "pending"),
             # Past the fence step nothing of it is served: tombstoned, stale or disabled.
             "readable_through_memgov": None if erasure.state == "requested" else False,
-            "physically_absent": {"complete": True, "pending_namespace_clear": False}.get(physical),
+            "physically_absent": True if absent else (False if verified or erasure.state == "failed" else None),
+            "rechecked_after_possible_write": erasure.not_before is not None and verified,
         },
         "physical_deletion": physical,
         "residuals": residuals,

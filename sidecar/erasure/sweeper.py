@@ -1,15 +1,17 @@
-"""Sweepers: physical deletion after hard expiry (R-9) and of anything left in dead generations (D2).
+"""Sweepers: physical deletion after hard expiry (R-9) and of everything in retired namespaces (D2).
 
 One pass (:func:`sweep_once`) runs, in order:
 
-1. dead generations: every (scope, generation) the scope can no longer read that still has
-   ledger rows not physically deleted is cleared and verified (late background saves, failed
-   rollbacks, withdrawn or re-consented generations);
+1. retired namespaces: every storage namespace a scope can no longer write (withdrawn,
+   re-consented, forgotten or legacy generations) is cleared, read back empty and marked
+   ``cleared`` (late background saves, failed rollbacks, rows stored under another agent-name
+   spelling). One a write of unknown outcome may still reach waits until its lease ends;
 2. hard expiry: entries past ``expires_at`` are deleted by id (``kagent-db``), or, over REST,
    their namespace is cleared once none of its entries is live and no write is in flight;
 3. orphans (``kagent-db`` only): rows of memgov namespaces created before any possible hard
    expiry, whether or not the ledger knows them;
-4. stalled erasures whose runner died are resumed; lapsed leases and tokens are purged.
+4. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
+   lapsed leases and tokens are purged.
 
 Every step is idempotent, so several replicas may sweep at once. ``Sweepers`` runs a pass at
 start and then every ``erasure.sweep_interval_s``.
@@ -27,10 +29,9 @@ from sidecar import tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
-from sidecar.identity.keys import storage_key
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
-from sidecar.state.types import LedgerEntry, Scope, StateError
+from sidecar.state.types import LedgerEntry, Namespace, Scope, StateError
 
 log = get_logger("sweeper")
 _BATCH = 500
@@ -59,14 +60,11 @@ class _Pass:
         self.gov, self.report = gov, report
         self.now: datetime = gov.now()
 
-    def ns(self, scope: Scope, generation: int) -> tuple[str, str]:
-        return self.gov.app_name(scope.agent), storage_key(scope.scope_id, generation)
-
-    async def clear(self, scope: Scope, generation: int, ids: list[str]) -> None:
+    async def clear(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
         """Delete a whole namespace, verify it is empty (read after delete), stamp the ledger."""
-        app, key = self.ns(scope, generation)
-        await self.gov.eraser.delete_namespace(app, key)
-        if await self.gov.eraser.remaining(app, key):
+        agent = self.gov.query_name(scope.agent)
+        await self.gov.eraser.delete_namespace(agent, ns.storage_key)
+        if await self.gov.eraser.remaining(agent, ns.storage_key):
             raise AdapterError(Reason.VERIFICATION_FAILED)
         await self.stamp(scope, ids)
 
@@ -76,17 +74,18 @@ class _Pass:
         await store.mark_physically_deleted(ids, self.now)
         await store.mark_verified(ids, self.now)
 
-    async def unswept(self, scope: Scope, generation: int) -> list[LedgerEntry]:
+    async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
         return [e for e in await self.gov.store.entries_of_scope(scope.scope_id)
-                if e.generation == generation and e.physically_deleted_at is None]
+                if e.ns_id == ns_id and e.physically_deleted_at is None]
 
-    async def dead(self) -> None:
-        for scope_id, generation in await self.gov.store.dead_namespaces(_BATCH):
-            scope = await self.gov.store.get_scope(scope_id)
+    async def retired(self) -> None:
+        for ns in await self.gov.store.sweepable_namespaces(self.now, _BATCH):
+            scope = await self.gov.store.get_scope(ns.scope_id)
             if scope is None:
                 continue
-            ids = [e.entry_id for e in await self.unswept(scope, generation)]
-            if await self.guard(self.clear(scope, generation, ids), scope_id):
+            ids = [e.entry_id for e in await self.unswept(scope, ns.ns_id)]
+            if await self.guard(self.clear(scope, ns, ids), ns.scope_id):
+                await self.gov.store.mark_cleared([ns.ns_id], self.now)
                 self.report.dead_cleared += 1
 
     async def expired(self) -> None:
@@ -94,36 +93,37 @@ class _Pass:
         for _ in range(_MAX_BATCHES if exact else 1):
             # Over REST entries of live namespaces keep coming back; one large batch per pass.
             batch = await self.gov.store.expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
-            groups: dict[tuple[str, int], list[str]] = {}
+            groups: dict[tuple[str, str | None], list[str]] = {}
             for e in batch:
-                groups.setdefault((e.scope_id, e.generation), []).append(e.entry_id)
-            for (scope_id, generation), ids in groups.items():
+                groups.setdefault((e.scope_id, e.ns_id), []).append(e.entry_id)
+            for (scope_id, ns_id), ids in groups.items():
                 scope = await self.gov.store.get_scope(scope_id)
-                if scope is not None:
+                ns = next((n for n in await self.gov.store.namespaces_of_scope(scope_id) if n.ns_id == ns_id), None)
+                if scope is not None and ns is not None:
                     expire = self.expire_exact if exact else self.expire_rest
-                    await self.guard(expire(scope, generation, ids), scope_id)
+                    await self.guard(expire(scope, ns, ids), scope_id)
             if len(batch) < _BATCH:
                 return
 
-    async def expire_exact(self, scope: Scope, generation: int, ids: list[str]) -> None:
-        app, key = self.ns(scope, generation)
-        await self.gov.eraser.delete_entries(app, key, ids)
-        if await self.gov.eraser.remaining(app, key, ids):
+    async def expire_exact(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
+        agent = self.gov.query_name(scope.agent)
+        await self.gov.eraser.delete_entries(agent, ns.storage_key, ids)
+        if await self.gov.eraser.remaining(agent, ns.storage_key, ids):
             raise AdapterError(Reason.VERIFICATION_FAILED)
         await self.stamp(scope, ids)
         self.report.expired_deleted += len(ids)
 
-    async def expire_rest(self, scope: Scope, generation: int, ids: list[str]) -> None:
-        rows = await self.unswept(scope, generation)
+    async def expire_rest(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
+        rows = await self.unswept(scope, ns.ns_id)
         live = any(e.tombstoned_at is None and e.expires_at > self.now for e in rows)
-        current = scope.enabled and scope.generation == generation
-        busy = current and await self.gov.store.inflight_count(scope.scope_id, self.now, generation=generation) > 0
-        if live or busy:
+        current = ns.state == "live"
+        busy = current and await self.gov.store.inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
+        if live or busy or (ns.possibly_until is not None and ns.possibly_until > self.now):
             # SECURITY: these rows are unreadable through memgov already (expiry filter); kagent's
             # REST API can only clear a namespace whole, and this one still holds live memory.
             self.report.expired_pending += len(ids)
             return
-        await self.clear(scope, generation, [e.entry_id for e in rows])
+        await self.clear(scope, ns, [e.entry_id for e in rows])
         self.report.expired_deleted += len(ids)
 
     async def orphans(self) -> None:
@@ -150,7 +150,7 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     """Run one full sweep pass and report what it did."""
     report = SweepReport()
     run = _Pass(gov, report)
-    await run.dead()
+    await run.retired()
     await run.expired()
     if gov.eraser.exact:
         await run.orphans()

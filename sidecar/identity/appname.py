@@ -43,6 +43,17 @@ def _raw_app_name(ref: str) -> str:
     return app_name(namespace, name)
 
 
+def query_spelling(ref: str) -> str:
+    """The ``agent_name`` whose kagent List and Delete reach every spelling memgov ever stored.
+
+    memgov now stores only the canonical ``app_name``, but earlier versions forwarded the raw
+    ``ns__NS__name`` spelling (hyphens kept) too. kagent v0.9.11's List and Delete match the stored
+    column against their parameter *and* its ``-``→``_`` form, so the raw spelling reaches both.
+    """
+    namespace, name = parse_agent_ref(ref)
+    return f"{namespace}{SEPARATOR}{name}"
+
+
 def agent_name_matches(presented: str, agent_ref: str, all_refs: Iterable[str]) -> bool:
     """Return whether ``presented`` names ``agent_ref`` in kagent's or the UI's spelling.
 

@@ -2,7 +2,10 @@
 
 ``mg1.<scope_id>.<generation>.<mac>`` is what kagent sees as ``user_id`` during a governed
 conversation; the MAC makes it unforgeable, and because it carries the consent generation every
-memory call can be fenced. ``mgs1.<scope_id>.<generation>`` is what kagent stores under.
+memory call can be fenced. ``mgs1.<scope_id>.<generation>.<salt>`` is what kagent stores under:
+the salt is random and kept only in the state store (SPEC D2), so a storage key can neither be
+derived from a session key nor guessed by anyone who reaches kagent around memgov. Keys written
+before salts existed (``mgs1.<scope_id>.<generation>``) are still recognised.
 
 The MAC key is not the file secret itself but a sub-key derived from it for this one purpose
 (HMAC-SHA256(secret, "memgov session key v1")), so adding another use of the same secret later
@@ -29,7 +32,8 @@ SCOPE_ID = re.compile(r"s[0-9a-f]{24}", re.ASCII)
 _PURPOSE: Final = b"memgov session key v1"
 _GENERATION = r"(0|[1-9][0-9]{0,15})"
 _SESSION_KEY = re.compile(r"mg1\.(s[0-9a-f]{24})\." + _GENERATION + r"\.([A-Za-z0-9_\-]{43})", re.ASCII)
-_STORAGE_KEY = re.compile(r"mgs1\.(s[0-9a-f]{24})\." + _GENERATION, re.ASCII)
+_STORAGE_KEY = re.compile(r"mgs1\.(s[0-9a-f]{24})\." + _GENERATION + r"(?:\.([0-9a-f]{32}))?", re.ASCII)
+SALT = re.compile(r"[0-9a-f]{32}", re.ASCII)
 # mg1. + scope id + . + 16 digits + . + 43 MAC characters; nothing longer is ever looked at.
 MAX_SESSION_KEY_LEN: Final = 4 + 25 + 1 + 16 + 1 + 43
 
@@ -94,16 +98,25 @@ class SessionKeys:
         return scope_id, generation
 
 
-def storage_key(scope_id: str, generation: int) -> str:
-    """Return the kagent ``user_id`` a scope's entries are stored under at one generation."""
+def new_salt() -> str:
+    """Return a fresh namespace salt (128 random bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def storage_key(scope_id: str, generation: int, salt: str) -> str:
+    """Return the kagent ``user_id`` of one namespace; an empty salt gives the legacy unsalted form."""
     _check_parts(scope_id, generation)
-    return f"mgs1.{scope_id}.{generation}"
+    if salt == "":
+        return f"mgs1.{scope_id}.{generation}"
+    if not isinstance(salt, str) or SALT.fullmatch(salt) is None:
+        raise ValueError("salt must be 32 lower-case hex digits or empty")
+    return f"mgs1.{scope_id}.{generation}.{salt}"
 
 
-def parse_storage_key(value: str) -> tuple[str, int] | None:
-    """Return (scope_id, generation) of a well-formed storage key, else None."""
+def parse_storage_key(value: str) -> tuple[str, int, str] | None:
+    """Return (scope_id, generation, salt) of a well-formed storage key (salt "" if legacy), else None."""
     m = _match(_STORAGE_KEY, value)
-    return None if m is None else (m.group(1), int(m.group(2)))
+    return None if m is None else (m.group(1), int(m.group(2)), m.group(3) or "")
 
 
 def is_session_key_shaped(value: str) -> bool:

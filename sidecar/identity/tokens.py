@@ -1,5 +1,10 @@
 """Signed tokens: verifier key files, delegation contexts, subject and operator bearer tokens, minting.
 
+Every token names its kind in the JOSE ``typ`` header (RFC 8725 §3.11) and each verifier accepts
+only its own kind (SPEC §5): a delegation context (``memgov-context+jwt``) is never a bearer
+credential, a subject token (``memgov-subject+jwt``) never an operator's, and so on, even when
+the bridge signs contexts and subject tokens with one key.
+
 The verifier's algorithm is fixed by the key file, never by the token: an HS256 shared secret
 verifies only HS256, an Ed25519 public key only EdDSA, an RSA public key only RS256. A token
 whose header names anything else (``none`` included) is refused, and a PEM public key is never
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import re
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 from jwt.algorithms import HMACAlgorithm
+from jwt.api_jwt import decode_complete
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from sidecar.identity import IdentityError
@@ -45,6 +52,22 @@ _PLACEHOLDER_WORDS: Final = (b"changeme", b"change-me", b"change_me", b"placehol
 _TIME_CLAIMS: Final = ("exp", "iat", "nbf")
 
 
+class TokenType(enum.StrEnum):
+    """The JOSE ``typ`` of each kind of token memgov accepts."""
+
+    CONTEXT = "memgov-context+jwt"
+    SUBJECT = "memgov-subject+jwt"
+    OPERATOR = "memgov-operator+jwt"
+
+
+def _typ_matches(header_typ: object, expected: TokenType) -> bool:
+    # JOSE typ is a media type: compared case-insensitively, with "application/" optional (RFC 7515 §4.1.9).
+    if not isinstance(header_typ, str):
+        return False
+    typ = header_typ.lower()
+    return typ in (expected.value, "application/" + expected.value)
+
+
 class Verifier:
     """Verifies JWTs with one key and the one algorithm that key type allows."""
 
@@ -57,17 +80,21 @@ class Verifier:
     def __repr__(self) -> str:
         return f"Verifier(algorithm={self.algorithm!r})"
 
-    def decode(self, token: str, *, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
-        """Return the verified claims; raise IdentityError(context_invalid or context_expired)."""
+    def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
+        """Return the verified claims of a token of kind ``typ``; raise IdentityError(context_invalid or context_expired)."""
         invalid = IdentityError(Reason.CONTEXT_INVALID)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
             raise invalid
         options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False, "verify_nbf": False}
         try:
             # SECURITY: the allowed list holds only the key's own algorithm.
-            claims: dict[str, Any] = jwt.decode(token, self._key, algorithms=[self.algorithm], options=options)
+            decoded = decode_complete(token, self._key, algorithms=[self.algorithm], options=options)
         except (jwt.PyJWTError, ValueError, TypeError):
             raise invalid from None
+        # SECURITY: a token of another kind, signed with the same key, is not this one (RFC 8725 §3.11).
+        if not _typ_matches(decoded["header"].get("typ"), typ):
+            raise invalid
+        claims: dict[str, Any] = decoded["payload"]
         times = {name: claims[name] for name in _TIME_CLAIMS if name in claims}
         if not all(_is_int(v) for v in times.values()):
             raise invalid
@@ -112,17 +139,54 @@ def _public_key(data: bytes, setting: str) -> tuple[str, Ed25519PublicKey | RSAP
     raise SettingsError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
 
 
-def mint_token(claims: dict[str, Any], key: bytes, alg: str) -> str:
-    """Sign claims with an HS256 secret or an Ed25519/RSA PEM private key (the bridge's side)."""
+def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) -> str:
+    """Sign claims as a token of kind ``typ`` with an HS256 secret or an Ed25519/RSA PEM private key."""
+    headers = {"typ": TokenType(typ).value}
     if alg == "HS256":
-        return jwt.encode(claims, key, algorithm=alg)
+        return jwt.encode(claims, key, algorithm=alg, headers=headers)
     expected = {"EdDSA": Ed25519PrivateKey, "RS256": RSAPrivateKey}.get(alg)
     if expected is None:
         raise ValueError("alg must be HS256, EdDSA or RS256")
     private = serialization.load_pem_private_key(key, password=None)
     if not isinstance(private, expected):
         raise ValueError("the private key does not match alg")
-    return jwt.encode(claims, private, algorithm=alg)
+    return jwt.encode(claims, private, algorithm=alg, headers=headers)
+
+
+def mint_subject(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 120, jti: str | None = None) -> str:
+    """A subject bearer token: ``sub`` acting for itself, short-lived, with a fresh ``jti``."""
+    claims = {"sub": sub, "iat": now, "exp": now + ttl_s, "jti": jti or secrets.token_hex(16)}
+    return mint_token(claims, key, alg, typ=TokenType.SUBJECT)
+
+
+def mint_operator(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 300) -> str:
+    """An operator bearer token."""
+    return mint_token({"sub": sub, "role": "operator", "iat": now, "exp": now + ttl_s}, key, alg,
+                      typ=TokenType.OPERATOR)
+
+
+def control_room(members: list[str], server_name: str, **overrides: Any) -> dict[str, Any]:
+    """The attested state of a correct control room (SPEC R-5); ``overrides`` change single fields."""
+    room: dict[str, Any] = {
+        "room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
+        "members": members, "invited": [],
+        "server_acl": {"allow": [server_name], "deny": [], "allow_ip_literals": False},
+    }
+    room.update(overrides)
+    return room
+
+
+def mint_context(key: bytes, alg: str, *, sub: str, agent: str, room_id: str, room: dict[str, Any],
+                 servers: list[str], classification: str, now: int, origin: str = "native", ttl_s: int = 60,
+                 jti: str | None = None, iat: int | None = None, exp: int | None = None) -> str:
+    """A delegation context for ``sub`` talking to ``agent`` from the control room ``room_id``."""
+    claims = {
+        "sub": sub, "origin": origin, "agent": agent, "scope": {"kind": "control_room", "room_id": room_id},
+        "room": room, "audience": {"servers": servers, "classification": classification},
+        "iat": now if iat is None else iat, "exp": now + ttl_s if exp is None else exp,
+        "jti": jti or secrets.token_hex(16),
+    }
+    return mint_token(claims, key, alg, typ=TokenType.CONTEXT)
 
 
 def bearer(header_value: str | None) -> str | None:
@@ -139,7 +203,7 @@ class SubjectToken:
 
     sub: str
     exp: int
-    jti: str | None
+    jti: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,25 +214,33 @@ class OperatorToken:
     exp: int
 
 
-def _decode_auth(token: str, verifier: Verifier, now: int, required: tuple[str, ...]) -> dict[str, Any]:
+def _decode_auth(token: str, verifier: Verifier, now: int, typ: TokenType, required: tuple[str, ...],
+                 max_age_s: int) -> dict[str, Any]:
     try:
-        return verifier.decode(token, now=now, required_claims=required)
+        claims = verifier.decode(token, typ=typ, now=now, required_claims=required)
     except IdentityError:
         raise IdentityError(Reason.AUTH_REQUIRED) from None
+    # SECURITY: a bearer token is short-lived; one minted for a long life is refused outright.
+    if not 0 < claims["exp"] - claims["iat"] <= max_age_s:
+        raise IdentityError(Reason.AUTH_REQUIRED)
+    return claims
 
 
-def verify_subject_token(token: str, verifier: Verifier, *, now: int) -> SubjectToken:
-    """Verify a subject's bearer token; raise IdentityError(auth_required or principal_invalid)."""
-    claims = _decode_auth(token, verifier, now, ("sub", "exp"))
-    jti = claims.get("jti")
-    if jti is not None and (not isinstance(jti, str) or JTI.fullmatch(jti) is None):
+def verify_subject_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 300) -> SubjectToken:
+    """Verify a subject's bearer token (``memgov-subject+jwt``, ``jti`` required, at most ``max_age_s``).
+
+    Raises IdentityError(auth_required or principal_invalid).
+    """
+    claims = _decode_auth(token, verifier, now, TokenType.SUBJECT, ("sub", "exp", "iat", "jti"), max_age_s)
+    jti = claims["jti"]
+    if not isinstance(jti, str) or JTI.fullmatch(jti) is None:
         raise IdentityError(Reason.AUTH_REQUIRED)
     return SubjectToken(sub=str(parse_mxid(claims["sub"])), exp=claims["exp"], jti=jti)
 
 
-def verify_operator_token(token: str, verifier: Verifier, *, now: int) -> OperatorToken:
-    """Verify an operator's bearer token (``role == "operator"``); raise IdentityError(auth_required)."""
-    claims = _decode_auth(token, verifier, now, ("sub", "exp", "role"))
+def verify_operator_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 3600) -> OperatorToken:
+    """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``); raise IdentityError(auth_required)."""
+    claims = _decode_auth(token, verifier, now, TokenType.OPERATOR, ("sub", "exp", "iat", "role"), max_age_s)
     sub = claims["sub"]
     if claims["role"] != "operator" or not isinstance(sub, str) or _OPERATOR_SUB.fullmatch(sub) is None:
         raise IdentityError(Reason.AUTH_REQUIRED)
@@ -275,7 +347,7 @@ def verify_context(token: str, verifier: Verifier, *, now: int, max_age_s: int =
     for everything else: signature, algorithm, shape, ``iat`` in the future, or a lifetime
     (``exp - iat``) above ``max_age_s``.
     """
-    claims = verifier.decode(token, now=now, required_claims=_CONTEXT_CLAIMS)
+    claims = verifier.decode(token, typ=TokenType.CONTEXT, now=now, required_claims=_CONTEXT_CLAIMS)
     if not 0 < claims["exp"] - claims["iat"] <= max_age_s:
         raise IdentityError(Reason.CONTEXT_INVALID)
     try:

@@ -5,7 +5,8 @@ dotted paths with ``set`` and states the expected action and reasons. Deployment
 classification and partners come from the pack's data files unless a case overrides them, so
 the tables test the pack against the same numbers the gateway uses. Facts given as text
 (``facts``) are measured in UTF-8 bytes exactly as the gateway measures them; ``{é*256}`` in a
-fact repeats a piece.
+fact repeats a piece. ``load_cases`` takes a folder (every table in it) or one table file (its
+folder's ``base.yaml`` supplies the bases).
 """
 
 from __future__ import annotations
@@ -20,18 +21,12 @@ import yaml
 from pydantic import ValidationError
 
 from sidecar.policy.engine import Engine, EngineUnavailable
-from sidecar.policy.model import Action, DecisionInput, Federation, Limits
+from sidecar.policy.model import Action, DecisionInput
 from sidecar.policy.outcome import Verdict, assemble
+from sidecar.policy.pack import Pack
+from sidecar.policy.rules import rule_codes
 from sidecar.reasons import Reason
 
-#: Every reason code a pack rule can produce; each needs ALLOW and DENY cases.
-RULES: tuple[str, ...] = (
-    "consent_missing", "consent_disabled", "stale_generation", "key_invalid", "agent_mismatch", "scope_mismatch",
-    "principal_invalid", "origin_not_allowed", "audience_mismatch", "room_state_invalid", "context_missing",
-    "context_invalid", "context_expired", "context_replayed", "entry_cap_reached", "fact_too_large",
-    "batch_too_large", "embedding_item_too_large", "rate_limited", "hourly_budget_exhausted", "prefetch_limit",
-    "ungoverned_store",
-)
 KINDS = ("allow", "deny", "bypass")
 _REPEAT = re.compile(r"\{([^{}*]+)\*(\d{1,5})\}")
 
@@ -51,6 +46,9 @@ class Case:
     inp: DecisionInput
     action: Action
     reasons: tuple[str, ...]
+    #: The base the row starts from and its changes (a failing case shows its input as a diff).
+    base: str = ""
+    changes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -85,13 +83,17 @@ def _apply(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_bases(folder: Path, limits: Limits, federation: Federation) -> dict[str, dict[str, Any]]:
+def load_bases(folder: Path, pack: Pack) -> dict[str, dict[str, Any]]:
     """Read ``base.yaml``: complete inputs by name, with the pack's data in their deployment."""
-    raw = yaml.safe_load((Path(folder) / "base.yaml").read_text(encoding="utf-8"))
+    path = Path(folder) / "base.yaml"
+    if not path.is_file():
+        raise CaseError(f"{path}: no base.yaml beside the case tables")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     deployment = dict(raw["deployment"])
-    deployment.setdefault("classification", federation.classification)
-    deployment.setdefault("federation_partners", [p.model_dump(mode="json") for p in federation.partners])
-    deployment["limits"] = limits.model_dump(mode="json")
+    deployment.setdefault("classification", pack.federation.classification)
+    deployment.setdefault("federation_partners", [p.model_dump(mode="json") for p in pack.federation.partners])
+    deployment["limits"] = pack.limits.model_dump(mode="json")
+    deployment.setdefault("org", pack.org)
     bases: dict[str, dict[str, Any]] = {}
     for name, spec in raw["bases"].items():
         if "extends" in spec:
@@ -106,30 +108,42 @@ def build_input(bases: dict[str, dict[str, Any]], base: str, changes: dict[str, 
     return DecisionInput.model_validate(_apply(bases[base], changes or {}))
 
 
-def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]]) -> Case:
+def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]], rules: tuple[str, ...]) -> Case:
     name = row.get("name", "?")
     try:
         rule, kind, expect = row["rule"], row["kind"], row["expect"]
-        if rule not in RULES or kind not in KINDS:
-            raise CaseError(f"{file}: case {name!r}: unknown rule or kind")
+        if rule not in rules:
+            raise CaseError(f"{file}: case {name!r}: rule {rule!r} is neither built in nor in data/reasons.yaml")
+        if kind not in KINDS:
+            raise CaseError(f"{file}: case {name!r}: kind must be one of {', '.join(KINDS)}")
         inp = build_input(bases, row["base"], row.get("set"))
         action = Action(expect["action"])
         reasons = tuple(sorted(Reason(r).value for r in expect.get("reasons", ["allowed"])))
-    except (KeyError, ValueError, ValidationError) as exc:
-        raise CaseError(f"{file}: case {name!r}: {type(exc).__name__}") from None
-    return Case(file, name, rule, kind, inp, action, reasons)
+    except KeyError as exc:
+        raise CaseError(f"{file}: case {name!r}: missing or unknown {exc}") from None
+    except ValidationError as exc:
+        where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors())
+        raise CaseError(f"{file}: case {name!r}: the input does not validate ({where})") from None
+    except ValueError as exc:
+        raise CaseError(f"{file}: case {name!r}: {exc}") from None
+    return Case(file, name, rule, kind, inp, action, reasons, row["base"], dict(row.get("set") or {}))
 
 
-def load_cases(folder: Path, limits: Limits, federation: Federation) -> list[Case]:
-    """Load every case table in a folder against the pack's data."""
-    folder = Path(folder)
-    bases = load_bases(folder, limits, federation)
+def load_cases(where: Path, pack: Pack, rules: tuple[str, ...] | None = None) -> list[Case]:
+    """Load every case table in a folder, or one table file, against the pack's data.
+
+    ``rules`` are the codes a row may name (default: the pack's own).
+    """
+    where = Path(where)
+    folder, tables = (where.parent, [where]) if where.is_file() else (where, sorted(where.glob("*.yaml")))
+    bases = load_bases(folder, pack)
+    rules = rules or rule_codes(pack)
     cases: list[Case] = []
-    for path in sorted(folder.glob("*.yaml")):
+    for path in tables:
         if path.name == "base.yaml":
             continue
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        cases.extend(_case(path.stem, row, bases) for row in doc.get("cases", []))
+        cases.extend(_case(path.stem, row, bases, rules) for row in doc.get("cases", []))
     names = [c.id for c in cases]
     if len(set(names)) != len(names):
         raise CaseError("case names repeat within a file")
@@ -184,9 +198,9 @@ class Coverage:
         return self.counts["allow"] > 0 and self.counts["deny"] > 0
 
 
-def coverage(cases: list[Case]) -> list[Coverage]:
-    """Per-rule counts of allow, deny and bypass cases."""
-    table = {rule: Coverage(rule) for rule in RULES}
+def coverage(cases: list[Case], rules: tuple[str, ...]) -> list[Coverage]:
+    """Per-code counts of allow, deny and bypass cases."""
+    table = {rule: Coverage(rule) for rule in rules}
     for case in cases:
         table[case.rule].counts[case.kind] += 1
     return list(table.values())

@@ -1,8 +1,8 @@
 """The in-process Cedar engine: parse and validate the pack once, then map each input to a request.
 
-The pack's @id annotations are reason codes in kebab-case; a denial's reasons are the @ids of the
-forbid policies that determined it. Any evaluation error fails closed, because Cedar skips an
-erroring forbid instead of applying it.
+The pack's @id annotations are reason codes in kebab-case (``/suffix`` allowed, so one code can
+have several policies); a denial's reasons are the codes of the forbid policies that determined
+it. Any evaluation error fails closed, because Cedar skips an erroring forbid instead of applying it.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from dataclasses import dataclass
 
 import cedarpy
 
-from sidecar.policy.cedar_input import entities, request
+from sidecar.policy.cedar_input import deployment_entity, entities, request
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput, Deployment
 from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack, PackError
-from sidecar.reasons import REASON_VALUES
+from sidecar.policy.rules import PERMIT_ID, Site, Statement, annotations, cedar_sites, cedar_statements, rule_codes
 
-_KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-#: Cedar line width used by ``memgov policy check`` to decide whether a file is formatted.
-FORMAT_WIDTH = 100
+_ACTION_NOTE = re.compile(r' (?:for|in context for) Action::"[^"]*"')
+_POLICY_NOTE = re.compile(r"^(?:\[policy\d+\] )?(?:for policy `policy\d+`, )?")
 
 
 class CedarEvalError(EngineUnavailable):
@@ -39,52 +38,105 @@ class CedarPolicies:
 
     policies: cedarpy.PolicySet
     schema: cedarpy.Schema
+    #: Cedar's policy id (policy0, …) → reason code ("allowed" for the permit).
     reasons: dict[str, str]
+    #: Cedar's policy id → where the policy is written.
+    sites: dict[str, Site]
 
 
-def _annotations(text: str) -> dict[str, dict[str, str]]:
-    est = json.loads(cedarpy.policies_to_json_str(text))
-    return {pid: body.get("annotations", {}) for pid, body in est.get("staticPolicies", {}).items()}
+def _refuse(message: str, file: str | None = None) -> PackError:
+    return PackError(message, file=file, step="cedar")
+
+
+def _parse_file(rel: str, text: str) -> list[Statement]:
+    """Split and parse one file; a parse error names the file, the policy's line and Cedar's message."""
+    statements = cedar_statements(text)
+    try:
+        cedarpy.policies_to_json_str(text)
+    except ValueError as whole:
+        for st in statements:
+            try:
+                cedarpy.policies_to_json_str(st.text)
+            except ValueError as exc:
+                raise _refuse(f"{rel}:{st.line}: {exc}", rel) from None
+        raise _refuse(f"{rel}: {whole}", rel) from None
+    return statements
+
+
+def _validate_file(rel: str, text: str, statements: list[Statement], schema: cedarpy.Schema) -> list[str]:
+    """Schema validation of one file: ``file:line (@id x): validator message`` per problem."""
+    result = cedarpy.validate_policies(text, schema)
+    found: dict[str, None] = {}
+    for err in result.errors:
+        index = int(err.policy_id.removeprefix("policy")) if err.policy_id.startswith("policy") else -1
+        st = statements[index] if 0 <= index < len(statements) else None
+        where = f"{rel}:{st.line} (@id {annotations(st.text).get('id', '?')})" if st else rel
+        message = _ACTION_NOTE.sub("", _POLICY_NOTE.sub("", str(err.error)))
+        found[f"{where}: {message}"] = None
+    return list(found)
+
+
+def _check_org(pack: Pack, schema: cedarpy.Schema) -> None:
+    # The org lists travel as an entity attribute; the schema's Org type must declare each one.
+    probe = Deployment(server_name="pack.check", classification=pack.federation.classification,
+                       limits=pack.limits, org=pack.org)
+    try:
+        cedarpy.Entities.from_json_str(json.dumps([deployment_entity(probe)]), schema)
+    except ValueError as exc:
+        raise _refuse(f"data/org.yaml: does not match type Org in the .cedarschema: {exc}", "data/org.yaml") from None
+
+
+def _reason_map(pack: Pack, sites: list[Site]) -> dict[str, str]:
+    known = set(rule_codes(pack))
+    reasons: dict[str, str] = {}
+    seen: set[str] = set()
+    for index, site in enumerate(sites):
+        if site.name in seen:
+            raise _refuse(f"{site.where}: @id {site.name} is used twice", site.file)
+        seen.add(site.name)
+        if site.name == PERMIT_ID:
+            reasons[f"policy{index}"] = PERMIT_ID
+            continue
+        if site.code not in known:
+            raise _refuse(
+                f"{site.where}: @id {site.name!r} is not a reason code in kebab-case (optionally /suffix) "
+                "that the pack knows (built-in rule codes and data/reasons.yaml)", site.file,
+            )
+        reasons[f"policy{index}"] = site.code
+    return reasons
 
 
 def compile_pack(pack: Pack) -> CedarPolicies:
-    """Parse the schema and policies, validate them against the schema and check every @id."""
+    """Parse the schema and policies, validate them against the schema and check every @id and @rationale."""
     schemas = pack.select("cedar", ".cedarschema")
     if len(schemas) != 1:
-        raise PackError("cedar/: expected exactly one .cedarschema file")
+        raise _refuse("cedar/: expected exactly one .cedarschema file")
     sources = pack.select("cedar", ".cedar")
     if not sources:
-        raise PackError("cedar/: no .cedar policy files")
+        raise _refuse("cedar/: no .cedar policy files")
+    (schema_file, schema_text), = schemas.items()
+    try:
+        schema = cedarpy.Schema.from_str(schema_text)
+    except ValueError as exc:
+        raise _refuse(f"{schema_file}: the schema does not parse: {exc}", schema_file) from None
+    problems: list[str] = []
+    parsed = {rel: _parse_file(rel, sources[rel]) for rel in sorted(sources)}
+    for rel, statements in parsed.items():
+        problems += _validate_file(rel, sources[rel], statements, schema)
+        for st in statements:
+            if not annotations(st.text).get("rationale"):
+                problems.append(f"{rel}:{st.line}: policy needs a @rationale")
+    if problems:
+        raise _refuse("cedar policies fail validation:\n" + "\n".join(problems), problems[0].split(":", 1)[0])
+    _check_org(pack, schema)
+    sites = cedar_sites(pack)
+    reasons = _reason_map(pack, sites)
     text = "\n".join(sources[rel] for rel in sorted(sources))
     try:
-        schema = cedarpy.Schema.from_str(next(iter(schemas.values())))
-    except ValueError:
-        raise PackError("cedar/: the schema does not parse") from None
-    try:
         policies = cedarpy.PolicySet.from_str(text)
-        annotations = _annotations(text)
-    except ValueError:
-        raise PackError("cedar/: the policies do not parse") from None
-    result = cedarpy.validate_policies(text, schema)
-    if not result.validation_passed:
-        bad = sorted({result.id_annotations_by_policy_id.get(e.policy_id, e.policy_id) for e in result.errors})
-        raise PackError("cedar/: policies fail schema validation: " + ", ".join(bad))
-    return CedarPolicies(policies, schema, _reason_map(annotations))
-
-
-def _reason_map(annotations: dict[str, dict[str, str]]) -> dict[str, str]:
-    reasons: dict[str, str] = {}
-    for pid, notes in annotations.items():
-        ident = notes.get("id", "")
-        code = ident.replace("-", "_")
-        if not _KEBAB.fullmatch(ident) or code not in REASON_VALUES:
-            raise PackError(f"cedar/: policy {pid} needs an @id that is a reason code in kebab-case")
-        if not notes.get("rationale"):
-            raise PackError(f"cedar/: policy {ident} needs a @rationale")
-        if code in reasons.values():
-            raise PackError(f"cedar/: @id {ident} is used twice")
-        reasons[pid] = code
-    return reasons
+    except ValueError as exc:
+        raise _refuse(f"cedar/: the policies do not parse together: {exc}") from None
+    return CedarPolicies(policies, schema, reasons, {f"policy{i}": site for i, site in enumerate(sites)})
 
 
 def _verdict(result: cedarpy.AuthzResult, reasons: dict[str, str]) -> Verdict:
@@ -94,6 +146,11 @@ def _verdict(result: cedarpy.AuthzResult, reasons: dict[str, str]) -> Verdict:
     if result.allowed:
         return Verdict(allowed=True, reasons=frozenset())
     return Verdict(allowed=False, reasons=frozenset(reasons.get(pid, "") for pid in result.diagnostics.reasons))
+
+
+def determining(compiled: CedarPolicies, result: cedarpy.AuthzResult) -> list[Site]:
+    """The policies that determined an answer (the permit for an allow, the matching forbids for a deny)."""
+    return [compiled.sites[pid] for pid in sorted(result.diagnostics.reasons) if pid in compiled.sites]
 
 
 class CedarEngine:
@@ -142,6 +199,17 @@ class CedarEngine:
         except (ValueError, TypeError):
             raise CedarEvalError("malformed") from None
         return _verdict(result, compiled.reasons)
+
+    def explain_sync(self, inp: DecisionInput) -> tuple[Verdict, list[Site]]:
+        """Decide one input and name the policies that determined the answer (authoring tools)."""
+        compiled = self._compiled
+        if compiled is None:
+            raise CedarEvalError("unloaded")
+        try:
+            result = cedarpy.is_authorized(request(inp), compiled.policies, self._entities(compiled, inp))
+        except (ValueError, TypeError):
+            raise CedarEvalError("malformed") from None
+        return _verdict(result, compiled.reasons), determining(compiled, result)
 
     def decide_many_sync(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Decide a fan-out in one call when the inputs share their entities (prefetch)."""

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sidecar.policy.model import DecisionInput
+from sidecar.policy.model import DecisionInput, Deployment
 from sidecar.policy.pack import is_complete
 
 _DEPLOYMENT: Final = {"type": "Deployment", "id": "local"}
 _OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
 
 
-def _limits(inp: DecisionInput) -> dict[str, int]:
-    lim = inp.deployment.limits
+def _limits(dep: Deployment) -> dict[str, int]:
+    lim = dep.limits
     return {
         "maxDays": lim.max_days, "maxEntries": lim.max_entries, "maxFactBytes": lim.max_fact_bytes,
         "maxBatchFacts": lim.max_batch_facts, "ratePerMinute": lim.rate_per_minute, "rateBurst": lim.rate_burst,
@@ -27,8 +27,8 @@ def _limits(inp: DecisionInput) -> dict[str, int]:
     }
 
 
-def _deployment(inp: DecisionInput) -> dict[str, Any]:
-    dep = inp.deployment
+def deployment_entity(dep: Deployment) -> dict[str, Any]:
+    """The Deployment entity: settings, limits, pre-joined partner servers and the org lists."""
     # Cedar has no loops: the audience servers complete partner records admit are joined here.
     partners = {
         p.server_name for p in dep.federation_partners if is_complete(p) and p.classification == dep.classification
@@ -37,8 +37,8 @@ def _deployment(inp: DecisionInput) -> dict[str, Any]:
         "uid": _DEPLOYMENT,
         "attrs": {
             "serverName": dep.server_name, "bridgeBot": dep.bridge_bot or "", "agentGhost": dep.agent_ghost or "",
-            "classification": dep.classification, "limits": _limits(inp),
-            "audienceServers": sorted(partners | {dep.server_name}),
+            "classification": dep.classification, "limits": _limits(dep),
+            "audienceServers": sorted(partners | {dep.server_name}), "org": dep.org,
         },
         "parents": [],
     }
@@ -135,7 +135,7 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
 
 def entities(inp: DecisionInput) -> list[dict[str, Any]]:
     """The Deployment, User and Scope entities of an input."""
-    return [_deployment(inp), _user(inp), _scope(inp)]
+    return [deployment_entity(inp.deployment), _user(inp), _scope(inp)]
 
 
 def request(inp: DecisionInput) -> dict[str, Any]:

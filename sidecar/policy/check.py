@@ -1,4 +1,10 @@
-"""``memgov policy check``: parse, schema-validate, format-check and lint a pack, step by step."""
+"""``memgov policy check``: every problem an author can act on, with file:line, for both languages.
+
+The steps run on both packs whatever engine is live, and later steps still run after an earlier
+one fails (except without readable data files): Cedar parse, schema validation and annotations;
+Cedar format; Rego rule heads against known codes and METADATA; rules present in one language
+only or missing; ``opa fmt``; ``opa check --strict --schema``; ``opa test``; ``regal lint``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import cedarpy
-
-from sidecar.policy.cedar import FORMAT_WIDTH, compile_pack
+from sidecar.policy.cedar import compile_pack
+from sidecar.policy.fmt import FIX_HINT, Unformatted, cedar_unformatted, rego_unformatted
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import Pack, PackError, read_pack
+from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
+from sidecar.policy.vet import bracket_problem, check_declared, missing_codes, opa_compile, rego_problems
+
+_REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -23,45 +32,97 @@ class Step:
     detail: str = ""
 
 
-def _cedar_format(pack: Pack) -> Step:
-    unformatted = [
-        rel for rel, text in sorted(pack.select("cedar", ".cedar").items())
-        if cedarpy.format_policies(text, FORMAT_WIDTH, 2) != text
-    ]
-    return Step("cedar format", not unformatted, ", ".join(unformatted) or "")
-
-
-def _tool(name: str, args: list[str], step: str) -> Step:
+def _tool(name: str, args: list[str], step: str, cwd: Path) -> Step:
     try:
         binary = tool_binary(name)
     except ToolNotFound as exc:
         return Step(step, False, str(exc))
-    proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300, check=False, cwd=cwd)
     # Tool output names policy files and lines only: policy text is ours, never request data.
     detail = (proc.stdout + proc.stderr).strip()
     return Step(step, proc.returncode == 0, detail if proc.returncode else "")
 
 
-def check_pack(root: Path) -> list[Step]:
-    """Run every check; later steps still run after an earlier one fails, except without a pack."""
-    try:
-        pack = read_pack(root)
-    except PackError as exc:
-        return [Step("data files", False, str(exc))]
-    steps = [Step("data files", True)]
+def _formatting(name: str, found: list[Unformatted]) -> Step:
+    detail = "\n".join([*(f"{u.file}\n{u.diff.rstrip()}" for u in found), FIX_HINT]) if found else ""
+    return Step(name, not found, detail)
+
+
+def _cedar(pack: Pack) -> Step:
     try:
         compile_pack(pack)
-        steps.append(Step("cedar parse + schema validation + @id", True))
     except PackError as exc:
-        steps.append(Step("cedar parse + schema validation + @id", False, str(exc)))
-    steps.append(_cedar_format(pack))
+        return Step("cedar parse + schema validation + @id", False, str(exc))
+    return Step("cedar parse + schema validation + @id", True)
+
+
+def _rego_rules(pack: Pack) -> Step:
+    problems: list[str] = []
+    files = pack.select("rego", ".rego")
     try:
-        check_layout(pack.select("rego", ".rego"))
-        steps.append(Step("rego package layout", True))
+        check_layout(files)
     except PackError as exc:
-        steps.append(Step("rego package layout", False, str(exc)))
-    rego = str(Path(root) / "rego")
-    steps.append(_tool("opa", ["fmt", "--list", "--fail", rego], "opa fmt"))
-    steps.append(_tool("opa", ["check", "--strict", rego], "opa check --strict"))
-    steps.append(_tool("regal", ["lint", "--format", "compact", rego], "regal lint"))
+        problems.append(str(exc))
+    for rel, text in sorted(files.items()):
+        found = bracket_problem(text)
+        if found is not None:
+            problems.append(f"{rel}:{found[0]}: {found[1]}")
+    problems += rego_problems(pack, rego_sites(pack))
+    return Step("rego rules: reason codes and METADATA custom.reason", not problems, "\n".join(problems))
+
+
+def _parity(pack: Pack) -> Step:
+    """Codes one language has rules for and the other not, and codes neither covers."""
+    sites = {"cedar": [s for s in cedar_sites(pack) if s.code], "rego": [s for s in rego_sites(pack) if s.code]}
+    codes = {lang: {s.code for s in found} for lang, found in sites.items()}
+    lines = []
+    for lang, other in (("cedar", "rego"), ("rego", "cedar")):
+        for site in sites[lang]:
+            if site.code not in codes[other] and site.code in rule_codes(pack):
+                lines.append(f"{site.where}: {site.name} has no {other} rule for {site.code}")
+        missing = missing_codes(pack, sites[lang])
+        if missing:
+            lines.append(f"{lang}/: no rule for: {', '.join(missing)}")
+    return Step("rules in both packs for every expected code", not lines, "\n".join(lines))
+
+
+def _schema_check(pack: Pack) -> Step:
+    name = "opa check --strict --schema (decision input)"
+    try:
+        tool_binary("opa")
+    except ToolNotFound as exc:
+        return Step(name, False, str(exc))
+    report = opa_compile(pack)
+    return Step(name, report is None, report or "")
+
+
+def regal_config(root: Path) -> Path | None:
+    """The Regal configuration for a pack: beside it, else the project's."""
+    for candidate in (root.parent / ".regal" / "config.yaml", _REPO / ".regal" / "config.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def check_pack(root: Path) -> list[Step]:
+    """Run every check on both languages; each failing step says where and what."""
+    root = Path(root).resolve()
+    try:
+        pack = read_pack(root)
+        check_declared(pack)
+    except PackError as exc:
+        return [Step("data files", False, str(exc))]
+    steps = [Step("data files", True), _cedar(pack), _formatting("cedar format", cedar_unformatted(root)),
+             _rego_rules(pack), _parity(pack)]
+    try:
+        steps.append(_formatting("opa fmt", rego_unformatted(root)))
+    except ToolNotFound as exc:
+        steps.append(Step("opa fmt", False, str(exc)))
+    steps.append(_schema_check(pack))
+    rego = str(root / "rego")
+    steps.append(_tool("opa", ["test", rego], "opa test", root))
+    config = regal_config(root)
+    lint = ["lint", "--format", "compact", *(["--config-file", str(config)] if config else []), rego]
+    steps.append(_tool("regal", lint, "regal lint", root))
     return steps
+

@@ -48,7 +48,9 @@ def _sizes(inp: DecisionInput, limits: Limits) -> set[Reason]:
             found.add(Reason.ENTRY_CAP_REACHED)
     if inp.operation in (Operation.MEMORY_SAVE_BATCH, Operation.EMBEDDING) and req.item_count > limits.max_batch_facts:
         found.add(Reason.BATCH_TOO_LARGE)
-    if inp.operation is Operation.EMBEDDING and req.max_item_bytes > limits.embedding_item_bytes:
+    # Every embedding item may be a prefetch query (its search carries only a vector), so both bounds apply.
+    item_bytes = min(limits.embedding_item_bytes, limits.prefetch_query_bytes)
+    if inp.operation is Operation.EMBEDDING and req.max_item_bytes > item_bytes:
         found.add(Reason.EMBEDDING_ITEM_TOO_LARGE)
     return found
 

@@ -182,6 +182,9 @@ class Limits(_Model):
     embedding_items_per_agent_hour: int = Field(
         ..., ge=1, description="Embedding items per memory-enabled agent per hour (embeddings carry no user)."
     )
+    embedding_items_per_source_hour: int = Field(
+        ..., ge=1, description="Share of an agent's hourly embedding items one source address may use."
+    )
 
 
 class PartnerRecord(_Model):
@@ -197,6 +200,14 @@ class PartnerRecord(_Model):
     retention_days: int | None = Field(None, description="Agreed retention in days.")
     erasure_owner: str | None = Field(None, description="Who executes erasure.")
     principal_binding: str | None = Field(None, description="How principals are bound across the partnership.")
+
+
+class DeclaredReason(_Model):
+    """One entry of data/reasons.yaml: a reason code the pack's own rules may answer with."""
+
+    code: str = Field(..., description="The code, a lower-case identifier that is not built in.")
+    after: str = Field(..., description="The code it is reported right after when several apply (priority).")
+    description: str = Field(..., min_length=1, max_length=200, description="What a denial with this code means.")
 
 
 class Federation(_Model):
@@ -215,6 +226,11 @@ class Deployment(_Model):
     classification: str = Field(..., description="Classification a local control room must carry.")
     federation_partners: list[PartnerRecord] = Field(default_factory=list, description="federation.yaml partners.")
     limits: Limits = Field(..., description="limits.yaml content.")
+    org: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="data/org.yaml: named lists of identifiers an organisation's rules read "
+        "(e.g. agents denied memory).",
+    )
 
 
 class DecisionInput(_Model):

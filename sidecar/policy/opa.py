@@ -24,7 +24,9 @@ from sidecar.policy.opa_bundle import ROOT, check_layout
 from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack
 
-DECISION_PATH: Final = "/v1/data/memgov/decision/result"
+PACKAGE: Final = "memgov.decision"
+RULE: Final = "result"
+DECISION_PATH: Final = "/v1/data/" + PACKAGE.replace(".", "/") + "/" + RULE
 BUNDLES_PATH: Final = "/v1/data/system/bundles"
 _FAILURES: Final = (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError)
 #: memgov's revisions are short hex hashes; anything else OPA names is shown as "other".

@@ -1,12 +1,17 @@
 """Reading a policy pack folder (cedar/, rego/, data/) into one immutable, hashed snapshot.
 
-The revision is a content hash over every file of the pack, so the same bytes always report the
-same revision in /readyz, metrics and decision logs, whichever engine runs them.
+The revision is a content hash over every file of the pack except Rego unit tests
+(``*_test.rego``), so the same rules always report the same revision in /readyz, metrics and
+decision logs, whichever engine runs them, and editing a test never reloads the gateway.
+
+Data files: ``limits.yaml`` and ``federation.yaml`` (required), ``reasons.yaml`` (reason codes
+the pack declares for its own rules) and ``org.yaml`` (named lists both engines read).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,14 +19,27 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sidecar.policy.model import Federation, Limits, PartnerRecord
+from sidecar.policy.model import DeclaredReason, Federation, Limits, PartnerRecord
 
 _PACK_DIRS = ("cedar", "rego", "data")
 _PACK_SUFFIXES = (".cedar", ".cedarschema", ".rego", ".yaml")
+_TEST_SUFFIX = "_test.rego"
+_ORG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+#: Bounds of data/org.yaml, so a pasted export cannot bloat every decision input.
+ORG_MAX_LISTS, ORG_MAX_ITEMS, ORG_MAX_CHARS = 32, 1000, 255
 
 
 class PackError(Exception):
-    """The pack cannot be used; the message names a file and a problem, never request data."""
+    """The pack cannot be used; the message names a file and a problem, never request data.
+
+    ``file`` is the pack-relative file at fault (when one is) and ``step`` the stage that refused
+    it (``read``, ``data``, ``cedar``, ``rego``, ``rules``, ``engine``), for logs and /readyz.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, step: str = "read") -> None:
+        super().__init__(message)
+        self.file = file
+        self.step = step
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,8 @@ class Pack:
     files: dict[str, str]
     limits: Limits
     federation: Federation
+    reasons: tuple[DeclaredReason, ...]
+    org: dict[str, list[str]]
 
     def select(self, folder: str, suffix: str, *, tests: bool = False) -> dict[str, str]:
         """Return ``{relative path: text}`` of one kind of file, test files only when asked."""
@@ -65,6 +85,8 @@ def _read(root: Path) -> dict[str, bytes]:
 def _revision(files: dict[str, bytes]) -> str:
     digest = hashlib.sha256()
     for rel in sorted(files):
+        if rel.endswith(_TEST_SUFFIX):
+            continue
         digest.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
     return digest.hexdigest()[:16]
 
@@ -74,23 +96,71 @@ def fingerprint(root: Path) -> str:
     return _revision(_read(Path(root)))
 
 
+def _yaml(name: str, raw: bytes) -> Any:
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise PackError(f"data/{name}{line}: not valid YAML", file=f"data/{name}", step="data") from None
+
+
+def _invalid(name: str, exc: ValidationError) -> PackError:
+    where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in exc.errors())
+    return PackError(f"data/{name}: invalid ({where})", file=f"data/{name}", step="data")
+
+
 def _parse(model: type[Limits] | type[Federation], name: str, raw: bytes | None) -> Any:
     if raw is None:
-        raise PackError(f"{name}: missing")
+        raise PackError(f"data/{name}: missing", file=f"data/{name}", step="data")
     try:
-        return model.model_validate(yaml.safe_load(raw.decode("utf-8")))
-    except (UnicodeDecodeError, yaml.YAMLError):
-        raise PackError(f"{name}: not valid YAML") from None
+        return model.model_validate(_yaml(name, raw))
     except ValidationError as exc:
-        where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in exc.errors())
-        raise PackError(f"{name}: invalid ({where})") from None
+        raise _invalid(name, exc) from None
 
 
 def _limits(raw: bytes | None) -> Limits:
     limits: Limits = _parse(Limits, "limits.yaml", raw)
     if limits.rate_burst > limits.rate_per_minute:
-        raise PackError("limits.yaml: rate_burst exceeds rate_per_minute")
+        raise PackError("data/limits.yaml: rate_burst exceeds rate_per_minute", file="data/limits.yaml", step="data")
     return limits
+
+
+def _reasons(raw: bytes | None) -> tuple[DeclaredReason, ...]:
+    """data/reasons.yaml: ``declare: [{code, after, description}]`` (optional file)."""
+    if raw is None:
+        return ()
+    doc = _yaml("reasons.yaml", raw) or {}
+    if not isinstance(doc, dict) or set(doc) - {"declare"} or not isinstance(doc.get("declare", []), list):
+        raise PackError("data/reasons.yaml: expected a mapping with one key, declare: [...]",
+                        file="data/reasons.yaml", step="data")
+    try:
+        declared = tuple(DeclaredReason.model_validate(item) for item in doc.get("declare") or [])
+    except ValidationError as exc:
+        raise _invalid("reasons.yaml", exc) from None
+    codes = [d.code for d in declared]
+    if len(set(codes)) != len(codes):
+        raise PackError("data/reasons.yaml: a code is declared twice", file="data/reasons.yaml", step="data")
+    return declared
+
+
+def _org(raw: bytes | None) -> dict[str, list[str]]:
+    """data/org.yaml: ``name: [identifier, ...]`` lists (optional file), bounded in size."""
+    if raw is None:
+        return {}
+    doc = _yaml("org.yaml", raw) or {}
+    bad = not isinstance(doc, dict) or len(doc) > ORG_MAX_LISTS or any(
+        not isinstance(k, str) or not _ORG_NAME.fullmatch(k) or not isinstance(v, list) or len(v) > ORG_MAX_ITEMS
+        or not all(isinstance(x, str) and 0 < len(x) <= ORG_MAX_CHARS for x in v)
+        for k, v in doc.items()
+    )
+    if bad:
+        raise PackError(
+            f"data/org.yaml: expected at most {ORG_MAX_LISTS} lists, name: [strings] "
+            f"(names lower_snake_case, at most {ORG_MAX_ITEMS} strings of 1-{ORG_MAX_CHARS} characters each)",
+            file="data/org.yaml", step="data",
+        )
+    return {k: list(v) for k, v in doc.items()}
 
 
 def _file(path: Path) -> bytes | None:
@@ -99,7 +169,7 @@ def _file(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise PackError(f"{path.name}: cannot read ({exc.strerror})") from None
+        raise PackError(f"data/{path.name}: cannot read ({exc.strerror})", file=f"data/{path.name}") from None
 
 
 def load_limits(root: Path) -> Limits:
@@ -119,13 +189,17 @@ def read_pack(root: Path) -> Pack:
     if not root.is_dir():
         raise PackError(f"{root.name}: policy folder not found")
     raw = _read(root)
-    try:
-        files = {rel: data.decode("utf-8") for rel, data in raw.items()}
-    except UnicodeDecodeError:
-        raise PackError("a pack file is not UTF-8") from None
+    files: dict[str, str] = {}
+    for rel, data in raw.items():
+        try:
+            files[rel] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PackError(f"{rel}: not UTF-8", file=rel) from None
     limits = _limits(raw.get("data/limits.yaml"))
     federation: Federation = _parse(Federation, "federation.yaml", raw.get("data/federation.yaml"))
-    return Pack(root, _revision(raw), files, limits, federation)
+    reasons = _reasons(raw.get("data/reasons.yaml"))
+    org = _org(raw.get("data/org.yaml"))
+    return Pack(root, _revision(raw), files, limits, federation, reasons, org)
 
 
 #: Fields a partner record must name before it admits anything (R-13).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sidecar.logs import get_logger
@@ -21,11 +22,22 @@ from sidecar.policy.model import Decision, DecisionInput, Deployment
 from sidecar.policy.opa import OpaEngine, opa_part
 from sidecar.policy.outcome import Verdict, assemble, unavailable
 from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
-from sidecar.policy.shadow import ShadowEngine
-from sidecar.reasons import new_decision_id
+from sidecar.policy.shadow import DECISION_IDS, ShadowEngine
+from sidecar.policy.vet import vet
+from sidecar.reasons import declare, new_decision_id
 from sidecar.settings import PolicySettings
 
 log = get_logger("policy")
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    """The last reload attempt, as /readyz shows it: outcome, the revision tried, for a refusal step and file."""
+
+    outcome: str
+    revision: str | None = None
+    step: str | None = None
+    file: str | None = None
 
 
 def build_engine(settings: PolicySettings, engine: str | None = None, opa_url: str | None = None) -> Engine:
@@ -55,6 +67,7 @@ class PolicyRuntime:
         self._waiters: list[asyncio.Future[bool]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sighup: asyncio.AbstractEventLoop | None = None
+        self.last_reload: ReloadOutcome | None = None
 
     @classmethod
     async def start(
@@ -90,12 +103,13 @@ class PolicyRuntime:
         return Deployment(
             server_name=server_name, bridge_bot=bridge_bot, agent_ghost=agent_ghost,
             classification=pack.federation.classification, federation_partners=pack.federation.partners,
-            limits=pack.limits,
+            limits=pack.limits, org=pack.org,
         )
 
     async def ready_check(self) -> tuple[bool, dict[str, object]]:
-        """Readiness for /readyz: ready flag, engine and revision, and the revision an OPA server serves."""
-        detail: dict[str, object] = {"engine": self.engine.name, "revision": self.revision or ""}
+        """Readiness for /readyz: ready flag, engine, revision, the last reload attempt and what an OPA serves."""
+        last = {k: v for k, v in asdict(self.last_reload).items() if v is not None} if self.last_reload else {}
+        detail: dict[str, object] = {"engine": self.engine.name, "revision": self.revision or "", "last_reload": last}
         opa = opa_part(self.engine)
         if opa is not None:
             detail["opa_revision"] = opa.served
@@ -136,13 +150,15 @@ class PolicyRuntime:
     async def decide(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
         """Engine, then floor; never raises."""
         started, pack = time.perf_counter(), self._pack
+        did = decision_id or new_decision_id()
         if pack is None:
-            return self._unloaded(inp, decision_id or new_decision_id())
+            return self._unloaded(inp, did)
+        DECISION_IDS.set((did,))
         try:
             verdict: Verdict | Exception = await self.engine.decide(inp)
         except Exception as exc:  # noqa: BLE001 - turned into policy_unavailable
             verdict = exc
-        return self._conclude(pack, inp, verdict, decision_id, started)
+        return self._conclude(pack, inp, verdict, did, started)
 
     def decide_sync(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
         """Decide without awaiting (Cedar only), for callers on a hot synchronous path."""
@@ -160,13 +176,15 @@ class PolicyRuntime:
     async def decide_many(self, inputs: list[DecisionInput]) -> list[Decision]:
         """Decide a fan-out (e.g. the prefetch searches of one turn) in one engine call."""
         started, pack = time.perf_counter(), self._pack
+        ids = [new_decision_id() for _ in inputs]
         if pack is None:
-            return [self._unloaded(inp, new_decision_id()) for inp in inputs]
+            return [self._unloaded(inp, did) for inp, did in zip(inputs, ids, strict=True)]
+        DECISION_IDS.set(tuple(ids))
         try:
             verdicts: list[Verdict] | list[Exception] = await self.engine.decide_many(inputs)
         except Exception as exc:  # noqa: BLE001 - every input becomes policy_unavailable
             verdicts = [exc] * len(inputs)
-        return [self._conclude(pack, inp, v, None, started) for inp, v in zip(inputs, verdicts, strict=True)]
+        return [self._conclude(pack, inp, v, did, started) for inp, v, did in zip(inputs, verdicts, ids, strict=True)]
 
     async def reload(self) -> bool:
         """Read, validate and swap in the pack on disk; keep the live one on any failure."""
@@ -180,27 +198,44 @@ class PolicyRuntime:
 
     async def _reload(self) -> bool:
         try:
+            attempted: str | None = None
             self._seen = fingerprint(self.settings.dir)
+            attempted = self._seen
             pack = read_pack(self.settings.dir)
             live = self._pack is not None and pack.revision == self._pack.revision
             if live and not self.engine.stale:
                 metrics.RELOADS.labels("unchanged").inc()
                 return True
+            if not live:
+                await asyncio.to_thread(vet, pack)
+                self._declare(pack)
             # An engine that fell out of step (OPA serving another revision) is checked again.
             prepared = self._prepared if live else self.engine.prepare(pack)
             await self.engine.commit(prepared)
         except (PackError, EngineUnavailable) as exc:
             outcome = "rejected" if isinstance(exc, PackError) else "engine_unavailable"
+            step, file = (exc.step, exc.file) if isinstance(exc, PackError) else ("engine", None)
             metrics.RELOADS.labels(outcome).inc()
-            log.error("policy.reload_failed", outcome=outcome, engine=self.engine.name, revision=self.revision)
+            self.last_reload = ReloadOutcome(outcome, attempted, step, file)
+            log.error("policy.reload_failed", outcome=outcome, step=step, pack_file=file, engine=self.engine.name,
+                      revision=self.revision)
             if self.engine.stale and self._prepared is not None:
                 await self._recommit_live()
             return False
         self._pack, self._prepared = pack, prepared
+        self.last_reload = ReloadOutcome("loaded", pack.revision)
         metrics.RELOADS.labels("loaded").inc()
         metrics.show_pack(self.engine.name, pack.revision)
         log.info("policy.loaded", engine=self.engine.name, revision=pack.revision)
         return True
+
+    @staticmethod
+    def _declare(pack: Pack) -> None:
+        # Before the commit: a decision the new pack makes must find its declared codes accepted.
+        try:
+            declare((d.code, d.after) for d in pack.reasons)
+        except ValueError as exc:
+            raise PackError(f"data/reasons.yaml: {exc}", file="data/reasons.yaml", step="data") from None
 
     async def _recommit_live(self) -> None:
         try:

@@ -1,12 +1,14 @@
 """Shadow mode: one engine enforces, the other is evaluated on the side and compared.
 
 The comparison runs as a background task so the shadow engine never adds latency or failures to
-the enforced decision. Disagreements are counted and logged with codes only.
+the enforced decision. Disagreements are counted and logged with codes only, the decision id (set
+by the runtime in :data:`DECISION_IDS`, which the task inherits) and the revision each engine holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from typing import Any
 
 from sidecar.logs import get_logger
@@ -18,6 +20,9 @@ from sidecar.policy.pack import Pack
 from sidecar.reasons import REASON_VALUES
 
 log = get_logger("policy")
+
+#: Decision ids of the inputs being decided, in input order (set by the runtime before it asks).
+DECISION_IDS: ContextVar[tuple[str, ...]] = ContextVar("memgov_decision_ids", default=())
 
 
 def _action(inp: DecisionInput, verdict: Verdict) -> Action:
@@ -35,43 +40,52 @@ class ShadowEngine:
         self.shadow = shadow
         self.name = primary.name
         self._pending: set[asyncio.Task[None]] = set()
+        #: Pack revision each engine last committed (they differ only after a half-failed commit).
+        self.revisions: dict[str, str] = {}
 
     @property
     def stale(self) -> bool:
         """True when either engine lost its pack."""
         return self.primary.stale or self.shadow.stale
 
-    def prepare(self, pack: Pack) -> tuple[Any, Any]:
+    def prepare(self, pack: Pack) -> tuple[Any, Any, str]:
         """Validate the pack for both engines."""
-        return self.primary.prepare(pack), self.shadow.prepare(pack)
+        return self.primary.prepare(pack), self.shadow.prepare(pack), pack.revision
 
-    async def commit(self, prepared: tuple[Any, Any]) -> None:
+    async def commit(self, prepared: tuple[Any, Any, str]) -> None:
         """Commit the remote-capable engine first, so a failed check leaves both on the old pack."""
         first, second = (self.shadow, self.primary) if self.shadow.name == "opa" else (self.primary, self.shadow)
-        parts = dict(zip((self.primary.name, self.shadow.name), prepared, strict=True))
+        parts = dict(zip((self.primary.name, self.shadow.name), prepared[:2], strict=True))
         await first.commit(parts[first.name])
+        self.revisions[first.name] = prepared[2]
         await second.commit(parts[second.name])
+        self.revisions[second.name] = prepared[2]
 
     def _compare(self, inputs: list[DecisionInput], enforced: list[Verdict]) -> None:
         if len(self._pending) >= self.MAX_PENDING:
             metrics.ENGINE_FAILURES.labels(self.shadow.name, "shadow_skipped").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run(inputs, enforced))
+        ids = DECISION_IDS.get()
+        ids = ids if len(ids) == len(inputs) else ()
+        task = asyncio.get_running_loop().create_task(self._run(inputs, enforced, ids))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _run(self, inputs: list[DecisionInput], enforced: list[Verdict]) -> None:
+    async def _run(self, inputs: list[DecisionInput], enforced: list[Verdict], ids: tuple[str, ...]) -> None:
         try:
             seen = await self.shadow.decide_many(inputs) if len(inputs) > 1 else [await self.shadow.decide(inputs[0])]
         except EngineUnavailable as exc:
             metrics.ENGINE_FAILURES.labels(self.shadow.name, exc.kind).inc()
             return
-        for inp, mine, theirs in zip(inputs, enforced, seen, strict=True):
+        for i, (inp, mine, theirs) in enumerate(zip(inputs, enforced, seen, strict=True)):
             if mine == theirs:
                 continue
             metrics.SHADOW_DISAGREEMENTS.labels(inp.operation.value).inc()
             log.warning(
                 "policy.shadow_disagreement",
+                decision_id=ids[i] if ids else None,
+                revision=self.revisions.get(self.primary.name),
+                shadow_revision=self.revisions.get(self.shadow.name),
                 operation=inp.operation.value,
                 action=_action(inp, mine).value,
                 shadow_action=_action(inp, theirs).value,

@@ -13,14 +13,15 @@ from typing import Any
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.codec import from_us, to_us
+from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateError
 
 _AUDIT_COLS = ("at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id", "operation",
                "policy_revision")
 _ERASURE_COLS = ("erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
-                 " updated_us")
+                 " updated_us, not_before_us")
+_HOUR_US = 3600 * 1_000_000
 
 
 def _opt(value: str | None, check: Any, field: str) -> str | None:
@@ -50,6 +51,23 @@ class EvidenceOps:
                 " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", *values,
             )
 
+    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None:
+        """Count one refusal that carried no valid credential (R-15): one row per hour, operation and reason."""
+        hour = to_us(now) // _HOUR_US * _HOUR_US
+        values = (hour, codec.check_code(operation, "operation"), codec.check_reason(reason))
+        async with self._db.tx("single") as tx:
+            await tx.execute(
+                "INSERT INTO audit_counts AS c (hour_us, operation, reason, n) VALUES ($1, $2, $3, 1)"
+                " ON CONFLICT (hour_us, operation, reason) DO UPDATE SET n = c.n + 1", *values,
+            )
+
+    async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
+        """Counted refusals: (hour, operation, reason, count), newest first."""
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch("SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC,"
+                                  " operation, reason")
+        return [(from_us(r[0]), r[1], r[2], int(r[3])) for r in rows]
+
     async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest audit records (of one scope when given), newest first."""
         cols = "at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation, policy_revision"
@@ -64,8 +82,9 @@ class EvidenceOps:
         return [{"at": from_us(r[0]), **dict(zip(_AUDIT_COLS[1:], r[1:], strict=True))} for r in rows]
 
     async def purge_audit(self, older_than: datetime) -> int:
-        """Delete audit records older than the retention cut-off; return how many."""
+        """Delete audit records and refusal counts older than the retention cut-off; return how many records."""
         async with self._db.tx("single") as tx:
+            await tx.execute("DELETE FROM audit_counts WHERE hour_us < $1", to_us(older_than) - _HOUR_US)
             return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
 
     async def create_erasure(
@@ -80,7 +99,7 @@ class EvidenceOps:
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
             await tx.execute(
-                f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6)",
+                f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL)",
                 erasure_id, scope_id, kind, adapter, requested_by_kind, at,
             )
             if ids:
@@ -123,6 +142,22 @@ class EvidenceOps:
         assert erasure is not None
         return erasure
 
+    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None:
+        """Keep one read-back of an erasure as evidence: the namespace, when, and how many rows were found."""
+        codec.check_code(what, "what")
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check)"
+                " SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5 FROM erasure_readbacks WHERE erasure_id = $6",
+                erasure_id, codec.check_id(ns_id, "ns_id"), to_us(now), int(remaining), what, erasure_id,
+            )
+
+    async def defer_erasure(self, erasure_id: str, until: datetime | None) -> None:
+        """Set (or clear) the time before which an erasure's verification must not run."""
+        async with self._db.tx("single") as tx:
+            await tx.execute("UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1", erasure_id,
+                             None if until is None else to_us(until))
+
     async def get_erasure(self, erasure_id: str) -> Erasure | None:
         """Return the erasure with its entries and steps, or None."""
         async with self._db.tx("snapshot") as tx:
@@ -156,9 +191,15 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         return None
     entries = await tx.fetch("SELECT entry_id FROM erasure_entries WHERE erasure_id = $1 ORDER BY entry_id", erasure_id)
     steps = await tx.fetch("SELECT state, at_us FROM erasure_steps WHERE erasure_id = $1 ORDER BY seq", erasure_id)
+    readbacks = await tx.fetch(
+        "SELECT ns_id, at_us, remaining, scope_of_check FROM erasure_readbacks WHERE erasure_id = $1 ORDER BY seq",
+        erasure_id,
+    )
     return Erasure(
         erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
         failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]),
+        not_before=opt_from_us(row[9]),
         entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
+        readbacks=[(r[0], from_us(r[1]), int(r[2]), r[3]) for r in readbacks],
     )

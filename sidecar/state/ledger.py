@@ -20,7 +20,7 @@ from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
 #: How long a reserved, not yet filled slot counts against the cap before it lapses.
 SLOT_LEASE_S = 300
 _CHUNK = 500
-_ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us"
+_ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us, ns_id"
 _LIVE = "tombstoned_us IS NULL AND deleted_us IS NULL AND expires_us > $2"
 
 
@@ -28,6 +28,7 @@ def _entry(r: Row) -> LedgerEntry:
     return LedgerEntry(
         entry_id=r[0], scope_id=r[1], generation=int(r[2]), created_at=from_us(r[3]), expires_at=from_us(r[4]),
         tombstoned_at=opt_from_us(r[5]), physically_deleted_at=opt_from_us(r[6]), verified_at=opt_from_us(r[7]),
+        ns_id=r[8],
     )
 
 
@@ -55,9 +56,10 @@ class LedgerOps:
     _db: Database
 
     async def reserve_entries(
-        self, scope_id: str, generation: int, n: int, cap: int, now: datetime, lease_s: int = SLOT_LEASE_S
+        self, scope_id: str, generation: int, ns_id: str, n: int, cap: int, now: datetime,
+        lease_s: int = SLOT_LEASE_S,
     ) -> list[str]:
-        """Reserve ``n`` slots if live entries + pending slots + n <= cap, else raise CapReached."""
+        """Reserve ``n`` slots in namespace ``ns_id`` if live entries + pending slots + n <= cap, else raise CapReached."""
         if not valid_scope_id(scope_id):
             raise Fenced(Reason.CONSENT_MISSING)
         if n <= 0:
@@ -66,7 +68,7 @@ class LedgerOps:
         slots = [codec.new_id("l") for _ in range(n)]
         async with self._db.tx("write") as tx:
             # The scope row lock serializes reservers of one scope; other scopes proceed in parallel.
-            await fence(tx, scope_id, generation, update_lock(tx))
+            await fence(tx, scope_id, generation, ns_id, update_lock(tx))
             row = await tx.fetchrow(
                 "SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
                 " AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2))",
@@ -75,8 +77,9 @@ class LedgerOps:
             if row is None or int(row[0]) + n > cap:
                 raise CapReached()
             await tx.executemany(
-                "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us) VALUES ($1, $2, $3, $4, $5)",
-                [(s, scope_id, generation, at, at + lease_s * 1_000_000) for s in slots],
+                "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                [(s, scope_id, generation, at, at + lease_s * 1_000_000, ns_id) for s in slots],
             )
         return slots
 
@@ -107,17 +110,17 @@ class LedgerOps:
                     f"DELETE FROM ledger WHERE expires_us IS NULL AND slot_id IN ({_params(1, len(chunk))})", *chunk
                 )
 
-    async def filter_live(self, scope_id: str, generation: int, entry_ids: list[str], now: datetime) -> set[str]:
-        """Return the ids that are ledger-known for this scope and generation, not erased, not expired."""
+    async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]:
+        """Return the ids that are ledger-known in this scope's namespace ``ns_id``, not erased, not expired."""
         live: set[str] = set()
         if not valid_scope_id(scope_id):
             return live
         async with self._db.tx("read") as tx:
             for chunk in _chunks(entry_ids):
                 rows = await tx.fetch(
-                    f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND generation = $3"
+                    f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
                     f" AND entry_id IN ({_params(4, len(chunk))})",
-                    scope_id, to_us(now), generation, *chunk,
+                    scope_id, to_us(now), ns_id, *chunk,
                 )
                 live.update(r[0] for r in rows)
         return live
@@ -193,17 +196,3 @@ class LedgerOps:
                 " ORDER BY expires_us LIMIT $2", to_us(now), limit,
             )
         return [_entry(r) for r in rows]
-
-    async def dead_namespaces(self, limit: int) -> list[tuple[str, int]]:
-        """(scope_id, generation) pairs never readable again that still hold rows not physically deleted.
-
-        A generation is dead when it is older than the scope's or the scope is disabled; pending
-        slots count, since a save may have reached kagent before the gateway could fill its slot.
-        """
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                "SELECT DISTINCT l.scope_id, l.generation FROM ledger l JOIN scopes s ON s.scope_id = l.scope_id"
-                " WHERE l.deleted_us IS NULL AND (l.generation < s.generation OR NOT s.enabled)"
-                " ORDER BY l.scope_id, l.generation LIMIT $1", limit,
-            )
-        return [(r[0], int(r[1])) for r in rows]

@@ -186,7 +186,76 @@ class Migration:
     statements: Callable[[Dialect], list[str]]
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_schema", _v1),)
+def _v2(d: Dialect) -> list[str]:
+    """Storage namespaces (SPEC D2), unknown-outcome leases and re-checks (D4), refusal counts (R-15).
+
+    Every scope's existing generations become ``legacy`` namespaces (empty salt, the unsalted
+    ``mgs1.<scope>.<generation>`` key they were written under): the current one stays live until
+    the scope's next generation change, the others are retired and swept like any other.
+    """
+    def ns(col: str, null: bool = False) -> str:
+        return d.s(col, 25, null=null)  # "n" + 24 hex
+
+    rand_id = ("'n' || substr(md5(random()::text || g.scope_id || g.g), 1, 24)" if d.pg
+               else "'n' || lower(hex(randomblob(12)))")
+    gens = (
+        "SELECT s.scope_id AS scope_id, gs AS g, s.generation AS top, s.enabled AS enabled"
+        " FROM scopes s, generate_series(0, s.generation) gs"
+        if d.pg else
+        "WITH RECURSIVE gs(scope_id, g, top, enabled) AS (SELECT scope_id, 0, generation, enabled FROM scopes"
+        " UNION ALL SELECT scope_id, g + 1, top, enabled FROM gs WHERE g < top) SELECT scope_id, g, top, enabled FROM gs"
+    )
+    live = "(g.g = g.top AND g.enabled)"
+    return [
+        d.table(
+            "namespaces",
+            ns("ns_id") + " PRIMARY KEY", d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"), d.s("salt", 32), d.s("state", 8) + " CHECK (state IN ('live', 'retired', 'cleared'))",
+            d.i("possibly_until_us", null=True), d.i("created_us"), d.i("retired_us", null=True),
+            d.i("cleared_us", null=True),
+        ),
+        "CREATE INDEX namespaces_scope ON namespaces (scope_id, created_us)",
+        # SECURITY: at most one namespace of a scope is ever written to.
+        "CREATE UNIQUE INDEX namespaces_live ON namespaces (scope_id) WHERE state = 'live'",
+        "CREATE INDEX namespaces_retired ON namespaces (retired_us) WHERE state = 'retired'",
+        f"ALTER TABLE ledger ADD COLUMN {ns('ns_id', null=True)}",
+        f"ALTER TABLE inflight ADD COLUMN {ns('ns_id', null=True)}",
+        f"ALTER TABLE erasures ADD COLUMN {d.i('not_before_us', null=True)}",
+        d.table(
+            # One read-back of one namespace during an erasure: what was found, never what was asked.
+            "erasure_readbacks",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.i("seq"), ns("ns_id"),
+            d.i("at_us"), d.i("remaining"), d.s("scope_of_check", 16), "PRIMARY KEY (erasure_id, seq)",
+        ),
+        d.table(
+            # Refusals without a valid credential, counted per hour instead of one audit row each.
+            "audit_counts",
+            d.i("hour_us"), d.s("operation", CODE_MAX), d.s("reason", CODE_MAX), d.i("n"),
+            "PRIMARY KEY (hour_us, operation, reason)",
+        ),
+        "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us, retired_us)"
+        f" SELECT {rand_id}, g.scope_id, g.g, '', CASE WHEN {live} THEN 'live' ELSE 'retired' END,"
+        f" {_now_sql(d)}, CASE WHEN {live} THEN NULL ELSE {_now_sql(d)} END FROM ({gens}) g",
+        "UPDATE ledger SET ns_id = (SELECT n.ns_id FROM namespaces n WHERE n.scope_id = ledger.scope_id"
+        " AND n.generation = ledger.generation)",
+        "UPDATE inflight SET ns_id = (SELECT n.ns_id FROM namespaces n WHERE n.scope_id = inflight.scope_id"
+        " AND n.generation = inflight.generation)",
+        "CREATE INDEX ledger_ns ON ledger (ns_id, entry_id)",
+        "CREATE INDEX inflight_ns ON inflight (ns_id, lease_us)",
+    ]
+
+
+def _now_sql(d: Dialect) -> str:
+    """Microseconds since the epoch, computed by the database."""
+    if d.pg:
+        return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+    return "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial_schema", _v1),
+    Migration(2, "storage_namespaces", _v2),
+)
 LATEST: int = MIGRATIONS[-1].version
 
 

@@ -1,33 +1,47 @@
 """Scopes, consent and fencing: the generation is the fencing token every memory call carries.
 
-Atomicity: grant, withdraw and disable change the scope row and (for consent) append a receipt
-in one transaction. ``begin_write`` reads the scope under a share lock (PostgreSQL ``FOR SHARE``;
-SQLite's write lock) and records the in-flight row in the same transaction, so a withdrawal
-either sees that row (and erasure waits for it) or the write is refused as stale.
+Atomicity: grant, withdraw and disable change the scope row, switch its storage namespace and
+(for consent) append a receipt in one transaction, so the live namespace always belongs to the
+current generation of an enabled scope. ``begin_write`` reads the scope under a share lock
+(PostgreSQL ``FOR SHARE``; SQLite's write lock) and records the in-flight row in the same
+transaction, so a withdrawal either sees that row (and erasure waits for it) or the write is
+refused as stale.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX, from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Row, Tx
-from sidecar.state.types import Fenced, Receipt, Scope, StateError
+from sidecar.state.types import Fenced, Namespace, Receipt, Scope, StateError
 
 _SCOPE_COLS = (
     "scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation, purpose, policy_version,"
     " created_us, updated_us, consented_us"
 )
+#: A scope row joined with its live namespace (none while disabled).
+_SCOPE_SELECT = (
+    "SELECT s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
+    " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
+    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us"
+    " FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
+)
 _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
 
 
 def _scope(r: Row) -> Scope:
+    namespace = None
+    if r[13] is not None:
+        namespace = Namespace(ns_id=r[13], scope_id=r[0], generation=int(r[14]), salt=r[15], state="live",
+                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]))
     return Scope(
         scope_id=r[0], principal_mxid=r[1], origin=r[2], agent=r[3], kind=r[4], room_id=r[5], enabled=bool(r[6]),
         generation=int(r[7]), purpose=r[8], policy_version=r[9], created_at=from_us(r[10]),
-        updated_at=from_us(r[11]), consented_at=opt_from_us(r[12]),
+        updated_at=from_us(r[11]), consented_at=opt_from_us(r[12]), namespace=namespace,
     )
 
 
@@ -49,24 +63,48 @@ def _triple(mxid: str, origin: str, agent: str, kind: str, room_id: str) -> tupl
 
 
 def share_lock(tx: Tx) -> str:
-    """Row-lock clause that blocks a concurrent consent change (SQLite's write lock already does)."""
-    return " FOR SHARE" if tx.dialect == "postgresql" else ""
+    """Row-lock clause (on the scope row ``s``) that blocks a concurrent consent change.
+
+    SQLite's write lock already does.
+    """
+    return " FOR SHARE OF s" if tx.dialect == "postgresql" else ""
 
 
 def update_lock(tx: Tx) -> str:
-    """Row-lock clause that serializes writers of one scope."""
-    return " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    """Row-lock clause (on the scope row ``s``) that serializes writers of one scope."""
+    return " FOR UPDATE OF s" if tx.dialect == "postgresql" else ""
 
 
-async def fence(tx: Tx, scope_id: str, generation: int, lock: str) -> None:
-    """Raise Fenced unless the scope exists, is at ``generation`` and is enabled."""
-    row = await tx.fetchrow(f"SELECT enabled, generation FROM scopes WHERE scope_id = $1{lock}", scope_id)
+async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -> None:
+    """Raise Fenced unless the scope exists, is enabled at ``generation`` and ``ns_id`` is its live namespace."""
+    row = await tx.fetchrow(
+        "SELECT s.enabled, s.generation, n.ns_id FROM scopes s"
+        " LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
+        f" WHERE s.scope_id = $1{lock}", scope_id,
+    )
     if row is None:
         raise Fenced(Reason.CONSENT_MISSING)
     if int(row[1]) != generation:
         raise Fenced(Reason.STALE_GENERATION)
     if not row[0]:
         raise Fenced(Reason.CONSENT_DISABLED)
+    if row[2] != ns_id:
+        # SECURITY: the namespace was switched (rotation) since the caller looked; write nowhere old.
+        raise Fenced(Reason.STALE_GENERATION)
+
+
+async def switch_namespace(tx: Tx, scope_id: str, generation: int, live: bool, at: int) -> None:
+    """Retire the scope's live namespace and, when ``live``, open a fresh salted one at ``generation``."""
+    await tx.execute(
+        "UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE scope_id = $1 AND state = 'live'",
+        scope_id, at,
+    )
+    if live:
+        await tx.execute(
+            "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us)"
+            " VALUES ($1, $2, $3, $4, 'live', $5)",
+            codec.new_id("n"), scope_id, generation, new_salt(), at,
+        )
 
 
 def valid_scope_id(scope_id: str) -> bool:
@@ -76,6 +114,13 @@ def valid_scope_id(scope_id: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+async def _reload(tx: Tx, scope_id: str) -> Row:
+    row = await tx.fetchrow(f"{_SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
+    if row is None:  # pragma: no cover - read inside the transaction that just changed it
+        raise StateError(Reason.NOT_FOUND)
+    return row
 
 
 class ScopeOps:
@@ -96,10 +141,10 @@ class ScopeOps:
                 codec.new_id("s"), *triple, at,
             )
             if row is not None:
-                return _scope(row), True
+                return _scope((*row, None, None, None, None, None)), True
             row = await tx.fetchrow(
-                f"SELECT {_SCOPE_COLS} FROM scopes WHERE principal_mxid = $1 AND origin = $2 AND agent = $3"
-                " AND kind = $4 AND room_id = $5", *triple,
+                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
+                " AND s.kind = $4 AND s.room_id = $5", *triple,
             )
         if row is None:  # pragma: no cover - the conflicting row is committed before ON CONFLICT yields
             raise StateError(Reason.STATE_UNAVAILABLE)
@@ -110,7 +155,7 @@ class ScopeOps:
         if not valid_scope_id(scope_id):
             return None
         async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(f"SELECT {_SCOPE_COLS} FROM scopes WHERE scope_id = $1", scope_id)
+            row = await tx.fetchrow(f"{_SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
         return None if row is None else _scope(row)
 
     async def find_scope(self, mxid: str, origin: str, agent: str, kind: str, room_id: str) -> Scope | None:
@@ -118,8 +163,8 @@ class ScopeOps:
         triple = _triple(mxid, origin, agent, kind, room_id)
         async with self._db.tx("read") as tx:
             row = await tx.fetchrow(
-                f"SELECT {_SCOPE_COLS} FROM scopes WHERE principal_mxid = $1 AND origin = $2 AND agent = $3"
-                " AND kind = $4 AND room_id = $5", *triple,
+                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
+                " AND s.kind = $4 AND s.room_id = $5", *triple,
             )
         return None if row is None else _scope(row)
 
@@ -128,7 +173,7 @@ class ScopeOps:
         codec.check_bounded(mxid, "principal_mxid", MXID_MAX)
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"SELECT {_SCOPE_COLS} FROM scopes WHERE principal_mxid = $1 ORDER BY created_us, scope_id", mxid
+                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid
             )
         return [_scope(r) for r in rows]
 
@@ -152,12 +197,13 @@ class ScopeOps:
                 "UPDATE scopes SET enabled = $2, generation = generation + 1, updated_us = $3,"
                 " purpose = COALESCE($4, purpose), policy_version = COALESCE($5, policy_version),"
                 " consented_us = CASE WHEN $2 THEN $3 ELSE consented_us END"
-                f" WHERE scope_id = $1 RETURNING {_SCOPE_COLS}",
+                " WHERE scope_id = $1 RETURNING generation",
                 scope_id, enable, at, purpose, policy_version,
             )
             if row is None:
                 raise StateError(Reason.NOT_FOUND)
-            scope = _scope(row)
+            await switch_namespace(tx, scope_id, int(row[0]), enable, at)
+            scope = _scope(await _reload(tx, scope_id))
             if not receipt:
                 return scope, None
             rrow = await tx.fetchrow(
@@ -192,15 +238,17 @@ class ScopeOps:
         """Fence in-flight work without a consent change (forget-all): generation+1, enabled as it was."""
         if not valid_scope_id(scope_id):
             raise StateError(Reason.NOT_FOUND)
+        at = to_us(now)
         async with self._db.tx("write") as tx:
             # Same row lock as a consent change, so a begin_write either precedes it or is fenced.
             row = await tx.fetchrow(
                 "UPDATE scopes SET generation = generation + 1, updated_us = $2 WHERE scope_id = $1"
-                f" RETURNING {_SCOPE_COLS}", scope_id, to_us(now),
+                " RETURNING generation, enabled", scope_id, at,
             )
-        if row is None:
-            raise StateError(Reason.NOT_FOUND)
-        return _scope(row)
+            if row is None:
+                raise StateError(Reason.NOT_FOUND)
+            await switch_namespace(tx, scope_id, int(row[0]), bool(row[1]), at)
+            return _scope(await _reload(tx, scope_id))
 
     async def receipts(self, scope_id: str) -> list[Receipt]:
         """Every consent receipt of the scope, oldest first."""
@@ -212,30 +260,51 @@ class ScopeOps:
             )
         return [_receipt(r) for r in rows]
 
-    async def begin_write(self, scope_id: str, generation: int, lease_s: float, now: datetime) -> str:
-        """Check the fence and record an in-flight write in one step; return its op id."""
+    async def begin_write(self, scope_id: str, generation: int, ns_id: str, lease_s: float, now: datetime) -> str:
+        """Check the fence and record an in-flight write to namespace ``ns_id`` in one step; return its op id."""
         if not valid_scope_id(scope_id):
             raise Fenced(Reason.CONSENT_MISSING)
         at, op_id = to_us(now), codec.new_id("w")
         async with self._db.tx("write") as tx:
-            await fence(tx, scope_id, generation, share_lock(tx))
+            await fence(tx, scope_id, generation, ns_id, share_lock(tx))
             await tx.execute(
-                "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us) VALUES ($1, $2, $3, $4, $5)",
-                op_id, scope_id, generation, at, at + int(lease_s * 1_000_000),
+                "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                op_id, scope_id, generation, at, at + int(lease_s * 1_000_000), ns_id,
             )
         return op_id
+
+    async def write_outcome_unknown(self, op_id: str, until: datetime) -> None:
+        """Keep an in-flight write whose upstream outcome is unknown until ``until``, and mark its
+        namespace possibly written until then (SPEC D4): erasure waits for it or re-clears after it."""
+        at = to_us(until)
+        async with self._db.tx("write") as tx:
+            row = await tx.fetchrow(
+                "UPDATE inflight SET lease_us = CASE WHEN lease_us > $2 THEN lease_us ELSE $2 END"
+                " WHERE op_id = $1 RETURNING ns_id", op_id, at,
+            )
+            if row is not None and row[0] is not None:
+                # A namespace cleared meanwhile is no longer known to be empty: back to retired.
+                await tx.execute(
+                    "UPDATE namespaces SET possibly_until_us = CASE WHEN possibly_until_us > $2"
+                    " THEN possibly_until_us ELSE $2 END,"
+                    " state = CASE WHEN state = 'cleared' THEN 'retired' ELSE state END WHERE ns_id = $1",
+                    row[0], at,
+                )
 
     async def end_write(self, op_id: str) -> None:
         """Drop an in-flight record (finished or abandoned write); unknown ids are ignored."""
         async with self._db.tx("single") as tx:
             await tx.execute("DELETE FROM inflight WHERE op_id = $1", op_id)
 
-    async def inflight_count(self, scope_id: str, now: datetime, generation: int | None = None) -> int:
-        """Count unexpired in-flight writes of the scope (optionally of one generation)."""
+    async def inflight_count(self, scope_id: str, now: datetime, *, ns_id: str | None = None,
+                             except_ns: str | None = None) -> int:
+        """Count unexpired in-flight writes of the scope: into ``ns_id`` only, or into any namespace but ``except_ns``."""
         async with self._db.tx("read") as tx:
             row = await tx.fetchrow(
                 "SELECT COUNT(*) FROM inflight WHERE scope_id = $1 AND lease_us > $2"
-                " AND (CAST($3 AS BIGINT) IS NULL OR generation = $3)",
-                scope_id, to_us(now), generation,
+                " AND (CAST($3 AS TEXT) IS NULL OR ns_id = $3)"
+                " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)",
+                scope_id, to_us(now), ns_id, except_ns,
             )
         return int(row[0]) if row else 0

@@ -14,6 +14,7 @@ from sidecar.state.db import Database, connect
 from sidecar.state.evidence import EvidenceOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
+from sidecar.state.namespaces import NamespaceOps
 from sidecar.state.prefetch import PrefetchOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.tokens import TokenOps
@@ -21,6 +22,8 @@ from sidecar.state.tokens import TokenOps
 _STATS = {
     "scopes": "SELECT COUNT(*) FROM scopes",
     "scopes_enabled": "SELECT COUNT(*) FROM scopes WHERE enabled",
+    "namespaces_live": "SELECT COUNT(*) FROM namespaces WHERE state = 'live'",
+    "namespaces_retired": "SELECT COUNT(*) FROM namespaces WHERE state = 'retired'",
     "receipts": "SELECT COUNT(*) FROM receipts",
     "ledger_entries": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NOT NULL",
     "ledger_pending": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NULL",
@@ -45,7 +48,7 @@ _EXPIRED = {
 }
 
 
-class StateStore(ScopeOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps):
+class StateStore(ScopeOps, NamespaceOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:

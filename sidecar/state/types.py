@@ -10,10 +10,11 @@ that code and nothing else, so no stored or requested value can surface through 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
 
 ReceiptAction = Literal["grant", "withdraw"]
@@ -52,6 +53,37 @@ class CapReached(StateError):
         super().__init__(Reason.ENTRY_CAP_REACHED)
 
 
+NamespaceState = Literal["live", "retired", "cleared"]
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """One kagent storage namespace of a scope (SPEC D2): written while ``live``, never again after.
+
+    ``salt`` is empty for a ``legacy`` namespace written before salted keys existed.
+    ``possibly_until`` is set while a write of unknown outcome may still land in it (D4).
+    """
+
+    ns_id: str
+    scope_id: str
+    generation: int
+    salt: str
+    state: NamespaceState
+    possibly_until: datetime | None = None
+    created_at: datetime | None = None
+    retired_at: datetime | None = None
+    cleared_at: datetime | None = None
+
+    @property
+    def storage_key(self) -> str:
+        """The kagent ``user_id`` of this namespace."""
+        return storage_key(self.scope_id, self.generation, self.salt)
+
+    @property
+    def legacy(self) -> bool:
+        return not self.salt
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """A typed (principal, agent, scope) triple with its consent state."""
@@ -69,6 +101,8 @@ class Scope:
     created_at: datetime
     updated_at: datetime
     consented_at: datetime | None
+    #: The live namespace; None while the scope is disabled (nothing may be written then).
+    namespace: Namespace | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +130,7 @@ class LedgerEntry:
     tombstoned_at: datetime | None
     physically_deleted_at: datetime | None
     verified_at: datetime | None
+    ns_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +148,10 @@ class Erasure:
     requested_by_kind: str
     created_at: datetime
     updated_at: datetime
+    #: While set, verification waits until then (a write of unknown outcome may still land).
+    not_before: datetime | None = None
+    #: Every read-back of the erasure: (ns_id, at, rows found, "namespace" or "entries").
+    readbacks: list[tuple[str, datetime, int, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

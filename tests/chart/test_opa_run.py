@@ -20,12 +20,13 @@ import yaml
 
 from sidecar.devstack.pg import free_port
 from sidecar.devstack.stack import start_devstack
+from sidecar.identity.keys import SessionKeys, new_scope_id
 from sidecar.policy.opa_server import tool_binary
 from sidecar.policy.pack import read_pack
 from tests.chart import cases
 from tests.chart.helm import REPO, config_file, pod_spec, render
 from tests.chart.pod import PodDisk
-from tests.support.smoke import serving, smoke, wait_ready
+from tests.support.smoke import SEARCH, serving, smoke, wait_ready
 
 MEMGOV = str(Path(sys.executable).parent / "memgov")
 POLICIES = REPO / "policies"
@@ -61,6 +62,15 @@ async def _opa_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None
     raise AssertionError("OPA never became ready")
 
 
+async def _credentialed_refusal(data_url: str, pod: PodDisk) -> str:
+    """A search with a session key that verifies (no consent behind it): a refusal audited with its revision."""
+    secret = pod.host("memgov", "/var/run/memgov/secrets/session.key").read_bytes().strip()
+    body = {**SEARCH, "user_id": SessionKeys(secret).session_key(new_scope_id(), 1)}
+    async with aiohttp.ClientSession() as http, http.post(data_url + "/api/memories/search", json=body) as resp:
+        assert resp.status == 200
+        return resp.headers["X-Memgov-Decision"].rsplit("id=", 1)[1]
+
+
 @pytest.mark.parametrize(("values", "engine"), list(RUNS.values()), ids=list(RUNS))
 async def test_opa_mode_runs_as_rendered(values: dict[str, Any], engine: str, tmp_path: Path) -> None:
     """Init container, OPA and memgov from the rendered pod: ready on one revision, governing, agreeing."""
@@ -91,7 +101,8 @@ async def test_opa_mode_runs_as_rendered(values: dict[str, Any], engine: str, tm
             ops = f"http://127.0.0.1:{ports[9090]}"
             with serving([MEMGOV, *argv[1:]], log=tmp_path / "memgov.log") as proc:
                 ready = await wait_ready(proc, ops, tmp_path / "memgov.log")
-                seen = await smoke(f"http://127.0.0.1:{ports[8080]}", ops, engine)
+                await smoke(f"http://127.0.0.1:{ports[8080]}", ops, engine)
+                decision_id = await _credentialed_refusal(f"http://127.0.0.1:{ports[8080]}", pod)
                 async with aiohttp.ClientSession() as http, http.get(ops + "/metrics") as resp:
                     metrics = await resp.text()
 
@@ -108,7 +119,6 @@ async def test_opa_mode_runs_as_rendered(values: dict[str, Any], engine: str, tm
     assert policy["revision"] == policy["opa_revision"] == SOURCE_REVISION
     assert f'memgov_policy_opa_bundle_info{{revision="{SOURCE_REVISION}"}} 1.0' in metrics
     assert "memgov_policy_shadow_disagreements_total{" not in metrics
-    decision_id = seen.decision.rsplit("id=", 1)[1]
     state = config["state"]["url"].removeprefix("sqlite:///")
     with sqlite3.connect(state) as db:
         (revision,) = db.execute("SELECT policy_revision FROM audit WHERE decision_id = ?", (decision_id,)).fetchone()

@@ -9,9 +9,9 @@ helpers that act as the bridge (subject tokens, signed contexts) and as the agen
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 import shutil
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,14 +23,15 @@ import aiohttp
 import asyncpg
 import yaml
 
-from sidecar.control.client import ControlClient
+from sidecar.control.client import ControlClient, Token
 from sidecar.control.http import SWEEPERS
 from sidecar.devstack import Devstack, MemoryRow, start_devstack
 from sidecar.devstack.vectors import embed_text
 from sidecar.enforce.runtime import utcnow
 from sidecar.erasure.sweeper import Sweepers
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 from sidecar.server import Gateway, running_gateway
+from sidecar.state.types import Namespace
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
 
 SERVER = "example.org"
@@ -124,21 +125,17 @@ def role_url(owner_url: str) -> str:
     return owner_url.replace("postgresql://postgres@", "postgresql://memgov_eraser@", 1)
 
 
-def subject_token(keys: Keys, now: int, mxid: str = ALICE, ttl_s: int = 300) -> str:
-    """What the bridge sends when ``mxid`` acts for itself."""
-    return mint_token({"sub": mxid, "iat": now, "exp": now + ttl_s}, keys.bridge, "HS256")
+def subject_token(keys: Keys, now: int, mxid: str = ALICE, ttl_s: int = 120) -> str:
+    """What the bridge sends when ``mxid`` acts for itself (a fresh, single-use token)."""
+    return mint_subject(mxid, keys.bridge, "HS256", now=now, ttl_s=ttl_s)
 
 
 def context_token(keys: Keys, now: int, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
                   **room_state: Any) -> str:
     """A fresh signed delegation context attesting a correct control room (``room_state`` changes it)."""
-    state = {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-             "members": [mxid, BOT, GHOST], "invited": [],
-             "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}, **room_state}
-    claims = {"sub": mxid, "origin": "native", "agent": agent, "scope": {"kind": "control_room", "room_id": room},
-              "room": state, "audience": {"servers": [SERVER], "classification": "private"},
-              "iat": now, "exp": now + 60, "jti": uuid.uuid4().hex}
-    return mint_token(claims, keys.bridge, "HS256")
+    state = {**control_room([mxid, BOT, GHOST], SERVER), **room_state}
+    return mint_context(keys.bridge, "HS256", sub=mxid, agent=agent, room_id=room, room=state, servers=[SERVER],
+                        classification="private", now=now)
 
 
 @dataclass
@@ -159,27 +156,26 @@ class Harness:
     def now(self) -> int:
         return int(self.gov.now().timestamp())
 
-    def subject_token(self, mxid: str = ALICE, ttl_s: int = 300) -> str:
+    def subject_token(self, mxid: str = ALICE, ttl_s: int = 120) -> str:
         """What the bridge sends when ``mxid`` acts for itself."""
         return subject_token(self.keys, self.now(), mxid, ttl_s)
 
     def operator_token(self, ttl_s: int = 300) -> str:
-        return mint_token({"sub": "ops-oncall", "role": "operator", "iat": self.now(), "exp": self.now() + ttl_s},
-                          self.keys.operator, "HS256")
+        return mint_operator("ops-oncall", self.keys.operator, "HS256", now=self.now(), ttl_s=ttl_s)
 
     def context(self, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
                 **room_state: Any) -> str:
         """A fresh signed context attesting a correct control room (``room_state`` changes it)."""
         return context_token(self.keys, self.now(), mxid, room, agent=agent, **room_state)
 
-    def client(self, token: str | None = None) -> ControlClient:
-        """A control API client acting as ``token`` (Alice by default)."""
-        return ControlClient(self.gw.control_url, self.subject_token() if token is None else token,
+    def client(self, token: Token = None) -> ControlClient:
+        """A control API client acting as ``token`` (Alice, with a fresh token per call, by default)."""
+        return ControlClient(self.gw.control_url, self.subject_token if token is None else token,
                              session=self.http)
 
     async def scope(self, mxid: str = ALICE, room: str = ROOM, *, granted: bool = True) -> str:
         """Create a scope through the API (and grant consent unless told otherwise); its id."""
-        api = self.client(self.subject_token(mxid))
+        api = self.client(functools.partial(self.subject_token, mxid))
         scope_id: str = (await api.create_scope(mxid, AGENT, room))["scope_id"]
         if granted:
             await api.grant(scope_id, "remember my preferences", "v1")
@@ -198,6 +194,16 @@ class Harness:
         async with self.http.post(self.gw.data_url + "/api/memories/sessions", json=body,
                                   headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
             return resp.status, await resp.json(content_type=None)
+
+    async def namespace(self, scope_id: str, generation: int) -> Namespace:
+        """The namespace the scope wrote to at ``generation`` (the first, if several)."""
+        return next(n for n in await self.gov.store.namespaces_of_scope(scope_id) if n.generation == generation)
+
+    async def begin_write(self, scope_id: str, generation: int, lease_s: float) -> str:
+        """An in-flight write record, as the gateway makes for a save into the scope's live namespace."""
+        ns = await self.namespace(scope_id, generation)
+        op: str = await self.gov.store.begin_write(scope_id, generation, ns.ns_id, lease_s, self.gov.now())
+        return op
 
     async def saved(self, scope_id: str, text: str) -> str:
         """Save and return the new entry id (the save must succeed)."""

@@ -19,7 +19,7 @@ class TestForgetOne:
         assert (record["state"], record["kind"], record["physical_deletion"]) == ("verified", "forget_one",
                                                                                   "pending_namespace_clear")
         assert record["verification"] == {"result": "passed", "readable_through_memgov": False,
-                                          "physically_absent": False}
+                                          "physically_absent": False, "rechecked_after_possible_write": False}
         assert "pending_namespace_clear" in record["residuals"]
         assert [e["id"] for e in (await h.client().inspect(scope_id, h.context()))["entries"]] == [kept]
         assert (await h.client().status(scope_id))["entries"]["pending_physical_deletion"] == 1

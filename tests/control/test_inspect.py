@@ -10,8 +10,7 @@ from sidecar.control.client import ControlError
 from sidecar.devstack import DbFault
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text
-from sidecar.identity.keys import storage_key
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import TokenType, mint_token
 from tests.control.harness import ALICE, APP, BOB, BOT, GHOST, SERVER, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 
@@ -57,7 +56,8 @@ class TestPages:
         scope_id = await h.scope()
         kept, forgotten = await h.saved(scope_id, "kept fact"), await h.saved(scope_id, "forgotten fact")
         await h.client().forget(scope_id, forgotten)
-        await h.stack.store.insert(NewMemory(APP, storage_key(scope_id, 1), "planted around memgov",
+        live = (await h.gov.store.get_scope(scope_id)).namespace
+        await h.stack.store.insert(NewMemory(APP, live.storage_key, "planted around memgov",
                                              embed_text("planted"), "{}", None))
         page = await h.client().inspect(scope_id, h.context())
         assert [e["id"] for e in page["entries"]] == [kept]
@@ -102,11 +102,11 @@ class TestAttestation:
         now = sh.now()
         contexts = {
             "missing": None, "garbage": "x.y.z",
-            "wrong_key": mint_token({"sub": ALICE}, b"k" * 64, "HS256"),
+            "wrong_key": mint_token({"sub": ALICE}, b"k" * 64, "HS256", typ=TokenType.CONTEXT),
             "expired": mint_token({"sub": ALICE, "origin": "native", "agent": "team/helper",
                                    "scope": {"kind": "control_room", "room_id": "!ctrl-alice:example.org"},
                                    "room": {}, "audience": {}, "iat": now - 100, "exp": now - 1, "jti": "j1"},
-                                  sh.keys.bridge, "HS256"),
+                                  sh.keys.bridge, "HS256", typ=TokenType.CONTEXT),
             "replayed": good, "other_room": sh.context(room="!elsewhere:example.org"),
             "other_agent": sh.context(agent="team/other"), "other_subject": sh.context(mxid=BOB),
         }

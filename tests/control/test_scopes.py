@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jwt
 import pytest
 
 from sidecar.control.client import ControlError
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import TokenType, mint_token
 from tests.control.harness import AGENT, ALICE, BOB, ROOM, Harness
 
 
@@ -114,19 +115,28 @@ class TestStatus:
 
 
 class TestCallers:
-    @pytest.mark.parametrize("who", ["none", "garbage", "expired", "wrong_key", "bob", "operator"])
+    @pytest.mark.parametrize("who", ["none", "garbage", "expired", "wrong_key", "context", "untyped", "long_lived",
+                                     "bob", "operator"])
     async def test_only_the_exact_subject_reaches_a_scope(self, sh: Harness, who: str) -> None:
-        """No token, a bad or expired one → 401 auth_required; Bob or an operator → 403 not_subject."""
+        """No token, a bad, expired, untyped or long-lived one, or a delegation context → 401 auth_required;
+        Bob or an operator → 403 not_subject."""
         scope_id = await sh.scope()
+        now = sh.now()
+        claims = {"sub": ALICE, "iat": now, "exp": now + 60, "jti": "j-1"}
         tokens = {
             "none": None, "garbage": "not-a-jwt",
-            "expired": mint_token({"sub": ALICE, "iat": sh.now() - 600, "exp": sh.now() - 1}, sh.keys.bridge, "HS256"),
-            "wrong_key": mint_token({"sub": ALICE, "exp": sh.now() + 60}, b"k" * 64, "HS256"),
+            "expired": mint_token({**claims, "iat": now - 600, "exp": now - 1}, sh.keys.bridge, "HS256",
+                                  typ=TokenType.SUBJECT),
+            "wrong_key": mint_token(claims, b"k" * 64, "HS256", typ=TokenType.SUBJECT),
+            # A delegation context the bridge signed with the same key: a statement, never a credential.
+            "context": sh.context(),
+            "untyped": jwt.encode(claims, sh.keys.bridge, algorithm="HS256"),
+            "long_lived": mint_token({**claims, "exp": now + 86400}, sh.keys.bridge, "HS256", typ=TokenType.SUBJECT),
             "bob": sh.subject_token(BOB), "operator": sh.operator_token(),
         }
         api = sh.client()
         api.token = tokens[who]
-        unauthenticated = who in ("none", "garbage", "expired", "wrong_key")
+        unauthenticated = who not in ("bob", "operator")
         expected = (401, "auth_required") if unauthenticated else (403, "not_subject")
         for call in (api.status(scope_id), api.grant(scope_id, "p", "v2"), api.withdraw(scope_id),
                      api.forget_all(scope_id), api.off(scope_id)):
@@ -134,6 +144,17 @@ class TestCallers:
                 await call
             assert (err.value.status, err.value.reason) == expected
         assert (await sh.client().status(scope_id))["enabled"] is True
+
+    async def test_a_subject_token_changes_consent_once(self, sh: Harness) -> None:
+        """A consent change spends the token: replaying it (from a log, a proxy or a pod) is auth_required."""
+        scope_id = await sh.scope(granted=False)
+        api = sh.client(sh.subject_token())
+        await api.grant(scope_id, "remember my preferences", "v1")
+        for replay in (api.grant(scope_id, "p", "v2"), api.withdraw(scope_id)):
+            with pytest.raises(ControlError) as err:
+                await replay
+            assert (err.value.status, err.value.reason) == (401, "auth_required")
+        assert (await api.status(scope_id))["generation"] == 1  # reading does not spend it
 
     @pytest.mark.parametrize(("authenticated", "status", "reason"), [(False, 401, "auth_required"),
                                                                     (True, 404, "not_found")])

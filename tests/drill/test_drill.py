@@ -35,16 +35,16 @@ class TestDrillDevstack:
         assert len(planted) > 20
         assert not [s for s in planted if find_leaks(s, [json.dumps(doc), summary])]
 
-    async def test_bypass_to_kagent_fails_the_cross_user_check(self, planted, tmp_path):
-        """A client that reaches kagent around memgov reads another user's entries: that check fails, exit 1."""
+    async def test_bypass_to_kagent_finds_no_namespace(self, planted, tmp_path):
+        """A client that reaches kagent around memgov cannot name another user's namespace: what it can derive
+        from a session key, or guess in the real key shape, finds nothing; the drill notes the reachability."""
         async with devstack_target() as (target, local):
             leaky = dataclasses.replace(target, kagent_url=local.dev.kagent_url)
-            report = await run_drill(leaky, local=local, clock=local.clock)
-        failed = {c.id: c.evidence for c in report.checks if not c.passed}
-        assert report.exit_code == 1
-        assert list(failed) == ["no_cross_user_reuse"]
-        assert failed["no_cross_user_reuse"]["failed_expectation"] == "kagent_answers_around_memgov"
-        assert failed["no_cross_user_reuse"]["bypass"] == {"reachable": True, "entries_seen": 2}
+            report = await run_drill(leaky, local=local, clock=local.clock, checks=[
+                c for c in CHECKS if c.id == "no_cross_user_reuse"])
+        (check,) = report.checks
+        assert check.passed and check.evidence["bypass"] == {"reachable": True, "entries_seen": 0}
+        assert any("around memgov" in note for note in check.notes)
 
     async def test_cap_beyond_the_hourly_budget_is_not_provable(self, tmp_path):
         """When the budget cannot fill a scope to its cap the check says so instead of passing (exit 3)."""

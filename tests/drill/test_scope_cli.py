@@ -27,17 +27,23 @@ class TestScopeCommands:
         """A subject creates its scope, consents, reads its status and withdraws, all from the command line."""
         dep = deployment
         subject = dep.run.subject("cli")
-        base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(subject)))
-        code, out, _ = await memgov(*base, "--json", "create", "--mxid", subject, "--agent",
+
+        def base() -> list[str]:  # the bridge signs a fresh, single-use token for each command
+            return _base(dep, dep.token_file(tmp_path, dep.run.subject_token(subject)))
+
+        code, out, _ = await memgov(*base(), "--json", "create", "--mxid", subject, "--agent",
                                     dep.target.agents[0].ref, "--room", dep.run.room())
         assert code == 0
         scope_id = json.loads(out)["scope_id"]
-        code, out, _ = await memgov(*base, "consent", scope_id, "--purpose", PURPOSE, "--policy-version", "v2")
+        spent = base()
+        code, out, _ = await memgov(*spent, "consent", scope_id, "--purpose", PURPOSE, "--policy-version", "v2")
         assert (code, "enabled yes, generation 1") == (0, out.splitlines()[0].split(": ", 1)[1])
-        code, out, _ = await memgov(*base, "status", scope_id)
+        code, _, err = await memgov(*spent, "withdraw", scope_id)
+        assert code == 1 and "refused: auth_required (HTTP 401" in err  # a spent token changes nothing
+        code, out, _ = await memgov(*base(), "status", scope_id)
         assert code == 0
         assert "0 live of 5" in out and "policy v2" in out and "7 days after creation" in out
-        code, out, _ = await memgov(*base, "withdraw", scope_id)
+        code, out, _ = await memgov(*base(), "withdraw", scope_id)
         assert code == 0 and "enabled no, generation 2" in out and "(withdraw): verified" in out
 
     async def test_inspect_pages_and_forget_one(self, deployment, memgov, tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from sidecar.devstack.clock import DevClock
 from sidecar.devstack.stack import Devstack, start_devstack
-from sidecar.identity.tokens import mint_token
+from sidecar.identity.tokens import control_room, mint_context
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import load_settings
 
@@ -64,20 +64,15 @@ class Stack:
                 key: bytes | None = None) -> str:
         now = int(self.clock().timestamp())
         ghost = self.ghosts.get(agent, GHOST)
-        claims = {
-            "sub": sub, "origin": origin, "agent": agent,
-            "scope": {"kind": "control_room", "room_id": room_id},
-            "room": {"room_version": room_version, "encrypted": encrypted, "join_rule": join_rule,
-                     "history_visibility": history, "members": members if members is not None else [sub, BOT, ghost],
-                     "invited": invited or [],
-                     "server_acl": {"allow": acl_allow if acl_allow is not None else [SERVER], "deny": [],
-                                    "allow_ip_literals": False}},
-            "audience": {"servers": servers if servers is not None else [SERVER],
-                         "classification": classification or self.gov.policy.pack.federation.classification},
-            "iat": iat if iat is not None else now, "exp": exp if exp is not None else now + 60,
-            "jti": jti or secrets.token_hex(8),
-        }
-        return mint_token(claims, key or self.bridge_key, "HS256")
+        room = control_room(members if members is not None else [sub, BOT, ghost], SERVER, room_version=room_version,
+                            encrypted=encrypted, join_rule=join_rule, history_visibility=history,
+                            invited=invited or [])
+        if acl_allow is not None:
+            room["server_acl"] = {**room["server_acl"], "allow": acl_allow}
+        return mint_context(key or self.bridge_key, "HS256", sub=sub, origin=origin, agent=agent, room_id=room_id,
+                            room=room, servers=servers if servers is not None else [SERVER],
+                            classification=classification or self.gov.policy.pack.federation.classification,
+                            now=now, iat=iat, exp=exp, jti=jti)
 
     async def scope(self, *, mxid: str = ALICE, agent: str = AGENT, room_id: str = ROOM, consent: bool = True,
                     origin: str = "native") -> Any:

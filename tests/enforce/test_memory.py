@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from sidecar.devstack.store import DbFault, NewMemory
-from sidecar.identity.keys import storage_key
 from tests.enforce.conftest import ALICE, APP, BOB, OTHER_APP, ROOM_B
 
 
@@ -25,7 +24,7 @@ class TestSave:
         assert status == 201 and headers["X-Memgov-Decision"].startswith("forward")
         rows = await stack.rows()
         assert [(r.id, r.user_id, r.agent_name) for r in rows] == [
-            (body["id"], storage_key(scope.scope_id, scope.generation), APP)]
+            (body["id"], scope.namespace.storage_key, APP)]
         assert rows[0].expires_at - rows[0].created_at <= timedelta(days=7, seconds=1)
         entry = (await stack.gov.store.entries_of_scope(scope.scope_id))[0]
         assert entry.entry_id == body["id"]
@@ -56,7 +55,7 @@ class TestSave:
         scope = await stack.scope()
         key = await stack.session_key()
         store, now = stack.gov.store, stack.clock()
-        slots = await store.reserve_entries(scope.scope_id, scope.generation, live, 100, now)
+        slots = await store.reserve_entries(scope.scope_id, scope.generation, scope.namespace.ns_id, live, 100, now)
         for i, slot in enumerate(slots):
             await store.fill_entry(slot, f"pre-{i}", now, now + timedelta(days=7))
         got, body, _ = await stack.save(key, "the next fact")
@@ -128,7 +127,7 @@ class TestSearch:
         """A row written around memgov under the same storage key is never returned."""
         scope = await stack.scope()
         key = await stack.session_key()
-        await stack.dev.store.insert(NewMemory(agent_name=APP, user_id=storage_key(scope.scope_id, scope.generation),
+        await stack.dev.store.insert(NewMemory(agent_name=APP, user_id=scope.namespace.storage_key,
                                                content="planted", embedding=[0.01] * 768, metadata="{}",
                                                expires_at=stack.clock() + timedelta(days=15)))
         status, rows, _ = await stack.search(key, "planted")

@@ -16,7 +16,9 @@ ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 
 
 async def _audit_text(stack) -> str:
-    return repr(await stack.gov.store.audit_rows(limit=100000))
+    """Audit rows and the hourly counts of anonymous refusals: both are audit sinks (R-15)."""
+    store = stack.gov.store
+    return repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts())
 
 
 class TestSentinels:
@@ -107,11 +109,53 @@ class TestSentinels:
         sinks.assert_clean(smuggled)
 
     async def test_denials_leave_content_free_audit_rows(self, stack):
-        """Every refusal and rewrite writes an audit row with codes and ids only."""
+        """A refusal with a genuine credential writes an audit row with codes and ids only; one without
+        any is counted per hour (R-15), so an anonymous caller cannot grow the store."""
         await stack.scope()
-        await stack.invoke()  # no context → rewrite
-        await stack.save("mg1.bogus", "x")  # key_invalid
+        key = await stack.session_key()
+        await stack.invoke()  # no context → rewrite, anonymous
+        await stack.save("mg1.bogus", "x")  # key_invalid, anonymous
+        await stack.save(key, "x", agent_name="kagent__NS__helper")  # a genuine key, the wrong agent
         rows = await stack.gov.store.audit_rows(limit=100)
-        reasons = {r["reason"] for r in rows}
-        assert {"context_missing", "key_invalid"} <= reasons
+        assert {r["reason"] for r in rows if r["kind"] == "decision"} == {"agent_mismatch"}
         assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
+        counted = {(op, reason): n for _, op, reason, n in await stack.gov.store.refusal_counts()}
+        assert counted == {("a2a.invoke", "context_missing"): 1, ("memory.save", "key_invalid"): 1}
+
+    async def test_bodies_the_strict_parse_refuses(self, stack):
+        """Ambiguous or malformed bodies carrying content are refused by code, echoing none of it."""
+        hidden = make_sentinel("ambiguous")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            key = await stack.session_key()
+            fact = f'{{"agent_name": "{APP}", "user_id": "{key}", "content": "{hidden}", "vector": [0.5' + ", 0.5" * 767
+            bodies = [
+                (fact + '], "content": "again"}').encode(),  # duplicate key
+                (fact + '], "Content": "x"}').encode(),  # a key a case-insensitive decoder reads too
+                (fact + f']}} {{"content": "{hidden}"}}').encode(),  # a second value after the first
+                (fact.replace("0.5", "NaN", 1) + "]}").encode(),
+            ]
+            for raw in bodies:
+                async with stack.http.post(stack.gw.data_url + "/api/memories/sessions", data=raw,
+                                           headers={"Content-Type": "application/json"}) as resp:
+                    sinks.record(resp.status, resp.headers.items(), await resp.read())
+                    assert resp.status == 400
+            embed = f'{{"model": "m", "input": "a", "INPUT": ["{hidden}"]}}'.encode()
+            async with stack.http.post(stack.gw.data_url + ROUTE, data=embed,
+                                       headers={"Content-Type": "application/json"}) as resp:
+                sinks.record(resp.status, resp.headers.items(), await resp.read())
+                assert resp.status == 400
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(hidden)
+        assert await stack.rows() == [] and stack.dev.embedding.calls == []
+
+    async def test_a_context_on_a_passthrough_route(self, stack):
+        """A context carrying text in its claims is spent, never forwarded, and never written anywhere."""
+        hidden = make_sentinel("ctxclaim")
+        with capture_sinks() as sinks:
+            context = stack.context(classification=hidden)
+            async with stack.http.get(stack.gw.data_url + "/version", headers={"X-Memgov-Context": context}) as resp:
+                sinks.record(resp.status, resp.headers.items(), await resp.read())
+            sinks.extra.append(await _audit_text(stack))
+        sinks.assert_clean(hidden)
+        assert all(r.header("X-Memgov-Context") is None for r in stack.dev.recorder.requests)

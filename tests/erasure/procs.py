@@ -32,6 +32,7 @@ class Gate:
     upstream: str
     hold: Hold | None = None
     fail: Hold | None = None
+    pretend: Hold | None = None  # answered 200 as kagent's delete would, without forwarding
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     seen: list[tuple[str, str]] = field(default_factory=list)  # (method, path with query)
@@ -39,12 +40,15 @@ class Gate:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.seen.append((request.method, request.path_qs))
+        # Read first, as kagent would: a held request still commits after its client has given up.
+        body = await request.read()
         if self.hold is not None and self.hold(request):
             self.arrived.set()
             await self.release.wait()
         if self.fail is not None and self.fail(request):
             return web.json_response({"error": "failed to delete memory: unavailable"}, status=500)
-        body = await request.read()
+        if self.pretend is not None and self.pretend(request):
+            return web.json_response({"status": "deleted"})
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
         async with aiohttp.ClientSession() as session, session.request(
                 request.method, self.upstream + request.path_qs, data=body, headers=headers) as resp:
@@ -130,7 +134,7 @@ class GatewayProcess:
 def process_settings(keys: Keys, pack: Path, kagent_url: str, state_url: str, **extra: Any) -> dict[str, Any]:
     """Settings of a gateway process on fresh fixed ports."""
     settings = overrides(keys, pack, kagent_url, state_url, **extra)
-    settings["listen"] = {name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}
+    settings["listen"] = {**settings["listen"], **{name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}}
     settings["policy"]["reload_interval_s"] = 0
     settings["log"] = {"level": "info"}
     return settings

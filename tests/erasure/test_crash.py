@@ -43,7 +43,7 @@ class Crash:
     http: aiohttp.ClientSession
 
     def api(self) -> ControlClient:
-        return ControlClient(self.gp.control_url, subject_token(self.keys, int(time.time())), session=self.http)
+        return ControlClient(self.gp.control_url, lambda: subject_token(self.keys, int(time.time())), session=self.http)
 
     async def save(self, scope_id: str, generation: int, text: str) -> None:
         key = SessionKeys(self.keys.session_file.read_bytes().strip()).session_key(scope_id, generation)
@@ -111,7 +111,8 @@ class TestKillBetweenSteps:
             # The lock an UPDATE of the row needs, but not the one the erasure row's foreign key takes.
             await lock.execute("SELECT 1 FROM scopes WHERE scope_id = $1 FOR NO KEY UPDATE", scope_id)
         elif stuck_in == "fenced":
-            op = await c.store.begin_write(scope_id, 1, 600.0, datetime.now(UTC))
+            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
+            op = await c.store.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
         elif stuck_in == "quiesced":
             c.gate.hold = lambda r: r.method == "DELETE"
         else:

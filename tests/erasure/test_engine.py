@@ -23,7 +23,7 @@ class TestQuiesce:
         """Deletion starts only after the in-flight write of the fenced generation has finished."""
         scope_id = await sh.scope()
         await sh.saved(scope_id, "likes green tea")
-        op = await sh.gov.store.begin_write(scope_id, 1, 30.0, sh.gov.now())
+        op = await sh.begin_write(scope_id, 1, 30.0)
         withdrawal = asyncio.create_task(sh.client().withdraw(scope_id))
 
         async def fenced() -> bool:
@@ -41,7 +41,7 @@ class TestQuiesce:
         """A write still in flight after quiesce_timeout_s no longer holds the erasure; an audit row says so."""
         async with harness(tmp_path, store_url=None, erasure={"quiesce_timeout_s": 0.2}) as h:
             scope_id = await h.scope()
-            await h.gov.store.begin_write(scope_id, 1, 300.0, h.gov.now())
+            await h.begin_write(scope_id, 1, 300.0)
             record = (await h.client().withdraw(scope_id))["erasure"]
             assert record["state"] == "verified"
             rows = await h.gov.store.audit_rows(scope_id)
@@ -51,7 +51,7 @@ class TestQuiesce:
         """Only fenced generations are quiesced: a write already at the new generation is not waited for."""
         scope_id = await sh.scope()
         await sh.gov.store.advance_generation(scope_id, sh.gov.now())  # generation 2, still enabled
-        await sh.gov.store.begin_write(scope_id, 2, 300.0, sh.gov.now())
+        await sh.begin_write(scope_id, 2, 300.0)
         scope = await sh.gov.store.get_scope(scope_id)
         assert scope is not None
         erasure = await sh.gov.store.create_erasure(scope_id, Kind.FORGET_ALL.value, [], "rest", "subject",

@@ -18,7 +18,7 @@ class TestKagentDbErasure:
         assert (record["adapter"], record["state"], record["physical_deletion"]) == ("kagent-db", "verified",
                                                                                      "complete")
         assert record["verification"] == {"result": "passed", "readable_through_memgov": False,
-                                          "physically_absent": True}
+                                          "physically_absent": True, "rechecked_after_possible_write": False}
         (entry,) = record["entries"]
         assert entry["physically_deleted_at"] and entry["verified_at"]
         assert "pending_namespace_clear" not in record["residuals"]

@@ -73,7 +73,8 @@ class TestWithdrawalRace:
                                                                           adapter: str) -> None:
         """Zero rows in kagent's table and zero readable entries after the verified erasure and a sweep."""
         r = race_setup
-        extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}}
+        # Every save comes from this one test client, far above a real pod's concurrency.
+        extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}, "listen": {"max_concurrent_per_client": 1000}}
         if adapter == "kagent-db":
             extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
         first = process_settings(r["keys"], r["pack"], r["stack"].kagent_url, r["state_url"], **extra)
@@ -81,7 +82,7 @@ class TestWithdrawalRace:
         connector = aiohttp.TCPConnector(limit=0)
         async with gateway_process(r["tmp"] / "a", first) as a, gateway_process(r["tmp"] / "b", second) as b, \
                 aiohttp.ClientSession(connector=connector) as http:
-            api = ControlClient(a.control_url, subject_token(r["keys"], int(time.time())), session=http)
+            api = ControlClient(a.control_url, lambda: subject_token(r["keys"], int(time.time())), session=http)
             scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
             await api.grant(scope_id, "remember my preferences", "v1")
             key = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 1)
@@ -117,7 +118,7 @@ class TestWithdrawalRace:
                                                            "ops": "127.0.0.1:0"}})
             async with governance(settings, Readiness()) as gov:
                 assert (await sweep_once(gov)).failures == 0
-                assert await gov.store.dead_namespaces(10) == []
+                assert await gov.store.sweepable_namespaces(gov.now(), 10) == []
 
             rows = [row for row in await r["stack"].store.rows() if (row.user_id or "").startswith(f"mgs1.{scope_id}.")]
             assert rows == []

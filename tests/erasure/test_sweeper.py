@@ -8,7 +8,6 @@ from pathlib import Path
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
-from sidecar.identity.keys import storage_key
 from tests.control.harness import APP, Harness, harness
 
 DAY = 86400
@@ -20,7 +19,8 @@ async def _plant(h: Harness, scope_id: str, generation: int, text: str, *, age: 
     base = store.now
     store.now = lambda: base() - age
     try:
-        return await store.insert(NewMemory(APP, storage_key(scope_id, generation), text, embed_text(text), "{}", None))
+        key = (await h.namespace(scope_id, generation)).storage_key
+        return await store.insert(NewMemory(APP, key, text, embed_text(text), "{}", None))
     finally:
         store.now = base
 
@@ -74,8 +74,9 @@ class TestDeadGenerations:
         scope_id = await h.scope()
         await h.saved(scope_id, "likes green tea")
         now = h.gov.now()
-        (slot,) = await h.gov.store.reserve_entries(scope_id, 1, 1, 1000, now)
-        op = await h.gov.store.begin_write(scope_id, 1, 1.0, now)  # lease lapses: the erasure stops waiting
+        ns = await h.namespace(scope_id, 1)
+        (slot,) = await h.gov.store.reserve_entries(scope_id, 1, ns.ns_id, 1, 1000, now)
+        op = await h.begin_write(scope_id, 1, 1.0)  # lease lapses: the erasure stops waiting
         h.advance(2)
         record = (await h.client().withdraw(scope_id))["erasure"]
         assert record["state"] == "verified" and await h.rows(scope_id) == []
@@ -84,7 +85,7 @@ class TestDeadGenerations:
         await h.gov.store.end_write(op)
         report = await sweep_once(h.gov)
         assert report.dead_cleared == 1 and await h.rows(scope_id) == []
-        assert await h.gov.store.dead_namespaces(10) == []
+        assert await h.gov.store.sweepable_namespaces(h.gov.now(), 10) == []
 
     async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
         """Consent given again moves the generation; the old rows, never readable again, are swept."""

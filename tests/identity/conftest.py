@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from sidecar.identity.tokens import Verifier, load_verifier, mint_token
+from sidecar.identity.tokens import TokenType, Verifier, load_verifier, mint_token
 
 NOW = 1_700_000_000
 #: alg -> (verifier key file, signing key, public PEM or None)
@@ -32,9 +32,9 @@ class Signer:
     signing_key: bytes
     public_pem: bytes | None
 
-    def sign(self, claims: dict[str, Any]) -> str:
-        """Mint a token the verifier accepts."""
-        return mint_token(claims, self.signing_key, self.alg)
+    def sign(self, claims: dict[str, Any], typ: TokenType = TokenType.CONTEXT) -> str:
+        """Mint a token of kind ``typ`` the verifier accepts."""
+        return mint_token(claims, self.signing_key, self.alg, typ=typ)
 
 
 def pems(private: PrivateKeyTypes) -> tuple[bytes, bytes]:

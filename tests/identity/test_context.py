@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import Origin
-from sidecar.identity.tokens import DelegationContext, ScopeKind, load_verifier, mint_token, verify_context
+from sidecar.identity.tokens import DelegationContext, ScopeKind, TokenType, load_verifier, mint_token, verify_context
 from sidecar.reasons import Reason
 from tests.identity.conftest import NOW, KeyFiles, Signer, hs256_forge
 from tests.identity.strategies import PROPERTY, SENTINEL, mxids, server_names
@@ -112,7 +112,7 @@ class TestRefusedContexts:
 
     def test_signed_with_an_untrusted_key(self, signer: Signer, stranger_keys: dict[str, bytes]) -> None:
         """A context signed by a key of the right type but not the configured one is context_invalid."""
-        token = mint_token(context_claims(), stranger_keys[signer.alg], signer.alg)
+        token = mint_token(context_claims(), stranger_keys[signer.alg], signer.alg, typ=TokenType.CONTEXT)
         assert _refused(token, signer) is Reason.CONTEXT_INVALID
 
     def test_alg_none(self, signer: Signer) -> None:
@@ -123,7 +123,7 @@ class TestRefusedContexts:
         """A verifier accepts only its own key type's algorithm, even with a matching secret."""
         for alg, key in stranger_keys.items():
             if alg != signer.alg:
-                assert _refused(mint_token(context_claims(), key, alg), signer) is Reason.CONTEXT_INVALID
+                assert _refused(mint_token(context_claims(), key, alg, typ=TokenType.CONTEXT), signer) is Reason.CONTEXT_INVALID
         if signer.alg == "HS256":
             for alg in ("HS512", "hs256"):
                 forged = hs256_forge(context_claims(), signer.signing_key, alg)
@@ -200,3 +200,10 @@ class TestRefusedContexts:
         assert str(err) in {"context_invalid", "context_expired"}
         assert SENTINEL not in repr(err) and SENTINEL not in str(err.args)
         assert err.__cause__ is None and (err.__context__ is None or err.__suppress_context__)
+
+
+class TestContextType:
+    @pytest.mark.parametrize("typ", [TokenType.SUBJECT, TokenType.OPERATOR])
+    def test_other_token_kinds_are_not_contexts(self, hs256: Signer, typ: TokenType) -> None:
+        """A token of another kind carrying every context claim is still not a delegation context."""
+        assert _refused(hs256.sign(context_claims(), typ), hs256) is Reason.CONTEXT_INVALID

@@ -16,6 +16,7 @@ from sidecar.identity.keys import (
     SessionKeys,
     is_session_key_shaped,
     new_scope_id,
+    new_salt,
     parse_storage_key,
     storage_key,
 )
@@ -132,7 +133,7 @@ class TestSessionKeys:
         with pytest.raises(ValueError):
             SessionKeys(NEW).session_key(scope_id, generation)
         with pytest.raises(ValueError):
-            storage_key(scope_id, generation)
+            storage_key(scope_id, generation, "")
 
     @pytest.mark.parametrize("secret", [b"", b"short-secret", "text-secret-not-bytes-0123456789"])
     def test_weak_secrets_are_refused_without_echoing_them(self, secret: bytes) -> None:
@@ -152,14 +153,28 @@ class TestStorageKeys:
     @PROPERTY
     @given(scope_ids, generations)
     def test_round_trip(self, scope_id: str, generation: int) -> None:
-        """A storage key parses back to its scope and generation."""
-        assert storage_key(scope_id, generation) == f"mgs1.{scope_id}.{generation}"
-        assert parse_storage_key(storage_key(scope_id, generation)) == (scope_id, generation)
+        """A salted storage key parses back to its scope, generation and salt; so does a legacy one."""
+        salt = new_salt()
+        assert storage_key(scope_id, generation, salt) == f"mgs1.{scope_id}.{generation}.{salt}"
+        assert parse_storage_key(storage_key(scope_id, generation, salt)) == (scope_id, generation, salt)
+        assert parse_storage_key(storage_key(scope_id, generation, "")) == (scope_id, generation, "")
+
+    def test_salted_key_is_not_derivable_from_the_session_key(self) -> None:
+        """Two namespaces of the same scope and generation get different, unrelated keys."""
+        a, b = storage_key(SCOPE, 3, new_salt()), storage_key(SCOPE, 3, new_salt())
+        assert a != b and SessionKeys(NEW).session_key(SCOPE, 3).split(".")[3] not in a + b
+
+    @pytest.mark.parametrize("salt", ["x" * 32, "A" * 32, "0" * 31, "0" * 33, "0" * 16])
+    def test_malformed_salts_are_refused(self, salt: str) -> None:
+        """Only 32 lower-case hex digits (or the legacy empty salt) make a storage key."""
+        with pytest.raises(ValueError):
+            storage_key(SCOPE, 1, salt)
 
     @pytest.mark.parametrize(
         "value",
         [f"mgs1.{SCOPE}.03", f"mgs1.{SCOPE}.-1", f"mgs1.{SCOPE}", f"mgs1.{SCOPE}.1.", f"mg1.{SCOPE}.1",
-         f"mgs1.{SCOPE}.{2**53 + 1}", f"mgs1.{SCOPE}.1\n", "@alice:example.org", ""],
+         f"mgs1.{SCOPE}.{2**53 + 1}", f"mgs1.{SCOPE}.1\n", "@alice:example.org", "",
+         f"mgs1.{SCOPE}.1.{'A' * 32}", f"mgs1.{SCOPE}.1.{'0' * 31}"],
     )
     def test_other_strings_are_not_storage_keys(self, value: str) -> None:
         """Anything but a canonical storage key parses to None."""
@@ -169,4 +184,4 @@ class TestStorageKeys:
         """Fresh scope ids fit the key formats and do not repeat."""
         ids = {new_scope_id() for _ in range(100)}
         assert len(ids) == 100
-        assert all(parse_storage_key(storage_key(i, 0)) == (i, 0) for i in ids)
+        assert all(parse_storage_key(storage_key(i, 0, "")) == (i, 0, "") for i in ids)

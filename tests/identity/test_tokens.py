@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
@@ -17,7 +18,11 @@ from sidecar.identity.tokens import (
     SubjectToken,
     bearer,
     load_verifier,
+    TokenType,
+    mint_operator,
+    mint_subject,
     mint_token,
+    verify_context,
     verify_operator_token,
     verify_subject_token,
 )
@@ -85,73 +90,128 @@ def _subject_refused(token: str, signer: Signer, now: int = NOW) -> Reason:
     return exc.value.reason
 
 
+def _subject(**claims: Any) -> dict[str, Any]:
+    return {"sub": "@alice:example.org", "iat": NOW, "exp": NOW + 120, "jti": "t-1", **claims}
+
+
+def _operator(**claims: Any) -> dict[str, Any]:
+    return {"sub": "ops@example.org", "role": "operator", "iat": NOW, "exp": NOW + 60, **claims}
+
+
 class TestSubjectToken:
     def test_valid_token_names_the_canonical_subject(self, signer: Signer) -> None:
         """A subject token yields the canonical MXID, its expiry and its jti."""
-        token = signer.sign({"sub": "@alice:Example.org", "exp": NOW + 300, "jti": "t-1"})
-        assert verify_subject_token(token, signer.verifier, now=NOW) == SubjectToken("@alice:example.org", NOW + 300,
+        token = signer.sign(_subject(sub="@alice:Example.org"), TokenType.SUBJECT)
+        assert verify_subject_token(token, signer.verifier, now=NOW) == SubjectToken("@alice:example.org", NOW + 120,
                                                                                      "t-1")
-
-    def test_jti_is_optional(self, hs256: Signer) -> None:
-        """A subject token without jti is accepted."""
-        token = hs256.sign({"sub": "@alice:example.org", "exp": NOW + 300})
-        assert verify_subject_token(token, hs256.verifier, now=NOW).jti is None
 
     @pytest.mark.parametrize(
         "claims",
         [
-            {"sub": "@alice:example.org"},
-            {"exp": NOW + 300},
-            {"sub": "@alice:example.org", "exp": NOW},
-            {"sub": "@alice:example.org", "exp": NOW + 300, "iat": NOW + 60},
-            {"sub": "@alice:example.org", "exp": NOW + 300, "nbf": NOW + 60},
-            {"sub": "@alice:example.org", "exp": float(NOW + 300)},
-            {"sub": "@alice:example.org", "exp": NOW + 300, "jti": "has space"},
-            {"sub": "@alice:example.org", "exp": NOW + 300, "aud": "someone-else"},
-            {"sub": 42, "exp": NOW + 300},
+            {"sub": "@alice:example.org", "iat": NOW, "exp": NOW + 120},
+            {"iat": NOW, "exp": NOW + 120, "jti": "t"},
+            {"sub": "@alice:example.org", "exp": NOW + 120, "jti": "t"},
+            _subject(exp=NOW),
+            _subject(iat=NOW + 60, exp=NOW + 120),
+            _subject(nbf=NOW + 60),
+            _subject(exp=float(NOW + 120)),
+            _subject(jti="has space"),
+            _subject(aud="someone-else"),
+            _subject(sub=42),
+            _subject(exp=NOW + 301),
         ],
     )
     def test_bad_tokens_require_authentication(self, hs256: Signer, claims: dict[str, Any]) -> None:
-        """Missing, expired, not-yet-valid or mistyped claims answer auth_required."""
-        assert _subject_refused(hs256.sign(claims), hs256) is Reason.AUTH_REQUIRED
+        """Missing (jti and iat included), expired, not-yet-valid, long-lived or mistyped claims answer auth_required."""
+        assert _subject_refused(hs256.sign(claims, TokenType.SUBJECT), hs256) is Reason.AUTH_REQUIRED
 
     @pytest.mark.parametrize("sub", ["alice", "alice@example.org", "@Alice:example.org", f"@{SENTINEL}:x.org"])
     def test_subject_must_be_a_complete_mxid(self, hs256: Signer, sub: str) -> None:
         """A verified token whose sub is not a complete MXID is principal_invalid, without quoting it."""
         with pytest.raises(IdentityError) as exc:
-            verify_subject_token(hs256.sign({"sub": sub, "exp": NOW + 300}), hs256.verifier, now=NOW)
+            verify_subject_token(hs256.sign(_subject(sub=sub), TokenType.SUBJECT), hs256.verifier, now=NOW)
         assert exc.value.reason is Reason.PRINCIPAL_INVALID and SENTINEL not in repr(exc.value)
 
     def test_untrusted_signature(self, signer: Signer, stranger_keys: dict[str, bytes]) -> None:
         """A token signed by another key answers auth_required."""
-        token = mint_token({"sub": "@alice:example.org", "exp": NOW + 300}, stranger_keys[signer.alg], signer.alg)
+        token = mint_token(_subject(), stranger_keys[signer.alg], signer.alg, typ=TokenType.SUBJECT)
         assert _subject_refused(token, signer) is Reason.AUTH_REQUIRED
+
+    @pytest.mark.parametrize("typ", [TokenType.CONTEXT, TokenType.OPERATOR, "JWT", None, "memgov-subject"])
+    def test_another_kind_of_token_is_not_a_subject_bearer(self, hs256: Signer, typ: Any) -> None:
+        """A validly signed token of another kind (a delegation context above all) is refused as a bearer."""
+        # typ None: PyJWT leaves the header out entirely.
+        token = jwt.encode(_subject(), hs256.signing_key, algorithm="HS256", headers={"typ": typ and str(typ)})
+        assert _subject_refused(token, hs256) is Reason.AUTH_REQUIRED
+
+    def test_typ_is_a_media_type(self, hs256: Signer) -> None:
+        """The typ header compares case-insensitively and may carry the application/ prefix (RFC 7515)."""
+        for typ in ("Memgov-Subject+JWT", "application/memgov-subject+jwt"):
+            token = jwt.encode(_subject(), hs256.signing_key, algorithm="HS256", headers={"typ": typ})
+            assert verify_subject_token(token, hs256.verifier, now=NOW).sub == "@alice:example.org"
+
+    def test_lifetime_is_a_setting(self, hs256: Signer) -> None:
+        """A deployment may shorten the accepted subject-token lifetime."""
+        token = hs256.sign(_subject(exp=NOW + 120), TokenType.SUBJECT)
+        with pytest.raises(IdentityError):
+            verify_subject_token(token, hs256.verifier, now=NOW, max_age_s=60)
 
 
 class TestOperatorToken:
     def test_operator_role_is_accepted(self, signer: Signer) -> None:
         """A token with role operator yields the operator's sub and expiry."""
-        token = signer.sign({"sub": "ops@example.org", "exp": NOW + 60, "role": "operator"})
+        token = signer.sign(_operator(), TokenType.OPERATOR)
         assert verify_operator_token(token, signer.verifier, now=NOW) == OperatorToken("ops@example.org", NOW + 60)
 
     @pytest.mark.parametrize(
         "claims",
         [
-            {"sub": "ops", "exp": NOW + 60},
-            {"sub": "ops", "exp": NOW + 60, "role": "admin"},
-            {"sub": "ops", "exp": NOW + 60, "role": ["operator"]},
-            {"sub": "ops", "exp": NOW + 60, "role": "Operator"},
-            {"sub": "ops", "exp": NOW - 1, "role": "operator"},
-            {"sub": "", "exp": NOW + 60, "role": "operator"},
-            {"sub": "has space", "exp": NOW + 60, "role": "operator"},
-            {"exp": NOW + 60, "role": "operator"},
+            {"sub": "ops", "iat": NOW, "exp": NOW + 60},
+            _operator(role="admin"),
+            _operator(role=["operator"]),
+            _operator(role="Operator"),
+            _operator(exp=NOW - 1),
+            _operator(sub=""),
+            _operator(sub="has space"),
+            {"iat": NOW, "exp": NOW + 60, "role": "operator"},
+            {"sub": "ops", "exp": NOW + 60, "role": "operator"},
+            _operator(exp=NOW + 3601),
         ],
     )
     def test_anything_else_requires_authentication(self, hs256: Signer, claims: dict[str, Any]) -> None:
-        """Without exactly role operator, a valid sub and a live exp, the answer is auth_required."""
+        """Without exactly role operator, a valid sub, iat and a live, bounded exp, the answer is auth_required."""
         with pytest.raises(IdentityError) as exc:
-            verify_operator_token(hs256.sign(claims), hs256.verifier, now=NOW)
+            verify_operator_token(hs256.sign(claims, TokenType.OPERATOR), hs256.verifier, now=NOW)
         assert exc.value.reason is Reason.AUTH_REQUIRED
+
+    @pytest.mark.parametrize("typ", [TokenType.CONTEXT, TokenType.SUBJECT])
+    def test_other_kinds_are_not_operator_tokens(self, hs256: Signer, typ: TokenType) -> None:
+        """A subject token or a context carrying role operator is still not an operator token."""
+        with pytest.raises(IdentityError):
+            verify_operator_token(hs256.sign(_operator(), typ), hs256.verifier, now=NOW)
+
+
+class TestMinting:
+    def test_minted_tokens_verify_as_their_kind_only(self, hs256: Signer) -> None:
+        """mint_subject and mint_operator produce tokens each verifier accepts, and only that one."""
+        subject = mint_subject("@alice:example.org", hs256.signing_key, "HS256", now=NOW)
+        operator = mint_operator("ops", hs256.signing_key, "HS256", now=NOW)
+        assert verify_subject_token(subject, hs256.verifier, now=NOW).jti
+        assert verify_operator_token(operator, hs256.verifier, now=NOW).sub == "ops"
+        with pytest.raises(IdentityError):
+            verify_subject_token(operator, hs256.verifier, now=NOW)
+        with pytest.raises(IdentityError):
+            verify_operator_token(subject, hs256.verifier, now=NOW)
+        with pytest.raises(IdentityError):
+            verify_context(subject, hs256.verifier, now=NOW)
+
+    def test_every_subject_token_gets_its_own_jti(self, hs256: Signer) -> None:
+        """Two tokens minted in the same second are still distinct single-use credentials."""
+        a = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier,
+                                 now=NOW)
+        b = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier,
+                                 now=NOW)
+        assert a.jti != b.jti
 
 
 class TestBearer:
@@ -193,4 +253,4 @@ class TestMintToken:
     def test_key_and_algorithm_must_agree(self, make_key: Callable[[], bytes], alg: str) -> None:
         """Minting refuses unsupported algorithms and keys of the wrong type."""
         with pytest.raises(ValueError):
-            mint_token({"sub": "@alice:example.org"}, make_key(), alg)
+            mint_token({"sub": "@alice:example.org"}, make_key(), alg, typ=TokenType.SUBJECT)

@@ -13,21 +13,31 @@ from sidecar.policy.cases import build_input, load_bases
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.opa_server import OpaServer, start_opa
 from sidecar.policy.pack import read_pack
+from sidecar.policy.rules import BUILT_IN_RULES
 from sidecar.settings import PolicySettings
 
 REPO = Path(__file__).resolve().parents[2]
 PACK_DIR = REPO / "policies"
 CASES_DIR = REPO / "policy-tests"
 
+#: Test packs that permit everything, so only the floor can refuse. The loader wants a rule for
+#: every reason code in both languages, so each code gets one that never fires.
 PERMIT_ALL_CEDAR = """@id("allowed")
 @rationale("Test pack: permits everything, so only the floor can refuse.")
 permit (principal, action, resource);
-"""
+""" + "".join(
+    f'\n@id("{code.replace("_", "-")}")\n@rationale("Never fires.")\n'
+    "forbid (principal, action, resource)\nwhen { false };\n"
+    for code in BUILT_IN_RULES
+)
 
 PERMIT_ALL_REGO = """package memgov.decision
 
 result := {"allow": true, "reasons": []}
-"""
+""" + "".join(
+    f'\n# METADATA\n# title: {code}\n# custom:\n#   reason: {code}\ndeny contains "{code}" if false\n'
+    for code in BUILT_IN_RULES
+)
 
 MakeInput = Callable[..., DecisionInput]
 
@@ -36,7 +46,7 @@ MakeInput = Callable[..., DecisionInput]
 def make_input() -> MakeInput:
     """Build a valid input from a policy-tests base name plus dotted-path changes."""
     pack = read_pack(PACK_DIR)
-    bases = load_bases(CASES_DIR, pack.limits, pack.federation)
+    bases = load_bases(CASES_DIR, pack)
 
     def make(base: str, changes: dict[str, Any] | None = None) -> DecisionInput:
         return build_input(bases, base, changes)

@@ -28,21 +28,36 @@ class TestCompile:
     @pytest.mark.parametrize(
         ("text", "message"),
         [
-            ("permit (principal, action, resource);", "@id"),
-            ('@id("no-such-reason")\n@rationale("r")\nforbid (principal, action, resource);', "@id"),
-            ('@id("Consent_Missing")\n@rationale("r")\nforbid (principal, action, resource);', "@id"),
+            ('@rationale("r")\npermit (principal, action, resource);', r"extra.cedar:1: @id '\(no @id\)'"),
+            ('@id("no-such-reason")\n@rationale("r")\nforbid (principal, action, resource);', "extra.cedar:1: @id"),
+            ('@id("Consent_Missing")\n@rationale("r")\nforbid (principal, action, resource);', "extra.cedar:1: @id"),
             ('@id("consent-missing")\n@rationale("r")\nforbid (principal, action, resource);', "used twice"),
-            ('@id("route-denied")\nforbid (principal, action, resource);', "rationale"),
-            ('@id("route-denied")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
-             "schema validation"),
-            ('@id("route-denied")\n@rationale("r")\nforbid (principal, action, resource', "do not parse"),
+            ('@id("rate-limited/x_y")\n@rationale("r")\nforbid (principal, action, resource);', "extra.cedar:1: @id"),
+            ('@id("rate-limited")\nforbid (principal, action, resource);', "extra.cedar:1: policy needs a @rationale"),
+            ('@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
+             r"extra.cedar:1 \(@id rate-limited/2\): attribute `nope` not found"),
+            ('// first\n\n@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource',
+             "extra.cedar:3: unexpected end of input"),
         ],
-        ids=["no-id", "unknown-code", "not-kebab", "duplicate", "no-rationale", "schema", "syntax"],
+        ids=["no-id", "unknown-code", "not-kebab", "duplicate", "bad-suffix", "no-rationale", "schema", "syntax"],
     )
     def test_bad_policies_are_refused(self, pack_copy: Path, text: str, message: str) -> None:
-        """A pack loads only when it parses, validates against the schema and every @id is a unique reason."""
+        """A pack loads only when it parses, validates and every @id is a unique reason; errors give file:line."""
         with pytest.raises(PackError, match=message):
             compile_pack(read_pack(_with_policy(pack_copy, text)))
+
+    def test_several_policies_may_share_a_code(self, pack_copy: Path) -> None:
+        """An @id with a /suffix is another policy for the same reason code."""
+        text = '@id("rate-limited/finance")\n@rationale("r")\nforbid (principal, action, resource) when { false };\n'
+        compiled = compile_pack(read_pack(_with_policy(pack_copy, text)))
+        assert list(compiled.reasons.values()).count("rate_limited") == 2
+
+    def test_org_lists_must_be_declared_in_the_schema(self, pack_copy: Path) -> None:
+        """A list in data/org.yaml the Cedar schema does not type is refused at load, naming the file."""
+        (pack_copy / "data" / "org.yaml").write_text("memory_denied_agents: [kagent/finance-bot]\n")
+        with pytest.raises(PackError, match="data/org.yaml: does not match type Org") as err:
+            compile_pack(read_pack(pack_copy))
+        assert err.value.file == "data/org.yaml"
 
     def test_two_schemas_are_refused(self, pack_copy: Path) -> None:
         """One .cedarschema describes the model; a second one is ambiguous."""
@@ -55,7 +70,7 @@ class TestEvaluation:
     async def test_evaluation_error_fails_closed(self, pack_copy: Path, make_input: MakeInput) -> None:
         """A forbid that errors at runtime (overflow) denies instead of being skipped as Cedar would."""
         overflow = (
-            '@id("route-denied")\n@rationale("r")\n'
+            '@id("rate-limited/overflow")\n@rationale("r")\n'
             "forbid (principal, action, resource) when { context.now * 10000000000 > 0 };\n"
         )
         engine = CedarEngine()

@@ -1,18 +1,22 @@
-"""``memgov policy check | test | schema`` as a policy author runs them."""
+"""``memgov policy check | fmt | test | explain | revision | schema`` as authors run them, with planted mistakes."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from sidecar.policy import cli
+from sidecar.policy.pack import fingerprint
 from tests.policy.conftest import CASES_DIR, PACK_DIR, OpaServers
 
+DECISION = "rego/memgov/decision"
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     """Run ``memgov policy …`` through the command's own parser."""
     parser = argparse.ArgumentParser(prog="memgov")
     cli.register(parser.add_subparsers(dest="command", required=True))
@@ -21,76 +25,225 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
 class TestPolicyCheck:
     def test_reference_pack_is_clean(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """Parse, schema validation, formatting and lint all pass on the shipped pack."""
-        code, out = _run(capsys, "check", "--dir", str(PACK_DIR))
+        """Every step passes on the shipped pack, both languages."""
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
         assert code == 0, out
-        for step in ("cedar parse + schema validation + @id", "cedar format", "opa fmt", "opa check --strict",
-                     "regal lint"):
+        for step in ("cedar parse + schema validation + @id", "cedar format", "rego rules", "rules in both packs",
+                     "opa fmt", "opa check --strict --schema", "opa test", "regal lint"):
             assert f"ok   {step}" in out
 
     @pytest.mark.parametrize(
-        ("rel", "text", "step"),
+        ("rel", "old", "new", "step", "message"),
         [
-            ("cedar/extra.cedar", '@id("route-denied") @rationale("r") forbid(principal,action,resource);\n',
-             "cedar format"),
-            ("rego/memgov/decision/extra.rego", "package memgov.decision\nx:=1\n", "opa fmt"),
-            ("rego/memgov/decision/extra.rego", "package memgov.decision\n\n# " + "x" * 130 + "\nx := 1\n",
-             "regal lint"),
-            ("cedar/extra.cedar", '@id("nope")\n@rationale("r")\nforbid (principal, action, resource);\n',
-             "cedar parse + schema validation + @id"),
+            ("cedar/consent.cedar", "when { !resource.exists }", "when { !resource.exists ",
+             "cedar parse", "cedar/consent.cedar:6: unexpected token `unless`"),
+            ("cedar/consent.cedar", "!context.request.keyValid", "!context.request.keyVald",
+             "cedar parse", "cedar/consent.cedar:40 (@id key-invalid): attribute `request.keyVald` not found"),
+            ("cedar/routes.cedar", "permit (principal, action, resource);", "permit(principal,action,resource);",
+             "cedar format", "-permit(principal,action,resource);\n     +permit (principal, action, resource);"),
+            (f"{DECISION}/consent.rego", 'deny contains "agent_mismatch"', 'deny contains "agent_mismatc"',
+             "rego rules", f"{DECISION}/consent.rego:50: 'agent_mismatc' is not a reason code"),
+            (f"{DECISION}/consent.rego", "#   reason: key_invalid", "#   reason: key_invalidd",
+             "rego rules", "deny contains 'key_invalid' but METADATA custom.reason is 'key_invalidd'"),
+            (f"{DECISION}/consent.rego", "is_number(input.request.presented_generation)",
+             "is_number(input.request.presented_generaton)", "opa check --strict --schema", "presented_generaton"),
+            (f"{DECISION}/consent.rego", "\tkeyed\n\tnot key_ok", "\tkeyed\n\tnot key_ok\n\tinput.operation == 1",
+             "opa test", "FAIL: "),
+            (f"{DECISION}/limits.rego", "hourly_ok if {", "weekend if input.now < 0\n\nhourly_ok if {",
+             "regal lint", "missing metadata"),
         ],
-        ids=["cedar-format", "rego-format", "regal", "cedar-id"],
+        ids=["cedar-syntax", "cedar-field-typo", "cedar-format", "rego-reason-typo", "rego-metadata-mismatch",
+             "rego-schema-typo", "rego-test-broken", "regal-metadata"],
     )
-    def test_each_problem_fails_its_step(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, rel: str, text: str, step: str
+    def test_each_planted_mistake_names_file_line_and_cause(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, rel: str, old: str, new: str, step: str,
+        message: str,
     ) -> None:
-        """A badly formatted, unlinted or invalid file fails the check and names the step."""
-        (pack_copy / rel).write_text(text)
-        code, out = _run(capsys, "check", "--dir", str(pack_copy))
+        """A planted mistake fails its step with file:line and the tool's message, never a traceback."""
+        _edit(pack_copy / rel, old, new)
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1
         assert f"FAIL {step}" in out
+        assert message in out
+        assert "Traceback" not in out
+
+    def test_cedar_format_failure_says_how_to_fix_it(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """A badly indented Cedar file shows its diff and the command that formats it."""
+        _edit(pack_copy / "cedar" / "limits.cedar", "  principal,", "    principal,")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "memgov policy fmt --write" in out
+
+    def test_rule_in_one_pack_only_is_listed(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """A Cedar policy whose code no Rego rule answers, and a code left without Cedar policy, are named."""
+        (pack_copy / "cedar" / "room.cedar").unlink()
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "FAIL rules in both packs" in out
+        assert f"{DECISION}/room.rego:11: deny[\"room_state_invalid\"] has no cedar rule for room_state_invalid" in out
+        assert "cedar/: no rule for: room_state_invalid, context_missing" in out
+
+
+class TestFmt:
+    def test_reference_pack_needs_no_formatting(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """fmt --check passes on the shipped pack."""
+        assert run_cli(capsys, "fmt", "--check", "--dir", str(PACK_DIR)) == (0, "")
+
+    def test_check_diff_and_write_cover_both_languages(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """Unformatted Cedar and Rego are listed, diffed, then rewritten so that check passes."""
+        permit = "permit (principal, action, resource);"
+        _edit(pack_copy / "cedar" / "routes.cedar", permit, permit.replace(" ", "").replace(",", ", "))
+        _edit(pack_copy / DECISION / "routes.rego", 'deny contains "ungoverned', 'deny  contains "ungoverned')
+        code, out = run_cli(capsys, "fmt", "--check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "cedar/routes.cedar" in out and f"{DECISION}/routes.rego" in out
+        code, out = run_cli(capsys, "fmt", "--diff", "--dir", str(pack_copy))
+        assert code == 1
+        assert "+permit (principal, action, resource);" in out and '+deny contains "ungoverned_store"' in out
+        code, out = run_cli(capsys, "fmt", "--write", "--dir", str(pack_copy))
+        assert code == 0
+        assert run_cli(capsys, "fmt", "--check", "--dir", str(pack_copy)) == (0, "")
+
+
+def _tables(tmp_path: Path) -> Path:
+    cases = tmp_path / "cases"
+    shutil.copytree(CASES_DIR, cases, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return cases
 
 
 class TestPolicyTest:
-    def test_cedar_passes_the_tables_with_a_coverage_table(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """Every case passes on Cedar and the table lists every rule."""
-        code, out = _run(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
+    def test_both_engines_pass_with_coverage_per_rule_and_a_differential_run(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Every case passes on both engines, every rule fires, mutated inputs agree."""
+        code, out = run_cli(capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
         assert code == 0, out
-        assert "entry_cap_reached" in out and "ungoverned_store" in out
-        assert out.strip().endswith("1 engine(s), 0 disagreement(s)")
-
-    def test_both_engines_agree_on_a_local_opa(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """With --engine all a local OPA is started and both packs pass with no disagreement."""
-        code, out = _run(capsys, "test", "--engine", "all", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
-        assert code == 0, out
+        assert "cedar cedar/limits.cedar:5" in out and f"opa   {DECISION}/limits.rego:8" in out
+        assert "never" not in out
+        assert ", 0 disagreement(s)" in out.splitlines()[-2]
         assert out.strip().endswith("2 engine(s), 0 disagreement(s)")
 
-    def test_wrong_expectation_fails(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-        """A case whose expectation the pack does not meet exits non-zero and is named."""
-        cases = tmp_path / "cases"
-        shutil.copytree(CASES_DIR, cases, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-        path = cases / "limits.yaml"
-        path.write_text(path.read_text().replace("reasons: [batch_too_large]}", "reasons: [fact_too_large]}", 1))
-        code, out = _run(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases))
+    def test_rego_on_an_opa_server(self, capsys: pytest.CaptureFixture[str], opa: OpaServers) -> None:
+        """With --opa-url the Rego decisions come from a real OPA server serving the pack and still agree."""
+        url = opa.serve(PACK_DIR)
+        code, out = run_cli(capsys, "test", "--opa-url", url, "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
+        assert code == 0, out
+
+    def test_wrong_expectation_fails_and_shows_the_input(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        """A case the pack does not meet is named, with its input as a diff from its base."""
+        cases = _tables(tmp_path)
+        _edit(cases / "limits.yaml", "reasons: [batch_too_large]}", "reasons: [fact_too_large]}")
+        code, out = run_cli(capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases))
         assert code == 1
         assert "FAIL [cedar] limits::automatic save of 11 facts is refused" in out
+        assert "input (diff from base save_batch):" in out
+        assert "- request.item_count: 4" in out and "+ request.item_count: 11" in out
 
-    def test_engine_disagreement_fails(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, opa: OpaServers
-    ) -> None:
+    def test_engine_disagreement_fails(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """When the Rego pack answers differently from the Cedar pack, the run fails and shows where."""
-        (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
-            'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
+        (pack_copy / DECISION / "extra.rego").write_text(
+            'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
+            'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
-        code, out = _run(capsys, "test", "--engine", "all", "--opa-url", opa.serve(pack_copy), "--dir", str(pack_copy),
-                         "--cases", str(CASES_DIR))
+        code, out = run_cli(capsys, "test", "--dir", str(pack_copy), "--cases", str(CASES_DIR))
         assert code == 1
         assert "DISAGREE consent::list at the current generation is forwarded" in out
 
+    def test_rule_no_case_fires_fails(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """A policy only in Cedar, with no rows, shows as never firing and fails the run."""
+        (pack_copy / "cedar" / "extra.cedar").write_text(
+            '@id("rate-limited/weekend")\n@rationale("r")\nforbid (\n  principal,\n  action,\n  resource\n)\n'
+            "when { context.now < 0 };\n"
+        )
+        code, out = run_cli(capsys, "test", "--dir", str(pack_copy), "--cases", str(CASES_DIR))
+        assert code == 1
+        assert "cedar/extra.cedar:1" in out and "never  <- no case fires this rule" in out
+        assert "1 rule(s) no case fires" in out
 
-class TestSchemaCommand:
+    def test_one_table_file_runs_alone(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--cases FILE runs that table with its folder's bases; coverage is shown, not enforced."""
+        code, out = run_cli(capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR / "routes.yaml"))
+        assert code == 0, out
+        assert out.splitlines()[0] == f"cases: {CASES_DIR / 'routes.yaml'} (5 selected, selection)"
+        assert out.strip().splitlines()[-1].startswith("ok:")
+
+    def test_selection_by_name(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """-k selects cases by name or a part of file::name."""
+        code, out = run_cli(capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR), "-k", "limits::",
+                            "-k", "save into an enabled scope is forwarded")
+        assert code == 0, out
+        assert "selection)" in out.splitlines()[0]
+        assert "consent_missing" in out
+
+    def test_tables_beside_a_copied_pack_or_in_the_working_folder(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """--dir without --cases uses policy-tests/ beside the pack, else ./policy-tests, and says which."""
+        pack = tmp_path / "elsewhere" / "policies"
+        shutil.copytree(PACK_DIR, pack)
+        monkeypatch.chdir(tmp_path)
+        code, out = run_cli(capsys, "test", "--engine", "cedar", "--dir", str(pack))
+        assert code == 2
+        assert "no case tables found in" in out and "pass --cases" in out
+        monkeypatch.chdir(PACK_DIR.parent)
+        code, out = run_cli(capsys, "test", "--engine", "cedar", "--dir", str(pack))
+        assert code == 0, out
+        assert out.startswith(f"cases: {PACK_DIR.parent / 'policy-tests'}")
+
+
+class TestExplain:
+    def test_case_on_both_engines_with_rules_trace_and_floor(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """explain shows the input, the deciding Cedar policy and Rego rule with its lines, and the floor apart."""
+        code, out = run_cli(capsys, "explain", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR),
+                            "--case", "save into a disabled scope is refused")
+        assert code == 0, out
+        assert "operation: memory.save" in out and "enabled: false" in out
+        assert "cedar: deny ['consent_disabled']" in out and "cedar/consent.cedar:16 @id consent-disabled" in out
+        assert "opa:   deny ['consent_disabled']" in out
+        assert f'{DECISION}/consent.rego:18 deny["consent_disabled"] fired:' in out
+        assert "not is_true(input.scope.enabled)" in out
+        assert "floor: refuses ['consent_disabled']" in out
+
+    def test_input_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        """An input file is validated and explained; the floor verdict stands apart from the engines."""
+        from sidecar.policy.cases import build_input, load_bases
+        from sidecar.policy.pack import read_pack
+
+        inp = build_input(load_bases(CASES_DIR, read_pack(PACK_DIR)), "save", {"entries.count": 100})
+        path = tmp_path / "input.json"
+        path.write_text(json.dumps(inp.model_dump(mode="json")))
+        code, out = run_cli(capsys, "explain", "--dir", str(PACK_DIR), "--input", str(path))
+        assert code == 0, out
+        assert "cedar: deny ['entry_cap_reached']" in out and "floor: refuses ['entry_cap_reached']" in out
+
+    def test_unknown_field_in_an_input_file_is_refused(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        """An input file with a field the schema does not know (e.g. memory text) is refused, no traceback."""
+        path = tmp_path / "input.yaml"
+        path.write_text("operation: memory.save\nfacts_text: secret\n")
+        code, out = run_cli(capsys, "explain", "--dir", str(PACK_DIR), "--input", str(path))
+        assert code == 2
+        assert "Traceback" not in out and "secret" not in out
+
+
+class TestRevisionAndSchema:
+    def test_revision_matches_the_runtime_hash(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """memgov policy revision DIR prints what /readyz reports for that folder."""
+        assert run_cli(capsys, "revision", str(pack_copy)) == (0, fingerprint(pack_copy) + "\n")
+
     def test_published_schemas_are_current(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`memgov policy schema --check` passes on the committed docs/schema/."""
-        assert _run(capsys, "schema", "--check") == (0, "")
+        assert run_cli(capsys, "schema", "--check") == (0, "")

@@ -98,7 +98,7 @@ class TestFloorOnlyNarrows:
     def test_reference_decisions_pass_the_floor_unchanged(self) -> None:
         """For every case table row, the floor agrees with the reference packs: it never widens or adds."""
         pack = read_pack(PACK_DIR)
-        for case in load_cases(CASES_DIR, pack.limits, pack.federation):
+        for case in load_cases(CASES_DIR, pack):
             dep = case.inp.deployment
             federation = Federation(classification=dep.classification, partners=dep.federation_partners)
             expected = set(case.reasons) - {Reason.ALLOWED.value}

@@ -212,8 +212,8 @@ class TestRevision:
             opa.replace(url, pack_copy)
             while not await asyncio.wait_for(loaded, 30):
                 loaded = runtime.next_reload()
-            assert await runtime.ready_check() == (
-                True, {"engine": "opa", "revision": fingerprint(pack_copy), "opa_revision": fingerprint(pack_copy)})
+            ready, detail = await runtime.ready_check()
+            assert ready and (detail["revision"], detail["opa_revision"]) == (fingerprint(pack_copy),) * 2
             assert (await runtime.decide(make_input("save"))).allowed
         finally:
             await runtime.close()

@@ -22,7 +22,7 @@ from sidecar.policy.opa import opa_part
 from sidecar.policy.pack import fingerprint
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.policy.shadow import ShadowEngine
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, error_body, primary
 from tests.policy.conftest import MakeInput, OpaServers, policy_settings
 
 BROKEN = {
@@ -81,9 +81,11 @@ def _sample(name: str, labels: dict[str, str]) -> float:
 class TestStart:
     async def test_loaded_pack_is_ready_and_reports_its_revision(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
         """/readyz sees ready with the engine and the pack's content hash."""
-        expected = {"engine": runtime.engine.name, "revision": fingerprint(pack_copy)}
+        revision = fingerprint(pack_copy)
+        expected: dict[str, object] = {"engine": runtime.engine.name, "revision": revision,
+                                       "last_reload": {"outcome": "loaded", "revision": revision}}
         if runtime.engine.name == "opa":
-            expected["opa_revision"] = fingerprint(pack_copy)
+            expected["opa_revision"] = revision
         assert await runtime.ready_check() == (True, expected)
 
     async def test_decision_is_stamped(self, runtime: PolicyRuntime, make_input: MakeInput) -> None:
@@ -162,9 +164,83 @@ class TestReload:
         assert runtime.revision != before
         assert (await runtime.decide(fact)).reasons == [Reason.FACT_TOO_LARGE]
 
+    @pytest.mark.parametrize(
+        ("rel", "text", "step"),
+        [
+            ("cedar/consent.cedar", BROKEN["cedar"][1], "cedar"),
+            ("rego/memgov/decision/consent.rego", BROKEN["opa"][1], "rego"),
+            ("data/org.yaml", "memory_denied_agents: [kagent/finance-bot]\n", "cedar"),
+            ("data/reasons.yaml", "declare: [{code: consent_missing, after: allowed, description: d}]\n", "data"),
+        ],
+        ids=["cedar", "rego", "org-list-not-in-schema", "builtin-code-redeclared"],
+    )
+    async def test_refusal_names_step_and_file_and_readyz_shows_it(
+        self, runtime: PolicyRuntime, pack_copy: Path, log_lines: io.StringIO, rel: str, text: str, step: str
+    ) -> None:
+        """Whatever engine is live, a broken half of the pack is refused; the log and /readyz say where."""
+        before = runtime.revision
+        (pack_copy / rel).write_text(text)
+        assert await runtime.reload() is False
+        assert runtime.revision == before
+        ready, detail = await runtime.ready_check()
+        assert ready and detail["revision"] == before
+        assert detail["last_reload"] == {"outcome": "rejected", "revision": fingerprint(pack_copy), "step": step,
+                                         "file": rel}
+        (line,) = _events(log_lines, "policy.reload_failed")
+        assert (line["step"], line["pack_file"]) == (step, rel)
+
+    async def test_pack_missing_a_rule_file_is_refused(
+        self, pack_copy: Path, log_lines: io.StringIO, make_input: MakeInput
+    ) -> None:
+        """Deleting room.cedar does not fail open: the pack is refused, naming the codes left without a rule."""
+        (pack_copy / "cedar" / "room.cedar").unlink()
+        rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="cedar")
+        try:
+            assert not rt.ready
+            (line,) = _events(log_lines, "policy.reload_failed")
+            assert (line["step"], line["pack_file"]) == ("rules", "cedar/")
+            decision = await rt.decide(make_input("invoke", {"room": None}))
+            assert decision.reasons == [Reason.POLICY_UNAVAILABLE]
+        finally:
+            await rt.close()
+
+    async def test_editing_a_rego_test_does_not_change_the_revision(
+        self, runtime: PolicyRuntime, pack_copy: Path
+    ) -> None:
+        """Unit tests are not part of the pack: editing one reloads nothing."""
+        before = runtime.revision
+        path = pack_copy / "rego" / "memgov" / "decision" / "limits_test.rego"
+        path.write_text(path.read_text() + "\n")
+        assert fingerprint(pack_copy) == before
+
+    async def test_declared_reason_code_reaches_the_decision(
+        self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput
+    ) -> None:
+        """A code declared in data/reasons.yaml, with a rule in both languages, is a decision's reason."""
+
+        def declare_weekend(pack: Path) -> None:
+            (pack / "data" / "reasons.yaml").write_text(
+                "declare:\n  - code: weekend_closed\n    after: consent_disabled\n    description: Closed.\n"
+            )
+            (pack / "cedar" / "org.cedar").write_text(
+                '@id("weekend-closed")\n@rationale("r")\nforbid (principal, action, resource)\n'
+                'when { action == Action::"memory.list" };\n'
+            )
+            (pack / "rego" / "memgov" / "decision" / "org.rego").write_text(
+                "package memgov.decision\n\n# METADATA\n# custom:\n#   reason: weekend_closed\n"
+                'deny contains "weekend_closed" if input.operation == "memory.list"\n'
+            )
+
+        roll_out(declare_weekend)
+        assert await runtime.reload() is True
+        decision = await runtime.decide(make_input("list"))
+        assert (decision.action, [r.value for r in decision.reasons]) == (Action.DENY, ["weekend_closed"])
+        assert error_body(primary(decision.reasons), "d_1") == b'{"error":"weekend_closed","decision_id":"d_1"}'
+
     async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, roll_out: Any) -> None:
         """Editing a pack file is noticed without a restart."""
         before, reloaded = runtime.revision, runtime.next_reload()
+
         def touch(pack: Path) -> None:
             (pack / "cedar" / "routes.cedar").write_text((pack / "cedar" / "routes.cedar").read_text() + "\n")
 
@@ -216,7 +292,8 @@ class TestShadow:
     async def shadow(self, pack_copy: Path, opa: OpaServers) -> AsyncIterator[PolicyRuntime]:
         """Cedar enforcing, Rego on OPA compared; the Rego copy also denies memory.list."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
-            'package memgov.decision\n\ndeny contains "rate_limited" if input.operation == "memory.list"\n'
+            'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
+            'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
         rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa.serve(pack_copy))
         yield rt
@@ -235,6 +312,8 @@ class TestShadow:
         assert _sample("memgov_policy_shadow_disagreements_total", labels) == before + 1
         (line,) = _events(log_lines, "policy.shadow_disagreement")
         assert (line["action"], line["shadow_action"], line["reasons"]) == ("forward", "deny", ["rate_limited"])
+        assert line["decision_id"] == decision.decision_id
+        assert line["revision"] == line["shadow_revision"] == shadow.revision
 
     async def test_agreement_is_not_counted(self, shadow: PolicyRuntime, make_input: MakeInput) -> None:
         """When both engines answer the same, nothing is reported."""

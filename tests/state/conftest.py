@@ -50,3 +50,13 @@ async def new_scope(store: StateStore, room: str = "!room:example.org", *, grant
     if granted:
         scope, _ = await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
     return scope
+
+
+#: A namespace id no scope has (for calls that must be refused before any namespace matters).
+NO_NAMESPACE = "n" + "0" * 24
+
+
+async def ns_of(store: StateStore, scope_id: str) -> str:
+    """The scope's live namespace id (a non-existent one while it has none)."""
+    scope = await store.get_scope(scope_id)
+    return scope.namespace.ns_id if scope is not None and scope.namespace is not None else NO_NAMESPACE

@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.state import BudgetClaim, StateStore
 from tests.state import workers
-from tests.state.conftest import NOW, new_scope
+from tests.state.conftest import NOW, new_scope, ns_of
 from tests.state.workers import Pool
 
 
@@ -30,18 +30,19 @@ class TestConsentRaces:
     ) -> None:
         """Writes racing a withdrawal either are in flight when it commits or are refused as stale."""
         scopes = [(await new_scope(store, f"!r{i}:example.org")).scope_id for i in range(8)]
+        first = {scope_id: await ns_of(store, scope_id) for scope_id in scopes}
         pool.start(state_url, workers.write_until_fenced, [(scopes, 1)] * pool.size)
         recorded = []
         for scope_id in scopes:  # several rounds: each one is a fresh race
             await asyncio.to_thread(pool.wait_signals, pool.size)
             withdrawn, _ = await store.withdraw(scope_id, NOW)
             assert withdrawn.generation == 2
-            recorded.append(await store.inflight_count(scope_id, NOW, generation=1))
+            recorded.append(await store.inflight_count(scope_id, NOW, ns_id=first[scope_id]))
         results = pool.results()
         for i, scope_id in enumerate(scopes):
             assert [per_worker[i][1] for per_worker in results] == ["stale_generation"] * pool.size
             assert sum(per_worker[i][0] for per_worker in results) == recorded[i]
-            assert await store.inflight_count(scope_id, NOW, generation=1) == recorded[i]
+            assert await store.inflight_count(scope_id, NOW, ns_id=first[scope_id]) == recorded[i]
 
 
 class TestCapRaces:

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 from sidecar.sampler import sample_once
 from sidecar.state import StateStore, open_store
 from sidecar.state.gauges import read_gauges
-from tests.state.conftest import NOW, new_scope
+from tests.state.conftest import NOW, new_scope, ns_of
 from tests.support.pg import start_pg
 
 
@@ -21,7 +21,8 @@ def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:
 async def _expired_entry(store: StateStore, expired_for: timedelta, *, deleted: bool) -> None:
     scope = await new_scope(store, room=f"!r{int(expired_for.total_seconds())}:example.org")
     created = NOW - expired_for - timedelta(days=7)
-    (slot,) = await store.reserve_entries(scope.scope_id, scope.generation, 1, 100, created)
+    ns_id = await ns_of(store, scope.scope_id)
+    (slot,) = await store.reserve_entries(scope.scope_id, scope.generation, ns_id, 1, 100, created)
     entry = str(uuid.uuid4())
     await store.fill_entry(slot, entry, created, NOW - expired_for)
     if deleted:

@@ -8,13 +8,13 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import CapReached, Fenced, StateError, StateStore
-from tests.state.conftest import NOW, WEEK, new_scope
+from tests.state.conftest import NOW, WEEK, new_scope, ns_of
 
 
 async def save(store: StateStore, scope_id: str, entry_id: str, *, generation: int = 1,
                created: timedelta = timedelta(0)) -> None:
     """Reserve one slot and fill it, the way the gateway records a save."""
-    (slot,) = await store.reserve_entries(scope_id, generation, 1, 100, NOW + created)
+    (slot,) = await store.reserve_entries(scope_id, generation, await ns_of(store, scope_id), 1, 100, NOW + created)
     await store.fill_entry(slot, entry_id, NOW + created, NOW + created + WEEK)
 
 
@@ -22,11 +22,11 @@ class TestReserveEntries:
     async def test_cap_is_never_exceeded_and_refusal_does_not_evict(self, store: StateStore) -> None:
         """Writes beyond the cap are refused whole; the existing entries stay live."""
         scope = await new_scope(store)
-        assert len(await store.reserve_entries(scope.scope_id, 1, 3, 5, NOW)) == 3
+        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)) == 3
         with pytest.raises(CapReached) as err:
-            await store.reserve_entries(scope.scope_id, 1, 3, 5, NOW)
+            await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)
         assert err.value.reason is Reason.ENTRY_CAP_REACHED
-        assert len(await store.reserve_entries(scope.scope_id, 1, 2, 5, NOW)) == 2
+        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 5, NOW)) == 2
         assert (await store.stats())["ledger_pending"] == 5
 
     @pytest.mark.parametrize(
@@ -38,9 +38,9 @@ class TestReserveEntries:
     ) -> None:
         """Only live entries and unexpired pending slots count toward the cap."""
         scope = await new_scope(store)
-        slots = await store.reserve_entries(scope.scope_id, 1, 2, 2, NOW)
+        slots = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW)
         with pytest.raises(CapReached):
-            await store.reserve_entries(scope.scope_id, 1, 1, 2, NOW)
+            await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW)
         if freed_by == "release":
             await store.release_entries(slots)
         elif freed_by in ("tombstone", "expiry"):
@@ -50,15 +50,15 @@ class TestReserveEntries:
                 assert await store.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
         if later:
             with pytest.raises(CapReached):
-                await store.reserve_entries(scope.scope_id, 1, 1, 2, NOW + later - timedelta(microseconds=1))
-        assert len(await store.reserve_entries(scope.scope_id, 1, 2, 2, NOW + later)) == 2
+                await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW + later - timedelta(microseconds=1))
+        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW + later)) == 2
 
     @pytest.mark.parametrize(("generation", "reason"), [(0, Reason.STALE_GENERATION), (2, Reason.STALE_GENERATION)])
     async def test_reservation_is_fenced(self, store: StateStore, generation: int, reason: Reason) -> None:
         """A save under a stale generation cannot take a slot."""
         scope = await new_scope(store)
         with pytest.raises(Fenced) as err:
-            await store.reserve_entries(scope.scope_id, generation, 1, 100, NOW)
+            await store.reserve_entries(scope.scope_id, generation, await ns_of(store, scope.scope_id), 1, 100, NOW)
         assert err.value.reason is reason
 
     async def test_withdrawn_scope_cannot_reserve(self, store: StateStore) -> None:
@@ -66,7 +66,7 @@ class TestReserveEntries:
         scope = await new_scope(store)
         await store.withdraw(scope.scope_id, NOW)
         with pytest.raises(Fenced) as err:
-            await store.reserve_entries(scope.scope_id, 2, 1, 100, NOW)
+            await store.reserve_entries(scope.scope_id, 2, await ns_of(store, scope.scope_id), 1, 100, NOW)
         assert err.value.reason is Reason.CONSENT_DISABLED
 
 
@@ -74,7 +74,7 @@ class TestFillEntry:
     async def test_a_slot_is_filled_once(self, store: StateStore) -> None:
         """The second fill of a slot fails and the first expiry stands."""
         scope = await new_scope(store)
-        (slot,) = await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW)
+        (slot,) = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
         await store.fill_entry(slot, "e1", NOW, NOW + WEEK)
         with pytest.raises(StateError):
             await store.fill_entry(slot, "e1", NOW, NOW + WEEK * 2)
@@ -84,7 +84,7 @@ class TestFillEntry:
     async def test_a_lapsed_slot_cannot_be_filled(self, store: StateStore) -> None:
         """A slot whose lease ran out no longer counts toward the cap, so it cannot become an entry."""
         scope = await new_scope(store)
-        (slot,) = await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW, lease_s=30)
+        (slot,) = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW, lease_s=30)
         with pytest.raises(StateError) as err:
             await store.fill_entry(slot, "e1", NOW + timedelta(seconds=30), NOW + WEEK)
         assert err.value.reason is Reason.INTERNAL_ERROR
@@ -120,9 +120,10 @@ class TestFillEntry:
 
 class TestLiveFiltering:
     async def test_only_known_current_unerased_unexpired_ids_pass(self, store: StateStore) -> None:
-        """Search and list results keep only ids this scope and generation may read right now."""
+        """Search and list results keep only ids this scope's namespace may read right now."""
         scope = await new_scope(store)
         other = await new_scope(store, "!other:example.org")
+        first = await ns_of(store, scope.scope_id)
         await save(store, scope.scope_id, "live")
         await save(store, scope.scope_id, "erased")
         await save(store, scope.scope_id, "old", created=-WEEK)
@@ -130,11 +131,13 @@ class TestLiveFiltering:
         await store.tombstone(scope.scope_id, ["erased"], NOW)
         await store.withdraw(scope.scope_id, NOW)
         await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        second = await ns_of(store, scope.scope_id)
         await save(store, scope.scope_id, "newgen", generation=3)
         asked = ["live", "erased", "old", "foreign", "unknown", "newgen", "bad id!"]
-        assert await store.filter_live(scope.scope_id, 1, asked, NOW) == {"live"}
-        assert await store.filter_live(scope.scope_id, 3, asked, NOW) == {"newgen"}
-        assert await store.filter_live(scope.scope_id, 1, ["live"], NOW + WEEK) == set()
+        assert first != second
+        assert await store.filter_live(scope.scope_id, first, asked, NOW) == {"live"}
+        assert await store.filter_live(scope.scope_id, second, asked, NOW) == {"newgen"}
+        assert await store.filter_live(scope.scope_id, first, ["live"], NOW + WEEK) == set()
         assert await store.live_count(scope.scope_id, NOW) == 2
 
     async def test_tombstone_touches_only_the_named_scope(self, store: StateStore) -> None:
@@ -145,7 +148,7 @@ class TestLiveFiltering:
         await save(store, other.scope_id, "theirs")
         assert await store.tombstone(scope.scope_id, ["mine", "theirs"], NOW) == 1
         assert await store.tombstone(scope.scope_id, ["mine"], NOW) == 0
-        assert await store.filter_live(other.scope_id, 1, ["theirs"], NOW) == {"theirs"}
+        assert await store.filter_live(other.scope_id, await ns_of(store, other.scope_id), ["theirs"], NOW) == {"theirs"}
 
     async def test_pages_walk_every_live_entry_in_order(self, store: StateStore) -> None:
         """Inspect pages are ordered by creation time and id, without gaps or repeats."""
@@ -171,7 +174,7 @@ class TestLiveFiltering:
         await save(store, scope.scope_id, "a")
         await save(store, scope.scope_id, "b", created=-WEEK)
         await store.tombstone(scope.scope_id, ["a"], NOW)
-        await store.reserve_entries(scope.scope_id, 1, 1, 100, NOW)
+        await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
         assert sorted(e.entry_id for e in await store.entries_of_scope(scope.scope_id)) == ["a", "b"]
 
 
@@ -188,17 +191,23 @@ class TestSweep:
         assert [e.entry_id for e in await store.expired_unswept(NOW, 10)] == ["old"]
         assert [e.entry_id for e in await store.expired_unswept(NOW, 0)] == []
 
-    async def test_dead_namespaces_are_listed_until_their_rows_are_deleted(self, store: StateStore) -> None:
-        """Generations that can never be read again, with rows or pending slots left, are found for the sweeper."""
+    async def test_retired_namespaces_are_listed_until_cleared(self, store: StateStore) -> None:
+        """Namespaces a scope can never write again are found for the sweeper until marked cleared."""
         scope = await new_scope(store)
         live = await new_scope(store, "!live:example.org")
+        first = await ns_of(store, scope.scope_id)
         await save(store, scope.scope_id, "old-gen")
         await save(store, live.scope_id, "current")
         await store.withdraw(scope.scope_id, NOW)
         await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
-        await store.reserve_entries(scope.scope_id, 3, 1, 100, NOW)
-        assert await store.dead_namespaces(10) == [(scope.scope_id, 1)]
+        second = await ns_of(store, scope.scope_id)
+        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [first]
+        await store.mark_cleared([first], NOW)
+        # Cleared, yet the ledger still knows a row there (a late write): it is swept again.
+        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [first]
         await store.mark_physically_deleted(["old-gen"], NOW)
-        assert await store.dead_namespaces(10) == []
+        assert await store.sweepable_namespaces(NOW, 10) == []
         await store.withdraw(scope.scope_id, NOW)
-        assert await store.dead_namespaces(10) == [(scope.scope_id, 3)]
+        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [second]
+        states = {n.ns_id: n.state for n in await store.namespaces_of_scope(scope.scope_id)}
+        assert states == {first: "cleared", second: "retired"}

@@ -9,7 +9,8 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore, open_store
-from sidecar.state.migrations import LATEST, MIGRATIONS, migrate
+from sidecar.state.db import Database, connect
+from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, migrate
 from tests.state import workers
 from tests.state.conftest import NOW, new_scope
 from tests.state.workers import Pool
@@ -117,6 +118,41 @@ class TestMigrations:
         finally:
             await again.close()
 
+    async def test_existing_generations_become_legacy_namespaces(self, state_url: str) -> None:
+        """Upgrading keeps rows written under unsalted keys reachable: each generation becomes a namespace."""
+        db = await connect(state_url)
+        try:
+            await _apply_only(db, 1)
+            async with db.tx("write") as tx:
+                for sid, enabled, gen in (("s" + "a" * 24, True, 3), ("s" + "b" * 24, False, 2)):
+                    await tx.execute(
+                        "INSERT INTO scopes (scope_id, principal_mxid, origin, agent, kind, room_id, enabled,"
+                        " generation, created_us, updated_us) VALUES ($1, $2, 'native', 'ns/a', 'control_room',"
+                        " $3, $4, $5, 0, 0)", sid, f"@{sid}:example.org", f"!{sid}:example.org", enabled, gen)
+                for slot, gen in (("l1", 1), ("l3", 3)):
+                    await tx.execute(
+                        "INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us)"
+                        " VALUES ($1, $2, $3, $4, 0, 1)", slot, "s" + "a" * 24, gen, "e-" + slot)
+        finally:
+            await db.close()
+        store = await open_store(state_url)
+        try:
+            live = await store.get_scope("s" + "a" * 24)
+            assert live is not None and live.namespace is not None
+            assert (live.namespace.generation, live.namespace.legacy) == (3, True)
+            assert live.namespace.storage_key == f"mgs1.{'s' + 'a' * 24}.3"
+            spaces = await store.namespaces_of_scope("s" + "a" * 24)
+            assert sorted((n.generation, n.state) for n in spaces) == [(0, "retired"), (1, "retired"), (2, "retired"),
+                                                                       (3, "live")]
+            by_gen = {n.generation: n.ns_id for n in spaces}
+            assert {e.entry_id: e.ns_id for e in await store.entries_of_scope("s" + "a" * 24)} == {
+                "e-l1": by_gen[1], "e-l3": by_gen[3]}
+            disabled = await store.namespaces_of_scope("s" + "b" * 24)
+            assert {n.state for n in disabled} == {"retired"} and len(disabled) == 3
+            assert (await store.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]
+        finally:
+            await store.close()
+
     async def test_processes_starting_together_migrate_once(self, state_url: str, pool: Pool) -> None:
         """Replicas that start at the same moment all come up on the latest schema, applied once."""
         assert pool.run(state_url, workers.open_only, [()] * pool.size) == [LATEST] * pool.size
@@ -150,3 +186,17 @@ class TestMigrations:
             await open_store("postgresql://memgov:hunter2@127.0.0.1:1/none")
         assert err.value.reason is Reason.STATE_UNAVAILABLE
         assert str(err.value) == "state_unavailable"
+
+
+async def _apply_only(db: Database, version: int) -> None:
+    """Bring an empty database to one old schema version, the way a released gateway left it."""
+    dialect = Dialect(db.dialect)
+    async with db.tx("write") as tx:
+        await tx.execute(dialect.table("schema_migrations", dialect.i("version") + " PRIMARY KEY",
+                                       dialect.s("name", 64), dialect.i("applied_us")))
+        for m in MIGRATIONS:
+            if m.version <= version:
+                for stmt in m.statements(dialect):
+                    await tx.execute(stmt)
+                await tx.execute("INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, 0)",
+                                 m.version, m.name)

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import Fenced, StateError, StateStore
-from tests.state.conftest import NOW, new_scope
+from tests.state.conftest import NOW, new_scope, ns_of
 
 TRIPLE = ("@alice:example.org", "native", "team/helper", "control_room", "!room:example.org")
 
@@ -155,7 +155,7 @@ class TestBeginWrite:
         if withdrawn:
             await store.withdraw(scope.scope_id, NOW)
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope.scope_id, generation, 30, NOW)
+            await store.begin_write(scope.scope_id, generation, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is reason
         assert await store.inflight_count(scope.scope_id, NOW) == 0
 
@@ -163,18 +163,19 @@ class TestBeginWrite:
     async def test_unknown_scope_is_consent_missing(self, store: StateStore, scope_id: str) -> None:
         """A scope id that names no scope is refused as missing consent."""
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope_id, 1, 30, NOW)
+            await store.begin_write(scope_id, 1, await ns_of(store, scope_id), 30, NOW)
         assert err.value.reason is Reason.CONSENT_MISSING
 
     async def test_in_flight_writes_are_counted_until_ended_or_lapsed(self, store: StateStore) -> None:
-        """Erasure sees unexpired in-flight writes per generation; ended and lapsed ones drop out."""
+        """Erasure sees unexpired in-flight writes per namespace; ended and lapsed ones drop out."""
         scope = await new_scope(store)
-        short = await store.begin_write(scope.scope_id, 1, 10, NOW)
-        long = await store.begin_write(scope.scope_id, 1, 60, NOW)
+        short = await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 10, NOW)
+        long = await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 60, NOW)
         assert short != long
         assert await store.inflight_count(scope.scope_id, NOW) == 2
-        assert await store.inflight_count(scope.scope_id, NOW, generation=1) == 2
-        assert await store.inflight_count(scope.scope_id, NOW, generation=2) == 0
+        ns = await ns_of(store, scope.scope_id)
+        assert await store.inflight_count(scope.scope_id, NOW, ns_id=ns) == 2
+        assert await store.inflight_count(scope.scope_id, NOW, except_ns=ns) == 0
         assert await store.inflight_count(scope.scope_id, NOW + timedelta(seconds=10)) == 1
         await store.end_write(long)
         assert await store.inflight_count(scope.scope_id, NOW) == 1
@@ -188,9 +189,9 @@ class TestAdvanceGeneration:
         assert (advanced.enabled, advanced.generation) == (True, 2)
         assert [r.action for r in await store.receipts(scope.scope_id)] == ["grant"]
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope.scope_id, 1, 30, NOW)
+            await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is Reason.STALE_GENERATION
-        assert await store.begin_write(scope.scope_id, 2, 30, NOW)
+        assert await store.begin_write(scope.scope_id, 2, await ns_of(store, scope.scope_id), 30, NOW)
 
     async def test_unknown_scope_is_not_found(self, store: StateStore) -> None:
         """Fencing a scope that does not exist fails with not_found."""

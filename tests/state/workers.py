@@ -53,15 +53,20 @@ async def write_until_fenced(
     out: list[tuple[int, str | None]] = []
     for scope_id in scope_ids:
         successes, reason = 0, None
+        scope = await store.get_scope(scope_id)
+        ns_id = scope.namespace.ns_id if scope is not None and scope.namespace is not None else ""
         for _ in range(MAX_ATTEMPTS):
             try:
-                await store.begin_write(scope_id, generation, 600, NOW)
+                await store.begin_write(scope_id, generation, ns_id, 600, NOW)
             except Fenced as exc:
                 reason = exc.reason.value
                 break
             successes += 1
             if successes == 1:
                 signal.put("started")
+            # A breath between writes: SQLite's busy handler sleeps, so without it the withdrawing
+            # process can starve until every attempt is spent and no race takes place at all.
+            await asyncio.sleep(0.001)
         out.append((successes, reason))
     return out
 
@@ -70,9 +75,11 @@ async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, 
     """Per scope: try to reserve one slot ``attempts`` times against ``cap``; return how many were granted."""
     granted = [0] * len(scope_ids)
     for i, scope_id in enumerate(scope_ids):
+        scope = await store.get_scope(scope_id)
+        ns_id = scope.namespace.ns_id if scope is not None and scope.namespace is not None else ""
         for _ in range(attempts):
             try:
-                granted[i] += len(await store.reserve_entries(scope_id, 1, 1, cap, NOW))
+                granted[i] += len(await store.reserve_entries(scope_id, 1, ns_id, 1, cap, NOW))
             except CapReached:
                 pass
     return granted

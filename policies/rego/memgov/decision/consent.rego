@@ -76,20 +76,29 @@ deny contains "scope_mismatch" if {
 	not claimed_scope_matches
 }
 
+# METADATA
+# description: The presented session key carries the scope's current generation.
 current_generation if {
 	is_number(input.request.presented_generation)
 	input.request.presented_generation == input.scope.generation
 }
 
+# METADATA
+# description: The session key verified and every user id carrier holds it.
 key_ok if {
 	is_true(input.request.key_valid)
 	is_true(input.request.user_id_matches)
 }
 
+# METADATA
+# description: Operations whose target agent must be the scope's memory-enabled agent.
+# scope: document
 agent_bound if scoped
 
 agent_bound if input.operation == "embedding"
 
+# METADATA
+# description: The agent is known, memory-enabled where needed, the scope's own, and named and claimed correctly.
 agent_ok if {
 	has_agent
 	not agent_memory_missing
@@ -98,33 +107,45 @@ agent_ok if {
 	not agent_claim_wrong
 }
 
+# METADATA
+# description: A keyed call or an embedding for an agent memgov does not govern as memory-enabled.
 agent_memory_missing if {
 	not attested
 	not is_true(input.agent.memory_enabled)
 }
 
+# METADATA
+# description: The scope belongs to another agent (hyphen/underscore twins included).
 agent_foreign if {
 	scoped
 	has_scope
 	not input.scope.agent == input.agent.ref
 }
 
+# METADATA
+# description: The body or header agent name is not the scope agent's app_name.
 agent_name_wrong if {
 	keyed
 	not is_true(input.request.agent_name_matches)
 }
 
+# METADATA
+# description: The delegation context claims another agent.
 agent_claim_wrong if {
 	attested
 	delegation_present
 	not input.request.context_agent == input.agent.ref
 }
 
+# METADATA
+# description: The acting principal is the scope's principal, with the same origin.
 principal_matches_scope if {
 	input.principal.mxid == input.scope.principal_mxid
 	input.principal.origin == input.scope.origin
 }
 
+# METADATA
+# description: The delegation context claims exactly the scope's kind and room.
 claimed_scope_matches if {
 	input.request.context_scope.kind == input.scope.kind
 	input.request.context_scope.room_id == input.scope.room_id

@@ -23,6 +23,8 @@ default allow := false
 
 allow if count(deny) == 0
 
+# METADATA
+# description: The memory calls that carry a session key as user_id.
 keyed_operations := {
 	"memory.save",
 	"memory.save_batch",
@@ -31,45 +33,68 @@ keyed_operations := {
 	"memory.delete_all",
 }
 
+# METADATA
+# description: The memory calls that store facts.
 save_operations := {"memory.save", "memory.save_batch"}
 
-# Invokes of agents without memory carry nothing to govern.
+# METADATA
+# description: Invokes of agents without memory carry nothing to govern.
 governed_invoke if {
 	input.operation == "a2a.invoke"
 	is_true(input.agent.memory_enabled)
 }
 
-# Operations that need an attested room, audience and delegation context.
+# METADATA
+# description: Operations that need an attested room, audience and delegation context.
+# scope: document
 attested if input.operation == "control.inspect"
 
 attested if governed_invoke
 
+# METADATA
+# description: The operation carries a session key.
 keyed if input.operation in keyed_operations
 
+# METADATA
+# description: The operation stores facts.
 saves if input.operation in save_operations
 
-# Operations that need an enabled consent scope.
+# METADATA
+# description: Operations that need an enabled consent scope.
+# scope: document
 scoped if attested
 
 scoped if keyed
 
-# Operations charged against budgets.
+# METADATA
+# description: Operations charged against budgets.
+# scope: document
 memory_work if scoped
 
 memory_work if input.operation == "embedding"
 
+# METADATA
+# description: The input carries a scope record.
 has_scope if is_object(input.scope)
 
+# METADATA
+# description: The input carries a principal.
 has_principal if is_object(input.principal)
 
+# METADATA
+# description: The input carries a target agent.
 has_agent if is_object(input.agent)
 
+# METADATA
+# description: A delegation context was sent.
 delegation_present if is_true(input.request.context.present)
 
-# is_true holds only for the boolean true, so a missing flag never passes.
+# METADATA
+# description: Holds only for the boolean true, so a missing flag never passes.
 is_true(true)
 
-# complete holds for a partner record that names every field R-13 requires.
+# METADATA
+# description: Holds for a partner record that names every field R-13 requires.
 complete(partner) if {
 	is_number(partner.retention_days)
 	partner.retention_days > 0
@@ -79,6 +104,8 @@ complete(partner) if {
 	}
 }
 
+# METADATA
+# description: The fields a partner record must name before it admits anything (R-13).
 partner_text_fields := {
 	"controller",
 	"processor",
@@ -89,5 +116,6 @@ partner_text_fields := {
 	"principal_binding",
 }
 
-# is_false holds only for the boolean false, so a missing flag never reads as "not expired".
+# METADATA
+# description: Holds only for the boolean false, so a missing flag never reads as "not expired".
 is_false(false)

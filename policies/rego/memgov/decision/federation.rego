@@ -44,6 +44,8 @@ deny contains "audience_mismatch" if {
 	not audience_ok
 }
 
+# METADATA
+# description: A complete MXID; a native one on the local homeserver.
 principal_ok if {
 	has_principal
 	input.principal.localpart != ""
@@ -51,11 +53,15 @@ principal_ok if {
 	not native_elsewhere
 }
 
+# METADATA
+# description: A native principal of another homeserver.
 native_elsewhere if {
 	input.principal.origin == "native"
 	input.principal.server_name != input.deployment.server_name
 }
 
+# METADATA
+# description: A complete partner record admits the principal's server and origin.
 origin_admitted if {
 	some partner in input.deployment.federation_partners
 	complete(partner)
@@ -63,6 +69,8 @@ origin_admitted if {
 	input.principal.origin in partner.origins
 }
 
+# METADATA
+# description: The audience has the local classification, includes the local homeserver and nothing uncovered.
 audience_ok if {
 	input.audience.classification == input.deployment.classification
 	input.deployment.server_name in input.audience.servers
@@ -71,7 +79,9 @@ audience_ok if {
 	}
 }
 
-# The local homeserver and every server a complete partner record of the local classification names.
+# METADATA
+# description: The local homeserver and every server a complete partner record of the local classification names.
+# scope: document
 audience_servers contains input.deployment.server_name
 
 audience_servers contains partner.server_name if {

@@ -70,12 +70,16 @@ deny contains "prefetch_limit" if {
 	not is_true(input.budget.prefetch_ok)
 }
 
+# METADATA
+# description: The scope stays within its cap and max_entries after this write.
 within_cap if {
 	after := input.entries.count + input.request.item_count
 	after <= input.entries.cap
 	after <= input.deployment.limits.max_entries
 }
 
+# METADATA
+# description: The hourly and the embedding reservations both succeeded.
 hourly_ok if {
 	is_true(input.budget.hourly_ok)
 	is_true(input.budget.embedding_ok)

@@ -68,6 +68,8 @@ deny contains "context_replayed" if {
 	not is_false(input.request.context.replayed)
 }
 
+# METADATA
+# description: The attested room is exactly the single-subject control room (R-5).
 room_ok if {
 	room := input.room
 	room.room_version == "12"
@@ -80,4 +82,6 @@ room_ok if {
 	room.server_acl.allow_ip_literals == false
 }
 
+# METADATA
+# description: The members a control room must have (subject, bridge bot and agent ghost).
 expected_members := {input.principal.mxid, input.deployment.bridge_bot, input.deployment.agent_ghost}

@@ -1,0 +1,166 @@
+"""``memgov policy explain`` and ``memgov policy diff``: why a decision was made, what a pack change changes.
+
+``explain`` shows one decision input in full, each engine's answer with the Cedar policies and
+Rego rules that determined it (for Rego, the lines each fired rule evaluated), and the floor's
+verdict on its own. ``diff`` decides every case and every mutated base input with two packs and
+lists each one whose action or reasons change, per engine. Inputs are decision inputs, which
+carry identifiers, flags and counts only: nothing here can print memory text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from sidecar.policy.cases import Case, judge, load_bases, load_cases
+from sidecar.policy.floor import apply_floor, floor_reasons
+from sidecar.policy.model import Action, DecisionInput
+from sidecar.policy.mutate import data_strings, mutants, vocabulary
+from sidecar.policy.outcome import assemble, unavailable
+from sidecar.policy.pack import Pack
+from sidecar.policy.rules import Site, rule_codes
+from sidecar.policy.suite import Engines, load, select
+
+ENGINES = ("cedar", "opa")
+
+
+def _probe(name: str, inp: DecisionInput) -> Case:
+    return Case("input", name, "", "", inp, Action.FORWARD, ())
+
+
+def _rego_trace(pack: Pack, fired: list[Site], covered: set[tuple[str, int]]) -> list[str]:
+    """Each fired deny rule's lines that OPA evaluated, with their line numbers."""
+    out = []
+    for site in fired:
+        lines = pack.files[site.file].splitlines()
+        end = site.line
+        while end < len(lines) and lines[end].strip() and not lines[end].startswith(("deny ", "# METADATA")):
+            end += 1
+        out.append(f"    {site.where} {site.name} fired:")
+        out += [f"      {row:>4} {lines[row - 1]}" for row in range(site.line, end + 1)
+                if (site.file, row) in covered and lines[row - 1].strip()]
+    return out
+
+
+async def explain(pack_dir: Path, inp: DecisionInput, label: str) -> str:
+    """The full report for one input on both engines and the floor."""
+    pack = load(pack_dir)
+    tools = Engines(pack)
+    out = [f"input: {label} (pack revision {pack.revision})",
+           *("  " + line for line in yaml.safe_dump(inp.model_dump(mode="json"), sort_keys=False).splitlines())]
+    decisions = {}
+    try:
+        cedar = await tools.cedar()
+        try:
+            verdict, sites = cedar.explain_sync(inp)
+            decision = assemble(inp, verdict, pack.limits)
+        except Exception:  # noqa: BLE001 - shown as the gateway would answer: policy_unavailable
+            decision, sites = unavailable(inp), []
+        decisions["cedar"] = decision
+        out.append(f"cedar: {decision.action.value} {[r.value for r in decision.reasons]}")
+        for site in sites:
+            out.append(f"    {site.where} @id {site.name}")
+        verdicts, fired, covered = tools.rego().covered([inp.model_dump(mode="json")])
+        rego = assemble(inp, verdicts[0], pack.limits) if verdicts[0] is not None else unavailable(inp)
+        decisions["opa"] = rego
+        out.append(f"opa:   {rego.action.value} {[r.value for r in rego.reasons]}")
+        out += _rego_trace(pack, fired, covered)
+        if not fired and rego.action is Action.FORWARD:
+            out.append("    no deny rule fired: result.allow is true")
+    finally:
+        await tools.close()
+    refused = sorted(r.value for r in floor_reasons(inp, pack.limits, pack.federation))
+    out.append(f"floor: {'refuses ' + str(refused) if refused else 'no objection'}")
+    for engine, decision in decisions.items():
+        final = apply_floor(decision, inp, pack.limits, pack.federation)
+        out.append(f"gateway with {engine}: {final.action.value} {[r.value for r in final.reasons]}")
+    return "\n".join(out)
+
+
+def find_case(pack_dir: Path, cases_path: Path, name: str) -> tuple[DecisionInput, str]:
+    """The input of the one case matching ``name``; ValueError when none or several match."""
+    found = select(load_cases(cases_path, load(pack_dir)), [name])
+    if len(found) != 1:
+        names = ", ".join(c.id for c in found[:5])
+        raise ValueError(f"{len(found)} cases match {name!r}" + (f": {names}" if names else ""))
+    return found[0].inp, found[0].id
+
+
+def read_input(path: Path) -> DecisionInput:
+    """A decision input from a JSON or YAML file (validated: unknown fields are refused).
+
+    The error names the fields at fault, never their values: a file could hold anything.
+    """
+    try:
+        return DecisionInput.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except yaml.YAMLError:
+        raise ValueError(f"{path}: not JSON or YAML") from None
+    except ValidationError as exc:
+        where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in exc.errors())
+        raise ValueError(f"{path}: not a decision input ({where})") from None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One input whose answer differs between the packs, on one engine."""
+
+    engine: str
+    label: str
+    before: str
+    after: str
+
+
+async def _answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
+    tools = Engines(pack)
+    try:
+        out = {}
+        names = list(labelled)
+        for engine in ENGINES:
+            verdicts, _ = await tools.decide(engine, [labelled[n] for n in names])
+            results = [judge(_probe(n, labelled[n]), engine, v) for n, v in zip(names, verdicts, strict=True)]
+            out[engine] = {n: f"{r.action} {list(r.reasons)}" for n, r in zip(names, results, strict=True)}
+        return out
+    finally:
+        await tools.close()
+
+
+def _inputs(pack: Pack, cases_path: Path, rules: tuple[str, ...], vocab_from: list[Case],
+            data: list[str]) -> dict[str, DecisionInput]:
+    folder = cases_path if cases_path.is_dir() else cases_path.parent
+    labelled = {f"case {c.id}": c.inp for c in load_cases(cases_path, pack, rules)}
+    variants = mutants(load_bases(folder, pack), vocabulary([c.changes for c in vocab_from]), data)
+    labelled.update({f"mutant {m.label}": m.inp for m in variants})
+    return labelled
+
+
+async def diff(old_dir: Path, new_dir: Path, cases_path: Path) -> tuple[list[Change], int]:
+    """Every case and mutated input whose decision changes from the old pack to the new one."""
+    old, new = load(old_dir), load(new_dir)
+    # A row may name a code only one of the two packs declares: the tables are read against both.
+    rules = tuple(dict.fromkeys(rule_codes(old) + rule_codes(new)))
+    both = load_cases(cases_path, old, rules) + load_cases(cases_path, new, rules)
+    data = list(dict.fromkeys(data_strings(old.org) + data_strings(new.org)))
+    before = await _answers(old, _inputs(old, cases_path, rules, both, data))
+    after = await _answers(new, _inputs(new, cases_path, rules, both, data))
+    changes = []
+    for engine in ENGINES:
+        for label in sorted(set(before[engine]) | set(after[engine])):
+            was, now = before[engine].get(label, "(absent)"), after[engine].get(label, "(absent)")
+            if was != now:
+                changes.append(Change(engine, label, was, now))
+    return changes, len(set(before["cedar"]) | set(after["cedar"]))
+
+
+def render_diff(changes: list[Change], compared: int, old: Path, new: Path) -> str:
+    """What a reviewer reads: per engine, each changed input with its old and new answer."""
+    lines = [f"policy diff {old} -> {new}: {compared} inputs (cases and mutated base inputs), "
+             f"{len(changes)} change(s)"]
+    for engine in ENGINES:
+        mine = [c for c in changes if c.engine == engine]
+        if mine:
+            lines.append(f"{engine}:")
+            lines += [f"  {c.label}\n      {c.before}  ->  {c.after}" for c in mine]
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""Storage namespaces of a scope (SPEC D2, D4): which kagent ``user_id`` keys it has ever written.
+
+A namespace is ``live`` while it is the one a scope writes to (at most one per scope, enforced
+by a unique index), ``retired`` once the scope moved on, ``cleared`` after a delete and an empty
+read-back. The row is the list every erasure and sweeper reads back, so nothing a scope could
+have written escapes verification. Namespaces are created and retired only by the scope
+transitions in :mod:`sidecar.state.scopes`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sidecar.state.codec import from_us, opt_from_us, to_us
+from sidecar.state.db import Database, Row
+from sidecar.state.scopes import valid_scope_id
+from sidecar.state.types import Namespace
+
+_NS_COLS = "ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us"
+
+
+def _namespace(r: Row) -> Namespace:
+    return Namespace(
+        ns_id=r[0], scope_id=r[1], generation=int(r[2]), salt=r[3], state=r[4], possibly_until=opt_from_us(r[5]),
+        created_at=from_us(r[6]), retired_at=opt_from_us(r[7]), cleared_at=opt_from_us(r[8]),
+    )
+
+
+class NamespaceOps:
+    """Reading namespaces and recording what was read back."""
+
+    _db: Database
+
+    async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]:
+        """Every namespace the scope ever had, oldest first."""
+        if not valid_scope_id(scope_id):
+            return []
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {_NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
+            )
+        return [_namespace(r) for r in rows]
+
+    async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]:
+        """Namespaces to clear, oldest first: retired ones, and cleared ones a late write reached since.
+
+        A late write is one the ledger knows (a filled entry or a pending slot not yet physically
+        deleted); one still possibly landing (unknown outcome) waits until its lease ends.
+        """
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {_NS_COLS} FROM namespaces n WHERE (n.state = 'retired' OR (n.state = 'cleared'"
+                " AND EXISTS (SELECT 1 FROM ledger l WHERE l.ns_id = n.ns_id AND l.deleted_us IS NULL)))"
+                " AND (n.possibly_until_us IS NULL OR n.possibly_until_us <= $1)"
+                " ORDER BY n.retired_us, n.ns_id LIMIT $2",
+                to_us(now), limit,
+            )
+        return [_namespace(r) for r in rows]
+
+    async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None:
+        """Record that these retired namespaces were deleted and read back empty (a live one never is)."""
+        async with self._db.tx("single") as tx:
+            for ns_id in ns_ids:
+                await tx.execute(
+                    "UPDATE namespaces SET state = 'cleared', cleared_us = $2 WHERE ns_id = $1 AND state <> 'live'",
+                    ns_id, to_us(now),
+                )

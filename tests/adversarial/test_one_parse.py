@@ -1,0 +1,99 @@
+"""Family 3: what memgov checks is what it forwards (SPEC R-18).
+
+The attacks: a body whose second reading differs from memgov's (duplicate keys, keys another
+decoder matches case-insensitively, bytes after the value), and a request target memgov
+classifies as one path while kagent routes it as another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.adversarial.conftest import Target
+from tests.control.harness import APP
+
+BIG = "x" * 4000
+
+
+async def _raw_request(url: str, request_line: str) -> tuple[int, bytes]:
+    """Send a request line as written (no client library tidies it up); the status and body."""
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    writer.write(f"{request_line}\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+class TestEmbeddingBody:
+    @pytest.mark.parametrize("raw", [
+        '{"model": "m", "input": "a", "INPUT": [%s]}' % ", ".join([json.dumps(BIG)] * 40),
+        '{"model": "m", "input": [%s], "input": "a"}' % ", ".join([json.dumps(BIG)] * 40),
+        '{"model": "m", "input": "a", "Input": ["b"]}',
+        '{"model": "m", "input": "a"} {"input": ["b"]}',
+    ])
+    async def test_an_ambiguous_body_never_reaches_the_provider(self, target: Target, raw: str) -> None:
+        """Case-colliding or duplicate keys and trailing values are refused before any embedding work."""
+        t = target
+        await t.consented_scope()
+        status, body, headers = await t.post("/embeddings/team/helper/v1/embeddings", None, raw=raw.encode(),
+                                             headers={"Content-Type": "application/json"})
+        assert (status, body["error"]) == (400, "bad_request")
+        assert headers["X-Memgov-Decision"].startswith("deny; reason=bad_request")
+        assert t.dev.embedding.calls == []
+
+    async def test_the_provider_receives_only_what_was_checked(self, target: Target) -> None:
+        """Fields memgov does not check (a free-text user id, anything unknown) are not forwarded."""
+        t = target
+        await t.consented_scope()
+        status, _, _ = await t.post("/embeddings/team/helper/v1/embeddings",
+                                    {"model": "m", "input": ["hello"], "user": "@alice:example.org",
+                                     "dimensions": 768, "extra": {"input": BIG}})
+        assert status == 200
+        (call,) = t.dev.embedding.calls
+        assert call.inputs == ("hello",) and call.body_keys == {"model", "input", "dimensions"}
+
+
+class TestMemoryBody:
+    @pytest.mark.parametrize("mutate", [
+        lambda b: b.replace('"user_id"', '"USER_ID": "mgs1.victim", "user_id"', 1),
+        lambda b: b.replace('"agent_name"', '"agent_name": "other__NS__agent", "agent_name"', 1),
+        lambda b: b + ' {"user_id": "mgs1.victim"}',
+    ])
+    async def test_an_ambiguous_save_is_refused(self, target: Target, mutate) -> None:  # type: ignore[no-untyped-def]
+        """A save whose keys a case-insensitive or first-wins decoder would read differently is refused."""
+        t = target
+        await t.consented_scope()
+        key = await t.session_key()
+        raw = mutate(json.dumps(t.fact(key, "likes green tea")))
+        status, body, _ = await t.post("/api/memories/sessions", None, raw=raw.encode(),
+                                       headers={"Content-Type": "application/json", "X-Agent-Name": APP})
+        assert (status, body["error"]) == (400, "bad_request")
+        assert await t.rows() == []
+
+
+class TestRequestTarget:
+    @pytest.mark.parametrize("line", [
+        "GET /api/memories#?agent_name={app}&user_id=mgs1.x.1 HTTP/1.1",
+        "GET http://kagent/api/memories?agent_name={app}&user_id=mgs1.x.1 HTTP/1.1",
+        "DELETE http://kagent/api/memories?agent_name={app}&user_id=mgs1.x.1 HTTP/1.1",
+    ])
+    async def test_a_target_kagent_could_read_differently_is_refused(self, target: Target, line: str) -> None:
+        """Fragments and absolute forms get a clean 400 and never reach kagent."""
+        t = target
+        before = len(t.dev.recorder.requests)
+        status, body = await _raw_request(t.gw.data_url, line.format(app=APP))
+        assert (status, json.loads(body)["error"]) == (400, "bad_request")
+        assert t.dev.recorder.requests[before:] == []
+
+    async def test_the_asterisk_form_never_reaches_kagent(self, target: Target) -> None:
+        """The HTTP parser itself refuses ``GET *`` (400) before any route runs."""
+        before = len(target.dev.recorder.requests)
+        status, _ = await _raw_request(target.gw.data_url, "GET * HTTP/1.1")
+        assert status == 400 and target.dev.recorder.requests[before:] == []
