@@ -1,4 +1,4 @@
-"""``memgov policy check | fmt | test | explain | diff | revision | bundle | schema``: tools for authors and reviewers."""
+"""``memgov policy check | fmt | test | explain | diff | revision | bundle | schema``: authoring and review tools."""
 
 from __future__ import annotations
 

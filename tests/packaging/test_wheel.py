@@ -47,14 +47,14 @@ def outside(tmp_path: Path) -> dict[str, object]:
 
 class TestInstalledWheel:
     def test_memgov_and_its_pack_come_from_the_venv(self, venv: Path, outside: dict[str, object]) -> None:
-        """The installed package, not the source tree, is imported, and its pack is the repository's pack."""
+        """The installed package, not the source tree, is imported; its pack and Regal settings travel with it."""
         probe = ("import json, sidecar; from sidecar.settings import PACKAGED_POLICY_DIR as p; "
-                 "from sidecar.policy.pack import read_pack; "
-                 "print(json.dumps([sidecar.__file__, str(p), read_pack(p).revision]))")
+                 "from sidecar.policy.pack import read_pack; from sidecar.policy.check import regal_config; "
+                 "print(json.dumps([sidecar.__file__, str(p), read_pack(p).revision, str(regal_config(p))]))")
         proc = _run([str(venv / "bin" / "python"), "-c", probe], **outside)
         assert proc.returncode == 0, proc.stderr
-        module, pack, revision = json.loads(proc.stdout)
-        assert Path(module).is_relative_to(venv) and Path(pack).is_relative_to(venv)
+        module, pack, revision, regal = json.loads(proc.stdout)
+        assert all(Path(path).is_relative_to(venv) for path in (module, pack, regal))
         assert not Path(pack).is_symlink()
         assert revision == SOURCE_REVISION
 
