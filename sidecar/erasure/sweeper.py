@@ -25,6 +25,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sidecar import tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
@@ -144,6 +145,7 @@ class _Pass:
         return True
 
 
+@tracing.traced("memgov.sweep")
 async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> SweepReport:
     """Run one full sweep pass and report what it did."""
     report = SweepReport()
