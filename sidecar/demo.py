@@ -24,8 +24,8 @@ from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.stack import start_devstack
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
-from sidecar.server import running_gateway
 from sidecar.policy import load_federation
+from sidecar.server import running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
 
 SERVER = "demo.example"
@@ -211,6 +211,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo())
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="Walk the consent → save → inspect → forget → withdraw story on stand-ins.")
     p.set_defaults(func=_cmd_demo)

@@ -118,6 +118,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="Run the gateway (data plane, control API, operations).")
     p.set_defaults(func=_cmd_serve)

@@ -6,7 +6,6 @@ are dropped; the client's bytes reach kagent unchanged (no added compression or 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -133,7 +132,7 @@ class Upstream:
                 skip_auto_headers=skip, allow_redirects=False,
             )
             resp = await cm.__aenter__()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             if (refused := _refusal_in_chain(exc)) is not None:
                 raise refused from None
             metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()

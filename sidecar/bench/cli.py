@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sidecar.bench.loadgen import Mode
 from sidecar.bench.proxy import BenchOptions, run_proxy_bench
 from sidecar.bench.report import load_average, machine_info, render, versions, write_json
 from sidecar.bench.scenarios import SCENARIOS
@@ -43,7 +44,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     """Run the proxy benchmark, print the tables and write the JSON result; 1 if any request failed."""
     chosen = args.scenario or list(BenchOptions().scenarios)
     names = tuple(SCENARIOS) if "all" in chosen else tuple(dict.fromkeys(chosen))
-    modes = ("closed", "open") if args.mode == "both" else (args.mode,)
+    modes: tuple[Mode, ...] = ("closed", "open") if args.mode == "both" else (args.mode,)
     opts = BenchOptions(duration_s=args.duration, rounds=args.rounds, concurrency=args.concurrency, rate=args.rate,
                         scenarios=names, modes=modes, warmup_s=args.warmup, generator=args.generator,
                         pin=not args.no_pin)
@@ -67,7 +68,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_proxy(bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_proxy(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = bench.add_parser("proxy", help="Stand-in direct vs bare aiohttp proxy vs memgov, same load, one run.")
     d = BenchOptions()
     p.add_argument("--duration", type=_positive(float), default=d.duration_s,
@@ -89,7 +90,7 @@ def _register_proxy(bench: argparse._SubParsersAction) -> None:  # type: ignore[
     p.set_defaults(func=_cmd_proxy)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov bench`` with ``proxy`` and whichever sibling benchmarks are installed."""
     p = sub.add_parser("bench", help="Benchmarks: proxy overhead, state store, policy decisions.")
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")

@@ -123,7 +123,7 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_bench(bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov bench decisions``."""
     p = bench.add_parser("decisions", help="Decision latency per engine (Cedar in-process, OPA over loopback).")
     p.add_argument("--engine", choices=("cedar", "opa", "all"), default="all", help="Engine(s) to measure.")

@@ -147,7 +147,7 @@ async def _send(session: aiohttp.ClientSession, base: str, spec: RequestSpec) ->
                                    data=spec.body or None) as resp:
             await resp.read()
             return 200 <= resp.status < 300
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False
 
 

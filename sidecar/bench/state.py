@@ -212,7 +212,7 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_bench(bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov bench state``."""
     p = bench.add_parser("state", help="State-store latency per operation at 100 and 100,000 scopes.")
     p.add_argument("--pg-url", help="Empty PostgreSQL database to use (it is filled); default: a throwaway server.")

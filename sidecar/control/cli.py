@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ def bearer_token(args: argparse.Namespace) -> str | None:
     return str(args.token) if args.token else None
 
 
-async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: str) -> AsyncIterator[str]:
+async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: str) -> AsyncGenerator[str, None]:
     """One fresh context per inspect page: read from ``--context-file`` or minted with ``--bridge-key-file``."""
     if args.context_file is not None:
         try:
@@ -247,7 +247,7 @@ def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     parser.add_argument("--json", action="store_true", default=default(False), help="Print the API's JSON answer.")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     scope = sub.add_parser("scope", help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
                            description=(__doc__ or "").replace("``", ""),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -256,7 +256,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cmds = scope.add_subparsers(dest="scope_command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str, *positionals: str) -> argparse.ArgumentParser:
-        p = cmds.add_parser(name, help=help_text)
+        p: argparse.ArgumentParser = cmds.add_parser(name, help=help_text)
         _globals(p, suppress=True)
         for positional in positionals:
             p.add_argument(positional)

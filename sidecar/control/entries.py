@@ -16,8 +16,8 @@ from sidecar.control.auth import spend, subject_scope
 from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
-from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.context import seen_context
+from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.respond import decide, primary_reason, record, stamp
 from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.adapters import AdapterError, list_namespace
@@ -95,7 +95,7 @@ async def inspect(request: web.Request) -> web.StreamResponse:
                                         gov.kagent_headers(MEMGOV_USER))
         except AdapterError as exc:
             raise Refused(502, exc.reason, scope_id=scope.scope_id) from None
-        texts = {r["id"]: r.get("content") if isinstance(r.get("content"), str) else "" for r in rows}
+        texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}
     after = await gov.store.get_scope(scope.scope_id)
     if (after is None or not after.enabled or after.generation != scope.generation or after.namespace is None
             or live_ns is None or after.namespace.ns_id != live_ns.ns_id):

@@ -24,7 +24,7 @@ from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
-from sidecar.identity.mxid import check_principal, parse_room_id
+from sidecar.identity.mxid import Origin, check_principal, parse_room_id
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import Receipt, Scope
@@ -130,7 +130,7 @@ async def scope_status(request: web.Request) -> web.Response:
                            updated_at=iso(e.updated_at) or "")
     return ok(ScopeStatus(
         scope_id=scope.scope_id,
-        principal=PrincipalIn(mxid=scope.principal_mxid, origin=scope.origin),
+        principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
         agent=scope.agent,
         scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]
         enabled=scope.enabled,

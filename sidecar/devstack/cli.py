@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Any
 
 from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.stack import start_devstack
 from sidecar.logs import configure_logging, get_logger
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``devstack`` command."""
     parser = subparsers.add_parser(
         "devstack", help="Run the kagent v0.9.11 and embedding stand-ins (tests, demo).",

@@ -21,7 +21,6 @@ from aiohttp.typedefs import Middleware
 
 from sidecar.devstack.vectors import embed_text
 
-
 #: The largest ``dimensions`` a request may ask for (OpenAI's largest embedding model has 3072).
 MAX_DIMENSIONS = 3072
 

@@ -80,7 +80,7 @@ class RealKagent:
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
+            return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 

@@ -9,7 +9,6 @@ the runtime with a computed session key, inspect as the subject.
 from __future__ import annotations
 
 import functools
-
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass

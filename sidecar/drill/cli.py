@@ -100,7 +100,7 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("drill", help="Run the ADR acceptance proof and write an evidence bundle.",
                        description=(__doc__ or "").replace("``", ""),
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -8,7 +8,8 @@ from typing import Any
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import agent_name_matches
 from sidecar.identity.keys import SessionKeys
-from sidecar.policy.model import Agent, Audience, Origin, Principal, RoomState, ScopeRecord, ServerAcl
+from sidecar.identity.mxid import Origin
+from sidecar.policy.model import Agent, Audience, Principal, RoomState, ScopeRecord, ServerAcl
 
 
 def parse_object(body: bytes) -> dict[str, Any] | None:
@@ -87,7 +88,7 @@ def audience_of(claim: Any) -> Audience:
 class KeyFacts:
     """What a runtime's memory call proves about itself: key, carriers and agent name."""
 
-    __slots__ = ("scope_id", "generation", "key_valid", "user_id_matches", "agent_name", "header_agent")
+    __slots__ = ("agent_name", "generation", "header_agent", "key_valid", "scope_id", "user_id_matches")
 
     def __init__(self, keys: SessionKeys, user_id: object, header_user: str | None,
                  agent_name: object, header_agent: str | None) -> None:

@@ -78,6 +78,7 @@ cleanliness: S[bool] = weighted((2, True), (3, False))
 
 def fact(clean: bool, ttl: bool = True) -> S[Obj]:
     """One save body / batch item."""
+    vecs: S[Node]
     if clean:
         users, agents, texts, vecs = clean_users, clean_agents, clean_texts, st.builds(Vec, st.just("valid"),
                                                                                        st.integers(0, 10_000))

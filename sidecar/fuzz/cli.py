@@ -21,7 +21,7 @@ LEGEND = ("placeholders: «S:<tag>» a sentinel; KEY, KEY_* session keys; STORAG
           "ENTRY_ID, ERASURE_ID, CONFIRM the case's own ids")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``fuzz`` command."""
     parser = subparsers.add_parser(
         "fuzz", help="Fuzz the data plane and the control API against their contracts (dev tooling).",

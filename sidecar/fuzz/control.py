@@ -8,16 +8,16 @@ subject's, an operator's, a delegation context presented as a bearer token).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from hypothesis import strategies as st
 
-from sidecar.fuzz.cases import Case, Request, Setup, Value
-from sidecar.fuzz.chaos import Fault
 from sidecar.fuzz.bodies import document as body_document
 from sidecar.fuzz.bodies import weighted
+from sidecar.fuzz.cases import Case, Request, Setup, Value
+from sidecar.fuzz.chaos import Fault
 from sidecar.fuzz.jsondoc import Doc, Node, Ph, Str
 from sidecar.fuzz.schema import operations, strategy
 from sidecar.fuzz.stack import AGENT, AGENT2, PLAIN_AGENT
@@ -80,7 +80,10 @@ def _query(doc: Mapping[str, Any], params: list[Mapping[str, Any]]) -> S[tuple[V
             out += ["&" if out else "?", f"{name}=", value]
         return tuple(out)
 
-    parts = [st.one_of(st.none(), _query_value(doc, p).map(lambda v, n=p["name"]: (n, v))) for p in params]
+    def named(name: str) -> Callable[[Value], tuple[str, Value]]:
+        return lambda value: (name, value)
+
+    parts = [st.one_of(st.none(), _query_value(doc, p).map(named(p["name"]))) for p in params]
     return st.tuples(*parts).map(join)
 
 

@@ -6,6 +6,8 @@ Each case names the contract family its answer is judged by (see :mod:`sidecar.f
 
 from __future__ import annotations
 
+from typing import Literal
+
 from hypothesis import strategies as st
 
 from sidecar.fuzz.bodies import (
@@ -118,7 +120,7 @@ def headers(family: str) -> S[tuple[tuple[tuple[str, Value], ...], Encoding]]:
 
 def faults(family: str) -> S[Fault | None]:
     """Upstream misbehaviour while the case runs (its error texts carry the ``fault`` sentinel)."""
-    upstream = "embedding" if family == "embedding" else "kagent"
+    upstream: Literal["kagent", "embedding"] = "embedding" if family == "embedding" else "kagent"
     statuses = st.sampled_from([400, 404, 409, 422, 429, 500, 502, 503, 504])
     # A provider's 200 is relayed to the agent that asked, whatever it holds; kagent's is parsed by memgov.
     kinds = weighted((8, "status"), (1, "drop"), (1, "delay"), *(() if upstream == "embedding" else ((2, "garbage"),)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from sidecar.devstack.vectors import embed_text
 
@@ -76,7 +76,7 @@ class Vec:
     seed: int = 0
 
 
-Node = Union[None, bool, int, float, str, Ph, Str, Obj, Arr, Lit, Deep, Vec]
+Node = None | bool | int | float | str | Ph | Str | Obj | Arr | Lit | Deep | Vec
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from sidecar.devstack.gojson import go_query
@@ -271,8 +272,10 @@ class DataRun(CaseRun):
         if request.body is None:
             return
         plain = request.plain_body(self.env)
-        raw = {"gzip": lambda b: gzip.compress(b, mtime=0), "deflate": zlib.compress}.get(
-            request.encoding, lambda b: b)(plain)
+        encoders: dict[str, Callable[[bytes], bytes]] = {"gzip": lambda b: gzip.compress(b, mtime=0),
+                                                         "deflate": zlib.compress}
+        encode = encoders.get(request.encoding)
+        raw = encode(plain) if encode is not None else plain
         label = next((v for k, v in request.headers if k.lower() == "content-encoding"), None)
         expected = _decoded(raw, label if isinstance(label, str) else None)
         if s.body != expected:

@@ -20,9 +20,9 @@ from typing import Any, Literal
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from sidecar.fuzz.bodies import weighted
 from sidecar.fuzz.cases import Case, Request, Setup
 from sidecar.fuzz.control import control_cases
-from sidecar.fuzz.bodies import weighted
 from sidecar.fuzz.data import data_cases
 from sidecar.fuzz.jsondoc import Arr, Deep, Doc, Node, Obj, Ph, Str
 from sidecar.fuzz.oracle import MARKER, Failure, Outcome
@@ -226,7 +226,8 @@ def _simpler_setup(setup: Setup) -> Iterator[Setup]:
     for name, plain in (("preseed", 0), ("regrant", False), ("new_conversation", True), ("confirm", ""),
                         ("erasure", False)):
         if getattr(setup, name) != plain:
-            yield replace(setup, **{name: plain})
+            change: dict[str, Any] = {name: plain}
+            yield replace(setup, **change)
 
 
 def _simpler_request(request: Request) -> Iterator[Request]:
@@ -255,7 +256,7 @@ def _simpler_node(node: Node) -> Iterator[Node]:
             yield Obj(node.pairs[:i] + node.pairs[i + 1:])
         for i, (key, value) in enumerate(node.pairs):
             for simpler_value in _simpler_node(value):
-                yield Obj(node.pairs[:i] + ((key, simpler_value),) + node.pairs[i + 1:])
+                yield Obj((*node.pairs[:i], (key, simpler_value), *node.pairs[i + 1:]))
     elif isinstance(node, Arr):
         if len(node.items) > 1:
             yield Arr(node.items[: len(node.items) // 2])
@@ -263,7 +264,7 @@ def _simpler_node(node: Node) -> Iterator[Node]:
             yield Arr(node.items[:i] + node.items[i + 1:])
         for i, value in enumerate(node.items):
             for simpler_value in _simpler_node(value):
-                yield Arr(node.items[:i] + (simpler_value,) + node.items[i + 1:])
+                yield Arr((*node.items[:i], simpler_value, *node.items[i + 1:]))
     elif isinstance(node, Deep):
         if node.depth > 1:
             yield replace(node, depth=node.depth // 2)

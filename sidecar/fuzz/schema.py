@@ -100,4 +100,5 @@ def response_schema(doc: Mapping[str, Any], op: Mapping[str, Any], status: int) 
     if response is None:
         return None
     content = response.get("content", {}).get("application/json", {})
-    return content.get("schema", {})
+    schema: Mapping[str, Any] = content.get("schema", {})
+    return schema

@@ -32,8 +32,8 @@ from sidecar.fuzz.chaos import Chaos
 from sidecar.identity.appname import app_name, parse_agent_ref
 from sidecar.logs import configure_logging
 from sidecar.metrics import exposition
-from sidecar.policy.pack import load_federation, load_limits
 from sidecar.policy.model import Limits
+from sidecar.policy.pack import load_federation, load_limits
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
 
@@ -242,7 +242,8 @@ class FuzzStack:
                 body = json.loads(seen.body or b"null")
             except (ValueError, RecursionError):
                 body = None
-            items = body.get("items") if isinstance(body, dict) and isinstance(body.get("items"), list) else [body]
+            batch = isinstance(body, dict) and isinstance(body.get("items"), list)
+            items: list[Any] = body["items"] if batch else [body]
             users += [i["user_id"] for i in items if isinstance(i, dict) and isinstance(i.get("user_id"), str)]
             for user in users:
                 if user.startswith("mgs1.") and user.count(".") >= 2:

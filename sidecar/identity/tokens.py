@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 from jwt.algorithms import HMACAlgorithm
 from jwt.api_jwt import decode_complete
+from jwt.types import Options
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from sidecar.identity import IdentityError
@@ -71,7 +72,7 @@ def _typ_matches(header_typ: object, expected: TokenType) -> bool:
 class Verifier:
     """Verifies JWTs with one key and the one algorithm that key type allows."""
 
-    __slots__ = ("algorithm", "_key")
+    __slots__ = ("_key", "algorithm")
 
     def __init__(self, algorithm: str, key: bytes | Ed25519PublicKey | RSAPublicKey) -> None:
         self.algorithm = algorithm
@@ -85,7 +86,8 @@ class Verifier:
         invalid = IdentityError(Reason.CONTEXT_INVALID)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
             raise invalid
-        options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False, "verify_nbf": False}
+        options: Options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False,
+                             "verify_nbf": False}
         try:
             # SECURITY: the allowed list holds only the key's own algorithm.
             decoded = decode_complete(token, self._key, algorithms=[self.algorithm], options=options)
@@ -144,11 +146,10 @@ def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) 
     headers = {"typ": TokenType(typ).value}
     if alg == "HS256":
         return jwt.encode(claims, key, algorithm=alg, headers=headers)
-    expected = {"EdDSA": Ed25519PrivateKey, "RS256": RSAPrivateKey}.get(alg)
-    if expected is None:
+    if alg not in ("EdDSA", "RS256"):
         raise ValueError("alg must be HS256, EdDSA or RS256")
     private = serialization.load_pem_private_key(key, password=None)
-    if not isinstance(private, expected):
+    if not isinstance(private, Ed25519PrivateKey if alg == "EdDSA" else RSAPrivateKey):
         raise ValueError("the private key does not match alg")
     return jwt.encode(claims, private, algorithm=alg, headers=headers)
 

@@ -33,8 +33,8 @@ async def _raw_request(url: str, request_line: str) -> tuple[int, bytes]:
 
 class TestEmbeddingBody:
     @pytest.mark.parametrize("raw", [
-        '{"model": "m", "input": "a", "INPUT": [%s]}' % ", ".join([json.dumps(BIG)] * 40),
-        '{"model": "m", "input": [%s], "input": "a"}' % ", ".join([json.dumps(BIG)] * 40),
+        '{{"model": "m", "input": "a", "INPUT": [{}]}}'.format(", ".join([json.dumps(BIG)] * 40)),
+        '{{"model": "m", "input": [{}], "input": "a"}}'.format(", ".join([json.dumps(BIG)] * 40)),
         '{"model": "m", "input": "a", "Input": ["b"]}',
         '{"model": "m", "input": "a"} {"input": ["b"]}',
     ])

@@ -33,8 +33,8 @@ from sidecar.enforce.runtime import utcnow
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 from sidecar.server import Gateway, running_gateway
-from sidecar.state.types import Namespace
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.state.types import Namespace
 from tests.support.upstream import STANDIN, Upstream, runtime_headers, start_stack
 
 SERVER = "example.org"

@@ -149,7 +149,7 @@ class TestBoundary:
             url = f"{h.gw.control_url}/v1/scopes/{scope_id}/entries"
             attempts = [(h.subject_token(), h.context(encrypted=True)), (h.subject_token(BOB), h.context())]
             statuses = []
-            for token, context in attempts + [(h.subject_token(), h.context())]:
+            for token, context in [*attempts, (h.subject_token(), h.context())]:
                 if len(statuses) == len(attempts):
                     h.stack.store.fault = DbFault(message=f"boom {upstream} {stored}", ops=frozenset({"list"}))
                 async with h.http.get(url, headers={"Authorization": f"Bearer {token}",

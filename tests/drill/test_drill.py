@@ -96,7 +96,7 @@ class TestDrillUsage:
                 "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
                 "--ghost", "@agent:drill.example"]
         argv = [a for arg in argv for a in (full if arg == "KEYS" else [arg])]
-        code, out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
+        code, _out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
         assert code == expected and err.startswith("memgov drill: ")
         assert not (tmp_path / "bundle").exists()
 

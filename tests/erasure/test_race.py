@@ -30,8 +30,19 @@ from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
 from sidecar.state import open_store
-from tests.control.harness import (AGENT, ALICE, APP, ROOM, context_token, install_role, policy_pack, role_url,
-                                   subject_token, until, write_keys)
+from tests.control.harness import (
+    AGENT,
+    ALICE,
+    APP,
+    ROOM,
+    context_token,
+    install_role,
+    policy_pack,
+    role_url,
+    subject_token,
+    until,
+    write_keys,
+)
 from tests.erasure.conftest import kagent_table
 from tests.erasure.procs import gate, gateway_process, process_settings
 from tests.support.upstream import Upstream, runtime_headers, start_stack

@@ -23,11 +23,11 @@ SEARCH = Doc(Obj((("agent_name", "kagent__NS__k8s_agent"), ("user_id", Ph("KEY")
                   ("note", Str((Ph("S:query"),))))))
 
 
-def kinds(outcome) -> set[str]:  # noqa: ANN001 - an Outcome
+def kinds(outcome) -> set[str]:
     return {f.kind for f in outcome.failures}
 
 
-def swap(stack: FuzzStack, cls: RouteClass, handler) -> None:  # noqa: ANN001 - a class handler
+def swap(stack: FuzzStack, cls: RouteClass, handler) -> None:
     stack.gw.runners[0].app[HANDLERS][cls] = handler
 
 

@@ -16,9 +16,9 @@ from sidecar.identity import IdentityError
 from sidecar.identity.tokens import (
     OperatorToken,
     SubjectToken,
+    TokenType,
     bearer,
     load_verifier,
-    TokenType,
     mint_operator,
     mint_subject,
     mint_token,
