@@ -22,10 +22,10 @@ from typing import Any
 import aiohttp
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.drill.target import DrillConfigError, load_signing_key
-from sidecar.identity.tokens import control_room, mint_context
+from sidecar.identity.tokens import control_room, load_signing_key, mint_context
 from sidecar.policy.pack import load_federation
-from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings, read_secret
+from sidecar.secretfile import SecretError, read_secret
+from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_SERVER, EXIT_UNREACHABLE, EXIT_CONFIRM = 0, 1, 2, 3, 4, 5
 
@@ -52,7 +52,7 @@ def bearer_token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
         try:
             return read_secret(args.token_file, "--token-file").decode()
-        except SettingsError as exc:
+        except SecretError as exc:
             raise UsageError(str(exc)) from None
     return str(args.token) if args.token else None
 
@@ -72,7 +72,7 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
                          "and --ghost to attest the control room")
     try:
         key = load_signing_key(args.bridge_key_file, "--bridge-key-file")
-    except DrillConfigError as exc:
+    except SecretError as exc:
         raise UsageError(str(exc)) from None
     scope = await client.status(scope_id)
     classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification

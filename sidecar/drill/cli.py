@@ -22,7 +22,8 @@ from sidecar.drill.devstack import devstack_target
 from sidecar.drill.runner import EXIT_UNREACHABLE, EXIT_USAGE, Report, TargetUnreachable, run_drill
 from sidecar.drill.target import Agent, DrillConfigError, Target, load_session_secret, load_signing_key
 from sidecar.policy.pack import PackError, load_federation, load_limits
-from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, read_secret
+from sidecar.secretfile import SecretError, read_secret
+from sidecar.settings import PACKAGED_POLICY_DIR
 
 _NEEDED = ("control_url", "bridge_key_file", "operator_key_file", "session_key_file", "server_name", "bridge_bot")
 
@@ -61,7 +62,7 @@ def _kagent_token(path: Path | None) -> str | None:
         return None
     try:
         return read_secret(path, "--kagent-token-file").decode().strip()
-    except (SettingsError, UnicodeDecodeError):
+    except (SecretError, UnicodeDecodeError):
         raise DrillConfigError("--kagent-token-file: unreadable or not a text token") from None
 
 

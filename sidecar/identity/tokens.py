@@ -21,7 +21,7 @@ import enum
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -39,7 +39,7 @@ from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
 from sidecar.identity.mxid import Origin, normalise_server_name, parse_mxid, parse_room_id
 from sidecar.reasons import Reason
-from sidecar.settings import SettingsError, read_secret
+from sidecar.secretfile import SecretError, read_secret
 
 CLOCK_SKEW_S: Final = 5
 MAX_TOKEN_LEN: Final = 16 * 1024
@@ -112,33 +112,60 @@ def _is_int(value: object) -> bool:
 
 
 def load_verifier(path: Path, *, setting: str = "trust.bridge_key_file") -> Verifier:
-    """Load an HS256 secret or a PEM public key; raise SettingsError naming ``setting``, never the key."""
+    """Load an HS256 secret or a PEM public key; raise SecretError naming ``setting``, never the key."""
     data = read_secret(Path(path), setting, min_bytes=MIN_HMAC_SECRET_BYTES)
     if b"-----BEGIN" in data:
         return Verifier(*_public_key(data, setting))
     lowered = data.lower()
     if any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(data)) < 8:
-        raise SettingsError(f"{setting}: the secret looks like a placeholder; use a random secret")
+        raise SecretError(f"{setting}: the secret looks like a placeholder; use a random secret")
     try:
         # PyJWT's own guard: SSH and PEM-like material is never an HMAC secret.
         HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(data)
     except jwt.InvalidKeyError:
-        raise SettingsError(f"{setting}: an asymmetric key cannot be used as an HS256 secret") from None
+        raise SecretError(f"{setting}: an asymmetric key cannot be used as an HS256 secret") from None
     return Verifier("HS256", data)
 
 
 def _public_key(data: bytes, setting: str) -> tuple[str, Ed25519PublicKey | RSAPublicKey]:
     if b"PRIVATE KEY-----" in data:
-        raise SettingsError(f"{setting}: holds a private key; give the gateway the public key only")
+        raise SecretError(f"{setting}: holds a private key; give the gateway the public key only")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm):
-        raise SettingsError(f"{setting}: not a readable PEM public key") from None
+        raise SecretError(f"{setting}: not a readable PEM public key") from None
     if isinstance(key, Ed25519PublicKey):
         return "EdDSA", key
     if isinstance(key, RSAPublicKey) and key.key_size >= MIN_RSA_BITS:
         return "RS256", key
-    raise SettingsError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
+    raise SecretError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A key tokens are signed with: an HS256 secret or an Ed25519/RSA PEM private key."""
+
+    material: bytes = field(repr=False)
+    alg: str
+
+
+def load_signing_key(path: Path, option: str) -> SigningKey:
+    """Read a signing key file; the algorithm follows from the key, as on the verifying side.
+
+    Raises SecretError naming ``option``, never the key.
+    """
+    data = read_secret(path, option)
+    if b"-----BEGIN" not in data:
+        return SigningKey(data, "HS256")
+    try:
+        private = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise SecretError(f"{option}: not an unencrypted PEM private key or an HS256 secret") from None
+    if isinstance(private, Ed25519PrivateKey):
+        return SigningKey(data, "EdDSA")
+    if isinstance(private, RSAPrivateKey):
+        return SigningKey(data, "RS256")
+    raise SecretError(f"{option}: only Ed25519 and RSA private keys can sign")
 
 
 def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) -> str:

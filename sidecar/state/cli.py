@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sidecar.secretfile import SecretError
 from sidecar.settings import SettingsError, load_settings
 from sidecar.state.db import connect
 from sidecar.state.migrations import LATEST, migrate
@@ -19,7 +20,7 @@ from sidecar.state.types import StateError
 def _run(action: Callable[[str], Coroutine[Any, Any, int]]) -> int:
     try:
         url = load_settings().state_url()
-    except SettingsError as exc:
+    except (SettingsError, SecretError) as exc:
         print(f"memgov: {exc}")
         return 2
     try:
