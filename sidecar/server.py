@@ -15,8 +15,7 @@ from aiohttp import web
 from sidecar import tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
-from sidecar.enforce.build import governance
-from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.governance import GOVERNANCE, Governance, governance
 from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app

@@ -15,16 +15,16 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import forget_one, inspect
 from sidecar.control.erase import forget_all, off, offboard
 from sidecar.control.evidence import get_erasure
 from sidecar.control.http import ENGINE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS, Refused
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
-from sidecar.enforce.runtime import GOVERNANCE, Governance
-from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity.tokens import load_verifier
 from sidecar.logs import get_logger
 from sidecar.proxy import DECISION_ID, json_error

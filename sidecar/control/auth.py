@@ -18,7 +18,7 @@ from typing import Literal
 from aiohttp import web
 
 from sidecar.control.http import OPERATORS, Refused, load_scope
-from sidecar.enforce.runtime import GOVERNANCE
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import bearer, verify_operator_token, verify_subject_token
 from sidecar.reasons import Reason

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from sidecar.contentstore.adapters import AdapterError, list_namespace
 from sidecar.control.auth import spend, subject_scope
 from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
@@ -19,10 +20,9 @@ from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.enforce.context import seen_context
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.enforce.respond import decide, primary_reason, record, stamp
-from sidecar.enforce.runtime import GOVERNANCE
-from sidecar.erasure.adapters import AdapterError, list_namespace
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.governance import GOVERNANCE
 from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason
 from sidecar.state import codec

@@ -19,9 +19,9 @@ from sidecar.control.auth import require_operator, spend, subject_scope
 from sidecar.control.evidence import erasure_answer, evidence_of, location
 from sidecar.control.http import ENGINE, Refused, ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
-from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import parse_mxid
 from sidecar.reasons import Reason

@@ -7,8 +7,8 @@ from aiohttp import web
 from sidecar.control.auth import authenticate
 from sidecar.control.http import Refused, ok, operation
 from sidecar.control.models import ErasureRecord
-from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.erasure.evidence import build_evidence
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.types import Erasure

@@ -14,9 +14,9 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from sidecar.enforce.runtime import Governance
 from sidecar.erasure.engine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
+from sidecar.governance import Governance
 from sidecar.identity.tokens import Verifier
 from sidecar.reasons import Reason
 from sidecar.state.types import Scope

@@ -19,9 +19,9 @@ from sidecar.control.models import (
     ScopeIn,
     ScopeStatus,
 )
-from sidecar.enforce.runtime import GOVERNANCE
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
 from sidecar.identity.mxid import Origin, check_principal, parse_room_id

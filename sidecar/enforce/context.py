@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from sidecar import tracing
-from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import DelegationContext, verify_context
 from sidecar.logs import get_logger

@@ -20,10 +20,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from sidecar import metrics, tracing
+from sidecar.contentstore.adapters import AdapterError
 from sidecar.enforce.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError
+from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
 from sidecar.proxy import MEMORY, read_body
 from sidecar.reasons import Reason

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from sidecar import metrics, tracing
-from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
 from sidecar.proxy import DECISION_ID, json_error

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from sidecar import tracing
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, Scope, StateError

@@ -29,8 +29,8 @@ from sidecar.control.http import SWEEPERS
 from sidecar.devstack import Devstack, MemoryRow
 from sidecar.devstack.pg import PgServer
 from sidecar.devstack.vectors import embed_text
-from sidecar.enforce.runtime import utcnow
 from sidecar.erasure.sweeper import Sweepers
+from sidecar.governance import utcnow
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings

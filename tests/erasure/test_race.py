@@ -24,8 +24,8 @@ from aiohttp import web
 from sidecar.control.client import ControlClient
 from sidecar.devstack import start_devstack
 from sidecar.devstack.vectors import embed_text
-from sidecar.enforce.build import governance
 from sidecar.erasure.sweeper import sweep_once
+from sidecar.governance import governance
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
