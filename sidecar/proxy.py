@@ -3,14 +3,13 @@
 Middleware order (outermost first): governance middlewares (context spending) → ``observe``
 (classification, decision id, metrics, one sanitized log line, content-free 500 on any
 unexpected error) → ``admit`` (per-client concurrency) → dispatch via the class table. Governed classes get
-their handlers from ``sidecar.enforce``; this module owns the transparent relay they build on.
+their handlers from ``sidecar.enforce`` (passed in by ``server``); both build on ``sidecar.relay``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Final
 
 import aiohttp
@@ -19,122 +18,27 @@ from aiohttp.typedefs import Handler, Middleware
 
 from sidecar import metrics, tracing
 from sidecar.logs import get_logger
-from sidecar.reasons import Reason, error_body, new_decision_id
+from sidecar.reasons import Reason, new_decision_id
+from sidecar.relay import (
+    CONTROLLER,
+    DECISION_ID,
+    EMBEDDING,
+    MATCH,
+    MEMORY,
+    SETTINGS,
+    ClassHandler,
+    forward,
+    json_error,
+)
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
 from sidecar.settings import Settings
-from sidecar.upstream import (
-    BodyRefused,
-    BodyTooLarge,
-    BodyTooSlow,
-    Upstream,
-    UpstreamUnavailable,
-    filter_headers,
-    make_session,
-    relay_response,
-)
+from sidecar.upstream import BodyRefused, Upstream, UpstreamUnavailable, make_session
 from sidecar.wsproxy import is_websocket, relay_websocket
 
-ClassHandler = Callable[[web.Request, RouteMatch], Awaitable[web.StreamResponse]]
-
-SETTINGS: Final = web.AppKey("settings", Settings)
-CONTROLLER: Final = web.AppKey("controller", Upstream)
-MEMORY: Final = web.AppKey("memory_upstream", Upstream)
-EMBEDDING: Final = web.AppKey("embedding", Upstream)
 HANDLERS: Final = web.AppKey("handlers", dict[RouteClass, ClassHandler])
 INFLIGHT: Final = web.AppKey("inflight", dict[tuple[str, str], int])
-MATCH: Final = web.RequestKey("match", RouteMatch)
-DECISION_ID: Final = web.RequestKey("decision_id", str)
-BODY: Final = web.RequestKey("body", bytes)
-#: Grace before the minimum body rate applies (a client may pause briefly after the headers).
-_RATE_GRACE_S: Final = 1.0
 
 log = get_logger("proxy")
-
-
-def json_error(request: web.Request, status: int, reason: Reason, *, upstream_status: int | None = None,
-               headers: dict[str, str] | None = None) -> web.Response:
-    """Build a content-free error response from a reason code and the request's decision id."""
-    return web.Response(
-        status=status,
-        body=error_body(reason, request[DECISION_ID], status=upstream_status),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
-    """The body's chunks as they arrive, within the size limit, the deadline and the minimum rate.
-
-    A slow body holds a listener slot and, on relayed routes, an upstream connection; these
-    limits bound how long any one client can hold them (docs/boundary.md, fair use).
-    """
-    listen = request.app[SETTINGS].listen
-    limit, rate = listen.max_body_bytes, listen.body_min_rate_bps
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge
-    loop = asyncio.get_running_loop()
-    started, size = loop.time(), 0
-    while True:
-        # Latest moment the next chunk may arrive: the overall deadline, or when the average rate
-        # since the grace period would drop below the minimum.
-        due = listen.body_timeout_s
-        if rate:
-            due = min(due, _RATE_GRACE_S + size / rate)
-        wait = started + due - loop.time()
-        if wait <= 0:
-            raise BodyTooSlow
-        try:
-            chunk = await asyncio.wait_for(request.content.readany(), wait)
-        except TimeoutError:
-            raise BodyTooSlow from None
-        if not chunk:
-            return
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        yield chunk
-
-
-async def read_body(request: web.Request) -> bytes:
-    """Read the whole body within the listener limits (governed routes need it parsed); read once."""
-    if BODY in request:
-        return request[BODY]
-    request[BODY] = b"".join([chunk async for chunk in _chunks(request)])
-    return request[BODY]
-
-
-def _request_body(request: web.Request) -> object:
-    if request.content_length == 0 or not request.body_exists:
-        return None
-    return _chunks(request)
-
-
-async def forward(request: web.Request, upstream: Upstream, *, path: str | None = None,
-                  headers: dict[str, str] | None = None, drop: tuple[str, ...] = (),
-                  body: bytes | None = None, response_headers: dict[str, str] | None = None,
-                  replace_errors: bool = False) -> web.StreamResponse:
-    """Relay a request (body streamed unless already read) and stream the response back.
-
-    With ``replace_errors`` (memory and embedding routes) an upstream 4xx/5xx answer becomes a
-    content-free ``502 upstream_error`` naming the upstream status, since kagent and provider
-    error texts can carry content (and a body memgov built was refused: the gateway's failure).
-    """
-    out = filter_headers(request.headers, drop=("Host", *drop))
-    for key, value in (headers or {}).items():
-        out[key] = value
-    data: object = body
-    if body is None:
-        data = _request_body(request)
-    else:
-        out.popall("Content-Length", None)
-    async with (tracing.span("memgov.forward", upstream=upstream.name),
-                upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp):
-        if replace_errors and resp.status >= 400:
-            # SECURITY: kagent and provider error texts can carry DB errors or memory text.
-            resp.release()
-            return json_error(request, 502, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
-                              headers=response_headers)
-        return await relay_response(request, resp, response_headers)
 
 
 async def _passthrough(request: web.Request, match: RouteMatch) -> web.StreamResponse:

@@ -27,8 +27,8 @@ from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity.tokens import load_verifier
 from sidecar.logs import get_logger
-from sidecar.proxy import DECISION_ID, json_error
 from sidecar.reasons import Reason, new_decision_id
+from sidecar.relay import DECISION_ID, json_error
 from sidecar.state.types import StateError
 
 log = get_logger("control")

@@ -17,9 +17,9 @@ from sidecar.control.auth import spend, subject_scope
 from sidecar.control.evidence import erasure_answer
 from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
-from sidecar.enforce.context import seen_context
-from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.respond import decide, primary_reason, record, stamp
+from sidecar.decide.context import seen_context
+from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.decide.respond import decide, primary_reason, record, stamp
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
 from sidecar.governance import GOVERNANCE

@@ -5,14 +5,14 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sidecar.enforce.context import spend_contexts
+from sidecar.decide.context import spend_contexts
+from sidecar.decide.respond import CREDENTIALED, error, json_answer, refuse
 from sidecar.enforce.embedding import handle_embedding
 from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_save_batch, handle_search
-from sidecar.enforce.respond import CREDENTIALED, error, json_answer, refuse
 from sidecar.policy.model import Action, Operation
-from sidecar.proxy import ClassHandler
 from sidecar.reasons import Reason
+from sidecar.relay import ClassHandler
 from sidecar.routes import RouteClass, RouteMatch
 from sidecar.state.types import StateError
 from sidecar.upstream import BodyRefused, UpstreamUnavailable

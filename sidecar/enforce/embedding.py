@@ -16,11 +16,11 @@ from typing import Any, Final
 from aiohttp import web
 
 from sidecar import metrics
-from sidecar.enforce.facts import agent_of, utf8_len
-from sidecar.enforce.respond import decide, decision_headers, error, gov_of, record, refuse
+from sidecar.decide.facts import agent_of, utf8_len
+from sidecar.decide.respond import decide, decision_headers, error, gov_of, record, refuse
 from sidecar.policy.model import Budget, Operation, RequestFacts
-from sidecar.proxy import EMBEDDING, forward, read_body
 from sidecar.reasons import Reason
+from sidecar.relay import EMBEDDING, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64

@@ -13,14 +13,14 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from sidecar.enforce.context import seen_context
-from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.respond import decide, decision_headers, gov_of, record, refuse
+from sidecar.decide.context import seen_context
+from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.decide.respond import decide, decision_headers, gov_of, record, refuse
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
-from sidecar.proxy import CONTROLLER, forward, read_body
 from sidecar.reasons import Reason
+from sidecar.relay import CONTROLLER, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON

@@ -21,12 +21,12 @@ from multidict import CIMultiDict
 
 from sidecar import metrics, tracing
 from sidecar.contentstore.adapters import AdapterError
-from sidecar.enforce.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
-from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
+from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
+from sidecar.decide.respond import decide, error, gov_of, json_answer, record, refuse
 from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
-from sidecar.proxy import MEMORY, read_body
 from sidecar.reasons import Reason
+from sidecar.relay import MEMORY, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim, CapReached, Fenced, Namespace, Scope
 from sidecar.upstream import Upstream, UpstreamUnavailable, filter_headers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.enforce.facts import KeyFacts, is_vector, parse_object, principal_of, utf8_len
+from sidecar.decide.facts import KeyFacts, is_vector, parse_object, principal_of, utf8_len
 from sidecar.enforce.invoke import _is_new_conversation, _without_query_user
 from sidecar.identity.keys import SessionKeys
 

@@ -11,8 +11,8 @@ from sidecar import metrics, tracing
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
-from sidecar.proxy import DECISION_ID, json_error
 from sidecar.reasons import Reason, primary
+from sidecar.relay import DECISION_ID, json_error
 
 log = get_logger("enforce")
 DECISION_HEADER = "X-Memgov-Decision"
