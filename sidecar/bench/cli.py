@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sidecar.bench.catalog import SCENARIOS
 from sidecar.bench.loadgen import Mode
 from sidecar.bench.proxy import BenchOptions, run_proxy_bench
 from sidecar.bench.report import load_average, machine_info, render, versions, write_json
-from sidecar.bench.scenarios import SCENARIOS
 from sidecar.bench.wrk import wrk_version
 
 #: Sibling benchmarks that register themselves under ``memgov bench`` when present.

@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sidecar.bench.catalog import SCENARIOS
 from sidecar.bench.loadgen import LoadJob, LoadResult, Mode, RequestSpec, run_python
 from sidecar.bench.procs import ServerProcess
 from sidecar.bench.report import TARGETS, aggregate, target_labels
-from sidecar.bench.scenarios import SCENARIOS, Scenario
+from sidecar.bench.scenarios import Scenario
 from sidecar.bench.wrk import run_wrk, wrk_fits, wrk_path
 
 Generator = Literal["auto", "python"]

@@ -76,12 +76,3 @@ PASSTHROUGH: Final[tuple[Scenario, ...]] = (
              (RequestSpec("message-stream", "POST", "/api/a2a/bench/assistant/",
                           (*_JSON, ("Accept", "text/event-stream")), stream_body()),)),
 )
-
-def _all() -> dict[str, Scenario]:
-    from sidecar.bench.governed import GOVERNED  # governed scenarios build on this module
-
-    return {s.name: s for s in (*PASSTHROUGH, *GOVERNED)}
-
-
-#: Every scenario by name, in the order ``--scenario all`` runs them.
-SCENARIOS: Final[dict[str, Scenario]] = _all()

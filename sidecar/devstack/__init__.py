@@ -12,7 +12,8 @@ from sidecar.devstack.recorder import RecordedRequest, Recorder
 from sidecar.devstack.runtime import RuntimeConfig, app_name
 from sidecar.devstack.stack import Devstack, start_devstack
 from sidecar.devstack.state import RECORDER, STATE
-from sidecar.devstack.store import DbFault, MemoryRow, MemoryStore, open_memory_store
+from sidecar.devstack.store import DbFault, MemoryRow, MemoryStore
+from sidecar.devstack.stores import open_memory_store
 
 __all__ = [
     "EMBEDDING", "RECORDER", "STATE", "DbFault", "DevClock", "Devstack", "EmbeddingFaults", "MemoryRow", "MemoryStore",

@@ -16,7 +16,8 @@ from sidecar.devstack.kagent import create_kagent_app
 from sidecar.devstack.recorder import Recorder
 from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.state import RECORDER, STATE
-from sidecar.devstack.store import MemoryStore, open_memory_store
+from sidecar.devstack.store import MemoryStore
+from sidecar.devstack.stores import open_memory_store
 
 if TYPE_CHECKING:
     from sidecar.devstack.realkagent import RealKagent

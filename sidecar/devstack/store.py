@@ -247,21 +247,3 @@ class MemoryStore(ABC):
 
     @abstractmethod
     async def _rows(self, agent_name: str | None, user_id: str | None) -> list[MemoryRow]: ...
-
-
-async def open_memory_store(url: str | None = None, *, now: Callable[[], datetime] | None = None) -> MemoryStore:
-    """Open a store: ``sqlite:///path`` (``sqlite://`` or ``None``: in memory) or ``postgresql://...``."""
-    store: MemoryStore
-    if url is None or url.startswith("sqlite:"):
-        from sidecar.devstack.store_sqlite import SqliteMemoryStore
-
-        path = (url or "sqlite://").removeprefix("sqlite:").removeprefix("//").removeprefix("/")
-        store = SqliteMemoryStore(path or ":memory:", now=now)
-    elif url.startswith(("postgresql://", "postgres://")):
-        from sidecar.devstack.store_pg import PgMemoryStore
-
-        store = PgMemoryStore(url, now=now)
-    else:
-        raise ValueError("store URL must start with sqlite: or postgresql://")
-    await store.open()
-    return store

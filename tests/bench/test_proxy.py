@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sidecar.bench.catalog import SCENARIOS
 from sidecar.bench.proxy import CpuPlan, plan_cpus
-from sidecar.bench.scenarios import SCENARIOS
 from sidecar.cli import main
 
 

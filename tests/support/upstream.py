@@ -27,7 +27,7 @@ import pytest
 from sidecar.devstack.pg import PgServer
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
 from sidecar.devstack.stack import Devstack, start_devstack
-from sidecar.devstack.store import open_memory_store
+from sidecar.devstack.stores import open_memory_store
 
 MARKER = "kagent"
 _databases = itertools.count()
