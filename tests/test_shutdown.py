@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sidecar.devstack.stack import start_devstack
+from sidecar.dev.devstack.stack import start_devstack
 from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
 
 STREAM = {"jsonrpc": "2.0", "id": 1, "method": "message/stream",

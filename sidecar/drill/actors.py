@@ -36,6 +36,10 @@ PROBE_RPC = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": 
 class LocalView(Protocol):
     """What the in-process devstack lets the drill see beyond the deployment's own interfaces."""
 
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The test clock the gateway and the stand-ins share."""
+
     def advance(self, seconds: float) -> None:
         """Move the shared test clock forward."""
 

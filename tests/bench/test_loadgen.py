@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from sidecar.bench.loadgen import (
+from sidecar.dev.bench.loadgen import (
     LoadJob,
     RequestSpec,
     closed_loop,

@@ -26,9 +26,9 @@ import yaml
 
 from sidecar.control.client import ControlClient, Token
 from sidecar.control.http import SWEEPERS
-from sidecar.devstack import Devstack, MemoryRow
-from sidecar.devstack.pg import PgServer
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import utcnow
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.control.client import ControlError
-from sidecar.devstack import DbFault
+from sidecar.dev.devstack import DbFault
 from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from sidecar.control.client import ControlError
-from sidecar.devstack import DbFault
-from sidecar.devstack.store import NewMemory
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import DbFault
+from sidecar.dev.devstack.store import NewMemory
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.tokens import TokenType, mint_token
 from tests.control.harness import ALICE, APP, BOB, BOT, GHOST, SERVER, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel

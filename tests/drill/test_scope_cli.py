@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.devstack.store import DbFault
+from sidecar.dev.devstack.store import DbFault
 from sidecar.drill.actors import PURPOSE
 
 

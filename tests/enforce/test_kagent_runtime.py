@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.devstack.realkagent import build
+from sidecar.dev.devstack.realkagent import build
 from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.upstream import sa_token

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from sidecar.devstack.store import DbFault, NewMemory
+from sidecar.dev.devstack.store import DbFault, NewMemory
 from tests.enforce.conftest import ALICE, APP, BOB, OTHER_APP, ROOM_B
 
 

@@ -23,8 +23,8 @@ import pytest
 from aiohttp import web
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.devstack import Devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import Devstack
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
 from tests.control.harness import AGENT, ALICE, APP, ROOM, Keys, policy_pack, subject_token, until, write_keys

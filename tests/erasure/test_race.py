@@ -22,8 +22,8 @@ import pytest
 from aiohttp import web
 
 from sidecar.control.client import ControlClient
-from sidecar.devstack import start_devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.governance import governance
 from sidecar.identity.keys import SessionKeys

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.fuzz.cases import Case, Request, Setup
-from sidecar.fuzz.chaos import Fault
-from sidecar.fuzz.cli import fuzz, summary
-from sidecar.fuzz.jsondoc import Doc, Obj, Ph, Str, Vec
-from sidecar.fuzz.run import CaseRun
-from sidecar.fuzz.run_data import run_data_case
-from sidecar.fuzz.stack import FuzzStack
+from sidecar.dev.fuzz.cases import Case, Request, Setup
+from sidecar.dev.fuzz.chaos import Fault
+from sidecar.dev.fuzz.cli import fuzz, summary
+from sidecar.dev.fuzz.jsondoc import Doc, Obj, Ph, Str, Vec
+from sidecar.dev.fuzz.run import CaseRun
+from sidecar.dev.fuzz.run_data import run_data_case
+from sidecar.dev.fuzz.stack import FuzzStack
 from sidecar.logs import get_logger
 from sidecar.proxy import HANDLERS
 from sidecar.routes import RouteClass, RouteMatch
