@@ -89,6 +89,10 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     if not decision.allowed:
         return error(request, 403, decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
-    return await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
-                         headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
-                         replace_errors=True)
+    answer = await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
+                           headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
+                           replace_errors=True)
+    if answer.status == 200 and gov.rotator is not None:
+        # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
+        await gov.rotator.note_model(gov.store, ref, body, gov.now())
+    return answer

@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -16,6 +16,9 @@ from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier
 from sidecar.policy.model import Deployment, Limits
 from sidecar.settings import Settings
+
+if TYPE_CHECKING:
+    from sidecar.erasure.rotation import Rotator
 
 
 def utcnow() -> datetime:
@@ -37,6 +40,8 @@ class Governance:
     agent_refs: frozenset[str] = field(default_factory=frozenset)
     # Signs the stand-in bearer token for kagent's trusted-proxy mode, which parses but never verifies it.
     bearer_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
+    rotator: Rotator | None = None
 
     def __post_init__(self) -> None:
         self.agent_refs = frozenset(self.settings.agents)

@@ -10,8 +10,11 @@ One pass (:func:`sweep_once`) runs, in order:
    their namespace is cleared once none of its entries is live and no write is in flight;
 3. orphans (``kagent-db`` only): rows of memgov namespaces created before any possible hard
    expiry, whether or not the ledger knows them;
-4. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
-   lapsed leases and tokens are purged.
+4. rotations (``rest`` with an embedding provider): every scope whose live namespace still holds
+   a forgotten or rolled-back entry, an entry expired long enough that waiting longer would break
+   the 24 h of R-9, or that is legacy (unsalted), is rotated (``rotation.py``); no other scope is;
+5. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
+   lapsed leases and tokens are purged, finished rotations after the audit retention window.
 
 Every step is idempotent, so several replicas may sweep at once. ``Sweepers`` runs a pass at
 start and then every ``erasure.sweep_interval_s``.
@@ -37,6 +40,11 @@ _BATCH = 500
 _MAX_BATCHES = 20
 #: Kagent's clock and ours may disagree; orphans are only taken this long after any hard expiry.
 ORPHAN_GRACE = timedelta(days=1)
+#: R-9: expired memory is physically deleted within this long of its hard expiry.
+EXPIRY_DEADLINE = timedelta(hours=24)
+#: Rotations started by one pass, and how many run at once (each re-embeds at most max_entries).
+_ROTATIONS_PER_PASS = 10_000
+_ROTATING_AT_ONCE = 4
 
 
 @dataclass
@@ -47,6 +55,7 @@ class SweepReport:
     expired_deleted: int = 0
     expired_pending: int = 0
     orphans_deleted: int | None = None
+    rotated: int = 0
     erasures_resumed: int = 0
     audit_purged: int = 0
     failures: int = 0
@@ -133,6 +142,27 @@ class _Pass:
             self.report.failures += 1
             log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.gov.eraser.name)
 
+    def expired_before(self) -> datetime:
+        """Rotate for expiry only entries expired this long: one rotation then takes a day's expiries,
+        and two passes still fit before the deadline."""
+        interval = timedelta(seconds=self.gov.settings.erasure.sweep_interval_s)
+        return self.now - max(timedelta(0), EXPIRY_DEADLINE - 2 * interval)
+
+    async def rotations(self, engine: ErasureEngine) -> None:
+        store, busy = self.gov.store, asyncio.Semaphore(_ROTATING_AT_ONCE)
+
+        async def rotate(scope_id: str) -> None:
+            async with busy:
+                scope = await store.get_scope(scope_id)
+                if scope is None or scope.namespace is None:
+                    return
+                done = await engine.rotate(scope, "sweeper")
+                self.report.rotated += done.state == "verified"
+                self.report.failures += done.state == "failed"
+
+        candidates = await store.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
+        await asyncio.gather(*(rotate(s) for s in candidates))
+
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
         """Run one unit of work; an adapter failure is counted and logged, the pass goes on."""
         try:
@@ -152,14 +182,18 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     await run.expired()
     if gov.eraser.exact:
         await run.orphans()
+    if engine is not None and engine.rotates:
+        await run.rotations(engine)
     if engine is not None:
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
     await gov.store.purge_expired(gov.now())
     # Audit rows have their own retention window (R-15), independent of memory expiry.
-    report.audit_purged = await gov.store.purge_audit(gov.now() - timedelta(days=gov.settings.audit.retention_days))
+    retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
+    report.audit_purged = await gov.store.purge_audit(retention)
+    await gov.store.purge_rotations(retention)
     log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted, pending=report.expired_pending,
-             failures=report.failures, adapter=gov.eraser.name)
+             count=report.rotated, failures=report.failures, adapter=gov.eraser.name)
     return report
 
 
