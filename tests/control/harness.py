@@ -98,7 +98,7 @@ def overrides(keys: Keys, pack: Path, kagent_url: str, state_url: str, *, adapte
     erasure = {"adapter": adapter, "kagent_db_url": kagent_db_url, "quiesce_timeout_s": 10.0,
                **extra.pop("erasure", {})}
     return {
-        "upstream": {"controller_url": kagent_url},
+        "upstream": {"controller_url": kagent_url, **extra.pop("upstream", {})},
         "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
         "state": {"url": state_url},
         "policy": {"dir": str(pack), "reload_interval_s": 0},
@@ -232,16 +232,36 @@ class Harness:
         self.gov.clock = lambda: utcnow() + offset
 
 
+#: The model a test agent's runtime uses, pinned in settings for rotations (the stand-in ignores it).
+MODEL = "devstack-embedding"
+
+
+def with_embedding(settings: dict[str, Any], embedding_url: str, *, pinned: bool) -> dict[str, Any]:
+    """Settings with the embedding provider configured (rotation on), the test agent's model pinned or not."""
+    settings["upstream"] = {**settings["upstream"], "embedding_url": embedding_url}
+    if pinned:
+        settings["agents"] = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768}
+                              for ref, agent in settings["agents"].items()}
+    return settings
+
+
 @asynccontextmanager
 async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = None, adapter: str = "rest",
-                  kagent_db_url: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
-    """Start the stand-in (over ``store_url``), then a gateway in front of it."""
+                  kagent_db_url: str | None = None, rotation: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
+    """Start the stand-in (over ``store_url``), then a gateway in front of it.
+
+    ``rotation`` configures the embedding provider: ``pinned`` (the agent's model in settings) or
+    ``recorded`` (learnt from the agent's own embedding calls).
+    """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
     stack = await start_devstack(store_url=store_url, stream_delay_s=0)
     try:
-        settings = load_settings(**overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db",
-                                             adapter=adapter, kagent_db_url=kagent_db_url, **extra))
+        config = overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db", adapter=adapter,
+                           kagent_db_url=kagent_db_url, **extra)
+        if rotation is not None:
+            config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
+        settings = load_settings(**config)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
             yield Harness(gw, stack, keys, http)
     finally:
