@@ -188,10 +188,10 @@ class RotationOps:
             )
             # What this rotation erases rather than moves: forgotten, expired, and rows kagent no longer had.
             await tx.execute(
-                "INSERT INTO erasure_entries (erasure_id, entry_id) SELECT $1, l.entry_id FROM ledger l"
+                "INSERT INTO erasure_entries (erasure_id, entry_id) SELECT $3, l.entry_id FROM ledger l"
                 " WHERE l.ns_id = $2 AND l.expires_us IS NOT NULL AND l.deleted_us IS NULL AND NOT EXISTS"
                 " (SELECT 1 FROM erasure_moves m WHERE m.erasure_id = $1 AND m.old_entry_id = l.entry_id"
-                " AND m.new_entry_id IS NOT NULL)", erasure_id, old,
+                " AND m.new_entry_id IS NOT NULL)", erasure_id, old, erasure_id,
             )
             await tx.execute("UPDATE ledger SET tombstoned_us = $2 WHERE ns_id = $1 AND tombstoned_us IS NULL"
                              " AND expires_us IS NOT NULL", old, at)
