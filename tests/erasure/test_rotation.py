@@ -265,7 +265,7 @@ class TestReembedding:
             scope_id = await h.scope()
             async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
                                    json={"model": "big", "input": ["lives in Lisbon"], "dimensions": 1024}) as resp:
-                runtime_vector = _runtime(((await resp.json())["data"][0]["embedding"]))
+                runtime_vector = _runtime((await resp.json())["data"][0]["embedding"])
             status, body = await _save_vector(h, scope_id, "lives in Lisbon", runtime_vector)
             assert status == 201
             doomed = await h.saved(scope_id, "likes green tea")

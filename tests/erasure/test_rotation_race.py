@@ -73,7 +73,7 @@ async def setup(tmp_path: Path, pg_server: Any) -> AsyncIterator[dict[str, Any]]
 def _step_time(record: dict[str, Any], state: str) -> float:
     """When an erasure reached ``state``, as a Unix time."""
     at = next(step["at"] for step in record["steps"] if step["state"] == state)
-    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(at).timestamp()
 
 
 class TestRotationRace:
