@@ -76,7 +76,7 @@ async def _count(store: StateStore, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-async def _grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -> float:
+async def grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -> float:
     """Bulk-load scopes and ledger rows up to the target size; return seconds spent."""
     have_scopes = await _count(store, "SELECT COUNT(*) FROM scopes")
     have_rows = await _count(store, "SELECT COUNT(*) FROM ledger WHERE slot_id LIKE 'k%'")
@@ -95,7 +95,7 @@ async def _grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -
     return time.perf_counter() - start
 
 
-def _stats(samples_ns: list[int]) -> dict[str, float]:
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
     ordered = sorted(samples_ns)
 
     def pick(q: float) -> float:
@@ -112,7 +112,7 @@ async def _measure(op: Callable[[int], Awaitable[Any]], ops: int) -> dict[str, f
         begin = time.perf_counter_ns()
         await op(i)
         samples.append(time.perf_counter_ns() - begin)
-    return _stats(samples)
+    return percentiles(samples)
 
 
 async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> dict[str, Any]:
@@ -122,7 +122,7 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
     picks = [_scope_id(rng.randrange(scopes)) for _ in range(ops * 2)]
     store = await open_store(url)
     try:
-        load_s = await _grow(store, scopes, ledger_rows, to_us(now))
+        load_s = await grow(store, scopes, ledger_rows, to_us(now))
 
         async def lookup(i: int) -> None:
             scope = await store.get_scope(picks[i % len(picks)])
@@ -172,7 +172,7 @@ def _render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _start_pg() -> Any:
+def start_throwaway_pg() -> Any:
     from sidecar.devstack.pg import start_pg
 
     return start_pg()
@@ -192,7 +192,7 @@ def _cmd(args: argparse.Namespace) -> int:
             if args.pg_url:
                 urls["postgresql"] = args.pg_url
             else:
-                server = _start_pg()
+                server = start_throwaway_pg()
                 urls["postgresql"] = server.create_database("memgov_bench")
         for backend, url in urls.items():
             for scopes, rows in sizes:
