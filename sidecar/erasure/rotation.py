@@ -79,6 +79,10 @@ class Rotator:
             raise AdapterError(Reason.EMBEDDING_MODEL_UNKNOWN)
         return EmbeddingModel(*facts)
 
+    async def knows_model(self, store: Any, agent: str) -> bool:
+        """Whether a rotation of this agent's scopes can know which model to embed with."""
+        return agent in self._pinned or await store.embedding_model(agent) is not None
+
     async def note_model(self, store: Any, agent: str, body: Mapping[str, Any], now: datetime) -> None:
         """Record the model an agent's own embedding call used (once per change and process)."""
         facts = valid_model_facts(body.get("model"), body.get("dimensions"), body.get("encoding_format"))

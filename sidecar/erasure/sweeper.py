@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.rotation import Rotator
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import LedgerEntry, Namespace, Scope, StateError
@@ -45,6 +46,8 @@ EXPIRY_DEADLINE = timedelta(hours=24)
 #: Rotations started by one pass, and how many run at once (each re-embeds at most max_entries).
 _ROTATIONS_PER_PASS = 10_000
 _ROTATING_AT_ONCE = 4
+#: Rotations failing in a row before a pass leaves the rest for the next one (the provider is likely down).
+_PAUSE_AFTER_FAILURES = 3
 
 
 @dataclass
@@ -56,6 +59,7 @@ class SweepReport:
     expired_pending: int = 0
     orphans_deleted: int | None = None
     rotated: int = 0
+    rotations_waiting: int = 0
     erasures_resumed: int = 0
     audit_purged: int = 0
     failures: int = 0
@@ -148,17 +152,28 @@ class _Pass:
         interval = timedelta(seconds=self.gov.settings.erasure.sweep_interval_s)
         return self.now - max(timedelta(0), EXPIRY_DEADLINE - 2 * interval)
 
-    async def rotations(self, engine: ErasureEngine) -> None:
+    async def rotations(self, engine: ErasureEngine, rotator: Rotator) -> None:
+        """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
+        record each pass; after a few failures in a row (provider or kagent down) the rest wait for the next pass."""
         store, busy = self.gov.store, asyncio.Semaphore(_ROTATING_AT_ONCE)
+        models: dict[str, bool] = {}
+        failed_in_a_row = 0
 
         async def rotate(scope_id: str) -> None:
+            nonlocal failed_in_a_row
             async with busy:
                 scope = await store.get_scope(scope_id)
                 if scope is None or scope.namespace is None:
                     return
+                if scope.agent not in models:
+                    models[scope.agent] = await rotator.knows_model(store, scope.agent)
+                if failed_in_a_row >= _PAUSE_AFTER_FAILURES or not models[scope.agent]:
+                    self.report.rotations_waiting += 1
+                    return
                 done = await engine.rotate(scope, "sweeper")
                 self.report.rotated += done.state == "verified"
                 self.report.failures += done.state == "failed"
+                failed_in_a_row = failed_in_a_row + 1 if done.state == "failed" else 0
 
         candidates = await store.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
         await asyncio.gather(*(rotate(s) for s in candidates))
@@ -182,8 +197,8 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     await run.expired()
     if gov.eraser.exact:
         await run.orphans()
-    if engine is not None and engine.rotates:
-        await run.rotations(engine)
+    if engine is not None and engine.rotates and gov.rotator is not None:
+        await run.rotations(engine, gov.rotator)
     if engine is not None:
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
@@ -192,8 +207,9 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
     report.audit_purged = await gov.store.purge_audit(retention)
     await gov.store.purge_rotations(retention)
-    log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted, pending=report.expired_pending,
-             count=report.rotated, failures=report.failures, adapter=gov.eraser.name)
+    log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted,
+             pending=report.expired_pending + report.rotations_waiting, count=report.rotated, failures=report.failures,
+             adapter=gov.eraser.name)
     return report
 
 

@@ -27,7 +27,7 @@ _SCOPE_COLS = (
 _SCOPE_SELECT = (
     "SELECT s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
     " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
-    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us"
+    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us, n.frozen_by"
     " FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
 )
 _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
@@ -37,7 +37,7 @@ def _scope(r: Row) -> Scope:
     namespace = None
     if r[13] is not None:
         namespace = Namespace(ns_id=r[13], scope_id=r[0], generation=int(r[14]), salt=r[15], state="live",
-                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]))
+                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]), frozen_by=r[18])
     return Scope(
         scope_id=r[0], principal_mxid=r[1], origin=r[2], agent=r[3], kind=r[4], room_id=r[5], enabled=bool(r[6]),
         generation=int(r[7]), purpose=r[8], policy_version=r[9], created_at=from_us(r[10]),
@@ -144,7 +144,7 @@ class ScopeOps:
                 codec.new_id("s"), *triple, at,
             )
             if row is not None:
-                return _scope((*row, None, None, None, None, None)), True
+                return _scope((*row, None, None, None, None, None, None)), True
             row = await tx.fetchrow(
                 f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
                 " AND s.kind = $4 AND s.room_id = $5", *triple,

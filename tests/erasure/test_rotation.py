@@ -16,7 +16,7 @@ from sidecar.devstack.embedding import EmbeddingFaults
 from sidecar.devstack.vectors import embed_text
 from sidecar.erasure.engine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
-from tests.control.harness import AGENT, APP, Harness, harness
+from tests.control.harness import AGENT, APP, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
 
 
@@ -155,6 +155,31 @@ class TestEngine:
         assert states.count("live") == 1 and "staged" not in states
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
+
+
+class TestUnknownOutcome:
+    async def test_a_save_that_may_still_land_defers_verification_not_the_switch(self, rot: Harness) -> None:
+        """A save into the old namespace whose outcome is unknown does not hold the switch; the rotation waits
+        for its lease before reading back, clears again, and says so in its evidence."""
+        scope_id = await rot.scope()
+        doomed = await rot.saved(scope_id, "likes green tea")
+        await rot.saved(scope_id, "lives in Lisbon")
+        op = await rot.begin_write(scope_id, 1, 30.0)
+        await rot.gov.store.write_outcome_unknown(op, rot.gov.now() + timedelta(seconds=60))
+        record = await rot.client().forget(scope_id, doomed)
+        assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("pending_namespace_clear", "deleted")
+        pending = await rot.client().erasure(record["rotated_by"]["erasure_id"])
+        assert pending["not_before"] is not None and pending["rotation"]["to_namespace"] == await _live_ns(rot, scope_id)
+        rot.advance(61)
+
+        async def verified() -> bool:
+            return (await rot.client().erasure(record["rotated_by"]["erasure_id"]))["state"] == "verified"
+
+        await until(verified)
+        rotation = await rot.client().erasure(record["rotated_by"]["erasure_id"])
+        assert rotation["verification"]["rechecked_after_possible_write"] is True
+        assert (await rot.client().erasure(record["erasure_id"]))["physical_deletion"] == "complete"
+        assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
 
 
 class TestFailsSafe:
@@ -406,3 +431,32 @@ async def _state_dump(h: Harness) -> str:
     async with h.gov.store.db.tx("read") as tx:
         tables = [r[0] for r in await tx.fetch("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return "\n".join([repr(await tx.fetch(f"SELECT * FROM {t}")) for t in tables])
+
+
+class TestSweeperUnderFailure:
+    async def test_a_model_nobody_named_leaves_scopes_waiting_without_failed_records(self, tmp_path: Path) -> None:
+        """No rotation can succeed without a model: the sweeper leaves the candidates waiting and records nothing."""
+        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+            scope_id = await h.scope()
+            doomed = await h.saved(scope_id, "likes green tea")
+            await h.gov.store.tombstone(scope_id, [doomed], h.gov.now())
+            report = await sweep_once(h.gov, ErasureEngine(h.gov))
+            assert (report.rotated, report.rotations_waiting, report.failures) == (0, 1, 0)
+            assert await h.gov.store.erasures_of_scope(scope_id) == []
+
+    async def test_a_provider_that_keeps_failing_pauses_the_pass(self, rot: Harness) -> None:
+        """After a few failed rotations in a row the rest of the candidates wait for the next pass (bounded
+        failure records per pass); the scopes stay enabled and writable."""
+        scopes = [await rot.scope(room=f"!room{i}:example.org") for i in range(8)]
+        for scope_id in scopes:
+            await rot.saved(scope_id, "lives in Lisbon")  # something to keep: the copy needs the provider
+            doomed = await rot.saved(scope_id, "likes green tea")
+            await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
+        rot.stack.embedding.faults = EmbeddingFaults(status=503)
+        report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
+        assert report.rotated == 0 and 3 <= report.failures < 8
+        assert report.failures + report.rotations_waiting == 8
+        for scope_id in scopes:
+            scope = await rot.gov.store.get_scope(scope_id)
+            assert scope is not None and scope.enabled and scope.namespace is not None
+            assert scope.namespace.frozen_by is None
