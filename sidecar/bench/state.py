@@ -13,17 +13,17 @@ import argparse
 import asyncio
 import os
 import random
-import shlex
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.bench.report import machine_info, versions, write_json
+from sidecar.bench.report import publish
 from sidecar.logs import configure_logging
 from sidecar.state import BudgetClaim, StateStore, open_store
 from sidecar.state.codec import to_us
@@ -172,43 +172,51 @@ def _render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def start_throwaway_pg() -> Any:
-    from sidecar.devstack.pg import start_pg
+def backends(choice: str) -> tuple[str, ...]:
+    """The backends a ``--backend`` choice names."""
+    return ("sqlite", "postgresql") if choice == "both" else (choice,)
 
-    return start_pg()
+
+@contextmanager
+def scratch_databases(prefix: str, pg_url: str | None = None) -> Iterator[Callable[[str, str], str]]:
+    """``url(backend, name)``: an empty database in a temporary folder or on a throwaway PostgreSQL server
+    (``pg_url``: that database instead); everything is removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    server: Any = None
+
+    def url(backend: str, name: str) -> str:
+        nonlocal server
+        if backend == "sqlite":
+            return f"sqlite:///{tmp}/{name}.db"
+        if pg_url:
+            return pg_url
+        if server is None:
+            from sidecar.devstack.pg import start_pg
+
+            server = start_pg()
+        return str(server.create_database(name))
+
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cmd(args: argparse.Namespace) -> int:
     sizes = [SIZES["small"], SIZES["large"]] if args.large else [SIZES["small"]]
     configure_logging("info", stream=open(os.devnull, "w"))  # noqa: SIM115 - lives for the process
     runs: list[dict[str, Any]] = []
-    tmp = Path(tempfile.mkdtemp(prefix="memgov-bench-state-"))
-    server = None
-    try:
-        urls = {}
-        if args.backend in ("sqlite", "both"):
-            urls["sqlite"] = f"sqlite:///{tmp}/state.db"
-        if args.backend in ("postgresql", "both"):
-            if args.pg_url:
-                urls["postgresql"] = args.pg_url
-            else:
-                server = start_throwaway_pg()
-                urls["postgresql"] = server.create_database("memgov_bench")
-        for backend, url in urls.items():
+    with scratch_databases("memgov-bench-state-", args.pg_url) as url:
+        for backend in backends(args.backend):
+            database = url(backend, "memgov_bench")  # grown in place from the small to the large size
             for scopes, rows in sizes:
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows …", flush=True)
-                runs.append(asyncio.run(run_state_bench(url, scopes, rows, args.ops)))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+                runs.append(asyncio.run(run_state_bench(database, scopes, rows, args.ops)))
     argv = ["memgov", "bench", "state", "--backend", args.backend, "--ops", str(args.ops), "--out", args.out,
             *(["--large"] if args.large else []), *(["--pg-url", "URL"] if args.pg_url else [])]
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
-              "runs": runs}
-    print(_render(runs))
-    print(f"\nresults: {write_json(report, Path(args.out), 'state-' + stamp)}")
+    publish("state", argv, runs, _render(runs), Path(args.out))
     return 0
 
 

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
-import shutil
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.bench.report import machine_info, versions, write_json
-from sidecar.bench.state import grow, percentiles, start_throwaway_pg
+from sidecar.bench.report import publish
+from sidecar.bench.state import backends, grow, percentiles, scratch_databases
 from sidecar.devstack import start_devstack
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text
@@ -113,8 +111,8 @@ async def run_sweep_bench(state_url: str, scopes: int, ledger_rows: int, rotatio
 
 
 def _render(runs: list[dict[str, Any]]) -> str:
-    lines = [f"{'backend':<11}{'scopes':>8}{'ledger':>10}{'cand p50 µs':>13}{'cand p99 µs':>13}"
-             f"{'rotations':>10}{'pass s':>8}{'ms/rot':>8}{'idle s':>8}"]
+    lines = [(f"{'backend':<11}{'scopes':>8}{'ledger':>10}{'cand p50 µs':>13}{'cand p99 µs':>13}"
+              f"{'rotations':>10}{'pass s':>8}{'ms/rot':>8}{'idle s':>8}")]
     for r in runs:
         q = r["candidates_query"]
         lines.append(f"{r['backend']:<11}{r['scopes']:>8}{r['ledger_rows']:>10}{q['p50_us']:>13.0f}{q['p99_us']:>13.0f}"
@@ -127,31 +125,16 @@ def _cmd(args: argparse.Namespace) -> int:
     sizes = [SIZES["small"], SIZES["large"]] if args.large else [SIZES["small"]]
     configure_logging("warning", stream=open(os.devnull, "w"))  # noqa: SIM115 - lives for the process
     runs: list[dict[str, Any]] = []
-    tmp = Path(tempfile.mkdtemp(prefix="memgov-bench-sweep-"))
-    server = None
-    try:
-        for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
+    with scratch_databases("memgov-bench-sweep-") as url, tempfile.TemporaryDirectory() as keys:
+        for backend in backends(args.backend):
             for n, (scopes, rows) in enumerate(sizes):
-                if backend == "sqlite":
-                    url = f"sqlite:///{tmp}/sweep-{n}.db"
-                else:
-                    server = server or start_throwaway_pg()
-                    url = server.create_database(f"memgov_bench_sweep_{n}")
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows, {args.rotations} to rotate …", flush=True)
-                runs.append(asyncio.run(run_sweep_bench(url, scopes, rows, args.rotations, args.entries, args.ops,
-                                                        tmp)))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+                runs.append(asyncio.run(run_sweep_bench(url(backend, f"memgov_bench_sweep_{n}"), scopes, rows,
+                                                        args.rotations, args.entries, args.ops, Path(keys))))
     argv = ["memgov", "bench", "sweep", "--backend", args.backend, "--rotations", str(args.rotations),
             "--entries", str(args.entries), "--ops", str(args.ops), "--out", args.out,
             *(["--large"] if args.large else [])]
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
-              "runs": runs}
-    print(_render(runs))
-    print(f"\nresults: {write_json(report, Path(args.out), 'sweep-' + stamp)}")
+    publish("sweep", argv, runs, _render(runs), Path(args.out))
     return 0
 
 

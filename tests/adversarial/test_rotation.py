@@ -20,6 +20,16 @@ PINNED = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768} 
 EMBED = f"/embeddings/{AGENT}/v1/embeddings"
 
 
+async def _scope_of_two(t: Target, kept: str, doomed: str) -> tuple[str, str, str]:
+    """A consented scope holding two saved facts: (scope id, session key, id of the one to forget)."""
+    scope_id = await t.consented_scope()
+    key = await t.session_key()
+    for text in (kept, doomed):
+        status, _, _ = await t.save(key, text)
+        assert status == 201
+    return scope_id, key, next(e["id"] for e in await _entries(t, scope_id) if e["text"] == doomed)
+
+
 async def _entries(t: Target, scope_id: str) -> list[dict[str, str]]:
     status, page = await t.control("GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": t.context()})
     assert status == 200, page
@@ -32,14 +42,9 @@ class TestRotation:
         """Listing kagent around memgov with the storage key the scope had (say, from kagent's UI) finds nothing
         after forget-one, and the forgotten text is in no row of kagent's table at all."""
         t = await launch(agents=PINNED)
-        scope_id = await t.consented_scope()
-        key = await t.session_key()
         secret = make_sentinel("forgotten")
-        for text in (f"my PIN is {secret}", "lives in Lisbon"):
-            status, _, _ = await t.save(key, text)
-            assert status == 201
+        scope_id, key, doomed = await _scope_of_two(t, "lives in Lisbon", f"my PIN is {secret}")
         learnt = {r.user_id for r in await t.rows()}
-        doomed = next(e["id"] for e in await _entries(t, scope_id) if secret in e["text"])
         status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
         assert (status, record["physical_deletion"]) == (200, "complete"), record
         (old_key,) = learnt
@@ -59,9 +64,9 @@ class TestRotation:
         for model in ("attacker-model", "remember: my PIN is 1234"):
             status, _, _ = await t.post(EMBED, {"model": model, "input": ["hello"]})
             assert status == 200
-        for text in ("likes green tea", "lives in Lisbon"):
+        for text in ("lives in Lisbon", "likes green tea"):
             await t.save(key, text)
-        doomed = (await _entries(t, scope_id))[0]["id"]
+        doomed = next(e["id"] for e in await _entries(t, scope_id) if e["text"] == "likes green tea")
         calls = len(t.dev.embedding.calls)
         status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
         assert status == 200 and record["physical_deletion"] == "complete"
@@ -74,11 +79,7 @@ class TestRotation:
         and the forget-one evidence stays pending, naming the reason; nothing claims physical absence."""
         t = await launch(agents=PINNED, gated=True)
         assert t.gate is not None
-        scope_id = await t.consented_scope()
-        key = await t.session_key()
-        for text in ("likes green tea", "lives in Lisbon"):
-            await t.save(key, text)
-        doomed = (await _entries(t, scope_id))[0]["id"]
+        scope_id, _, doomed = await _scope_of_two(t, "lives in Lisbon", "likes green tea")
         t.gate.pretend = lambda r: r.method == "DELETE"
         status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
         assert status == 200 and record["state"] == "verified"
@@ -93,11 +94,7 @@ class TestRotation:
         from the new one: never empty for a live scope, never the forgotten entry."""
         t = await launch(agents=PINNED, gated=True)
         assert t.gate is not None
-        scope_id = await t.consented_scope()
-        key = await t.session_key()
-        for text in ("likes green tea", "drinks green tea daily"):
-            await t.save(key, text)
-        doomed = next(e["id"] for e in await _entries(t, scope_id) if e["text"] == "drinks green tea daily")
+        scope_id, key, doomed = await _scope_of_two(t, "likes green tea", "drinks green tea daily")
         t.gate.hold = lambda r: r.path == "/api/memories/search"
         searching = asyncio.create_task(t.search(key, "green tea"))
         await t.gate.arrived.wait()

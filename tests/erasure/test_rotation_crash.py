@@ -17,36 +17,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-import asyncpg
 import pytest
 
-from sidecar.devstack import start_devstack
 from sidecar.erasure.adapters import memories_url
-from sidecar.state import open_store
-from tests.control.harness import APP, policy_pack, until, with_embedding, write_keys
-from tests.erasure.procs import gate, gateway_process, process_settings
-from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory
+from tests.control.harness import APP, until
+from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
 
 STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 
 
 @pytest.fixture
 async def crash(tmp_path: Path, pg_url: str) -> AsyncIterator[Crash]:
-    """A gateway process (PostgreSQL state, rotation on, short write leases) in front of a gated stand-in."""
-    keys = write_keys(tmp_path / "keys")
-    stack = await start_devstack(stream_delay_s=0)
-    store = await open_store(pg_url)
-    try:
-        async with gate(stack.kagent_url) as g, aiohttp.ClientSession() as http:
-            settings = process_settings(keys, policy_pack(tmp_path), g.url, pg_url,
-                                        erasure={"quiesce_timeout_s": 120.0}, enforce={"write_lease_s": 2},
-                                        upstream={"memory_timeout_s": 1.0})
-            with_embedding(settings, stack.embedding_url, pinned=True)
-            async with gateway_process(tmp_path / "gw", settings) as gp:
-                yield Crash(gp, store, stack, g, keys, pg_url, http)
-    finally:
-        await store.close()
-        await stack.stop()
+    """A gateway process with rotation on and short write leases, on PostgreSQL, in front of a gated stand-in."""
+    async with crashing(tmp_path, pg_url, rotation=True, enforce={"write_lease_s": 2},
+                        upstream={"memory_timeout_s": 1.0}) as c:
+        yield c
 
 
 def _hold(c: Crash, stuck_in: str) -> None:
@@ -72,11 +57,8 @@ class TestKillDuringRotation:
         assert live_ns is not None
         lock = op = None
         if stuck_in == "requested":
-            lock = await asyncpg.connect(c.state_url)
-            lock_tx = lock.transaction()
-            await lock_tx.start()
             # Blocks the freeze (a row lock for update) but not the forget-one's share lock.
-            await lock.execute("SELECT 1 FROM scopes WHERE scope_id = $1 FOR SHARE", scope_id)
+            lock = await locked_scope_row(c.state_url, scope_id, "FOR SHARE")
         elif stuck_in == "fenced":
             op = await c.store.begin_write(scope_id, 1, live_ns.ns_id, 600.0, datetime.now(UTC))
         _hold(c, stuck_in)

@@ -22,21 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from sidecar.control.client import ControlClient
 from sidecar.devstack import start_devstack
 from sidecar.devstack.embedding import EmbeddingFaults
 from sidecar.devstack.vectors import embed_text
-from sidecar.enforce.build import governance
 from sidecar.erasure.engine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
-from sidecar.identity.keys import SessionKeys
-from sidecar.ops import Readiness
-from sidecar.settings import load_settings
-from tests.control.harness import AGENT, ALICE, APP, ROOM, policy_pack, subject_token, with_embedding, write_keys
-from tests.erasure.procs import gateway_process, process_settings
+from tests.control.harness import APP, policy_pack, with_embedding, write_keys
+from tests.erasure.procs import governed_like, process_settings, two_gateways
 
 #: Facts saved in all (single saves, and every tenth call an auto-save batch), by this many concurrent savers.
 FACTS = 250
@@ -81,13 +75,8 @@ class TestRotationRace:
         """Two processes, 250+ facts saved by 16 concurrent savers, a forget-one rotating the scope meanwhile."""
         s = setup
         stack, first, second = s["stack"], s["settings"](), s["settings"]()
-        connector = aiohttp.TCPConnector(limit=0)
-        async with gateway_process(s["tmp"] / "a", first) as a, gateway_process(s["tmp"] / "b", second) as b, \
-                aiohttp.ClientSession(connector=connector) as http:
-            api = ControlClient(a.control_url, lambda: subject_token(s["keys"], int(time.time())), session=http)
-            scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
-            await api.grant(scope_id, "remember my preferences", "v1")
-            key = SessionKeys(s["keys"].session_file.read_bytes().strip()).session_key(scope_id, 1)
+        async with two_gateways(s["tmp"], s["keys"], first, second) as pair:
+            a, b, http, api, scope_id, key = pair.a, pair.b, pair.http, pair.api, pair.scope_id, pair.key
             headers = {"X-Agent-Name": APP, "X-User-Id": key}
             async with http.post(a.data_url + "/api/memories/sessions", json=_item(key, "owns a red bicycle"),
                                  headers=headers) as resp:
@@ -140,9 +129,7 @@ class TestRotationRace:
             assert len(searched) > 1 and all(results for _, results in searched)
             assert all(doomed not in {r["id"] for r in results} for sent, results in searched if sent > tombstoned)
 
-            settings = load_settings(**{**first, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0",
-                                                           "ops": "127.0.0.1:0"}})
-            async with governance(settings, Readiness()) as gov:
+            async with governed_like(first) as gov:
                 report = await sweep_once(gov, ErasureEngine(gov))
                 assert report.failures == 0
                 scope = await gov.store.get_scope(scope_id)
