@@ -115,10 +115,21 @@ class ErasureEngine:
         erasure = await self.request(scope, kind, requested_by, entry_ids)
         done = await self.run(erasure.erasure_id)
         if kind is Kind.FORGET_ONE and done.state == "verified" and self.rotates:
-            # Its evidence turns complete once the rotation's read-back stamps the entry deleted.
-            await self.rotate(scope, requested_by)
+            # Its evidence turns complete once a rotation's read-back stamps the entry deleted. A rotation
+            # already under way may have switched before the tombstone (its copy is then erased by lineage
+            # but still stored): one more rotation removes that copy.
+            for _ in range(2):
+                if (await self.rotate(scope, requested_by)).state != "verified" or await self._gone(done):
+                    break
             return await self._gov.store.get_erasure(done.erasure_id) or done
         return done
+
+    async def _gone(self, erasure: Erasure) -> bool:
+        """Whether every entry of the erasure (copies included) is stamped physically deleted."""
+        current = await self._gov.store.get_erasure(erasure.erasure_id) or erasure
+        wanted = set(current.entry_ids)
+        return all(e.physically_deleted_at is not None
+                   for e in await self._gov.store.entries_of_scope(erasure.scope_id) if e.entry_id in wanted)
 
     async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
         """Rotate the scope's live namespace, joining a rotation of it that is already under way."""

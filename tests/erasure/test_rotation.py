@@ -134,6 +134,24 @@ class TestForgetOne:
         assert (await rot.client().inspect(scope_id, rot.context()))["entries"] == []
 
 
+    async def test_forgetting_during_an_unfinished_rotation_removes_its_copy_too(self, rot: Harness) -> None:
+        """A rotation switched (and copied the entry) but not yet verified when the entry is forgotten by its old
+        id: the forget joins it, then rotates once more, so no copy survives and the evidence is complete."""
+        scope_id = await rot.scope()
+        kept = await rot.saved(scope_id, "lives in Lisbon")
+        await rot.saved(scope_id, "has a cat")
+        scope = await rot.gov.store.get_scope(scope_id)
+        assert scope is not None
+        engine = ErasureEngine(rot.gov)
+        rotation = await engine.request(scope, Kind.ROTATE, "sweeper")
+        assert (await engine.run(rotation.erasure_id, until="deleted")).ns_id is not None  # switched
+        record = await rot.client().forget(scope_id, kept)
+        assert record["physical_deletion"] == "complete" and len(record["entries"]) == 2
+        assert [r.content for r in await rot.rows(scope_id)] == ["has a cat"]
+        kinds = [(e.kind, e.state) for e in await rot.gov.store.erasures_of_scope(scope_id)]
+        assert kinds.count(("rotate", "verified")) == 2
+
+
 class TestEngine:
     @pytest.mark.parametrize("stopped_at", ["requested", "fenced", "quiesced", "deleted"])
     async def test_a_rotation_stopped_after_any_step_completes_on_resume(self, rot: Harness, stopped_at: str) -> None:
