@@ -300,7 +300,10 @@ class Settings(BaseSettings):
         """Return memgov's own embedding-provider key, read from its file when set."""
         if self.upstream.embedding_api_key_file is None:
             return None
-        return read_secret(self.upstream.embedding_api_key_file, "upstream.embedding_api_key_file")
+        key = read_secret(self.upstream.embedding_api_key_file, "upstream.embedding_api_key_file")
+        if not key.isascii() or not key.decode().isprintable() or b" " in key:
+            raise SettingsError("upstream.embedding_api_key_file: the key must be printable ASCII without spaces")
+        return key
 
     def kagent_db_url(self) -> str | None:
         """Return the kagent-db erasure URL, read from its file when set."""

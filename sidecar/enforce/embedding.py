@@ -22,7 +22,7 @@ from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.proxy import EMBEDDING, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
-from sidecar.state.types import BudgetClaim
+from sidecar.state.types import BudgetClaim, StateError
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
@@ -94,5 +94,8 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
                            replace_errors=True)
     if answer.status == 200 and gov.rotator is not None:
         # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
-        await gov.rotator.note_model(gov.store, ref, body, gov.now())
+        try:
+            await gov.rotator.note_model(gov.store, ref, body, gov.now())
+        except StateError:
+            pass  # the answer is already sent; a rotation meanwhile fails closed on an unknown or older model
     return answer

@@ -81,14 +81,9 @@ class Reembedder:
             self._headers["Authorization"] = "Bearer " + api_key.decode("ascii", "strict")
 
     async def embed(self, model: EmbeddingModel, texts: Sequence[str]) -> list[list[float]]:
-        """One 768-float vector per text, in order; AdapterError (a reason code only) on any failure."""
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), BATCH):
-            vectors.extend(await self._call(model, list(texts[start:start + BATCH])))
-        return vectors
-
-    async def _call(self, model: EmbeddingModel, texts: list[str]) -> list[list[float]]:
-        body: dict[str, Any] = {"model": model.model, "input": texts}
+        """One provider call: a 768-float vector per text, in order; AdapterError (a reason code only) on any
+        failure. Callers send at most :data:`BATCH` texts per call."""
+        body: dict[str, Any] = {"model": model.model, "input": list(texts)}
         if model.dimensions is not None:
             body["dimensions"] = model.dimensions
         if model.encoding_format is not None:

@@ -31,7 +31,7 @@ from sidecar import metrics
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError, list_namespace
 from sidecar.erasure.readback import Deferred, quiesce, read_back
-from sidecar.erasure.reembed import EmbeddingModel, Reembedder
+from sidecar.erasure.reembed import BATCH, EmbeddingModel, Reembedder
 from sidecar.reasons import Reason
 from sidecar.state.rotations import ModelFacts, valid_model_facts
 from sidecar.state.types import Erasure, LedgerEntry, Namespace, Scope, StateError
@@ -188,9 +188,12 @@ class RotationSteps:
             raise AdapterError(Reason.ENTRY_CAP_REACHED)
         texts = await rot.texts(gov.query_name(scope.agent), frozen.storage_key)
         present = [e for e in live if e.entry_id in texts]
-        vectors = await rot.reembedder.embed(await rot.model(store, scope.agent), [texts[e.entry_id] for e in present])
-        # Counted as embedding work, never charged to the person's hourly budget.
-        metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(present))
+        model, vectors = await rot.model(store, scope.agent), []
+        for start in range(0, len(present), BATCH):
+            vectors += await rot.reembedder.embed(model, [texts[e.entry_id] for e in present[start:start + BATCH]])
+            # Counted as embedding work, never charged to the person's hourly budget.
+            metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(present[start:start + BATCH]))
+            await store.touch_erasure(erasure.erasure_id, gov.now())
         moves = [(e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
         pairs = list(zip(present, vectors, strict=True))
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
