@@ -8,6 +8,7 @@ from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
 
+
 def physical_after_forget(record: dict[str, Any]) -> str:
     """What a forget-one erasure may honestly report (SPEC D4): ``kagent-db`` deletes by id; ``rest`` is exact
     when it rotated the namespace (an embedding provider configured), else pending until the namespace is cleared."""
