@@ -143,7 +143,8 @@ def register_bench(bench: argparse._SubParsersAction) -> None:  # type: ignore[t
     p = bench.add_parser("sweep", help="Sweeper cost with namespace rotation at 1,000 and 100,000 scopes.")
     p.add_argument("--large", action="store_true", help="Also measure at 100,000 scopes and 1,000,000 ledger rows.")
     p.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both", help="Backend(s) to measure.")
-    p.add_argument("--rotations", type=int, default=100, help="Scopes prepared to need a rotation (one forgotten entry).")
+    p.add_argument("--rotations", type=int, default=100,
+                   help="Scopes prepared to need a rotation (one forgotten entry).")
     p.add_argument("--entries", type=int, default=10, help="Entries per prepared scope.")
     p.add_argument("--ops", type=int, default=200, help="Measured candidate queries per size.")
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")

@@ -187,7 +187,8 @@ class TestUnknownOutcome:
         record = await rot.client().forget(scope_id, doomed)
         assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("pending_namespace_clear", "deleted")
         pending = await rot.client().erasure(record["rotated_by"]["erasure_id"])
-        assert pending["not_before"] is not None and pending["rotation"]["to_namespace"] == await _live_ns(rot, scope_id)
+        assert pending["not_before"] is not None
+        assert pending["rotation"]["to_namespace"] == await _live_ns(rot, scope_id)
         rot.advance(61)
 
         async def verified() -> bool:
@@ -351,7 +352,7 @@ class TestCost:
         limits = rot.gov.settings.policy.dir / "data" / "limits.yaml"
         limits.write_text(limits.read_text().replace("max_entries: 1000", "max_entries: 2"))
         assert await rot.gov.policy.reload()
-        (first, *_rest) = [e.entry_id for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None]
+        first = next(e.entry_id for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None)
         calls = len(rot.stack.embedding.calls)
         record = await rot.client().forget(scope_id, first)
         assert record["rotated_by"]["failure_reason"] == "entry_cap_reached"

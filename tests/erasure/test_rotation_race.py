@@ -91,7 +91,8 @@ class TestRotationRace:
                 """Save one fact after another (every tenth call an auto-save batch) until the rotation is over."""
                 while not rotated.is_set() or sum(len(t) for _, t in outcomes) < FACTS:
                     n = next(numbers)
-                    texts = [f"batch {n} fact {i}" for i in range(BATCH_SIZE)] if n % 10 == 9 else [f"fact {n} about tea"]
+                    batch = n % 10 == 9
+                    texts = [f"batch {n} fact {i}" for i in range(BATCH_SIZE)] if batch else [f"fact {n} about tea"]
                     path, body = (("/api/memories/sessions/batch", {"items": [_item(key, t) for t in texts]})
                                   if len(texts) > 1 else ("/api/memories/sessions", _item(key, texts[0])))
                     async with http.post(url + path, json=body, headers=headers) as resp:
