@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
@@ -39,10 +40,13 @@ def _runtime(raw: Sequence[float]) -> list[float]:
     return [x / norm for x in cut]
 
 
-async def _save_vector(h: Harness, scope_id: str, text: str, vector: list[float]) -> tuple[int, Any]:
-    """The runtime's save_memory with a vector it embedded itself."""
+async def _save_vector(h: Harness, scope_id: str, text: str, vector: list[float], *,
+                       ttl_days: int | None = None) -> tuple[int, Any]:
+    """The runtime's save_memory with a vector it embedded itself (and the ttl it asks for)."""
     key = h.session_key(scope_id, 1)
-    body = {"agent_name": APP, "user_id": key, "content": text, "vector": vector}
+    body: dict[str, Any] = {"agent_name": APP, "user_id": key, "content": text, "vector": vector}
+    if ttl_days is not None:
+        body["ttl_days"] = ttl_days
     async with h.http.post(h.gw.data_url + "/api/memories/sessions", json=body,
                            headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
         return resp.status, await resp.json(content_type=None)
@@ -420,6 +424,44 @@ class TestSweeper:
         assert row.content == "likes green tea" and row.user_id != legacy_key
         scope = await rot.gov.store.get_scope(scope_id)
         assert scope is not None and scope.namespace is not None and not scope.namespace.legacy
+
+
+class TestKagentPrune:
+    async def test_a_rotation_with_kagents_prune_running_alongside(self, rot: Harness) -> None:
+        """kagent's prune runs again and again while a rotation copies: a row it drops (its own shorter ttl) is
+        reported not found and leaves the ledger, a popular expired row it extends is erased anyway, the live
+        entry is copied, and nothing expired or forgotten is left."""
+        scope_id = await rot.scope()
+        popular = await rot.saved(scope_id, "likes green tea")
+        for _ in range(10):
+            await _ranked(rot, scope_id, "green tea")
+        _later(rot, 2 * DAY)
+        status, body = await _save_vector(rot, scope_id, "parks by the river", embed_text("parks by the river"),
+                                          ttl_days=1)
+        assert status == 201
+        short = body["id"]
+        kept = await rot.saved(scope_id, "lives in Lisbon")
+        doomed = await rot.saved(scope_id, "has a cat")
+        _later(rot, 5 * DAY + 3600)  # `popular` expired an hour ago; kagent's copy of `short` too
+        rot.stack.embedding.faults = EmbeddingFaults(delay_s=0.2)  # a copy that takes a while
+        stop = asyncio.Event()
+
+        async def prune_again_and_again() -> None:
+            while not stop.is_set():
+                await rot.stack.store.prune()
+                await asyncio.sleep(0.01)
+
+        pruning = asyncio.create_task(prune_again_and_again())
+        record = await rot.client().forget(scope_id, doomed)
+        stop.set()
+        await pruning
+        assert record["physical_deletion"] == "complete"
+        rotation = await rot.client().erasure(record["rotated_by"]["erasure_id"])
+        assert rotation["rotation"]["not_found_in_kagent"] == [short]
+        assert [m["from_entry_id"] for m in rotation["rotation"]["moved"]] == [kept]
+        assert {e["entry_id"] for e in rotation["entries"]} == {popular, short, doomed}
+        assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
+        assert (await rot.client().status(scope_id))["entries"]["live"] == 1
 
 
 class TestContentStaysInMemory:
