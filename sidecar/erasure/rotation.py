@@ -188,12 +188,15 @@ class RotationSteps:
             raise AdapterError(Reason.ENTRY_CAP_REACHED)
         texts = await rot.texts(gov.query_name(scope.agent), frozen.storage_key)
         present = [e for e in live if e.entry_id in texts]
-        model, vectors = await rot.model(store, scope.agent), []
-        for start in range(0, len(present), BATCH):
-            vectors += await rot.reembedder.embed(model, [texts[e.entry_id] for e in present[start:start + BATCH]])
-            # Counted as embedding work, never charged to the person's hourly budget.
-            metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(present[start:start + BATCH]))
-            await store.touch_erasure(erasure.erasure_id, gov.now())
+        vectors: list[list[float]] = []
+        if present:  # nothing kept, nothing to embed: no model needed
+            model = await rot.model(store, scope.agent)
+            for start in range(0, len(present), BATCH):
+                batch = [texts[e.entry_id] for e in present[start:start + BATCH]]
+                vectors += await rot.reembedder.embed(model, batch)
+                # Counted as embedding work, never charged to the person's hourly budget.
+                metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
+                await store.touch_erasure(erasure.erasure_id, gov.now())
         moves = [(e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
         pairs = list(zip(present, vectors, strict=True))
         for start in range(0, len(pairs), _SAVES_PER_LEASE):

@@ -99,7 +99,8 @@ class EvidenceOps:
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
             await tx.execute(
-                f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
+                f"INSERT INTO erasures ({_ERASURE_COLS})"
+                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
                 erasure_id, scope_id, kind, adapter, requested_by_kind, at,
             )
             if ids:

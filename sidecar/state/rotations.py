@@ -24,6 +24,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, MODEL_MAX, to_us
 from sidecar.state.db import Database, Tx
+from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
 from sidecar.state.types import ERASURE_TERMINAL, Fenced, Namespace
@@ -38,10 +39,6 @@ _MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
 _ENCODINGS = frozenset({"float", "base64"})
 #: Longest chain of rotations followed from a forgotten id to its current copy.
 _MAX_HOPS = 64
-
-
-def _in(first: int, n: int) -> str:
-    return ", ".join(f"${i}" for i in range(first, first + n))
 
 
 async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
@@ -230,7 +227,8 @@ class RotationOps:
                     break
                 rows = await tx.fetch(
                     "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
-                    f" WHERE l.scope_id = $1 AND m.old_entry_id IN ({_in(2, len(frontier))})", scope_id, *frontier,
+                    f" WHERE l.scope_id = $1 AND m.old_entry_id IN ({placeholders(2, len(frontier))})",
+                    scope_id, *frontier,
                 )
                 frontier = {r[0] for r in rows} - ids
                 ids |= frontier
@@ -240,7 +238,7 @@ class RotationOps:
                                      " ON CONFLICT DO NOTHING", [(erasure_id, e) for e in sorted(added)])
             await tx.execute(
                 "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
-                f" AND entry_id IN ({_in(3, len(ids))})", scope_id, to_us(now), *sorted(ids),
+                f" AND entry_id IN ({placeholders(3, len(ids))})", scope_id, to_us(now), *sorted(ids),
             )
         return sorted(ids)
 
