@@ -263,7 +263,10 @@ async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = N
             config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
         settings = load_settings(**config)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
-            yield Harness(gw, stack, keys, http)
+            running = Harness(gw, stack, keys, http)
+            # The start-up sweep pass runs in the background: let it finish, so a test's own pass is the only one.
+            await running.sweepers.swept.wait()
+            yield running
     finally:
         await stack.stop()
 
