@@ -12,7 +12,7 @@ OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
 
-.PHONY: venv tools pg test test-py test-rego demo bench chart-policies clean
+.PHONY: venv tools pg test test-py test-rego demo bench fuzz chart-policies clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ demo: venv
 
 bench: venv pg
 	$(VENV)/bin/memgov bench proxy
+
+# The long fuzz run (make test runs a bounded sample); override FUZZ_CASES / FUZZ_SEED.
+FUZZ_CASES ?= 100000
+FUZZ_SEED ?= 1
+fuzz: venv
+	$(VENV)/bin/memgov fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
 # The chart carries a copy of policies/ (Helm reads only files inside the chart); refresh it after edits.
 chart-policies:

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.demo",
     "sidecar.control.cli",
     "sidecar.drill.cli",
+    "sidecar.fuzz.cli",
 )
 
 

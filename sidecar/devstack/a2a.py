@@ -97,7 +97,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return method_not_allowed()
     try:
         rpc = json.loads(await request.read())
-    except ValueError:
+    except (ValueError, RecursionError):  # a too-deep document is a parse error to the A2A server as well
         return go_json(200, _rpc(None, code=-32700, message="Parse error"))
     if not isinstance(rpc, dict) or rpc.get("jsonrpc") != "2.0" or not isinstance(rpc.get("method"), str):
         return go_json(200, _rpc(None, code=-32600, message="Invalid Request"))

@@ -12,12 +12,18 @@ import asyncio
 import base64
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from sidecar.devstack.vectors import embed_text
+
+
+#: The largest ``dimensions`` a request may ask for (OpenAI's largest embedding model has 3072).
+MAX_DIMENSIONS = 3072
 
 
 @dataclass
@@ -77,7 +83,7 @@ async def embeddings(request: web.Request) -> web.Response:
     state = request.app[EMBEDDING]
     try:
         body = json.loads(await request.read())
-    except ValueError:
+    except (ValueError, RecursionError):  # a provider refuses a too-deep document as unparseable
         body = None
     inputs = _inputs(body.get("input")) if isinstance(body, dict) else None
     model = body.get("model") if isinstance(body, dict) else None
@@ -95,9 +101,11 @@ async def embeddings(request: web.Request) -> web.Response:
         return _openai_error(400, "We could not parse the JSON body of your request.")
     if inputs is None:
         return _openai_error(400, "'input' must be a non-empty string or array of strings")
+    if "model" in body and not isinstance(model, str):
+        return _openai_error(400, "'model' must be a string")
     dims = body.get("dimensions", state.dim)
-    if not isinstance(dims, int) or isinstance(dims, bool) or dims < 1:
-        return _openai_error(400, "'dimensions' must be a positive integer")
+    if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= MAX_DIMENSIONS:
+        return _openai_error(400, f"'dimensions' must be an integer from 1 to {MAX_DIMENSIONS}")
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         return _openai_error(400, "'encoding_format' must be float or base64")
@@ -122,9 +130,10 @@ async def set_faults(request: web.Request) -> web.Response:
     return web.json_response({"status": "set"})
 
 
-def create_embedding_app(*, dim: int = 768, faults: EmbeddingFaults | None = None) -> web.Application:
+def create_embedding_app(*, dim: int = 768, faults: EmbeddingFaults | None = None,
+                         middlewares: Iterable[Middleware] = ()) -> web.Application:
     """Build the provider stand-in; ``app[EMBEDDING]`` holds its faults and recorded calls."""
-    app = web.Application(client_max_size=1 << 30)
+    app = web.Application(client_max_size=1 << 30, middlewares=list(middlewares))
     app[EMBEDDING] = EmbeddingState(dim, faults if faults is not None else EmbeddingFaults())
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/embeddings", embeddings)

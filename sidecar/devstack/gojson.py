@@ -177,7 +177,7 @@ def decode_struct(body: bytes, fields: Mapping[str, Kind]) -> dict[str, Any]:
         raise GoDecodeError("EOF")
     try:
         value, _end = _DECODER.raw_decode(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # Go refuses nesting deeper than 10000; Python gives up sooner
         raise GoDecodeError(str(exc)) from None
     return _struct(value, text, 0, fields)
 

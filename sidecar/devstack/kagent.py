@@ -15,6 +15,7 @@ from datetime import datetime
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from sidecar.devstack import a2a, memory_api
 from sidecar.devstack.admin import admin_mux
@@ -147,14 +148,15 @@ async def _http_client(app: web.Application) -> AsyncIterator[None]:
 
 def create_kagent_app(store: MemoryStore, *, clock: Callable[[], datetime] | None = None,
                       agents: Iterable[str] | None = None, stream_delay_s: float = 0.05,
-                      runtime: RuntimeConfig | None = None) -> web.Application:
+                      runtime: RuntimeConfig | None = None, middlewares: Iterable[Middleware] = ()) -> web.Application:
     """Build the stand-in controller app over an opened store.
 
     ``clock`` is the controller's clock (TTL arithmetic; default: the store's clock); ``agents``
     limits which ``ns/name`` A2A agents exist (default: all); ``runtime`` makes listed agents
-    call memory and embeddings like kagent's Python runtime.
+    call memory and embeddings like kagent's Python runtime; ``middlewares`` run before kagent's
+    router (fault injection and wire capture).
     """
-    app = web.Application(client_max_size=_MAX_BODY)
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=list(middlewares))
     app[STATE] = KagentState(store, clock if clock is not None else store.now,
                              frozenset(agents) if agents is not None else None, stream_delay_s, runtime)
     app[RECORDER] = Recorder()

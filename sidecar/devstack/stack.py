@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from sidecar.devstack.clock import DevClock
 from sidecar.devstack.embedding import EMBEDDING, EmbeddingFaults, EmbeddingState, create_embedding_app
@@ -60,14 +61,16 @@ class Devstack:
 async def start_devstack(*, store_url: str | None = None, host: str = "127.0.0.1", kagent_port: int = 0,
                          embedding_port: int = 0, clock: Callable[[], datetime] | None = None,
                          agents: Iterable[str] | None = None, runtime: RuntimeConfig | None = None,
-                         stream_delay_s: float = 0.05, embedding_faults: EmbeddingFaults | None = None) -> Devstack:
-    """Open the store and serve both stand-ins; port 0 picks free ports."""
+                         stream_delay_s: float = 0.05, embedding_faults: EmbeddingFaults | None = None,
+                         middlewares: Iterable[Middleware] = ()) -> Devstack:
+    """Open the store and serve both stand-ins; port 0 picks free ports; ``middlewares`` wrap both."""
     now = clock if clock is not None else DevClock()
+    middlewares = tuple(middlewares)
     store = await open_memory_store(store_url, now=now)
     try:
         kagent_app = create_kagent_app(store, clock=now, agents=agents, stream_delay_s=stream_delay_s,
-                                       runtime=runtime)
-        embedding_app = create_embedding_app(faults=embedding_faults)
+                                       runtime=runtime, middlewares=middlewares)
+        embedding_app = create_embedding_app(faults=embedding_faults, middlewares=middlewares)
         kagent_runner, kagent_port = await _serve(kagent_app, host, kagent_port)
         try:
             embedding_runner, embedding_port = await _serve(embedding_app, host, embedding_port)

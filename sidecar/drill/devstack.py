@@ -73,7 +73,8 @@ def _pack(folder: Path) -> Path:
     return target
 
 
-def _keys(folder: Path) -> dict[str, Path]:
+def write_keys(folder: Path) -> dict[str, Path]:
+    """Fresh bridge, operator and session secrets as private files (also used by ``memgov fuzz``)."""
     paths = {name: folder / f"{name}.key" for name in ("bridge", "operator", "session")}
     for path in paths.values():
         path.write_text(secrets.token_hex(32))
@@ -89,7 +90,7 @@ async def devstack_target() -> AsyncIterator[tuple[Target, LocalStack]]:
     try:
         with tempfile.TemporaryDirectory(prefix="memgov-drill-") as tmp:
             folder = Path(tmp)
-            keys, pack = _keys(folder), _pack(folder)
+            keys, pack = write_keys(folder), _pack(folder)
             dev = await start_devstack(clock=clock)
             try:
                 settings = load_settings(

@@ -48,6 +48,7 @@ class TestSend:
 
     @pytest.mark.parametrize(("raw", "code"), [
         (b"{not json", -32700),
+        (b'{"jsonrpc": "2.0", "params": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", -32700),
         (b'{"jsonrpc": "1.0", "method": "message/send"}', -32600),
         (json.dumps(rpc("x", method="tasks/cancel")).encode(), -32601),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}', -32602),

@@ -78,7 +78,9 @@ class TestEndpoint:
 
     @pytest.mark.parametrize("body", [
         {"model": "m"}, {"model": "m", "input": []}, {"model": "m", "input": [1, 2]},
-        {"model": "m", "input": "x", "dimensions": 0}, {"model": "m", "input": "x", "encoding_format": "hex"},
+        {"model": "m", "input": "x", "dimensions": 0}, {"model": "m", "input": "x", "dimensions": 2**31},
+        {"model": 1e300, "input": "x"},
+        {"model": "m", "input": "x", "encoding_format": "hex"},
     ])
     async def test_bad_requests_get_openai_errors(self, client: Client, body: Any) -> None:
         """Invalid requests answer 400 with an OpenAI error object."""

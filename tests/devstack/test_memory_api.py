@@ -73,6 +73,7 @@ class TestAddSession:
         (b'{"agent_name": "a", "user_id": "u", "vector": [1], "ttl_days": 1.5}', INVALID),
         (b'{"agent_name": "a", "user_id": "u", "vector": [1e39]}', INVALID),
         (b'{"agent_name": "a", "user_id": "u", "vector": "x"}', INVALID),
+        (b'{"agent_name": "a", "user_id": "u", "vector": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", INVALID),
         (b"null", MISSING),
         (b'{"user_id": "u", "vector": [1]}', MISSING),
         (b'{"agent_name": "a", "user_id": "", "vector": [1]}', MISSING),

@@ -1,0 +1,1 @@
+"""``memgov fuzz``: property-based and schema-driven fuzzing of the gateway against its contracts (dev tooling)."""

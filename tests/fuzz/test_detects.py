@@ -1,0 +1,98 @@
+"""The fuzzer against a live stack: quiet on correct answers, loud on every planted breakage.
+
+Breakage is planted by swapping one handler of the running data plane for a misbehaving one, so
+these tests hold whatever the gateway's own handlers do.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sidecar.fuzz.cases import Case, Request, Setup
+from sidecar.fuzz.chaos import Fault
+from sidecar.fuzz.cli import fuzz, summary
+from sidecar.fuzz.jsondoc import Doc, Obj, Ph, Str, Vec
+from sidecar.fuzz.run import CaseRun
+from sidecar.fuzz.run_data import run_data_case
+from sidecar.fuzz.stack import FuzzStack
+from sidecar.logs import get_logger
+from sidecar.proxy import HANDLERS
+from sidecar.routes import RouteClass, RouteMatch
+
+SEARCH = Doc(Obj((("agent_name", "kagent__NS__k8s_agent"), ("user_id", Ph("KEY")), ("vector", Vec("valid")),
+                  ("note", Str((Ph("S:query"),))))))
+
+
+def kinds(outcome) -> set[str]:  # noqa: ANN001 - an Outcome
+    return {f.kind for f in outcome.failures}
+
+
+def swap(stack: FuzzStack, cls: RouteClass, handler) -> None:  # noqa: ANN001 - a class handler
+    stack.gw.runners[0].app[HANDLERS][cls] = handler
+
+
+class TestQuietOnCorrectAnswers:
+    async def test_passthrough_relayed(self, stack: FuzzStack) -> None:
+        """A plain passthrough call, relayed byte for byte, breaks no contract."""
+        case = Case("data", "passthrough", Request("POST", ("/api/feedback",), (("Content-Type", "application/json"),),
+                                                   Doc(Obj((("note", Str((Ph("S:body"),))),)))))
+        outcome = await run_data_case(stack, case)
+        assert outcome.status == 200 and outcome.failures == []
+
+    async def test_relayed_upstream_error_on_passthrough(self, stack: FuzzStack) -> None:
+        """kagent's own error text may come back on a passthrough route: it is the caller's channel."""
+        case = Case("data", "passthrough", Request("GET", ("/api/sessions",)),
+                    fault=Fault("kagent", "status", "/api/sessions", 500))
+        outcome = await run_data_case(stack, case)
+        assert outcome.status == 500 and outcome.failures == []
+
+
+class TestLoudOnBreakage:
+    async def test_leaky_search(self, stack: FuzzStack) -> None:
+        """A search that answers 500 with the request in it and logs a piece of it fails six ways."""
+
+        async def leaky(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+            body = await request.read()
+            core = "SNTL" + body.decode().split("SNTL", 1)[1][:17]  # tag and hex: passes the log allow-list
+            get_logger("leak").info("leak", scope_id=core)
+            return web.Response(status=500, body=body)
+
+        swap(stack, RouteClass.MEMORY_SEARCH, leaky)
+        case = Case("data", "search", Request("POST", ("/api/memories/search",), (), SEARCH), Setup(scope=True))
+        assert {"5xx", "error_body_shape", "decision_header_missing", "contract_status", "sentinel_in_answer",
+                "sentinel_in_logs"} <= kinds(await run_data_case(stack, case))
+
+    async def test_raw_forwarding(self, stack: FuzzStack) -> None:
+        """Forwarding what was not checked (a second spelling of input, the context header) is caught."""
+
+        async def raw(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+            body = await request.read()
+            async with stack.http.post(stack.dev.embedding_url + "/embeddings", data=body, headers={
+                    "X-Memgov-Context": request.headers.get("X-Memgov-Context", "")}) as resp:
+                return web.Response(status=resp.status, body=await resp.read(), headers={
+                    "X-Memgov-Decision": "forward; reason=allowed; id=d_0123456789abcdef"})
+
+        swap(stack, RouteClass.EMBEDDING, raw)
+        body = Doc(Obj((("input", Str((Ph("S:query"),))), ("INPUT", Str((Ph("S:query"),), "x", 600)))))
+        case = Case("data", "embedding", Request("POST", ("/embeddings/kagent/k8s-agent/v1/embeddings",),
+                                                 (("X-Memgov-Context", Ph("CTX")),), body), Setup(scope=True))
+        assert {"context_forwarded", "forwarded_noncanonical"} <= kinds(await run_data_case(stack, case))
+
+    async def test_evidence_that_lies(self, stack: FuzzStack) -> None:
+        """A record claiming physical absence while the scope's old rows remain in kagent is caught."""
+        scope = await stack.new_scope()
+        await stack.session_key(scope)
+        await stack.seed(scope, "fact")
+        await stack.grant(scope)  # a new generation: the seeded row now belongs to a fenced one
+        run = CaseRun(stack, Case("control", "getErasure", Request("GET", ("/",))))
+        await run.check_evidence({"scope_id": scope.scope_id, "kind": "withdraw", "physical_deletion": "complete",
+                                  "verification": {"physically_absent": True}})
+        assert [f.kind for f in run.failures] == ["evidence_claims_absent"]
+
+
+class TestSummary:
+    async def test_counts_every_case(self) -> None:
+        """A seeded run counts every case per route and prints the tables."""
+        report, _ = await fuzz(12, 7, "all", shrink=False, progress=lambda _: None)
+        text = summary(report, {}, 7)
+        assert report.total == 12 and "cases per route" in text and "failures by kind" in text
