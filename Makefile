@@ -12,7 +12,7 @@ OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
 
-.PHONY: venv tools pg test test-py test-rego demo bench fuzz chart-policies clean
+.PHONY: venv tools pg kagent conformance test test-py test-rego demo bench fuzz chart-policies clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,17 @@ pg:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (echo "installing the PostgreSQL server" && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 
+# kagent v0.9.11's own controller server and Go runtime driver, pgvector for the local PostgreSQL, and a
+# venv with kagent's Python runtime: built once from ../shared/vendor and PyPI, cached in
+# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh).
+kagent: pg
+	@command -v go >/dev/null || { echo "go is required for the real-kagent conformance build"; exit 1; }
+	conformance/kagent/build.sh all >/dev/null
+
+# Only the conformance part: every test that runs kagent v0.9.11 itself or kagent's own runtime code.
+conformance: venv kagent
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m real_kagent
+
 # Regal v0.39.0 is built with OPA 1.14 and cannot be rebuilt on the pinned OPA 1.22.3 (their gobwas/glob
 # versions are incompatible); the pinned opa is the compiler of record, Regal only lints.
 test-rego: tools
@@ -40,7 +51,7 @@ test-rego: tools
 	opa test policies/rego
 	regal lint --config-file .regal/config.yaml policies/rego
 
-test-py: venv pg tools
+test-py: venv pg tools kagent
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: test-rego test-py
@@ -48,7 +59,7 @@ test: test-rego test-py
 demo: venv
 	$(VENV)/bin/memgov demo
 
-bench: venv pg
+bench: venv pg kagent
 	$(VENV)/bin/memgov bench proxy
 
 # The long fuzz run (make test runs a bounded sample); override FUZZ_CASES / FUZZ_SEED.

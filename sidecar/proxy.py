@@ -1,8 +1,8 @@
 """The data-plane application: classify every request, then dispatch it by traffic class.
 
-Middleware order (outermost first): ``observe`` (classification, decision id, metrics, one
-sanitized log line, content-free 500 on any unexpected error) → ``admit`` (per-client
-concurrency) → governance middlewares → dispatch via the class table. Governed classes get
+Middleware order (outermost first): governance middlewares (context spending) → ``observe``
+(classification, decision id, metrics, one sanitized log line, content-free 500 on any
+unexpected error) → ``admit`` (per-client concurrency) → dispatch via the class table. Governed classes get
 their handlers from ``sidecar.enforce``; this module owns the transparent relay they build on.
 """
 
@@ -115,8 +115,9 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
                   replace_errors: bool = False) -> web.StreamResponse:
     """Relay a request (body streamed unless already read) and stream the response back.
 
-    With ``replace_errors`` (memory and embedding routes) an upstream 4xx/5xx body is replaced by
-    the content-free error shape, since kagent and provider error texts can carry content.
+    With ``replace_errors`` (memory and embedding routes) an upstream 4xx/5xx answer becomes a
+    content-free ``502 upstream_error`` naming the upstream status, since kagent and provider
+    error texts can carry content (and a body memgov built was refused: the gateway's failure).
     """
     out = filter_headers(request.headers, drop=("Host", *drop))
     for key, value in (headers or {}).items():
@@ -130,7 +131,7 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
         if replace_errors and resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
-            return json_error(request, resp.status, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
+            return json_error(request, 502, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
                               headers=response_headers)
         return await relay_response(request, resp, response_headers)
 
@@ -189,7 +190,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[MATCH] = match
     request[DECISION_ID] = new_decision_id()
     try:
-        resp = await handler(request)
+        # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
+        resp = json_error(request, 400, Reason.BAD_REQUEST) if match.cls is RouteClass.INVALID else await handler(request)
     except BodyRefused as exc:
         resp = json_error(request, exc.status, exc.reason)
     except UpstreamUnavailable as exc:
@@ -254,8 +256,9 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 def create_data_app(settings: Settings, *, handlers: dict[RouteClass, ClassHandler] | None = None,
                     middlewares: tuple[Middleware, ...] = ()) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table, ``middlewares``
-    run after classification and admission (governance adds its own)."""
-    app = web.Application(middlewares=[observe, admit, *middlewares], client_max_size=settings.listen.max_body_bytes)
+    run first, before anything else looks at the request (governance spends contexts there, so
+    even a request refused on its target spends the context it carried)."""
+    app = web.Application(middlewares=[*middlewares, observe, admit], client_max_size=settings.listen.max_body_bytes)
     app[SETTINGS] = settings
     app[INFLIGHT] = {}
     table = default_handlers()

@@ -16,6 +16,7 @@ from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.enforce.build import governance
 from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
@@ -49,7 +50,8 @@ class Gateway:
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5, auto_decompress=False)
+    runner = ContentFreeRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5,
+                               auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()

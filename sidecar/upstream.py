@@ -7,6 +7,7 @@ are dropped; the client's bytes reach kagent unchanged (no added compression or 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
+import jwt
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
@@ -145,6 +147,29 @@ class Upstream:
             yield resp
         finally:
             await cm.__aexit__(None, None, None)
+
+
+class KagentBearer:
+    """Bearer tokens for kagent's ``trusted-proxy`` auth mode, which wants a parseable JWT on every
+    call and reads its user claim without verifying it (so the secret is random per process)."""
+
+    __slots__ = ("_claim", "_secret", "enabled")
+
+    def __init__(self, cfg: UpstreamSettings) -> None:
+        self.enabled = cfg.kagent_auth_mode == "trusted-proxy"
+        self._claim = cfg.kagent_user_claim
+        self._secret = secrets.token_bytes(32)
+
+    def headers(self, user: str, now: int) -> dict[str, str]:
+        """``Authorization`` naming ``user`` in trusted-proxy mode; nothing in unsecure mode."""
+        if not self.enabled:
+            return {}
+        claims = {self._claim: user, "iss": "memgov", "iat": now, "exp": now + 300}
+        return {"Authorization": "Bearer " + jwt.encode(claims, self._secret, algorithm="HS256")}
+
+
+#: The user memgov names on its own calls to kagent (erasure, verification, inspect listings).
+MEMGOV_USER: Final = "memgov"
 
 
 def make_session(cfg: UpstreamSettings, *, pool_size: int | None = None,

@@ -1,15 +1,40 @@
-"""Shared fixtures: a real PostgreSQL server per test session, fresh databases per test."""
+"""Shared fixtures: a real PostgreSQL server per test session, fresh databases per test, and kagent.
+
+``real_kagent`` is kagent v0.9.11's own controller HTTP server on a fresh database, once per auth
+mode. Tests marked ``@pytest.mark.kagent`` that use the ``upstream`` fixture run against the
+stand-in and against the real kagent in both auth modes (see tests/support/upstream.py).
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
+from tests.support.upstream import MARKER, REAL_MARKER, STANDIN, Upstream, marked_upstreams, upstream_params
 
 _db_names = itertools.count(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}: also run against kagent v0.9.11 itself, in both auth modes")
+    config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent v0.9.11 itself (selected by make conformance)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    real = marked_upstreams(metafunc.definition)
+    if "upstream" in metafunc.fixturenames and real:
+        metafunc.parametrize("upstream", upstream_params((STANDIN, *real)), indirect=True)
+
+
+@pytest.fixture
+def upstream(request: pytest.FixtureRequest) -> Upstream:
+    """The kagent behind the test's gateway: the stand-in unless the test is marked ``kagent``."""
+    return getattr(request, "param", STANDIN)
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +51,20 @@ def pg_server() -> Iterator[PgServer]:
 def pg_url(pg_server: PgServer) -> str:
     """URL of a fresh, empty database on the session's PostgreSQL server."""
     return pg_server.create_database(f"t{next(_db_names)}")
+
+
+@pytest.fixture(params=AUTH_MODES)
+def kagent_auth_mode(request: pytest.FixtureRequest) -> AuthMode:
+    """kagent's --auth-mode."""
+    mode: AuthMode = request.param
+    return mode
+
+
+@pytest.fixture
+def real_kagent(pg_url: str, tmp_path: Path, kagent_auth_mode: AuthMode) -> Iterator[RealKagent]:
+    """kagent's own server (pgvector, migrations, a 1 s cleanup loop) on a fresh database; its log is a sink."""
+    kagent = start_real_kagent(pg_url, tmp_path / "kagent", auth_mode=kagent_auth_mode, cleanup_interval_s=1)
+    try:
+        yield kagent
+    finally:
+        kagent.stop()

@@ -206,7 +206,7 @@ class TestContentFreeErrors:
                                       headers={"X-Echo-Status": "500", "X-Echo-Body": body}) as resp:
                 text = await resp.text()
                 sinks.record(resp.status, resp.headers.items(), text)
-                assert resp.status == 500
+                assert resp.status == 502
         got = json.loads(text)
         assert got["error"] == "upstream_error" and got["status"] == 500
         assert set(got) == {"error", "status", "decision_id"}

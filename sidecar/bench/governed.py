@@ -1,9 +1,10 @@
 """Governed scenarios: a memory.search / memory.save mix through memgov's full pipeline.
 
 memgov runs the Cedar engine and a real state store (SQLite, or a throwaway PostgreSQL), with a
-consented scope and its session key; the stand-in and the bare proxy get the very same requests.
-Limits are raised in a copy of the pack so every request is forwarded: a refusal would be cheaper
-than the work being measured.
+consented scope and its session key; the upstream (the stand-in, or kagent v0.9.11 itself on
+PostgreSQL with pgvector) and the bare proxy get the very same requests. Limits are raised in a
+copy of the pack so every request is forwarded: a refusal would be cheaper than the work being
+measured.
 """
 
 from __future__ import annotations
@@ -84,10 +85,14 @@ class GovernedScenario(Scenario):
         # search, so a namespace that grows with the saves would measure the stand-in, not memgov.
         try:
             search_key, save_key = (self._consent(urls["memgov"]["control_url"], room) for room in ROOMS)
+            upstream = urls[self.upstream]["url"]
             for i in range(5):
-                self._post(urls["memgov"]["url"], "/api/memories/sessions",
-                           {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}",
-                            "vector": _vector(10 + i)})
+                fact = {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}",
+                        "vector": _vector(10 + i)}
+                # Through memgov (stored under the storage key) and straight into the namespace (a) and (b)
+                # search (the session key as user_id), so all three targets rank and count the same five rows.
+                self._post(urls["memgov"]["url"], "/api/memories/sessions", fact)
+                self._post(upstream, "/api/memories/sessions", fact)
             search = json.dumps({"agent_name": APP, "user_id": search_key, "vector": _vector(1), "limit": 5,
                                  "min_score": 0.0}).encode()
             save = json.dumps({"agent_name": APP, "user_id": save_key, "content": "prefers short answers",
@@ -129,4 +134,6 @@ GOVERNED: Final[tuple[Scenario, ...]] = (
                      (), state="sqlite"),
     GovernedScenario("governed-postgresql", "memory.search/save 3:1, Cedar, PostgreSQL state",
                      (), state="postgresql"),
+    GovernedScenario("governed-kagent", "memory.search/save 3:1, Cedar, SQLite state, kagent v0.9.11 itself upstream",
+                     (), upstream="kagent", state="sqlite"),
 )

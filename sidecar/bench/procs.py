@@ -1,14 +1,17 @@
-"""Benchmark servers, each in its own process: the kagent stand-in, the bare proxy and memgov.
+"""Benchmark servers, each in its own process: the kagent stand-in (or kagent itself), the bare proxy and memgov.
 
 A server process is spawned fresh (no state inherited from the parent), pins itself to the
 CPUs it is given, silences its stdout, starts its server, sends its URLs back over a pipe and
-runs until the parent asks it to stop. The parent reads each server's CPU time from /proc so a
+runs until the parent asks it to stop. The parent reads each server's CPU time from /proc (the
+process and its children: kagent's Go server is a child; its PostgreSQL is not counted) so a
 report can say what one request cost each process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import glob
 import multiprocessing
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -80,7 +83,26 @@ async def _standin(params: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
         await stack.stop()
 
 
-BUILDERS: dict[str, Builder] = {"standin": _standin, "bare": _bare, "memgov": _memgov}
+@asynccontextmanager
+async def _kagent(params: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
+    from pathlib import Path
+
+    from sidecar.devstack.pg import start_pg
+    from sidecar.devstack.realkagent import start_real_kagent
+
+    pg = await asyncio.to_thread(start_pg)
+    try:
+        kagent = await asyncio.to_thread(start_real_kagent, pg.create_database("kagent"),
+                                         Path(params["workdir"]) / "kagent")
+        try:
+            yield {"url": kagent.url}
+        finally:
+            kagent.stop()
+    finally:
+        pg.stop()
+
+
+BUILDERS: dict[str, Builder] = {"standin": _standin, "kagent": _kagent, "bare": _bare, "memgov": _memgov}
 
 
 async def _serve(kind: str, params: dict[str, Any], conn: Connection) -> None:
@@ -105,6 +127,27 @@ def _child(kind: str, params: dict[str, Any], cpus: Sequence[int], conn: Connect
     except BaseException as exc:
         conn.send({"error": type(exc).__name__})
         raise
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0  # exited between listing and reading
+    return int(fields[11]) + int(fields[12])
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in glob.glob(f"/proc/{current}/task/*/children"):
+            with contextlib.suppress(FileNotFoundError), open(task) as fh:
+                todo += [int(child) for child in fh.read().split()]
+    return found
 
 
 class ServerProcess:
@@ -133,10 +176,8 @@ class ServerProcess:
         return int(self._proc.pid or 0)
 
     def cpu_seconds(self) -> float:
-        """User plus system CPU time the process has used so far (all its threads)."""
-        with open(f"/proc/{self.pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User plus system CPU time the process and its live children have used so far (all threads)."""
+        return sum(_cpu_ticks(pid) for pid in _tree(self.pid)) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         """Ask the server to stop; terminate it if it does not within ten seconds."""

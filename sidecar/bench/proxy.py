@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from sidecar.bench.loadgen import LoadJob, LoadResult, Mode, RequestSpec, run_python
 from sidecar.bench.procs import ServerProcess
-from sidecar.bench.report import TARGETS, aggregate
+from sidecar.bench.report import TARGETS, aggregate, target_labels
 from sidecar.bench.scenarios import SCENARIOS, Scenario
 from sidecar.bench.wrk import run_wrk, wrk_fits, wrk_path
 
@@ -117,10 +117,10 @@ def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus:
 
 @contextmanager
 def _servers(scenario: Scenario, workdir: Path, plan: CpuPlan) -> Iterator[dict[str, ServerProcess]]:
-    """Start the stand-in, then both proxies in front of it; stop all of them on exit."""
+    """Start the upstream (stand-in or kagent), then both proxies in front of it; stop all of them on exit."""
     servers: dict[str, ServerProcess] = {}
     try:
-        servers["a"] = ServerProcess("standin", scenario.standin_params(workdir), plan.upstream)
+        servers["a"] = ServerProcess(scenario.upstream, scenario.upstream_params(workdir), plan.upstream)
         upstream = servers["a"].urls["url"]
         servers["b"] = ServerProcess("bare", {"upstream": upstream}, plan.proxy)
         servers["c"] = ServerProcess("memgov", {"upstream": upstream, "workdir": str(workdir),
@@ -137,10 +137,11 @@ def run_scenario(scenario: Scenario, opts: BenchOptions, plan: CpuPlan,
     runs: dict[Mode, list[dict[str, Any]]] = {mode: [] for mode in opts.modes}
     with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp, _servers(scenario, Path(tmp), plan) as servers:
         urls = {key: proc.urls["url"] for key, proc in servers.items()}
+        labels = target_labels(scenario.upstream)
         with scenario.prepared({proc.kind: proc.urls for proc in servers.values()}) as mix:
             preflight(urls, mix)
             for rnd, mode, key in itertools.product(range(1, opts.rounds + 1), opts.modes, TARGETS):
-                progress(f"{scenario.name}: round {rnd}/{opts.rounds}, {mode} loop, ({key}) {TARGETS[key]}")
+                progress(f"{scenario.name}: round {rnd}/{opts.rounds}, {mode} loop, ({key}) {labels[key]}")
                 job = LoadJob(urls[key], tuple(mix), mode, opts.duration_s, opts.warmup_s, opts.concurrency, opts.rate)
                 runs[mode].append({"round": rnd, **_measure(servers, key, job, plan.generator, opts.generator)})
     return [_section(scenario, mode, opts, runs[mode]) for mode in opts.modes]
@@ -151,7 +152,8 @@ def _section(scenario: Scenario, mode: Mode, opts: BenchOptions, runs: list[dict
     if mode == "open":
         load = f"{opts.rate:g} rps, {load}"
     return {"scenario": scenario.name, "summary_text": scenario.summary, "mode": mode, "load": load,
-            "duration_s": opts.duration_s, "rounds": opts.rounds, "summary": aggregate(runs), "runs": runs}
+            "duration_s": opts.duration_s, "rounds": opts.rounds,
+            "summary": aggregate(runs, target_labels(scenario.upstream)), "runs": runs}
 
 
 def run_proxy_bench(opts: BenchOptions, available: Sequence[int],

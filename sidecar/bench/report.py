@@ -40,10 +40,15 @@ def _by_round(runs: Sequence[Run]) -> dict[int, dict[str, Run]]:
     return rounds
 
 
-def aggregate(runs: Sequence[Run]) -> dict[str, Any]:
+def target_labels(upstream: str) -> dict[str, str]:
+    """The targets' labels when ``upstream`` (``standin`` or ``kagent``) plays kagent."""
+    return {**TARGETS, "a": "kagent v0.9.11 (direct)"} if upstream == "kagent" else dict(TARGETS)
+
+
+def aggregate(runs: Sequence[Run], labels: Mapping[str, str] = TARGETS) -> dict[str, Any]:
     """Per-target medians across rounds, median within-round ratios and added latency in ms."""
     targets: dict[str, Any] = {}
-    for key, label in TARGETS.items():
+    for key, label in labels.items():
         mine = [r for r in runs if r["target"] == key]
         if not mine:
             continue
@@ -81,7 +86,7 @@ def render(section: Mapping[str, Any]) -> str:
     agg = section["summary"]
     head = (f"{section['scenario']} ({section['mode']} loop, {section['load']}, "
             f"{section['duration_s']:g} s x {section['rounds']} rounds, medians) - {section['summary_text']}")
-    lines = [head, f"  {'target':<22}{'rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
+    lines = [head, f"  {'target':<27}{'rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
                    f"{'cpu us/req':>12}{'srv cores':>11}  generator"]
     for key, t in agg["targets"].items():
         gen = f"{t['generator']} cpu {t['generator_cpu_share']:.0%}"
@@ -93,7 +98,7 @@ def render(section: Mapping[str, Any]) -> str:
             gen += f", BEHIND SCHEDULE in {t['generator_late_rounds']} round(s)"
         if t["errors"]:
             gen += f", {t['errors']} errors"
-        lines.append(f"  ({key}) {t['label']:<18}{_fmt(t['rps'], 1):>9}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
+        lines.append(f"  ({key}) {t['label']:<23}{_fmt(t['rps'], 1):>9}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
                      f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}"
                      f"{_fmt(t['servers_cores']):>11}  {gen}")
     for name, r in agg["ratios"].items():

@@ -1,9 +1,10 @@
 """Benchmark scenarios: a request mix plus the setup and teardown it needs.
 
-A scenario is pluggable through three hooks, all optional: ``standin_params`` and
-``gateway_overrides`` shape the stand-in and memgov processes before they start, and
+A scenario is pluggable through three hooks, all optional: ``upstream_params`` and
+``gateway_overrides`` shape the upstream and memgov processes before they start, and
 ``prepared`` runs once every server is up (grant scopes, mint tokens, seed data), yields the
 mix to send, and undoes its setup afterwards. The passthrough scenarios need none of them.
+``upstream`` picks what plays kagent: the stand-in, or kagent v0.9.11's own server.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sidecar.bench.loadgen import RequestSpec
 
@@ -27,9 +28,12 @@ class Scenario:
     name: str
     summary: str
     mix: tuple[RequestSpec, ...]
+    upstream: Literal["standin", "kagent"] = "standin"
 
-    def standin_params(self, workdir: Path) -> dict[str, Any]:
-        """Keyword arguments of ``start_devstack`` for the stand-in this scenario runs against."""
+    def upstream_params(self, workdir: Path) -> dict[str, Any]:
+        """Parameters of the upstream server: ``start_devstack`` keywords, or the real kagent's scratch folder."""
+        if self.upstream == "kagent":
+            return {"workdir": str(workdir)}
         # Unpaced streams: a paced one would measure the stand-in's sleeps, not the proxies.
         return {"stream_delay_s": 0.0}
 

@@ -27,6 +27,7 @@ from sidecar.policy.model import ContextScope, Decision, Entries, Operation, Req
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.types import Scope
+from sidecar.upstream import MEMGOV_USER
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50
@@ -90,7 +91,8 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     if current and live_ns is not None:
         try:
             rows = await list_namespace(request.app[KAGENT], gov.settings.upstream.controller_url,
-                                        gov.query_name(scope.agent), live_ns.storage_key)
+                                        gov.query_name(scope.agent), live_ns.storage_key,
+                                        gov.kagent_headers(MEMGOV_USER))
         except AdapterError as exc:
             raise Refused(502, exc.reason, scope_id=scope.scope_id) from None
         texts = {r["id"]: r.get("content") if isinstance(r.get("content"), str) else "" for r in rows}

@@ -20,6 +20,7 @@ from aiohttp.typedefs import Middleware
 from sidecar.devstack import a2a, memory_api
 from sidecar.devstack.admin import admin_mux
 from sidecar.devstack.gohttp import go_error, go_json, method_not_allowed, moved, not_found
+from sidecar.devstack.gojson import go_query_get
 from sidecar.devstack.gomux import Mux
 from sidecar.devstack.recorder import Recorder
 from sidecar.devstack.runtime import RuntimeConfig
@@ -29,7 +30,7 @@ from sidecar.devstack.store import MemoryStore
 __all__ = ["PARAMS", "RECORDER", "STATE", "create_kagent_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-VERSION = {"kagent_version": "v0.9.11", "git_commit": "14dcbfc49bde", "build_date": "2026-07-01T12:51:58Z"}
+VERSION = {"kagent_version": "v0.9.11", "git_commit": "14dcbfc", "build_date": "2026-07-01"}
 # kagent reads whole bodies with no size limit.
 _MAX_BODY = 1 << 30
 
@@ -115,6 +116,14 @@ def controller_mux() -> Mux[Target]:
     return mux
 
 
+def _log_completed(request: web.Request, status: int) -> None:
+    """kagent's logging middleware: every routed request, with its ``user_id`` query parameter if any."""
+    fields: dict[str, object] = {"method": request.method, "path": request.path, "remote_addr": request.remote or ""}
+    if user_id := go_query_get(request.rel_url.raw_query_string, "user_id"):
+        fields["user_id"] = user_id
+    request.app[STATE].log.info("http", "Request completed", **fields, status=status)
+
+
 def _dispatcher(mux: Mux[Target], admin: Mux[Handler]) -> Handler:
     async def dispatch(request: web.Request) -> web.StreamResponse:
         if request.path.startswith("/__devstack/"):
@@ -133,7 +142,9 @@ def _dispatcher(mux: Mux[Target], admin: Mux[Handler]) -> Handler:
             return moved(match.location)
         if match.route is None:
             return method_not_allowed() if match.status == 405 else not_found()
-        return await match.route.target.handler(request)
+        response = await match.route.target.handler(request)
+        _log_completed(request, response.status)
+        return response
 
     return dispatch
 

@@ -2,12 +2,14 @@
 
 Identity comes only from the body or query (no ownership check); search and insert use
 agent_name exactly as sent while list and delete also match the ``_`` spelling; search has no
-expiry filter and no maximum limit; 500 answers carry the raw database error. These texts are
+expiry filter and no maximum limit, counts rows min_score then drops, and fails with 500 after
+counting when an all-zero vector is involved; 500 answers carry the raw database error. These texts are
 kagent's, reproduced on purpose: the gateway in front is what must never echo them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +28,7 @@ INVALID_BODY = "Invalid request body"
 MISSING_FIELDS = "Missing required fields (agent_name, user_id, vector)"
 MISSING_BATCH_FIELDS = "Missing required fields in batch item"
 MISSING_QUERY = "Missing required query parameters (agent_name, user_id)"
+MARSHAL_FAILED = "Error marshalling JSON response"
 
 SAVE_FIELDS: Mapping[str, Kind] = {
     "agent_name": "string", "user_id": "string", "content": "string", "vector": "float32s", "metadata": "raw",
@@ -96,6 +99,8 @@ async def add_session(request: web.Request) -> web.Response:
         new_id = await state.store.insert(_new_memory(fields, state.clock))
     except StoreError as exc:
         return go_error(500, f"failed to save memory: {exc}")
+    state.log.info("http", "added memory", method=request.method, path=request.path, id=new_id,
+                   userID=fields["user_id"], agentName=fields["agent_name"])
     return go_json(201, {"id": new_id})
 
 
@@ -133,6 +138,10 @@ async def search(request: web.Request) -> web.Response:
                                         limit if limit > 0 else DEFAULT_LIMIT)
     except StoreError as exc:
         return go_error(500, f"search failed: {exc}")
+    if any(math.isnan(hit.score) for hit in hits):
+        # A NaN score survives the min_score filter (NaN < x is false) and json.Marshal refuses it,
+        # after the rows were already counted as accessed.
+        return go_error(500, MARSHAL_FAILED)
     return go_json(200, [
         {"id": hit.row.id, "content": hit.row.content or "", "score": hit.score,
          "metadata": Raw(hit.row.metadata or "{}"), "created_at": rfc3339(hit.row.created_at, nano=True)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -17,6 +18,9 @@ from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.state import RECORDER, STATE
 from sidecar.devstack.store import MemoryStore, open_memory_store
 
+if TYPE_CHECKING:
+    from sidecar.devstack.realkagent import RealKagent
+
 
 async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
@@ -27,7 +31,11 @@ async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRun
 
 @dataclass
 class Devstack:
-    """Both stand-ins, listening; ``embedding_url`` is the OpenAI-style base URL (``.../v1``)."""
+    """Both stand-ins, listening; ``embedding_url`` is the OpenAI-style base URL (``.../v1``).
+
+    With a real kagent attached, ``kagent_url`` is the real controller's, ``store`` reads its
+    ``memory`` table, and the stand-in app only plays the agents behind kagent's A2A proxy.
+    """
 
     kagent_url: str
     embedding_url: str
@@ -36,6 +44,19 @@ class Devstack:
     kagent_app: web.Application
     embedding_app: web.Application
     _runners: tuple[web.AppRunner, ...]
+    real: RealKagent | None = None
+
+    async def attach_real_kagent(self, kagent: RealKagent, store: MemoryStore) -> None:
+        """Put kagent's own server in front: it answers the controller routes, ``store`` (opened on its
+        database) replaces the stand-in's, and it is stopped with the stack."""
+        await self.store.close()
+        self.store = self.kagent_app[STATE].store = store
+        self.real = kagent
+        self.kagent_url = kagent.url
+
+    def kagent_log(self) -> str:
+        """What the controller logged: the real kagent's log, or the stand-in's kagent-shaped one."""
+        return self.real.log_text() if self.real is not None else self.kagent_app[STATE].log.text()
 
     @property
     def recorder(self) -> Recorder:
@@ -52,10 +73,12 @@ class Devstack:
         self.kagent_app[STATE].runtime = runtime
 
     async def stop(self) -> None:
-        """Stop listening and close the store."""
+        """Stop listening and close the store (and stop an attached real kagent)."""
         for runner in self._runners:
             await runner.cleanup()
         await self.store.close()
+        if self.real is not None:
+            self.real.stop()
 
 
 async def start_devstack(*, store_url: str | None = None, host: str = "127.0.0.1", kagent_port: int = 0,

@@ -9,6 +9,7 @@ from datetime import datetime
 import aiohttp
 from aiohttp import web
 
+from sidecar.devstack.ctrllog import ControllerLog
 from sidecar.devstack.recorder import Recorder
 from sidecar.devstack.runtime import RuntimeConfig
 from sidecar.devstack.store import MemoryStore
@@ -25,6 +26,7 @@ class KagentState:
     runtime: RuntimeConfig | None = None
     http: aiohttp.ClientSession | None = None
     seen_contexts: set[tuple[str, str]] = field(default_factory=set)
+    log: ControllerLog = field(default_factory=ControllerLog)
 
 
 STATE = web.AppKey("devstack_kagent", KagentState)

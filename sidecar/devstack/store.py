@@ -100,26 +100,35 @@ class DbFault:
 
 
 def cosine_similarity(a: Sequence[float] | None, b: Sequence[float]) -> float | None:
-    """pgvector's cosine similarity (clamped to [-1, 1]); ``None`` where it is NaN or NULL."""
+    """pgvector's cosine similarity (clamped to [-1, 1]); NaN when either vector is all zeros, ``None`` for NULL."""
     if a is None or len(a) != len(b):
         return None
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norms = sum(x * x for x in a) * sum(y * y for y in b)
     if norms == 0:
-        return None
+        return math.nan
     return max(-1.0, min(1.0, dot / math.sqrt(norms)))
 
 
 def rank(vector: Sequence[float], rows: Sequence[MemoryRow], limit: int) -> list[SearchHit]:
-    """``ORDER BY embedding <=> $vec LIMIT n`` with ``COALESCE(1 - distance, 0)`` scores."""
+    """``ORDER BY embedding <=> $vec LIMIT n`` with ``COALESCE(1 - distance, 0)`` scores.
+
+    A zero vector's distance is NaN: COALESCE keeps it, so its score is NaN (and kagent then fails
+    to encode the answer); a NULL embedding's distance is NULL, so its score is 0.
+    """
     scored = []
     for seq, row in enumerate(rows):
         sim = cosine_similarity(row.embedding, vector)
-        # NaN and NULL distances sort after every number in PostgreSQL.
-        distance = math.inf if sim is None else 1.0 - sim
-        scored.append((distance, seq, row, 0.0 if sim is None else 1.0 - distance))
+        # PostgreSQL sorts NaN after every number, and NULL after NaN.
+        if sim is None:
+            key, score = (2, 0.0), 0.0
+        elif math.isnan(sim):
+            key, score = (1, 0.0), math.nan
+        else:
+            key, score = (0, 1.0 - sim), sim
+        scored.append((key, seq, row, score))
     scored.sort(key=lambda t: (t[0], t[1]))
-    return [SearchHit(row, score) for _d, _s, row, score in scored[:limit]]
+    return [SearchHit(row, score) for _k, _s, row, score in scored[:limit]]
 
 
 def _int32(value: int) -> int:

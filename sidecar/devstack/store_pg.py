@@ -2,7 +2,9 @@
 
 The table is kagent's ``memory`` with the same column names; only ``embedding`` is ``real[]``
 instead of pgvector's ``vector(768)``, so no extension is needed. It stays a plain table (no
-views) because the erasure adapter's role gets column grants on it.
+views) because the erasure adapter's role gets column grants on it. Opened on a database where
+kagent itself created the table (pgvector installed), the same store reads and writes kagent's
+real rows: ``vector`` values are exchanged in pgvector's text form.
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def _pgx_text(exc: Exception) -> str:
     return str(exc)
 
 
+def _vector_text(values: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+def _vector_values(text: str) -> list[float]:
+    return [float(v) for v in text.strip("[]").split(",") if v]
+
+
+async def _vector_codec(conn: asyncpg.Connection) -> None:
+    """Where pgvector is installed (kagent's own table), exchange ``vector`` as a list of floats."""
+    if await conn.fetchval("SELECT to_regtype('vector') IS NOT NULL"):
+        await conn.set_type_codec("vector", schema="public", encoder=_vector_text, decoder=_vector_values,
+                                  format="text")
+
+
 def _row(r: asyncpg.Record) -> MemoryRow:
     embedding = None if r["embedding"] is None else tuple(r["embedding"])
     return MemoryRow(r["id"], r["agent_name"], r["user_id"], r["content"], embedding, r["metadata"],
@@ -59,7 +76,7 @@ class PgMemoryStore(MemoryStore):
         self._pool: asyncpg.Pool | None = None
 
     async def open(self) -> None:
-        self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=self._pool_size)
+        self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=self._pool_size, init=_vector_codec)
         async with self._pool.acquire() as conn:
             await conn.execute(_SCHEMA)
 

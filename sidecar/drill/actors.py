@@ -183,7 +183,7 @@ class DrillRun:
         if text is not None:
             message = {"role": "user", "messageId": secrets.token_hex(6), "parts": [{"kind": "text", "text": text}]}
             body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-        headers = {"X-User-Id": user}
+        headers = {"X-User-Id": user, **self.target.kagent_auth()}
         if context is not None:
             headers["X-Memgov-Context"] = context
         with Recorder.content_channel():  # an agent's reply is its own output
@@ -199,7 +199,7 @@ class DrillRun:
     async def save(self, key: str, content: str, *, app: str, ttl_days: int | None = None,
                    header_app: str | None = None, url: str | None = None) -> Answer:
         """One ``save_memory`` call as the runtime."""
-        headers = {"X-Agent-Name": header_app or app, "X-User-Id": key}
+        headers = {"X-Agent-Name": header_app or app, "X-User-Id": key, **self.target.kagent_auth()}
         return await call(self.http, "POST", f"{url or self.target.data_url}/api/memories/sessions",
                           json=self._item(key, app, content, ttl_days), headers=headers)
 
@@ -207,7 +207,7 @@ class DrillRun:
         """One auto-save batch as the runtime (charged to the hourly budget, not the sender rate)."""
         body = {"items": [self._item(key, app, c, None) for c in contents]}
         return await call(self.http, "POST", f"{self.target.data_url}/api/memories/sessions/batch", json=body,
-                          headers={"X-Agent-Name": app, "X-User-Id": key})
+                          headers={"X-Agent-Name": app, "X-User-Id": key, **self.target.kagent_auth()})
 
     async def remember(self, scope: Scope, count: int, tag: str) -> list[str]:
         """Save ``count`` sentinel facts into the scope in one batch; returns their texts."""
@@ -221,7 +221,7 @@ class DrillRun:
                      url: str | None = None) -> Answer:
         """One memory search as the runtime; ``owner`` marks the answer as the key holder's own."""
         body = {"agent_name": app, "user_id": key, "vector": list(VECTOR), "limit": 10, "min_score": 0.0}
-        headers = {"X-Agent-Name": header_app or app, "X-User-Id": key}
+        headers = {"X-Agent-Name": header_app or app, "X-User-Id": key, **self.target.kagent_auth()}
         if owner:
             with Recorder.content_channel():
                 return await call(self.http, "POST", f"{self.target.data_url}/api/memories/search", json=body,
@@ -233,7 +233,7 @@ class DrillRun:
         """kagent's whole-namespace list (its UI route) with a chosen user id."""
         query = urlencode({"agent_name": app, "user_id": user_id})
         return await call(self.http, "GET", f"{url or self.target.data_url}/api/memories?{query}",
-                          headers={"X-User-Id": user_id})
+                          headers={"X-User-Id": user_id, **self.target.kagent_auth()})
 
 
 async def refusal(pending: Awaitable[Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from sidecar.drill.devstack import devstack_target
 from sidecar.drill.runner import EXIT_UNREACHABLE, EXIT_USAGE, Report, TargetUnreachable, run_drill
 from sidecar.drill.target import Agent, DrillConfigError, Target, load_session_secret, load_signing_key
 from sidecar.policy.pack import PackError, load_federation, load_limits
-from sidecar.settings import PACKAGED_POLICY_DIR
+from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, read_secret
 
 _NEEDED = ("control_url", "bridge_key_file", "operator_key_file", "session_key_file", "server_name", "bridge_bot")
 
@@ -52,7 +52,17 @@ def deployment_target(args: argparse.Namespace) -> Target:
         room=args.room or f"!drill-{run}:{args.server_name}",
         agents=tuple(Agent.of(ref, ghost, app) for ref, ghost, app in zip(args.agent, args.ghost, names, strict=True)),
         classification=args.classification or federation.classification, limits=limits,
+        kagent_token=_kagent_token(args.kagent_token_file),
     )
+
+
+def _kagent_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return read_secret(path, "--kagent-token-file").decode().strip()
+    except (SettingsError, UnicodeDecodeError):
+        raise DrillConfigError("--kagent-token-file: unreadable or not a text token") from None
 
 
 async def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> Report:
@@ -101,6 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     target.add_argument("--ops-url", help="memgov operations listener (/readyz, /metrics); optional.")
     target.add_argument("--kagent-url", help="kagent's controller as seen from here; probed to show it "
                                              "cannot be reached around memgov. Optional.")
+    target.add_argument("--kagent-token-file", type=Path,
+                        help="A bearer kagent accepts, for kagent's --auth-mode=trusted-proxy (e.g. a token of "
+                             "the agent's service account); sent where the runtime and the bridge send theirs.")
     target.add_argument("--bridge-key-file", type=Path,
                         help="The bridge's signing key (HS256 secret or PEM private key).")
     target.add_argument("--operator-key-file", type=Path, help="The operator signing key.")

@@ -5,7 +5,7 @@ keys in a temporary folder, and a copy of the packaged policy pack whose only ch
 entry cap, so the cap can be reached within the packaged hourly budget. Beyond the deployment's
 own interfaces the drill may look at three things here: the clock (to reach a hard expiry), the
 stand-in's memory table (row counts and lifetimes, never content) and the gateway's captured
-logs and audit rows (scanned for sentinels).
+logs, audit rows and the controller's log (scanned for sentinels).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import io
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -60,7 +61,7 @@ class LocalStack:
     async def sink_texts(self) -> dict[str, str]:
         gov = self.gw.governance
         audit = repr(await gov.store.audit_rows(limit=1_000_000)) if gov is not None else ""
-        return {"logs": self.logs.getvalue(), "audit_rows": audit}
+        return {"logs": self.logs.getvalue(), "audit_rows": audit, "kagent_log": self.dev.kagent_log()}
 
 
 def _pack(folder: Path) -> Path:
@@ -83,18 +84,27 @@ def write_keys(folder: Path) -> dict[str, Path]:
 
 
 @asynccontextmanager
-async def devstack_target() -> AsyncIterator[tuple[Target, LocalStack]]:
-    """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all."""
-    clock, logs = DevClock(), io.StringIO()
+async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, Any] | None = None,
+                          kagent_token: str | None = None) -> AsyncIterator[tuple[Target, LocalStack]]:
+    """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all.
+
+    A caller may bring its own ``dev`` (e.g. with kagent v0.9.11 itself attached, whose clock must be
+    a DevClock), the gateway's erasure settings, and ``kagent_token`` for kagent's trusted-proxy mode.
+    """
+    own = dev is None
+    clock, logs = dev.clock if dev is not None else DevClock(), io.StringIO()
+    assert isinstance(clock, DevClock), "the drill moves the shared clock"
     configure_logging("debug", logs)  # every level, so the sentinel scan sees everything logged
     try:
         with tempfile.TemporaryDirectory(prefix="memgov-drill-") as tmp:
             folder = Path(tmp)
             keys, pack = write_keys(folder), _pack(folder)
-            dev = await start_devstack(clock=clock)
+            dev = dev if dev is not None else await start_devstack(clock=clock)
             try:
                 settings = load_settings(
-                    upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url},
+                    upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
+                              "kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure"},
+                    erasure=dict(erasure or {}),
                     listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
                     state={"url": f"sqlite:///{folder}/state.db"},
                     policy={"dir": str(pack), "reload_interval_s": 0},
@@ -115,9 +125,11 @@ async def devstack_target() -> AsyncIterator[tuple[Target, LocalStack]]:
                         bridge_bot=BOT, subject=SUBJECT, room=ROOM,
                         agents=tuple(Agent.of(ref, ghost) for ref, ghost in AGENTS),
                         classification=load_federation(pack).classification, limits=load_limits(pack),
+                        kagent_token=kagent_token,
                     )
                     yield target, LocalStack(clock, dev, gw, logs)
             finally:
-                await dev.stop()
+                if own:
+                    await dev.stop()
     finally:
         configure_logging("info")

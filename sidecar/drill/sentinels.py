@@ -33,7 +33,7 @@ def _b64_forms(raw: bytes) -> Iterator[str]:
 
 def encoded_forms(sentinel: str) -> list[str]:
     """Every form in which a leaked sentinel is searched for."""
-    core = sentinel[: sentinel.index("ü")]  # the ASCII part is found even if the rest is mangled
+    core = sentinel.partition("ü")[0]  # the ASCII part is found even if the rest is mangled
     raw = sentinel.encode()
     forms = {
         sentinel,

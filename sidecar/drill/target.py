@@ -111,6 +111,10 @@ class Target:
     agents: tuple[Agent, ...]
     classification: str
     limits: Limits
+    #: A bearer kagent accepts (its trusted-proxy mode parses but never verifies it): in a cluster,
+    #: a token of the agent's service account. The drill sends it wherever the runtime or the bridge
+    #: would send theirs; unset for kagent's default unsecure mode.
+    kagent_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.agents:
@@ -137,4 +141,9 @@ class Target:
             "agents": [a.ref for a in self.agents],
             "classification": self.classification,
             "signing": {"bridge": self.bridge_key.alg, "operator": self.operator_key.alg},
+            "kagent_bearer": self.kagent_token is not None,
         }
+
+    def kagent_auth(self) -> dict[str, str]:
+        """The Authorization header kagent wants from the runtime and the bridge (trusted-proxy mode)."""
+        return {"Authorization": f"Bearer {self.kagent_token}"} if self.kagent_token else {}

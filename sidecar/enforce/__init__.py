@@ -9,7 +9,7 @@ from sidecar.enforce.embedding import handle_embedding
 from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_save_batch, handle_search
 from sidecar.enforce.context import spend_contexts
-from sidecar.enforce.respond import DECISION, error, json_answer, refuse
+from sidecar.enforce.respond import CREDENTIALED, error, json_answer, refuse
 from sidecar.policy.model import Action, Operation
 from sidecar.proxy import ClassHandler
 from sidecar.reasons import Reason
@@ -37,8 +37,9 @@ def _fail_closed(operation: Operation, handler: ClassHandler) -> ClassHandler:
                 return json_answer(200, [], decision)
             return error(request, 503, decision)
         except UpstreamUnavailable as exc:
-            credentialed = DECISION in request and request[DECISION].action is Action.FORWARD
-            decision = await refuse(request, operation, Reason.UPSTREAM_UNAVAILABLE, credentialed=credentialed)
+            # Whatever was decided, the upstream did not answer: the header says deny, not a rewrite.
+            decision = await refuse(request, operation, Reason.UPSTREAM_UNAVAILABLE, action=Action.DENY,
+                                    credentialed=request.get(CREDENTIALED, False))
             return error(request, 504 if exc.timeout else 502, decision)
         except BodyRefused as exc:
             return error(request, exc.status, await refuse(request, operation, exc.reason))

@@ -7,17 +7,15 @@ to the agent's memory-disabled variant with the caller's own identity, so chat k
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-import jwt
 from aiohttp import web
 
 from sidecar.enforce.context import seen_context
 from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.respond import decide, decision_headers, gov_of, record
-from sidecar.enforce.runtime import Governance
+from sidecar.enforce.respond import decide, decision_headers, gov_of, record, refuse
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
@@ -25,23 +23,32 @@ from sidecar.proxy import CONTROLLER, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
+from sidecar.wire import BadBody, StrictJSON
 
-def _is_new_conversation(body: bytes) -> bool:
+#: The A2A fields memgov reads from an invocation; an agent's A2A server (a Go one matches keys
+#: case-insensitively) must read the same ones.
+_INVOKE = StrictJSON(("params", "message", "contextId"))
+
+
+def _is_new_conversation(payload: dict[str, Any]) -> bool:
     """A message without a contextId starts a conversation (kagent's prefetch runs on its first turn)."""
-    try:
-        message = json.loads(body).get("params", {}).get("message", {})
-    except (ValueError, AttributeError):
-        return True
+    params = payload.get("params")
+    message = params.get("message") if isinstance(params, dict) else None
     return not (isinstance(message, dict) and message.get("contextId"))
 
 
-def _with_query_user(raw_path: str, user: str) -> str:
-    """Replace a ``user_id`` query parameter (kagent reads it before X-User-Id in unsecure mode)."""
+def _without_query_user(raw_path: str) -> str:
+    """Drop every ``user_id`` query parameter of an invocation.
+
+    kagent reads it before ``X-User-Id`` in unsecure mode, and logs it on every request: memgov
+    sets ``X-User-Id`` instead (the session key, or the caller's own identity on a rewrite), which
+    kagent honours and does not log.
+    """
     path, sep, query = raw_path.partition("?")
     if not sep:
         return raw_path
-    pairs = [(k, user if k == "user_id" else v) for k, v in parse_qsl(query, keep_blank_values=True)]
-    return f"{path}?{urlencode(pairs)}"
+    pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "user_id"]
+    return f"{path}?{urlencode(pairs)}" if pairs else path
 
 
 async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamResponse:
@@ -50,6 +57,11 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
     if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
         return await forward(request, request.app[CONTROLLER])
     body = await read_body(request)
+    try:
+        payload = _INVOKE.parse_object(body)
+    except BadBody:
+        # SECURITY: an invocation memgov cannot read unambiguously goes to the agent without memory.
+        return await rewrite_disabled(request, match, await refuse(request, Operation.A2A_INVOKE, Reason.BAD_REQUEST))
     seen = await seen_context(request)
     facts, ctx = seen.facts, seen.claims
     principal = scope = room = audience = None
@@ -83,14 +95,12 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
     upstream = request.app[CONTROLLER]
     if decision.allowed and scope is not None:
         key = gov.keys.session_key(scope.scope_id, scope.generation)
-        headers = {"X-User-Id": key}
-        if gov.settings.upstream.kagent_auth_mode == "trusted-proxy":
-            headers["Authorization"] = "Bearer " + _kagent_bearer(gov, key)
-        if _is_new_conversation(body):
+        headers = {"X-User-Id": key, **gov.kagent_headers(key)}
+        if _is_new_conversation(payload):
             now = gov.now()
             await gov.store.open_prefetch_window(
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
-        return await forward(request, upstream, path=_with_query_user(request.raw_path, key), headers=headers,
+        return await forward(request, upstream, path=_without_query_user(request.raw_path), headers=headers,
                              body=body, response_headers=decision_headers(decision))
     return await rewrite_disabled(request, match, decision)
 
@@ -100,14 +110,7 @@ async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: De
     # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
     variant = gov_of(request).settings.agents[f"{match.params['ns']}/{match.params['name']}"].disabled_variant
     prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
-    path = f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):]
+    path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):])
     body = await read_body(request)
     return await forward(request, request.app[CONTROLLER], path=path, body=body,
                          response_headers=decision_headers(decision))
-
-
-def _kagent_bearer(gov: Governance, key: str) -> str:
-    """A bearer token whose user claim is the session key (kagent parses it without verifying)."""
-    now = int(gov.now().timestamp())
-    claims = {gov.settings.upstream.kagent_user_claim: key, "iss": "memgov", "iat": now, "exp": now + 300}
-    return jwt.encode(claims, gov.bearer_secret, algorithm="HS256")

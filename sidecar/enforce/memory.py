@@ -115,7 +115,7 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
         try:
             return resp.status, json.loads(raw)
         except (ValueError, RecursionError):
-            return 502, None
+            return resp.status, None  # an answer memgov cannot read is no answer
 
 
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:
@@ -168,7 +168,7 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
             if status != 201 or not isinstance(entry_id, str):
                 await _roll_back(gov, scope, ns, created, slots[len(created):])
                 reason = await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True)
-                return error(request, status if status >= 400 else 502, reason)
+                return error(request, 502, reason, upstream_status=status)
             created.append(entry_id)
             at = gov.now()
             await gov.store.fill_entry(slots[len(created) - 1], entry_id, at, at + timedelta(days=gov.limits.max_days))
@@ -321,8 +321,8 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
         status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app),
                                    body)
         if status >= 400 or not isinstance(rows, list):
-            return error(request, status if status >= 400 else 502,
-                         await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True))
+            return error(request, 502, await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id,
+                                                    credentialed=True), upstream_status=status)
         ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
         keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
         found = [r for r in rows if isinstance(r, dict) and r.get("id") in keep]

@@ -17,6 +17,8 @@ from sidecar.reasons import Reason, primary
 log = get_logger("enforce")
 DECISION_HEADER = "X-Memgov-Decision"
 DECISION: web.RequestKey[Decision] = web.RequestKey("decision", Decision)
+#: Set once a request proved a genuine credential (a session key or a context that verified).
+CREDENTIALED: web.RequestKey[bool] = web.RequestKey("credentialed", bool)
 
 #: Action taken when a request is refused before the engine could be asked.
 DENY_ACTION: dict[Operation, Action] = {
@@ -48,9 +50,13 @@ async def decide(request: web.Request, operation: Operation, /, *, agent_ref: st
 
 
 async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None,
-                 audit: bool = True, credentialed: bool = False) -> Decision:
-    """Record a refusal made in code (malformed request, cap or fence hit, state store down)."""
-    decision = Decision(action=DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
+                 audit: bool = True, credentialed: bool = False, action: Action | None = None) -> Decision:
+    """Record a refusal made in code (malformed request, cap or fence hit, state store down).
+
+    ``action`` overrides the operation's usual way of refusing (e.g. ``deny`` for an invocation
+    that was forwarded and then failed upstream: nothing was rewritten).
+    """
+    decision = Decision(action=action or DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
                         decision_id=request[DECISION_ID], engine="code")
     request[DECISION] = decision
     await record(request, operation, decision, scope_id=scope_id, audit=audit, credentialed=credentialed)
@@ -75,6 +81,8 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     """
     gov = gov_of(request)
     reason = primary_reason(decision)
+    if credentialed:
+        request[CREDENTIALED] = True
     metrics.DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
     log.info("decision", operation=operation.value, action=decision.action.value,
              reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
@@ -104,9 +112,9 @@ def stamp(resp: web.StreamResponse, decision: Decision) -> web.StreamResponse:
     return resp
 
 
-def error(request: web.Request, status: int, decision: Decision) -> web.Response:
+def error(request: web.Request, status: int, decision: Decision, *, upstream_status: int | None = None) -> web.Response:
     """A content-free error answer carrying the decision header."""
-    resp = json_error(request, status, primary_reason(decision))
+    resp = json_error(request, status, primary_reason(decision), upstream_status=upstream_status)
     stamp(resp, decision)
     return resp
 

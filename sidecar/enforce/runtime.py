@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +15,7 @@ from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier
 from sidecar.policy.model import Deployment, Limits
 from sidecar.settings import Settings
+from sidecar.upstream import KagentBearer
 
 if TYPE_CHECKING:
     from sidecar.erasure.rotation import Rotator
@@ -38,13 +38,19 @@ class Governance:
     initial_limits: Limits  # used only until a pack is live; decisions fail closed meanwhile anyway
     clock: Callable[[], datetime] = utcnow
     agent_refs: frozenset[str] = field(default_factory=frozenset)
-    # Signs the stand-in bearer token for kagent's trusted-proxy mode, which parses but never verifies it.
-    bearer_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    kagent_bearer: KagentBearer | None = None
     #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
     rotator: Rotator | None = None
 
     def __post_init__(self) -> None:
         self.agent_refs = frozenset(self.settings.agents)
+        if self.kagent_bearer is None:
+            self.kagent_bearer = KagentBearer(self.settings.upstream)
+
+    def kagent_headers(self, user: str) -> dict[str, str]:
+        """What kagent needs to accept a call naming ``user`` (a bearer in its trusted-proxy mode)."""
+        assert self.kagent_bearer is not None
+        return self.kagent_bearer.headers(user, int(self.now().timestamp()))
 
     def now(self) -> datetime:
         return self.clock()

@@ -12,7 +12,7 @@ spelling memgov ever stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import urlencode
@@ -60,10 +60,10 @@ def memories_url(controller_url: str, agent_name: str, storage_key: str) -> str:
 
 
 async def list_namespace(session: aiohttp.ClientSession, controller_url: str, agent_name: str,
-                         storage_key: str) -> list[dict[str, Any]]:
+                         storage_key: str, headers: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every row kagent lists for a namespace (content included); AdapterError when kagent fails."""
     try:
-        async with session.get(memories_url(controller_url, agent_name, storage_key)) as resp:
+        async with session.get(memories_url(controller_url, agent_name, storage_key), headers=headers) as resp:
             if resp.status != 200:
                 # SECURITY: kagent's error body can quote database errors; it is read and dropped.
                 await resp.read()
@@ -84,9 +84,11 @@ class RestAdapter:
     name = "rest"
     exact = False
 
-    def __init__(self, session: aiohttp.ClientSession, controller_url: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, controller_url: str,
+                 headers: Callable[[], Mapping[str, str]] = dict) -> None:
         self._session = session
         self._base = controller_url.rstrip("/")
+        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
 
     async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
         # kagent v0.9.11 has no per-entry delete; the caller tombstones and reports "pending".
@@ -94,7 +96,8 @@ class RestAdapter:
 
     async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
         try:
-            async with self._session.delete(memories_url(self._base, agent_name, storage_key)) as resp:
+            async with self._session.delete(memories_url(self._base, agent_name, storage_key),
+                                            headers=self._headers()) as resp:
                 await resp.read()
                 if resp.status != 200:
                     raise AdapterError(Reason.ERASURE_FAILED)
@@ -102,7 +105,7 @@ class RestAdapter:
             raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
 
     async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
-        rows = await list_namespace(self._session, self._base, agent_name, storage_key)
+        rows = await list_namespace(self._session, self._base, agent_name, storage_key, self._headers())
         # Only ids are kept; the content kagent returns with them is dropped right here.
         found = {r["id"] for r in rows}
         return found if entry_ids is None else found & set(entry_ids)

@@ -21,7 +21,7 @@ vectors live in this process's memory for one step only; nothing of them is logg
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,9 +62,10 @@ class Rotator:
     """Rotation's handles in one gateway process: kagent's List and save, and the embedding provider."""
 
     def __init__(self, kagent: aiohttp.ClientSession, controller_url: str, reembedder: Reembedder,
-                 pinned: Mapping[str, EmbeddingModel]) -> None:
+                 pinned: Mapping[str, EmbeddingModel], headers: Callable[[], Mapping[str, str]] = dict) -> None:
         self._kagent = kagent
         self._base = controller_url.rstrip("/")
+        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
         self.reembedder = reembedder
         self._pinned = dict(pinned)
         self._noted: dict[str, ModelFacts] = {}
@@ -93,13 +94,14 @@ class Rotator:
 
     async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
         """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""
-        rows = await list_namespace(self._kagent, self._base, agent_query, storage_key)
+        rows = await list_namespace(self._kagent, self._base, agent_query, storage_key, self._headers())
         return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
 
     async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
         """Save one copy the way a governed save is forwarded; its new kagent id."""
         body = {"agent_name": app, "user_id": storage_key, "content": content, "vector": vector, "ttl_days": ttl}
-        headers = {"Content-Type": "application/json", "X-Agent-Name": app, "X-User-Id": storage_key}
+        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app,
+                   "X-User-Id": storage_key}
         try:
             async with self._kagent.post(self._base + "/api/memories/sessions", data=dumps(body),
                                          headers=headers) as resp:
@@ -116,8 +118,7 @@ class Rotator:
         return entry_id
 
     async def close(self) -> None:
-        """Close the sessions this rotator owns."""
-        await self._kagent.close()
+        """Close the provider session (the kagent session belongs to the erasure adapter)."""
         await self.reembedder.close()
 
 

@@ -92,8 +92,28 @@ class TestRequestTarget:
         assert (status, json.loads(body)["error"]) == (400, "bad_request")
         assert t.dev.recorder.requests[before:] == []
 
-    async def test_the_asterisk_form_never_reaches_kagent(self, target: Target) -> None:
-        """The HTTP parser itself refuses ``GET *`` (400) before any route runs."""
+    @pytest.mark.parametrize("line", ["GET * HTTP/1.1", "OPTIONS * HTTP/1.1", "CONNECT 127.0.0.1:8083 HTTP/1.1"])
+    async def test_asterisk_and_authority_forms_get_memgovs_own_answer(self, target: Target, line: str) -> None:
+        """Even targets the HTTP parser or the router refuse are answered with a reason code, never with
+        a text page that could quote the request, and never reach kagent."""
         before = len(target.dev.recorder.requests)
-        status, _ = await _raw_request(target.gw.data_url, "GET * HTTP/1.1")
-        assert status == 400 and target.dev.recorder.requests[before:] == []
+        status, body = await _raw_request(target.gw.data_url, line)
+        assert status == 400 and set(json.loads(body)) == {"error", "decision_id"}
+        assert target.dev.recorder.requests[before:] == []
+
+
+class TestInvocationBody:
+    @pytest.mark.parametrize("raw", [
+        '{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": ' + "[" * 5000 + "]" * 5000 + "}",
+        '{"params": {"message": {"contextId": null, "contextId": "c1"}}}',
+        '{"params": {"message": {"contextId": null, "ContextID": "c1"}}}',
+    ])
+    async def test_an_ambiguous_invocation_goes_to_the_agent_without_memory(self, target: Target, raw: str) -> None:
+        """An invocation memgov cannot read unambiguously is answered by the memory-disabled variant."""
+        t = target
+        await t.consented_scope()
+        status, _, headers = await t.post("/api/a2a/team/helper/", None, raw=raw.encode(), headers={
+            "Content-Type": "application/json", "X-Memgov-Context": t.context(), "X-User-Id": "@alice:example.org"})
+        assert status == 200
+        assert headers["X-Memgov-Decision"].startswith("rewrite_disabled; reason=bad_request")
+        assert t.dev.recorder.of_kind("a2a")[-1].agent == "team/helper-nomem"

@@ -33,12 +33,15 @@ class TestBenchProxy:
         code, printed, _ = smoke
         assert code == 0
         lines = printed.splitlines()
-        starts = ("  (a) stand-in (direct)", "  (b) bare proxy", "  (c) memgov", "  ratio (c)/(a)", "  ratio (c)/(b)")
+        starts = ("  (b) bare proxy", "  (c) memgov", "  ratio (c)/(a)", "  ratio (c)/(b)")
         for start in starts:
             assert sum(line.startswith(start) for line in lines) == 2 * len(SCENARIOS)
+        on_kagent = sum(1 for s in SCENARIOS.values() if s.upstream == "kagent")
+        assert on_kagent and sum(line.startswith("  (a) kagent v0.9.11 (direct)") for line in lines) == 2 * on_kagent
+        assert sum(line.startswith("  (a) stand-in (direct)") for line in lines) == 2 * (len(SCENARIOS) - on_kagent)
 
     def test_every_section_measures_three_targets(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
-        """Each scenario and mode has a positive rate and latency for the stand-in, bare proxy and memgov."""
+        """Each scenario and mode has a positive rate and latency for the upstream, bare proxy and memgov."""
         sections = smoke[2]["sections"]
         assert sorted((s["scenario"], s["mode"]) for s in sections) == sorted(
             (name, mode) for name in SCENARIOS for mode in ("closed", "open"))

@@ -1,4 +1,7 @@
-"""Fixtures: a gateway in front of the kagent stand-in over SQLite and over a real PostgreSQL."""
+"""Fixtures: a gateway in front of the kagent stand-in over SQLite and over a real PostgreSQL.
+
+Tests marked ``kagent`` also run ``h`` in front of kagent v0.9.11 itself, in both auth modes.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +11,35 @@ from pathlib import Path
 import pytest
 
 from tests.control.harness import Harness, harness
+from tests.support.upstream import STANDIN, UPSTREAMS, marked_upstreams, upstream_params
+
+STANDIN_STORES = ("sqlite", "postgresql")
+REAL = {u.id: u for u in UPSTREAMS if u.real}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> str | None:
-    """The stand-in's memory store: in-memory SQLite, or a fresh database on the real PostgreSQL."""
-    if request.param == "sqlite":
-        return None
-    url: str = request.getfixturevalue("pg_url")
-    return url
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        real = upstream_params(marked_upstreams(metafunc.definition), lambda u: u.id)
+        metafunc.parametrize("backend", [*STANDIN_STORES, *real], indirect=True)
 
 
 @pytest.fixture
-async def h(tmp_path: Path, store_url: str | None) -> AsyncIterator[Harness]:
-    """A gateway (REST erasure adapter, SQLite state) in front of the stand-in."""
-    async with harness(tmp_path, store_url=store_url) as running:
+def backend(request: pytest.FixtureRequest) -> str:
+    """The stand-in's store (``sqlite``, ``postgresql``) or a real kagent (``kagent-<auth mode>``)."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+async def h(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """A gateway (REST erasure adapter, SQLite state) in front of the stand-in or the real kagent."""
+    if backend in REAL:
+        async with harness(tmp_path, store_url=None, upstream=REAL[backend],
+                           pg_server=request.getfixturevalue("pg_server")) as running:
+            yield running
+        return
+    store_url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    async with harness(tmp_path, store_url=store_url, upstream=STANDIN) as running:
         yield running
 
 

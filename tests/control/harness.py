@@ -3,7 +3,8 @@
 Shared by tests/control and tests/erasure: keys on disk, a policy pack whose rate limits do not
 get in the way of bulk saves, a real gateway (data plane + control API) on loopback, and
 helpers that act as the bridge (subject tokens, signed contexts) and as the agent runtime
-(saves through the governed data plane).
+(saves through the governed data plane). With a real upstream (tests/support/upstream.py) the
+gateway sits in front of kagent v0.9.11 itself and ``rows`` reads kagent's own table.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import yaml
 
 from sidecar.control.client import ControlClient, Token
 from sidecar.control.http import SWEEPERS
-from sidecar.devstack import Devstack, MemoryRow, start_devstack
+from sidecar.devstack import Devstack, MemoryRow
+from sidecar.devstack.pg import PgServer
 from sidecar.devstack.vectors import embed_text
 from sidecar.enforce.runtime import utcnow
 from sidecar.erasure.sweeper import Sweepers
@@ -33,6 +35,7 @@ from sidecar.identity.tokens import control_room, mint_context, mint_operator, m
 from sidecar.server import Gateway, running_gateway
 from sidecar.state.types import Namespace
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from tests.support.upstream import STANDIN, Upstream, runtime_headers, start_stack
 
 SERVER = "example.org"
 ALICE = "@alice:example.org"
@@ -93,12 +96,15 @@ def policy_pack(folder: Path, **limits: int) -> Path:
 
 
 def overrides(keys: Keys, pack: Path, kagent_url: str, state_url: str, *, adapter: str = "rest",
-              kagent_db_url: str | None = None, **extra: Any) -> dict[str, Any]:
-    """Settings of a test gateway (every listener on a free loopback port)."""
+              kagent_db_url: str | None = None, upstream: Upstream = STANDIN,
+              upstream_settings: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Settings of a test gateway (every listener on a free loopback port); ``upstream_settings`` adds to
+    the ``upstream`` section."""
     erasure = {"adapter": adapter, "kagent_db_url": kagent_db_url, "quiesce_timeout_s": 10.0,
                **extra.pop("erasure", {})}
     return {
-        "upstream": {"controller_url": kagent_url, **extra.pop("upstream", {})},
+        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode,
+                     **(upstream_settings or {})},
         "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
         "state": {"url": state_url},
         "policy": {"dir": str(pack), "reload_interval_s": 0},
@@ -147,6 +153,7 @@ class Harness:
     keys: Keys
     http: aiohttp.ClientSession
     clock_offset_s: float = 0.0
+    upstream: Upstream = STANDIN
 
     @property
     def gov(self) -> Any:
@@ -191,8 +198,8 @@ class Harness:
             generation = (await self.gov.store.get_scope(scope_id)).generation
         key = self.session_key(scope_id, generation)
         body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
-        async with self.http.post(self.gw.data_url + "/api/memories/sessions", json=body,
-                                  headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+        headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(self.upstream, AGENT)}
+        async with self.http.post(self.gw.data_url + "/api/memories/sessions", json=body, headers=headers) as resp:
             return resp.status, await resp.json(content_type=None)
 
     async def namespace(self, scope_id: str, generation: int) -> Namespace:
@@ -247,23 +254,30 @@ def with_embedding(settings: dict[str, Any], embedding_url: str, *, pinned: bool
 
 @asynccontextmanager
 async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = None, adapter: str = "rest",
-                  kagent_db_url: str | None = None, rotation: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
-    """Start the stand-in (over ``store_url``), then a gateway in front of it.
+                  kagent_db_url: str | None = None, upstream: Upstream = STANDIN, pg_server: PgServer | None = None,
+                  rotation: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
+    """Start the stand-in (over ``store_url``) or the real kagent, then a gateway in front of it.
 
-    ``rotation`` configures the embedding provider: ``pinned`` (the agent's model in settings) or
-    ``recorded`` (learnt from the agent's own embedding calls).
+    With the real kagent and the ``kagent-db`` adapter, the erasure role is installed on kagent's
+    own database and the gateway connects as that role. ``rotation`` configures the embedding
+    provider: ``pinned`` (the agent's model in settings) or ``recorded`` (learnt from the agent's own
+    embedding calls).
     """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
-    stack = await start_devstack(store_url=store_url, stream_delay_s=0)
+    stack = await start_stack(upstream, pg_server=pg_server, log_dir=tmp / "kagent",
+                              agents=(AGENT, "team/helper-nomem"), store_url=store_url, stream_delay_s=0)
     try:
+        if stack.real is not None and adapter == "kagent-db" and kagent_db_url is None:
+            await install_role(stack.real.db_url)
+            kagent_db_url = role_url(stack.real.db_url)
         config = overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db", adapter=adapter,
-                           kagent_db_url=kagent_db_url, **extra)
+                           kagent_db_url=kagent_db_url, upstream=upstream, **extra)
         if rotation is not None:
             config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
         settings = load_settings(**config)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
-            running = Harness(gw, stack, keys, http)
+            running = Harness(gw, stack, keys, http, upstream=upstream)
             # The start-up sweep pass runs in the background: let it finish, so a test's own pass is the only one.
             await running.sweepers.swept.wait()
             yield running

@@ -11,6 +11,7 @@ from tests.support.sentinel import capture_sinks, make_sentinel
 
 
 class TestForgetOne:
+    @pytest.mark.kagent
     async def test_the_entry_is_unreadable_at_once_and_pending_until_its_namespace_is_cleared(self, h: Harness) -> None:
         """REST cannot delete one row: the evidence says so until forget-all clears the namespace, then complete."""
         scope_id = await h.scope()
@@ -85,6 +86,7 @@ class TestConfirmation:
 
 
 class TestForgetAllAndOff:
+    @pytest.mark.kagent
     async def test_forget_all_keeps_consent_but_fences_the_old_generation(self, h: Harness) -> None:
         """Everything is erased and verified; the scope stays enabled at a new generation; old keys are stale."""
         scope_id = await h.scope()
@@ -100,6 +102,7 @@ class TestForgetAllAndOff:
         assert (stale_status, stale["error"]) == (403, "stale_generation")
         assert (await h.save(scope_id, "new memory"))[0] == 201
 
+    @pytest.mark.kagent
     async def test_off_disables_before_clearing(self, h: Harness) -> None:
         """Off: the scope is disabled at a new generation (fenced step) and every row is gone after."""
         scope_id = await h.scope()

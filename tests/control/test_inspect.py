@@ -22,6 +22,7 @@ async def _refused(call: Any) -> tuple[int, str]:
 
 
 class TestPages:
+    @pytest.mark.kagent
     async def test_pages_are_bounded_ordered_and_complete(self, h: Harness) -> None:
         """limit=2 over five entries gives 2, 2, 1 entries in creation order, each with text and hard expiry."""
         scope_id = await h.scope()
@@ -51,6 +52,7 @@ class TestPages:
                         params=query)
         assert await _refused(call) == (400, "bad_request")
 
+    @pytest.mark.kagent
     async def test_only_ledger_live_entries_of_the_current_generation_are_shown(self, h: Harness) -> None:
         """Forgotten entries and rows written around memgov into the namespace never come back."""
         scope_id = await h.scope()

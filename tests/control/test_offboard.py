@@ -9,6 +9,7 @@ from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
 
 
 class TestOffboard:
+    @pytest.mark.kagent
     async def test_every_scope_of_the_principal_is_disabled_erased_and_verified(self, h: Harness) -> None:
         """Two scopes of Alice end disabled and empty with one verified erasure each; Bob's scope is untouched."""
         first, second = await h.scope(), await h.scope(ALICE, "!second:example.org")
@@ -57,6 +58,7 @@ class TestOffboard:
 
 
 class TestEvidence:
+    @pytest.mark.kagent
     async def test_evidence_is_content_free_and_fetchable_by_subject_and_operator(self, h: Harness) -> None:
         """Ids, steps with times, adapter, verification and residuals; the stored text is nowhere in it."""
         scope_id = await h.scope()

@@ -25,6 +25,7 @@ def _create_body(**changes: Any) -> dict[str, Any]:
 
 
 class TestCreateScope:
+    @pytest.mark.kagent
     async def test_a_new_triple_is_disabled_at_generation_zero_and_repeats_answer_it(self, h: Harness) -> None:
         """The first call creates (201) a disabled scope; the same triple again returns the same scope (200)."""
         status, first = await h.client().call("POST", "/v1/scopes", json=_create_body())
@@ -63,6 +64,7 @@ class TestCreateScope:
 
 
 class TestConsent:
+    @pytest.mark.kagent
     async def test_grant_enables_advances_the_generation_and_writes_a_receipt(self, h: Harness) -> None:
         """Consent gives a content-free receipt naming purpose, policy version and the new generation."""
         scope_id = await h.scope(granted=False)
@@ -76,6 +78,7 @@ class TestConsent:
         audit = [r for r in await h.gov.store.audit_rows(scope_id) if r["operation"] == "consent.grant"]
         assert [r["policy_revision"] for r in audit] == [h.gov.policy.revision]
 
+    @pytest.mark.kagent
     async def test_withdrawal_disables_advances_and_erases_with_evidence(self, h: Harness) -> None:
         """DELETE consent: scope off at a new generation, a withdraw receipt, and a verified erasure."""
         scope_id = await h.scope()
@@ -100,6 +103,7 @@ class TestConsent:
 
 
 class TestStatus:
+    @pytest.mark.kagent
     async def test_status_reports_consent_limits_counts_and_last_erasure(self, h: Harness) -> None:
         """Status names purpose, hard expiry, cap, live count and the last erasure, and no memory text."""
         scope_id = await h.scope()

@@ -212,11 +212,20 @@ class TestSearch:
         _status, body = await api.json("POST", "/api/memories/search", _search(axis(0), agent=searched))
         assert len(body) == found
 
-    async def test_a_zero_vector_scores_zero(self, api: Api) -> None:
-        """An undefined cosine (zero vector) scores 0 instead of failing."""
+    async def test_a_zero_query_vector_fails_after_counting(self, api: Api, stack: Devstack) -> None:
+        """A zero query vector makes every score NaN: 500 "Error marshalling JSON response", rows still counted."""
         await _seed(api, ["x"])
-        _status, body = await api.json("POST", "/api/memories/search", _search([0.0] * 768))
-        assert [h["score"] for h in body] == [0]
+        assert await api.json("POST", "/api/memories/search", _search([0.0] * 768)) == (
+            500, {"error": "Error marshalling JSON response"})
+        assert [r.access_count for r in await _rows(stack)] == [1]
+
+    async def test_a_stored_zero_vector_breaks_its_namespace(self, api: Api) -> None:
+        """One all-zero row among the results fails the whole search, even with min_score set."""
+        await _seed(api, ["x"])
+        await api.json("POST", "/api/memories/sessions", {"agent_name": "kagent__NS__helper", "user_id": "alice",
+                                                         "content": "zero", "vector": [0.0] * 768})
+        assert await api.json("POST", "/api/memories/search", _search(axis(0), min_score=0.5)) == (
+            500, {"error": "Error marshalling JSON response"})
 
     @pytest.mark.parametrize(("body", "error"), [
         ({"agent_name": "a", "user_id": "u"}, MISSING),

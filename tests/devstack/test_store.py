@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -27,19 +28,25 @@ class TestCosine:
         ((1.0, 0.0), (1.0, 0.0), 1.0),
         ((1.0, 0.0), (0.0, 1.0), 0.0),
         ((1.0, 0.0), (-2.0, 0.0), -1.0),
-        ((0.0, 0.0), (1.0, 0.0), None),
         (None, (1.0, 0.0), None),
     ])
-    def test_similarity_is_pgvector_cosine_or_none_when_undefined(self, a: tuple[float, ...] | None,
-                                                                  b: tuple[float, ...], expected: float | None) -> None:
-        """Cosine similarity matches pgvector; zero and NULL vectors give None (score 0 later)."""
+    def test_similarity_is_pgvector_cosine_or_none_for_null(self, a: tuple[float, ...] | None,
+                                                            b: tuple[float, ...], expected: float | None) -> None:
+        """Cosine similarity matches pgvector; a NULL embedding gives None (score 0 later)."""
         assert cosine_similarity(a, b) == expected
 
-    def test_rank_orders_nearest_first_and_undefined_last(self) -> None:
-        """Rows with NULL or zero embeddings come after every real distance and score 0."""
+    @pytest.mark.parametrize(("a", "b"), [((0.0, 0.0), (1.0, 0.0)), ((1.0, 0.0), (0.0, 0.0))])
+    def test_similarity_with_a_zero_vector_is_nan(self, a: tuple[float, ...], b: tuple[float, ...]) -> None:
+        """pgvector's cosine distance to an all-zero vector is NaN, on either side."""
+        similarity = cosine_similarity(a, b)
+        assert similarity is not None and math.isnan(similarity)
+
+    def test_rank_orders_nearest_first_then_nan_then_null(self) -> None:
+        """Zero embeddings sort after every real distance with a NaN score; NULL embeddings last with 0."""
         rows = [_row(0, None), _row(1, (0.0, 1.0)), _row(2, (1.0, 0.0)), _row(3, (0.0, 0.0))]
         hits = rank((1.0, 0.0), rows, 10)
-        assert [(h.row.id, h.score) for h in hits] == [("r2", 1.0), ("r1", 0.0), ("r0", 0.0), ("r3", 0.0)]
+        assert [h.row.id for h in hits] == ["r2", "r1", "r3", "r0"]
+        assert [h.score for h in hits][:2] == [1.0, 0.0] and math.isnan(hits[2].score) and hits[3].score == 0.0
 
 
 class TestDbFault:

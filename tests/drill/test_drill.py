@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import build_parser
+from sidecar.devstack.clock import DevClock
 from sidecar.drill.bundle import report_json
 from sidecar.drill.cli import deployment_target
-from sidecar.drill.devstack import CAP, devstack_target
-from sidecar.drill.runner import CHECKS, run_drill
+from sidecar.drill.devstack import AGENTS, CAP, devstack_target
+from sidecar.drill.runner import CHECKS, Report, run_drill
 from sidecar.drill.sentinels import find_leaks
+from tests.control.harness import install_role, role_url
+from tests.support.upstream import Upstream, sa_token, start_stack
 
 
 def _bundle(folder: Path) -> tuple[dict, str]:
@@ -96,3 +99,64 @@ class TestDrillUsage:
         code, out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
         assert code == expected and err.startswith("memgov drill: ")
         assert not (tmp_path / "bundle").exists()
+
+
+async def _drill_on(upstream: Upstream, adapter: str, tmp_path: Path, request: pytest.FixtureRequest) -> Report:
+    """The devstack drill with the given kagent behind the gateway and the given erasure adapter."""
+    pg_server = request.getfixturevalue("pg_server")
+    store_url = None if upstream.real else request.getfixturevalue("pg_url")
+    agents = [ref for ref, _ in AGENTS] + [f"{ref}-nomem" for ref, _ in AGENTS]
+    dev = await start_stack(upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=agents,
+                            store_url=store_url, clock=DevClock())
+    try:
+        erasure: dict[str, str] = {"adapter": adapter}
+        if adapter == "kagent-db":
+            owner = dev.real.db_url if dev.real is not None else store_url
+            assert owner is not None
+            await install_role(owner)
+            erasure["kagent_db_url"] = role_url(owner)
+        token = sa_token(AGENTS[0][0]) if upstream.auth_mode == "trusted-proxy" else None
+        async with devstack_target(dev, erasure=erasure, kagent_token=token) as (target, local):
+            return await run_drill(target, local=local, clock=local.clock)
+    finally:
+        await dev.stop()
+
+
+class TestDrillAgainstKagent:
+    """The whole drill with kagent v0.9.11 itself as the controller: its log is one of the scanned sinks."""
+
+    def _assert_passed(self, report: Report, planted: list[str], adapter: str) -> None:
+        by_id = {c.id: c for c in report.checks}
+        assert report.exit_code == 0, {c.id: c.evidence for c in report.checks if not c.passed}
+        assert "kagent_log" in by_id["sentinel_absence"].evidence["scanned"]
+        assert by_id["exact_one_entry_erase"].evidence["erasure"]["adapter"] == adapter
+        assert by_id["exact_one_entry_erase"].evidence["erasure"]["physical_deletion"] == (
+            "complete" if adapter == "kagent-db" else "pending_namespace_clear")
+        assert report.cleanup["complete"] is True
+        assert len(planted) > 20
+
+    @pytest.mark.kagent
+    async def test_kagent_db_adapter(self, upstream, planted, tmp_path, request):
+        """With kagent-db on kagent's own schema every check passes, in both of kagent's auth modes."""
+        self._assert_passed(await _drill_on(upstream, "kagent-db", tmp_path, request), planted, "kagent-db")
+
+    @pytest.mark.kagent
+    async def test_rest_adapter(self, upstream, planted, tmp_path, request):
+        """With the REST adapter (kagent's own list and delete routes) every check passes, in both auth modes."""
+        self._assert_passed(await _drill_on(upstream, "rest", tmp_path, request), planted, "rest")
+
+
+class TestKagentToken:
+    def test_the_token_file_is_sent_as_a_bearer_and_never_shown(self, tmp_path):
+        """--kagent-token-file (kagent's trusted-proxy mode) becomes the drill's Authorization, absent from evidence."""
+        key, token = tmp_path / "k", tmp_path / "token"
+        key.write_text("a" * 64)
+        token.write_text("header.payload.signature\n")
+        argv = ["drill", "--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9",
+                "--bridge-key-file", str(key), "--operator-key-file", str(key), "--session-key-file", str(key),
+                "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
+                "--ghost", "@agent:drill.example", "--kagent-token-file", str(token)]
+        target = deployment_target(build_parser().parse_args(argv))
+        assert target.kagent_auth() == {"Authorization": "Bearer header.payload.signature"}
+        assert target.describe()["kagent_bearer"] is True
+        assert "header.payload" not in repr(target) + json.dumps(target.describe())

@@ -2,6 +2,8 @@
 
 The test itself plays two roles: the bridge (it mints delegation contexts and invokes agents)
 and the agent runtime (it calls the memory API with the session key the stand-in received).
+Tests marked ``kagent`` run the same stack with kagent v0.9.11 itself as the controller
+(tests/support/upstream.py): its A2A proxy forwards invocations to the stand-in agents.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import aiohttp
 import pytest
 
 from sidecar.devstack.clock import DevClock
-from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.stack import Devstack
 from sidecar.identity.tokens import control_room, mint_context
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import load_settings
+from tests.support.upstream import STANDIN, Upstream, bridge_headers, runtime_headers, start_stack
 
 SERVER = "example.org"
 ALICE = "@alice:example.org"
@@ -30,6 +33,8 @@ OTHER_AGENT = "kagent/helper"
 APP = "kagent__NS__k8s_agent"
 OTHER_APP = "kagent__NS__helper"
 GHOST = "@k8s-agent:example.org"
+#: Agents kagent knows (the real kagent proxies their invocations to the stand-in agents).
+KNOWN_AGENTS = (AGENT, "kagent/k8s-agent-nomem", OTHER_AGENT, "kagent/helper-nomem", "kagent/plain")
 ROOM = "!alicecontrol:example.org"
 ROOM_B = "!otherroom:example.org"
 
@@ -50,6 +55,7 @@ class Stack:
     bridge_key: bytes
     clock: DevClock
     ghosts: dict[str, str] = field(default_factory=dict)
+    upstream: Upstream = STANDIN
 
     @property
     def gov(self) -> Any:
@@ -91,7 +97,7 @@ class Stack:
         if context_id:
             message["contextId"] = context_id
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-        headers = {"X-User-Id": user, **(extra_headers or {})}
+        headers = {"X-User-Id": user, **bridge_headers(self.upstream, user), **(extra_headers or {})}
         if context is not None:
             headers["X-Memgov-Context"] = context
         before = len(self.dev.recorder.of_kind("a2a"))
@@ -111,7 +117,7 @@ class Stack:
     # --- the agent runtime ------------------------------------------------------------------
     async def memory(self, method: str, path: str, body: Any = None, *, user_header: str | None = None,
                      agent_header: str | None = APP) -> tuple[int, Any, dict[str, str]]:
-        headers = {}
+        headers = runtime_headers(self.upstream, AGENT)
         if user_header is not None:
             headers["X-User-Id"] = user_header
         if agent_header is not None:
@@ -146,13 +152,19 @@ class Stack:
     async def rows(self, user_id: str | None = None) -> list[Any]:
         return await self.dev.store.rows(user_id=user_id)
 
+    def kagent_log(self) -> str:
+        """What kagent logged (a sink: memgov must keep session keys and MXIDs out of it)."""
+        return self.dev.kagent_log()
 
-def stack_settings(tmp_path: Any, dev: Devstack, bridge_key: bytes, **overrides: Any) -> Any:
+
+def stack_settings(tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upstream = STANDIN,
+                   **overrides: Any) -> Any:
     key_file = tmp_path / "bridge.key"
     key_file.write_bytes(bridge_key)
     session_file = tmp_path / "session.key"
     session_file.write_bytes(secrets.token_hex(32).encode())
-    upstream = {"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url, **overrides.pop("upstream", {})}
+    upstream = {"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
+                "kagent_auth_mode": kagent.auth_mode, **overrides.pop("upstream", {})}
     return load_settings(
         upstream=upstream,
         listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
@@ -168,23 +180,25 @@ def stack_settings(tmp_path: Any, dev: Devstack, bridge_key: bytes, **overrides:
 
 
 @pytest.fixture
-async def make_stack(tmp_path) -> AsyncIterator[Any]:
+async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     """Factory: build a stack with settings overrides; everything is torn down after the test."""
     cleanups: list[Any] = []
+    pg_server = request.getfixturevalue("pg_server") if upstream.real else None
 
     async def build(**overrides: Any) -> Stack:
         clock = DevClock()
-        dev = await start_devstack(clock=clock)
+        dev = await start_stack(upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=KNOWN_AGENTS,
+                                clock=clock)
         cleanups.append(dev.stop)
         bridge_key = secrets.token_hex(32).encode()
-        settings = stack_settings(tmp_path, dev, bridge_key, **overrides)
+        settings = stack_settings(tmp_path, dev, bridge_key, upstream, **overrides)
         cm = running_gateway(settings, clock=clock)
         gw = await cm.__aenter__()
         cleanups.append(lambda: cm.__aexit__(None, None, None))
         http = aiohttp.ClientSession()
         cleanups.append(http.close)
         return Stack(dev=dev, gw=gw, http=http, bridge_key=bridge_key, clock=clock,
-                     ghosts={OTHER_AGENT: "@helper:example.org"})
+                     ghosts={OTHER_AGENT: "@helper:example.org"}, upstream=upstream)
 
     yield build
     for cleanup in reversed(cleanups):

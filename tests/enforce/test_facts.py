@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.enforce.facts import KeyFacts, is_vector, parse_object, principal_of, utf8_len
-from sidecar.enforce.invoke import _is_new_conversation, _with_query_user
+from sidecar.enforce.invoke import _is_new_conversation, _without_query_user
 from sidecar.identity.keys import SessionKeys
 
 KEYS = SessionKeys(b"k" * 32)
@@ -87,18 +87,17 @@ class TestInvokeHelpers:
     @pytest.mark.parametrize(
         ("body", "new"),
         [
-            (b'{"params":{"message":{"parts":[]}}}', True),
-            (b'{"params":{"message":{"contextId":"c1"}}}', False),
-            (b"not json", True),
+            ({"params": {"message": {"parts": []}}}, True),
+            ({"params": {"message": {"contextId": "c1"}}}, False),
+            ({"params": "not an object"}, True),
         ],
     )
     def test_new_conversation(self, body, new):
         """A message without contextId opens a conversation (and its prefetch window)."""
         assert _is_new_conversation(body) is new
 
-    def test_query_user_is_replaced(self):
-        """A user_id query parameter (kagent reads it first) carries the session key after rewriting."""
-        assert _with_query_user("/api/a2a/kagent/a?user_id=%40alice%3Ax&x=1", KEY) == (
-            f"/api/a2a/kagent/a?user_id={KEY}&x=1"
-        )
-        assert _with_query_user("/api/a2a/kagent/a", KEY) == "/api/a2a/kagent/a"
+    def test_query_user_is_dropped(self):
+        """A user_id query parameter (kagent reads it first, and logs it) is removed; X-User-Id carries the user."""
+        assert _without_query_user("/api/a2a/kagent/a?user_id=%40alice%3Ax&x=1&user_id=b") == "/api/a2a/kagent/a?x=1"
+        assert _without_query_user("/api/a2a/kagent/a?user_id=x") == "/api/a2a/kagent/a"
+        assert _without_query_user("/api/a2a/kagent/a") == "/api/a2a/kagent/a"

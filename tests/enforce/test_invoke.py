@@ -6,6 +6,7 @@ import jwt
 import pytest
 
 from tests.enforce.conftest import AGENT, ALICE, BOB, BOT, GHOST, ROOM_B, SERVER
+from tests.support.upstream import bridge_headers
 
 
 def decision(resp) -> tuple[str, str]:
@@ -14,6 +15,7 @@ def decision(resp) -> tuple[str, str]:
 
 
 class TestAllowed:
+    @pytest.mark.kagent
     async def test_consented_invocation_carries_the_session_key(self, stack):
         """kagent sees the same agent, X-User-Id = mg1 session key, and no delegation context."""
         scope = await stack.scope()
@@ -32,6 +34,7 @@ class TestAllowed:
         assert decision(resp)[0] == "forward"
         assert seen.user_id_query == key and seen.user_id_header == key
 
+    @pytest.mark.kagent
     async def test_trusted_proxy_mode_bearer_names_the_session_key(self, make_stack):
         """In trusted-proxy mode the bearer JWT's user claim is replaced by the session key."""
         stack = await make_stack(upstream={"kagent_auth_mode": "trusted-proxy"})
@@ -44,15 +47,18 @@ class TestAllowed:
         claims = jwt.decode(token, options={"verify_signature": False})
         assert claims["sub"] == stack.gov.keys.session_key(scope.scope_id, scope.generation)
 
+    @pytest.mark.kagent
     async def test_agents_without_memory_pass_untouched(self, stack):
         """Invocations of agents not listed in MEMGOV_AGENTS are relayed as sent."""
         resp, seen = await stack.invoke(agent="kagent/plain", context="whatever")
         assert resp.status == 200 and "X-Memgov-Decision" not in resp.headers
         assert seen.agent == "kagent/plain" and seen.user_id_header == ALICE
 
+    @pytest.mark.kagent
     async def test_agent_card_passes_through(self, stack):
         """The agent card of a memory-enabled agent is not governed."""
-        async with stack.http.get(f"{stack.gw.data_url}/api/a2a/{AGENT}/.well-known/agent-card.json") as resp:
+        async with stack.http.get(f"{stack.gw.data_url}/api/a2a/{AGENT}/.well-known/agent-card.json",
+                                  headers=bridge_headers(stack.upstream, ALICE)) as resp:
             assert resp.status == 200 and "X-Memgov-Decision" not in resp.headers
 
 
@@ -66,6 +72,7 @@ class TestDegraded:
         assert seen.header("X-Memgov-Context") is None
         return seen
 
+    @pytest.mark.kagent
     async def test_no_context(self, stack):
         """No delegation context → the memory-disabled variant, with the caller's own X-User-Id."""
         await stack.scope()
@@ -80,6 +87,7 @@ class TestDegraded:
         await stack.scope(consent=False)
         await self._expect_rewrite(stack, "consent_disabled", context=stack.context())
 
+    @pytest.mark.kagent
     async def test_withdrawn(self, stack):
         """After withdrawal the same conversation goes to the disabled variant."""
         scope = await stack.scope()
@@ -117,6 +125,7 @@ class TestDegraded:
         await stack.scope()
         await self._expect_rewrite(stack, "consent_missing", context=stack.context(room_id=ROOM_B))
 
+    @pytest.mark.kagent
     async def test_other_user(self, stack):
         """Bob's context cannot use Alice's scope."""
         await stack.scope()
@@ -161,6 +170,7 @@ class TestDegraded:
             members=["@mallory:remote.example", BOT, GHOST]), user="@mallory:remote.example")
         assert seen is not None
 
+    @pytest.mark.kagent
     async def test_prompt_asking_to_ignore_the_rules_changes_nothing(self, stack):
         """R-17: the request text cannot talk the gateway into memory; only consent can."""
         await stack.scope(consent=False)

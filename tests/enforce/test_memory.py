@@ -16,6 +16,7 @@ def reason(headers) -> str:
 
 
 class TestSave:
+    @pytest.mark.kagent
     async def test_save_lands_under_the_storage_key_with_a_hard_expiry(self, stack):
         """kagent stores mgs1.<scope>.<gen> (never the MXID) with ttl clamped to 7 days; the ledger knows the id."""
         scope = await stack.scope()
@@ -64,6 +65,7 @@ class TestSave:
         if status == 403:
             assert body["error"] == "entry_cap_reached"
 
+    @pytest.mark.kagent
     async def test_withdrawal_during_the_write_undoes_it(self, stack, monkeypatch):
         """A save whose scope is withdrawn while kagent writes is deleted at once and refused."""
         scope = await stack.scope()
@@ -77,12 +79,35 @@ class TestSave:
                                                                          await store.entries_of_scope(scope.scope_id)],
                                        stack.clock()) == set()
 
+    @pytest.mark.kagent
+    async def test_an_all_zero_vector_is_refused_and_the_namespace_stays_searchable(self, stack):
+        """R-10: a zero vector never reaches kagent, where one such row makes every search of its namespace fail."""
+        await stack.scope()
+        key = await stack.session_key()
+        assert (await stack.save(key, "a real fact about tea"))[0] == 201
+        zero = {"agent_name": APP, "user_id": key, "content": "zero", "vector": [0.0] * 768}
+        status, _, _ = await stack.memory("POST", "/api/memories/sessions", zero)
+        assert 400 <= status < 500
+        status, rows, _ = await stack.search(key, "a real fact about tea")
+        assert status == 200 and [r["content"] for r in rows] == ["a real fact about tea"]
+
+    @pytest.mark.kagent
+    async def test_no_row_lands_under_another_agent_spelling(self, stack):
+        """D1: a save spelled kagent__NS__k8s-agent is refused or stored under the scope's one app_name."""
+        await stack.scope()
+        key = await stack.session_key()
+        hyphen = APP.replace("k8s_agent", "k8s-agent")
+        status, _, _ = await stack.save(key, "spelled with a hyphen", agent_name=hyphen, agent_header=hyphen)
+        assert status == 201 or 400 <= status < 500
+        assert [r.agent_name for r in await stack.rows()] == ([APP] if status == 201 else [])
+
 
 class TestBatch:
     def _batch(self, key, facts, agent_name=APP):
         return {"items": [{"agent_name": agent_name, "user_id": key, "content": f,
                            "vector": [0.01] * 768} for f in facts]}
 
+    @pytest.mark.kagent
     async def test_batch_is_saved_as_single_entries(self, stack):
         """An auto-save batch answers 201 {"count": n} and every fact gets a ledger row."""
         scope = await stack.scope()
@@ -92,6 +117,7 @@ class TestBatch:
         assert len(await stack.gov.store.entries_of_scope(scope.scope_id)) == 3
         assert len(await stack.rows()) == 3
 
+    @pytest.mark.kagent
     async def test_more_than_ten_facts_is_refused_whole(self, stack):
         """Eleven facts → 403 batch_too_large, nothing written."""
         await stack.scope()
@@ -101,12 +127,13 @@ class TestBatch:
         assert (status, body["error"]) == (403, "batch_too_large") and await stack.rows() == []
 
     async def test_partial_failure_leaves_nothing_readable(self, stack):
-        """kagent failing on the second fact → content-free 500, and the first fact is never readable."""
+        """kagent failing on the second fact → content-free 502 naming kagent's 500; the first fact is never
+        readable."""
         scope = await stack.scope()
         key = await stack.session_key()
         stack.dev.store.fault = DbFault(message="disk full", ops=frozenset({"insert"}), after=1, times=1)
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["x", "y"]))
-        assert status == 500 and body == {"error": "upstream_error", "decision_id": body["decision_id"]}
+        assert status == 502 and body == {"error": "upstream_error", "status": 500, "decision_id": body["decision_id"]}
         entries = await stack.gov.store.entries_of_scope(scope.scope_id)
         assert len(entries) == 1 and entries[0].tombstoned_at is not None
         status, rows, _ = await stack.search(key, "x")
@@ -114,6 +141,7 @@ class TestBatch:
 
 
 class TestSearch:
+    @pytest.mark.kagent
     async def test_search_finds_what_was_saved(self, stack):
         """A saved fact comes back to the same scope."""
         await stack.scope()
@@ -123,6 +151,7 @@ class TestSearch:
         assert status == 200 and [r["id"] for r in rows] == [body["id"]]
         assert rows[0]["content"] == "alice likes green tea"
 
+    @pytest.mark.kagent
     async def test_rows_unknown_to_the_ledger_are_filtered(self, stack):
         """A row written around memgov under the same storage key is never returned."""
         scope = await stack.scope()
@@ -133,6 +162,7 @@ class TestSearch:
         status, rows, _ = await stack.search(key, "planted")
         assert status == 200 and rows == []
 
+    @pytest.mark.kagent
     async def test_expired_entries_disappear_while_kagent_still_holds_them(self, stack):
         """One second past the hard expiry the entry is unreadable, though kagent's row remains."""
         await stack.scope()
@@ -185,6 +215,7 @@ class TestSearch:
 
 
 class TestIsolation:
+    @pytest.mark.kagent
     async def test_stale_generation_after_withdrawal(self, stack):
         """After withdrawal the old key reads nothing and writes nothing."""
         scope = await stack.scope()
@@ -196,6 +227,7 @@ class TestIsolation:
         status, body, _ = await stack.save(key, "after withdrawal")
         assert status == 403 and body["error"] in {"consent_disabled", "stale_generation"}
 
+    @pytest.mark.kagent
     async def test_regranted_scope_does_not_see_the_old_generation(self, stack):
         """Re-consent starts a new generation: old entries live in a dead namespace."""
         scope = await stack.scope()
@@ -210,6 +242,7 @@ class TestIsolation:
         status, rows, headers = await stack.search(old, "generation one fact")
         assert rows == [] and reason(headers) == "stale_generation"
 
+    @pytest.mark.kagent
     async def test_forged_key(self, stack):
         """A key with a wrong MAC is key_invalid; a raw MXID as user_id is key_invalid."""
         await stack.scope()
@@ -236,6 +269,7 @@ class TestIsolation:
         status, body, _ = await stack.save(key, "x", agent_name=agent_name, agent_header=agent_header)
         assert (status, body["error"]) == (403, "agent_mismatch")
 
+    @pytest.mark.kagent
     async def test_cross_user_and_cross_room(self, stack):
         """Bob's scope and Alice's second room see none of Alice's control-room facts."""
         await stack.scope()
@@ -258,6 +292,7 @@ class TestIsolation:
 
 
 class TestFencedBetweenDecisionAndWrite:
+    @pytest.mark.kagent
     async def test_withdrawal_after_the_decision_refuses_with_its_reason(self, stack, monkeypatch):
         """A withdrawal between the policy decision and the ledger reservation is a 403 with the fence's reason."""
         scope = await stack.scope()

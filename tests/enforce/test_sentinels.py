@@ -2,26 +2,30 @@
 
 Distinct sentinels are planted in saved facts, embedding inputs, a raw-transcript "fact", a failed
 embedding provider body and failed controller bodies; every sink is then scanned for them in plain,
-JSON-escaped, URL-encoded and base64 form. The only place content may appear is the legitimate
-answer to the runtime's own search.
+JSON-escaped, URL-encoded and base64 form; kagent's own log is one of the sinks. The only place
+content may appear is the legitimate answer to the runtime's own search.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from sidecar.devstack.store import DbFault
-from tests.enforce.conftest import APP
-from tests.support.sentinel import capture_sinks, make_sentinel
+from tests.enforce.conftest import ALICE, APP
+from tests.support.sentinel import assert_absent, capture_sinks, make_sentinel
 
 ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 
 
 async def _audit_text(stack) -> str:
-    """Audit rows and the hourly counts of anonymous refusals: both are audit sinks (R-15)."""
+    """Audit rows, the hourly counts of anonymous refusals (R-15) and what kagent logged: all sinks."""
     store = stack.gov.store
-    return repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts())
+    return (repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()) + "\n"
+            + stack.kagent_log())
 
 
 class TestSentinels:
+    @pytest.mark.kagent
     async def test_saved_fact_and_search(self, stack):
         """A saved fact comes back only in its own search result; logs, metrics and audit never hold it."""
         fact = make_sentinel("fact")
@@ -50,6 +54,7 @@ class TestSentinels:
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(query)
 
+    @pytest.mark.kagent
     async def test_raw_transcript_fact(self, stack):
         """A summarizer failure that saves the whole transcript is refused without echoing it anywhere."""
         transcript = make_sentinel("transcript")
@@ -75,7 +80,7 @@ class TestSentinels:
             async with stack.http.post(stack.gw.data_url + ROUTE, json={"model": "m", "input": ["x"]}) as resp:
                 text = await resp.read()
                 sinks.record(resp.status, resp.headers.items(), text)
-                assert resp.status == 400
+                assert resp.status == 502
             sinks.extra.append(await _audit_text(stack))
         assert b"upstream_error" in text
         sinks.assert_clean(leaked)
@@ -89,13 +94,14 @@ class TestSentinels:
             stack.dev.store.fault = DbFault(message=f"ERROR: value too long: {leaked}")
             status, body, headers = await stack.save(key, "fact")
             sinks.record(status, headers.items(), repr(body))
-            assert (status, body["error"]) == (500, "upstream_error")
+            assert (status, body["error"], body["status"]) == (502, "upstream_error", 500)
             status, rows, headers = await stack.search(key, "fact")
             sinks.record(status, headers.items(), repr(rows))
-            assert status == 500
+            assert status == 502
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(leaked)
 
+    @pytest.mark.kagent
     async def test_hostile_identity_values(self, stack):
         """Text smuggled into user ids, agent names and contexts does not reach any sink."""
         smuggled = make_sentinel("ident")
@@ -159,3 +165,35 @@ class TestSentinels:
             sinks.extra.append(await _audit_text(stack))
         sinks.assert_clean(hidden)
         assert all(r.header("X-Memgov-Context") is None for r in stack.dev.recorder.requests)
+
+
+class TestKagentLog:
+    @pytest.mark.kagent
+    async def test_session_keys_and_mxids_stay_out_of_kagents_log(self, stack):
+        """kagent logs identifiers it is sent; memgov sends it storage keys, never a session key or an MXID."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        assert (await stack.save(key, "a fact for the log check"))[0] == 201
+        assert (await stack.search(key, "a fact"))[0] == 200
+        await stack.memory("POST", "/api/memories/sessions/batch", {"items": [
+            {"agent_name": APP, "user_id": key, "content": "batched", "vector": [0.01] * 768}]})
+        resp, _ = await stack.invoke()  # refused: relayed to the memory-disabled variant as the caller
+        assert resp.status == 200
+        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+        log = stack.kagent_log()
+        assert '"msg":"added memory"' in log, "kagent logged the save (the sink is live)"
+        for secret in (key, ALICE):
+            assert_absent(secret, log)
+
+    @pytest.mark.kagent
+    @pytest.mark.parametrize("consented", [True, False])
+    async def test_a_user_id_query_on_an_invocation_reaches_kagents_log_as_neither(self, stack, consented):
+        """A bridge that also sends ?user_id=<MXID>: kagent logs that parameter, so neither the MXID nor the
+        session key may reach it there."""
+        scope = await stack.scope(consent=consented)
+        resp, seen = await stack.invoke(context=stack.context(), query="?user_id=%40alice%3Aexample.org")
+        assert resp.status == 200 and seen is not None
+        key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        log = stack.kagent_log()
+        for secret in (key, ALICE):
+            assert_absent(secret, log)

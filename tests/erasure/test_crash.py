@@ -4,7 +4,8 @@ Each crash point is made deterministic without any hook in the gateway: the stat
 row is locked (stuck before ``fenced``), an in-flight write lease is held (stuck in ``fenced``),
 or the gate in front of kagent holds the delete (``quiesced``) or the read-after-delete
 (``deleted``). The test checks the recorded state, kills the process, lifts the obstacle and
-starts a new process on the same state store.
+starts a new process on the same state store. The kill-and-resume proof also runs with kagent
+v0.9.11 itself behind the gate.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.devstack import Devstack, start_devstack
+from sidecar.devstack import Devstack
 from sidecar.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
@@ -41,6 +42,7 @@ from tests.control.harness import (
     write_keys,
 )
 from tests.erasure.procs import Gate, GatewayProcess, Hold, gate, gateway_process, process_settings
+from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Crash:
     keys: Keys
     state_url: str
     http: aiohttp.ClientSession
+    upstream: Upstream
 
     def api(self) -> ControlClient:
         return ControlClient(self.gp.control_url, lambda: subject_token(self.keys, int(time.time())), session=self.http)
@@ -61,8 +64,8 @@ class Crash:
     async def save(self, scope_id: str, generation: int, text: str) -> None:
         key = SessionKeys(self.keys.session_file.read_bytes().strip()).session_key(scope_id, generation)
         body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
-        async with self.http.post(self.gp.data_url + "/api/memories/sessions", json=body,
-                                  headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+        headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(self.upstream, AGENT)}
+        async with self.http.post(self.gp.data_url + "/api/memories/sessions", json=body, headers=headers) as resp:
             assert resp.status == 201, await resp.text()
 
     async def rows(self, scope_id: str) -> int:
@@ -76,29 +79,32 @@ class Crash:
 
 
 @asynccontextmanager
-async def crashing(tmp_path: Path, pg_url: str, *, rotation: bool = False, **extra: Any) -> AsyncIterator[Crash]:
-    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (``rotation``: with
-    the embedding provider and the agent's model pinned)."""
+async def crashing(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest, *,
+                   rotation: bool = False, **extra: Any) -> AsyncIterator[Crash]:
+    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent);
+    ``rotation``: with the embedding provider and the agent's model pinned."""
     keys = write_keys(tmp_path / "keys")
-    stack = await start_devstack(stream_delay_s=0)
+    stack = await start_stack(upstream, pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
+                              log_dir=tmp_path / "kagent", stream_delay_s=0)
     store = await open_store(pg_url)
     try:
         async with gate(stack.kagent_url) as g, aiohttp.ClientSession() as http:
-            settings = process_settings(keys, policy_pack(tmp_path), g.url, pg_url,
+            settings = process_settings(keys, policy_pack(tmp_path), g.url, pg_url, upstream=upstream,
                                         erasure={"quiesce_timeout_s": 120.0}, **extra)
             if rotation:
                 with_embedding(settings, stack.embedding_url, pinned=True)
             async with gateway_process(tmp_path / "gw", settings) as gp:
-                yield Crash(gp, store, stack, g, keys, pg_url, http)
+                yield Crash(gp, store, stack, g, keys, pg_url, http, upstream)
     finally:
         await store.close()
         await stack.stop()
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str) -> AsyncIterator[Crash]:
-    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in."""
-    async with crashing(tmp_path, pg_url) as c:
+async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
+                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent)."""
+    async with crashing(tmp_path, pg_url, upstream, request) as c:
         yield c
 
 
@@ -128,6 +134,7 @@ def _read_after_delete(c: Crash) -> Hold:
 
 
 class TestKillBetweenSteps:
+    @pytest.mark.kagent
     @pytest.mark.parametrize("stuck_in", ["requested", "fenced", "quiesced", "deleted"])
     async def test_a_killed_withdrawal_completes_after_restart(self, crash: Crash, stuck_in: str) -> None:
         """Whatever step the process died in, the restarted gateway finishes: verified, disabled, no rows."""

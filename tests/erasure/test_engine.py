@@ -83,6 +83,7 @@ class TestResume:
         pending_over_rest = kind is Kind.FORGET_ONE and not h.gov.eraser.exact
         assert len(await h.rows(scope_id)) == (1 if pending_over_rest else 0)
 
+    @pytest.mark.kagent
     async def test_two_runners_of_one_erasure_record_each_step_once(self, any_adapter: Harness) -> None:
         """Replicas resuming the same erasure at once both finish it; the compare-and-set keeps steps unique."""
         h = any_adapter

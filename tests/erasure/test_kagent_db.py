@@ -10,6 +10,7 @@ from tests.control.harness import ALICE, Harness
 
 
 class TestKagentDbErasure:
+    @pytest.mark.kagent
     async def test_forget_one_deletes_the_row_itself_and_verifies_it(self, kdb: Harness) -> None:
         """Exact: the one row is gone from kagent at once, its neighbour stays, evidence is complete."""
         scope_id = await kdb.scope()
@@ -25,6 +26,7 @@ class TestKagentDbErasure:
         assert [r.id for r in await kdb.rows(scope_id)] == [kept]
         assert (await kdb.client().status(scope_id))["entries"]["pending_physical_deletion"] == 0
 
+    @pytest.mark.kagent
     @pytest.mark.parametrize("action", ["forget-all", "off", "withdraw", "offboard"])
     async def test_whole_scope_erasures_leave_no_row(self, kdb: Harness, action: str) -> None:
         """Forget-all, off, withdrawal and offboarding all end verified with zero rows in kagent's table."""
@@ -42,11 +44,12 @@ class TestKagentDbErasure:
         assert (record["state"], record["physical_deletion"], len(record["entries"])) == ("verified", "complete", 3)
         assert await kdb.rows(scope_id) == []
 
+    @pytest.mark.kagent
     async def test_a_role_that_lost_its_delete_grant_fails_closed(self, kdb: Harness, pg_url: str) -> None:
         """Permission denied on DELETE: erasure_failed, the scope disabled, nothing claimed as erased."""
         scope_id = await kdb.scope()
         entry = await kdb.saved(scope_id, "likes green tea")
-        conn = await asyncpg.connect(pg_url)
+        conn = await asyncpg.connect(kdb.stack.real.db_url if kdb.stack.real is not None else pg_url)
         try:
             await conn.execute("REVOKE DELETE ON memory FROM memgov_eraser")
         finally:

@@ -1,14 +1,20 @@
-"""docs/erasure-role.sql on a real PostgreSQL with kagent's memory table: delete and verify, never read."""
+"""docs/erasure-role.sql on a real PostgreSQL with kagent's memory table: delete and verify, never read.
+
+The table comes from the stand-in and from kagent v0.9.11's own migrations (pgvector, HNSW index).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from sidecar.devstack import MemoryStore, open_memory_store
+from sidecar.devstack.realkagent import start_real_kagent
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text
 from sidecar.erasure.adapters import KagentDbAdapter
@@ -17,15 +23,20 @@ from tests.control.harness import APP, install_role, role_url
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-async def kagent_db(pg_url: str) -> AsyncIterator[MemoryStore]:
-    """kagent's memory table (the stand-in's PostgreSQL store) with the erasure role installed."""
+@pytest.fixture(params=["standin-schema", pytest.param("kagent-schema", marks=pytest.mark.real_kagent)])
+async def kagent_db(pg_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[MemoryStore]:
+    """kagent's memory table, as the stand-in creates it or as kagent v0.9.11's own migrations do, with the role."""
+    kagent = None
+    if request.param == "kagent-schema":
+        kagent = await asyncio.to_thread(start_real_kagent, pg_url, tmp_path / "kagent")
     store = await open_memory_store(pg_url, now=lambda: NOW)
     await install_role(pg_url)
     try:
         yield store
     finally:
         await store.close()
+        if kagent is not None:
+            kagent.stop()
 
 
 async def _insert(store: MemoryStore, user_id: str, text: str, *, age: timedelta = timedelta(0)) -> str:

@@ -24,7 +24,8 @@ from tests.support.sentinel import capture_sinks, make_sentinel
 @pytest.fixture
 async def rot(tmp_path: Path) -> AsyncIterator[Harness]:
     """A gateway with the REST adapter and an embedding provider, the agent's model pinned in settings."""
-    async with harness(tmp_path, store_url=None, rotation="pinned", upstream={"embedding_timeout_s": 1.0}) as running:
+    async with harness(tmp_path, store_url=None, rotation="pinned",
+                       upstream_settings={"embedding_timeout_s": 1.0}) as running:
         yield running
 
 
@@ -289,7 +290,7 @@ class TestReembedding:
         key_file = tmp_path / "provider.key"
         key_file.write_text("sk-memgov-" + "k" * 24)
         async with harness(tmp_path, store_url=None, rotation="recorded",
-                           upstream={"embedding_api_key_file": str(key_file)}) as h:
+                           upstream_settings={"embedding_api_key_file": str(key_file)}) as h:
             scope_id = await h.scope()
             async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
                                    json={"model": "text-embedding-3-small", "input": ["warm up"], "dimensions": 768,

@@ -22,15 +22,17 @@ import pytest
 from sidecar.erasure.adapters import memories_url
 from tests.control.harness import APP, until
 from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
+from tests.support.upstream import Upstream
 
 STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str) -> AsyncIterator[Crash]:
-    """A gateway process with rotation on and short write leases, on PostgreSQL, in front of a gated stand-in."""
-    async with crashing(tmp_path, pg_url, rotation=True, enforce={"write_lease_s": 2},
-                        upstream={"memory_timeout_s": 1.0}) as c:
+async def crash(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+    """A gateway process with rotation on and short write leases, on PostgreSQL, in front of a gated stand-in
+    (or real kagent)."""
+    async with crashing(tmp_path, pg_url, upstream, request, rotation=True, enforce={"write_lease_s": 2},
+                        upstream_settings={"memory_timeout_s": 1.0}) as c:
         yield c
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from sidecar.devstack.store import NewMemory
 from sidecar.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
@@ -42,6 +44,7 @@ class TestHardExpiry:
         ledger = {e.entry_id: e for e in await sh.gov.store.entries_of_scope(scope_id)}
         assert ledger[first].physically_deleted_at is not None and ledger[first].verified_at is not None
 
+    @pytest.mark.kagent
     async def test_kagent_db_deletes_each_expired_entry_by_id(self, kdb: Harness) -> None:
         """With the exact adapter the expired row goes at the next pass and its live neighbour stays."""
         scope_id = await kdb.scope()
@@ -68,6 +71,7 @@ class TestHardExpiry:
 
 
 class TestDeadGenerations:
+    @pytest.mark.kagent
     async def test_a_save_that_outlived_the_quiesce_bound_is_deleted_by_the_sweeper(self, any_adapter: Harness) -> None:
         """A write of the old generation that lands after the verified withdrawal is cleared at the next pass."""
         h = any_adapter
@@ -87,6 +91,7 @@ class TestDeadGenerations:
         assert report.dead_cleared == 1 and await h.rows(scope_id) == []
         assert await h.gov.store.sweepable_namespaces(h.gov.now(), 10) == []
 
+    @pytest.mark.kagent
     async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
         """Consent given again moves the generation; the old rows, never readable again, are swept."""
         h = any_adapter
@@ -99,6 +104,7 @@ class TestDeadGenerations:
 
 
 class TestOrphans:
+    @pytest.mark.kagent
     async def test_kagent_db_removes_unrecorded_rows_past_any_expiry(self, kdb: Harness) -> None:
         """A row in a memgov namespace the ledger never knew goes once it is older than any hard expiry."""
         scope_id = await kdb.scope()

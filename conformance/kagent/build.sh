@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Build the real-kagent conformance inputs once and cache them; print where they are.
+#
+#   conformance/kagent/build.sh server     kagent v0.9.11's controller HTTP server (our main.go in its tree)
+#   conformance/kagent/build.sh runtime    a driver of kagent's Go runtime memory code (our runtime/main.go)
+#   conformance/kagent/build.sh pgvector   pgvector 0.8.6 for the installed PostgreSQL server
+#   conformance/kagent/build.sh client     a venv with kagent-adk/kagent-core 0.9.11 (kagent's Python runtime)
+#   conformance/kagent/build.sh all        all four
+#
+# Inputs come from $MEMGOV_VENDOR_DIR (default: ../shared/vendor next to the repository) and are
+# checked against pinned sha256 sums. Each result lives under $MEMGOV_CONFORMANCE_CACHE (default
+# ~/.cache/memgov-conformance) in a folder named by the hash of everything it was built from, so
+# an unchanged input is never rebuilt and a changed one never reuses a stale build.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+vendor=${MEMGOV_VENDOR_DIR:-$(cd "$repo/.." && pwd)/shared/vendor}
+cache=${MEMGOV_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-conformance}
+
+KAGENT_TARBALL=kagent-v0.9.11-go.tar.gz
+KAGENT_SHA256=0d9d7b78be6081b8c407347da02f0378a80a3c4ed4a3b53833a26d3ce37a2887
+KAGENT_VERSION=v0.9.11
+KAGENT_COMMIT=14dcbfc
+KAGENT_BUILD_DATE=2026-07-01
+PGVECTOR_TARBALL=pgvector-v0.8.6.tar.gz
+PGVECTOR_SHA256=6fb777e18d7e95e1ecec85c7a5fbd1633d504278019a1da0fd09a6b294c74547
+CLIENT_REQUIREMENTS=$here/client-requirements.txt
+
+log() { echo "conformance: $*" >&2; }
+
+sha() { sha256sum "$@" | awk '{print $1}'; }
+
+# key PARTS... -> a short hash naming one cached build
+key() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+
+checked_input() {
+  local file="$vendor/$1" want=$2
+  [ -f "$file" ] || { log "missing $file (set MEMGOV_VENDOR_DIR)"; exit 2; }
+  [ "$(sha "$file")" = "$want" ] || { log "$file does not match its pinned sha256"; exit 2; }
+  echo "$file"
+}
+
+# once OUT DONE STEP...: unless OUT/DONE exists, run STEP... WORK DEST under the cache lock, with
+# WORK a scratch folder and DEST a fresh folder that becomes OUT only when the step succeeded.
+# Two test runs may start at once: the second waits for the lock and finds the result.
+once() {
+  local out=$1 done=$2
+  shift 2
+  [ -e "$out/$done" ] && return 0
+  lock
+  [ -e "$out/$done" ] && return 0
+  work=$(mktemp -d "$cache/build.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  "$@" "$work" "$out.tmp"  # set -e: a failing step stops here, the EXIT trap drops the scratch folder
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$work" && trap - EXIT
+}
+
+lock() {
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+}
+
+# go_step NAME SOURCE PACKAGE WORK DEST: our SOURCE main at PACKAGE inside kagent's module tree,
+# built with kagent's own go.mod/go.sum.
+go_step() {
+  local name=$1 source=$2 package=$3 work=$4 dest=$5 pkg=github.com/kagent-dev/kagent/go/core/internal/version
+  log "building $name from kagent $KAGENT_VERSION with $(go env GOVERSION) (first build: minutes)"
+  tar -xzf "$vendor/$KAGENT_TARBALL" -C "$work"
+  mkdir -p "$work/go/$package"
+  cp "$source" "$work/go/$package/main.go"
+  (cd "$work/go" && go build -trimpath -o "$dest/$name" \
+    -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
+    "./$package")
+}
+
+# build_go NAME SOURCE PACKAGE: print the path of the cached binary, building it first if needed.
+build_go() {
+  local name=$1 source=$2 package=$3 out
+  checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256" >/dev/null
+  command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
+  out="$cache/$name-$(key "$KAGENT_SHA256" "$(sha "$source")" "$(go env GOVERSION)")"
+  once "$out" "$name" go_step "$name" "$source" "$package"
+  echo "$out/$name"
+}
+
+pg_bindir() {
+  local initdb
+  initdb=$(command -v initdb || ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1)
+  [ -n "$initdb" ] || { log "no PostgreSQL server installed (run make pg)"; exit 2; }
+  dirname "$initdb"
+}
+
+# pg_config of the installed server's exact version: apt's postgresql-server-dev-N pinned to it.
+ensure_pg_config() {
+  local bindir=$1 major server_version
+  major=$("$bindir/postgres" --version | sed -E 's/.* ([0-9]+)\..*/\1/')
+  if [ ! -f "/usr/lib/postgresql/$major/lib/pgxs/src/makefiles/pgxs.mk" ]; then
+    server_version=$(dpkg-query -W -f='${Version}' "postgresql-$major")
+    log "installing postgresql-server-dev-$major=$server_version"
+    apt-get install -y -qq --no-install-recommends "postgresql-server-dev-$major=$server_version" >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+             "postgresql-server-dev-$major=$server_version" >/dev/null; }
+  fi
+  echo "/usr/lib/postgresql/$major/bin/pg_config"
+}
+
+# pgvector_step PG_CONFIG WORK DEST: pgvector built against that server, staged under DEST/stage.
+pgvector_step() {
+  local pg_config=$1 work=$2 dest=$3
+  log "building pgvector 0.8.6 for $("$pg_config" --version)"
+  tar -xzf "$vendor/$PGVECTOR_TARBALL" -C "$work"
+  make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no >/dev/null
+  make -s -C "$work/pgvector-v0.8.6" PG_CONFIG="$pg_config" with_llvm=no DESTDIR="$dest/stage" install >/dev/null
+}
+
+build_pgvector() {
+  local bindir pg_config out libdir sharedir f target
+  checked_input "$PGVECTOR_TARBALL" "$PGVECTOR_SHA256" >/dev/null
+  bindir=$(pg_bindir)
+  pg_config=$(ensure_pg_config "$bindir")
+  out="$cache/pgvector-$(key "$PGVECTOR_SHA256" "$("$bindir/postgres" --version)")"
+  once "$out" stage pgvector_step "$pg_config"
+  # The server loads extensions only from its own folders: copy the staged files there when they differ.
+  libdir=$("$pg_config" --pkglibdir)
+  sharedir=$("$pg_config" --sharedir)/extension
+  for f in "$out/stage$libdir/vector.so" "$out/stage$sharedir"/vector*; do
+    case "$f" in */vector.so) target="$libdir/vector.so" ;; *) target="$sharedir/$(basename "$f")" ;; esac
+    cmp -s "$f" "$target" || install -m 0644 "$f" "$target"
+  done
+  echo "$out"
+}
+
+build_client() {
+  local python out
+  python=${MEMGOV_CONFORMANCE_PYTHON:-python3}
+  out="$cache/client-$(key "$(sha "$CLIENT_REQUIREMENTS")" "$("$python" -c 'import sys; print(sys.version)')")"
+  # A venv cannot move (its scripts name their folder), so it is built in place and marked done.
+  if [ ! -f "$out/.done" ]; then
+    lock
+    if [ ! -f "$out/.done" ]; then
+      log "installing kagent-adk 0.9.11 into $out (first install: a minute or two)"
+      rm -rf "$out"
+      "$python" -m venv "$out"
+      "$out/bin/pip" install -q --upgrade pip
+      "$out/bin/pip" install -q -r "$CLIENT_REQUIREMENTS"
+      touch "$out/.done"
+    fi
+  fi
+  echo "$out/bin/python"
+}
+
+build_server() { build_go memgov-conformance "$here/main.go" core/cmd/memgov-conformance; }
+
+build_runtime() { build_go memgov-runtime "$here/runtime/main.go" adk/cmd/memgov-runtime; }
+
+case "${1:-all}" in
+  server) build_server ;;
+  runtime) build_runtime ;;
+  pgvector) build_pgvector ;;
+  client) build_client ;;
+  all) build_server; build_runtime; build_pgvector; build_client ;;
+  *) echo "usage: $0 [server|runtime|pgvector|client|all]" >&2; exit 2 ;;
+esac

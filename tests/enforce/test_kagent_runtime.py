@@ -1,0 +1,178 @@
+"""kagent's own agent runtimes through memgov, against the stand-in and kagent v0.9.11 itself.
+
+The Python runtime (kagent-adk 0.9.11) runs in its own venv (tests/enforce/kagent_runtime_driver.py):
+KagentMemoryService with kagent's token hooks and OpenAI-provider embeddings through memgov's
+embedding route, and an ADK agent with kagent's memory tools and auto-save callback. The Go runtime
+(go/adk of the same release) runs as conformance/kagent/runtime/main.go built in kagent's tree:
+its memory service, token-service HTTP client, and the preload/load/save memory tools. The test
+plays the bridge: it makes the scope, takes the session key memgov hands kagent, and gives that
+key to the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.devstack.realkagent import build
+from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
+from tests.support.sentinel import assert_absent, make_sentinel
+from tests.support.upstream import sa_token
+
+#: kagent's own runtime code is exercised on every upstream, so all of this belongs to ``make conformance``.
+pytestmark = pytest.mark.real_kagent
+DRIVER = Path(__file__).with_name("kagent_runtime_driver.py")
+
+
+class Runtime:
+    """One kagent-adk process acting as the runtime of AGENT for one user."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    async def __call__(self, op: str, **args: Any) -> dict[str, Any]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
+        await self._proc.stdin.drain()
+        line = await self._proc.stdout.readline()
+        assert line, "the kagent runtime exited"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def logs(self) -> str:
+        """Everything kagent's runtime logged so far, one line per record."""
+        return "\n".join((await self("logs"))["lines"])
+
+
+@asynccontextmanager
+async def kagent_runtime(stack: Stack, user_id: str, tmp_path: Path, *, go: bool = False,
+                         **cfg: Any) -> AsyncIterator[Runtime]:
+    """Start kagent's Python (or Go) runtime for AGENT with KAGENT_URL = memgov's data plane."""
+    ns, name = AGENT.split("/")
+    config = {"kagent_url": stack.gw.data_url, "embedding_url": f"{stack.gw.data_url}/embeddings/{ns}/{name}/v1",
+              "app_name": APP, "agent": name.replace("-", "_"), "user_id": user_id, **cfg}
+    if go:
+        argv = [await asyncio.to_thread(build, "runtime")]
+        config["token"] = sa_token(AGENT)
+    else:
+        argv = [await asyncio.to_thread(build, "client"), str(DRIVER)]
+        token = tmp_path / "kagent-token"
+        token.write_text(sa_token(AGENT))
+        config["token_path"] = str(token)
+    with open(tmp_path / "kagent-runtime.stderr", "ab") as stderr:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=stderr,
+                                                    env={**os.environ, "OPENAI_API_KEY": "test-provider-key"})
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(config) + "\n").encode())
+    try:
+        yield Runtime(proc)
+    finally:
+        proc.stdin.close()
+        await proc.wait()
+
+
+async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
+    """kagent's rows of the entries memgov's ledger recorded for the scope."""
+    ids = {e.entry_id for e in await stack.gov.store.entries_of_scope(scope_id)}
+    return [r for r in await stack.rows() if r.id in ids]
+
+
+@pytest.mark.kagent
+class TestKagentRuntime:
+    async def test_consented_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
+        """add_memory, the save tool and the fifth-turn auto-save batch land; search, load and prefetch recall them."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        facts = ["alice prefers oolong tea in the morning", "alice works on the billing service"]
+        async with kagent_runtime(stack, key, tmp_path, facts=facts) as rt:
+            await rt("add_memory", content="alice keeps a cat called Miso")
+            saved = await rt("turn", session="s1", text="remember: alice plays the cello on sundays")
+            assert "Successfully saved" in " ".join(saved["replies"])
+            for i in range(4):  # turns 2-5 of s1: the fifth triggers kagent's auto-save callback
+                await rt("turn", session="s1", text=f"small talk {i}")
+            assert (await rt("drain"))["drained"] == 1
+            found = await rt("search_memory", query="alice keeps a cat called Miso")
+            loaded = await rt("turn", session="s2", text="recall: what instrument does alice play on sundays")
+            prefetched = await rt("turn", session="s3", text="Does alice still work on the billing service these days?")
+        rows = await _scope_rows(stack, scope.scope_id)
+        assert sorted(r.content for r in rows) == sorted(
+            ["alice keeps a cat called Miso", "alice plays the cello on sundays", *facts])
+        assert len({r.user_id for r in rows}) == 1 and rows[0].user_id not in (key, ALICE)
+        assert rows[0].agent_name == APP
+        assert "alice keeps a cat called Miso" in [m["text"] for m in found["memories"]]
+        assert "cello" in " ".join(loaded["replies"])
+        assert "billing service" in " ".join(prefetched["replies"])
+
+    async def test_denied_saves_and_empty_searches_do_not_break_a_turn(self, stack: Stack, tmp_path: Path):
+        """Without consent saves are refused and searches are 200 []: the runtime answers anyway, content-free."""
+        await stack.scope()  # someone else's consented scope keeps the agent's embedding route open
+        bob = await stack.scope(mxid=BOB, room_id=ROOM_B, consent=False)
+        key = stack.gov.keys.session_key(bob.scope_id, bob.generation)
+        fact = make_sentinel("runtime")
+        async with kagent_runtime(stack, key, tmp_path) as rt:
+            await rt("add_memory", content=f"bob said {fact}")
+            saved = await rt("turn", session="s1", text=f"remember: bob said {fact}")
+            loaded = await rt("turn", session="s2", text="recall: what did bob say")
+            found = await rt("search_memory", query="what did bob say")
+            logs = await rt.logs()
+        assert saved["replies"] and loaded["replies"] and found == {"memories": []}
+        assert await _scope_rows(stack, bob.scope_id) == [] and await stack.rows() == []
+        refusals = [line for line in logs.splitlines() if "Response body" in line]  # kagent-adk logs error bodies
+        assert refusals and all("consent_disabled" in line for line in refusals)
+        assert_absent(fact, *refusals, stack.kagent_log())
+
+    async def test_withdrawal_fences_the_background_auto_save(self, stack: Stack, tmp_path: Path):
+        """A withdrawal while the auto-save is summarising: its batch is refused and nothing reaches kagent."""
+        scope = await stack.scope()
+        await stack.scope(mxid=BOB, room_id=ROOM_B)  # keeps the agent's embedding route open after the withdrawal
+        key = await stack.session_key()
+        async with kagent_runtime(stack, key, tmp_path, facts=["alice is moving to Porto"], hold_autosave=True) as rt:
+            for i in range(5):
+                await rt("turn", session="s1", text=f"turn {i}")
+            await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+            await rt("release")
+            assert (await rt("drain"))["drained"] == 1
+            logs = await rt.logs()
+        assert "Response body" in logs and ("consent_disabled" in logs or "stale_generation" in logs)
+        assert await _scope_rows(stack, scope.scope_id) == [] and await stack.rows() == []
+
+
+@pytest.mark.kagent
+class TestKagentGoRuntime:
+    async def test_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
+        """The save_memory tool and AddSessionToMemory land; SearchMemory and the preload tool recall."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        async with kagent_runtime(stack, key, tmp_path, go=True) as rt:
+            saved = await rt("turn", session="s1", text="remember: alice plays the cello on sundays")
+            assert (await rt("add_session", session="s1"))["error"] == ""
+            found = await rt("search", query="alice plays the cello on sundays")
+            preloaded = await rt("turn", session="s2", text="what does alice play on sundays")
+        assert "Successfully saved" in " ".join(saved["replies"]) and not saved["errors"]
+        rows = await _scope_rows(stack, scope.scope_id)
+        assert len(rows) == 2 and "alice plays the cello on sundays" in [r.content for r in rows]
+        assert len({r.user_id for r in rows}) == 1 and rows[0].user_id not in (key, ALICE)
+        assert "alice plays the cello on sundays" in found["memories"] and found["error"] == ""
+        assert "cello" in " ".join(preloaded["replies"])
+
+    async def test_denied_saves_and_empty_searches_do_not_break_a_turn(self, stack: Stack, tmp_path: Path):
+        """Without consent the save tool reports a failure to the model and searches are empty; turns complete."""
+        await stack.scope()
+        bob = await stack.scope(mxid=BOB, room_id=ROOM_B, consent=False)
+        key = stack.gov.keys.session_key(bob.scope_id, bob.generation)
+        async with kagent_runtime(stack, key, tmp_path, go=True) as rt:
+            saved = await rt("turn", session="s1", text="remember: bob likes jazz")
+            found = await rt("search", query="bob likes jazz")
+            preloaded = await rt("turn", session="s2", text="what does bob like")
+        assert saved["replies"] and not saved["errors"] and "403" in " ".join(saved["replies"])
+        assert found == {"memories": [], "error": ""}
+        assert preloaded["replies"] and not preloaded["errors"]
+        assert await stack.rows() == []

@@ -1,0 +1,124 @@
+"""Which kagent a test's gateway talks to: the stand-in, or kagent v0.9.11 itself in one auth mode.
+
+A test opts in to the real kagent with ``@pytest.mark.kagent``; it then runs three times (stand-in,
+real kagent in ``unsecure`` mode, real kagent in ``trusted-proxy`` mode) through the ``upstream``
+fixture (``@pytest.mark.kagent(auth_modes=(...))`` narrows the real modes). With the real kagent
+the stack is a hybrid: kagent's own server answers every controller route and owns the ``memory``
+table; the stand-in app only plays the agents kagent proxies A2A
+invocations to (and their simulated Python runtime) and the embedding provider; the stand-in's
+store is opened on kagent's database, so ``dev.store.rows()`` reads kagent's real rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import itertools
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import jwt
+import pytest
+
+from sidecar.devstack.pg import PgServer
+from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
+from sidecar.devstack.stack import Devstack, start_devstack
+from sidecar.devstack.store import open_memory_store
+
+MARKER = "kagent"
+_databases = itertools.count()
+#: Carried by every test (or parameter) that runs kagent v0.9.11 itself: ``make conformance`` selects it.
+REAL_MARKER = "real_kagent"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One choice of kagent for a test."""
+
+    kind: Literal["standin", "kagent"]
+    auth_mode: AuthMode = "unsecure"
+
+    @property
+    def real(self) -> bool:
+        return self.kind == "kagent"
+
+    @property
+    def id(self) -> str:
+        return "standin" if not self.real else f"kagent-{self.auth_mode}"
+
+
+STANDIN = Upstream("standin")
+UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
+
+
+def upstream_params(upstreams: tuple[Upstream, ...], value: Any = None) -> list[Any]:
+    """``pytest.param`` per upstream, named by its id; real ones carry the ``real_kagent`` marker."""
+    return [pytest.param(u if value is None else value(u), id=u.id,
+                         marks=[getattr(pytest.mark, REAL_MARKER)] if u.real else []) for u in upstreams]
+
+
+def marked_upstreams(definition: pytest.Function) -> tuple[Upstream, ...]:
+    """The real kagents a test asked for with its ``kagent`` marker (none when unmarked)."""
+    marker = definition.get_closest_marker(MARKER)
+    if marker is None:
+        return ()
+    modes = marker.kwargs.get("auth_modes", AUTH_MODES)
+    return tuple(u for u in UPSTREAMS if u.real and u.auth_mode in modes)
+
+
+def sa_token(agent_ref: str) -> str:
+    """A projected-service-account-shaped JWT (kagent's trusted-proxy mode parses it, never verifies it)."""
+    ns, _, name = agent_ref.partition("/")
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    claims = {"sub": f"system:serviceaccount:{ns}:{name}", "iss": "https://kubernetes.default.svc"}
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def bridge_headers(upstream: Upstream, user: str) -> dict[str, str]:
+    """What the bridge sends kagent for ``user`` in this auth mode (an OIDC-style bearer naming the user)."""
+    if upstream.auth_mode != "trusted-proxy":
+        return {}
+    token = jwt.encode({"sub": user}, "bridge-oidc-signing-key-32-bytes!", algorithm="HS256")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def runtime_headers(upstream: Upstream, agent_ref: str) -> dict[str, str]:
+    """What an agent runtime adds on its own to every controller call in this auth mode."""
+    return {"Authorization": f"Bearer {sa_token(agent_ref)}"} if upstream.auth_mode == "trusted-proxy" else {}
+
+
+def a2a_agents(refs: Iterable[str], standin_port: int) -> dict[str, str]:
+    """kagent's agent registry: each agent's A2A endpoint is the stand-in agent of that name."""
+    return {ref: f"http://127.0.0.1:{standin_port}/api/a2a/{ref}/" for ref in refs}
+
+
+async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir: Path, agents: Iterable[str] = (),
+                      store_url: str | None = None, **devstack: Any) -> Devstack:
+    """Start the stand-ins, or the hybrid around a real kagent on a fresh database of ``pg_server``."""
+    if not upstream.real:
+        return await start_devstack(store_url=store_url, **devstack)
+    assert pg_server is not None, "the real kagent needs the session's PostgreSQL server"
+    db_url = pg_server.create_database(f"kagent_{next(_databases)}")
+    dev = await start_devstack(**devstack)  # the agents kagent proxies to; its store is replaced below
+    try:
+        standin_port = int(dev.kagent_url.rsplit(":", 1)[1])
+        kagent = await asyncio.to_thread(functools.partial(
+            start_real_kagent, db_url, log_dir, auth_mode=upstream.auth_mode,
+            agents=a2a_agents(agents, standin_port)))
+        try:
+            await dev.attach_real_kagent(kagent, await open_memory_store(db_url, now=dev.clock))
+        except BaseException:
+            kagent.stop()
+            raise
+    except BaseException:
+        await dev.stop()
+        raise
+    return dev
+
