@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
@@ -19,12 +20,15 @@ from sidecar.erasure.engine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
 from tests.control.harness import AGENT, APP, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
+from tests.support.upstream import Upstream, runtime_headers
 
 
 @pytest.fixture
-async def rot(tmp_path: Path) -> AsyncIterator[Harness]:
-    """A gateway with the REST adapter and an embedding provider, the agent's model pinned in settings."""
-    async with harness(tmp_path, store_url=None, rotation="pinned",
+async def rot(tmp_path: Path, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """A gateway with the REST adapter and an embedding provider, the agent's model pinned in settings, in front
+    of the stand-in (or, for tests marked ``kagent``, kagent v0.9.11 itself)."""
+    async with harness(tmp_path, store_url=None, rotation="pinned", upstream=upstream,
+                       pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
                        upstream_settings={"embedding_timeout_s": 1.0}) as running:
         yield running
 
@@ -34,7 +38,12 @@ def _close(a: Sequence[float], b: Sequence[float]) -> bool:
     return len(a) == len(b) and all(abs(x - y) < 1e-6 for x, y in zip(a, b, strict=True))
 
 
-def _runtime(raw: Sequence[float]) -> list[float]:
+def _runtime(h: Harness, key: str) -> dict[str, str]:
+    """The headers the agent runtime sends on a memory call (a bearer in kagent's trusted-proxy mode)."""
+    return {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(h.upstream, AGENT)}
+
+
+def _processed(raw: Sequence[float]) -> list[float]:
     """What kagent's runtimes store for a provider vector longer than 768: cut, then L2-normalised."""
     cut = list(raw[:768])
     norm = math.sqrt(sum(x * x for x in cut))
@@ -49,7 +58,7 @@ async def _save_vector(h: Harness, scope_id: str, text: str, vector: list[float]
     if ttl_days is not None:
         body["ttl_days"] = ttl_days
     async with h.http.post(h.gw.data_url + "/api/memories/sessions", json=body,
-                           headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+                           headers=_runtime(h, key)) as resp:
         return resp.status, await resp.json(content_type=None)
 
 
@@ -58,7 +67,7 @@ async def _ranked(h: Harness, scope_id: str, query: str) -> list[tuple[str, floa
     key = h.session_key(scope_id, 1)
     body = {"agent_name": APP, "user_id": key, "vector": embed_text(query), "limit": 10, "min_score": 0.0}
     async with h.http.post(h.gw.data_url + "/api/memories/search", json=body,
-                           headers={"X-Agent-Name": APP, "X-User-Id": key}) as resp:
+                           headers=_runtime(h, key)) as resp:
         assert resp.status == 200
         return [(r["content"], r["score"]) for r in await resp.json()]
 
@@ -80,6 +89,7 @@ async def _live_ns(h: Harness, scope_id: str) -> str:
 
 
 class TestForgetOne:
+    @pytest.mark.kagent
     async def test_the_forgotten_entry_is_physically_gone_and_the_rest_moved(self, rot: Harness) -> None:
         """Forget-one rotates: the evidence reads complete from a read-back, the kept entry lives on under a
         new id and a new storage key, and kagent holds nothing else of the scope."""
@@ -314,7 +324,7 @@ class TestReembedding:
             scope_id = await h.scope()
             async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
                                    json={"model": "big", "input": ["lives in Lisbon"], "dimensions": 1024}) as resp:
-                runtime_vector = _runtime((await resp.json())["data"][0]["embedding"])
+                runtime_vector = _processed((await resp.json())["data"][0]["embedding"])
             status, body = await _save_vector(h, scope_id, "lives in Lisbon", runtime_vector)
             assert status == 201
             doomed = await h.saved(scope_id, "likes green tea")
@@ -322,6 +332,7 @@ class TestReembedding:
             (row,) = await h.rows(scope_id)
             assert row.id != body["id"] and row.embedding is not None and _close(row.embedding, runtime_vector)
 
+    @pytest.mark.kagent
     async def test_a_search_ranks_rotated_entries_as_it_ranked_the_originals(self, rot: Harness) -> None:
         """The runtime's own query vector finds the copies in the same order with the same scores."""
         scope_id = await rot.scope()
@@ -463,6 +474,61 @@ class TestKagentPrune:
         assert {e["entry_id"] for e in rotation["entries"]} == {popular, short, doomed}
         assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
         assert (await rot.client().status(scope_id))["entries"]["live"] == 1
+
+
+    @pytest.mark.kagent
+    async def test_whatever_kagents_prune_does_an_expired_row_is_gone_within_a_day(self, rot: Harness) -> None:
+        """A row kagent treats as expired and popular (its prune extends it by 15 days), with the prune running
+        again and again while the sweeper rotates: within a day of its hard expiry only the live entry is left."""
+        scope_id = await rot.scope()
+        old = await rot.saved(scope_id, "likes green tea")
+        rot.advance(3 * DAY)
+        kept = await rot.saved(scope_id, "lives in Lisbon")
+        for _ in range(10):  # kagent counts an access for every row its search returns
+            await _ranked(rot, scope_id, "green tea")
+        await _expire_in_kagent(rot, old)
+        await _prune(rot)
+        (extended,) = [r for r in await rot.rows(scope_id) if r.id == old]
+        assert extended.expires_at is not None and extended.expires_at > rot.stack.clock() + timedelta(days=14)
+        rot.advance(4 * DAY + 23 * 3600)  # `old` is 23 h past its hard expiry, `kept` is live
+        stop = asyncio.Event()
+
+        async def prune_again_and_again() -> None:
+            while not stop.is_set():
+                await _prune(rot)
+
+        pruning = asyncio.create_task(prune_again_and_again())
+        try:
+            report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
+        finally:
+            stop.set()
+            await pruning
+        assert (report.rotated, report.failures) == (1, 0)
+        rows = await rot.rows(scope_id)
+        assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
+        (gone,) = [e for e in await rot.gov.store.entries_of_scope(scope_id) if e.entry_id == old]
+        assert gone.physically_deleted_at is not None and gone.verified_at is not None
+
+
+async def _expire_in_kagent(h: Harness, entry_id: str) -> None:
+    """Make kagent hold the row as expired an hour ago (the real kagent's table directly; the stand-in's clock)."""
+    if h.stack.real is None:
+        h.stack.clock.advance(7 * DAY + 3600)  # type: ignore[attr-defined]
+        return
+    conn = await asyncpg.connect(h.stack.real.db_url)
+    try:
+        await conn.execute("UPDATE memory SET expires_at = now() - interval '1 hour' WHERE id = $1", entry_id)
+    finally:
+        await conn.close()
+
+
+async def _prune(h: Harness) -> None:
+    """kagent's PruneExpiredMemories (the real one's own code through its admin route, or the stand-in's)."""
+    if h.stack.real is not None:
+        await asyncio.to_thread(h.stack.real.prune)
+    else:
+        await h.stack.store.prune()
+        await asyncio.sleep(0.01)
 
 
 class TestContentStaysInMemory:

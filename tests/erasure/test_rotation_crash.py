@@ -20,9 +20,9 @@ import aiohttp
 import pytest
 
 from sidecar.erasure.adapters import memories_url
-from tests.control.harness import APP, until
+from tests.control.harness import AGENT, APP, until
 from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
-from tests.support.upstream import Upstream
+from tests.support.upstream import Upstream, runtime_headers
 
 STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 
@@ -48,6 +48,7 @@ def _hold(c: Crash, stuck_in: str) -> None:
 
 
 class TestKillDuringRotation:
+    @pytest.mark.kagent
     @pytest.mark.parametrize("stuck_in", STUCK)
     async def test_a_killed_rotation_completes_after_restart(self, crash: Crash, stuck_in: str) -> None:
         """Wherever the process died, the restarted gateway verifies the rotation; never two live namespaces."""
@@ -109,7 +110,8 @@ class TestKillDuringRotation:
         rows = [r for r in await c.stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}.")]
         assert [(r.content, r.user_id, r.agent_name) for r in rows] == [("lives in Lisbon", live.storage_key, APP)]
         assert live.ns_id != live_ns.ns_id and live.storage_key != live_ns.storage_key
-        async with c.http.get(memories_url(c.stack.kagent_url, APP, live_ns.storage_key)) as resp:
+        async with c.http.get(memories_url(c.stack.kagent_url, APP, live_ns.storage_key),
+                              headers=runtime_headers(c.upstream, AGENT)) as resp:
             assert await resp.json() == []
         if stuck_in == "copying":  # the orphaned staged namespace was retired, waited for, cleared and read back
             assert [n.state for n in namespaces if n.ns_id == orphan.ns_id] == ["cleared"]

@@ -29,8 +29,9 @@ from sidecar.devstack.embedding import EmbeddingFaults
 from sidecar.devstack.vectors import embed_text
 from sidecar.erasure.engine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
-from tests.control.harness import APP, policy_pack, with_embedding, write_keys
+from tests.control.harness import AGENT, APP, policy_pack, with_embedding, write_keys
 from tests.erasure.procs import governed_like, process_settings, two_gateways
+from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 #: Facts saved in all (single saves, and every tenth call an auto-save batch), by this many concurrent savers.
 FACTS = 250
@@ -45,17 +46,20 @@ def _item(key: str, text: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def setup(tmp_path: Path, pg_server: Any) -> AsyncIterator[dict[str, Any]]:
-    """The stand-in on its own PostgreSQL database, the state store on another, settings for two gateways."""
+async def setup(tmp_path: Path, pg_server: Any, upstream: Upstream) -> AsyncIterator[dict[str, Any]]:
+    """kagent's table (the stand-in's, or kagent v0.9.11's own) and the state store on PostgreSQL, settings for
+    two gateways."""
     n = next(_dbs)
-    memory_url = pg_server.create_database(f"rotation_memory_{n}")
     state_url = pg_server.create_database(f"rotation_state_{n}")
-    stack = await start_devstack(store_url=memory_url, stream_delay_s=0)
+    if upstream.real:
+        stack = await start_stack(upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", stream_delay_s=0)
+    else:
+        stack = await start_devstack(store_url=pg_server.create_database(f"rotation_memory_{n}"), stream_delay_s=0)
     keys, pack = write_keys(tmp_path / "keys"), policy_pack(tmp_path)
 
     def settings() -> dict[str, Any]:
-        one = process_settings(keys, pack, stack.kagent_url, state_url, erasure={"quiesce_timeout_s": 20.0},
-                               listen={"max_concurrent_per_client": 1000})
+        one = process_settings(keys, pack, stack.kagent_url, state_url, upstream=upstream,
+                               erasure={"quiesce_timeout_s": 20.0}, listen={"max_concurrent_per_client": 1000})
         return with_embedding(one, stack.embedding_url, pinned=True)
 
     try:
@@ -71,13 +75,15 @@ def _step_time(record: dict[str, Any], state: str) -> float:
 
 
 class TestRotationRace:
-    async def test_every_save_is_kept_exactly_once_or_refused_and_leaves_nothing(self, setup: dict[str, Any]) -> None:
+    @pytest.mark.kagent
+    async def test_every_save_is_kept_exactly_once_or_refused_and_leaves_nothing(self, setup: dict[str, Any],
+                                                                                  upstream: Upstream) -> None:
         """Two processes, 250+ facts saved by 16 concurrent savers, a forget-one rotating the scope meanwhile."""
         s = setup
         stack, first, second = s["stack"], s["settings"](), s["settings"]()
         async with two_gateways(s["tmp"], s["keys"], first, second) as pair:
             a, b, http, api, scope_id, key = pair.a, pair.b, pair.http, pair.api, pair.scope_id, pair.key
-            headers = {"X-Agent-Name": APP, "X-User-Id": key}
+            headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(upstream, AGENT)}
             async with http.post(a.data_url + "/api/memories/sessions", json=_item(key, "owns a red bicycle"),
                                  headers=headers) as resp:
                 assert resp.status == 201
