@@ -188,7 +188,8 @@ class ReadBackOut(_Out):
     generation: int | None
     legacy: bool | None = Field(..., description="An unsalted namespace written before storage salts existed.")
     check: Literal["namespace", "entries", "moved"] = Field(
-        ..., description="namespace: read back whole; entries: the erased ids; moved: a rotation's copies (found, as meant)."
+        ..., description="namespace: read back whole; entries: the erased ids; moved: a rotation's copies (found,"
+        " as meant)."
     )
     at: Timestamp
     rows_found: int

@@ -28,7 +28,8 @@ STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
+                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
     """A gateway process with rotation on and short write leases, on PostgreSQL, in front of a gated stand-in
     (or real kagent)."""
     async with crashing(tmp_path, pg_url, upstream, request, rotation=True, enforce={"write_lease_s": 2},
