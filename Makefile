@@ -11,8 +11,19 @@ export PATH := $(CURDIR)/$(TOOLS):$(PATH)
 OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
+# Prometheus 3.16.0 (its Go module versions are v0.3xx). scripts/rulecheck/go.mod pins the same.
+PROMETHEUS_VERSION := v0.316.0
+RULECHECK := scripts/rulecheck
 
-.PHONY: venv tools pg kagent conformance test test-py test-rego demo bench fuzz chart-policies clean
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= memgov:$(VERSION)
+# docker, podman or buildah: all three build the Containerfile with the same command line.
+CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command -v $(t))))
+# The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
+IMAGE_CI := .tools/image/memgov-ci.tar
+
+.PHONY: venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego \
+	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +37,19 @@ tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
+
+# The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
+# modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
+promtool:
+	GO_TOOL_TAGS=remove_all_sd scripts/go-tool.sh promtool github.com/prometheus/prometheus $(PROMETHEUS_VERSION) github.com/prometheus/prometheus/cmd/promtool
+
+check-rules-promtool: venv tools promtool
+	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true \
+	  --show-only templates/prometheusrule.yaml \
+	  | $(PY) -c 'import sys, yaml; print(yaml.safe_dump({"groups": yaml.safe_load(sys.stdin)["spec"]["groups"]}))' \
+	  > .tools/memgov-rules.yaml
+	promtool check rules .tools/memgov-rules.yaml
 
 # The tests start their own PostgreSQL cluster; this only makes sure the server binaries exist.
 pg:
@@ -51,7 +75,20 @@ test-rego: tools
 	opa test policies/rego
 	regal lint --config-file .regal/config.yaml policies/rego
 
-test-py: venv pg tools kagent
+# memgov's container image, for your registry (docs/deploy.md). Bases are pinned by digest in the Containerfile.
+image:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs docker, podman or buildah" >&2; exit 1; }
+	$(CONTAINER_TOOL) build -f Containerfile -t $(IMAGE) .
+
+image-tools:
+	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
+	  (echo "installing buildah and mmdebstrap" && apt-get update -qq && \
+	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >/dev/null)
+
+image-ci: image-tools
+	scripts/image-ci.sh $(IMAGE_CI)
+
+test-py: venv pg tools kagent image-ci
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: test-rego test-py
@@ -67,10 +104,6 @@ FUZZ_CASES ?= 100000
 FUZZ_SEED ?= 1
 fuzz: venv
 	$(VENV)/bin/memgov fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
-
-# The chart carries a copy of policies/ (Helm reads only files inside the chart); refresh it after edits.
-chart-policies:
-	scripts/sync-chart-policies.sh
 
 clean:
 	rm -rf $(VENV) .tools .memgov

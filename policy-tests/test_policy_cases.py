@@ -40,6 +40,7 @@ class TestOpaPack:
         """The Rego pack on a real OPA server answers the case's action and exact reason codes."""
         engine = OpaEngine(reference_opa_url, 5.0)
         try:
+            await engine.commit(engine.prepare(PACK))
             result = judge(case, "opa", await engine.decide(case.inp))
         finally:
             await engine.close()

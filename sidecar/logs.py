@@ -73,6 +73,7 @@ ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
     "outcome": _code,
     "origin": _code,
     "backend": _code,
+    "upstream": _code,
     "route": _match(_TEMPLATE),
     "method": _member(_METHODS),
     "status": _int,

@@ -1,14 +1,15 @@
-"""Prometheus metrics for the data plane: one ``memgov_`` prefix, bounded labels only.
+"""Prometheus metrics for the data plane and the state an operator watches: ``memgov_`` prefix,
+bounded labels only.
 
 Labels are drawn from closed sets (route class, HTTP status, upstream name, decision action,
-reason code, operation, engine). Never a user, room, scope, agent or entry id.
+reason code, operation, engine, erasure state). Never a user, room, scope, agent or entry id.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -39,6 +40,17 @@ ROTATIONS = Counter(
     "memgov_rotations_total", "Namespace rotations (exact erasure over REST) that ended, by outcome.", ["outcome"]
 )
 AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
+
+# Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.
+STATE_UP = Gauge("memgov_state_store_up", "1 when the state store answered the last reading, 0 when it did not.")
+ERASURES = Gauge("memgov_erasures", "Erasure records in the state store by state.", ["state"])
+ERASURE_OLDEST_UNFINISHED = Gauge(
+    "memgov_erasure_oldest_unfinished_seconds", "Age of the oldest erasure not yet verified or failed (0: none)."
+)
+EXPIRY_OVERDUE = Gauge(
+    "memgov_expiry_overdue_seconds",
+    "How long the oldest expired entry has waited for physical deletion (0: none); the bound is 24 h.",
+)
 
 
 _REQUEST_CHILDREN: dict[tuple[str, int], tuple[Any, Any]] = {}

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, error_body, new_decision_id
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
@@ -127,7 +127,8 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
         data = _request_body(request)
     else:
         out.popall("Content-Length", None)
-    async with upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp:
+    async with (tracing.span("memgov.forward", upstream=upstream.name),
+                upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp):
         if replace_errors and resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
@@ -186,7 +187,9 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Classify, time, count and log every request; turn failures into content-free errors."""
     started = time.perf_counter()
-    match = classify(request.method, request.raw_path)
+    with tracing.span("memgov.classify") as traced:
+        match = classify(request.method, request.raw_path)
+        traced.set(route_class=match.cls.value, route=match.template)
     request[MATCH] = match
     request[DECISION_ID] = new_decision_id()
     try:
@@ -256,9 +259,10 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 def create_data_app(settings: Settings, *, handlers: dict[RouteClass, ClassHandler] | None = None,
                     middlewares: tuple[Middleware, ...] = ()) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table, ``middlewares``
-    run first, before anything else looks at the request (governance spends contexts there, so
-    even a request refused on its target spends the context it carried)."""
-    app = web.Application(middlewares=[*middlewares, observe, admit], client_max_size=settings.listen.max_body_bytes)
+    run first, right after tracing, before anything else looks at the request (governance spends
+    contexts there, so even a request refused on its target spends the context it carried)."""
+    app = web.Application(middlewares=[tracing.trace_requests, *middlewares, observe, admit],
+                          client_max_size=settings.listen.max_body_bytes)
     app[SETTINGS] = settings
     app[INFLIGHT] = {}
     table = default_handlers()

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from aiohttp import web
 
+from sidecar import tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.enforce.build import governance
@@ -20,6 +21,7 @@ from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
+from sidecar.sampler import sampling
 from sidecar.settings import Settings, SettingsError, load_settings
 
 log = get_logger("server")
@@ -50,8 +52,8 @@ class Gateway:
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
-    runner = ContentFreeRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5,
-                               auto_decompress=False)
+    runner = ContentFreeRunner(app, access_log=None, handle_signals=False,
+                               shutdown_timeout=gw.settings.listen.shutdown_timeout_s, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()
@@ -70,7 +72,11 @@ async def running_gateway(
     """Start every listener of a gateway (ports may be 0) and stop them on exit."""
     gw = Gateway(settings)
     readiness = Readiness()
-    async with governance(settings, readiness, clock=clock) as gov, control_plane(gov) as control:
+    async with (
+        governance(settings, readiness, clock=clock) as gov,
+        control_plane(gov) as control,
+        sampling(gov.store, gov.now),
+    ):
         gw.governance = gov
         data = create_data_app(settings, handlers=governed_handlers(), middlewares=governed_middlewares())
         data[GOVERNANCE] = gov
@@ -90,10 +96,14 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running_gateway(settings) as gw:
-        if gw.governance is not None:
-            gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
-        await stop.wait()
+    tracing.configure(settings.tracing)
+    try:
+        async with running_gateway(settings) as gw:
+            if gw.governance is not None:
+                gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            await stop.wait()
+    finally:
+        await asyncio.to_thread(tracing.shutdown)  # flushes spans still queued: a blocking export
     log.info("server.stopped")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +19,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-PACKAGED_POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+#: The default policy pack, shipped as package data (sidecar/packaged/) and found through
+#: importlib.resources. memgov is installed as files, so this is a folder the pack reader and the
+#: file watcher can walk; its case tables are ``policy-tests`` beside it.
+PACKAGED_POLICY_DIR = Path(str(files("sidecar").joinpath("packaged", "policies")))
 DEV_DIR = Path(".memgov")
 
 
@@ -81,6 +85,9 @@ class ListenSettings(_Section):
     ops: str = Field("0.0.0.0:9090", description="Operations listener: /metrics, /healthz, /readyz.")
     max_body_bytes: int = Field(
         4 * 1024 * 1024, ge=1024, description="Largest request body accepted on the data plane (413 above)."
+    )
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, description="On SIGTERM, how long requests in flight (streams included) may still finish."
     )
     body_timeout_s: float = Field(
         30.0, gt=0, description="Every request body must arrive completely within this many seconds (408 otherwise)."
@@ -231,6 +238,25 @@ class AuditSettings(_Section):
     )
 
 
+class TracingSettings(_Section):
+    enabled: bool = Field(False, description="Export OpenTelemetry traces (content-free spans) over OTLP/HTTP.")
+    endpoint: str = Field(
+        "http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces endpoint of the collector."
+    )
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces recorded; a caller's sampled traceparent is followed."
+    )
+    service_name: str = Field("memgov", min_length=1, max_length=64, description="service.name of the spans.")
+    timeout_s: float = Field(5.0, gt=0, description="Export timeout in seconds.")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level emitted.")
 
@@ -258,6 +284,7 @@ class Settings(BaseSettings):
     enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit record retention.")
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")
+    tracing: TracingSettings = Field(default_factory=TracingSettings, description="OpenTelemetry traces.")
 
     @field_validator("agents")
     @classmethod

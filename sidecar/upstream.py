@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.reasons import Reason
 from sidecar.settings import UpstreamSettings
 
@@ -124,6 +124,7 @@ class Upstream:
         data: object = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Send one request; yield the response once headers arrive; map failures to UpstreamUnavailable."""
+        tracing.inject(headers)  # W3C traceparent: kagent and providers join memgov's trace (tracing on)
         skip = [h for h in _AUTO_HEADERS if h not in headers]
         started = time.perf_counter()
         try:

@@ -1,8 +1,9 @@
-"""Shared fixtures: a real PostgreSQL server per test session, fresh databases per test, and kagent.
+"""Shared fixtures: a real PostgreSQL server per test session, fresh databases per test, kagent, spans.
 
 ``real_kagent`` is kagent v0.9.11's own controller HTTP server on a fresh database, once per auth
 mode. Tests marked ``@pytest.mark.kagent`` that use the ``upstream`` fixture run against the
 stand-in and against the real kagent in both auth modes (see tests/support/upstream.py).
+``spans`` records every finished trace span in memory (traces are a sink, R-14).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from sidecar import tracing
 from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
 from tests.support.upstream import MARKER, REAL_MARKER, STANDIN, Upstream, marked_upstreams, upstream_params
@@ -68,3 +71,12 @@ def real_kagent(pg_url: str, tmp_path: Path, kagent_auth_mode: AuthMode) -> Iter
         yield kagent
     finally:
         kagent.stop()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on for one test, every finished span kept in memory."""
+    exporter = InMemorySpanExporter()
+    tracing.export_to(exporter)
+    yield exporter
+    tracing.shutdown()

@@ -106,7 +106,7 @@ def _cmd(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, Any]] = {}
     try:
         if "opa" in engines and not args.opa_url:
-            server = start_opa()
+            server = start_opa(pack_dir)
         url = args.opa_url or (server.url if server else None)
         for engine in engines:
             results[engine] = asyncio.run(_bench_engine(engine, url, pack_dir, args.iterations, args.warmup))

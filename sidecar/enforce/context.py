@@ -15,6 +15,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from sidecar import tracing
 from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import DelegationContext, verify_context
@@ -39,6 +40,7 @@ NO_CONTEXT: Final = SeenContext(ContextFacts(present=False), None)
 _SEEN: Final = web.RequestKey("seen_context", SeenContext)
 
 
+@tracing.traced("memgov.identify")
 async def _verify_and_spend(gov: Governance, token: str) -> SeenContext:
     if gov.bridge is None:
         return SeenContext(ContextFacts(present=True), None)  # no trust key configured: every context is invalid

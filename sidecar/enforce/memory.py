@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.enforce.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
 from sidecar.enforce.runtime import Governance
@@ -67,6 +67,7 @@ def _budget(failed: str | None) -> Budget:
                   prefetch_ok=failed != Reason.PREFETCH_LIMIT, embedding_ok=True)
 
 
+@tracing.traced("memgov.identify")
 async def _identify(request: web.Request, user_id: object, agent_name: object) -> tuple[KeyFacts, Scope | None, bool]:
     """Verify the key and load its scope; the bool says whether the scope is live at that generation."""
     gov = gov_of(request)
@@ -105,7 +106,8 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
     Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
     request may have reached kagent).
     """
-    async with upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp:
+    async with (tracing.span("memgov.forward", upstream=upstream.name),
+                upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp):
         try:
             raw = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError):

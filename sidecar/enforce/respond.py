@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.enforce.runtime import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
@@ -31,6 +31,7 @@ def gov_of(request: web.Request) -> Governance:
     return request.app[GOVERNANCE]
 
 
+@tracing.traced("memgov.decide", lambda request, operation, /, **_: {"operation": operation.value})
 async def decide(request: web.Request, operation: Operation, /, *, agent_ref: str | None,
                  entries: Entries | None = None, **facts: Any) -> Decision:
     """Build the decision input, ask the policy runtime (engine + floor), remember the answer."""
@@ -83,6 +84,9 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     reason = primary_reason(decision)
     if credentialed:
         request[CREDENTIALED] = True
+    tracing.annotate(operation=operation.value, action=decision.action.value, reason=reason.value,
+                     reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
+                     engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
     metrics.DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
     log.info("decision", operation=operation.value, action=decision.action.value,
              reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,

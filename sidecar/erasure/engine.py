@@ -27,7 +27,7 @@ import enum
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.readback import Deferred, quiesce, read_back
@@ -292,6 +292,8 @@ class ErasureEngine:
             raise StateError(Reason.NOT_FOUND)
         return scope
 
+    @tracing.traced("memgov.erasure.step", lambda self, erasure, target: {
+        "erasure_id": erasure.erasure_id, "kind": erasure.kind, "step": target, "adapter": erasure.adapter})
     async def _work(self, erasure: Erasure, target: str) -> None:
         scope = await self._scope(erasure)
         kind = Kind(erasure.kind)

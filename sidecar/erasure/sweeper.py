@@ -11,8 +11,8 @@ One pass (:func:`sweep_once`) runs, in order:
 3. orphans (``kagent-db`` only): rows of memgov namespaces created before any possible hard
    expiry, whether or not the ledger knows them;
 4. rotations (``rest`` with an embedding provider): every scope whose live namespace still holds
-   a forgotten or rolled-back entry, an entry expired long enough that waiting longer would break
-   the 24 h of R-9, or that is legacy (unsalted), is rotated (``rotation.py``); no other scope is;
+   a forgotten or rolled-back entry, an entry expired for about half of R-9's 24 h, or that is
+   legacy (unsalted), is rotated (``rotation.py``); no other scope is;
 5. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
    lapsed leases and tokens are purged, finished rotations after the audit retention window.
 
@@ -28,6 +28,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sidecar import tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
@@ -147,10 +148,10 @@ class _Pass:
             log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.gov.eraser.name)
 
     def expired_before(self) -> datetime:
-        """Rotate for expiry only entries expired this long: one rotation then takes a day's expiries,
-        and two passes still fit before the deadline."""
+        """Rotate for expiry only entries expired this long, so one rotation takes many expiries at once, yet
+        within half the deadline: a rotation that fails (provider down) is retried for hours before it."""
         interval = timedelta(seconds=self.gov.settings.erasure.sweep_interval_s)
-        return self.now - max(timedelta(0), EXPIRY_DEADLINE - 2 * interval)
+        return self.now - max(timedelta(0), EXPIRY_DEADLINE / 2 - 2 * interval)
 
     async def rotations(self, engine: ErasureEngine, rotator: Rotator) -> None:
         """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
@@ -189,6 +190,7 @@ class _Pass:
         return True
 
 
+@tracing.traced("memgov.sweep")
 async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> SweepReport:
     """Run one full sweep pass and report what it did."""
     report = SweepReport()

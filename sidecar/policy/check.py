@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sidecar.policy.cedar import compile_pack
 from sidecar.policy.fmt import FIX_HINT, Unformatted, cedar_unformatted, rego_unformatted
-from sidecar.policy.opa import merge_modules
+from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import Pack, PackError, read_pack
 from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
@@ -60,7 +60,7 @@ def _rego_rules(pack: Pack) -> Step:
     problems: list[str] = []
     files = pack.select("rego", ".rego")
     try:
-        merge_modules(files)
+        check_layout(files)
     except PackError as exc:
         problems.append(str(exc))
     for rel, text in sorted(files.items()):

@@ -1,4 +1,4 @@
-"""``memgov policy check | fmt | test | explain | diff | revision | schema``: tools for authors and reviewers."""
+"""``memgov policy check | fmt | test | explain | diff | revision | bundle | schema``: authoring and review tools."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pydantic import ValidationError
 from sidecar.policy import fmt, schema
 from sidecar.policy.cases import CaseError
 from sidecar.policy.check import check_pack
+from sidecar.policy.opa_bundle import write_folder, write_tarball
 from sidecar.policy.opa_server import OpaServer, ToolNotFound, start_opa
-from sidecar.policy.pack import PackError, fingerprint
+from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.review import diff, explain, find_case, read_input, render_diff
 from sidecar.policy.suite import render, run_suite
 from sidecar.settings import SettingsError, load_settings
@@ -78,7 +79,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
         cases = _cases(args, root)
         timeout = max(load_settings().policy.opa_timeout_s, 2.0)
         if args.opa_url is None and args.server and "opa" in engines:
-            server = start_opa()
+            server = start_opa(root)
         url = args.opa_url or (server.url if server else None)
         report = asyncio.run(run_suite(root, cases, engines, url, timeout, args.select))
     except _EXPECTED as exc:
@@ -112,6 +113,16 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         return _fail("diff", exc)
     print(render_diff(changes, compared, old, new))
     return 1 if changes and args.exit_code else 0
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    try:
+        pack = read_pack(_pack_dir(args))
+        (write_tarball if args.out.endswith(".tar.gz") else write_folder)(pack, Path(args.out))
+    except _EXPECTED as exc:
+        return _fail("bundle", exc)
+    print(f"wrote {args.out} (revision {pack.revision})")
+    return 0
 
 
 def _cmd_revision(args: argparse.Namespace) -> int:
@@ -190,6 +201,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     rev = policy.add_parser("revision", help="Print a pack folder's revision, to compare with /readyz.")
     rev.add_argument("pack", help="Policy pack folder.")
     rev.set_defaults(func=_cmd_revision)
+
+    bundle = policy.add_parser(
+        "bundle", help="Write the pack as an OPA bundle (a folder, or a .tar.gz for a bundle server)."
+    )
+    _dir(bundle)
+    bundle.add_argument(
+        "--out", required=True,
+        help="Bundle folder to create or replace (never a mount point: it is renamed into place), or FILE.tar.gz.",
+    )
+    bundle.set_defaults(func=_cmd_bundle)
 
     sch = policy.add_parser("schema", help="Write the decision input/output JSON Schemas to docs/schema/.")
     sch.add_argument("--check", action="store_true", help="Only report whether docs/schema/ is current.")

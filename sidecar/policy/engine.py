@@ -1,7 +1,8 @@
 """The one interface every engine implements, and the one error they raise when they cannot answer.
 
 Loading is two-phase so a reload is atomic: ``prepare`` validates a pack without side effects
-and ``commit`` swaps it in (for OPA, pushes it), keeping the old pack when anything fails.
+and ``commit`` swaps it in (for OPA, checks that the server serves its revision), keeping the old
+pack when anything fails.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Prometheus metrics of the policy stage, ``memgov_policy_`` prefix, bounded labels only.
 
 Labels come from closed sets: operation, action, reason code, engine name, reload outcome. The
-only open-ended label is the pack revision on the info gauge, which holds one series at a time.
+only open-ended label is the pack revision on the info gauges, which hold one series at a time.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ PACK_INFO = Gauge(
     "memgov_policy_pack_info", "The loaded pack revision (content hash) and engine.", ["engine", "revision"]
 )
 
+OPA_BUNDLE = Gauge(
+    "memgov_policy_opa_bundle_info", "The pack revision the OPA server says it serves (its bundle manifest).",
+    ["revision"],
+)
+
 
 def count_decision(operation: Operation, decision: Decision, seconds: float) -> None:
     """Count one decision under each of its reason codes and observe its latency."""
@@ -55,3 +60,10 @@ def show_pack(engine: str, revision: str | None) -> None:
     if revision is not None:
         PACK_INFO.labels(engine, revision).set(1)
     READY.set(1 if revision is not None else 0)
+
+
+def show_opa_bundle(revision: str | None) -> None:
+    """Publish the revision OPA serves as the only series of its info gauge."""
+    OPA_BUNDLE.clear()
+    if revision is not None:
+        OPA_BUNDLE.labels(revision).set(1)

@@ -1,59 +1,36 @@
-"""The OPA engine: memgov pushes the Rego pack into an OPA server and queries its decision rule.
+"""The OPA engine: OPA owns and loads the Rego pack as a bundle; memgov only queries ``/v1/data``.
 
-Every failure (timeout, connection, HTTP error, an undefined or malformed result) raises
-EngineUnavailable, which the runtime turns into a policy_unavailable denial: OPA fails closed.
+OPA loads the bundle ``memgov policy bundle`` writes (``opa run --bundle``, or a bundle server) and
+names the bundle's revision in every answer (``?provenance``). memgov accepts an answer only when
+that revision is the one of the pack it loaded itself; otherwise the engine is stale, the
+gateway is not ready, and the decision is policy_unavailable. Every other failure (timeout,
+connection, HTTP error, an undefined or malformed result) raises EngineUnavailable as well:
+OPA fails closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
-from opa_client import AsyncOpaClient
-from opa_client.errors import ConnectionsError, DeletePolicyError, QueryExecuteError, RegoParseError
 
-from sidecar.logs import get_logger
+from sidecar.policy import metrics
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput
+from sidecar.policy.opa_bundle import ROOT, check_layout
 from sidecar.policy.outcome import Verdict
-from sidecar.policy.pack import Pack, PackError
-
-log = get_logger("policy")
+from sidecar.policy.pack import Pack
 
 PACKAGE: Final = "memgov.decision"
 RULE: Final = "result"
-#: Policy ids memgov owns on the OPA server; anything else there is left alone.
-ID_PREFIX: Final = "memgov/"
-MODULE_ID: Final = ID_PREFIX + "decision.rego"
-#: OPA refused a module change (it would not compile); the pack, not the transport, is at fault.
-_REJECTED: Final = (RegoParseError, DeletePolicyError)
-_FAILURES: Final = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionsError, QueryExecuteError, ValueError, OSError)
-
-
-def merge_modules(files: dict[str, str]) -> str:
-    """Join the files of the decision package into one module, so one PUT swaps the whole pack.
-
-    OPA compiles every policy PUT against what it already holds, so files that refer to each
-    other cannot be pushed one by one, and a half-pushed pack would be live. Test files stay local.
-    """
-    if not files:
-        raise PackError("rego/: no .rego policy files")
-    header: list[str] = []
-    imports: dict[str, None] = {}
-    bodies: list[str] = []
-    for rel in sorted(files):
-        lines = files[rel].splitlines()
-        at = next((i for i, line in enumerate(lines) if line.startswith("package ")), None)
-        if at is None or lines[at].split()[1:] != [PACKAGE]:
-            raise PackError(f"{rel}: every policy file must be in package {PACKAGE}")
-        if "# METADATA" in lines[:at] and not header:
-            header = lines[:at]
-        rest = lines[at + 1 :]
-        imports.update(dict.fromkeys(line for line in rest if line.startswith("import ")))
-        bodies.append(f"# from {rel}\n" + "\n".join(line for line in rest if not line.startswith("import ")))
-    return "\n".join([*header, f"package {PACKAGE}", *imports, *bodies]) + "\n"
+DECISION_PATH: Final = "/v1/data/" + PACKAGE.replace(".", "/") + "/" + RULE
+BUNDLES_PATH: Final = "/v1/data/system/bundles"
+_FAILURES: Final = (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError)
+#: memgov's revisions are short hex hashes; anything else OPA names is shown as "other".
+_REVISION: Final = re.compile(r"^[0-9a-f]{1,64}$")
 
 
 def parse_verdict(body: Any) -> Verdict:
@@ -70,8 +47,20 @@ def parse_verdict(body: Any) -> Verdict:
     return Verdict(allowed=result.get("allow") is True, reasons=frozenset(reasons))
 
 
+def memgov_bundle(bundles: Any) -> tuple[str, str] | None:
+    """Return (name, revision) of the one loaded bundle whose roots hold the memgov package."""
+    found = []
+    for name, status in (bundles or {}).items() if isinstance(bundles, dict) else ():
+        manifest = status.get("manifest") if isinstance(status, dict) else None
+        roots = manifest.get("roots", [""]) if isinstance(manifest, dict) else []
+        revision = manifest.get("revision") if isinstance(manifest, dict) else None
+        if isinstance(roots, list) and any(r in ("", ROOT) for r in roots) and isinstance(revision, str):
+            found.append((str(name), revision))
+    return found[0] if len(found) == 1 else None
+
+
 class OpaEngine:
-    """Rego on an OPA server, reached over one reused HTTP session."""
+    """Rego on an OPA server that loaded the pack's bundle, reached over one reused HTTP session."""
 
     name = "opa"
 
@@ -79,86 +68,89 @@ class OpaEngine:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("opa_url must be an http(s) URL")
-        self._host = parts.hostname
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._ssl = parts.scheme == "https"
+        self.url = url.rstrip("/")
         self._timeout = timeout_s
-        self._client: AsyncOpaClient | None = None
-        self._modules: dict[str, str] = {}
-        #: Set when OPA answered "undefined": it lost the pack (restart) and needs a push.
+        self._session: aiohttp.ClientSession | None = None
+        self._bundle: str | None = None
+        self._expected: str | None = None
+        #: The revision OPA last said it serves ("" before it answered, or when it has no memgov bundle).
+        self.served = ""
+        #: True when OPA serves another revision than memgov's pack (or none): not ready until it matches.
         self.stale = False
 
-    async def _opa(self) -> AsyncOpaClient:
-        if self._client is None:
-            client = AsyncOpaClient(host=self._host, port=self._port, ssl=self._ssl, timeout=self._timeout, retries=0)
-            await client._init_session()  # the client's own context-manager entry, kept open for reuse
-            self._client = client
-        return self._client
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout))
+        return self._session
 
-    def prepare(self, pack: Pack) -> dict[str, str]:
-        """Merge the pack's Rego files into the one module OPA gets; OPA compiles it on commit."""
-        return {MODULE_ID: merge_modules(pack.select("rego", ".rego"))}
+    def _saw(self, revision: str) -> None:
+        shown = revision if not revision or _REVISION.fullmatch(revision) else "other"
+        if shown != self.served:
+            self.served = shown
+            metrics.show_opa_bundle(shown or None)
 
-    async def _push(self, modules: dict[str, str]) -> None:
-        opa = await self._opa()
-        async with asyncio.timeout(max(self._timeout, 5.0) * (len(modules) + 2)):
-            present = [p for p in await opa.get_policies_list() if isinstance(p, str) and p.startswith(ID_PREFIX)]
-            for pid in sorted(set(present) - set(modules)):
-                await opa.delete_policy(pid)
-            for pid in sorted(modules):
-                if self._modules.get(pid) != modules[pid] or pid not in present:
-                    await opa.update_policy_from_string(modules[pid], pid, rego_compat=False)
+    def prepare(self, pack: Pack) -> str:
+        """Check the pack's Rego layout; what OPA must then serve is the pack's revision."""
+        check_layout(pack.select("rego", ".rego"))
+        return pack.revision
 
-    async def _clean_push(self, modules: dict[str, str]) -> None:
-        # A rule that moved between files conflicts during a file-by-file update: start empty.
-        opa = await self._opa()
-        async with asyncio.timeout(max(self._timeout, 5.0) * (len(modules) + 2)):
-            for pid in [p for p in await opa.get_policies_list() if isinstance(p, str) and p.startswith(ID_PREFIX)]:
-                await opa.delete_policy(pid)
-        self._modules = {}
-        await self._push(modules)
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request, retried once when a pooled connection turns out dead (OPA restarted).
 
-    async def commit(self, prepared: dict[str, str]) -> None:
-        """Push the modules; when OPA rejects them, put the previous modules back."""
-        previous = self._modules
+        OPA queries have no side effects, so a retry cannot change anything; the timeout bounds both.
+        """
+        async with asyncio.timeout(self._timeout):
+            for attempt in (1, 2):
+                try:
+                    async with self._http().request(method, self.url + path, **kwargs) as resp:
+                        resp.raise_for_status()
+                        return await resp.json()
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    async def commit(self, revision: str) -> None:
+        """Accept the pack once OPA serves its revision; memgov never changes what OPA holds."""
         try:
-            try:
-                await self._push(prepared)
-            except _REJECTED:
-                await self._clean_push(prepared)
-        except _REJECTED:
-            if previous:
-                await self._restore(previous)
-            raise PackError("rego/: OPA rejected the modules") from None
-        except Exception:  # noqa: BLE001 - a transport failure: what OPA holds is unknown now
-            self._modules = {}
+            body = await self._call("GET", BUNDLES_PATH)
+        except _FAILURES:
+            raise EngineUnavailable("error") from None
+        found = memgov_bundle(body.get("result") if isinstance(body, dict) else None)
+        self._bundle, served = found if found else (None, "")
+        self._saw(served)
+        if served != revision:
+            # SECURITY: OPA would decide with other rules than the pack memgov reports and audits.
             self.stale = True
-            raise EngineUnavailable("push_failed") from None
-        self._modules = dict(prepared)
-        self.stale = False
-
-    async def _restore(self, previous: dict[str, str]) -> None:
-        try:
-            await self._clean_push(previous)
-            self._modules = dict(previous)
-        except Exception:  # noqa: BLE001 - OPA stays without a pack; decisions fail closed
-            self._modules = {}
-            self.stale = True
-            log.error("policy.opa_restore_failed", engine=self.name)
+            raise EngineUnavailable("revision_mismatch")
+        self._expected, self.stale = revision, False
 
     async def decide(self, inp: DecisionInput) -> Verdict:
-        """Query the decision rule for one input."""
-        opa = await self._opa()
+        """Query the decision rule for one input; the answer counts only from the expected revision."""
         try:
-            async with asyncio.timeout(self._timeout):
-                body = await opa.query_rule(inp.model_dump(mode="json"), PACKAGE, RULE)
+            body = await self._call("POST", DECISION_PATH, params={"provenance": "true"},
+                                    json={"input": inp.model_dump(mode="json")})
         except _FAILURES as exc:
             raise EngineUnavailable("timeout" if isinstance(exc, asyncio.TimeoutError) else "error") from None
-        try:
-            return parse_verdict(body)
-        except EngineUnavailable as exc:
-            self.stale = self.stale or exc.kind == "undefined"
-            raise
+        served = self._answered_by(body)
+        if self._expected is None or served != self._expected:
+            # SECURITY: an answer from another pack (OPA reloaded, or lost its bundle) is no answer.
+            self._saw(served or "")
+            self.stale = True
+            raise EngineUnavailable("revision_mismatch")
+        return parse_verdict(body)
+
+    def _answered_by(self, body: Any) -> str | None:
+        """The revision of the memgov bundle an answer names (a lone bundle counts: OPA renamed it)."""
+        provenance = body.get("provenance") if isinstance(body, dict) else None
+        bundles = provenance.get("bundles") if isinstance(provenance, dict) else None
+        if not isinstance(bundles, dict):
+            return None
+        status = bundles.get(self._bundle) if self._bundle in bundles else None
+        if status is None and len(bundles) == 1:
+            status = next(iter(bundles.values()))
+        revision = status.get("revision") if isinstance(status, dict) else None
+        return revision if isinstance(revision, str) else None
 
     async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Query several inputs concurrently over the shared session.
@@ -174,6 +166,15 @@ class OpaEngine:
 
     async def close(self) -> None:
         """Close the HTTP session."""
-        if self._client is not None:
-            await self._client.close_connection()
-            self._client = None
+        self._saw("")
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def opa_part(engine: object) -> OpaEngine | None:
+    """The OPA engine behind an engine: itself, or either side of a shadow pair."""
+    for part in (engine, getattr(engine, "primary", None), getattr(engine, "shadow", None)):
+        if isinstance(part, OpaEngine):
+            return part
+    return None

@@ -1,4 +1,4 @@
-"""Start a throwaway OPA server on loopback (``memgov policy test``, benchmarks and the test suite)."""
+"""Start a throwaway OPA server on loopback serving a pack's bundle (``memgov policy test``, benchmarks, tests)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,21 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
+
+from sidecar.policy.opa_bundle import write_folder
+from sidecar.policy.pack import read_pack
 
 _REPO_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "bin"
+#: How OPA loads a pack bundle, here and in the chart's OPA container: test files stay out, and
+#: decision inputs never reach a log line.
+RUN_FLAGS: Final = ("--ignore=*_test.rego", "--skip-version-check", "--log-level=error", "--log-format=json")
 
 
 class ToolNotFound(RuntimeError):
@@ -38,13 +46,14 @@ def _free_port() -> int:
 
 @dataclass
 class OpaServer:
-    """A running ``opa run --server`` child process."""
+    """A running ``opa run --server`` child process and the bundle folder it loaded."""
 
     process: subprocess.Popen[bytes]
     url: str
+    bundle: Path
 
     def stop(self) -> None:
-        """Terminate the server and wait for it."""
+        """Terminate the server, wait for it and remove its bundle."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -52,6 +61,7 @@ class OpaServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        shutil.rmtree(self.bundle.parent, ignore_errors=True)
 
 
 def _healthy(url: str) -> bool:
@@ -62,19 +72,34 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_opa(startup_timeout_s: float = 30.0) -> OpaServer:
-    """Start OPA on a free loopback port and return once /health answers."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [tool_binary("opa"), "run", "--server", "--addr", f"127.0.0.1:{port}", "--log-level", "error"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    server = OpaServer(proc, f"http://127.0.0.1:{port}")
+def start_opa(pack_dir: Path, port: int | None = None, startup_timeout_s: float = 30.0) -> OpaServer:
+    """Start OPA on a loopback port serving the pack's bundle; return once /health answers.
+
+    The pack is validated and written as a bundle first (PackError when it cannot be); OPA refusing
+    to compile it ends the start with its first error line, which names a pack file, never input.
+    """
+    work = Path(tempfile.mkdtemp(prefix="memgov-opa-"))
+    bundle = work / "bundle"
+    try:
+        write_folder(read_pack(pack_dir), bundle)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    port = port or _free_port()
+    output = (work / "output").open("wb")
+    with output:  # OPA prints load errors on stdout and its log on stderr
+        proc = subprocess.Popen(
+            [tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS, "--bundle", str(bundle)],
+            stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+        )
+    server = OpaServer(proc, f"http://127.0.0.1:{port}", bundle)
     deadline = time.monotonic() + startup_timeout_s
     # Readiness of a child process can only be observed by asking it; the wait is bounded.
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"opa exited during startup (status {proc.returncode})")
+            first = next(iter((work / "output").read_text(errors="replace").splitlines()), "")
+            server.stop()
+            raise RuntimeError(f"opa exited during startup (status {proc.returncode}): {first[:300]}")
         if _healthy(server.url):
             return server
         time.sleep(0.05)

@@ -19,7 +19,7 @@ from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import Engine, EngineUnavailable
 from sidecar.policy.floor import apply_floor
 from sidecar.policy.model import Decision, DecisionInput, Deployment
-from sidecar.policy.opa import OpaEngine
+from sidecar.policy.opa import OpaEngine, opa_part
 from sidecar.policy.outcome import Verdict, assemble, unavailable
 from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
 from sidecar.policy.shadow import DECISION_IDS, ShadowEngine
@@ -107,9 +107,13 @@ class PolicyRuntime:
         )
 
     async def ready_check(self) -> tuple[bool, dict[str, object]]:
-        """Readiness for /readyz: ready flag, engine, revision and the last reload attempt."""
+        """Readiness for /readyz: ready flag, engine, revision, the last reload attempt and what an OPA serves."""
         last = {k: v for k, v in asdict(self.last_reload).items() if v is not None} if self.last_reload else {}
-        return self.ready, {"engine": self.engine.name, "revision": self.revision or "", "last_reload": last}
+        detail: dict[str, object] = {"engine": self.engine.name, "revision": self.revision or "", "last_reload": last}
+        opa = opa_part(self.engine)
+        if opa is not None:
+            detail["opa_revision"] = opa.served
+        return self.ready, detail
 
     def _finish(self, pack: Pack, decision: Decision, inp: DecisionInput, did: str, started: float) -> Decision:
         decision = apply_floor(decision, inp, pack.limits, pack.federation)
@@ -205,7 +209,7 @@ class PolicyRuntime:
             if not live:
                 await asyncio.to_thread(vet, pack)
                 self._declare(pack)
-            # An engine that lost the live pack (OPA restarted) gets the same pack again.
+            # An engine that fell out of step (OPA serving another revision) is checked again.
             prepared = self._prepared if live else self.engine.prepare(pack)
             await self.engine.commit(prepared)
         except (PackError, EngineUnavailable) as exc:
@@ -252,7 +256,7 @@ class PolicyRuntime:
                 current = fingerprint(self.settings.dir)
             except PackError:
                 current = None
-            # OPA loses a pushed pack when it restarts; the engine notices and asks for a push.
+            # An OPA serving another revision marks the engine stale; check again until it matches.
             if current != self._seen or self._pack is None or self.engine.stale:
                 await self.reload()
 

@@ -53,7 +53,7 @@ class ShadowEngine:
         return self.primary.prepare(pack), self.shadow.prepare(pack), pack.revision
 
     async def commit(self, prepared: tuple[Any, Any, str]) -> None:
-        """Commit the remote-capable engine first, so a failed push leaves both on the old pack."""
+        """Commit the remote-capable engine first, so a failed check leaves both on the old pack."""
         first, second = (self.shadow, self.primary) if self.shadow.name == "opa" else (self.primary, self.shadow)
         parts = dict(zip((self.primary.name, self.shadow.name), prepared[:2], strict=True))
         await first.commit(parts[first.name])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sidecar.policy import schema
 from sidecar.policy.cedar import CedarPolicies, compile_pack
-from sidecar.policy.opa import merge_modules
+from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import Pack, PackError
 from sidecar.policy.rules import Site, rego_sites, rule_codes
@@ -131,7 +131,7 @@ def opa_compile(pack: Pack) -> str | None:
 def _rego(pack: Pack, compile_rego: bool) -> list[Site]:
     files = pack.select("rego", ".rego")
     try:
-        merge_modules(files)
+        check_layout(files)
     except PackError as exc:
         raise PackError(str(exc), file=str(exc).split(":", 1)[0], step="rego") from None
     for rel, text in sorted(files.items()):

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 import aiosqlite
 import asyncpg
 
+from sidecar import tracing
 from sidecar.reasons import Reason
 from sidecar.state.types import StateError
 
@@ -132,7 +133,8 @@ class PgDatabase:
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
-        async with backend_errors(), self._pool.acquire() as con:
+        async with tracing.span("memgov.state", backend="postgresql", step=mode), backend_errors(), \
+                self._pool.acquire() as con:
             if mode in ("read", "single"):
                 yield _PgTx(con)
                 return
@@ -217,7 +219,7 @@ class SqliteDatabase:
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
         con, lock = (self._writer, self._wlock) if mode in ("write", "single") else (self._reader, self._rlock)
-        async with backend_errors(), lock:
+        async with tracing.span("memgov.state", backend="sqlite", step=mode), backend_errors(), lock:
             if mode in ("read", "single"):
                 yield _SqliteTx(con)
                 return

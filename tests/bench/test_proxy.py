@@ -21,8 +21,10 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str,
     out = tmp_path_factory.mktemp("bench")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
+        # One connection and a slow open loop: kagent v0.9.11 itself deadlocks on concurrent searches of the
+        # same rows (its access-count update), which is an upstream fact the smoke run is not about.
         code = main(["bench", "proxy", "--scenario", "all", "--duration", "1", "--warmup", "0.2", "--rounds", "1",
-                     "--rate", "100", "--concurrency", "4", "--out", str(out)])
+                     "--rate", "10", "--concurrency", "1", "--out", str(out)])
     (path,) = out.glob("*.json")
     return code, printed.getvalue(), json.loads(path.read_text())
 
@@ -54,7 +56,7 @@ class TestBenchProxy:
     def test_result_records_how_to_reproduce_it(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
         """The JSON names the exact command, the machine's cores and the versions measured."""
         report = smoke[2]
-        assert report["command"].startswith("memgov bench proxy --duration 1 --rounds 1 --concurrency 4 --rate 100")
+        assert report["command"].startswith("memgov bench proxy --duration 1 --rounds 1 --concurrency 1 --rate 10")
         assert report["machine"]["cores"] >= 1
         assert report["versions"]["aiohttp"] and report["versions"]["python"]
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-UI_PEER: dict[str, Any] = {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "ui"}}}
+CLIENT_PEER: dict[str, Any] = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "kagent-tools"}}}
+ENFORCE: dict[str, Any] = {"stage": "enforce"}
 PROVIDER_CIDR = "203.0.113.0/24"
 POSTGRES_PEER: dict[str, Any] = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "databases"}},
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "postgresql"}},
+}
+COLLECTOR_PEER: dict[str, Any] = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+    "podSelector": {"matchLabels": {"app": "otel-collector"}},
 }
 OPA_PEER: dict[str, Any] = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "opa"}},
@@ -18,6 +23,7 @@ OPA_PEER: dict[str, Any] = {
 GATEWAY_DEFAULT: dict[str, Any] = {}
 
 GATEWAY_PRODUCTION: dict[str, Any] = {
+    "rollout": ENFORCE,
     "replicaCount": 3,
     "image": {"digest": "sha256:" + "ab" * 32},
     "podAnnotations": {"example.org/team": "platform"},
@@ -34,9 +40,11 @@ GATEWAY_PRODUCTION: dict[str, Any] = {
     "matrix": {"serverName": "example.org", "bridgeBot": "@kagent-bridge:example.org"},
     "agents": {"kagent/helper": {"disabledVariant": "helper-nomem", "ghost": "@agent-helper:example.org"}},
     "erasure": {"adapter": "kagent-db", "kagentDb": {"existingSecret": "memgov-kagent-db"}},
+    "tracing": {"enabled": True, "endpoint": "http://otel-collector.observability:4318/v1/traces"},
     "networkPolicy": {
+        "tracing": {"to": [COLLECTOR_PEER]},
         "agents": {"namespaceSelector": {"matchLabels": {"memgov.example.org/agents": "true"}}},
-        "controllerClients": [UI_PEER],
+        "clients": [CLIENT_PEER],
         "embedding": {"to": [{"ipBlock": {"cidr": PROVIDER_CIDR}}]},
         "postgresql": {"to": [POSTGRES_PEER]},
     },
@@ -48,11 +56,14 @@ GATEWAY_EXTERNAL_OPA: dict[str, Any] = {
 }
 
 SIDECAR: dict[str, Any] = {
+    "rollout": ENFORCE,
     "mode": "sidecar",
     "policy": {"engine": "opa", "opa": {"container": {"enabled": True}}},
     "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
-    "networkPolicy": {"controllerClients": [UI_PEER]},
+    "networkPolicy": {"clients": [CLIENT_PEER]},
 }
+
+GATEWAY_UI_PORT_FORWARD: dict[str, Any] = {"rollout": ENFORCE, "kagent": {"ui": {"gatewayAccess": "port-forward"}}}
 
 NETWORK_POLICIES_OFF: dict[str, Any] = {
     "networkPolicy": {"enabled": False},
@@ -65,5 +76,6 @@ MATRIX: dict[str, dict[str, Any]] = {
     "gateway-production": GATEWAY_PRODUCTION,
     "gateway-external-opa": GATEWAY_EXTERNAL_OPA,
     "sidecar": SIDECAR,
+    "gateway-ui-port-forward": GATEWAY_UI_PORT_FORWARD,
     "network-policies-off": NETWORK_POLICIES_OFF,
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import tempfile
 from functools import cache
@@ -33,7 +34,10 @@ def _helm_binary() -> Path:
     return HELM
 
 
-def run_helm(command: str, values: dict[str, Any], namespace: str = NAMESPACE) -> str:
+def run_helm(
+    command: str, values: dict[str, Any], namespace: str = NAMESPACE, *, chart: Path = CHART,
+    kube_version: str = KUBE_VERSION, extra: tuple[str, ...] = (),
+) -> str:
     """Run `helm lint` or `helm template` with values; return stdout or raise HelmFailed(stderr)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="memgov-values-") as fh:
         # JSON is YAML, and it keeps keys such as "kagent/helper" or "data/limits.yaml" intact.
@@ -42,7 +46,7 @@ def run_helm(command: str, values: dict[str, Any], namespace: str = NAMESPACE) -
         args = [str(_helm_binary()), command]
         if command == "template":
             args.append(RELEASE)
-        args += [str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, "--values", fh.name]
+        args += [str(chart), "--namespace", namespace, "--kube-version", kube_version, "--values", fh.name, *extra]
         if command == "lint":
             args.append("--strict")
         proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
@@ -69,6 +73,24 @@ def render_error(values: dict[str, Any], namespace: str = NAMESPACE) -> str:
     except HelmFailed as exc:
         return str(exc)
     raise AssertionError("helm rendered values that should have been refused")
+
+
+def notes(values: dict[str, Any]) -> str:
+    """The install notes `helm install` would print for these values.
+
+    `helm template` never renders NOTES.txt, so a scratch copy of the chart renders its text
+    through `tpl` in a throwaway ConfigMap; the chart itself is not changed.
+    """
+    with tempfile.TemporaryDirectory(prefix="memgov-notes-") as scratch:
+        copy_ = Path(scratch) / "memgov"
+        shutil.copytree(CHART, copy_)
+        (copy_ / "notes-source.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+        (copy_ / "templates" / "zz-notes.yaml").write_text(
+            'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n'
+            'data: {notes: {{ tpl (.Files.Get "notes-source.txt") . | quote }}}\n'
+        )
+        out = run_helm("template", values, chart=copy_, extra=("--show-only", "templates/zz-notes.yaml"))
+    return str(yaml.safe_load(out)["data"]["notes"])
 
 
 def find(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:

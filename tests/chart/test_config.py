@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from sidecar.cli import build_parser
-from sidecar.settings import Settings, load_settings
+from sidecar.policy.opa_server import RUN_FLAGS
+from sidecar.settings import PACKAGED_POLICY_DIR, Settings, load_settings
 from tests.chart import cases
 from tests.chart.helm import RELEASE, config_file, find, kagent_files, pod_spec, render
 
@@ -54,7 +55,21 @@ class TestConfigFile:
         settings = load(config_file(render(values)))
         assert settings.profile == "production"
         assert settings.listen.address("data") == ("0.0.0.0", 8080)
-        assert settings.policy.dir.as_posix() == "/etc/memgov/policies"
+
+    @pytest.mark.parametrize(
+        ("values", "pack"),
+        [
+            (cases.GATEWAY_DEFAULT, "image"),
+            ({"policy": {"pack": {"files": {"data/limits.yaml": "max_days: 3\n"}}}}, "/etc/memgov/policies"),
+            (cases.GATEWAY_PRODUCTION, "/var/run/memgov/opa/pack"),
+            (cases.SIDECAR, "/var/run/memgov/opa/pack"),
+        ],
+        ids=["image-pack", "own-pack", "opa-bundle", "sidecar-opa-bundle"],
+    )
+    def test_memgov_loads_the_pack_the_pod_holds(self, values: dict[str, Any], pack: str, load: Any) -> None:
+        """memgov loads its image's pack by default, the operator's mounted pack, or with OPA the shared bundle."""
+        settings = load(config_file(render(values)))
+        assert settings.policy.dir == (PACKAGED_POLICY_DIR if pack == "image" else PurePosixPath(pack))
 
     def test_production_values_reach_the_settings(self, load: Any) -> None:
         """Engine, upstreams, Matrix facts, agents and the erasure adapter arrive under memgov's own key names."""
@@ -67,6 +82,7 @@ class TestConfigFile:
         assert settings.agents["kagent/helper"].disabled_variant == "helper-nomem"
         assert settings.erasure.adapter == "kagent-db"
         assert settings.state.url_file is not None
+        assert settings.tracing.enabled and settings.tracing.endpoint.endswith(":4318/v1/traces")
 
     @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
     def test_every_file_setting_points_at_a_mounted_secret(self, name: str, values: dict[str, Any]) -> None:
@@ -130,8 +146,7 @@ class TestKagentWiring:
         """Sidecar mode binds the controller to loopback, memgov forwards there, and kagent's Service targets memgov."""
         manifests = render(cases.SIDECAR)
         controller = kagent_files(manifests)["kagent-values.yaml"]["controller"]
-        memgov = pod_spec(manifests)["containers"][0]
-        data_port = next(p["containerPort"] for p in memgov["ports"] if p["name"] == "data")
+        data_port = int(config_file(manifests)["listen"]["data"].rsplit(":", 1)[1])
         assert controller["env"] == [{"name": "HTTP_SERVER_ADDRESS", "value": "127.0.0.1:8083"}]
         assert controller["service"]["ports"] == {"port": 8083, "targetPort": data_port}
         assert config_file(manifests)["upstream"]["controller_url"] == "http://127.0.0.1:8083"
@@ -152,20 +167,42 @@ class TestKagentWiring:
 
 class TestOpaWiring:
     @pytest.mark.parametrize("values", [cases.GATEWAY_PRODUCTION, cases.SIDECAR], ids=["gateway", "sidecar"])
-    def test_in_pod_opa_serves_the_same_pack_on_loopback(self, values: dict[str, Any]) -> None:
-        """The OPA container loads the pack's rego/ from the same volume and listens where memgov asks."""
+    def test_in_pod_opa_loads_the_bundle_memgov_loads(self, values: dict[str, Any]) -> None:
+        """The init container writes the bundle; OPA serves it on loopback and memgov reads the same folder."""
         manifests = render(values)
-        memgov, opa = pod_spec(manifests)["containers"]
-        args = opa["args"]
-        assert args[:2] == ["run", "--server"]
-        assert "--addr=127.0.0.1:8181" in args
-        assert args[-1] == "/etc/memgov/policies/rego"
-        assert config_file(manifests)["policy"]["opa_url"] == "http://127.0.0.1:8181"
-        shared = {m["name"] for m in opa["volumeMounts"]} & {m["name"] for m in memgov["volumeMounts"]}
-        assert shared == {"memgov-config"}
+        spec = pod_spec(manifests)
+        (init,) = spec["initContainers"]
+        memgov, opa = spec["containers"]
+        bundle = "/var/run/memgov/opa/pack"
+        assert init["command"] == ["memgov", "policy", "bundle", "--out", bundle]
+        assert opa["args"][:2] == ["run", "--server"] and opa["args"][-2:] == ["--bundle", bundle]
+        assert "--addr=127.0.0.1:8181" in opa["args"]
+        policy = config_file(manifests)["policy"]
+        assert (policy["dir"], policy["opa_url"]) == (bundle, "http://127.0.0.1:8181")
+
+        def mounts(container: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+            return {m["name"]: (m["mountPath"], m.get("readOnly", False)) for m in container["volumeMounts"]}
+
+        assert mounts(init)["memgov-opa"] == ("/var/run/memgov/opa", False)
+        assert mounts(opa)["memgov-opa"] == mounts(memgov)["memgov-opa"] == ("/var/run/memgov/opa", True)
+        assert set(mounts(opa)) == {"memgov-opa", "memgov-no-token"}
+
+    def test_opa_loads_bundles_as_memgov_starts_them(self) -> None:
+        """The chart's OPA flags are the ones memgov's own OPA launcher uses (tests, policy test, bench)."""
+        args = pod_spec(render(cases.SIDECAR))["containers"][1]["args"]
+        assert [a for a in args if a in RUN_FLAGS] == list(RUN_FLAGS)
+
+    def test_own_pack_is_bundled_from_the_config_map(self) -> None:
+        """With an operator pack, the init container bundles the mounted ConfigMap, not the image's pack."""
+        values = {**cases.SIDECAR, "policy": {**cases.SIDECAR["policy"], "pack": {"files": {
+            "data/limits.yaml": "max_days: 3\n", "rego/memgov/decision/a.rego": "package memgov.decision\n"}}}}
+        (init,) = pod_spec(render(values))["initContainers"]
+        assert init["command"][-2:] == ["--dir", "/etc/memgov/policies"]
+        assert {"name": "memgov-config", "mountPath": "/etc/memgov", "readOnly": True} in init["volumeMounts"]
 
     def test_external_opa_is_used_as_configured(self) -> None:
-        """With policy.opa.url the config names that server and no OPA container is added."""
+        """With policy.opa.url the config names that server and no OPA or init container is added."""
         manifests = render(cases.GATEWAY_EXTERNAL_OPA)
         assert config_file(manifests)["policy"]["opa_url"] == "http://opa.opa.svc:8181"
         assert [c["name"] for c in pod_spec(manifests)["containers"]] == ["memgov"]
+        assert "initContainers" not in pod_spec(manifests)

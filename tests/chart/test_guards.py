@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart import cases
-from tests.chart.helm import render_error, run_helm
+from tests.chart.helm import HelmFailed, render_error, run_helm
 
 PG = {"to": [cases.POSTGRES_PEER]}
 
@@ -25,6 +25,8 @@ class TestSchemaGuards:
             ({"podSecurityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
             ({"agents": {"helper": {"disabledVariant": "helper-nomem", "ghost": "@a:b"}}}, "helper"),
             ({"policy": {"pack": {"files": {"limits.yaml": "max_days: 7\n"}}}}, "limits.yaml"),
+            ({"networkPolicy": {"controllerClients": []}}, "additional properties 'controllerClients' not allowed"),
+            ({"rollout": {"stage": "now"}}, "stage"),
         ],
         ids=[
             "top-level-typo",
@@ -36,6 +38,8 @@ class TestSchemaGuards:
             "root",
             "agent-without-namespace",
             "pack-file-outside-cedar-rego-data",
+            "no-direct-controller-clients",
+            "unknown-rollout-stage",
         ],
     )
     def test_schema_refuses_values(self, values: dict[str, Any], message: str) -> None:
@@ -81,6 +85,12 @@ class TestCombinationGuards:
                 {"policy": {"pack": {"files": {"data/limits.yaml": "", "data/a__b.yaml": "", "data/a/b.yaml": ""}}}},
                 "collides",
             ),
+            ({"mode": "sidecar", "kagent": {"ui": {"gatewayAccess": "port-forward"}}}, "gateway mode only"),
+            ({"tracing": {"enabled": True}, "networkPolicy": {"enabled": False}}, "needs tracing.endpoint"),
+            (
+                {"tracing": {"enabled": True, "endpoint": "http://c:4318/v1/traces"}},
+                "networkPolicy.tracing.to is empty",
+            ),
         ],
         ids=[
             "sqlite-with-two-replicas",
@@ -96,6 +106,9 @@ class TestCombinationGuards:
             "pack-without-limits",
             "opa-without-rego",
             "pack-key-collision",
+            "port-forward-ui-in-sidecar-mode",
+            "tracing-without-endpoint",
+            "tracing-blocked-by-egress",
         ],
     )
     def test_impossible_combinations_fail(self, values: dict[str, Any], message: str) -> None:
@@ -125,3 +138,14 @@ class TestCombinationGuards:
     def test_working_combinations_render(self, values: dict[str, Any]) -> None:
         """The guards refuse only what cannot work: the fixed versions of the broken values render."""
         assert run_helm("template", values)
+
+
+class TestKubeVersion:
+    @pytest.mark.parametrize(("version", "accepted"), [("1.29.9", False), ("1.30.0", True), ("1.33.0", True)])
+    def test_needs_a_cluster_with_prestop_sleep(self, version: str, accepted: bool) -> None:
+        """The chart needs Kubernetes 1.30 (preStop sleep); `helm template` takes the cluster's --kube-version."""
+        if accepted:
+            assert run_helm("template", {}, kube_version=version)
+        else:
+            with pytest.raises(HelmFailed, match="chart requires kubeVersion: >=1.30.0-0"):
+                run_helm("template", {}, kube_version=version)

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 
 from tests.chart import cases
-from tests.chart.helm import KUBE_VERSION, RELEASE, find, kinds, pod_spec, render
+from tests.chart.helm import KUBE_VERSION, RELEASE, config_file, find, kinds, pod_spec, render
 
 MATRIX = list(cases.MATRIX.items())
 IDS = list(cases.MATRIX)
@@ -101,20 +101,25 @@ class TestRenderedKinds:
         [
             (
                 cases.GATEWAY_DEFAULT,
-                ["ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
-                 "PodDisruptionBudget", "Service", "ServiceAccount"],
+                ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service",
+                 "ServiceAccount"],
             ),
             (
                 cases.GATEWAY_PRODUCTION,
-                ["ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
+                ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
                  "PodDisruptionBudget", "Service", "ServiceAccount", "ServiceMonitor"],
             ),
-            (cases.SIDECAR, ["ConfigMap", "ConfigMap", "ConfigMap", "NetworkPolicy", "Service"]),
+            (cases.SIDECAR, ["ConfigMap", "ConfigMap", "NetworkPolicy", "Service"]),
+            ({"mode": "sidecar"}, ["ConfigMap", "ConfigMap", "Service"]),
         ],
-        ids=["gateway", "gateway-production", "sidecar"],
+        ids=["gateway", "gateway-production", "sidecar", "sidecar-prepare"],
     )
     def test_each_mode_renders_its_objects(self, values: dict[str, Any], expected: list[str]) -> None:
-        """Gateway mode owns a Deployment, PDB and ServiceAccount; sidecar mode only patches kagent's pod."""
+        """Gateway mode owns a Deployment, PDB and ServiceAccount; sidecar mode only patches kagent's pod.
+
+        The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies
+        only at the enforce stage.
+        """
         assert kinds(render(values)) == expected
 
 
@@ -177,7 +182,7 @@ class TestProbesAndService:
         service = find(render(values), "Service", RELEASE)
         ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
         assert ports == {
-            "http": (8083, _port(memgov, "data")),
+            "http": (8083, int(config_file(render(values))["listen"]["data"].rsplit(":", 1)[1])),
             "control": (8081, _port(memgov, "control")),
             "ops": (9090, _port(memgov, "ops")),
         }

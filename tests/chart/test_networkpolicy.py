@@ -8,7 +8,7 @@ import pytest
 
 from tests.chart import cases
 from tests.chart.helm import render
-from tests.chart.netpol import Endpoint, Namespace, allows, egress_allows
+from tests.chart.netpol import Endpoint, Namespace, allows, egress_allows, selector_matches
 
 KAGENT = Namespace("kagent")
 TEAM = Namespace("team-a", {"memgov.example.org/agents": "true"})
@@ -28,6 +28,7 @@ CONTROLLER = Endpoint(
     },
 )
 UI = Endpoint("ui", "10.0.0.3", KAGENT, {"app.kubernetes.io/name": "kagent", "app.kubernetes.io/component": "ui"})
+TOOLS = Endpoint("tools", "10.0.0.4", KAGENT, {"app.kubernetes.io/name": "kagent-tools"})
 AGENT = Endpoint("agent", "10.0.0.20", KAGENT, {"app": "kagent", "kagent": "helper"})
 TEAM_AGENT = Endpoint("team-agent", "10.0.1.20", TEAM, {"app": "kagent", "kagent": "helper"})
 OTHER_AGENT = Endpoint("other-agent", "10.0.2.20", OTHER, {"app": "kagent", "kagent": "helper"})
@@ -39,15 +40,18 @@ PROMETHEUS = Endpoint("prometheus", "10.0.4.5", Namespace("monitoring"), {"app":
 DNS = Endpoint("dns", "10.0.5.10", Namespace("kube-system"), {"k8s-app": "kube-dns"})
 POSTGRES = Endpoint("postgres", "10.0.6.5", Namespace("databases"), {"app.kubernetes.io/name": "postgresql"})
 OPA = Endpoint("opa", "10.0.7.5", Namespace("opa"), {"app": "opa"})
+COLLECTOR = Endpoint("collector", "10.0.8.5", Namespace("observability"), {"app": "otel-collector"})
 PROVIDER = Endpoint("provider", "203.0.113.7")
 INTERNET = Endpoint("internet", "198.51.100.9")
 KUBE_API = Endpoint("kube-api", "172.20.0.1")
 
 PODS = [
-    MEMGOV, CONTROLLER, UI, AGENT, TEAM_AGENT, OTHER_AGENT, LOOKALIKE, RANDOM, BRIDGE, PROMETHEUS, DNS, POSTGRES, OPA
+    MEMGOV, CONTROLLER, UI, TOOLS, AGENT, TEAM_AGENT, OTHER_AGENT, LOOKALIKE, RANDOM, BRIDGE, PROMETHEUS, DNS, POSTGRES,
+    OPA, COLLECTOR,
 ]
 EVERYONE = [*PODS, PROVIDER, INTERNET, KUBE_API]
-PORTS = [(p, proto) for p in (53, 80, 443, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090) for proto in ("TCP", "UDP")]
+PORTS = [(p, proto) for p in (53, 80, 443, 4318, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090)
+         for proto in ("TCP", "UDP")]
 
 
 def policies(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,19 +84,19 @@ class TestControllerIngress:
     @pytest.mark.parametrize(
         ("values", "expected"),
         [
-            (cases.GATEWAY_DEFAULT, {"memgov"}),
-            (cases.GATEWAY_PRODUCTION, {"memgov", "ui"}),
+            (cases.GATEWAY_PRODUCTION, {"memgov"}),
+            (cases.GATEWAY_UI_PORT_FORWARD, {"memgov", "ui"}),
         ],
-        ids=["default", "ui-listed"],
+        ids=["enforced", "ui-port-forward"],
     )
-    def test_only_memgov_and_listed_clients_reach_8083(self, values: dict[str, Any], expected: set[str]) -> None:
-        """Of all example pods, only memgov (and clients listed in controllerClients) reach the controller's 8083."""
+    def test_only_memgov_reaches_8083(self, values: dict[str, Any], expected: set[str]) -> None:
+        """Once enforced, of all example pods only memgov (and an operators-only UI) reach the controller's 8083."""
         assert reachers(values, CONTROLLER, 8083) == expected
 
     @pytest.mark.parametrize("agent", [AGENT, TEAM_AGENT, OTHER_AGENT], ids=lambda a: a.name)
     def test_agents_cannot_dial_the_controller(self, agent: Endpoint) -> None:
         """An agent pod in any namespace cannot skip memgov by dialing the controller's API port."""
-        for values in (cases.GATEWAY_DEFAULT, cases.GATEWAY_PRODUCTION):
+        for values in (cases.GATEWAY_PRODUCTION, cases.GATEWAY_UI_PORT_FORWARD):
             assert not allows(policies(values), agent, CONTROLLER, 8083)
 
     @pytest.mark.parametrize(
@@ -100,9 +104,57 @@ class TestControllerIngress:
     )
     def test_other_controller_ports_follow_the_switch(self, allow_other: bool, expected: bool) -> None:
         """The controller's probe port stays reachable unless allowOtherControllerPorts is turned off."""
-        values = {"networkPolicy": {"allowOtherControllerPorts": allow_other}}
+        values = {"rollout": cases.ENFORCE, "networkPolicy": {"allowOtherControllerPorts": allow_other}}
         assert allows(policies(values), RANDOM, CONTROLLER, 8082) is expected
         assert not allows(policies(values), RANDOM, CONTROLLER, 8083)
+
+
+class TestStagedRollout:
+    @pytest.mark.parametrize("values", [cases.GATEWAY_DEFAULT, {"mode": "sidecar"}], ids=["gateway", "sidecar"])
+    def test_prepare_stage_leaves_kagent_as_it_was(self, values: dict[str, Any]) -> None:
+        """The default stage puts no policy on kagent's pods: agents still pointed at the controller keep working."""
+        nps = policies(values)
+        assert not [np for np in nps if selector_matches(np["spec"]["podSelector"], CONTROLLER.labels)]
+        assert not [np for np in nps if selector_matches(np["spec"]["podSelector"], UI.labels)]
+        assert allows(nps, AGENT, CONTROLLER, 8083) and allows(nps, UI, CONTROLLER, 8083)
+
+    def test_prepare_stage_already_guards_memgov(self) -> None:
+        """memgov's own ingress and egress policy applies from the first install (it cuts nobody off)."""
+        assert reachers(cases.GATEWAY_DEFAULT, MEMGOV, 8081) == {"bridge"}
+        assert memgov_egress(cases.GATEWAY_DEFAULT) == BASE_EGRESS
+
+    @pytest.mark.parametrize("mode", ["gateway", "sidecar"])
+    def test_enforce_stage_closes_the_controller(self, mode: str) -> None:
+        """The enforce stage is what turns the bypass off, in both modes."""
+        nps = policies({"rollout": cases.ENFORCE, "mode": mode})
+        assert not allows(nps, AGENT, CONTROLLER, 8083)
+
+
+class TestKagentUi:
+    def test_gateway_ui_is_cut_off_from_the_controller_by_default(self) -> None:
+        """In gateway mode the UI (which proxies /api/ to the controller) is refused on 8083 once enforced."""
+        assert not allows(policies(cases.GATEWAY_PRODUCTION), UI, CONTROLLER, 8083)
+
+    def test_port_forward_ui_is_reachable_by_no_pod(self) -> None:
+        """With gatewayAccess=port-forward the UI reaches the controller, and no pod reaches the UI on any port."""
+        nps = policies(cases.GATEWAY_UI_PORT_FORWARD)
+        assert allows(nps, UI, CONTROLLER, 8083)
+        assert not {src.name for src in PODS if src is not UI for port, _ in PORTS if allows(nps, src, UI, port)}
+
+    def test_sidecar_ui_lands_on_memgov_not_the_controller(self) -> None:
+        """In sidecar mode the UI's calls reach memgov's data plane in the controller pod, never 8083."""
+        nps = policies(cases.SIDECAR)
+        assert allows(nps, UI, CONTROLLER, 8080) and not allows(nps, UI, CONTROLLER, 8083)
+
+    @pytest.mark.parametrize("values", list(cases.MATRIX.values()), ids=list(cases.MATRIX))
+    def test_no_client_reaches_the_controller_api_around_memgov(self, values: dict[str, Any]) -> None:
+        """Whatever the values, once enforced only memgov, or a UI nothing can reach, dials the controller's 8083."""
+        nps = policies(values)
+        if not any(selector_matches(np["spec"]["podSelector"], CONTROLLER.labels) for np in nps):
+            return  # not enforced (or policies off): nothing is promised yet
+        for name in reachers(values, CONTROLLER, 8083) - {"memgov"}:
+            pod = next(p for p in PODS if p.name == name)
+            assert not any(allows(nps, src, pod, port) for src in PODS if src is not pod for port, _ in PORTS), name
 
 
 class TestMemgovIngress:
@@ -120,8 +172,13 @@ class TestMemgovIngress:
         assert reachers(cases.GATEWAY_DEFAULT, MEMGOV, port) == expected
 
     def test_agent_namespaces_follow_the_namespace_selector(self) -> None:
-        """With an agent namespace selector, only agents in labelled namespaces reach the data plane."""
-        assert reachers(cases.GATEWAY_PRODUCTION, MEMGOV, 8080) == {"team-agent", "bridge"}
+        """With an agent namespace selector, only agents in labelled namespaces (and listed clients) reach it."""
+        assert reachers(cases.GATEWAY_PRODUCTION, MEMGOV, 8080) == {"team-agent", "bridge", "tools"}
+
+    def test_listed_clients_come_through_memgov(self) -> None:
+        """A listed client of the controller API reaches memgov's data plane and never the controller."""
+        nps = policies(cases.GATEWAY_PRODUCTION)
+        assert allows(nps, TOOLS, MEMGOV, 8080) and not allows(nps, TOOLS, CONTROLLER, 8083)
 
 
 class TestMemgovEgress:
@@ -129,10 +186,11 @@ class TestMemgovEgress:
         ("values", "expected"),
         [
             (cases.GATEWAY_DEFAULT, BASE_EGRESS),
-            (cases.GATEWAY_PRODUCTION, BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP")}),
+            (cases.GATEWAY_PRODUCTION,
+             BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP"), ("collector", 4318, "TCP")}),
             (cases.GATEWAY_EXTERNAL_OPA, BASE_EGRESS | {("opa", 8181, "TCP")}),
         ],
-        ids=["default", "embedding-and-postgresql", "external-opa"],
+        ids=["default", "embedding-postgresql-and-collector", "external-opa"],
     )
     def test_egress_is_exactly_the_documented_set(
         self, values: dict[str, Any], expected: set[tuple[str, int, str]]
@@ -149,7 +207,7 @@ class TestSidecarMode:
     @pytest.mark.parametrize(
         ("port", "expected"),
         [
-            (8080, {"agent", "bridge", "ui"}),
+            (8080, {"agent", "bridge", "ui", "tools"}),
             (8081, {"bridge"}),
             (9090, {"prometheus"}),
             (8083, set()),

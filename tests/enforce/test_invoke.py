@@ -26,13 +26,14 @@ class TestAllowed:
         assert seen.header("X-Memgov-Context") is None
         assert ALICE not in seen.raw_path and ALICE.encode() not in b"".join(v.encode() for _, v in seen.headers)
 
-    async def test_user_id_query_parameter_is_rewritten(self, stack):
-        """In kagent's unsecure mode the user_id query wins over X-User-Id, so it carries the key too."""
+    async def test_user_id_query_parameter_is_dropped(self, stack):
+        """In kagent's unsecure mode the user_id query wins over X-User-Id, and kagent logs it: memgov
+        drops it, so kagent reads the session key from X-User-Id alone."""
         scope = await stack.scope()
         resp, seen = await stack.invoke(context=stack.context(), query="?user_id=%40alice%3Aexample.org")
         key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
         assert decision(resp)[0] == "forward"
-        assert seen.user_id_query == key and seen.user_id_header == key
+        assert seen.user_id_query is None and seen.user_id_header == key
 
     @pytest.mark.kagent
     async def test_trusted_proxy_mode_bearer_names_the_session_key(self, make_stack):

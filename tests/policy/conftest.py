@@ -1,4 +1,4 @@
-"""Fixtures for the policy stage: valid inputs, pack copies, a real OPA server on loopback."""
+"""Fixtures for the policy stage: valid inputs, pack copies, real OPA servers on loopback."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.policy.cases import build_input, load_bases
 from sidecar.policy.model import DecisionInput
-from sidecar.policy.opa_server import start_opa
+from sidecar.policy.opa_server import OpaServer, start_opa
 from sidecar.policy.pack import read_pack
 from sidecar.policy.rules import BUILT_IN_RULES
 from sidecar.settings import PolicySettings
@@ -72,14 +72,42 @@ def permit_all_pack(pack_copy: Path) -> Path:
     return pack_copy
 
 
-@pytest.fixture(scope="session")
-def opa_url() -> Iterator[str]:
-    """A real OPA server on loopback, empty; each test pushes the pack it needs."""
-    server = start_opa()
+class OpaServers:
+    """Real OPA servers, each loading one pack folder as its bundle, the way OPA mode runs."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, OpaServer] = {}
+
+    def serve(self, pack: Path) -> str:
+        """Start an OPA serving the pack and return its URL."""
+        server = start_opa(pack)
+        self._running[server.url] = server
+        return server.url
+
+    def replace(self, url: str, pack: Path) -> None:
+        """Restart the OPA at url on the same port, now serving another pack (a new bundle rolled out)."""
+        self._running.pop(url).stop()
+        server = start_opa(pack, port=int(url.rsplit(":", 1)[1]))
+        self._running[server.url] = server
+
+    def stop(self, url: str) -> None:
+        """Stop the OPA at url (it is down until replaced)."""
+        self._running[url].stop()
+
+    def stop_all(self) -> None:
+        """Stop every server."""
+        for server in self._running.values():
+            server.stop()
+
+
+@pytest.fixture
+def opa() -> Iterator[OpaServers]:
+    """OPA servers for one test, stopped at its end."""
+    servers = OpaServers()
     try:
-        yield server.url
+        yield servers
     finally:
-        server.stop()
+        servers.stop_all()
 
 
 def policy_settings(pack: Path, **overrides: Any) -> PolicySettings:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.bench.decisions import FAN_OUT, SCENARIOS, _bench_engine, register_bench
-from tests.policy.conftest import PACK_DIR
+from tests.policy.conftest import PACK_DIR, OpaServers
 
 
 def _run(*argv: str) -> int:
@@ -22,9 +22,10 @@ def _run(*argv: str) -> int:
 
 class TestDecisionBench:
     @pytest.mark.parametrize("engine", ["cedar", "opa"])
-    async def test_every_scenario_is_measured(self, engine: str, opa_url: str) -> None:
+    async def test_every_scenario_is_measured(self, engine: str, opa: OpaServers) -> None:
         """Single decisions per scenario and the prefetch fan-out each get p50/p99 over the asked count."""
-        results = await _bench_engine(engine, opa_url, PACK_DIR, iterations=40, warmup=4)
+        url = opa.serve(PACK_DIR) if engine == "opa" else None
+        results = await _bench_engine(engine, url, PACK_DIR, iterations=40, warmup=4)
         assert set(results) == {*SCENARIOS, f"prefetch_x{FAN_OUT}"}
         assert all(results[s]["n"] == 40 for s in SCENARIOS)
         assert all(r["p50_us"] <= r["p99_us"] for r in results.values())

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.policy import cli
 from sidecar.policy.pack import fingerprint
-from tests.policy.conftest import CASES_DIR, PACK_DIR
+from tests.policy.conftest import CASES_DIR, PACK_DIR, OpaServers
 
 DECISION = "rego/memgov/decision"
 
@@ -133,9 +133,10 @@ class TestPolicyTest:
         assert ", 0 disagreement(s)" in out.splitlines()[-2]
         assert out.strip().endswith("2 engine(s), 0 disagreement(s)")
 
-    def test_rego_on_an_opa_server(self, capsys: pytest.CaptureFixture[str], opa_url: str) -> None:
-        """With --opa-url the Rego decisions come from a real OPA server and still agree."""
-        code, out = run_cli(capsys, "test", "--opa-url", opa_url, "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
+    def test_rego_on_an_opa_server(self, capsys: pytest.CaptureFixture[str], opa: OpaServers) -> None:
+        """With --opa-url the Rego decisions come from a real OPA server serving the pack and still agree."""
+        url = opa.serve(PACK_DIR)
+        code, out = run_cli(capsys, "test", "--opa-url", url, "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
         assert code == 0, out
 
     def test_wrong_expectation_fails_and_shows_the_input(

@@ -56,7 +56,7 @@ FLOOR_IDS = [f"{base}:{reason.value}:{i}" for i, (base, _, _, reason) in enumera
 @pytest.fixture(params=["cedar", "opa"])
 async def permit_all(request: pytest.FixtureRequest, permit_all_pack: Path) -> Any:
     """A runtime whose pack permits everything, in Cedar or in Rego on a real OPA server."""
-    url = request.getfixturevalue("opa_url") if request.param == "opa" else None
+    url = request.getfixturevalue("opa").serve(permit_all_pack) if request.param == "opa" else None
     runtime = await PolicyRuntime.start(policy_settings(permit_all_pack), engine=request.param, opa_url=url)
     assert runtime.ready
     yield runtime

@@ -1,31 +1,48 @@
-"""The OPA engine: a real OPA server for pushes and answers, fake ones for every way OPA can fail."""
+"""The OPA engine: real OPA servers loading bundles, fake ones for every way OPA can fail."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import socket
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client import REGISTRY
 
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import Action
-from sidecar.policy.opa import MODULE_ID, OpaEngine, merge_modules, parse_verdict
-from sidecar.policy.pack import PackError, read_pack
+from sidecar.policy.opa import OpaEngine, parse_verdict
+from sidecar.policy.opa_bundle import check_layout, write_folder, write_tarball
+from sidecar.policy.opa_server import RUN_FLAGS, start_opa, tool_binary
+from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput, policy_settings
+from tests.policy.conftest import MakeInput, OpaServers, policy_settings
+
+FAKE_REVISION = "0123456789abcdef"
 
 
-def _fake_opa(answer: Any, status: int = 200) -> web.Application:
+def _fake_opa(answer: Any, status: int = 200, provenance: bool = True) -> web.Application:
+    """An OPA stand-in holding one memgov bundle; its decision answers name that bundle's revision."""
+
+    async def bundles(request: web.Request) -> web.Response:
+        return web.json_response({"result": {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}})
+
     async def decide(request: web.Request) -> web.Response:
-        return web.json_response(answer, status=status)
+        body = answer
+        if isinstance(answer, dict) and provenance:
+            body = {**answer, "provenance": {"bundles": {"b": {"revision": FAKE_REVISION}}}}
+        return web.json_response(body, status=status)
 
     app = web.Application()
+    app.router.add_get("/v1/data/system/bundles", bundles)
     app.router.add_post("/v1/data/memgov/decision/result", decide)
     return app
 
@@ -91,13 +108,14 @@ class TestFailClosed:
     async def test_errors_and_undefined_are_unavailable(
         self, aiohttp_server: Any, make_input: MakeInput, answer: dict[str, Any], status: int
     ) -> None:
-        """A server error or an undefined decision yields no verdict; undefined marks the engine stale."""
+        """A server error or an undefined decision of the expected pack yields no verdict."""
         server = await aiohttp_server(_fake_opa(answer, status))
         engine = OpaEngine(str(server.make_url("/")), 2.0)
-        with pytest.raises(EngineUnavailable):
+        await engine.commit(FAKE_REVISION)
+        with pytest.raises(EngineUnavailable) as err:
             await engine.decide(make_input("save"))
         await engine.close()
-        assert engine.stale is (status == 200)
+        assert err.value.kind == ("undefined" if status == 200 else "error")
 
     async def test_unreachable_opa_leaves_the_runtime_unready_and_closed(
         self, pack_copy: Path, make_input: MakeInput, unused_tcp_port: int
@@ -115,59 +133,153 @@ class TestFailClosed:
             await runtime.close()
 
 
-class TestPush:
-    def test_files_merge_into_one_module(self) -> None:
-        """The pack's files become one module, so one PUT swaps the whole pack at once."""
-        merged = merge_modules({"rego/a.rego": "package memgov.decision\n\nx := 1\n",
-                                "rego/b.rego": "package memgov.decision\n\nimport data.y\n\nz := 2\n"})
-        assert merged.count("package memgov.decision") == 1 and "import data.y" in merged
-
-    def test_other_packages_are_refused(self) -> None:
-        """Every pushed file must be in package memgov.decision."""
+class TestBundle:
+    def test_policy_files_must_stay_under_the_bundle_root(self) -> None:
+        """OPA refuses a bundle whose files leave its root, so the pack is refused first."""
+        check_layout({"rego/a.rego": "package memgov.decision\n", "rego/b.rego": "package memgov.extra\n"})
         with pytest.raises(PackError, match="package"):
-            merge_modules({"rego/a.rego": "package other\n\nx := 1\n"})
+            check_layout({"rego/a.rego": "package other\n\nx := 1\n"})
+        with pytest.raises(PackError, match="no .rego"):
+            check_layout({})
 
-    async def test_rejected_pack_keeps_the_previous_one(
-        self, opa_url: str, pack_copy: Path, make_input: MakeInput
-    ) -> None:
-        """When OPA will not compile a new pack, the old pack keeps answering."""
-        engine = OpaEngine(opa_url, 5.0)
+    def test_folder_is_the_pack_plus_a_manifest(self, pack_copy: Path, tmp_path: Path) -> None:
+        """The bundle folder reads back as the same pack, and its manifest names that pack's revision."""
+        pack = read_pack(pack_copy)
+        write_folder(pack, tmp_path / "bundle")
+        assert read_pack(tmp_path / "bundle").revision == pack.revision
+        assert json.loads((tmp_path / "bundle" / ".manifest").read_text()) == {
+            "revision": pack.revision, "roots": ["memgov"]}
+        write_folder(pack, tmp_path / "bundle")  # an init container that runs again replaces it
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("keep")
+        with pytest.raises(PackError, match="not a bundle folder"):
+            write_folder(pack, tmp_path / "mine")
+
+    def test_opa_loads_the_tarball(self, pack_copy: Path, tmp_path: Path, make_input: MakeInput) -> None:
+        """The .tar.gz form is a bundle the real OPA loads and reports the revision of."""
+        pack = read_pack(pack_copy)
+        tarball = tmp_path / "memgov.tar.gz"
+        write_tarball(pack, tarball)
+        port = _port()
+        proc = subprocess.Popen([tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS,
+                                 "--bundle", str(tarball)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            await engine.commit(engine.prepare(read_pack(pack_copy)))
-            (pack_copy / "rego" / "memgov" / "decision" / "broken.rego").write_text(
-                "package memgov.decision\n\ndeny contains x if {\n"
-            )
-            with pytest.raises(PackError):
-                await engine.commit(engine.prepare(read_pack(pack_copy)))
-            assert (await engine.decide(make_input("save"))).allowed
-        finally:
-            await engine.close()
+            async def check() -> None:
+                engine = OpaEngine(f"http://127.0.0.1:{port}", 5.0)
+                try:
+                    for _ in range(200):  # OPA answers once it has started; bounded wait
+                        try:
+                            await engine.commit(pack.revision)
+                            break
+                        except EngineUnavailable as exc:
+                            assert exc.kind == "error"
+                            await asyncio.sleep(0.05)
+                    assert (await engine.decide(make_input("save"))).allowed
+                finally:
+                    await engine.close()
 
-    async def test_opa_that_lost_the_pack_gets_it_again(
-        self, opa_url: str, pack_copy: Path, make_input: MakeInput
+            asyncio.run(check())
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    def test_opa_refuses_a_pack_that_does_not_compile(self, pack_copy: Path) -> None:
+        """OPA owns compilation: a broken Rego file stops it at start, naming the file."""
+        (pack_copy / "rego" / "memgov" / "decision" / "broken.rego").write_text(
+            "package memgov.decision\n\ndeny contains x if {\n"
+        )
+        with pytest.raises(RuntimeError, match="broken.rego"):
+            start_opa(pack_copy)
+
+
+class TestRevision:
+    async def test_ready_only_when_opa_serves_the_same_pack(
+        self, opa: OpaServers, pack_copy: Path, tmp_path: Path, make_input: MakeInput
     ) -> None:
-        """After OPA loses the pack (a restart), decisions fail closed until the watcher pushes it again."""
+        """An OPA serving another revision keeps memgov unready and every decision closed, until it matches."""
+        other = tmp_path / "other"
+        shutil.copytree(pack_copy, other)
+        (other / "rego" / "memgov" / "decision" / "extra.rego").write_text("package memgov.decision\n\nx := 1\n")
+        url = opa.serve(other)
         runtime = await PolicyRuntime.start(
-            policy_settings(pack_copy, reload_interval_s=0.05), engine="opa", opa_url=opa_url
+            policy_settings(pack_copy, reload_interval_s=0.05), engine="opa", opa_url=url
         )
         try:
-            async with aiohttp.ClientSession() as http:
-                async with http.delete(f"{opa_url}/v1/policies/{MODULE_ID}") as resp:
-                    assert resp.status == 200
-            pushed = runtime.next_reload()
-            lost = await runtime.decide(make_input("save"))
-            assert lost.reasons == [Reason.POLICY_UNAVAILABLE] and not runtime.ready
-            assert await asyncio.wait_for(pushed, 30)
-            assert runtime.ready and (await runtime.decide(make_input("save"))).allowed
+            ready, detail = await runtime.ready_check()
+            assert not ready and detail["opa_revision"] == fingerprint(other) != fingerprint(pack_copy)
+            assert (await runtime.decide(make_input("save"))).reasons == [Reason.POLICY_UNAVAILABLE]
+            loaded = runtime.next_reload()
+            opa.replace(url, pack_copy)
+            while not await asyncio.wait_for(loaded, 30):
+                loaded = runtime.next_reload()
+            ready, detail = await runtime.ready_check()
+            assert ready and (detail["revision"], detail["opa_revision"]) == (fingerprint(pack_copy),) * 2
+            assert (await runtime.decide(make_input("save"))).allowed
         finally:
             await runtime.close()
 
-    async def test_batch_matches_single_queries(self, opa_url: str, pack_copy: Path, make_input: MakeInput) -> None:
-        """A prefetch fan-out of 8 queried in one round trip answers like 8 single queries."""
-        engine = OpaEngine(opa_url, 5.0)
+    async def test_opa_switching_packs_under_memgov_fails_closed(
+        self, opa: OpaServers, pack_copy: Path, tmp_path: Path, make_input: MakeInput
+    ) -> None:
+        """When OPA starts serving another bundle, its answers are refused and memgov stops being ready."""
+        url = opa.serve(pack_copy)
+        runtime = await PolicyRuntime.start(policy_settings(pack_copy), engine="opa", opa_url=url)
+        try:
+            assert runtime.ready
+            other = tmp_path / "other"
+            shutil.copytree(pack_copy, other)
+            (other / "data" / "federation.yaml").write_text((other / "data" / "federation.yaml").read_text() + "\n")
+            opa.replace(url, other)
+            before = _sample("memgov_policy_engine_failures_total", {"engine": "opa", "kind": "revision_mismatch"})
+            decision = await runtime.decide(make_input("save"))
+            assert decision.reasons == [Reason.POLICY_UNAVAILABLE] and not runtime.ready
+            assert _sample("memgov_policy_engine_failures_total",
+                           {"engine": "opa", "kind": "revision_mismatch"}) == before + 1
+            assert _sample("memgov_policy_opa_bundle_info", {"revision": fingerprint(other)}) == 1.0
+        finally:
+            await runtime.close()
+
+    async def test_restarted_opa_answers_again(self, opa: OpaServers, pack_copy: Path, make_input: MakeInput) -> None:
+        """While OPA is down decisions fail closed; once it is back with the same bundle they flow again."""
+        url = opa.serve(pack_copy)
+        runtime = await PolicyRuntime.start(policy_settings(pack_copy), engine="opa", opa_url=url)
+        try:
+            opa.stop(url)
+            assert (await runtime.decide(make_input("save"))).reasons == [Reason.POLICY_UNAVAILABLE]
+            opa.replace(url, pack_copy)
+            assert (await runtime.decide(make_input("save"))).allowed and runtime.ready
+        finally:
+            await runtime.close()
+
+    async def test_answer_without_provenance_is_refused(self, aiohttp_server: Any, make_input: MakeInput) -> None:
+        """An OPA answer that does not name the expected bundle revision is not a decision."""
+        server = await aiohttp_server(_fake_opa({"result": {"allow": True, "reasons": []}}, provenance=False))
+        engine = OpaEngine(str(server.make_url("/")), 2.0)
+        try:
+            await engine.commit(FAKE_REVISION)
+            assert not engine.stale
+            with pytest.raises(EngineUnavailable) as err:
+                await engine.decide(make_input("save"))
+            assert err.value.kind == "revision_mismatch" and engine.stale
+        finally:
+            await engine.close()
+
+    async def test_batch_matches_single_queries(self, opa: OpaServers, pack_copy: Path, make_input: MakeInput) -> None:
+        """A prefetch fan-out of 8 answers like 8 single queries."""
+        engine = OpaEngine(opa.serve(pack_copy), 5.0)
         try:
             await engine.commit(engine.prepare(read_pack(pack_copy)))
             inputs = [make_input("prefetch", {"budget.prefetch_ok": i < 6}) for i in range(8)]
             assert await engine.decide_many(inputs) == [await engine.decide(i) for i in inputs]
         finally:
             await engine.close()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0

@@ -6,8 +6,9 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ from prometheus_client import REGISTRY
 
 from sidecar.logs import configure_logging
 from sidecar.policy.model import Action, Operation
+from sidecar.policy.opa import opa_part
 from sidecar.policy.pack import fingerprint
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.policy.shadow import ShadowEngine
 from sidecar.reasons import Reason, error_body, primary
-from tests.policy.conftest import MakeInput, policy_settings
+from tests.policy.conftest import MakeInput, OpaServers, policy_settings
 
 BROKEN = {
     "cedar": ("cedar/consent.cedar", "forbid (principal, action, resource"),
@@ -40,12 +42,32 @@ def log_lines() -> Iterator[io.StringIO]:
 
 @pytest.fixture(params=["cedar", "opa"])
 async def runtime(request: pytest.FixtureRequest, pack_copy: Path) -> AsyncIterator[PolicyRuntime]:
-    """A started runtime on a private pack copy, Cedar in-process or Rego on a real OPA."""
-    url = request.getfixturevalue("opa_url") if request.param == "opa" else None
+    """A started runtime on a private pack copy, Cedar in-process or Rego on a real OPA serving that copy."""
+    url = request.getfixturevalue("opa").serve(pack_copy) if request.param == "opa" else None
     settings = policy_settings(pack_copy, reload_interval_s=0.05)
     rt = await PolicyRuntime.start(settings, engine=request.param, opa_url=url)
     yield rt
     await rt.close()
+
+
+Edit = Callable[[Path], None]
+
+
+@pytest.fixture
+def roll_out(runtime: PolicyRuntime, pack_copy: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """Change the pack the way an operator rolls a change out: an OPA gets the new bundle first."""
+
+    def roll(edit: Edit) -> None:
+        engine = opa_part(runtime.engine)
+        if engine is not None:
+            staged = tmp_path / "staged"
+            shutil.copytree(pack_copy, staged)
+            edit(staged)
+            servers: OpaServers = request.getfixturevalue("opa")
+            servers.replace(engine.url, staged)
+        edit(pack_copy)
+
+    return roll
 
 
 def _events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
@@ -60,8 +82,10 @@ class TestStart:
     async def test_loaded_pack_is_ready_and_reports_its_revision(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
         """/readyz sees ready with the engine and the pack's content hash."""
         revision = fingerprint(pack_copy)
-        expected = {"engine": runtime.engine.name, "revision": revision,
-                    "last_reload": {"outcome": "loaded", "revision": revision}}
+        expected: dict[str, object] = {"engine": runtime.engine.name, "revision": revision,
+                                       "last_reload": {"outcome": "loaded", "revision": revision}}
+        if runtime.engine.name == "opa":
+            expected["opa_revision"] = revision
         assert await runtime.ready_check() == (True, expected)
 
     async def test_decision_is_stamped(self, runtime: PolicyRuntime, make_input: MakeInput) -> None:
@@ -124,13 +148,17 @@ class TestReload:
         assert runtime.revision == before
 
     async def test_valid_change_is_swapped_in(
-        self, runtime: PolicyRuntime, pack_copy: Path, make_input: MakeInput
+        self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput
     ) -> None:
         """A stricter limit takes effect on reload, with a new revision."""
         fact = make_input("save", {"facts": ["{a*300}"]})
         assert (await runtime.decide(fact)).action is Action.FORWARD
-        path = pack_copy / "data" / "limits.yaml"
-        path.write_text(path.read_text().replace("max_fact_bytes: 512", "max_fact_bytes: 256"))
+
+        def stricter(pack: Path) -> None:
+            path = pack / "data" / "limits.yaml"
+            path.write_text(path.read_text().replace("max_fact_bytes: 512", "max_fact_bytes: 256"))
+
+        roll_out(stricter)
         before = runtime.revision
         assert await runtime.reload() is True
         assert runtime.revision != before
@@ -186,38 +214,45 @@ class TestReload:
         assert fingerprint(pack_copy) == before
 
     async def test_declared_reason_code_reaches_the_decision(
-        self, runtime: PolicyRuntime, pack_copy: Path, make_input: MakeInput
+        self, runtime: PolicyRuntime, roll_out: Any, make_input: MakeInput
     ) -> None:
         """A code declared in data/reasons.yaml, with a rule in both languages, is a decision's reason."""
-        (pack_copy / "data" / "reasons.yaml").write_text(
-            "declare:\n  - code: weekend_closed\n    after: consent_disabled\n    description: Closed.\n"
-        )
-        (pack_copy / "cedar" / "org.cedar").write_text(
-            '@id("weekend-closed")\n@rationale("r")\nforbid (principal, action, resource)\n'
-            'when { action == Action::"memory.list" };\n'
-        )
-        (pack_copy / "rego" / "memgov" / "decision" / "org.rego").write_text(
-            "package memgov.decision\n\n# METADATA\n# custom:\n#   reason: weekend_closed\n"
-            'deny contains "weekend_closed" if input.operation == "memory.list"\n'
-        )
+
+        def declare_weekend(pack: Path) -> None:
+            (pack / "data" / "reasons.yaml").write_text(
+                "declare:\n  - code: weekend_closed\n    after: consent_disabled\n    description: Closed.\n"
+            )
+            (pack / "cedar" / "org.cedar").write_text(
+                '@id("weekend-closed")\n@rationale("r")\nforbid (principal, action, resource)\n'
+                'when { action == Action::"memory.list" };\n'
+            )
+            (pack / "rego" / "memgov" / "decision" / "org.rego").write_text(
+                "package memgov.decision\n\n# METADATA\n# custom:\n#   reason: weekend_closed\n"
+                'deny contains "weekend_closed" if input.operation == "memory.list"\n'
+            )
+
+        roll_out(declare_weekend)
         assert await runtime.reload() is True
         decision = await runtime.decide(make_input("list"))
         assert (decision.action, [r.value for r in decision.reasons]) == (Action.DENY, ["weekend_closed"])
         assert error_body(primary(decision.reasons), "d_1") == b'{"error":"weekend_closed","decision_id":"d_1"}'
 
-    async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
+    async def test_watcher_reloads_on_file_change(self, runtime: PolicyRuntime, roll_out: Any) -> None:
         """Editing a pack file is noticed without a restart."""
         before, reloaded = runtime.revision, runtime.next_reload()
-        path = pack_copy / "cedar" / "routes.cedar"
-        path.write_text(path.read_text() + "\n")
+
+        def touch(pack: Path) -> None:
+            (pack / "cedar" / "routes.cedar").write_text((pack / "cedar" / "routes.cedar").read_text() + "\n")
+
+        roll_out(touch)
         assert await asyncio.wait_for(reloaded, 30) is True
         assert runtime.revision not in (None, before)
 
-    async def test_sighup_reloads(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
+    async def test_sighup_reloads(self, runtime: PolicyRuntime, pack_copy: Path, roll_out: Any) -> None:
         """SIGHUP makes the runtime re-read the pack."""
         runtime.install_sighup()
-        path = pack_copy / "data" / "federation.yaml"
-        path.write_text(path.read_text() + "\n")
+        roll_out(lambda pack: (pack / "data" / "federation.yaml").write_text(
+            (pack / "data" / "federation.yaml").read_text() + "\n"))
         reloaded = runtime.next_reload()
         os.kill(os.getpid(), signal.SIGHUP)
         assert await asyncio.wait_for(reloaded, 30) is True
@@ -254,13 +289,13 @@ class TestObservability:
 
 class TestShadow:
     @pytest.fixture
-    async def shadow(self, pack_copy: Path, opa_url: str) -> AsyncIterator[PolicyRuntime]:
+    async def shadow(self, pack_copy: Path, opa: OpaServers) -> AsyncIterator[PolicyRuntime]:
         """Cedar enforcing, Rego on OPA compared; the Rego copy also denies memory.list."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
             'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
             'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
-        rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa_url)
+        rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa.serve(pack_copy))
         yield rt
         await rt.close()
 

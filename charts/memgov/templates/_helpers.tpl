@@ -49,6 +49,18 @@ app.kubernetes.io/part-of: memgov
 {{- define "memgov.port.opa" -}}8181{{- end }}
 {{- define "memgov.port.opaDiagnostics" -}}8282{{- end }}
 
+{{/* Where a pod's ServiceAccount token is mounted; memgov's containers mount an empty folder there. */}}
+{{- define "memgov.tokenDir" -}}/var/run/secrets/kubernetes.io/serviceaccount{{- end }}
+
+{{/* The folder the OPA bundle is written to (by the init container) and loaded from (by memgov and OPA). */}}
+{{- define "memgov.opaDir" -}}/var/run/memgov/opa{{- end }}
+{{- define "memgov.bundleDir" -}}{{ include "memgov.opaDir" . }}/pack{{- end }}
+
+{{/* NetworkPolicies on kagent's own pods: only once the rollout reached its enforce stage. */}}
+{{- define "memgov.guardsKagent" -}}
+{{- if and .Values.networkPolicy.enabled (eq .Values.rollout.stage "enforce") }}true{{- end }}
+{{- end }}
+
 {{- define "memgov.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -64,6 +76,11 @@ app.kubernetes.io/part-of: memgov
 
 {{- define "memgov.usesPostgres" -}}
 {{- if or .Values.state.postgresql.existingSecret (eq .Values.erasure.adapter "kagent-db") }}true{{- end }}
+{{- end }}
+
+{{/* memgov's own listening URL for kagent's agents, cards and clients: its Service on port 8083. */}}
+{{- define "memgov.serviceUrl" -}}
+{{- printf "http://%s.%s:%s" (include "memgov.fullname" .) .Release.Namespace (include "memgov.port.service" .) }}
 {{- end }}
 
 {{- define "memgov.usesOpa" -}}

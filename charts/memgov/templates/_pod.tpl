@@ -42,7 +42,8 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- if not $v.state.postgresql.existingSecret }}
 {{- $_ := set $state "url" "sqlite:////var/lib/memgov/state.db" }}
 {{- end }}
-{{- $policy := dict "engine" $v.policy.engine "dir" "/etc/memgov/policies" }}
+{{- $policy := dict "engine" $v.policy.engine }}
+{{- with include "memgov.packDir" . }}{{- $_ := set $policy "dir" . }}{{- end }}
 {{- if include "memgov.usesOpa" . }}
 {{- $_ := set $policy "opa_url" (include "memgov.opaUrl" .) }}
 {{- end }}
@@ -59,7 +60,12 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- $listen := dict
   "data" (printf "0.0.0.0:%s" (include "memgov.port.data" .))
   "control" (printf "0.0.0.0:%s" (include "memgov.port.control" .))
-  "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .)) }}
+  "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .))
+  "shutdown_timeout_s" (include "memgov.shutdownTimeout" . | int) }}
+{{- $tracing := dict "enabled" false }}
+{{- if $v.tracing.enabled }}
+{{- $tracing = dict "enabled" true "endpoint" $v.tracing.endpoint "sample_ratio" $v.tracing.sampleRatio }}
+{{- end }}
 {{- $config := dict
   "profile" "production"
   "upstream" $upstream
@@ -71,7 +77,8 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "matrix" $matrix
   "agents" $agents
   "erasure" (dict "adapter" $v.erasure.adapter)
-  "log" (dict "level" $v.log.level) }}
+  "log" (dict "level" $v.log.level)
+  "tracing" $tracing }}
 {{- $dir := include "memgov.secretDir" . }}
 {{- range (include "memgov.secretFiles" . | fromYaml).files }}
 {{- $_ := set (index $config .section) .setting (printf "%s/%s" $dir .file) }}
@@ -88,15 +95,79 @@ security context is kagent's, not ours.
 {{- toYaml (merge (dict "runAsUser" $pod.runAsUser "runAsGroup" $pod.runAsGroup) .Values.securityContext) }}
 {{- end }}
 
+{{/*
+Streams (A2A replies) outlive a roll: the pod keeps serving for drainSeconds while it leaves the
+Service's endpoints (preStop), then memgov stops accepting and waits for requests in flight up to
+the rest of the grace period, keeping a 5 s margin before the kubelet's SIGKILL.
+*/}}
+{{- define "memgov.shutdownTimeout" -}}
+{{- sub .Values.terminationGracePeriodSeconds (add .Values.shutdown.drainSeconds 5) }}
+{{- end }}
+
+{{- define "memgov.preStop" -}}
+lifecycle:
+  preStop:
+    sleep:
+      seconds: {{ .Values.shutdown.drainSeconds }}
+{{- end }}
+
+{{/*
+kagent's controller pod mounts its ServiceAccount token into every container (its Deployment does
+not turn automount off). An empty folder mounted over the token path keeps it out of memgov's
+containers: the API server does not add the token to a container that already mounts that path.
+*/}}
+{{- define "memgov.noTokenMount" -}}
+- name: memgov-no-token
+  mountPath: {{ include "memgov.tokenDir" . }}
+  readOnly: true
+{{- end }}
+
+{{/* memgov.initContainers: the bundle writer, when the pod runs its own OPA. */}}
+{{- define "memgov.initContainers" -}}
+{{- if .Values.policy.opa.container.enabled }}
+# Writes the pack (the image's, or the operator's from the ConfigMap) as the OPA bundle that both
+# OPA and memgov load, so the two engines of this pod decide with one revision.
+- name: memgov-bundle
+  image: {{ include "memgov.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command:
+    - memgov
+    - policy
+    - bundle
+    - --out
+    - {{ include "memgov.bundleDir" . }}
+    {{- if include "memgov.ownPack" . }}
+    - --dir
+    - /etc/memgov/policies
+    {{- end }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- include "memgov.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    {{- if include "memgov.ownPack" . }}
+    - name: memgov-config
+      mountPath: /etc/memgov
+      readOnly: true
+    {{- end }}
+    - name: memgov-opa
+      mountPath: {{ include "memgov.opaDir" . }}
+    {{- include "memgov.noTokenMount" . | nindent 4 }}
+{{- end }}
+{{- end }}
+
 {{- define "memgov.containers" -}}
 - name: memgov
   image: {{ include "memgov.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   command: ["memgov", "--config", "/etc/memgov/config.yaml", "serve"]
   ports:
+    {{- if eq .Values.mode "gateway" }}
     - name: data
       containerPort: {{ include "memgov.port.data" . }}
       protocol: TCP
+    {{- end }}
+    {{- /* In sidecar mode kagent's controller container declares 8080: its Service targets it. */}}
     - name: control
       containerPort: {{ include "memgov.port.control" . }}
       protocol: TCP
@@ -119,6 +190,7 @@ security context is kagent's, not ours.
     periodSeconds: 20
     timeoutSeconds: 3
     failureThreshold: 3
+  {{- include "memgov.preStop" . | nindent 2 }}
   resources:
     {{- toYaml .Values.resources | nindent 4 }}
   securityContext:
@@ -136,25 +208,31 @@ security context is kagent's, not ours.
     - name: memgov-state
       mountPath: /var/lib/memgov
     {{- end }}
+    {{- if .Values.policy.opa.container.enabled }}
+    - name: memgov-opa
+      mountPath: {{ include "memgov.opaDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- include "memgov.noTokenMount" . | nindent 4 }}
 {{- if .Values.policy.opa.container.enabled }}
 {{- $opa := .Values.policy.opa.container }}
 - name: opa
   image: {{ printf "%s:%s" $opa.image.repository $opa.image.tag | quote }}
   imagePullPolicy: {{ $opa.image.pullPolicy }}
-  # Loopback only: memgov is OPA's one client. Diagnostics (/health) serve the kubelet's probes.
+  # OPA owns the Rego: it loads the bundle the init container wrote and names its revision in every
+  # answer. Loopback only: memgov is OPA's one client. Diagnostics (/health) serve the kubelet's
+  # probes. Test files stay out and decision inputs never reach a log line.
   args:
     - run
     - --server
     - --addr=127.0.0.1:{{ include "memgov.port.opa" . }}
     - --diagnostic-addr=0.0.0.0:{{ include "memgov.port.opaDiagnostics" . }}
-    - --ignore=.*
     - --ignore=*_test.rego
-    - --watch
     - --skip-version-check
-    # Decision inputs never reach a log line.
     - --log-level=error
     - --log-format=json
-    - /etc/memgov/policies/rego
+    - --bundle
+    - {{ include "memgov.bundleDir" . }}
   ports:
     - name: opa-diag
       containerPort: {{ include "memgov.port.opaDiagnostics" . }}
@@ -170,14 +248,16 @@ security context is kagent's, not ours.
       port: {{ include "memgov.port.opaDiagnostics" . }}
     initialDelaySeconds: 10
     periodSeconds: 20
+  {{- include "memgov.preStop" . | nindent 2 }}
   resources:
     {{- toYaml $opa.resources | nindent 4 }}
   securityContext:
     {{- include "memgov.containerSecurityContext" . | nindent 4 }}
   volumeMounts:
-    - name: memgov-config
-      mountPath: /etc/memgov
+    - name: memgov-opa
+      mountPath: {{ include "memgov.opaDir" . }}
       readOnly: true
+    {{- include "memgov.noTokenMount" . | nindent 4 }}
 {{- end }}
 {{- end }}
 
@@ -190,10 +270,12 @@ security context is kagent's, not ours.
           items:
             - key: config.yaml
               path: config.yaml
+      {{- if include "memgov.ownPack" . }}
       - configMap:
           name: {{ include "memgov.fullname" . }}-policies
           items:
             {{- include "memgov.packItems" . | nindent 12 }}
+      {{- end }}
 - name: memgov-secrets
   projected:
     # Group-readable through fsGroup; nobody else in the pod reads them.
@@ -215,4 +297,15 @@ security context is kagent's, not ours.
   emptyDir:
     sizeLimit: 1Gi
 {{- end }}
+{{- if .Values.policy.opa.container.enabled }}
+# The OPA bundle of this pod, written once by the init container.
+- name: memgov-opa
+  emptyDir:
+    sizeLimit: 16Mi
+{{- end }}
+# Shadows the ServiceAccount token path (see memgov.noTokenMount).
+- name: memgov-no-token
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
 {{- end }}

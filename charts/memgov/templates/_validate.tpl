@@ -35,6 +35,9 @@ mode renders.
 {{- $errors = append $errors (list "erasure.adapter=kagent-db needs the least-privilege role's URL:"
   "set erasure.kagentDb.existingSecret (a Secret holding a postgresql:// URL)." | join " ") }}
 {{- end }}
+{{- if and $v.tracing.enabled (not $v.tracing.endpoint) }}
+{{- $errors = append $errors "tracing.enabled=true needs tracing.endpoint (the collector's OTLP/HTTP traces URL)." }}
+{{- end }}
 {{- if and $np.enabled (eq $v.mode "gateway") }}
 {{- if and $v.upstream.embeddingUrl (not $np.embedding.to) }}
 {{- $errors = append $errors (list "upstream.embeddingUrl is set but networkPolicy.embedding.to is empty:"
@@ -45,23 +48,38 @@ mode renders.
   "but networkPolicy.postgresql.to is empty: memgov's egress policy would block it. List the PostgreSQL peers."
   | join " ") }}
 {{- end }}
+{{- if and $v.tracing.enabled (not $np.tracing.to) }}
+{{- $errors = append $errors (list "tracing.enabled=true but networkPolicy.tracing.to is empty:"
+  "memgov's egress policy would block the collector. List it." | join " ") }}
+{{- end }}
 {{- if and $v.policy.opa.url (not $np.opa.to) }}
 {{- $errors = append $errors (list "policy.opa.url is set but networkPolicy.opa.to is empty:"
   "memgov's egress policy would block OPA. List the OPA peers." | join " ") }}
 {{- end }}
 {{- end }}
-{{- $files := include "memgov.packFiles" . | fromYaml }}
-{{- if not (hasKey $files "data/limits.yaml") }}
-{{- $errors = append $errors (list "the policy pack has no data/limits.yaml: run scripts/sync-chart-policies.sh,"
-  "or give policy.pack.files a complete pack." | join " ") }}
+{{- $files := $v.policy.pack.files }}
+{{- if and $files (not (hasKey $files "data/limits.yaml")) }}
+{{- $errors = append $errors (list "policy.pack.files has no data/limits.yaml:"
+  "give a complete pack, or leave policy.pack.files empty to use the pack inside memgov's image." | join " ") }}
 {{- end }}
-{{- if $v.policy.opa.container.enabled }}
+{{- if and $files $v.policy.opa.container.enabled }}
 {{- $rego := false }}
 {{- range $path, $_ := $files }}{{- if hasPrefix "rego/" $path }}{{- $rego = true }}{{- end }}{{- end }}
 {{- if not $rego }}
 {{- $errors = append $errors (list "policy.opa.container.enabled=true"
-  "but the policy pack has no rego/ files for OPA to load." | join " ") }}
+  "but policy.pack.files has no rego/ files for OPA to load." | join " ") }}
 {{- end }}
+{{- end }}
+{{- if eq $v.mode "sidecar" }}
+{{- if eq $v.kagent.ui.gatewayAccess "port-forward" }}
+{{- $errors = append $errors (list "kagent.ui.gatewayAccess=port-forward applies to gateway mode only:"
+  "in sidecar mode kagent's UI already reaches the controller through memgov. Set it to none." | join " ") }}
+{{- end }}
+{{- end }}
+{{- if lt (int $v.terminationGracePeriodSeconds) (add (int $v.shutdown.drainSeconds) 10) }}
+{{- $errors = append $errors (printf "terminationGracePeriodSeconds=%d %s %s" (int $v.terminationGracePeriodSeconds)
+  "leaves requests in flight less than 5 s after shutdown.drainSeconds and the 5 s margin:"
+  "raise it or lower shutdown.drainSeconds.") }}
 {{- end }}
 {{- if $errors }}
 {{- fail (printf "\n  - %s" (join "\n  - " $errors)) }}

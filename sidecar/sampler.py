@@ -1,0 +1,57 @@
+"""Publishes content-free figures of the state store as metrics, read every few seconds.
+
+Erasures by state and the age of the oldest unfinished one, the sweeper's expiry backlog, and
+whether the store answers at all. A reading that fails sets the store down and keeps the last
+figures: an alert on the store fires, the other figures do not jump to zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any, Final
+
+from sidecar import metrics
+from sidecar.logs import get_logger
+from sidecar.state.gauges import read_gauges
+from sidecar.state.types import StateError
+
+log = get_logger("sampler")
+INTERVAL_S: Final = 15.0
+
+
+async def sample_once(store: Any, now: datetime) -> bool:
+    """Take one reading and publish it; False when the store did not answer."""
+    try:
+        gauges = await read_gauges(store.db, now)
+    except StateError:
+        metrics.STATE_UP.set(0)
+        log.warning("state.sample_failed", backend=store.backend)
+        return False
+    metrics.STATE_UP.set(1)
+    for state, count in gauges.erasures.items():
+        metrics.ERASURES.labels(state).set(count)
+    metrics.ERASURE_OLDEST_UNFINISHED.set(gauges.oldest_unfinished_erasure_s)
+    metrics.EXPIRY_OVERDUE.set(gauges.oldest_overdue_expiry_s)
+    return True
+
+
+@asynccontextmanager
+async def sampling(store: Any, clock: Callable[[], datetime], interval_s: float = INTERVAL_S) -> AsyncIterator[None]:
+    """Sample now and then every interval_s while the context is open."""
+
+    async def loop() -> None:
+        while True:
+            await sample_once(store, clock())
+            await asyncio.sleep(interval_s)
+
+    task = asyncio.get_running_loop().create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

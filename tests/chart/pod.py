@@ -1,0 +1,86 @@
+"""A rendered pod on local disk: each volume a folder filled the way the kubelet fills it, and the
+container paths of a container mapped onto those folders.
+
+Used to run the chart's own commands and arguments (init container, OPA, memgov) as the pod would,
+with two substitutions a shared machine needs: the mount root and loopback port numbers.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tests.chart.helm import Manifest, find
+
+_PORT = re.compile(r"^(?P<head>.*:)(?P<port>\d+)$")
+
+
+def _kubelet_files(folder: Path, files: Mapping[str, bytes]) -> None:
+    """Write files the way the kubelet writes a projected volume: a timestamped folder behind ..data."""
+    stamp = folder / "..2025_01_01_00_00_00.000000001"
+    for rel, data in files.items():
+        (stamp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stamp / rel).write_bytes(data)
+    (folder / "..data").symlink_to(stamp.name)
+    for top in {rel.split("/", 1)[0] for rel in files}:
+        (folder / top).symlink_to(f"..data/{top}")
+
+
+class PodDisk:
+    """The volumes of one pod spec as local folders."""
+
+    def __init__(self, root: Path, manifests: list[Manifest], spec: dict[str, Any]) -> None:
+        self.root = root
+        self.spec = spec
+        for volume in spec["volumes"]:
+            folder = root / volume["name"]
+            folder.mkdir(parents=True)
+            if "projected" in volume:
+                _kubelet_files(folder, self._projected(manifests, volume["projected"]["sources"]))
+
+    @staticmethod
+    def _projected(manifests: list[Manifest], sources: list[dict[str, Any]]) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
+        for source in sources:
+            if "configMap" in source:
+                data = find(manifests, "ConfigMap", source["configMap"]["name"])["data"]
+                files.update({item["path"]: data[item["key"]].encode() for item in source["configMap"]["items"]})
+            else:  # a Secret: a fresh random key stands in for the operator's
+                files.update({item["path"]: secrets.token_hex(32).encode() for item in source["secret"]["items"]})
+        return files
+
+    def container(self, name: str) -> dict[str, Any]:
+        """One container or init container of the pod by name."""
+        return next(c for c in [*self.spec.get("initContainers", []), *self.spec["containers"]] if c["name"] == name)
+
+    def host(self, container: str, path: str) -> Path:
+        """Where a container path lives on local disk (the longest mount that holds it)."""
+        target = PurePosixPath(path)
+        mounts = [m for m in self.container(container)["volumeMounts"]
+                  if target == PurePosixPath(m["mountPath"]) or PurePosixPath(m["mountPath"]) in target.parents]
+        assert mounts, f"{path} is not on a volume of {container}"
+        mount = max(mounts, key=lambda m: len(m["mountPath"]))
+        return self.root / mount["name"] / target.relative_to(mount["mountPath"])
+
+    def rewrite(self, container: str, value: str, ports: Mapping[int, int]) -> str:
+        """A command-line or config value with its container paths and loopback ports mapped to this host."""
+        if value.startswith("/"):
+            return str(self.host(container, value))
+        for prefix in ("sqlite:///", "--bundle="):
+            if value.startswith(prefix + "/"):
+                return prefix + str(self.host(container, value[len(prefix):]))
+        match = _PORT.match(value)
+        if match and int(match["port"]) in ports:
+            return match["head"].replace("0.0.0.0", "127.0.0.1") + str(ports[int(match["port"])])
+        return value
+
+    def rewrite_tree(self, container: str, value: Any, ports: Mapping[int, int]) -> Any:
+        """rewrite() over every string of a parsed config file."""
+        if isinstance(value, dict):
+            return {k: self.rewrite_tree(container, v, ports) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.rewrite_tree(container, v, ports) for v in value]
+        return self.rewrite(container, value, ports) if isinstance(value, str) else value

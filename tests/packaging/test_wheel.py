@@ -1,0 +1,87 @@
+"""The wheel, built from the tree and installed non-editable into a fresh venv, runs memgov with no source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.devstack.stack import start_devstack
+from sidecar.policy.pack import read_pack
+from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE_REVISION = read_pack(REPO / "policies").revision
+
+
+def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh venv with memgov installed from a wheel built from this tree (dependencies from the index)."""
+    work = tmp_path_factory.mktemp("wheel")
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(REPO)])
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (work / "dist").glob("memgov-*.whl")
+    made = _run([sys.executable, "-m", "venv", str(work / "venv")])
+    assert made.returncode == 0, made.stderr
+    installed = _run([str(work / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)])
+    assert installed.returncode == 0, installed.stderr
+    yield work / "venv"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> dict[str, object]:
+    """Run from a folder outside the tree, with the pinned opa and regal on PATH and no memgov settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGOV_", "PYTHON"))}
+    env["PATH"] = f"{REPO / '.tools' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return {"cwd": tmp_path, "env": env}
+
+
+class TestInstalledWheel:
+    def test_memgov_and_its_pack_come_from_the_venv(self, venv: Path, outside: dict[str, object]) -> None:
+        """The installed package, not the source tree, is imported; its pack and Regal settings travel with it."""
+        probe = ("import json, sidecar; from sidecar.settings import PACKAGED_POLICY_DIR as p; "
+                 "from sidecar.policy.pack import read_pack; from sidecar.policy.check import regal_config; "
+                 "print(json.dumps([sidecar.__file__, str(p), read_pack(p).revision, str(regal_config(p))]))")
+        proc = _run([str(venv / "bin" / "python"), "-c", probe], **outside)
+        assert proc.returncode == 0, proc.stderr
+        module, pack, revision, regal = json.loads(proc.stdout)
+        assert all(Path(path).is_relative_to(venv) for path in (module, pack, regal))
+        assert not Path(pack).is_symlink()
+        assert revision == SOURCE_REVISION
+
+    def test_policy_check_passes(self, venv: Path, outside: dict[str, object]) -> None:
+        """`memgov policy check` validates the packaged pack (parse, schema, format, opa, regal)."""
+        proc = _run([str(venv / "bin" / "memgov"), "policy", "check"], **outside)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") >= 7
+
+    def test_policy_test_passes_on_both_engines(self, venv: Path, outside: dict[str, object]) -> None:
+        """`memgov policy test` runs the packaged case tables on Cedar and on a real OPA serving the pack."""
+        proc = _run([str(venv / "bin" / "memgov"), "policy", "test"], **outside)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.rstrip().splitlines()[-1].startswith("ok: ")
+        assert "2 engine(s), 0 disagreement(s)" in proc.stdout
+
+    async def test_serve_governs_a_request(self, venv: Path, tmp_path: Path, outside: dict[str, object]) -> None:
+        """`memgov serve` from the venv gets ready on the packaged pack, governs a search and relays a call."""
+        dev = await start_devstack()
+        try:
+            config = gateway_config(tmp_path, dev.kagent_url)
+            path = write_config(tmp_path / "memgov.yaml", config)
+            log = tmp_path / "serve.log"
+            with serving([str(venv / "bin" / "memgov"), "--config", str(path), "serve"], log=log, **outside) as proc:
+                ready = await wait_ready(proc, url(config, "ops"), log)
+                seen = await smoke(url(config, "data"), url(config, "ops"), "cedar")
+        finally:
+            await dev.stop()
+        assert ready["checks"]["policy"]["revision"] == SOURCE_REVISION
+        assert seen.readyz["ready"] is True

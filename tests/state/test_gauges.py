@@ -1,0 +1,78 @@
+"""The state figures an operator alerts on: erasures by state and age, the expiry backlog, the store's health."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from prometheus_client import REGISTRY
+
+from sidecar.sampler import sample_once
+from sidecar.state import StateStore, open_store
+from sidecar.state.gauges import read_gauges
+from tests.state.conftest import NOW, new_scope, ns_of
+from tests.support.pg import start_pg
+
+
+def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:
+    return REGISTRY.get_sample_value(name, labels or {})
+
+
+async def _expired_entry(store: StateStore, expired_for: timedelta, *, deleted: bool) -> None:
+    scope = await new_scope(store, room=f"!r{int(expired_for.total_seconds())}:example.org")
+    created = NOW - expired_for - timedelta(days=7)
+    ns_id = await ns_of(store, scope.scope_id)
+    (slot,) = await store.reserve_entries(scope.scope_id, scope.generation, ns_id, 1, 100, created)
+    entry = str(uuid.uuid4())
+    await store.fill_entry(slot, entry, created, NOW - expired_for)
+    if deleted:
+        await store.mark_physically_deleted([entry], NOW)
+
+
+class TestReadGauges:
+    async def test_empty_store_reads_zero(self, store: StateStore) -> None:
+        """A fresh store has no erasures in any state and no backlog."""
+        gauges = await read_gauges(store.db, NOW)
+        assert set(gauges.erasures.values()) == {0} and "failed" in gauges.erasures
+        assert (gauges.oldest_unfinished_erasure_s, gauges.oldest_overdue_expiry_s) == (0.0, 0.0)
+
+    async def test_erasures_by_state_and_oldest_unfinished(self, store: StateStore) -> None:
+        """Each erasure counts under its state; the oldest one not verified or failed gives the age."""
+        scope = await new_scope(store)
+        old = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(hours=2))
+        await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(minutes=5))
+        done = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(days=3))
+        await store.advance_erasure(done.erasure_id, "failed", NOW - timedelta(days=3), failure_reason="erasure_failed")
+        await store.advance_erasure(old.erasure_id, "fenced", NOW - timedelta(hours=1))
+        gauges = await read_gauges(store.db, NOW)
+        assert (gauges.erasures["requested"], gauges.erasures["fenced"], gauges.erasures["failed"]) == (1, 1, 1)
+        assert gauges.oldest_unfinished_erasure_s == 2 * 3600
+
+    async def test_expiry_backlog_is_the_oldest_overdue_undeleted_entry(self, store: StateStore) -> None:
+        """Entries past expiry and not physically deleted form the backlog; deleted ones do not count."""
+        await _expired_entry(store, timedelta(hours=30), deleted=True)
+        await _expired_entry(store, timedelta(hours=3), deleted=False)
+        assert (await read_gauges(store.db, NOW)).oldest_overdue_expiry_s == 3 * 3600
+
+
+class TestSampler:
+    async def test_reading_is_published(self, store: StateStore) -> None:
+        """A reading sets the store up and publishes the figures as metrics."""
+        await _expired_entry(store, timedelta(hours=25), deleted=False)
+        assert await sample_once(store, NOW)
+        assert _sample("memgov_state_store_up") == 1.0
+        assert _sample("memgov_expiry_overdue_seconds") == 25 * 3600
+        assert _sample("memgov_erasures", {"state": "verified"}) == 0.0
+
+    async def test_unreachable_store_is_reported_down(self) -> None:
+        """With PostgreSQL stopped, the store is reported down and the sampler does not raise."""
+        pg = start_pg(max_connections=20)
+        try:
+            store = await open_store(pg.create_database("gauges"))
+        finally:
+            pg.stop()
+        try:
+            assert not await sample_once(store, NOW)
+            assert _sample("memgov_state_store_up") == 0.0
+        finally:
+            await store.close()

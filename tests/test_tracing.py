@@ -1,0 +1,158 @@
+"""Traces: off by default, content-free spans, W3C traceparent in and out, OTLP/HTTP export."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from sidecar import tracing
+from sidecar.settings import TracingSettings
+from tests.support.sentinel import assert_absent, make_sentinel
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class TestOff:
+    def test_off_by_default(self) -> None:
+        """Without configuration no span is made and no header is written."""
+        tracing.configure(TracingSettings())
+        with tracing.span("memgov.classify", route_class="memory.search") as handle:
+            handle.set(action="forward")
+        headers: dict[str, str] = {}
+        tracing.inject(headers)
+        assert headers == {}
+
+
+class TestSpans:
+    def test_attributes_pass_the_log_allow_list(self, spans: InMemorySpanExporter) -> None:
+        """Known keys with well-shaped values are kept; unknown keys and odd values are dropped."""
+        secret = make_sentinel("attr")
+        with tracing.span("memgov.decide", operation="memory.save", query=secret, status="200") as handle:
+            handle.set(action="deny", reasons=["consent_missing"], reason=secret, decision_id="d_0123456789abcdef")
+        (span,) = spans.get_finished_spans()
+        assert span.name == "memgov.decide"
+        assert dict(span.attributes or {}) == {"operation": "memory.save", "action": "deny",
+                                               "reasons": ("consent_missing",), "decision_id": "d_0123456789abcdef"}
+        assert_absent(secret, span.to_json())
+
+    def test_exception_keeps_only_its_type(self, spans: InMemorySpanExporter) -> None:
+        """A failing block marks its span failed with the exception's type; the message goes nowhere."""
+        secret = make_sentinel("exc")
+        with pytest.raises(RuntimeError), tracing.span("memgov.forward"):
+            raise RuntimeError(f"kagent said {secret}")
+        (span,) = spans.get_finished_spans()
+        assert span.status.status_code is StatusCode.ERROR and span.status.description is None
+        assert span.attributes == {"error_type": "RuntimeError"} and not span.events
+        assert_absent(secret, span.to_json())
+
+    def test_names_are_fixed_codes(self, spans: InMemorySpanExporter) -> None:
+        """A span name is a memgov.* code, never something built from a request."""
+        with pytest.raises(ValueError), tracing.span("GET /api/memories?user_id=alice"):
+            pass
+
+    def test_children_nest_under_the_request(self, spans: InMemorySpanExporter) -> None:
+        """Stage spans are children of the request span, in one trace."""
+        with tracing.span("memgov.request"), tracing.span("memgov.identify"):
+            pass
+        child, parent = spans.get_finished_spans()
+        assert child.parent is not None and child.parent.span_id == parent.context.span_id
+        assert child.context.trace_id == parent.context.trace_id
+
+
+class TestHelpers:
+    async def test_async_with_and_traced_functions(self, spans: InMemorySpanExporter) -> None:
+        """`async with span` and @traced coroutines nest like `with`, and annotate() reaches the current span."""
+
+        @tracing.traced("memgov.erasure.step", lambda erasure_id, step: {"erasure_id": erasure_id, "step": step})
+        async def work(erasure_id: str, step: str) -> str:
+            tracing.annotate(adapter="rest", query="not allowed")
+            return step
+
+        async with tracing.span("memgov.request"):
+            assert await work("e0123456789abcdef01234567", "deleted") == "deleted"
+        inner, outer = spans.get_finished_spans()
+        assert inner.name == "memgov.erasure.step" and inner.parent is not None
+        assert inner.parent.span_id == outer.context.span_id
+        assert dict(inner.attributes or {}) == {"erasure_id": "e0123456789abcdef01234567", "step": "deleted",
+                                                "adapter": "rest"}
+
+    async def test_request_middleware_is_the_root(self, spans: InMemorySpanExporter, aiohttp_client: Any) -> None:
+        """Each data-plane request gets a root span with its method and status, under the caller's trace."""
+
+        async def ok(request: web.Request) -> web.Response:
+            with tracing.span("memgov.classify"):
+                return web.Response(status=204)
+
+        app = web.Application(middlewares=[tracing.trace_requests])
+        app.router.add_route("*", "/{tail:.*}", ok)
+        client = await aiohttp_client(app)
+        resp = await client.request("PROPFIND", "/x", headers={"traceparent": PARENT})
+        assert resp.status == 204
+        child, root = spans.get_finished_spans()
+        assert (root.name, dict(root.attributes or {})) == ("memgov.request", {"method": "OTHER", "status": 204})
+        assert format(root.context.trace_id, "032x") == PARENT.split("-")[1]
+        assert child.parent is not None and child.parent.span_id == root.context.span_id
+
+
+class TestPropagation:
+    def test_callers_traceparent_is_the_parent(self, spans: InMemorySpanExporter) -> None:
+        """A request span continues the caller's trace; tracestate and baggage (free text) are not read."""
+        secret = make_sentinel("state")
+        headers = {"Traceparent": PARENT, "tracestate": f"vendor={secret}", "baggage": f"user={secret}"}
+        with tracing.span("memgov.request", parent=headers):
+            pass
+        (span,) = spans.get_finished_spans()
+        assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+        assert span.parent is not None and format(span.parent.span_id, "016x") == "b7ad6b7169203331"
+        assert_absent(secret, span.to_json())
+
+    def test_malformed_traceparent_starts_a_new_trace(self, spans: InMemorySpanExporter) -> None:
+        """A traceparent that is not W3C-shaped is ignored."""
+        with tracing.span("memgov.request", parent={"traceparent": "00-zzzz-not-a-trace-01"}):
+            pass
+        (span,) = spans.get_finished_spans()
+        assert span.parent is None
+
+    def test_outgoing_requests_carry_the_current_span(self, spans: InMemorySpanExporter) -> None:
+        """inject() replaces any traceparent with the current span's, so kagent joins memgov's trace."""
+        headers = {"TRACEPARENT": PARENT, "Content-Type": "application/json"}
+        with tracing.span("memgov.forward"):
+            tracing.inject(headers)
+        (span,) = spans.get_finished_spans()
+        assert list(headers) == ["Content-Type", "traceparent"]
+        version, trace_id, span_id, flags = headers["traceparent"].split("-")
+        assert (version, trace_id, span_id) == ("00", f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}")
+        assert int(flags, 16) & 1  # sampled
+
+
+class TestOtlpExport:
+    async def test_spans_reach_an_otlp_http_collector(self, aiohttp_server: Any) -> None:
+        """configure() exports over OTLP/HTTP (protobuf) to the configured endpoint."""
+        received: list[ExportTraceServiceRequest] = []
+
+        async def collect(request: web.Request) -> web.Response:
+            message = ExportTraceServiceRequest()
+            message.ParseFromString(await request.read())
+            received.append(message)
+            return web.Response(status=200)
+
+        app = web.Application()
+        app.router.add_post("/v1/traces", collect)
+        server = await aiohttp_server(app)
+        tracing.configure(TracingSettings(enabled=True, endpoint=str(server.make_url("/v1/traces"))))
+        try:
+            with tracing.span("memgov.classify", route_class="memory.search"):
+                pass
+        finally:
+            await asyncio.to_thread(tracing.shutdown)  # flushes the batch: a blocking HTTP post
+        (request,) = received
+        resource = request.resource_spans[0]
+        names = [s.name for scope in resource.scope_spans for s in scope.spans]
+        service = {a.key: a.value.string_value for a in resource.resource.attributes}["service.name"]
+        assert (names, service) == (["memgov.classify"], "memgov")
