@@ -95,7 +95,6 @@ test-py: venv pg tools kagent image-ci
 # contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -1,7 +1,7 @@
 """The process object and its builder: the long-lived handles of one gateway, opened once at start.
 
 ``governance(settings, readiness)`` opens the state store, starts the policy runtime, loads the keys
-and the erasure adapter, and yields one :class:`Governance`. The data plane, the control API,
+and the erasure and rotation adapters, and yields one :class:`Governance`. The data plane, the control API,
 erasure and the sweepers all receive that object (``GOVERNANCE`` on their apps); nothing below
 this module knows how it is built.
 """
@@ -18,6 +18,8 @@ import aiohttp
 from aiohttp import web
 
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
+from sidecar.contentstore.rotator import Rotator
 from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier, load_verifier
@@ -47,6 +49,8 @@ class Governance:
     clock: Callable[[], datetime] = utcnow
     agent_refs: frozenset[str] = field(default_factory=frozenset)
     kagent_bearer: KagentBearer | None = None
+    #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
+    rotator: Rotator | None = None
 
     def __post_init__(self) -> None:
         self.agent_refs = frozenset(self.settings.agents)
@@ -101,6 +105,23 @@ def make_eraser(settings: Settings, session: aiohttp.ClientSession,
     return RestAdapter(session, settings.upstream.controller_url, headers)
 
 
+def make_rotator(settings: Settings, session: aiohttp.ClientSession,
+                 headers: Callable[[], Mapping[str, str]] = dict) -> Rotator | None:
+    """Namespace rotation's handles, when the REST adapter can be made exact (an embedding provider is set).
+
+    Its kagent calls share the erasure session and ``headers``; the provider gets a small pool of its
+    own with a whole-call timeout, so rotation never waits on the data plane's connections.
+    """
+    up = settings.upstream
+    if settings.erasure.adapter != "rest" or not settings.erasure.rotate or up.embedding_url is None:
+        return None
+    pinned = {ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
+              for ref, a in settings.agents.items() if a.embedding_model is not None}
+    provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s)
+    return Rotator(session, up.controller_url, Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
+                   pinned, headers)
+
+
 @asynccontextmanager
 async def governance(settings: Settings, readiness: Readiness, *,
                      clock: Callable[[], datetime] | None = None) -> AsyncIterator[Governance]:
@@ -116,6 +137,7 @@ async def governance(settings: Settings, readiness: Readiness, *,
     gov = Governance(
         settings=settings, store=store, policy=policy, keys=SessionKeys(current, previous), bridge=bridge,
         eraser=eraser, initial_limits=load_limits(settings.policy.dir), clock=clock or utcnow,
+        rotator=make_rotator(settings, session, lambda: gov.kagent_headers(MEMGOV_USER)),
     )
 
     async def state_ready() -> tuple[bool, dict[str, object]]:
@@ -130,6 +152,8 @@ async def governance(settings: Settings, readiness: Readiness, *,
         readiness.checks.pop("policy", None)
         readiness.checks.pop("state", None)
         await eraser.close()
+        if gov.rotator is not None:
+            await gov.rotator.close()
         await session.close()
         await policy.close()
         await store.close()

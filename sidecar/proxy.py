@@ -96,9 +96,13 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         traced.set(route_class=match.cls.value, route=match.template)
     request[MATCH] = match
     request[DECISION_ID] = new_decision_id()
+    resp: web.StreamResponse
     try:
         # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
-        resp = json_error(request, 400, Reason.BAD_REQUEST) if match.cls is RouteClass.INVALID else await handler(request)
+        if match.cls is RouteClass.INVALID:
+            resp = json_error(request, 400, Reason.BAD_REQUEST)
+        else:
+            resp = await handler(request)
     except BodyRefused as exc:
         resp = json_error(request, exc.status, exc.reason)
     except UpstreamUnavailable as exc:

@@ -5,8 +5,9 @@ Callers present ``Authorization: Bearer <JWT>``. An operator token (``typ: memgo
 (``typ: memgov-subject+jwt``, verified with ``trust.bridge_key_file``) whose ``sub`` names the
 acting MXID. Each verifier accepts only its own token type, so a delegation context (signed with
 the bridge key too) is never a bearer credential. Subject tokens are short-lived and carry a
-``jti``; consent changes and erasures spend it, so each one needs a fresh token. Missing, invalid or replayed → 401 ``auth_required``; a valid caller who is not the
-scope's exact principal → 403 ``not_subject``.
+``jti``; consent changes and erasures spend it, so each one needs a fresh token. Missing, invalid
+or replayed → 401 ``auth_required``; a valid caller who is not the scope's exact principal → 403
+``not_subject``.
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ class Verifier:
         return f"Verifier(algorithm={self.algorithm!r})"
 
     def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
-        """Return the verified claims of a token of kind ``typ``; raise IdentityError(context_invalid or context_expired)."""
+        """Return the verified claims of a token of kind ``typ``;
+        raise IdentityError(context_invalid or context_expired)."""
         invalid = IdentityError(Reason.CONTEXT_INVALID)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
             raise invalid
@@ -267,7 +268,8 @@ def verify_subject_token(token: str, verifier: Verifier, *, now: int, max_age_s:
 
 
 def verify_operator_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 3600) -> OperatorToken:
-    """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``); raise IdentityError(auth_required)."""
+    """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``);
+    raise IdentityError(auth_required)."""
     claims = _decode_auth(token, verifier, now, TokenType.OPERATOR, ("sub", "exp", "iat", "role"), max_age_s)
     sub = claims["sub"]
     if claims["role"] != "operator" or not isinstance(sub, str) or _OPERATOR_SUB.fullmatch(sub) is None:

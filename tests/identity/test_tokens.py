@@ -122,7 +122,7 @@ class TestSubjectToken:
         ],
     )
     def test_bad_tokens_require_authentication(self, hs256: Signer, claims: dict[str, Any]) -> None:
-        """Missing (jti and iat included), expired, not-yet-valid, long-lived or mistyped claims answer auth_required."""
+        """Missing (jti and iat included), expired, not-yet-valid, long-lived or mistyped claims: auth_required."""
         assert _subject_refused(hs256.sign(claims, TokenType.SUBJECT), hs256) is Reason.AUTH_REQUIRED
 
     @pytest.mark.parametrize("sub", ["alice", "alice@example.org", "@Alice:example.org", f"@{SENTINEL}:x.org"])

@@ -123,7 +123,8 @@ class TestInstalledWheel:
                 policy={"dir": str(pack)}, secrets={"session_key_file": str(keys["session"])},
                 trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                 matrix={"server_name": SERVER, "bridge_bot": BOT},
-                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost} for ref, ghost in AGENTS},
+                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
+                        for ref, ghost in AGENTS},
             )
             path = write_config(tmp_path / "memgov.yaml", config)
             log = tmp_path / "serve.log"

@@ -1,4 +1,4 @@
-"""``memgov bench …``: the ``proxy`` benchmark here, ``state`` and ``decisions`` when installed."""
+"""``memgov bench …``: the ``proxy`` benchmark here, ``state``, ``decisions`` and ``sweep`` when installed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from sidecar.dev.bench.report import load_average, machine_info, render, version
 from sidecar.dev.bench.wrk import wrk_version
 
 #: Sibling benchmarks that register themselves under ``memgov bench`` when present.
-OPTIONAL_BENCHES: tuple[str, ...] = ("sidecar.dev.bench.state", "sidecar.dev.bench.decisions")
+OPTIONAL_BENCHES: tuple[str, ...] = (
+    "sidecar.dev.bench.state", "sidecar.dev.bench.decisions", "sidecar.dev.bench.sweep")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -92,7 +93,7 @@ def _register_proxy(bench: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov bench`` with ``proxy`` and whichever sibling benchmarks are installed."""
-    p = sub.add_parser("bench", help="Benchmarks: proxy overhead, state store, policy decisions.")
+    p = sub.add_parser("bench", help="Benchmarks: proxy overhead, state store, policy decisions, sweeper.")
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
     _register_proxy(bench)
     for name in OPTIONAL_BENCHES:
