@@ -18,21 +18,22 @@ from aiohttp.typedefs import Handler, Middleware
 
 from sidecar import metrics, tracing
 from sidecar.logs import get_logger
-from sidecar.reasons import Reason, new_decision_id
+from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import (
     CONTROLLER,
     DECISION_ID,
     EMBEDDING,
     MATCH,
     MEMORY,
+    NO_EMBEDDING_UPSTREAM,
     SETTINGS,
     ClassHandler,
     forward,
-    json_error,
+    refusal_answer,
 )
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
 from sidecar.settings import Settings
-from sidecar.upstream import BodyRefused, Upstream, UpstreamUnavailable, make_session
+from sidecar.upstream import Upstream, make_session
 from sidecar.wsproxy import is_websocket, relay_websocket
 
 HANDLERS: Final = web.AppKey("handlers", dict[RouteClass, ClassHandler])
@@ -53,20 +54,20 @@ async def _content(request: web.Request, match: RouteMatch) -> web.StreamRespons
 
 async def _embedding(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     if EMBEDDING not in request.app:
-        return json_error(request, 404, Reason.ROUTE_DENIED)
+        raise Refusal(Reason.ROUTE_DENIED, status=NO_EMBEDDING_UPSTREAM)
     return await forward(request, request.app[EMBEDDING], path="/embeddings", replace_errors=True)
 
 
 async def _route_denied(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    return json_error(request, 403, Reason.ROUTE_DENIED)
+    raise Refusal(Reason.ROUTE_DENIED)
 
 
 async def _bad_target(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    return json_error(request, 400, Reason.BAD_REQUEST)
+    raise Refusal(Reason.BAD_REQUEST)
 
 
 async def _ungoverned(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    return json_error(request, 403, Reason.UNGOVERNED_STORE)
+    raise Refusal(Reason.UNGOVERNED_STORE)
 
 
 def default_handlers() -> dict[RouteClass, ClassHandler]:
@@ -98,15 +99,12 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[DECISION_ID] = new_decision_id()
     resp: web.StreamResponse
     try:
-        # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
         if match.cls is RouteClass.INVALID:
-            resp = json_error(request, 400, Reason.BAD_REQUEST)
-        else:
-            resp = await handler(request)
-    except BodyRefused as exc:
-        resp = json_error(request, exc.status, exc.reason)
-    except UpstreamUnavailable as exc:
-        resp = json_error(request, 504 if exc.timeout else 502, Reason.UPSTREAM_UNAVAILABLE)
+            # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
+            raise Refusal(Reason.BAD_REQUEST)
+        resp = await handler(request)
+    except Refusal as refusal:
+        resp = refusal_answer(request, refusal)
     except web.HTTPException:
         raise
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -114,7 +112,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception as exc:  # noqa: BLE001 - SECURITY: never let an exception text reach the client
         log.error("request.failed", route_class=match.cls.value, route=match.template, error_type=type(exc).__name__,
                   decision_id=request[DECISION_ID])
-        resp = json_error(request, 500, Reason.INTERNAL_ERROR)
+        resp = refusal_answer(request, Refusal(Reason.INTERNAL_ERROR))
     elapsed = time.perf_counter() - started
     counted, timed = metrics.request_children(match.cls.value, resp.status)
     counted.inc()
@@ -144,7 +142,7 @@ async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
     inflight = request.app[INFLIGHT]
     if inflight.get(key, 0) >= request.app[SETTINGS].listen.max_concurrent_per_client:
         # SECURITY: one client holding many slow streams must not take every slot from the others.
-        return json_error(request, 429, Reason.CONCURRENCY_LIMITED)
+        raise Refusal(Reason.CONCURRENCY_LIMITED)
     inflight[key] = inflight.get(key, 0) + 1
     try:
         return await handler(request)
@@ -160,7 +158,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     match = request[MATCH]
     if is_websocket(request) and match.cls is not RouteClass.PASSTHROUGH:
         # SECURITY: governed routes are plain HTTP; an upgrade there would bypass body inspection.
-        return json_error(request, 403, Reason.ROUTE_DENIED)
+        raise Refusal(Reason.ROUTE_DENIED)
     return await request.app[HANDLERS][match.cls](request, match)
 
 

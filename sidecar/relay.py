@@ -8,13 +8,14 @@ nothing else, so no request or upstream text reaches a client through it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from http import HTTPStatus
 from typing import Final
 
 from aiohttp import web
 
 from sidecar import tracing
-from sidecar.reasons import Reason, error_body
+from sidecar.reasons import Reason, Refusal, error_body
 from sidecar.routes import RouteMatch
 from sidecar.settings import Settings
 from sidecar.upstream import BodyTooLarge, BodyTooSlow, Upstream, filter_headers, relay_response
@@ -28,13 +29,15 @@ EMBEDDING: Final = web.AppKey("embedding", Upstream)
 MATCH: Final = web.RequestKey("match", RouteMatch)
 DECISION_ID: Final = web.RequestKey("decision_id", str)
 BODY: Final = web.RequestKey("body", bytes)
+#: Embedding calls where no provider is configured: the route does not exist here (governed or not).
+NO_EMBEDDING_UPSTREAM: Final = HTTPStatus.NOT_FOUND
 #: Grace before the minimum body rate applies (a client may pause briefly after the headers).
 _RATE_GRACE_S: Final = 1.0
 
 
 
 def json_error(request: web.Request, status: int, reason: Reason, *, upstream_status: int | None = None,
-               headers: dict[str, str] | None = None) -> web.Response:
+               headers: Mapping[str, str] | None = None) -> web.Response:
     """Build a content-free error response from a reason code and the request's decision id."""
     return web.Response(
         status=status,
@@ -42,6 +45,12 @@ def json_error(request: web.Request, status: int, reason: Reason, *, upstream_st
         content_type="application/json",
         headers=headers,
     )
+
+
+def refusal_answer(request: web.Request, refusal: Refusal) -> web.Response:
+    """The content-free answer to a refusal that no governed decision stands behind."""
+    return json_error(request, refusal.status, refusal.reason, upstream_status=refusal.upstream_status,
+                      headers=refusal.headers)
 
 
 async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
@@ -114,6 +123,6 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
         if replace_errors and resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
-            return json_error(request, 502, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
+            return json_error(request, HTTPStatus.BAD_GATEWAY, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
                               headers=response_headers)
         return await relay_response(request, resp, response_headers)

@@ -41,5 +41,5 @@ async def test_sigterm_lets_a_stream_finish(tmp_path: Path, timeout_s: float, fi
             assert proc.wait(timeout=60) == 0
     finally:
         await dev.stop()
-    final = bool(events) and events[-1]["result"].get("final") is True  # type: ignore[union-attr]
+    final = bool(events) and events[-1]["result"].get("final") is True  # type: ignore[union-attr]  # events are JSON objects
     assert final is finishes, f"{len(events)} events"

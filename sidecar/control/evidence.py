@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 from aiohttp import web
 
 from sidecar.control.auth import authenticate
-from sidecar.control.http import Refused, ok, operation
+from sidecar.control.http import ok, operation
 from sidecar.control.models import ErasureRecord
 from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import build_evidence
 from sidecar.governance import GOVERNANCE, Governance
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 from sidecar.state import codec
 from sidecar.state.types import Erasure
 
@@ -40,7 +42,9 @@ async def erasure_answer(gov: Governance, erasure: Erasure) -> ErasureRecord:
     """
     if erasure.state == "failed":
         reason = Reason(erasure.failure_reason or Reason.ERASURE_FAILED.value)
-        raise Refused(502 if reason.value in _UPSTREAM else 500, reason, scope_id=erasure.scope_id, audited=True,
+        # An erasure that failed is the gateway's failure: 502 when kagent failed it, else 500.
+        status = HTTPStatus.BAD_GATEWAY if reason.value in _UPSTREAM else HTTPStatus.INTERNAL_SERVER_ERROR
+        raise Refusal(reason, status=status, scope_id=erasure.scope_id, recorded=True,
                       headers=location(erasure))
     return await evidence_of(gov, erasure)
 
@@ -54,13 +58,13 @@ async def get_erasure(request: web.Request) -> web.Response:
     try:
         codec.check_id(erasure_id, "erasure_id")
     except ValueError:
-        raise Refused(404, Reason.NOT_FOUND) from None
+        raise Refusal(Reason.NOT_FOUND) from None
     erasure = await gov.store.get_erasure(erasure_id)
     if erasure is None:
-        raise Refused(404, Reason.NOT_FOUND)
+        raise Refusal(Reason.NOT_FOUND)
     if caller.kind == "subject":
         scope = await gov.store.get_scope(erasure.scope_id)
         if scope is None or scope.principal_mxid != caller.sub:
-            raise Refused(403, Reason.NOT_SUBJECT, scope_id=erasure.scope_id)
+            raise Refusal(Reason.NOT_SUBJECT, scope_id=erasure.scope_id)
     record = await evidence_of(gov, erasure)
     return ok(record, headers={"Content-Disposition": f'inline; filename="erasure-{erasure.erasure_id}.json"'})

@@ -8,7 +8,7 @@ from typing import Any
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import agent_name_matches
 from sidecar.identity.keys import SessionKeys
-from sidecar.identity.mxid import Origin
+from sidecar.identity.mxid import Origin, parse_mxid
 from sidecar.policy.model import Agent, Audience, Principal, RoomState, ScopeRecord, ServerAcl
 
 
@@ -37,15 +37,12 @@ def is_vector(value: object, dim: int = 768) -> bool:
 
 
 def principal_of(mxid: str, origin: str) -> Principal | None:
-    """The decision-input principal for an MXID and origin; None when the MXID is malformed."""
-    localpart, sep, server = mxid[1:].partition(":") if mxid.startswith("@") else ("", "", "")
-    if not sep:
-        return None
+    """The decision-input principal for an MXID and origin; None when either is malformed."""
     try:
-        kind = Origin(origin)
-    except ValueError:
+        parsed, kind = parse_mxid(mxid), Origin(origin)
+    except (IdentityError, ValueError):
         return None
-    return Principal(mxid=mxid, localpart=localpart, server_name=server, origin=kind)
+    return Principal(mxid=mxid, localpart=parsed.localpart, server_name=parsed.server_name, origin=kind)
 
 
 def agent_of(ref: str, app_name: str, memory_enabled: bool) -> Agent:

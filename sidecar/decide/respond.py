@@ -1,8 +1,14 @@
-"""Deciding and answering: run the policy, stamp the decision header, audit, meter."""
+"""Deciding and answering: run the policy, record the decision (log, metric, audit), stamp the answer.
+
+A refusal made in code (malformed request, cap or fence hit, state store down) is recorded by
+:func:`refuse`; a refusal the policy made is raised as :class:`Denied`, carrying its decision,
+which :func:`decide` and :func:`record` already logged and audited.
+"""
 
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -11,7 +17,8 @@ from sidecar import metrics, tracing
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
-from sidecar.reasons import Reason, primary
+from sidecar.policy.outcome import deny_action
+from sidecar.reasons import Reason, Refusal, primary
 from sidecar.relay import DECISION_ID, json_error
 
 log = get_logger("enforce")
@@ -20,11 +27,14 @@ DECISION: web.RequestKey[Decision] = web.RequestKey("decision", Decision)
 #: Set once a request proved a genuine credential (a session key or a context that verified).
 CREDENTIALED: web.RequestKey[bool] = web.RequestKey("credentialed", bool)
 
-#: Action taken when a request is refused before the engine could be asked.
-DENY_ACTION: dict[Operation, Action] = {
-    Operation.A2A_INVOKE: Action.REWRITE_DISABLED,
-    Operation.MEMORY_SEARCH: Action.EMPTY_RESULT,
-}
+
+
+class Denied(Refusal):
+    """The policy (engine and floor) refused: the decision is already recorded; 403 (SPEC D6) whatever the code."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(primary(decision.reasons), status=HTTPStatus.FORBIDDEN, recorded=True)
+        self.decision = decision
 
 
 def gov_of(request: web.Request) -> Governance:
@@ -51,16 +61,16 @@ async def decide(request: web.Request, operation: Operation, /, *, agent_ref: st
 
 
 async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None,
-                 audit: bool = True, credentialed: bool = False, action: Action | None = None) -> Decision:
+                 credentialed: bool = False) -> Decision:
     """Record a refusal made in code (malformed request, cap or fence hit, state store down).
 
-    ``action`` overrides the operation's usual way of refusing (e.g. ``deny`` for an invocation
-    that was forwarded and then failed upstream: nothing was rewritten).
+    Its action is the operation's usual way of refusing, except when the upstream did not answer:
+    then nothing was rewritten or emptied, and the header says ``deny``.
     """
-    decision = Decision(action=action or DENY_ACTION.get(operation, Action.DENY), reasons=[reason],
-                        decision_id=request[DECISION_ID], engine="code")
+    action = Action.DENY if reason is Reason.UPSTREAM_UNAVAILABLE else deny_action(operation)
+    decision = Decision(action=action, reasons=[reason], decision_id=request[DECISION_ID], engine="code")
     request[DECISION] = decision
-    await record(request, operation, decision, scope_id=scope_id, audit=audit, credentialed=credentialed)
+    await record(request, operation, decision, scope_id=scope_id, credentialed=credentialed)
     return decision
 
 
@@ -73,12 +83,14 @@ def header_value(decision: Decision) -> str:
 
 
 async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None,
-                 audit: bool = True, credentialed: bool = False) -> None:
+                 credentialed: bool = False) -> None:
     """Count, log and audit one governed decision, content-free.
 
     Every refusal or rewrite is audited (R-15). One that carried a genuine credential (a session
     key that verified, or a valid delegation context) gets its own audit row; one that did not
     is only counted per hour, operation and reason, so an anonymous caller cannot grow the store.
+    A refusal because the state store is down is logged and counted in metrics only: the audit
+    write would fail too.
     """
     gov = gov_of(request)
     reason = primary_reason(decision)
@@ -87,11 +99,11 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     tracing.annotate(operation=operation.value, action=decision.action.value, reason=reason.value,
                      reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
                      engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
-    metrics.DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
+    metrics.GOVERNED_DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
     log.info("decision", operation=operation.value, action=decision.action.value,
              reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
              engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
-    if not audit or decision.action is Action.FORWARD:
+    if decision.action is Action.FORWARD or reason is Reason.STATE_UNAVAILABLE:
         return
     try:
         if credentialed:
@@ -116,9 +128,10 @@ def stamp(resp: web.StreamResponse, decision: Decision) -> web.StreamResponse:
     return resp
 
 
-def error(request: web.Request, status: int, decision: Decision, *, upstream_status: int | None = None) -> web.Response:
-    """A content-free error answer carrying the decision header."""
-    resp = json_error(request, status, primary_reason(decision), upstream_status=upstream_status)
+def error(request: web.Request, refusal: Refusal, decision: Decision) -> web.Response:
+    """A refusal's content-free error answer, carrying the decision header."""
+    resp = json_error(request, refusal.status, primary_reason(decision), upstream_status=refusal.upstream_status,
+                      headers=refusal.headers)
     stamp(resp, decision)
     return resp
 

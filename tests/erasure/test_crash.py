@@ -146,7 +146,7 @@ class TestKillBetweenSteps:
             # The lock an UPDATE of the row needs, but not the one the erasure row's foreign key takes.
             lock = await locked_scope_row(c.state_url, scope_id, "FOR NO KEY UPDATE")
         elif stuck_in == "fenced":
-            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
+            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
             op = await c.store.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
         elif stuck_in == "quiesced":
             c.gate.hold = lambda r: r.method == "DELETE"

@@ -27,7 +27,7 @@ SOURCE_REVISION = read_pack(REPO / "policies").revision
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]  # the caller's keyword arguments
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,8 @@ class GovernedScenario(Scenario):
                                      headers={"Content-Type": "application/json", "X-Agent-Name": APP,
                                               **(headers or {})})
         with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())  # type: ignore[no-any-return]
+            answer: dict[str, Any] = json.loads(resp.read())
+            return answer
 
     def _consent(self, control_url: str, room: str) -> str:
         """Create and consent one bench scope through the control API; return its session key."""
@@ -120,7 +121,8 @@ class GovernedScenario(Scenario):
             req = urllib.request.Request(control_url + path, data=json.dumps(body).encode(), method=method,
                                          headers=headers)
             with urllib.request.urlopen(req, timeout=30) as resp:
-                return json.loads(resp.read())  # type: ignore[no-any-return]
+                answer: dict[str, Any] = json.loads(resp.read())
+                return answer
 
         scope = call("POST", "/v1/scopes", {"principal": {"mxid": SUBJECT, "origin": "native"}, "agent": AGENT,
                                             "scope": {"kind": "control_room", "room_id": room}})

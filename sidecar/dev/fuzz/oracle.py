@@ -164,5 +164,5 @@ def leaked(sentinels: dict[str, str], texts: Iterable[str]) -> list[str]:
 
 def foreign_markers(text: str, allowed: set[str]) -> list[str]:
     """Tags of sentinels in ``text`` (any case's) that are not among the ``allowed`` values."""
-    allowed_cores = {MARKER.search(v).group(0) for v in allowed if MARKER.search(v)}  # type: ignore[union-attr]
+    allowed_cores = {m.group(0) for v in allowed if (m := MARKER.search(v)) is not None}
     return sorted({m.group(1) for m in MARKER.finditer(text) if m.group(0) not in allowed_cores})
