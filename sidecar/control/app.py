@@ -20,11 +20,11 @@ from aiohttp.typedefs import Handler
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import forget_one, inspect
 from sidecar.control.erase import forget_all, off, offboard
-from sidecar.control.evidence import get_erasure
+from sidecar.control.erasures import get_erasure
 from sidecar.control.http import ERASURE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity.tokens import load_verifier

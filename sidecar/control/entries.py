@@ -16,14 +16,14 @@ from aiohttp import web
 
 from sidecar.contentstore.adapters import AdapterError, list_namespace
 from sidecar.control.auth import spend, subject_scope
-from sidecar.control.evidence import erasure_answer
+from sidecar.control.erasures import erasure_answer
 from sidecar.control.http import ERASURE, KAGENT, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.decide.respond import Denied, decide, record, stamp
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
 from sidecar.governance import GOVERNANCE
 from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal

@@ -17,11 +17,11 @@ from typing import Final
 from aiohttp import web
 
 from sidecar.control.auth import require_operator, spend, subject_scope
-from sidecar.control.evidence import erasure_answer, evidence_of, location
+from sidecar.control.erasures import erasure_answer, evidence_of, location
 from sidecar.control.http import ERASURE, ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
 from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import parse_mxid

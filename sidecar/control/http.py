@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import Governance
 from sidecar.identity.tokens import Verifier

@@ -7,7 +7,7 @@ from http import HTTPStatus
 from aiohttp import web
 
 from sidecar.control.auth import authenticate, ensure_subject, subject_scope
-from sidecar.control.evidence import erasure_answer, location
+from sidecar.control.erasures import erasure_answer, location
 from sidecar.control.http import ERASURE, load_scope, ok, operation, parse
 from sidecar.control.models import (
     ConsentChange,
@@ -21,8 +21,8 @@ from sidecar.control.models import (
     ScopeIn,
     ScopeStatus,
 )
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
 from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from sidecar import tracing
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.rotator import Rotator
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason

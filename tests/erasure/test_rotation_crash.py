@@ -57,7 +57,7 @@ class TestKillDuringRotation:
         scope_id = await _scope_with_memory(c)  # "likes green tea", "lives in Lisbon"
         entries = {e.entry_id: e for e in await c.store.entries_of_scope(scope_id)}
         doomed = next(iter(entries))
-        live_ns = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
+        live_ns = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
         assert live_ns is not None
         lock = op = None
         if stuck_in == "requested":

@@ -24,7 +24,7 @@ from sidecar.dev.bench.state import backends, grow, percentiles, scratch_databas
 from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.governance import Governance, governance
 from sidecar.identity.appname import app_name
@@ -138,7 +138,7 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_bench(bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov bench sweep``."""
     p = bench.add_parser("sweep", help="Sweeper cost with namespace rotation at 1,000 and 100,000 scopes.")
     p.add_argument("--large", action="store_true", help="Also measure at 100,000 scopes and 1,000,000 ledger rows.")

@@ -16,7 +16,7 @@ from sidecar.state.db import Database
 _PURGE_EVERY = 256
 
 
-class TokenOps:
+class SingleUseOps:
     """Replay cache and confirmation tokens."""
 
     _db: Database

@@ -9,8 +9,8 @@ from aiohttp import web
 from sidecar.control.auth import authenticate
 from sidecar.control.http import ok, operation
 from sidecar.control.models import ErasureRecord
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import build_evidence
+from sidecar.erasure.machine import Kind
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.reasons import Reason, Refusal
 from sidecar.state import codec

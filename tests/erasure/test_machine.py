@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.erasure.engine import ErasureEngine, Kind
+from sidecar.erasure.machine import ErasureEngine, Kind
 from tests.control.harness import Harness, harness, until
 
 STATES = ["requested", "fenced", "quiesced", "deleted"]

@@ -28,7 +28,7 @@ def _opt(value: str | None, check: Any, field: str) -> str | None:
     return None if value is None else check(value, field)
 
 
-class EvidenceOps:
+class AuditOps:
     """Audit records and erasure records."""
 
     _db: Database
