@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.dev.devstack.stack import start_devstack
-from sidecar.dev.drill_devstack import AGENTS, BOT, SERVER, drill_pack, write_keys
+from sidecar.dev.drill_devstack import AGENTS, BOT, EMBEDDING_MODEL, SERVER, drill_pack, write_keys
 from sidecar.policy.pack import read_pack
 from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
 
@@ -123,7 +123,9 @@ class TestInstalledWheel:
                 policy={"dir": str(pack)}, secrets={"session_key_file": str(keys["session"])},
                 trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                 matrix={"server_name": SERVER, "bridge_bot": BOT},
-                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
+                # Pinned like the drill's own devstack, so forget-one rotates (exact over REST).
+                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
+                              "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
                         for ref, ghost in AGENTS},
             )
             path = write_config(tmp_path / "memgov.yaml", config)
