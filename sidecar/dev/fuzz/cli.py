@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--cases", type=int, default=1000, help="How many cases to run (default 1000).")
     parser.add_argument("--seed", type=int, default=0, help="Seed; the same seed draws the same cases (default 0).")
+    parser.add_argument("--start", type=int, default=0,
+                        help="First case of the seed's sequence to run, a multiple of the stack length (2000; default "
+                             "0): runs from aligned starts are shards of one long run, for several cores.")
     parser.add_argument("--target", choices=("data", "control", "all"), default="all",
                         help="Which interface to fuzz (default all: three data-plane cases per control case).")
     parser.add_argument("--no-shrink", action="store_true", help="Print the smallest failing example as found.")
@@ -37,27 +40,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def fuzz(cases: int, seed: int, target: Target, *, shrink: bool = True,
-               progress: Any = print) -> tuple[Report, dict[Key, Any]]:
+               progress: Any = print, start: int = 0) -> tuple[Report, dict[Key, Any]]:
     """Run the fuzzer on a fresh stack; the report and one reproducer per failure class."""
     from sidecar.dev.fuzz.runner import Fuzzer
     from sidecar.dev.fuzz.stack import fuzz_stack
 
     fuzzer = Fuzzer(fuzz_stack, target, seed, progress)
-    report = await fuzzer.run(cases)
+    report = await fuzzer.run(cases, start)
     if shrink and report.examples:
         progress(f"fuzz: reducing {len(report.examples)} failure classes to small reproducers")
     reduced = await fuzzer.shrink() if shrink and report.examples else dict(report.examples)
     return report, reduced
 
 
-def summary(report: Report, reduced: dict[Key, Any], seed: int) -> str:
+def summary(report: Report, reduced: dict[Key, Any], seed: int, start: int = 0) -> str:
     """The human summary: cases per route, failures by kind, reproducers."""
     planes: dict[str, int] = defaultdict(int)
     for (plane, _), n in report.cases.items():
         planes[plane] += n
     rate = report.total / report.seconds if report.seconds else 0.0
     lines = [f"memgov fuzz: {report.total} cases ({', '.join(f'{p} {n}' for p, n in sorted(planes.items()))}), "
-             f"seed {seed}, {report.seconds:.1f} s ({rate:.1f} cases/s)", "", "cases per route",
+             f"seed {seed}{f', from case {start}' if start else ''}, {report.seconds:.1f} s ({rate:.1f} cases/s)",
+             "", "cases per route",
              f"{'plane':<8} {'route':<22} {'cases':>7} {'failing':>8}  answers"]
     for (plane, route), n in sorted(report.cases.items()):
         answers = sorted(((s, c) for (p, r, s), c in report.statuses.items() if (p, r) == (plane, route)),
@@ -85,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
     if any(importlib.util.find_spec(name) is None for name in ("hypothesis", "jsonschema")):
         print("memgov fuzz: needs the test extra (pip install -e '.[test]')")
         return 2
-    report, reduced = asyncio.run(fuzz(args.cases, args.seed, args.target, shrink=not args.no_shrink))
-    print(summary(report, reduced, args.seed), flush=True)
+    from sidecar.dev.fuzz.runner import STACK_CASES
+
+    if args.start < 0 or args.start % STACK_CASES:
+        print(f"memgov fuzz: --start must be a non-negative multiple of {STACK_CASES}")
+        return 2
+    report, reduced = asyncio.run(fuzz(args.cases, args.seed, args.target, shrink=not args.no_shrink,
+                                       start=args.start))
+    print(summary(report, reduced, args.seed, args.start), flush=True)
     return 1 if report.failures else 0

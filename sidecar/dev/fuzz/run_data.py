@@ -289,14 +289,22 @@ class DataRun(CaseRun):
             return
         s = kagent[-1]
         query_user = go_query(s.raw_path.partition("?")[2]).get("user_id")
-        if decision.action == "forward":
+        variant = s.path.split("/")[4].endswith("-nomem")
+        err = reason_body(reply) if reply is not None else None
+        if err is not None and err["error"] in UPSTREAM_REASONS:
+            # The upstream did not answer what memgov sent: the header names that failure (deny), not the
+            # policy's decision, so what was sent is judged by where it went.
+            action = "deny" if variant else "forward"
+        else:
+            action = decision.action
+        if action == "forward":
             key = self.env["KEY"]
             if s.header("X-User-Id") != key or any(value != key for value in query_user or ()):
                 self.fail("invoke_identity_not_rewritten", "a carrier does not hold the session key")
             if f"/{AGENT.split('/')[1]}" not in s.path:
                 self.fail("invoke_target_changed", "forwarded to another agent")
-        elif not s.path.split("/")[4].endswith("-nomem"):
-            self.fail("rewrite_target", f"{decision.action} not sent to the memory-disabled variant")
+        elif not variant:
+            self.fail("rewrite_target", f"{action} not sent to the memory-disabled variant")
 
     # --- follow-ups -------------------------------------------------------------------------------
     async def withdraw_and_compare(self) -> None:

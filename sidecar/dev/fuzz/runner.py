@@ -101,6 +101,7 @@ class Fuzzer:
         self.doc: Mapping[str, Any] = {}
         self._started = time.perf_counter()
         self._stack: FuzzStack | None = None
+        self._start = 0
 
     @property
     def stack(self) -> FuzzStack:
@@ -128,20 +129,29 @@ class Fuzzer:
         except SetupFailed as exc:  # the gateway refused a well-formed setup step: a failure, not a crash
             return Outcome(case, None, [Failure("setup_failed", case.route, str(exc))])
 
-    async def run(self, cases: int) -> Report:
-        """Run ``cases`` cases; failures are counted by class, one example kept per class."""
+    async def run(self, cases: int, start: int = 0) -> Report:
+        """Run cases ``start`` to ``start + cases`` of the seed's sequence; failures are counted by class,
+        one example kept per class.
+
+        Cases are drawn per batch from the seed and the batch's position, and a fresh stack starts at
+        every multiple of :data:`STACK_CASES`, so runs from aligned starts are shards of one long run:
+        together they draw and judge exactly its cases, in the same stacks.
+        """
+        if start % STACK_CASES:
+            raise ValueError(f"start must be a multiple of {STACK_CASES}")
         started = self._started = time.perf_counter()
+        self._start = start
         loop = asyncio.get_running_loop()
-        done = 0
-        while done < cases:
-            stretch = min(STACK_CASES, cases - done)
+        position, end = start, start + cases
+        while position < end:
+            stretch = min(STACK_CASES, end - position)
             async with self.running():
-                await asyncio.to_thread(self._explore, done, stretch, cases, loop)
-            done += stretch
+                await asyncio.to_thread(self._explore, position, stretch, end, loop)
+            position += stretch
         self.report.seconds = time.perf_counter() - started
         return self.report
 
-    def _explore(self, offset: int, stretch: int, cases: int, loop: asyncio.AbstractEventLoop) -> None:
+    def _explore(self, offset: int, stretch: int, end: int, loop: asyncio.AbstractEventLoop) -> None:
         strategy = strategy_for(self.target, self.doc)
         done = 0
         while done < stretch:
@@ -149,7 +159,7 @@ class Fuzzer:
             before = self.report.total
             self._batch(strategy, size, self.seed * 1_000_003 + (offset + done) // BATCH, loop)
             done += self.report.total - before
-            self._say(offset + done, cases)
+            self._say(offset + done, end)
 
     def _batch(self, strategy: st.SearchStrategy[Case], size: int, batch_seed: int,
                loop: asyncio.AbstractEventLoop) -> None:
@@ -169,7 +179,7 @@ class Fuzzer:
 
     def _say(self, done: int, cases: int) -> None:
         report = self.report
-        rate = done / max(time.perf_counter() - self._started, 1e-9)
+        rate = (done - self._start) / max(time.perf_counter() - self._started, 1e-9)
         failing = sum(report.failed.values())
         self.progress(f"fuzz: {done}/{cases} cases, {failing} failing, {len(report.failures)} failure classes, "
                       f"{rate:.1f} cases/s")
