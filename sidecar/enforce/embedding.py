@@ -23,13 +23,13 @@ from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.routes import RouteMatch
+from sidecar.state.rotations import ENCODINGS
 from sidecar.state.types import BudgetClaim, StateError
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
 _FIELDS: Final = ("model", "input", "dimensions", "encoding_format", "user")
 _PARSER = StrictJSON(_FIELDS)
-_ENCODINGS: Final = frozenset({"float", "base64"})
 _DROPPED: Final = ("X-User-Id", "X-Agent-Name", "Content-Length", "Content-Encoding")
 
 
@@ -50,7 +50,7 @@ def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any
             return None
         body["dimensions"] = payload["dimensions"]
     if "encoding_format" in payload:
-        if payload["encoding_format"] not in _ENCODINGS:
+        if not isinstance(payload["encoding_format"], str) or payload["encoding_format"] not in ENCODINGS:
             return None
         body["encoding_format"] = payload["encoding_format"]
     return inputs, body

@@ -36,7 +36,8 @@ Move = tuple[str, str | None, datetime, datetime]
 ModelFacts = tuple[str, int | None, str | None]
 
 _MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
-_ENCODINGS = frozenset({"float", "base64"})
+#: The encodings an OpenAI-compatible provider answers in (and the only ones memgov relays or records).
+ENCODINGS = frozenset({"float", "base64"})
 #: Longest chain of rotations followed from a forgotten id to its current copy.
 _MAX_HOPS = 64
 
@@ -313,6 +314,6 @@ def valid_model_facts(model: object, dimensions: object, encoding: object) -> Mo
     if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
                                    or not 1 <= dimensions <= 65536):
         return None
-    if encoding is not None and encoding not in _ENCODINGS:
+    if encoding is not None and (not isinstance(encoding, str) or encoding not in ENCODINGS):
         return None
     return model, dimensions, encoding

@@ -317,6 +317,19 @@ class TestReembedding:
             (row,) = await h.rows(scope_id)
             assert row.embedding is not None and _close(row.embedding, embed_text("lives in Lisbon"))
 
+    @pytest.mark.parametrize("odd", [{"encoding_format": {}}, {"encoding_format": ["float"]},
+                                     {"dimensions": {}}, {"model": ["m"]}, {"dimensions": 2**70}])
+    async def test_model_facts_of_any_json_shape_are_never_noted_nor_a_500(self, tmp_path: Path,
+                                                                           odd: dict[str, object]) -> None:
+        """An embedding call whose model facts are objects, arrays or huge numbers is relayed as the provider
+        answers it; memgov records nothing of it (a later rotation must not trust such a model)."""
+        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+            await h.scope()
+            body = {"model": "text-embedding-3-small", "input": ["warm up"], **odd}
+            async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings", json=body) as resp:
+                assert resp.status < 500 and "X-Memgov-Decision" in resp.headers
+            assert await h.gov.store.embedding_model(AGENT) is None
+
     async def test_a_longer_vector_is_cut_and_normalised_as_the_runtime_does(self, tmp_path: Path) -> None:
         """An agent asking for 1024 dimensions stores the first 768, L2-normalised (kagent-adk, go/adk): the
         copy is that same vector."""
