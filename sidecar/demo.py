@@ -160,6 +160,8 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
     record = await control.forget(scope["scope_id"], page["entries"][0]["id"])
     story.note(f"erasure {record['erasure_id']}: state={record['state']} "
                f"physical_deletion={record.get('physical_deletion', '-')}")
+    # With an embedding provider the REST adapter is exact: the scope's namespace was rotated.
+    story.note(f"rows kagent holds for Alice after the forget: {len(await dev.store.rows())}")
     decision, reply = await _say_to_agent(http, gw.data_url, RECALL, context=bridge.context())
     story.note(_last_line(reply, "recalled") or "recalled: nothing (the forgotten entry is unreadable)")
 

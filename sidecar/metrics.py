@@ -36,6 +36,9 @@ MEMORY_OPERATIONS = Counter(
     "Admitted memory work by kind (embedding items, summarizations, saves, retrievals); not model tokens.",
     ["kind"],
 )
+ROTATIONS = Counter(
+    "memgov_rotations_total", "Namespace rotations (exact erasure over REST) that ended, by outcome.", ["outcome"]
+)
 AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
 
 # Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.

@@ -59,6 +59,7 @@ class Reason(enum.StrEnum):
     NOT_FOUND = "not_found"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    EMBEDDING_MODEL_UNKNOWN = "embedding_model_unknown"
     # dependencies
     POLICY_UNAVAILABLE = "policy_unavailable"
     STATE_UNAVAILABLE = "state_unavailable"

@@ -60,6 +60,10 @@ class UpstreamSettings(_Section):
     memory_timeout_s: float = Field(
         10.0, gt=0, le=120, description="Whole-request timeout of one governed memory call to kagent, seconds."
     )
+    embedding_api_key_file: Path | None = Field(
+        None, description="memgov's own embedding-provider key, sent as 'Authorization: Bearer' when it re-embeds"
+        " entries for a namespace rotation (agents' own calls keep their key)."
+    )
     embedding_pool_size: int = Field(32, ge=1, description="Separate connection pool for embedding calls.")
     embedding_timeout_s: float = Field(30.0, gt=0, le=300, description="Whole-request embedding timeout, seconds.")
     kagent_auth_mode: Literal["unsecure", "trusted-proxy"] = Field(
@@ -167,6 +171,20 @@ class MatrixSettings(_Section):
 class AgentSettings(_Section):
     disabled_variant: str = Field(..., description="Name of the memory-disabled Agent in the same namespace.")
     ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
+    embedding_model: str | None = Field(
+        None, description="The agent's embedding model, pinned for namespace rotation; unset: the model its own"
+        " embedding calls through memgov last named."
+    )
+    embedding_dimensions: int | None = Field(
+        None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."
+    )
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]{0,127}", v):
+            raise ValueError("must be a provider model id (letters, digits, ._:/@+-, at most 128)")
+        return v
 
     @field_validator("ghost")
     @classmethod
@@ -198,6 +216,10 @@ class ErasureSettings(_Section):
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
     quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
+    rotate: bool = Field(
+        True, description="With the rest adapter and an embedding provider: make forget-one and hard expiry exact by"
+        " rotating the scope's namespace (re-embeds the entries it keeps)."
+    )
 
 
 class EnforceSettings(_Section):
@@ -300,6 +322,15 @@ class Settings(BaseSettings):
         if self.state.url_file is not None:
             return read_secret(self.state.url_file, "state.url_file").decode().strip()
         return self.state.url
+
+    def embedding_api_key(self) -> bytes | None:
+        """Return memgov's own embedding-provider key, read from its file when set."""
+        if self.upstream.embedding_api_key_file is None:
+            return None
+        key = read_secret(self.upstream.embedding_api_key_file, "upstream.embedding_api_key_file")
+        if not key.isascii() or not key.decode().isprintable() or b" " in key:
+            raise SettingsError("upstream.embedding_api_key_file: the key must be printable ASCII without spaces")
+        return key
 
     def kagent_db_url(self) -> str | None:
         """Return the kagent-db erasure URL, read from its file when set."""

@@ -70,6 +70,8 @@ class TestSettings:
             ("MEMGOV_UPSTREAM__CONTROLLER_URL", "ftp://x", "upstream.controller_url"),
             ("MEMGOV_ERASURE__ADAPTER", "sql", "erasure.adapter"),
             ("MEMGOV_AGENTS", '{"noslash": {"disabled_variant": "x", "ghost": "@g:s"}}', "agents"),
+            ("MEMGOV_AGENTS", '{"a/b": {"disabled_variant": "x", "ghost": "@g:s", "embedding_model": "my model"}}',
+             "embedding_model"),
         ],
     )
     def test_invalid_values_name_the_key(self, monkeypatch, env, value, key):
@@ -96,6 +98,16 @@ class TestSettings:
             read_secret(path, "secrets.session_key_file")
         assert "secrets.session_key_file" in str(err.value)
         assert content.strip().decode() not in str(err.value) or not content.strip()
+
+    @pytest.mark.parametrize("key", [b"sk-with a-space-inside-it", "sk-\u00e9t\u00e9-not-ascii-key".encode()])
+    def test_an_embedding_key_that_cannot_be_a_bearer_token_is_refused(self, tmp_path, key):
+        """memgov's own provider key goes into an Authorization header: printable ASCII only, never echoed."""
+        path = tmp_path / "provider.key"
+        path.write_bytes(key)
+        settings = load_settings(upstream={"embedding_api_key_file": str(path)})
+        with pytest.raises(SettingsError) as err:
+            settings.embedding_api_key()
+        assert "upstream.embedding_api_key_file" in str(err.value) and "sk-" not in str(err.value)
 
     def test_production_requires_a_session_key_file(self, monkeypatch):
         """The production profile refuses to generate a session key."""

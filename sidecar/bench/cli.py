@@ -1,4 +1,4 @@
-"""``memgov bench …``: the ``proxy`` benchmark here, ``state`` and ``decisions`` when installed."""
+"""``memgov bench …``: the ``proxy`` benchmark here, ``state``, ``decisions`` and ``sweep`` when installed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sidecar.bench.scenarios import SCENARIOS
 from sidecar.bench.wrk import wrk_version
 
 #: Sibling benchmarks that register themselves under ``memgov bench`` when present.
-OPTIONAL_BENCHES: tuple[str, ...] = ("sidecar.bench.state", "sidecar.bench.decisions")
+OPTIONAL_BENCHES: tuple[str, ...] = ("sidecar.bench.state", "sidecar.bench.decisions", "sidecar.bench.sweep")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -91,7 +91,7 @@ def _register_proxy(bench: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``memgov bench`` with ``proxy`` and whichever sibling benchmarks are installed."""
-    p = sub.add_parser("bench", help="Benchmarks: proxy overhead, state store, policy decisions.")
+    p = sub.add_parser("bench", help="Benchmarks: proxy overhead, state store, policy decisions, sweeper.")
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
     _register_proxy(bench)
     for name in OPTIONAL_BENCHES:

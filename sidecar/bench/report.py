@@ -12,9 +12,11 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -164,4 +166,15 @@ def write_json(report: Mapping[str, Any], out_dir: Path, stamp: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stamp}.json"
     path.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def publish(name: str, argv: list[str], runs: list[dict[str, Any]], table: str, out_dir: Path) -> Path:
+    """Print a bench's table and write its JSON report (command, machine, versions, runs) as ``<name>-<time>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
+              "runs": runs}
+    print(table)
+    path = write_json(report, out_dir, f"{name}-{stamp}")
+    print(f"\nresults: {path}")
     return path

@@ -13,17 +13,17 @@ import argparse
 import asyncio
 import os
 import random
-import shlex
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.bench.report import machine_info, versions, write_json
+from sidecar.bench.report import publish
 from sidecar.logs import configure_logging
 from sidecar.state import BudgetClaim, StateStore, open_store
 from sidecar.state.codec import to_us
@@ -76,7 +76,7 @@ async def _count(store: StateStore, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-async def _grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -> float:
+async def grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -> float:
     """Bulk-load scopes and ledger rows up to the target size; return seconds spent."""
     have_scopes = await _count(store, "SELECT COUNT(*) FROM scopes")
     have_rows = await _count(store, "SELECT COUNT(*) FROM ledger WHERE slot_id LIKE 'k%'")
@@ -95,7 +95,7 @@ async def _grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) -
     return time.perf_counter() - start
 
 
-def _stats(samples_ns: list[int]) -> dict[str, float]:
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
     ordered = sorted(samples_ns)
 
     def pick(q: float) -> float:
@@ -112,7 +112,7 @@ async def _measure(op: Callable[[int], Awaitable[Any]], ops: int) -> dict[str, f
         begin = time.perf_counter_ns()
         await op(i)
         samples.append(time.perf_counter_ns() - begin)
-    return _stats(samples)
+    return percentiles(samples)
 
 
 async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> dict[str, Any]:
@@ -122,7 +122,7 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
     picks = [_scope_id(rng.randrange(scopes)) for _ in range(ops * 2)]
     store = await open_store(url)
     try:
-        load_s = await _grow(store, scopes, ledger_rows, to_us(now))
+        load_s = await grow(store, scopes, ledger_rows, to_us(now))
 
         async def lookup(i: int) -> None:
             scope = await store.get_scope(picks[i % len(picks)])
@@ -172,43 +172,51 @@ def _render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _start_pg() -> Any:
-    from sidecar.devstack.pg import start_pg
+def backends(choice: str) -> tuple[str, ...]:
+    """The backends a ``--backend`` choice names."""
+    return ("sqlite", "postgresql") if choice == "both" else (choice,)
 
-    return start_pg()
+
+@contextmanager
+def scratch_databases(prefix: str, pg_url: str | None = None) -> Iterator[Callable[[str, str], str]]:
+    """``url(backend, name)``: an empty database in a temporary folder or on a throwaway PostgreSQL server
+    (``pg_url``: that database instead); everything is removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    server: Any = None
+
+    def url(backend: str, name: str) -> str:
+        nonlocal server
+        if backend == "sqlite":
+            return f"sqlite:///{tmp}/{name}.db"
+        if pg_url:
+            return pg_url
+        if server is None:
+            from sidecar.devstack.pg import start_pg
+
+            server = start_pg()
+        return str(server.create_database(name))
+
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cmd(args: argparse.Namespace) -> int:
     sizes = [SIZES["small"], SIZES["large"]] if args.large else [SIZES["small"]]
     configure_logging("info", stream=open(os.devnull, "w"))  # noqa: SIM115 - lives for the process
     runs: list[dict[str, Any]] = []
-    tmp = Path(tempfile.mkdtemp(prefix="memgov-bench-state-"))
-    server = None
-    try:
-        urls = {}
-        if args.backend in ("sqlite", "both"):
-            urls["sqlite"] = f"sqlite:///{tmp}/state.db"
-        if args.backend in ("postgresql", "both"):
-            if args.pg_url:
-                urls["postgresql"] = args.pg_url
-            else:
-                server = _start_pg()
-                urls["postgresql"] = server.create_database("memgov_bench")
-        for backend, url in urls.items():
+    with scratch_databases("memgov-bench-state-", args.pg_url) as url:
+        for backend in backends(args.backend):
+            database = url(backend, "memgov_bench")  # grown in place from the small to the large size
             for scopes, rows in sizes:
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows …", flush=True)
-                runs.append(asyncio.run(run_state_bench(url, scopes, rows, args.ops)))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+                runs.append(asyncio.run(run_state_bench(database, scopes, rows, args.ops)))
     argv = ["memgov", "bench", "state", "--backend", args.backend, "--ops", str(args.ops), "--out", args.out,
             *(["--large"] if args.large else []), *(["--pg-url", "URL"] if args.pg_url else [])]
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
-              "runs": runs}
-    print(_render(runs))
-    print(f"\nresults: {write_json(report, Path(args.out), 'state-' + stamp)}")
+    publish("state", argv, runs, _render(runs), Path(args.out))
     return 0
 
 

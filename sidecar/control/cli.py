@@ -156,8 +156,12 @@ def _show_page(a: dict[str, Any]) -> str:
 
 
 def _show_erasure(a: dict[str, Any]) -> str:
-    return (f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
+    text = (f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
             f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}")
+    if (rotation := a.get("rotated_by")) is not None:
+        reason = f" ({rotation['failure_reason']})" if rotation.get("failure_reason") else ""
+        text += f"\nrotation {rotation['erasure_id']}: {rotation['state']}{reason}"
+    return text
 
 
 def _show_offboard(a: dict[str, Any]) -> str:

@@ -117,10 +117,12 @@ async def forget_one(request: web.Request) -> web.Response:
     operation(request, "scope.forget_one")
     gov = request.app[GOVERNANCE]
     caller, scope = await subject_scope(request)
-    entry_id = request.match_info["entry_id"]
-    entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == entry_id), None)
+    # An id shown before a rotation re-saved the entry still names it: follow it to the current copy,
+    # and erase every copy (the evidence then covers them all).
+    chain = await gov.store.lineage(scope.scope_id, request.match_info["entry_id"])
+    entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == chain[-1]), None)
     if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
         raise Refused(404, Reason.NOT_FOUND, scope_id=scope.scope_id)
     await spend(request, caller)
-    erasure = await request.app[ENGINE].erase(scope, Kind.FORGET_ONE, "subject", [entry.entry_id])
+    erasure = await request.app[ENGINE].erase(scope, Kind.FORGET_ONE, "subject", chain)
     return ok(await erasure_answer(gov, erasure))

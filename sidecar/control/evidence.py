@@ -8,6 +8,7 @@ from sidecar.control.auth import authenticate
 from sidecar.control.http import Refused, ok, operation
 from sidecar.control.models import ErasureRecord
 from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import build_evidence
 from sidecar.reasons import Reason
 from sidecar.state import codec
@@ -20,7 +21,9 @@ async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
     """The evidence record of an erasure, built from its row, the scope's ledger and namespaces."""
     ledger = await gov.store.entries_of_scope(erasure.scope_id)
     namespaces = await gov.store.namespaces_of_scope(erasure.scope_id)
-    return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces))
+    rotations = (await gov.store.erasures_of_scope(erasure.scope_id, limit=20, kind=Kind.ROTATE.value)
+                 if erasure.kind == Kind.FORGET_ONE else [])
+    return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces, rotations))
 
 
 def location(erasure: Erasure) -> dict[str, str]:

@@ -187,9 +187,36 @@ class ReadBackOut(_Out):
     namespace_id: str
     generation: int | None
     legacy: bool | None = Field(..., description="An unsalted namespace written before storage salts existed.")
-    check: Literal["namespace", "entries"]
+    check: Literal["namespace", "entries", "moved"] = Field(
+        ..., description="namespace: read back whole; entries: the erased ids; moved: a rotation's copies (found,"
+        " as meant)."
+    )
     at: Timestamp
     rows_found: int
+
+
+class MoveOut(_Out):
+    """One entry a rotation re-saved: its old and its new kagent id (same hard expiry)."""
+
+    from_entry_id: str
+    to_entry_id: str
+
+
+class RotationOut(_Out):
+    """A rotation (kind ``rotate``): where the kept entries went; the old namespace was then deleted whole."""
+
+    from_namespace: str | None
+    to_namespace: str | None = Field(..., description="Set once the scope was switched to it.")
+    moved: list[MoveOut]
+    not_found_in_kagent: list[str] = Field(..., description="Ledger entries kagent no longer held (nothing to copy).")
+
+
+class RotationRef(_Out):
+    """For forget-one: the rotation that removed the entry physically, or the latest that tried."""
+
+    erasure_id: str
+    state: Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
+    failure_reason: str | None
 
 
 class ErasureRecord(_Out):
@@ -198,10 +225,10 @@ class ErasureRecord(_Out):
     format: Literal["memgov.erasure.v1"]
     erasure_id: str
     scope_id: str
-    kind: Literal["forget_one", "forget_all", "off", "withdraw", "offboard"]
+    kind: Literal["forget_one", "forget_all", "off", "withdraw", "offboard", "rotate"]
     state: Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
     adapter: Literal["rest", "kagent-db"]
-    requested_by: Literal["subject", "operator"]
+    requested_by: Literal["subject", "operator", "sweeper"]
     created_at: Timestamp
     updated_at: Timestamp
     failure_reason: str | None
@@ -214,6 +241,10 @@ class ErasureRecord(_Out):
     verification: Verification
     physical_deletion: Literal["complete", "pending_namespace_clear", "in_progress", "incomplete", "unverified"]
     residuals: list[str] = Field(..., description="What this erasure cannot reach (codes, see docs/control-api.md).")
+    rotation: RotationOut | None = Field(..., description="Kind rotate: the namespaces and the re-saved ids.")
+    rotated_by: RotationRef | None = Field(
+        ..., description="Forget-one under rest with an embedding provider: the rotation that clears its entry."
+    )
 
 
 class ConsentChange(_Out):

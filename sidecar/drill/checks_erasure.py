@@ -8,8 +8,13 @@ from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
 
-#: What a forget-one erasure may honestly report per adapter (SPEC D4).
-PHYSICAL_AFTER_FORGET = {"kagent-db": "complete", "rest": "pending_namespace_clear"}
+
+def physical_after_forget(record: dict[str, Any]) -> str:
+    """What a forget-one erasure may honestly report (SPEC D4): ``kagent-db`` deletes by id; ``rest`` is exact
+    when it rotated the namespace (an embedding provider configured), else pending until the namespace is cleared."""
+    if record.get("adapter") == "kagent-db" or record.get("rotated_by") is not None:
+        return "complete"
+    return "pending_namespace_clear"
 
 
 def _record(record: dict[str, Any]) -> dict[str, Any]:
@@ -52,15 +57,25 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
     adapter = record.get("adapter")
     expect(record.get("state") == "verified" and record["verification"]["result"] == "passed", "erasure_not_verified")
     expect(ev["erasure"]["entries"] == [forgotten], "erasure_not_exactly_one_entry")
-    expect(record.get("physical_deletion") == PHYSICAL_AFTER_FORGET.get(str(adapter)),
-           "physical_deletion_misreported")
-    if adapter == "rest":
-        ev.note("REST adapter: the forgotten entry is tombstoned and unreadable at once; kagent keeps the row "
-                "until the whole namespace is cleared, as the evidence record states.")
+    rotation = record.get("rotated_by")
+    ev["rotation"] = rotation
+    if rotation is not None:
+        # The deployment rotates namespaces: a rotation that did not finish is a failure, with its reason shown.
+        expect(rotation.get("state") == "verified", "rotation_not_verified")
+    expect(record.get("physical_deletion") == physical_after_forget(record), "physical_deletion_misreported")
+    if adapter == "rest" and rotation is not None:
+        ev.note("REST adapter with an embedding provider: the scope's namespace was rotated (the other entry "
+                "re-saved under a fresh storage key, the old namespace deleted whole and read back empty), so "
+                "the forgotten row is physically gone.")
+    elif adapter == "rest":
+        ev.note("REST adapter without an embedding provider: the forgotten entry is tombstoned and unreadable at "
+                "once; kagent keeps the row until the whole namespace is cleared, as the evidence record states.")
 
     after = await run.inspect_all(scope)
     ev["inspect_after"] = [e["id"] for e in after]
-    expect([e["id"] for e in after] == [kept] and after[0]["text"] == facts[1], "kept_entry_not_exactly_left")
+    # A rotation re-saves the kept entry under a new id; its text is what must be exactly left.
+    expect(len(after) == 1 and after[0]["text"] == facts[1], "kept_entry_not_exactly_left")
+    kept = after[0]["id"] if after else kept
     found = await run.search(run.key(scope), app=scope.agent.app, owner=True)
     ev["search_after"] = {**found.brief(), "ids": found.ids()}
     expect(found.decision.action == "forward", "search_not_forwarded")

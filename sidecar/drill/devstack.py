@@ -36,6 +36,8 @@ ROOM = f"!drill:{SERVER}"
 AGENTS = (("drill/helper", f"@drill-helper:{SERVER}"), ("drill/notes", f"@drill-notes:{SERVER}"))
 #: The devstack's entry cap: small, so filling a scope fits in the packaged hourly budget.
 CAP = 5
+#: The model the drill's agents embed with (the stand-in provider answers for any name).
+EMBEDDING_MODEL = "devstack-embedding"
 
 
 class LocalStack:
@@ -109,7 +111,9 @@ async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, 
                     secrets={"session_key_file": str(keys["session"])},
                     trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                     matrix={"server_name": SERVER, "bridge_bot": BOT},
-                    agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
+                    # The stand-in provider serves any model; pinning one lets forget-one rotate (exact over REST).
+                    agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
+                                  "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
                             for ref, ghost in AGENTS},
                 )
                 async with running_gateway(settings, clock=clock) as gw:

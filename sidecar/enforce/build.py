@@ -10,6 +10,8 @@ import aiohttp
 
 from sidecar.enforce.runtime import Governance, utcnow
 from sidecar.erasure.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.erasure.reembed import EmbeddingModel, Reembedder
+from sidecar.erasure.rotation import Rotator
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import load_verifier
 from sidecar.ops import Readiness
@@ -31,6 +33,23 @@ def make_eraser(settings: Settings, session: aiohttp.ClientSession,
     return RestAdapter(session, settings.upstream.controller_url, headers)
 
 
+def make_rotator(settings: Settings, session: aiohttp.ClientSession,
+                 headers: Callable[[], Mapping[str, str]] = dict) -> Rotator | None:
+    """Namespace rotation's handles, when the REST adapter can be made exact (an embedding provider is set).
+
+    Its kagent calls share the erasure session and ``headers``; the provider gets a small pool of its
+    own with a whole-call timeout, so rotation never waits on the data plane's connections.
+    """
+    up = settings.upstream
+    if settings.erasure.adapter != "rest" or not settings.erasure.rotate or up.embedding_url is None:
+        return None
+    pinned = {ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
+              for ref, a in settings.agents.items() if a.embedding_model is not None}
+    provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s)
+    return Rotator(session, up.controller_url, Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
+                   pinned, headers)
+
+
 @asynccontextmanager
 async def governance(settings: Settings, readiness: Readiness, *,
                      clock: Callable[[], datetime] | None = None) -> AsyncIterator[Governance]:
@@ -46,6 +65,7 @@ async def governance(settings: Settings, readiness: Readiness, *,
     gov = Governance(
         settings=settings, store=store, policy=policy, keys=SessionKeys(current, previous), bridge=bridge,
         eraser=eraser, initial_limits=load_limits(settings.policy.dir), clock=clock or utcnow,
+        rotator=make_rotator(settings, session, lambda: gov.kagent_headers(MEMGOV_USER)),
     )
 
     async def state_ready() -> tuple[bool, dict[str, object]]:
@@ -60,6 +80,8 @@ async def governance(settings: Settings, readiness: Readiness, *,
         readiness.checks.pop("policy", None)
         readiness.checks.pop("state", None)
         await eraser.close()
+        if gov.rotator is not None:
+            await gov.rotator.close()
         await session.close()
         await policy.close()
         await store.close()

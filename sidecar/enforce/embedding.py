@@ -22,7 +22,7 @@ from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.proxy import EMBEDDING, forward, read_body
 from sidecar.reasons import Reason
 from sidecar.routes import RouteMatch
-from sidecar.state.types import BudgetClaim
+from sidecar.state.types import BudgetClaim, StateError
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
@@ -89,6 +89,13 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     if not decision.allowed:
         return error(request, 403, decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
-    return await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
-                         headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
-                         replace_errors=True)
+    answer = await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
+                           headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
+                           replace_errors=True)
+    if answer.status == 200 and gov.rotator is not None:
+        # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
+        try:
+            await gov.rotator.note_model(gov.store, ref, body, gov.now())
+        except StateError:
+            pass  # the answer is already sent; a rotation meanwhile fails closed on an unknown or older model
+    return answer

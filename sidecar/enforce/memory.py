@@ -310,19 +310,38 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     decision = await _decide(request, op, kf, scope, budget=budget, limit=limit, is_prefetch=prefetch)
     if not decision.allowed or scope is None or scope.namespace is None:
         return json_answer(200, [], decision)
-    ns = scope.namespace
+    ns: Namespace | None = scope.namespace
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
     app = gov.app_name(scope.agent)
-    body = {"agent_name": app, "user_id": ns.storage_key, "vector": payload["vector"],
-            "limit": min(limit if limit and limit > 0 else 5, ceiling), "min_score": payload.get("min_score", 0)}
-    status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), body)
-    if status >= 400 or not isinstance(rows, list):
-        return error(request, 502, await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id,
-                                                credentialed=True), upstream_status=status)
-    ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
-    keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
+    found: list[Any] = []
+    # At most twice: a rotation may switch the scope to a fresh namespace while a search is under way.
+    for _ in range(2):
+        if ns is None:
+            break
+        body = {"agent_name": app, "user_id": ns.storage_key, "vector": payload["vector"],
+                "limit": min(limit if limit and limit > 0 else 5, ceiling), "min_score": payload.get("min_score", 0)}
+        status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app),
+                                   body)
+        if status >= 400 or not isinstance(rows, list):
+            return error(request, 502, await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id,
+                                                    credentialed=True), upstream_status=status)
+        ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
+        keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
+        found = [r for r in rows if isinstance(r, dict) and r.get("id") in keep]
+        if ids and len(keep) == len(ids):
+            break
+        ns = await _switched(gov, scope, ns)
     metrics.MEMORY_OPERATIONS.labels("retrieval").inc()
-    return json_answer(200, [r for r in rows if isinstance(r, dict) and r.get("id") in keep], decision)
+    return json_answer(200, found, decision)
+
+
+async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace | None:
+    """The scope's new live namespace when a rotation switched it since ``ns`` was read, else None."""
+    now = await gov.store.get_scope(scope.scope_id)
+    if (now is None or not now.enabled or now.generation != scope.generation or now.namespace is None
+            or now.namespace.ns_id == ns.ns_id):
+        return None
+    return now.namespace
 
 
 async def handle_list_or_delete(request: web.Request, match: RouteMatch) -> web.StreamResponse:

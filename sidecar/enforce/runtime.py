@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -16,6 +16,9 @@ from sidecar.identity.tokens import Verifier
 from sidecar.policy.model import Deployment, Limits
 from sidecar.settings import Settings
 from sidecar.upstream import KagentBearer
+
+if TYPE_CHECKING:
+    from sidecar.erasure.rotation import Rotator
 
 
 def utcnow() -> datetime:
@@ -36,6 +39,8 @@ class Governance:
     clock: Callable[[], datetime] = utcnow
     agent_refs: frozenset[str] = field(default_factory=frozenset)
     kagent_bearer: KagentBearer | None = None
+    #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
+    rotator: Rotator | None = None
 
     def __post_init__(self) -> None:
         self.agent_refs = frozenset(self.settings.agents)

@@ -14,6 +14,10 @@ are cleared too. Verification is a read-back of each of those namespaces, record
 only what was read back is ever claimed (SPEC D4). A namespace that a write of unknown outcome
 may still reach defers verification until its lease ends, then clears and reads back again. A
 failure leaves the scope disabled with a reason code; it never resumes on a best-effort assumption.
+
+A ``rotate`` erasure (``rotation.py``) moves what a scope keeps into a fresh namespace so the old
+one can be deleted whole over REST; forget-one runs one after its tombstone when configured. It
+fails without disabling the scope (nothing unsafe happened) and never blocks re-consent.
 """
 
 from __future__ import annotations
@@ -23,16 +27,16 @@ import enum
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sidecar import tracing
+from sidecar import metrics, tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
+from sidecar.erasure.readback import Deferred, quiesce, read_back
+from sidecar.erasure.rotation import RotationSteps
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, Scope, StateError
 
 log = get_logger("erasure")
-_POLL_FIRST_S = 0.02
-_POLL_MAX_S = 0.5
 
 
 class Kind(enum.StrEnum):
@@ -43,18 +47,11 @@ class Kind(enum.StrEnum):
     OFF = "off"
     WITHDRAW = "withdraw"
     OFFBOARD = "offboard"
+    ROTATE = "rotate"
 
 
 WHOLE_SCOPE = frozenset({Kind.FORGET_ALL, Kind.OFF, Kind.WITHDRAW, Kind.OFFBOARD})
 NEXT_STATE = {"requested": "fenced", "fenced": "quiesced", "quiesced": "deleted", "deleted": "verified"}
-
-
-class Deferred(Exception):
-    """Verification must wait: a write of unknown outcome may still land before ``until``."""
-
-    def __init__(self, until: datetime) -> None:
-        super().__init__("deferred")
-        self.until = until
 
 
 def _by_namespace(entries: Iterable[LedgerEntry]) -> dict[str | None, list[str]]:
@@ -71,11 +68,18 @@ class ErasureEngine:
         self._gov = gov
         self._running: dict[str, asyncio.Task[Erasure]] = {}
         self._waking: dict[str, asyncio.Task[None]] = {}
+        # Rotation makes the REST adapter exact; it needs an embedding provider (build.py decides).
+        self._rotation = RotationSteps(gov, gov.rotator) if gov.rotator is not None else None
 
     @property
     def adapter(self) -> str:
         """Name of the configured adapter (``rest`` or ``kagent-db``)."""
         return self._gov.eraser.name
+
+    @property
+    def rotates(self) -> bool:
+        """True when forgotten and expired entries are removed by namespace rotation."""
+        return self._rotation is not None
 
     async def blocked(self, scope_id: str) -> Reason | None:
         """Why re-consent must wait, or None.
@@ -83,7 +87,8 @@ class ErasureEngine:
         ``erasure_pending`` while an erasure of the scope is unfinished; ``erasure_failed`` when a
         failed erasure is newer than the last verified whole-scope erasure.
         """
-        history = await self._gov.store.erasures_of_scope(scope_id)
+        # A rotation never blocks consent: it only moves what the scope keeps, and fails safe.
+        history = await self._gov.store.erasures_of_scope(scope_id, not_kind=Kind.ROTATE.value)
         if any(e.state not in ERASURE_TERMINAL for e in history):
             return Reason.ERASURE_PENDING
         for e in history:  # newest first
@@ -106,9 +111,32 @@ class ErasureEngine:
         return erasure
 
     async def erase(self, scope: Scope, kind: Kind, requested_by: str, entry_ids: Iterable[str] = ()) -> Erasure:
-        """Request and run an erasure to its end."""
+        """Request and run an erasure to its end; a forgotten entry is then rotated out where configured."""
         erasure = await self.request(scope, kind, requested_by, entry_ids)
-        return await self.run(erasure.erasure_id)
+        done = await self.run(erasure.erasure_id)
+        if kind is Kind.FORGET_ONE and done.state == "verified" and self.rotates:
+            # Its evidence turns complete once a rotation's read-back stamps the entry deleted. A rotation
+            # already under way may have switched before the tombstone (its copy is then erased by lineage
+            # but still stored): one more rotation removes that copy.
+            for _ in range(2):
+                if (await self.rotate(scope, requested_by)).state != "verified" or await self._gone(done):
+                    break
+            return await self._gov.store.get_erasure(done.erasure_id) or done
+        return done
+
+    async def _gone(self, erasure: Erasure) -> bool:
+        """Whether every entry of the erasure (copies included) is stamped physically deleted."""
+        current = await self._gov.store.get_erasure(erasure.erasure_id) or erasure
+        wanted = set(current.entry_ids)
+        return all(e.physically_deleted_at is not None
+                   for e in await self._gov.store.entries_of_scope(erasure.scope_id) if e.entry_id in wanted)
+
+    async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
+        """Rotate the scope's live namespace, joining a rotation of it that is already under way."""
+        newest = await self._gov.store.erasures_of_scope(scope.scope_id, limit=1, kind=Kind.ROTATE.value)
+        if newest and newest[0].state not in ERASURE_TERMINAL:
+            return await self.run(newest[0].erasure_id)
+        return await self.run((await self.request(scope, Kind.ROTATE, requested_by)).erasure_id)
 
     async def run(self, erasure_id: str, until: str | None = None) -> Erasure:
         """Drive an erasure to a terminal state (or just to ``until``); survives the caller's cancellation."""
@@ -164,7 +192,7 @@ class ErasureEngine:
         """Fence every scope of a principal first, then erase each (SPEC R-7)."""
         erasures: list[Erasure] = []
         for scope in scopes:
-            pending = [e for e in await self._gov.store.erasures_of_scope(scope.scope_id)
+            pending = [e for e in await self._gov.store.erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
                        if e.state not in ERASURE_TERMINAL and e.kind in WHOLE_SCOPE]
             erasures.append(pending[0] if pending else await self.request(scope, Kind.OFFBOARD, requested_by))
         # SECURITY: every scope is disabled before any deletion starts, so none keeps collecting.
@@ -225,18 +253,25 @@ class ErasureEngine:
             return advanced
         if advanced.state == "verified":
             await self._audit(advanced, Reason.ALLOWED)
+            if advanced.kind == Kind.ROTATE:
+                metrics.ROTATIONS.labels("verified").inc()
         return advanced
 
     async def _fail(self, erasure: Erasure, reason: Reason) -> Erasure:
         store, now = self._gov.store, self._now()
         scope = await store.get_scope(erasure.scope_id)
-        if scope is not None and scope.enabled:
+        if erasure.kind == Kind.ROTATE:
+            # Nothing unsafe happened: the old namespace stays live and writable again.
+            await store.release_rotation(erasure.erasure_id, now)
+        elif scope is not None and scope.enabled:
             # SECURITY: the scope is disabled before the failure is recorded, so a crash in between
             # can never leave a failed erasure on an enabled scope.
             await store.disable(scope.scope_id, now)
         failed, ours = await self._step(erasure, "failed", reason.value)
         if not ours:
             return failed
+        if erasure.kind == Kind.ROTATE:
+            metrics.ROTATIONS.labels("failed").inc()
         log.warning("erasure.failed", erasure_id=erasure.erasure_id, scope_id=erasure.scope_id, kind=erasure.kind,
                     reason=reason.value, step=erasure.state, adapter=erasure.adapter)
         await self._audit(failed, reason)
@@ -262,22 +297,33 @@ class ErasureEngine:
     async def _work(self, erasure: Erasure, target: str) -> None:
         scope = await self._scope(erasure)
         kind = Kind(erasure.kind)
-        if target == "fenced":
+        if kind is Kind.ROTATE:
+            await self._rotate_step(scope, erasure, target)
+        elif target == "fenced":
             await self._fence(scope, kind, erasure)
         elif target == "quiesced":
             if kind in WHOLE_SCOPE:
-                await self._quiesce(scope, erasure)
+                # Writes into retired namespaces that were already under way.
+                await quiesce(self._gov, scope, erasure, lambda: self._stale_inflight(scope))
         elif target == "deleted":
             await (self._delete_scope(scope) if kind in WHOLE_SCOPE else self._delete_entries(scope, erasure))
         else:
             await (self._verify_scope(scope, erasure) if kind in WHOLE_SCOPE
                    else self._verify_entries(scope, erasure))
 
+    async def _rotate_step(self, scope: Scope, erasure: Erasure, target: str) -> None:
+        if self._rotation is None:
+            raise AdapterError(Reason.ERASURE_FAILED)  # resumed where rotation is no longer configured
+        step = {"fenced": self._rotation.fence, "quiesced": self._rotation.quiesce,
+                "deleted": self._rotation.delete, "verified": self._rotation.verify}[target]
+        await step(scope, erasure)
+
     async def _fence(self, scope: Scope, kind: Kind, erasure: Erasure) -> None:
         store, now = self._gov.store, self._now()
         if kind is Kind.FORGET_ONE:
-            # The entry is unreadable through memgov from this moment, whatever the adapter.
-            await store.tombstone(scope.scope_id, erasure.entry_ids, now)
+            # The entry, and every copy a rotation made of it, is unreadable through memgov from
+            # this moment, whatever the adapter.
+            await store.tombstone_forgotten(scope.scope_id, erasure.erasure_id, erasure.entry_ids, now)
             return
         # A disabled scope admits no write at any generation, so it is fenced already. Re-consent
         # is refused while an erasure is unfinished, so an enabled scope here was never fenced.
@@ -299,24 +345,6 @@ class ErasureEngine:
         count: int = await self._gov.store.inflight_count(scope.scope_id, self._now(), except_ns=live)
         return count
 
-    async def _quiesce(self, scope: Scope, erasure: Erasure) -> None:
-        """Wait, within a bound, for writes into retired namespaces that were already under way."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._gov.settings.erasure.quiesce_timeout_s
-        delay = _POLL_FIRST_S
-        while (left := await self._stale_inflight(scope)) > 0:
-            if loop.time() >= deadline:
-                # Each such write re-checks its namespace after it lands and deletes its own row; a
-                # write whose outcome stays unknown marks its namespace, and verification waits for it.
-                log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id,
-                            count=left)
-                await self._gov.store.audit("erasure", Reason.STALE_GENERATION.value, scope_id=scope.scope_id,
-                                            erasure_id=erasure.erasure_id, operation="erasure.quiesce_timeout",
-                                            now=self._now())
-                return
-            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
-            delay = min(delay * 2, _POLL_MAX_S)
-
     async def _retired(self, scope: Scope) -> list[Namespace]:
         """Every namespace of the scope except the live one: each storage key it can no longer write."""
         return [n for n in await self._gov.store.namespaces_of_scope(scope.scope_id) if n.state != "live"]
@@ -329,29 +357,8 @@ class ErasureEngine:
                 await eraser.delete_namespace(agent, ns.storage_key)
 
     async def _verify_scope(self, scope: Scope, erasure: Erasure) -> None:
-        """Read back every retired namespace; clear again what is found; claim only empty read-backs."""
-        eraser, store, agent = self._gov.eraser, self._gov.store, self._gov.query_name(scope.agent)
-        namespaces = await self._retired(scope)
-        waits = [n.possibly_until for n in namespaces if n.possibly_until is not None and n.possibly_until > self._now()]
-        if waits:
-            raise Deferred(max(waits))
-        for ns in namespaces:
-            remaining = len(await eraser.remaining(agent, ns.storage_key))
-            if remaining:
-                # A late write, or a namespace retired by a concurrent erasure since the delete
-                # step: delete once more; only rows that survive a second delete fail the erasure.
-                await eraser.delete_namespace(agent, ns.storage_key)
-                remaining = len(await eraser.remaining(agent, ns.storage_key))
-            await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "namespace", self._now())
-            if remaining:
-                raise AdapterError(Reason.VERIFICATION_FAILED)
-        now = self._now()
-        retired = {n.ns_id for n in namespaces}
-        ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.ns_id in retired]
-        await store.tombstone(scope.scope_id, ids, now)
-        await store.mark_physically_deleted(ids, now)
-        await store.mark_verified(ids, now)
-        await store.mark_cleared([n.ns_id for n in namespaces], now)
+        """Every namespace the scope ever had but its live one reads back empty (SPEC D4)."""
+        await read_back(self._gov, scope, erasure, await self._retired(scope))
 
     async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
         wanted = set(erasure.entry_ids)

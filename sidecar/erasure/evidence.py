@@ -9,10 +9,11 @@ forgotten over REST reads ``pending_namespace_clear`` until its namespace is cle
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sidecar.erasure.engine import WHOLE_SCOPE
+from sidecar.erasure.engine import WHOLE_SCOPE, Kind
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace
 
 FORMAT = "memgov.erasure.v1"
@@ -49,21 +50,51 @@ def physical_state(erasure: Erasure, entries: list[LedgerEntry | None]) -> str:
 
 def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namespaces: list[Namespace]) -> bool:
     """True only when read-backs cover everything the erasure claims and every one found nothing."""
-    if erasure.state != "verified" or any(n for _, _, n, _ in erasure.readbacks):
+    # A rotation also reads back the namespace it moved entries into: finding them there is the point.
+    emptied = [(ns_id, n) for ns_id, _, n, check in erasure.readbacks if check != "moved"]
+    if erasure.state != "verified" or any(n for _, n in emptied):
         return False
+    read = {ns_id for ns_id, _ in emptied}
     if erasure.kind in WHOLE_SCOPE:
         # Every namespace the scope had before the erasure, except the one it writes to now.
-        read = {ns_id for ns_id, _, _, _ in erasure.readbacks}
         wanted = {n.ns_id for n in namespaces if n.state != "live" and n.created_at is not None
                   and n.created_at <= erasure.created_at}
         return wanted <= read
+    if erasure.kind == Kind.ROTATE:
+        # The namespace it rotated away from (and every entry it erased was stamped from that read-back).
+        frozen = {n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id}
+        return bool(frozen) and frozen <= read and all(e is not None and e.verified_at is not None for e in entries)
     # A forgotten entry is stamped verified only after a read-back found it gone (this erasure's
     # own, or the sweeper's when its namespace was cleared later).
     return bool(entries) and all(e is not None and e.verified_at is not None for e in entries)
 
 
-def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace]) -> dict[str, Any]:
-    """The exportable evidence record of one erasure; ``ledger`` and ``namespaces`` are the scope's."""
+def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, Any] | None:
+    """What a rotation moved where: both namespaces and every old -> new entry id."""
+    if erasure.kind != Kind.ROTATE:
+        return None
+    frozen = next((n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id), None)
+    return {"from_namespace": frozen, "to_namespace": erasure.ns_id,
+            "moved": [{"from_entry_id": old, "to_entry_id": new} for old, new in erasure.moves if new is not None],
+            "not_found_in_kagent": [old for old, new in erasure.moves if new is None]}
+
+
+def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, Any] | None:
+    """For forget-one: the rotation that physically removed its entries, else the latest attempt since."""
+    if erasure.kind != Kind.FORGET_ONE:
+        return None
+    later = [r for r in rotations if r.created_at >= erasure.created_at]  # newest first
+    done = next((r for r in later if r.state == "verified" and set(r.entry_ids) & set(erasure.entry_ids)), None)
+    chosen = done or (later[0] if later else None)
+    if chosen is None:
+        return None
+    return {"erasure_id": chosen.erasure_id, "state": chosen.state, "failure_reason": chosen.failure_reason}
+
+
+def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace],
+                   rotations: Sequence[Erasure] = ()) -> dict[str, Any]:
+    """The exportable evidence record of one erasure; ``ledger``, ``namespaces`` and ``rotations``
+    (newest first) are the scope's."""
     by_id = {e.entry_id: e for e in ledger}
     entries = [by_id.get(i) for i in erasure.entry_ids]
     physical = physical_state(erasure, entries)
@@ -104,4 +135,6 @@ def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list
         },
         "physical_deletion": physical,
         "residuals": residuals,
+        "rotation": _rotation(erasure, namespaces),
+        "rotated_by": _rotated_by(erasure, rotations),
     }

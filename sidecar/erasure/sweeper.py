@@ -10,8 +10,11 @@ One pass (:func:`sweep_once`) runs, in order:
    their namespace is cleared once none of its entries is live and no write is in flight;
 3. orphans (``kagent-db`` only): rows of memgov namespaces created before any possible hard
    expiry, whether or not the ledger knows them;
-4. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
-   lapsed leases and tokens are purged.
+4. rotations (``rest`` with an embedding provider): every scope whose live namespace still holds
+   a forgotten or rolled-back entry, an entry expired for about half of R-9's 24 h, or that is
+   legacy (unsalted), is rotated (``rotation.py``); no other scope is;
+5. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
+   lapsed leases and tokens are purged, finished rotations after the audit retention window.
 
 Every step is idempotent, so several replicas may sweep at once. ``Sweepers`` runs a pass at
 start and then every ``erasure.sweep_interval_s``.
@@ -29,6 +32,7 @@ from sidecar import tracing
 from sidecar.enforce.runtime import Governance
 from sidecar.erasure.adapters import AdapterError
 from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.rotation import Rotator
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import LedgerEntry, Namespace, Scope, StateError
@@ -38,6 +42,13 @@ _BATCH = 500
 _MAX_BATCHES = 20
 #: Kagent's clock and ours may disagree; orphans are only taken this long after any hard expiry.
 ORPHAN_GRACE = timedelta(days=1)
+#: R-9: expired memory is physically deleted within this long of its hard expiry.
+EXPIRY_DEADLINE = timedelta(hours=24)
+#: Rotations started by one pass, and how many run at once (each re-embeds at most max_entries).
+_ROTATIONS_PER_PASS = 10_000
+_ROTATING_AT_ONCE = 4
+#: Rotations failing in a row before a pass leaves the rest for the next one (the provider is likely down).
+_PAUSE_AFTER_FAILURES = 3
 
 
 @dataclass
@@ -48,6 +59,8 @@ class SweepReport:
     expired_deleted: int = 0
     expired_pending: int = 0
     orphans_deleted: int | None = None
+    rotated: int = 0
+    rotations_waiting: int = 0
     erasures_resumed: int = 0
     audit_purged: int = 0
     failures: int = 0
@@ -134,6 +147,38 @@ class _Pass:
             self.report.failures += 1
             log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.gov.eraser.name)
 
+    def expired_before(self) -> datetime:
+        """Rotate for expiry only entries expired this long, so one rotation takes many expiries at once, yet
+        within half the deadline: a rotation that fails (provider down) is retried for hours before it."""
+        interval = timedelta(seconds=self.gov.settings.erasure.sweep_interval_s)
+        return self.now - max(timedelta(0), EXPIRY_DEADLINE / 2 - 2 * interval)
+
+    async def rotations(self, engine: ErasureEngine, rotator: Rotator) -> None:
+        """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
+        record each pass; after a few failures in a row (provider or kagent down) the rest wait for the next pass."""
+        store, busy = self.gov.store, asyncio.Semaphore(_ROTATING_AT_ONCE)
+        models: dict[str, bool] = {}
+        failed_in_a_row = 0
+
+        async def rotate(scope_id: str) -> None:
+            nonlocal failed_in_a_row
+            async with busy:
+                scope = await store.get_scope(scope_id)
+                if scope is None or scope.namespace is None:
+                    return
+                if scope.agent not in models:
+                    models[scope.agent] = await rotator.knows_model(store, scope.agent)
+                if failed_in_a_row >= _PAUSE_AFTER_FAILURES or not models[scope.agent]:
+                    self.report.rotations_waiting += 1
+                    return
+                done = await engine.rotate(scope, "sweeper")
+                self.report.rotated += done.state == "verified"
+                self.report.failures += done.state == "failed"
+                failed_in_a_row = failed_in_a_row + 1 if done.state == "failed" else 0
+
+        candidates = await store.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
+        await asyncio.gather(*(rotate(s) for s in candidates))
+
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
         """Run one unit of work; an adapter failure is counted and logged, the pass goes on."""
         try:
@@ -154,14 +199,19 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     await run.expired()
     if gov.eraser.exact:
         await run.orphans()
+    if engine is not None and engine.rotates and gov.rotator is not None:
+        await run.rotations(engine, gov.rotator)
     if engine is not None:
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
     await gov.store.purge_expired(gov.now())
     # Audit rows have their own retention window (R-15), independent of memory expiry.
-    report.audit_purged = await gov.store.purge_audit(gov.now() - timedelta(days=gov.settings.audit.retention_days))
-    log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted, pending=report.expired_pending,
-             failures=report.failures, adapter=gov.eraser.name)
+    retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
+    report.audit_purged = await gov.store.purge_audit(retention)
+    await gov.store.purge_rotations(retention)
+    log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted,
+             pending=report.expired_pending + report.rotations_waiting, count=report.rotated, failures=report.failures,
+             adapter=gov.eraser.name)
     return report
 
 

@@ -28,6 +28,8 @@ AGENT_MAX: Final = 320
 PURPOSE_MAX: Final = 256
 CODE_MAX: Final = 64
 ID_MAX: Final = 64
+#: An embedding model name (provider ids such as ``text-embedding-3-small`` or ``org/model:tag``).
+MODEL_MAX: Final = 128
 
 _CODE = re.compile(r"[a-z][a-z0-9_.\-]{0,63}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")

@@ -20,7 +20,7 @@ from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateEr
 _AUDIT_COLS = ("at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id", "operation",
                "policy_revision")
 _ERASURE_COLS = ("erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
-                 " updated_us, not_before_us")
+                 " updated_us, not_before_us, ns_id")
 _HOUR_US = 3600 * 1_000_000
 
 
@@ -99,7 +99,8 @@ class EvidenceOps:
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
             await tx.execute(
-                f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL)",
+                f"INSERT INTO erasures ({_ERASURE_COLS})"
+                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
                 erasure_id, scope_id, kind, adapter, requested_by_kind, at,
             )
             if ids:
@@ -163,13 +164,16 @@ class EvidenceOps:
         async with self._db.tx("snapshot") as tx:
             return await _load(tx, erasure_id)
 
-    async def erasures_of_scope(self, scope_id: str, limit: int = 100) -> list[Erasure]:
-        """The scope's erasures, newest first (status, and the re-consent guard)."""
+    async def erasures_of_scope(self, scope_id: str, limit: int = 100, *, kind: str | None = None,
+                                not_kind: str | None = None) -> list[Erasure]:
+        """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
+        of every kind but ``not_kind``, when given."""
         async with self._db.tx("snapshot") as tx:
             rows = await tx.fetch(
                 "SELECT erasure_id FROM erasures WHERE scope_id = $1"
+                " AND (CAST($3 AS TEXT) IS NULL OR kind = $3) AND (CAST($4 AS TEXT) IS NULL OR kind <> $4)"
                 " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
-                scope_id, limit,
+                scope_id, limit, kind, not_kind,
             )
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]
@@ -195,6 +199,10 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         "SELECT ns_id, at_us, remaining, scope_of_check FROM erasure_readbacks WHERE erasure_id = $1 ORDER BY seq",
         erasure_id,
     )
+    moves = await tx.fetch(
+        "SELECT old_entry_id, new_entry_id FROM erasure_moves WHERE erasure_id = $1 ORDER BY created_us, old_entry_id",
+        erasure_id,
+    ) if row[2] == "rotate" else []
     return Erasure(
         erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
         failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]),
@@ -202,4 +210,5 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
         readbacks=[(r[0], from_us(r[1]), int(r[2]), r[3]) for r in readbacks],
+        ns_id=row[10], moves=[(r[0], r[1]) for r in moves],
     )

@@ -32,7 +32,8 @@ def _entry(r: Row) -> LedgerEntry:
     )
 
 
-def _params(first: int, n: int) -> str:
+def placeholders(first: int, n: int) -> str:
+    """``$first, …`` for ``n`` values of an ``IN (…)`` list."""
     return ", ".join(f"${i}" for i in range(first, first + n))
 
 
@@ -107,7 +108,8 @@ class LedgerOps:
         async with self._db.tx("single") as tx:
             for chunk in _chunks(slot_ids):
                 await tx.execute(
-                    f"DELETE FROM ledger WHERE expires_us IS NULL AND slot_id IN ({_params(1, len(chunk))})", *chunk
+                    f"DELETE FROM ledger WHERE expires_us IS NULL AND slot_id IN ({placeholders(1, len(chunk))})",
+                    *chunk,
                 )
 
     async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]:
@@ -119,7 +121,7 @@ class LedgerOps:
             for chunk in _chunks(entry_ids):
                 rows = await tx.fetch(
                     f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
-                    f" AND entry_id IN ({_params(4, len(chunk))})",
+                    f" AND entry_id IN ({placeholders(4, len(chunk))})",
                     scope_id, to_us(now), ns_id, *chunk,
                 )
                 live.update(r[0] for r in rows)
@@ -166,7 +168,7 @@ class LedgerOps:
             for chunk in _chunks(entry_ids):
                 total += await tx.execute(
                     "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
-                    f" AND entry_id IN ({_params(3, len(chunk))})",
+                    f" AND entry_id IN ({placeholders(3, len(chunk))})",
                     scope_id, to_us(now), *chunk,
                 )
         return total
@@ -176,7 +178,7 @@ class LedgerOps:
             for chunk in _chunks(entry_ids):
                 await tx.execute(
                     f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL"
-                    f" AND entry_id IN ({_params(2, len(chunk))})",
+                    f" AND entry_id IN ({placeholders(2, len(chunk))})",
                     to_us(now), *chunk,
                 )
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from sidecar.logs import get_logger
 from sidecar.state import codec
-from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
+from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
 from sidecar.state.db import Database
 
 _log = get_logger("state")
@@ -245,6 +245,73 @@ def _v2(d: Dialect) -> list[str]:
     ]
 
 
+_NS_STATES = "('live', 'retired', 'cleared', 'staged')"
+
+
+def _v3(d: Dialect) -> list[str]:
+    """Namespace rotation (exact erasure over REST): staged namespaces, frozen live ones, moves, model facts.
+
+    A ``staged`` namespace belongs to one rotation (``rotation_id``) and is never read or written
+    by anything else; ``frozen_by`` marks a live namespace no save may write while a rotation
+    copies it. SQLite cannot alter a CHECK constraint, so its ``namespaces`` table is rebuilt.
+    """
+    def ns(col: str, null: bool = False) -> str:
+        return d.s(col, 25, null=null)
+
+    cols = "ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us"
+    if d.pg:
+        namespaces = [
+            "ALTER TABLE namespaces DROP CONSTRAINT namespaces_state_check",
+            f"ALTER TABLE namespaces ADD CONSTRAINT namespaces_state_check CHECK (state IN {_NS_STATES})",
+            f"ALTER TABLE namespaces ADD COLUMN {d.s('frozen_by', 25, null=True)}",
+            f"ALTER TABLE namespaces ADD COLUMN {d.s('rotation_id', 25, null=True)}",
+            "ALTER TABLE inflight ADD COLUMN outcome_unknown BOOLEAN NOT NULL DEFAULT FALSE",
+        ]
+    else:
+        namespaces = [
+            d.table(
+                "namespaces_v3",
+                ns("ns_id") + " PRIMARY KEY", d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
+                d.i("generation"), d.s("salt", 32), d.s("state", 8) + f" CHECK (state IN {_NS_STATES})",
+                d.i("possibly_until_us", null=True), d.i("created_us"), d.i("retired_us", null=True),
+                d.i("cleared_us", null=True), d.s("frozen_by", 25, null=True), d.s("rotation_id", 25, null=True),
+            ),
+            f"INSERT INTO namespaces_v3 ({cols}) SELECT {cols} FROM namespaces",
+            "DROP TABLE namespaces",
+            "ALTER TABLE namespaces_v3 RENAME TO namespaces",
+            "CREATE INDEX namespaces_scope ON namespaces (scope_id, created_us)",
+            "CREATE UNIQUE INDEX namespaces_live ON namespaces (scope_id) WHERE state = 'live'",
+            "CREATE INDEX namespaces_retired ON namespaces (retired_us) WHERE state = 'retired'",
+            "ALTER TABLE inflight ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0"
+            " CHECK (outcome_unknown IN (0, 1))",
+        ]
+    return [
+        *namespaces,
+        # SECURITY: at most one staged namespace per rotation, so a resumed copy can always find it.
+        "CREATE UNIQUE INDEX namespaces_staged ON namespaces (rotation_id) WHERE state = 'staged'",
+        "CREATE INDEX namespaces_frozen ON namespaces (frozen_by) WHERE frozen_by IS NOT NULL",
+        # The sweeper's rotation candidates, found from the rows that need it, never by scanning scopes.
+        "CREATE INDEX namespaces_legacy_live ON namespaces (scope_id) WHERE state = 'live' AND salt = ''",
+        "CREATE INDEX ledger_tombstoned ON ledger (ns_id) WHERE tombstoned_us IS NOT NULL AND deleted_us IS NULL",
+        f"ALTER TABLE erasures ADD COLUMN {ns('ns_id', null=True)}",
+        d.table(
+            # One entry a rotation copied: the old id, the new id (NULL when kagent no longer held the
+            # row) and the original, never extended, hard expiry it keeps.
+            "erasure_moves",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.s("old_entry_id", ID_MAX),
+            d.s("new_entry_id", ID_MAX, null=True), ns("ns_id"), d.i("created_us"), d.i("expires_us"),
+            "PRIMARY KEY (erasure_id, old_entry_id)",
+        ),
+        "CREATE INDEX erasure_moves_old ON erasure_moves (old_entry_id)",
+        d.table(
+            # What an agent's own embedding calls named: the model (a configuration fact, no content).
+            "embedding_models",
+            d.s("agent", AGENT_MAX) + " PRIMARY KEY", d.s("model", MODEL_MAX), d.i("dimensions", null=True),
+            d.s("encoding_format", 8, null=True), d.i("seen_us"),
+        ),
+    ]
+
+
 def _now_sql(d: Dialect) -> str:
     """Microseconds since the epoch, computed by the database."""
     if d.pg:
@@ -255,6 +322,7 @@ def _now_sql(d: Dialect) -> str:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _v1),
     Migration(2, "storage_namespaces", _v2),
+    Migration(3, "namespace_rotation", _v3),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -16,13 +16,15 @@ from sidecar.state.db import Database, Row
 from sidecar.state.scopes import valid_scope_id
 from sidecar.state.types import Namespace
 
-_NS_COLS = "ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us"
+NS_COLS = ("ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us,"
+            " frozen_by, rotation_id")
 
 
-def _namespace(r: Row) -> Namespace:
+def namespace_of(r: Row) -> Namespace:
     return Namespace(
         ns_id=r[0], scope_id=r[1], generation=int(r[2]), salt=r[3], state=r[4], possibly_until=opt_from_us(r[5]),
-        created_at=from_us(r[6]), retired_at=opt_from_us(r[7]), cleared_at=opt_from_us(r[8]),
+        created_at=from_us(r[6]), retired_at=opt_from_us(r[7]), cleared_at=opt_from_us(r[8]), frozen_by=r[9],
+        rotation_id=r[10],
     )
 
 
@@ -37,9 +39,9 @@ class NamespaceOps:
             return []
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"SELECT {_NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
+                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
             )
-        return [_namespace(r) for r in rows]
+        return [namespace_of(r) for r in rows]
 
     async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]:
         """Namespaces to clear, oldest first: retired ones, and cleared ones a late write reached since.
@@ -49,13 +51,13 @@ class NamespaceOps:
         """
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"SELECT {_NS_COLS} FROM namespaces n WHERE (n.state = 'retired' OR (n.state = 'cleared'"
+                f"SELECT {NS_COLS} FROM namespaces n WHERE (n.state = 'retired' OR (n.state = 'cleared'"
                 " AND EXISTS (SELECT 1 FROM ledger l WHERE l.ns_id = n.ns_id AND l.deleted_us IS NULL)))"
                 " AND (n.possibly_until_us IS NULL OR n.possibly_until_us <= $1)"
                 " ORDER BY n.retired_us, n.ns_id LIMIT $2",
                 to_us(now), limit,
             )
-        return [_namespace(r) for r in rows]
+        return [namespace_of(r) for r in rows]
 
     async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None:
         """Record that these retired namespaces were deleted and read back empty (a live one never is)."""

@@ -27,7 +27,7 @@ _SCOPE_COLS = (
 _SCOPE_SELECT = (
     "SELECT s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
     " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
-    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us"
+    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us, n.frozen_by"
     " FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
 )
 _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
@@ -37,7 +37,7 @@ def _scope(r: Row) -> Scope:
     namespace = None
     if r[13] is not None:
         namespace = Namespace(ns_id=r[13], scope_id=r[0], generation=int(r[14]), salt=r[15], state="live",
-                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]))
+                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]), frozen_by=r[18])
     return Scope(
         scope_id=r[0], principal_mxid=r[1], origin=r[2], agent=r[3], kind=r[4], room_id=r[5], enabled=bool(r[6]),
         generation=int(r[7]), purpose=r[8], policy_version=r[9], created_at=from_us(r[10]),
@@ -78,7 +78,7 @@ def update_lock(tx: Tx) -> str:
 async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -> None:
     """Raise Fenced unless the scope exists, is enabled at ``generation`` and ``ns_id`` is its live namespace."""
     row = await tx.fetchrow(
-        "SELECT s.enabled, s.generation, n.ns_id FROM scopes s"
+        "SELECT s.enabled, s.generation, n.ns_id, n.frozen_by FROM scopes s"
         " LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
         f" WHERE s.scope_id = $1{lock}", scope_id,
     )
@@ -88,15 +88,18 @@ async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -
         raise Fenced(Reason.STALE_GENERATION)
     if not row[0]:
         raise Fenced(Reason.CONSENT_DISABLED)
-    if row[2] != ns_id:
-        # SECURITY: the namespace was switched (rotation) since the caller looked; write nowhere old.
+    if row[2] != ns_id or row[3] is not None:
+        # SECURITY: the namespace was switched since the caller looked, or a rotation is copying it
+        # (frozen): write nowhere the rotation could leave behind.
         raise Fenced(Reason.STALE_GENERATION)
 
 
 async def switch_namespace(tx: Tx, scope_id: str, generation: int, live: bool, at: int) -> None:
-    """Retire the scope's live namespace and, when ``live``, open a fresh salted one at ``generation``."""
+    """Retire the scope's live namespace (and any a rotation staged) and, when ``live``, open a fresh
+    salted one at ``generation``."""
+    # A rotation under way finds its namespaces retired and stops; erasure clears what it wrote.
     await tx.execute(
-        "UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE scope_id = $1 AND state = 'live'",
+        "UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE scope_id = $1 AND state IN ('live', 'staged')",
         scope_id, at,
     )
     if live:
@@ -141,7 +144,7 @@ class ScopeOps:
                 codec.new_id("s"), *triple, at,
             )
             if row is not None:
-                return _scope((*row, None, None, None, None, None)), True
+                return _scope((*row, None, None, None, None, None, None)), True
             row = await tx.fetchrow(
                 f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
                 " AND s.kind = $4 AND s.room_id = $5", *triple,
@@ -280,8 +283,8 @@ class ScopeOps:
         at = to_us(until)
         async with self._db.tx("write") as tx:
             row = await tx.fetchrow(
-                "UPDATE inflight SET lease_us = CASE WHEN lease_us > $2 THEN lease_us ELSE $2 END"
-                " WHERE op_id = $1 RETURNING ns_id", op_id, at,
+                "UPDATE inflight SET lease_us = CASE WHEN lease_us > $2 THEN lease_us ELSE $2 END,"
+                " outcome_unknown = TRUE WHERE op_id = $1 RETURNING ns_id", op_id, at,
             )
             if row is not None and row[0] is not None:
                 # A namespace cleared meanwhile is no longer known to be empty: back to retired.
@@ -298,13 +301,18 @@ class ScopeOps:
             await tx.execute("DELETE FROM inflight WHERE op_id = $1", op_id)
 
     async def inflight_count(self, scope_id: str, now: datetime, *, ns_id: str | None = None,
-                             except_ns: str | None = None) -> int:
-        """Count unexpired in-flight writes of the scope: into ``ns_id`` only, or into any namespace but ``except_ns``."""
+                             except_ns: str | None = None, running: bool = False) -> int:
+        """Count unexpired in-flight writes of the scope: into ``ns_id`` only, or into any namespace but ``except_ns``.
+
+        ``running`` leaves out writes whose outcome is unknown: their call has ended, only its
+        effect may still land (the namespace is marked possibly written until then).
+        """
         async with self._db.tx("read") as tx:
             row = await tx.fetchrow(
                 "SELECT COUNT(*) FROM inflight WHERE scope_id = $1 AND lease_us > $2"
                 " AND (CAST($3 AS TEXT) IS NULL OR ns_id = $3)"
-                " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)",
-                scope_id, to_us(now), ns_id, except_ns,
+                " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)"
+                " AND NOT (outcome_unknown AND $5)",
+                scope_id, to_us(now), ns_id, except_ns, running,
             )
         return int(row[0]) if row else 0

@@ -16,6 +16,7 @@ from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
 from sidecar.state.namespaces import NamespaceOps
 from sidecar.state.prefetch import PrefetchOps
+from sidecar.state.rotations import RotationOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.tokens import TokenOps
 
@@ -24,6 +25,7 @@ _STATS = {
     "scopes_enabled": "SELECT COUNT(*) FROM scopes WHERE enabled",
     "namespaces_live": "SELECT COUNT(*) FROM namespaces WHERE state = 'live'",
     "namespaces_retired": "SELECT COUNT(*) FROM namespaces WHERE state = 'retired'",
+    "namespaces_staged": "SELECT COUNT(*) FROM namespaces WHERE state = 'staged'",
     "receipts": "SELECT COUNT(*) FROM receipts",
     "ledger_entries": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NOT NULL",
     "ledger_pending": "SELECT COUNT(*) FROM ledger WHERE expires_us IS NULL",
@@ -48,7 +50,7 @@ _EXPIRED = {
 }
 
 
-class StateStore(ScopeOps, NamespaceOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps):
+class StateStore(ScopeOps, NamespaceOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps, RotationOps):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:

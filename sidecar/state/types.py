@@ -53,7 +53,7 @@ class CapReached(StateError):
         super().__init__(Reason.ENTRY_CAP_REACHED)
 
 
-NamespaceState = Literal["live", "retired", "cleared"]
+NamespaceState = Literal["live", "retired", "cleared", "staged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,8 @@ class Namespace:
 
     ``salt`` is empty for a ``legacy`` namespace written before salted keys existed.
     ``possibly_until`` is set while a write of unknown outcome may still land in it (D4).
+    ``staged`` namespaces belong to the rotation ``rotation_id`` alone until it switches the
+    scope to them; ``frozen_by`` names the rotation copying a live namespace (no save may write it).
     """
 
     ns_id: str
@@ -73,6 +75,8 @@ class Namespace:
     created_at: datetime | None = None
     retired_at: datetime | None = None
     cleared_at: datetime | None = None
+    frozen_by: str | None = None
+    rotation_id: str | None = None
 
     @property
     def storage_key(self) -> str:
@@ -150,8 +154,12 @@ class Erasure:
     updated_at: datetime
     #: While set, verification waits until then (a write of unknown outcome may still land).
     not_before: datetime | None = None
-    #: Every read-back of the erasure: (ns_id, at, rows found, "namespace" or "entries").
+    #: Every read-back of the erasure: (ns_id, at, rows found, "namespace", "entries" or "moved").
     readbacks: list[tuple[str, datetime, int, str]] = field(default_factory=list)
+    #: A rotation: the namespace it switched the scope to (None until then).
+    ns_id: str | None = None
+    #: A rotation: every entry it copied, (old id, new id or None when kagent no longer held it).
+    moves: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,12 +96,15 @@ def policy_pack(folder: Path, **limits: int) -> Path:
 
 
 def overrides(keys: Keys, pack: Path, kagent_url: str, state_url: str, *, adapter: str = "rest",
-              kagent_db_url: str | None = None, upstream: Upstream = STANDIN, **extra: Any) -> dict[str, Any]:
-    """Settings of a test gateway (every listener on a free loopback port)."""
+              kagent_db_url: str | None = None, upstream: Upstream = STANDIN,
+              upstream_settings: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Settings of a test gateway (every listener on a free loopback port); ``upstream_settings`` adds to
+    the ``upstream`` section."""
     erasure = {"adapter": adapter, "kagent_db_url": kagent_db_url, "quiesce_timeout_s": 10.0,
                **extra.pop("erasure", {})}
     return {
-        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode},
+        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode,
+                     **(upstream_settings or {})},
         "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
         "state": {"url": state_url},
         "policy": {"dir": str(pack), "reload_interval_s": 0},
@@ -236,14 +239,29 @@ class Harness:
         self.gov.clock = lambda: utcnow() + offset
 
 
+#: The model a test agent's runtime uses, pinned in settings for rotations (the stand-in ignores it).
+MODEL = "devstack-embedding"
+
+
+def with_embedding(settings: dict[str, Any], embedding_url: str, *, pinned: bool) -> dict[str, Any]:
+    """Settings with the embedding provider configured (rotation on), the test agent's model pinned or not."""
+    settings["upstream"] = {**settings["upstream"], "embedding_url": embedding_url}
+    if pinned:
+        settings["agents"] = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768}
+                              for ref, agent in settings["agents"].items()}
+    return settings
+
+
 @asynccontextmanager
 async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = None, adapter: str = "rest",
                   kagent_db_url: str | None = None, upstream: Upstream = STANDIN, pg_server: PgServer | None = None,
-                  **extra: Any) -> AsyncIterator[Harness]:
+                  rotation: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
     """Start the stand-in (over ``store_url``) or the real kagent, then a gateway in front of it.
 
     With the real kagent and the ``kagent-db`` adapter, the erasure role is installed on kagent's
-    own database and the gateway connects as that role.
+    own database and the gateway connects as that role. ``rotation`` configures the embedding
+    provider: ``pinned`` (the agent's model in settings) or ``recorded`` (learnt from the agent's own
+    embedding calls).
     """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
@@ -253,10 +271,16 @@ async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = N
         if stack.real is not None and adapter == "kagent-db" and kagent_db_url is None:
             await install_role(stack.real.db_url)
             kagent_db_url = role_url(stack.real.db_url)
-        settings = load_settings(**overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db",
-                                             adapter=adapter, kagent_db_url=kagent_db_url, upstream=upstream, **extra))
+        config = overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db", adapter=adapter,
+                           kagent_db_url=kagent_db_url, upstream=upstream, **extra)
+        if rotation is not None:
+            config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
+        settings = load_settings(**config)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
-            yield Harness(gw, stack, keys, http, upstream=upstream)
+            running = Harness(gw, stack, keys, http, upstream=upstream)
+            # The start-up sweep pass runs in the background: let it finish, so a test's own pass is the only one.
+            await running.sweepers.swept.wait()
+            yield running
     finally:
         await stack.stop()
 

@@ -130,8 +130,10 @@ class TestDrillAgainstKagent:
         assert report.exit_code == 0, {c.id: c.evidence for c in report.checks if not c.passed}
         assert "kagent_log" in by_id["sentinel_absence"].evidence["scanned"]
         assert by_id["exact_one_entry_erase"].evidence["erasure"]["adapter"] == adapter
-        assert by_id["exact_one_entry_erase"].evidence["erasure"]["physical_deletion"] == (
-            "complete" if adapter == "kagent-db" else "pending_namespace_clear")
+        # Exact under either adapter: the devstack pins its agents' embedding model, so rest rotates.
+        assert by_id["exact_one_entry_erase"].evidence["erasure"]["physical_deletion"] == "complete"
+        if adapter == "rest":
+            assert by_id["exact_one_entry_erase"].evidence["rotation"]["state"] == "verified"
         assert report.cleanup["complete"] is True
         assert len(planted) > 20
 

@@ -59,7 +59,8 @@ class TestScopeCommands:
         assert code == 0 and len(page["entries"]) == 1 and page["next_cursor"] == page["entries"][0]["id"]
         forgotten = page["entries"][0]
         code, out, _ = await memgov(*base, "forget", scope.scope_id, forgotten["id"])
-        assert code == 0 and "(forget_one): verified" in out and "pending_namespace_clear" in out
+        assert code == 0 and "(forget_one): verified" in out and "physical deletion complete" in out
+        assert re.search(r"rotation e[0-9a-f]{24}: verified", out)
         code, out, _ = await memgov(*base, "inspect", scope.scope_id, "--all", *_mint_flags(dep))
         assert code == 0 and forgotten["text"] not in out and len(re.findall(r"created ", out)) == 1
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.control.client import ControlClient
 from sidecar.devstack.realkagent import build
+from sidecar.identity.tokens import mint_subject
 from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.upstream import sa_token
@@ -110,6 +113,33 @@ class TestKagentRuntime:
         assert "alice keeps a cat called Miso" in [m["text"] for m in found["memories"]]
         assert "cello" in " ".join(loaded["replies"])
         assert "billing service" in " ".join(prefetched["replies"])
+
+    async def test_forget_one_rotates_and_the_runtime_still_finds_the_rest_in_order(self, stack: Stack,
+                                                                                      tmp_path: Path):
+        """Under rest, forget-one rotates the namespace, re-embedding with the model kagent-adk's own embedding
+        calls named (OpenAI SDK: dimensions 768, base64): the runtime's own query then finds the kept
+        memories in the order it found them before, and the forgotten one is in no row of kagent's table."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        # Three: the packaged limits allow a burst of three explicit saves per sender and agent.
+        facts = ["alice drinks green tea every morning", "alice likes green tea with honey",
+                 "alice brews green tea for guests"]
+        query = "what green tea does alice drink"
+        async with kagent_runtime(stack, key, tmp_path) as rt:
+            for fact in facts:
+                await rt("add_memory", content=fact)
+            before = [m["text"] for m in (await rt("search_memory", query=query))["memories"]]
+            doomed = next(r.id for r in await _scope_rows(stack, scope.scope_id) if r.content == facts[1])
+            control = ControlClient(stack.gw.control_url, lambda: mint_subject(ALICE, stack.bridge_key, "HS256",
+                                                                               now=int(time.time())),
+                                    session=stack.http)
+            record = await control.forget(scope.scope_id, doomed)
+            after = [m["text"] for m in (await rt("search_memory", query=query))["memories"]]
+        assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("complete", "verified")
+        assert sorted(before) == sorted(facts) and after == [t for t in before if t != facts[1]]
+        rows = await _scope_rows(stack, scope.scope_id)
+        assert sorted(r.content for r in rows) == sorted(f for f in facts if f != facts[1])
+        assert all(r.content != facts[1] for r in await stack.rows())
 
     async def test_denied_saves_and_empty_searches_do_not_break_a_turn(self, stack: Stack, tmp_path: Path):
         """Without consent saves are refused and searches are 200 []: the runtime answers anyway, content-free."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,7 +20,13 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.control.harness import Keys, overrides, until
+from sidecar.control.client import ControlClient
+from sidecar.enforce.build import governance
+from sidecar.enforce.runtime import Governance
+from sidecar.identity.keys import SessionKeys
+from sidecar.ops import Readiness
+from sidecar.settings import load_settings
+from tests.control.harness import AGENT, ALICE, ROOM, Keys, overrides, subject_token, until
 from tests.support.pg import free_port
 
 Hold = Callable[[web.Request], bool]
@@ -150,3 +157,37 @@ async def gateway_process(workdir: Path, settings: dict[str, Any]) -> AsyncItera
         yield gp
     finally:
         await gp.stop()
+
+
+@dataclass
+class Pair:
+    """Two gateway processes sharing one state store, a client session, and a consented scope of Alice's."""
+
+    a: GatewayProcess
+    b: GatewayProcess
+    http: aiohttp.ClientSession
+    api: ControlClient
+    scope_id: str
+    key: str  # the scope's session key at generation 1
+
+
+@asynccontextmanager
+async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dict[str, Any]) -> AsyncIterator[Pair]:
+    """Start both processes and consent once through the first (every save of a race comes from this client)."""
+    connector = aiohttp.TCPConnector(limit=0)
+    async with gateway_process(tmp / "a", first) as a, gateway_process(tmp / "b", second) as b, \
+            aiohttp.ClientSession(connector=connector) as http:
+        api = ControlClient(a.control_url, lambda: subject_token(keys, int(time.time())), session=http)
+        scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
+        await api.grant(scope_id, "remember my preferences", "v1")
+        key = SessionKeys(keys.session_file.read_bytes().strip()).session_key(scope_id, 1)
+        yield Pair(a, b, http, api, scope_id, key)
+
+
+@asynccontextmanager
+async def governed_like(settings: dict[str, Any]) -> AsyncIterator[Governance]:
+    """A governance runtime configured as a gateway process is (no listeners), e.g. to sweep after a race."""
+    local = load_settings(**{**settings, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0",
+                                                   "ops": "127.0.0.1:0"}})
+    async with governance(local, Readiness()) as gov:
+        yield gov

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -27,7 +29,18 @@ from sidecar.devstack import Devstack
 from sidecar.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
-from tests.control.harness import AGENT, ALICE, APP, ROOM, Keys, policy_pack, subject_token, until, write_keys
+from tests.control.harness import (
+    AGENT,
+    ALICE,
+    APP,
+    ROOM,
+    Keys,
+    policy_pack,
+    subject_token,
+    until,
+    with_embedding,
+    write_keys,
+)
 from tests.erasure.procs import Gate, GatewayProcess, Hold, gate, gateway_process, process_settings
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 
@@ -65,10 +78,11 @@ class Crash:
         return None
 
 
-@pytest.fixture
-async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
-                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
-    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent)."""
+@asynccontextmanager
+async def crashing(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest, *,
+                   rotation: bool = False, **extra: Any) -> AsyncIterator[Crash]:
+    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent);
+    ``rotation``: with the embedding provider and the agent's model pinned."""
     keys = write_keys(tmp_path / "keys")
     stack = await start_stack(upstream, pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
                               log_dir=tmp_path / "kagent", stream_delay_s=0)
@@ -76,12 +90,22 @@ async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
     try:
         async with gate(stack.kagent_url) as g, aiohttp.ClientSession() as http:
             settings = process_settings(keys, policy_pack(tmp_path), g.url, pg_url, upstream=upstream,
-                                        erasure={"quiesce_timeout_s": 120.0})
+                                        erasure={"quiesce_timeout_s": 120.0}, **extra)
+            if rotation:
+                with_embedding(settings, stack.embedding_url, pinned=True)
             async with gateway_process(tmp_path / "gw", settings) as gp:
                 yield Crash(gp, store, stack, g, keys, pg_url, http, upstream)
     finally:
         await store.close()
         await stack.stop()
+
+
+@pytest.fixture
+async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
+                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+    """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent)."""
+    async with crashing(tmp_path, pg_url, upstream, request) as c:
+        yield c
 
 
 async def _scope_with_memory(c: Crash) -> str:
@@ -91,6 +115,15 @@ async def _scope_with_memory(c: Crash) -> str:
     for text in ("likes green tea", "lives in Lisbon"):
         await c.save(scope_id, 1, text)
     return scope_id
+
+
+async def locked_scope_row(state_url: str, scope_id: str, lock: str) -> asyncpg.Connection:
+    """A connection holding ``lock`` (e.g. ``FOR SHARE``) on the scope's row in an open transaction; closing it
+    releases the lock."""
+    conn = await asyncpg.connect(state_url)
+    await conn.execute("BEGIN")
+    await conn.execute(f"SELECT 1 FROM scopes WHERE scope_id = $1 {lock}", scope_id)
+    return conn
 
 
 def _read_after_delete(c: Crash) -> Hold:
@@ -108,14 +141,10 @@ class TestKillBetweenSteps:
         c = crash
         scope_id = await _scope_with_memory(c)
         lock: asyncpg.Connection | None = None
-        lock_tx = None
         op = None
         if stuck_in == "requested":
-            lock = await asyncpg.connect(c.state_url)
-            lock_tx = lock.transaction()
-            await lock_tx.start()
             # The lock an UPDATE of the row needs, but not the one the erasure row's foreign key takes.
-            await lock.execute("SELECT 1 FROM scopes WHERE scope_id = $1 FOR NO KEY UPDATE", scope_id)
+            lock = await locked_scope_row(c.state_url, scope_id, "FOR NO KEY UPDATE")
         elif stuck_in == "fenced":
             live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
             op = await c.store.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
@@ -133,8 +162,7 @@ class TestKillBetweenSteps:
         await c.gp.kill()
         with pytest.raises(aiohttp.ClientError):
             await withdrawal
-        if lock is not None and lock_tx is not None:
-            await lock_tx.rollback()
+        if lock is not None:
             await lock.close()
         if op is not None:
             await c.store.end_write(op)

@@ -21,19 +21,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from sidecar.control.client import ControlClient
 from sidecar.devstack import start_devstack
 from sidecar.devstack.vectors import embed_text
-from sidecar.enforce.build import governance
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
-from sidecar.ops import Readiness
-from sidecar.settings import load_settings
 from sidecar.state import open_store
-from tests.control.harness import (AGENT, ALICE, APP, ROOM, context_token, install_role, policy_pack, role_url,
-                                   subject_token, until, write_keys)
+from tests.control.harness import (AGENT, APP, context_token, install_role, policy_pack, role_url,
+                                   until, write_keys)
 from tests.erasure.conftest import kagent_table
-from tests.erasure.procs import gate, gateway_process, process_settings
+from tests.erasure.procs import gate, governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 SINGLE_SAVES = 160
@@ -96,13 +92,8 @@ class TestWithdrawalRace:
             extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
         first, second = (process_settings(r["keys"], r["pack"], r["gate"].url, r["state_url"],
                                           upstream=upstream, **extra) for _ in range(2))
-        connector = aiohttp.TCPConnector(limit=0)
-        async with gateway_process(r["tmp"] / "a", first) as a, gateway_process(r["tmp"] / "b", second) as b, \
-                aiohttp.ClientSession(connector=connector) as http:
-            api = ControlClient(a.control_url, lambda: subject_token(r["keys"], int(time.time())), session=http)
-            scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
-            await api.grant(scope_id, "remember my preferences", "v1")
-            key = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 1)
+        async with two_gateways(r["tmp"], r["keys"], first, second) as pair:
+            a, b, http, api, scope_id, key = pair.a, pair.b, pair.http, pair.api, pair.scope_id, pair.key
 
             done = 0
             enough = asyncio.Event()
@@ -144,9 +135,7 @@ class TestWithdrawalRace:
             # Saves landed before the fence and were refused after it: the withdrawal really raced them.
             assert statuses.count(201) >= WITHDRAW_AFTER // 2 and statuses.count(403) > 0
             assert set(statuses) <= {201, 403}
-            settings = load_settings(**{**first, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0",
-                                                           "ops": "127.0.0.1:0"}})
-            async with governance(settings, Readiness()) as gov:
+            async with governed_like(first) as gov:
                 assert (await sweep_once(gov)).failures == 0
                 assert await gov.store.sweepable_namespaces(gov.now(), 10) == []
 

@@ -17,7 +17,7 @@ from tests.state.workers import Pool
 
 #: Longest string any column may hold; only these columns may exceed the 64 of ids and codes.
 MAX_BOUND = 320
-LONG_COLUMNS = {"principal_mxid", "subject", "room_id", "agent", "purpose"}
+LONG_COLUMNS = {"principal_mxid", "subject", "room_id", "agent", "purpose", "model"}
 Column = tuple[str, int]  # ("int" | "float" | "str", bound for str else 0)
 
 

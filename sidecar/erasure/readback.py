@@ -1,0 +1,77 @@
+"""Step work every erasure kind shares: the bounded quiesce wait and the read-back that alone may verify.
+
+``read_back`` deletes nothing it has not listed first, claims only what it read (SPEC D4) and
+stamps the ledger from that: a namespace a write of unknown outcome may still reach defers the
+whole verification (``Deferred``) until its lease ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from sidecar.enforce.runtime import Governance
+from sidecar.erasure.adapters import AdapterError
+from sidecar.logs import get_logger
+from sidecar.reasons import Reason
+from sidecar.state.types import Erasure, Namespace, Scope
+
+log = get_logger("erasure")
+_POLL_FIRST_S = 0.02
+_POLL_MAX_S = 0.5
+
+
+class Deferred(Exception):
+    """Verification must wait: a write of unknown outcome may still land before ``until``."""
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__("deferred")
+        self.until = until
+
+
+async def quiesce(gov: Governance, scope: Scope, erasure: Erasure, busy: Callable[[], Awaitable[int]]) -> None:
+    """Wait, within ``erasure.quiesce_timeout_s``, until ``busy()`` counts no write under way."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gov.settings.erasure.quiesce_timeout_s
+    delay = _POLL_FIRST_S
+    while (left := await busy()) > 0:
+        if loop.time() >= deadline:
+            # Each such write re-checks its namespace after it lands and deletes its own row; a
+            # write whose outcome stays unknown marks its namespace, and verification waits for it.
+            log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id,
+                        count=left)
+            await gov.store.audit("erasure", Reason.STALE_GENERATION.value, scope_id=scope.scope_id,
+                                  erasure_id=erasure.erasure_id, operation="erasure.quiesce_timeout", now=gov.now())
+            return
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        delay = min(delay * 2, _POLL_MAX_S)
+
+
+async def read_back(gov: Governance, scope: Scope, erasure: Erasure, namespaces: list[Namespace]) -> None:
+    """Read back each namespace; clear again what is found; record every read-back; stamp the ledger.
+
+    Raises Deferred while a write of unknown outcome may still reach one of them, and
+    AdapterError(verification_failed) when rows survive a second delete.
+    """
+    eraser, store, agent = gov.eraser, gov.store, gov.query_name(scope.agent)
+    waits = [n.possibly_until for n in namespaces if n.possibly_until is not None and n.possibly_until > gov.now()]
+    if waits:
+        raise Deferred(max(waits))
+    for ns in namespaces:
+        remaining = len(await eraser.remaining(agent, ns.storage_key))
+        if remaining:
+            # A late write, or a namespace retired by a concurrent erasure since the delete
+            # step: delete once more; only rows that survive a second delete fail the erasure.
+            await eraser.delete_namespace(agent, ns.storage_key)
+            remaining = len(await eraser.remaining(agent, ns.storage_key))
+        await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "namespace", gov.now())
+        if remaining:
+            raise AdapterError(Reason.VERIFICATION_FAILED)
+    now = gov.now()
+    read = {n.ns_id for n in namespaces}
+    ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.ns_id in read]
+    await store.tombstone(scope.scope_id, ids, now)
+    await store.mark_physically_deleted(ids, now)
+    await store.mark_verified(ids, now)
+    await store.mark_cleared(sorted(read), now)

@@ -1,0 +1,253 @@
+"""Namespace rotation: exact erasure over kagent's REST API by re-saving what stays (issue 16).
+
+kagent v0.9.11's REST API can only delete a whole namespace. A ``rotate`` erasure therefore moves
+everything the scope keeps into a fresh namespace and deletes the old one whole, on the same
+state machine as every erasure:
+
+- fenced: the scope's live namespace is frozen (still read, no longer written);
+- quiesced: saves already under way into it are waited for, within the erasure bound;
+- deleted: its live, unexpired, not forgotten entries are read through kagent's List,
+  re-embedded the way the agent's runtime embeds (``reembed.py``), saved into a freshly staged
+  namespace of the same generation with their original hard expiry, and the scope is switched to
+  it in one state transaction; then the old namespace is deleted whole;
+- verified: the old namespace (and every retired one) reads back empty and the copies are present.
+
+A crash before the switch abandons the staged namespace (the sweeper clears it) and copies again;
+after it, only the delete is redone. A failure unfreezes the scope and keeps its old namespace
+live: nothing unsafe happened, so unlike other erasures it never disables the scope. Texts and
+vectors live in this process's memory for one step only; nothing of them is logged or stored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import aiohttp
+
+from sidecar import metrics
+from sidecar.enforce.runtime import Governance
+from sidecar.erasure.adapters import AdapterError, list_namespace
+from sidecar.erasure.readback import Deferred, quiesce, read_back
+from sidecar.erasure.reembed import BATCH, EmbeddingModel, Reembedder
+from sidecar.reasons import Reason
+from sidecar.state.rotations import ModelFacts, valid_model_facts
+from sidecar.state.types import Erasure, LedgerEntry, Namespace, Scope, StateError
+from sidecar.wire import dumps
+
+#: Copies made under one in-flight lease (each bounded by the memory timeout).
+_SAVES_PER_LEASE = 10
+#: Copies redone when entries were forgotten (or saves landed) while copying, before giving up.
+_ATTEMPTS = 3
+_DAY_S = 86400
+
+
+class UnknownOutcome(Exception):
+    """A save into the staged namespace was sent but not answered: it may still commit."""
+
+
+def ttl_days(expires_at: datetime, now: datetime, max_days: int) -> int:
+    """kagent's ``ttl_days`` for a copy: the whole days left until its unchanged hard expiry, at least 1.
+
+    Rounded up, so kagent never drops a copy before memgov's expiry; the sweeper removes it within a
+    day of that expiry either way.
+    """
+    left = (expires_at - now).total_seconds()
+    return max(1, min(max_days, math.ceil(left / _DAY_S)))
+
+
+class Rotator:
+    """Rotation's handles in one gateway process: kagent's List and save, and the embedding provider."""
+
+    def __init__(self, kagent: aiohttp.ClientSession, controller_url: str, reembedder: Reembedder,
+                 pinned: Mapping[str, EmbeddingModel], headers: Callable[[], Mapping[str, str]] = dict) -> None:
+        self._kagent = kagent
+        self._base = controller_url.rstrip("/")
+        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
+        self.reembedder = reembedder
+        self._pinned = dict(pinned)
+        self._noted: dict[str, ModelFacts] = {}
+
+    async def model(self, store: Any, agent: str) -> EmbeddingModel:
+        """The agent's model: pinned in settings, else the one its own embedding calls last named."""
+        if agent in self._pinned:
+            return self._pinned[agent]
+        facts = await store.embedding_model(agent)
+        if facts is None:
+            # SECURITY: a guessed model would store vectors later searches miss; fail closed instead.
+            raise AdapterError(Reason.EMBEDDING_MODEL_UNKNOWN)
+        return EmbeddingModel(*facts)
+
+    async def knows_model(self, store: Any, agent: str) -> bool:
+        """Whether a rotation of this agent's scopes can know which model to embed with."""
+        return agent in self._pinned or await store.embedding_model(agent) is not None
+
+    async def note_model(self, store: Any, agent: str, body: Mapping[str, Any], now: datetime) -> None:
+        """Record the model an agent's own embedding call used (once per change and process)."""
+        facts = valid_model_facts(body.get("model"), body.get("dimensions"), body.get("encoding_format"))
+        if agent in self._pinned or facts is None or self._noted.get(agent) == facts:
+            return
+        await store.record_embedding_model(agent, facts, now)
+        self._noted[agent] = facts
+
+    async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
+        """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""
+        rows = await list_namespace(self._kagent, self._base, agent_query, storage_key, self._headers())
+        return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
+
+    async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
+        """Save one copy the way a governed save is forwarded; its new kagent id."""
+        body = {"agent_name": app, "user_id": storage_key, "content": content, "vector": vector, "ttl_days": ttl}
+        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app,
+                   "X-User-Id": storage_key}
+        try:
+            async with self._kagent.post(self._base + "/api/memories/sessions", data=dumps(body),
+                                         headers=headers) as resp:
+                answer = await resp.json(content_type=None) if resp.status == 201 else await resp.read()
+                status = resp.status
+        except aiohttp.ClientConnectorError:
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None  # never sent: nothing was written
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            raise UnknownOutcome() from None
+        entry_id = answer.get("id") if status == 201 and isinstance(answer, dict) else None
+        if not isinstance(entry_id, str):
+            # SECURITY: kagent's error body can quote database errors; it was read and dropped.
+            raise AdapterError(Reason.UPSTREAM_ERROR)
+        return entry_id
+
+    async def close(self) -> None:
+        """Close the provider session (the kagent session belongs to the erasure adapter)."""
+        await self.reembedder.close()
+
+
+class RotationSteps:
+    """The work of each state of a ``rotate`` erasure; every step may be redone after a crash."""
+
+    def __init__(self, gov: Governance, rotator: Rotator) -> None:
+        self._gov, self._rotator = gov, rotator
+
+    async def _frozen(self, erasure: Erasure) -> Namespace:
+        """The live namespace this rotation froze; AdapterError(stale_generation) once it is not."""
+        for ns in await self._gov.store.rotation_namespaces(erasure.erasure_id):
+            if ns.frozen_by == erasure.erasure_id and ns.state == "live":
+                return ns
+        # The scope moved on (consent changed) or the rotation was released: nothing left to rotate.
+        raise AdapterError(Reason.STALE_GENERATION)
+
+    async def fence(self, scope: Scope, erasure: Erasure) -> None:
+        """Freeze the live namespace: still read, no longer written."""
+        if await self._gov.store.freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
+            raise AdapterError(Reason.STALE_GENERATION)  # disabled, or another rotation holds it
+
+    async def quiesce(self, scope: Scope, erasure: Erasure) -> None:
+        """Wait, within the erasure bound, for saves that were already writing into it."""
+        frozen = await self._frozen(erasure)
+        store, gov = self._gov.store, self._gov
+        await quiesce(gov, scope, erasure,
+                      lambda: store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True))
+
+    async def delete(self, scope: Scope, erasure: Erasure) -> None:
+        """Copy, switch (unless a previous run did), then delete the old and any abandoned namespace whole."""
+        if erasure.ns_id is None:
+            await self._copy_and_switch(scope, erasure)
+        agent = self._gov.query_name(scope.agent)
+        for ns in await self._gov.store.rotation_namespaces(erasure.erasure_id):
+            if ns.state == "retired":
+                await self._gov.eraser.delete_namespace(agent, ns.storage_key)
+
+    async def _copy_and_switch(self, scope: Scope, erasure: Erasure) -> None:
+        store, gov = self._gov.store, self._gov
+        frozen = await self._frozen(erasure)
+        if await store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True):
+            # A save outlived the quiesce bound: copying now could miss it. The namespace stays frozen.
+            raise Deferred(gov.now() + timedelta(seconds=gov.settings.erasure.quiesce_timeout_s))
+        for _ in range(_ATTEMPTS):
+            try:
+                staged = await store.stage_namespace(scope.scope_id, erasure.erasure_id, gov.now())
+            except StateError:
+                raise AdapterError(Reason.STALE_GENERATION) from None
+            await self._copy(scope, erasure, frozen, staged)
+            outcome = await store.switch_rotation(erasure.erasure_id, gov.now())
+            if outcome == "switched":
+                return
+            if outcome == "superseded":
+                raise AdapterError(Reason.STALE_GENERATION)
+        # Entries kept being forgotten while this copied; the next rotation will try again.
+        raise AdapterError(Reason.STALE_GENERATION)
+
+    async def _copy(self, scope: Scope, erasure: Erasure, frozen: Namespace, staged: Namespace) -> None:
+        """Re-save the live entries of ``frozen`` into ``staged``; remember the copies (not yet in the ledger)."""
+        gov, store, rot = self._gov, self._gov.store, self._rotator
+        now = gov.now()
+        live = [e for e in await store.entries_of_scope(scope.scope_id)
+                if e.ns_id == frozen.ns_id and e.tombstoned_at is None and e.physically_deleted_at is None
+                and e.expires_at > now]
+        if len(live) > gov.limits.max_entries:
+            # SECURITY: re-embedding is bounded per rotation (cost), whatever the ledger holds.
+            raise AdapterError(Reason.ENTRY_CAP_REACHED)
+        texts = await rot.texts(gov.query_name(scope.agent), frozen.storage_key)
+        present = [e for e in live if e.entry_id in texts]
+        vectors: list[list[float]] = []
+        if present:  # nothing kept, nothing to embed: no model needed
+            model = await rot.model(store, scope.agent)
+            for start in range(0, len(present), BATCH):
+                batch = [texts[e.entry_id] for e in present[start:start + BATCH]]
+                vectors += await rot.reembedder.embed(model, batch)
+                # Counted as embedding work, never charged to the person's hourly budget.
+                metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
+                await store.touch_erasure(erasure.erasure_id, gov.now())
+        moves = [(e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
+        pairs = list(zip(present, vectors, strict=True))
+        for start in range(0, len(pairs), _SAVES_PER_LEASE):
+            moves.extend(await self._save_chunk(scope, erasure, pairs[start:start + _SAVES_PER_LEASE], texts))
+        await store.record_moves(erasure.erasure_id, staged.ns_id, moves)
+
+    async def _save_chunk(self, scope: Scope, erasure: Erasure, pairs: list[tuple[LedgerEntry, list[float]]],
+                          texts: dict[str, str]) -> list[tuple[str, str | None, datetime, datetime]]:
+        gov, store = self._gov, self._gov.store
+        lease = gov.settings.enforce.write_lease_s + len(pairs) * gov.settings.upstream.memory_timeout_s
+        try:
+            op_id, staged = await store.begin_copy(erasure.erasure_id, lease, gov.now())
+        except StateError:
+            raise AdapterError(Reason.STALE_GENERATION) from None
+        app, moved = gov.app_name(scope.agent), []
+        unknown = False
+        try:
+            for entry, vector in pairs:
+                ttl = ttl_days(entry.expires_at, gov.now(), gov.limits.max_days)
+                try:
+                    new_id = await self._rotator.save(app, staged.storage_key, texts[entry.entry_id], vector, ttl)
+                except UnknownOutcome:
+                    # SECURITY: the copy may still land; the staged namespace stays possibly written until
+                    # the lease ends, so whoever clears it waits (SPEC D4).
+                    unknown = True
+                    until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
+                    await store.write_outcome_unknown(op_id, until)
+                    raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+                moved.append((entry.entry_id, new_id, entry.created_at, entry.expires_at))
+        finally:
+            if not unknown:
+                await store.end_write(op_id)
+        await store.touch_erasure(erasure.erasure_id, gov.now())
+        return moved
+
+    async def verify(self, scope: Scope, erasure: Erasure) -> None:
+        """The old namespace and every retired one read back empty; the copies read back present."""
+        gov, store = self._gov, self._gov.store
+        namespaces = await store.namespaces_of_scope(scope.scope_id)
+        await read_back(gov, scope, erasure,
+                        [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id])
+        target = next((n for n in namespaces if n.ns_id == erasure.ns_id and n.state == "live"), None)
+        copies = [new for _, new in erasure.moves if new is not None]
+        if target is None or not copies:
+            return  # nothing copied, or the scope moved on since: its own erasure covers the copies
+        found = len(await gov.eraser.remaining(gov.query_name(scope.agent), target.storage_key, copies))
+        await store.record_readback(erasure.erasure_id, target.ns_id, found, "moved", gov.now())
+        if found != len(copies):
+            raise AdapterError(Reason.VERIFICATION_FAILED)
+
+    async def release(self, erasure: Erasure) -> None:
+        """A failed rotation: unfreeze the live namespace, abandon what was staged (the sweeper clears it)."""
+        await self._gov.store.release_rotation(erasure.erasure_id, self._gov.now())

@@ -1,0 +1,318 @@
+"""Namespace rotation in the state store: freeze, stage, copy leases and the one-transaction switch.
+
+A rotation (issue 16) re-saves a scope's live entries into a fresh namespace so the old one can
+be deleted whole over kagent's REST API. What must be atomic happens here:
+
+- ``freeze_namespace`` takes the scope's row lock as a consent change does, so a save either
+  recorded its in-flight row before (the quiesce step sees it) or is refused as stale;
+- a ``staged`` namespace belongs to one rotation; copies into it hold in-flight rows taken under
+  the scope's share lock, so a withdrawal racing the copy either waits for them or stops it;
+- ``switch_rotation`` retires the frozen namespace, makes the staged one live, records the copies
+  in the ledger with their original hard expiry and tombstones the originals in one transaction,
+  and only when nothing reached the old namespace that the copy missed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from sidecar.identity.keys import new_salt
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.codec import AGENT_MAX, MODEL_MAX, to_us
+from sidecar.state.db import Database, Tx
+from sidecar.state.ledger import placeholders
+from sidecar.state.namespaces import NS_COLS, namespace_of
+from sidecar.state.scopes import share_lock, update_lock
+from sidecar.state.types import ERASURE_TERMINAL, Fenced, Namespace
+
+SwitchOutcome = Literal["switched", "superseded", "retry"]
+#: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
+Move = tuple[str, str | None, datetime, datetime]
+#: (model, dimensions, encoding_format) an agent's runtime sends its provider.
+ModelFacts = tuple[str, int | None, str | None]
+
+_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
+_ENCODINGS = frozenset({"float", "base64"})
+#: Longest chain of rotations followed from a forgotten id to its current copy.
+_MAX_HOPS = 64
+
+
+async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
+    """Retire the rotation's staged namespace (the sweeper clears it) and forget its uncommitted copies.
+
+    A copy still under way there keeps the namespace possibly written until its lease ends.
+    """
+    await tx.execute(
+        "UPDATE namespaces SET state = 'retired', retired_us = $2, possibly_until_us = COALESCE("
+        "(SELECT MAX(i.lease_us) FROM inflight i WHERE i.ns_id = namespaces.ns_id AND i.lease_us > $2),"
+        " possibly_until_us) WHERE rotation_id = $1 AND state = 'staged'",
+        erasure_id, at,
+    )
+    await tx.execute("DELETE FROM erasure_moves WHERE erasure_id = $1", erasure_id)
+
+
+async def _frozen(tx: Tx, erasure_id: str, lock: str) -> tuple[str, str, int] | None:
+    """(namespace id, scope id, generation) of the live namespace this rotation froze, scope locked."""
+    row = await tx.fetchrow(
+        "SELECT n.ns_id, s.scope_id, n.generation FROM scopes s JOIN namespaces n ON n.scope_id = s.scope_id"
+        f" WHERE n.frozen_by = $1 AND n.state = 'live' AND s.enabled{lock}", erasure_id,
+    )
+    return None if row is None else (row[0], row[1], int(row[2]))
+
+
+async def _count(tx: Tx, sql: str, *args: object) -> int:
+    row = await tx.fetchrow(sql, *args)
+    return int(row[0]) if row else 0
+
+
+class RotationOps:
+    """Rotation steps that must be atomic, lineage of copied entries, and the sweeper's candidates."""
+
+    _db: Database
+
+    async def freeze_namespace(self, scope_id: str, erasure_id: str) -> Namespace | None:
+        """Freeze the scope's live namespace for this rotation; None when it has none or another rotation holds it."""
+        async with self._db.tx("write") as tx:
+            # The row lock a consent change takes: a begin_write holding the share lock finishes first.
+            row = await tx.fetchrow(f"SELECT s.enabled FROM scopes s WHERE s.scope_id = $1{update_lock(tx)}", scope_id)
+            if row is None or not row[0]:
+                return None
+            frozen = await tx.fetchrow(
+                "UPDATE namespaces SET frozen_by = $2 WHERE scope_id = $1 AND state = 'live'"
+                f" AND (frozen_by IS NULL OR frozen_by = $2) RETURNING {NS_COLS}", scope_id, erasure_id,
+            )
+        return None if frozen is None else namespace_of(frozen)
+
+    async def rotation_namespaces(self, erasure_id: str) -> list[Namespace]:
+        """Every namespace a rotation froze or staged, oldest first."""
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {NS_COLS} FROM namespaces WHERE frozen_by = $1 OR rotation_id = $1 ORDER BY created_us, ns_id",
+                erasure_id,
+            )
+        return [namespace_of(r) for r in rows]
+
+    async def stage_namespace(self, scope_id: str, erasure_id: str, now: datetime) -> Namespace:
+        """Abandon any namespace the rotation staged before and stage a fresh one; Fenced when the frozen
+        namespace is no longer the scope's live one."""
+        at = to_us(now)
+        async with self._db.tx("write") as tx:
+            await _abandon(tx, erasure_id, at)
+            frozen = await _frozen(tx, erasure_id, share_lock(tx))
+            if frozen is None or frozen[1] != scope_id:
+                raise Fenced(Reason.STALE_GENERATION)
+            row = await tx.fetchrow(
+                "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us, rotation_id)"
+                f" VALUES ($1, $2, $3, $4, 'staged', $5, $6) RETURNING {NS_COLS}",
+                codec.new_id("n"), scope_id, frozen[2], new_salt(), at, erasure_id,
+            )
+        assert row is not None
+        return namespace_of(row)
+
+    async def begin_copy(self, erasure_id: str, lease_s: float, now: datetime) -> tuple[str, Namespace]:
+        """Record an in-flight copy into the rotation's staged namespace: (op id, namespace).
+
+        Fenced while the scope changed since the freeze: a withdrawal then never misses the copy.
+        """
+        at, op_id = to_us(now), codec.new_id("w")
+        async with self._db.tx("write") as tx:
+            frozen = await _frozen(tx, erasure_id, share_lock(tx))
+            staged = await tx.fetchrow(
+                f"SELECT {NS_COLS} FROM namespaces WHERE rotation_id = $1 AND state = 'staged'", erasure_id
+            )
+            if frozen is None or staged is None:
+                raise Fenced(Reason.STALE_GENERATION)
+            ns = namespace_of(staged)
+            await tx.execute(
+                "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                op_id, ns.scope_id, ns.generation, at, at + int(lease_s * 1_000_000), ns.ns_id,
+            )
+        return op_id, ns
+
+    async def record_moves(self, erasure_id: str, ns_id: str, moves: Iterable[Move]) -> None:
+        """Remember copies made into the staged namespace (they enter the ledger only at the switch)."""
+        rows = [(erasure_id, codec.check_id(old, "entry_id"), None if new is None else codec.check_id(new, "entry_id"),
+                 ns_id, to_us(created), to_us(expires)) for old, new, created, expires in moves]
+        async with self._db.tx("write") as tx:
+            await tx.executemany(
+                "INSERT INTO erasure_moves (erasure_id, old_entry_id, new_entry_id, ns_id, created_us, expires_us)"
+                " VALUES ($1, $2, $3, $4, $5, $6)", rows,
+            )
+
+    async def switch_rotation(self, erasure_id: str, now: datetime) -> SwitchOutcome:
+        """Switch the scope to the staged namespace in one transaction.
+
+        ``superseded`` when the scope moved on (consent changed, rotation released); ``retry`` when an
+        entry was forgotten, or a save landed, since the copy began (the copy must be redone).
+        """
+        at = to_us(now)
+        async with self._db.tx("write") as tx:
+            frozen = await _frozen(tx, erasure_id, update_lock(tx))
+            staged = await tx.fetchrow(
+                "SELECT ns_id, generation FROM namespaces WHERE rotation_id = $1 AND state = 'staged'", erasure_id
+            )
+            if frozen is None or staged is None or int(staged[1]) != frozen[2]:
+                return "superseded"
+            old, scope_id, new = frozen[0], frozen[1], staged[0]
+            running = await _count(tx, "SELECT COUNT(*) FROM inflight WHERE ns_id = $1 AND lease_us > $2"
+                                       " AND NOT outcome_unknown", old, at)
+            forgotten = await _count(
+                tx, "SELECT COUNT(*) FROM erasure_moves m JOIN ledger l ON l.entry_id = m.old_entry_id"
+                    " WHERE m.erasure_id = $1 AND l.tombstoned_us IS NOT NULL", erasure_id)
+            # SECURITY: a live entry the copy did not carry over would be lost while its save said 201.
+            missed = await _count(
+                tx, "SELECT COUNT(*) FROM ledger l WHERE l.ns_id = $1 AND l.tombstoned_us IS NULL"
+                    " AND l.deleted_us IS NULL AND l.expires_us > $2 AND NOT EXISTS (SELECT 1 FROM erasure_moves m"
+                    " WHERE m.erasure_id = $3 AND m.old_entry_id = l.entry_id)", old, at, erasure_id)
+            if running or forgotten or missed:
+                return "retry"
+            await tx.execute("UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE ns_id = $1", old, at)
+            await tx.execute("UPDATE namespaces SET state = 'live' WHERE ns_id = $1", new)
+            copies = await tx.fetch(
+                "SELECT new_entry_id, created_us, expires_us FROM erasure_moves WHERE erasure_id = $1"
+                " AND new_entry_id IS NOT NULL", erasure_id,
+            )
+            # The copies keep their original creation time and hard expiry: a rotation never extends one.
+            await tx.executemany(
+                "INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us, ns_id)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                [(codec.new_id("l"), scope_id, frozen[2], r[0], int(r[1]), int(r[2]), new) for r in copies],
+            )
+            # What this rotation erases rather than moves: forgotten, expired, and rows kagent no longer had.
+            await tx.execute(
+                "INSERT INTO erasure_entries (erasure_id, entry_id) SELECT $3, l.entry_id FROM ledger l"
+                " WHERE l.ns_id = $2 AND l.expires_us IS NOT NULL AND l.deleted_us IS NULL AND NOT EXISTS"
+                " (SELECT 1 FROM erasure_moves m WHERE m.erasure_id = $1 AND m.old_entry_id = l.entry_id"
+                " AND m.new_entry_id IS NOT NULL)", erasure_id, old, erasure_id,
+            )
+            await tx.execute("UPDATE ledger SET tombstoned_us = $2 WHERE ns_id = $1 AND tombstoned_us IS NULL"
+                             " AND expires_us IS NOT NULL", old, at)
+            await tx.execute("UPDATE erasures SET ns_id = $2, updated_us = $3 WHERE erasure_id = $1",
+                             erasure_id, new, at)
+        return "switched"
+
+    async def release_rotation(self, erasure_id: str, now: datetime) -> None:
+        """End a rotation that will not switch: unfreeze the live namespace, abandon what it staged."""
+        async with self._db.tx("write") as tx:
+            await tx.execute("UPDATE namespaces SET frozen_by = NULL WHERE frozen_by = $1 AND state = 'live'",
+                             erasure_id)
+            await _abandon(tx, erasure_id, to_us(now))
+
+    async def touch_erasure(self, erasure_id: str, now: datetime) -> None:
+        """Show that a long step is still being worked on (the sweeper resumes only stalled erasures)."""
+        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
+        async with self._db.tx("single") as tx:
+            await tx.execute(f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({terminal})",
+                             erasure_id, to_us(now))
+
+    async def tombstone_forgotten(self, scope_id: str, erasure_id: str, entry_ids: list[str],
+                                  now: datetime) -> list[str]:
+        """Tombstone forgotten entries and every copy a rotation made of them; return all of them.
+
+        The scope's share lock orders this against a rotation's switch: either the switch sees the
+        tombstone (and copies again without the entry) or this sees the copy (and erases it too).
+        The copies join the erasure's entries, so its evidence covers every copy.
+        """
+        ids = {codec.check_id(e, "entry_id") for e in entry_ids}
+        async with self._db.tx("write") as tx:
+            await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{share_lock(tx)}", scope_id)
+            frontier = set(ids)
+            for _ in range(_MAX_HOPS):
+                if not frontier:
+                    break
+                rows = await tx.fetch(
+                    "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
+                    f" WHERE l.scope_id = $1 AND m.old_entry_id IN ({placeholders(2, len(frontier))})",
+                    scope_id, *frontier,
+                )
+                frontier = {r[0] for r in rows} - ids
+                ids |= frontier
+            added = ids - set(entry_ids)
+            if added:
+                await tx.executemany("INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2)"
+                                     " ON CONFLICT DO NOTHING", [(erasure_id, e) for e in sorted(added)])
+            await tx.execute(
+                "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
+                f" AND entry_id IN ({placeholders(3, len(ids))})", scope_id, to_us(now), *sorted(ids),
+            )
+        return sorted(ids)
+
+    async def lineage(self, scope_id: str, entry_id: str) -> list[str]:
+        """``entry_id`` followed by each copy a rotation made of it, oldest first (the last is current)."""
+        chain = [entry_id]
+        async with self._db.tx("read") as tx:
+            for _ in range(_MAX_HOPS):
+                row = await tx.fetchrow(
+                    "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
+                    " WHERE l.scope_id = $1 AND m.old_entry_id = $2", scope_id, chain[-1],
+                )
+                if row is None:
+                    break
+                chain.append(row[0])
+        return chain
+
+    async def rotation_candidates(self, now: datetime, expired_before: datetime, limit: int) -> list[str]:
+        """Scopes whose live namespace must be rotated: it holds a forgotten or rolled-back entry, or one
+        expired before ``expired_before``, that kagent still has; or it is legacy (unsalted).
+
+        Found from the ledger rows and namespaces that need it (partial indexes), never by scanning scopes.
+        """
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                "SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.frozen_by IS NULL AND n.ns_id IN ("
+                "SELECT l.ns_id FROM ledger l WHERE l.deleted_us IS NULL AND l.expires_us <= $1"
+                " UNION SELECT l.ns_id FROM ledger l WHERE l.tombstoned_us IS NOT NULL AND l.deleted_us IS NULL)"
+                " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.salt = ''"
+                " AND n.frozen_by IS NULL LIMIT $2",
+                to_us(min(now, expired_before)), limit,
+            )
+        return [r[0] for r in rows]
+
+    async def purge_rotations(self, older_than: datetime) -> int:
+        """Delete finished rotations (and their steps, read-backs, moves) older than the cut-off."""
+        done = "kind = 'rotate' AND state IN ('verified', 'failed') AND updated_us < $1"
+        async with self._db.tx("write") as tx:
+            for table in ("erasure_moves", "erasure_steps", "erasure_readbacks", "erasure_entries"):
+                await tx.execute(f"DELETE FROM {table} WHERE erasure_id IN (SELECT erasure_id FROM erasures"
+                                 f" WHERE {done})", to_us(older_than))
+            return await tx.execute(f"DELETE FROM erasures WHERE {done}", to_us(older_than))
+
+    async def record_embedding_model(self, agent: str, facts: ModelFacts, now: datetime) -> None:
+        """Remember the model (and its options) an agent's own embedding call used; content-free."""
+        codec.check_bounded(agent, "agent", AGENT_MAX)
+        checked = valid_model_facts(*facts)
+        if checked is None:
+            raise ValueError("embedding model facts have an invalid shape")
+        model, dimensions, encoding = checked
+        async with self._db.tx("single") as tx:
+            await tx.execute(
+                "INSERT INTO embedding_models AS m (agent, model, dimensions, encoding_format, seen_us)"
+                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent) DO UPDATE SET model = excluded.model,"
+                " dimensions = excluded.dimensions, encoding_format = excluded.encoding_format,"
+                " seen_us = excluded.seen_us", agent, model, dimensions, encoding, to_us(now),
+            )
+
+    async def embedding_model(self, agent: str) -> ModelFacts | None:
+        """The model facts last recorded for an agent, or None."""
+        async with self._db.tx("read") as tx:
+            row = await tx.fetchrow(
+                "SELECT model, dimensions, encoding_format FROM embedding_models WHERE agent = $1", agent
+            )
+        return None if row is None else (row[0], None if row[1] is None else int(row[1]), row[2])
+
+
+def valid_model_facts(model: object, dimensions: object, encoding: object) -> ModelFacts | None:
+    """The facts as stored, or None when any of them has a shape the store would refuse."""
+    if not isinstance(model, str) or len(model) > MODEL_MAX or _MODEL.fullmatch(model) is None:
+        return None
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+                                   or not 1 <= dimensions <= 65536):
+        return None
+    if encoding is not None and encoding not in _ENCODINGS:
+        return None
+    return model, dimensions, encoding  # type: ignore[return-value]

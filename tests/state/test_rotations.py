@@ -1,0 +1,186 @@
+"""Rotation's atomic steps in the state store, on SQLite and PostgreSQL: freeze, stage, switch, lineage."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from sidecar.reasons import Reason
+from sidecar.state import Fenced, StateStore
+from sidecar.state.types import Namespace
+from tests.state.conftest import NOW, WEEK, new_scope, ns_of
+from tests.state.test_ledger import save
+
+LATER = NOW + timedelta(hours=1)
+
+
+async def _rotation(store: StateStore, scope_id: str) -> str:
+    erasure = await store.create_erasure(scope_id, "rotate", [], "rest", "sweeper", NOW)
+    return erasure.erasure_id
+
+
+async def _states(store: StateStore, scope_id: str) -> list[str]:
+    return sorted(n.state for n in await store.namespaces_of_scope(scope_id))
+
+
+async def _copied(store: StateStore, scope_id: str, erasure_id: str, *entry_ids: str) -> Namespace:
+    """Stage and record a copy of each entry (``c-<id>``), as the copy step does."""
+    staged = await store.stage_namespace(scope_id, erasure_id, NOW)
+    live = {e.entry_id: e for e in await store.entries_of_scope(scope_id)}
+    await store.record_moves(erasure_id, staged.ns_id, [(e, f"c-{e}", live[e].created_at, live[e].expires_at)
+                                                        for e in entry_ids])
+    return staged
+
+
+class TestFreeze:
+    async def test_a_frozen_namespace_is_read_but_never_written(self, store: StateStore) -> None:
+        """Saves are fenced as stale while a rotation holds the namespace; released, they write again."""
+        scope = await new_scope(store)
+        ns = await ns_of(store, scope.scope_id)
+        rotation = await _rotation(store, scope.scope_id)
+        frozen = await store.freeze_namespace(scope.scope_id, rotation)
+        assert frozen is not None and frozen.ns_id == ns and frozen.frozen_by == rotation
+        for write in (store.begin_write(scope.scope_id, 1, ns, 30, NOW),
+                      store.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW)):
+            with pytest.raises(Fenced) as err:
+                await write
+            assert err.value.reason is Reason.STALE_GENERATION
+        assert await ns_of(store, scope.scope_id) == ns  # still the namespace searches read
+        await store.release_rotation(rotation, NOW)
+        assert await store.begin_write(scope.scope_id, 1, ns, 30, NOW)
+
+    async def test_one_rotation_at_a_time(self, store: StateStore) -> None:
+        """A second rotation cannot freeze a namespace another holds; a disabled scope has none to freeze."""
+        scope = await new_scope(store)
+        first, second = await _rotation(store, scope.scope_id), await _rotation(store, scope.scope_id)
+        assert await store.freeze_namespace(scope.scope_id, first) is not None
+        assert await store.freeze_namespace(scope.scope_id, second) is None
+        assert await store.freeze_namespace(scope.scope_id, first) is not None  # a resumed fence
+        await store.withdraw(scope.scope_id, NOW)
+        assert await store.freeze_namespace(scope.scope_id, first) is None
+
+
+class TestSwitch:
+    async def test_one_transaction_moves_the_scope_and_keeps_every_hard_expiry(self, store: StateStore) -> None:
+        """After the switch: one live namespace (the staged one), copies with the original creation and expiry,
+        originals tombstoned, and what was not copied listed as the rotation's erased entries."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "kept")
+        await save(store, scope.scope_id, "gone", created=timedelta(minutes=1))
+        await store.tombstone(scope.scope_id, ["gone"], NOW)
+        rotation = await _rotation(store, scope.scope_id)
+        old = (await store.freeze_namespace(scope.scope_id, rotation)).ns_id  # type: ignore[union-attr]
+        staged = await _copied(store, scope.scope_id, rotation, "kept")
+        assert await _states(store, scope.scope_id) == ["live", "staged"]  # sorted
+        assert await store.switch_rotation(rotation, LATER) == "switched"
+        assert await _states(store, scope.scope_id) == ["live", "retired"]
+        assert await ns_of(store, scope.scope_id) == staged.ns_id
+        ledger = {e.entry_id: e for e in await store.entries_of_scope(scope.scope_id)}
+        assert (ledger["c-kept"].created_at, ledger["c-kept"].expires_at) == (NOW, NOW + WEEK)
+        assert ledger["c-kept"].ns_id == staged.ns_id and ledger["c-kept"].tombstoned_at is None
+        assert ledger["kept"].tombstoned_at == LATER and ledger["kept"].ns_id == old
+        erasure = await store.get_erasure(rotation)
+        assert erasure is not None and erasure.ns_id == staged.ns_id
+        assert erasure.entry_ids == ["gone"] and erasure.moves == [("kept", "c-kept")]
+        assert await store.filter_live(scope.scope_id, staged.ns_id, ["c-kept"], LATER) == {"c-kept"}
+        assert await store.lineage(scope.scope_id, "kept") == ["kept", "c-kept"]
+
+    @pytest.mark.parametrize("since_copy", ["forgotten", "saved", "writing"])
+    async def test_the_switch_waits_for_a_copy_that_missed_nothing(self, store: StateStore, since_copy: str) -> None:
+        """An entry forgotten, a save landed or a write still running since the copy began: retry, no switch."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "a")
+        rotation = await _rotation(store, scope.scope_id)
+        ns = await ns_of(store, scope.scope_id)
+        if since_copy == "writing":
+            await store.begin_write(scope.scope_id, 1, ns, 7200, NOW)
+        await store.freeze_namespace(scope.scope_id, rotation)
+        await _copied(store, scope.scope_id, rotation, "a")
+        if since_copy == "forgotten":
+            await store.tombstone_forgotten(scope.scope_id, "e" + "0" * 24, ["a"], NOW)
+        elif since_copy == "saved":  # a slot reserved before the freeze, filled after the copy
+            async with store.db.tx() as tx:
+                await tx.execute("INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us,"
+                                 " ns_id) SELECT 'lz', scope_id, 1, 'late', created_us, expires_us, ns_id FROM ledger"
+                                 " WHERE entry_id = 'a'")
+        assert await store.switch_rotation(rotation, LATER) == "retry"
+        assert await ns_of(store, scope.scope_id) == ns
+        restaged = await _copied(store, scope.scope_id, rotation)
+        states = await _states(store, scope.scope_id)
+        assert states.count("live") == 1 and states.count("staged") == 1 and restaged.state == "staged"
+        assert (await store.get_erasure(rotation)).moves == []  # type: ignore[union-attr]
+
+    async def test_a_write_of_unknown_outcome_does_not_hold_the_switch(self, store: StateStore) -> None:
+        """Its call has ended; the namespace is marked possibly written and deleted with the rest later."""
+        scope = await new_scope(store)
+        ns = await ns_of(store, scope.scope_id)
+        op = await store.begin_write(scope.scope_id, 1, ns, 30, NOW)
+        await store.write_outcome_unknown(op, NOW + timedelta(minutes=5))
+        assert await store.inflight_count(scope.scope_id, NOW, ns_id=ns, running=True) == 0
+        rotation = await _rotation(store, scope.scope_id)
+        await store.freeze_namespace(scope.scope_id, rotation)
+        await _copied(store, scope.scope_id, rotation)
+        assert await store.switch_rotation(rotation, LATER) == "switched"
+        (old,) = [n for n in await store.namespaces_of_scope(scope.scope_id) if n.ns_id == ns]
+        assert old.possibly_until == NOW + timedelta(minutes=5)
+
+    async def test_a_consent_change_supersedes_the_rotation(self, store: StateStore) -> None:
+        """Withdrawal retires the frozen and the staged namespace; the switch never happens, copies are refused."""
+        scope = await new_scope(store)
+        rotation = await _rotation(store, scope.scope_id)
+        await store.freeze_namespace(scope.scope_id, rotation)
+        await _copied(store, scope.scope_id, rotation)
+        await store.withdraw(scope.scope_id, NOW)
+        assert await store.switch_rotation(rotation, LATER) == "superseded"
+        with pytest.raises(Fenced):
+            await store.begin_copy(rotation, 30, NOW)
+        with pytest.raises(Fenced):
+            await store.stage_namespace(scope.scope_id, rotation, NOW)
+        assert set(await _states(store, scope.scope_id)) == {"retired"}
+
+
+class TestLineage:
+    async def test_forgetting_an_old_id_erases_its_copy_too(self, store: StateStore) -> None:
+        """After a switch the forgotten original's copy is tombstoned in the same step and joins the erasure."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "a")
+        rotation = await _rotation(store, scope.scope_id)
+        await store.freeze_namespace(scope.scope_id, rotation)
+        await _copied(store, scope.scope_id, rotation, "a")
+        assert await store.switch_rotation(rotation, NOW) == "switched"
+        forget = await store.create_erasure(scope.scope_id, "forget_one", ["a"], "rest", "subject", NOW)
+        assert await store.tombstone_forgotten(scope.scope_id, forget.erasure_id, ["a"], LATER) == ["a", "c-a"]
+        assert (await store.get_erasure(forget.erasure_id)).entry_ids == ["a", "c-a"]  # type: ignore[union-attr]
+        assert await store.filter_live(scope.scope_id, await ns_of(store, scope.scope_id), ["c-a"], LATER) == set()
+
+
+class TestCandidates:
+    async def test_only_scopes_with_something_to_remove_are_candidates(self, store: StateStore) -> None:
+        """Expired before the cut-off, tombstoned, or legacy: candidates; live-only, frozen or disabled: not."""
+        quiet, expired, forgotten, legacy, frozen = [await new_scope(store, f"!r{i}:example.org") for i in range(5)]
+        for scope in (quiet, forgotten, frozen):
+            await save(store, scope.scope_id, f"e-{scope.scope_id}")
+        await save(store, expired.scope_id, f"e-{expired.scope_id}", created=-WEEK)  # expires at NOW
+        await store.tombstone(forgotten.scope_id, [f"e-{forgotten.scope_id}"], NOW)
+        await store.tombstone(frozen.scope_id, [f"e-{frozen.scope_id}"], NOW)
+        await store.freeze_namespace(frozen.scope_id, await _rotation(store, frozen.scope_id))
+        async with store.db.tx() as tx:
+            await tx.execute("UPDATE namespaces SET salt = '' WHERE scope_id = $1", legacy.scope_id)
+        found = await store.rotation_candidates(LATER, LATER, 100)
+        assert set(found) == {expired.scope_id, forgotten.scope_id, legacy.scope_id}
+        assert set(await store.rotation_candidates(LATER, NOW - timedelta(seconds=1), 100)) == {
+            forgotten.scope_id, legacy.scope_id}
+        await store.withdraw(forgotten.scope_id, NOW)
+        assert forgotten.scope_id not in await store.rotation_candidates(LATER, LATER, 100)
+
+
+class TestModelFacts:
+    async def test_the_latest_model_an_agent_named_is_kept(self, store: StateStore) -> None:
+        """One row per agent, overwritten by the newest call's facts; a malformed model is refused."""
+        await store.record_embedding_model("team/helper", ("text-embedding-3-small", 768, "base64"), NOW)
+        await store.record_embedding_model("team/helper", ("nomic-embed-text:latest", None, None), LATER)
+        assert await store.embedding_model("team/helper") == ("nomic-embed-text:latest", None, None)
+        assert await store.embedding_model("team/other") is None
+        with pytest.raises(ValueError):
+            await store.record_embedding_model("team/helper", ("remember: my PIN is 1234", None, None), NOW)
