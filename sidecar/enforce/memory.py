@@ -11,11 +11,11 @@ is unknown (timeout, reset) keeps its in-flight record and marks its namespace p
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any, Final
 
 import aiohttp
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -115,8 +115,8 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
         if resp.status >= 400:
             return resp.status, None
         try:
-            return resp.status, json.loads(raw)
-        except (ValueError, RecursionError):
+            return resp.status, orjson.loads(raw)
+        except orjson.JSONDecodeError:
             return resp.status, None  # an answer memgov cannot read is no answer
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from sidecar.logs import get_logger
 from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
 from sidecar.proxy import DECISION_ID, json_error
 from sidecar.reasons import Reason, primary
+from sidecar.wire import dumps
 
 log = get_logger("enforce")
 DECISION_HEADER = "X-Memgov-Decision"
@@ -124,7 +124,6 @@ def error(request: web.Request, status: int, decision: Decision, *, upstream_sta
 
 
 def json_answer(status: int, payload: object, decision: Decision) -> web.Response:
-    resp = web.Response(status=status, body=json.dumps(payload, separators=(",", ":")).encode(),
-                        content_type="application/json")
+    resp = web.Response(status=status, body=dumps(payload), content_type="application/json")
     stamp(resp, decision)
     return resp
