@@ -12,6 +12,11 @@ Transaction modes:
                 ``ON CONFLICT`` make concurrent writers safe;
   ``single``    writes whose statements are each atomic on their own (autocommit): saves the
                 BEGIN/COMMIT round trips on PostgreSQL.
+
+Scripts: an operation that needs several statements in one transaction can be written once as a
+generator that yields :class:`Stmt` and receives each result (``Database.run``). On SQLite the
+whole script, BEGIN and COMMIT included, runs in the connection's thread in one hand-off instead
+of one per statement; on PostgreSQL it runs statement by statement on one pooled connection.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import aiosqlite
 import asyncpg
@@ -34,6 +40,51 @@ from sidecar.state.types import StateError
 
 Mode = Literal["read", "snapshot", "write", "single"]
 Row = Sequence[Any]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """One statement of a script, and which Tx method reads its result."""
+
+    op: Literal["fetch", "fetchrow", "execute", "executemany"]
+    sql: str
+    args: tuple[Any, ...]
+
+
+def fetch(sql: str, *args: Any) -> Stmt:
+    return Stmt("fetch", sql, args)
+
+
+def fetchrow(sql: str, *args: Any) -> Stmt:
+    return Stmt("fetchrow", sql, args)
+
+
+def execute(sql: str, *args: Any) -> Stmt:
+    return Stmt("execute", sql, args)
+
+
+def executemany(sql: str, rows: Iterable[Sequence[Any]]) -> Stmt:
+    return Stmt("executemany", sql, (list(rows),))
+
+
+#: A transaction written once for both backends: yields statements, receives their results.
+Script = Generator[Stmt, Any, T]
+
+
+async def drive(script: Script[T], tx: Tx) -> T:
+    """Run a script statement by statement on ``tx``."""
+    try:
+        stmt = next(script)
+        while True:
+            result: Any = None
+            if stmt.op == "executemany":
+                await tx.executemany(stmt.sql, stmt.args[0])
+            else:
+                result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
+            stmt = script.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 _SQLITE_BUSY_MS = 30_000
 _PG_CONNECT_TIMEOUT_S = 10.0
@@ -66,6 +117,8 @@ class Database(Protocol):
     dialect: str
 
     def tx(self, mode: Mode = "write") -> Any: ...
+
+    async def run(self, script: Script[T], mode: Mode = "write") -> T: ...
 
     async def close(self) -> None: ...
 
@@ -141,6 +194,10 @@ class PgDatabase:
             isolation = "repeatable_read" if mode == "snapshot" else "read_committed"
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
                 yield _PgTx(con)
+
+    async def run(self, script: Script[T], mode: Mode = "write") -> T:
+        async with self.tx(mode) as tx:
+            return await drive(script, tx)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -234,10 +291,52 @@ class SqliteDatabase:
                 raise
             await con.execute("COMMIT")
 
+    async def run(self, script: Script[T], mode: Mode = "write") -> T:
+        con, lock = (self._writer, self._wlock) if mode in ("write", "single") else (self._reader, self._rlock)
+        async with tracing.span("memgov.state", backend="sqlite", step=mode), backend_errors(), lock:
+            # aiosqlite runs a callable in its connection thread with the connection it owns
+            # (`_execute`, `_conn`); the whole transaction is one hand-off to that thread.
+            raw: sqlite3.Connection = con._conn
+            result: T = await con._execute(_run_sync, raw, script, mode)  # type: ignore[no-untyped-call]
+            return result
+
     async def close(self) -> None:
         await self._writer.close()
         if self._reader is not self._writer:
             await self._reader.close()
+
+
+def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
+    """A whole script in SQLite's connection thread: BEGIN, statements, COMMIT (ROLLBACK on error)."""
+    begin = {"write": "BEGIN IMMEDIATE", "snapshot": "BEGIN"}.get(mode)
+    if begin is not None:
+        con.execute(begin)
+    try:
+        stmt = next(script)
+        while True:
+            sql = _qmark(stmt.sql)
+            if stmt.op == "executemany":
+                con.executemany(sql, [tuple(r) for r in stmt.args[0]])
+                result: Any = None
+            else:
+                cur = con.execute(sql, stmt.args)
+                if stmt.op == "execute":
+                    result = max(cur.rowcount, 0)
+                else:
+                    rows = cur.fetchall()
+                    result = rows if stmt.op == "fetch" else (rows[0] if rows else None)
+            stmt = script.send(result)
+    except StopIteration as done:
+        if begin is not None:
+            con.execute("COMMIT")
+        return done.value  # type: ignore[no-any-return]
+    except BaseException:
+        if begin is not None:
+            try:
+                con.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back on its own; the first error is the one to raise
+        raise
 
 
 async def connect(url: str, pool_size: int = 10) -> Database:

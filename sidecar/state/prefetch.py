@@ -19,7 +19,12 @@ INSERT INTO budgets (kind, bkey, level, mark, at_us, expires_us) VALUES ('pwin',
 ON CONFLICT (kind, bkey) DO UPDATE SET level = 0, mark = excluded.mark, at_us = excluded.at_us,
   expires_us = excluded.expires_us
 """
-_CURRENT = "SELECT at_us FROM budgets WHERE kind = 'pwin' AND bkey = $1 AND mark > $2"
+CURRENT_WINDOW = "SELECT at_us FROM budgets WHERE kind = 'pwin' AND bkey = $1 AND mark > $2"
+
+
+def window_key(scope_id: str) -> str:
+    """The budgets key of a scope's prefetch window."""
+    return codec.digest("pwin:" + scope_id)
 
 
 class PrefetchOps:
@@ -31,10 +36,10 @@ class PrefetchOps:
         """Start a new window for the scope (a new conversation replaces the previous window)."""
         codec.check_scope_id(scope_id)
         async with self._db.tx("write") as tx:
-            await tx.execute(_OPEN, codec.digest("pwin:" + scope_id), to_us(until), to_us(now))
+            await tx.execute(_OPEN, window_key(scope_id), to_us(until), to_us(now))
 
     async def prefetch_window(self, scope_id: str, now: datetime) -> str | None:
         """An opaque id of the scope's open window (for its prefetch counter), or None."""
         async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(_CURRENT, codec.digest("pwin:" + scope_id), to_us(now))
+            row = await tx.fetchrow(CURRENT_WINDOW, window_key(scope_id), to_us(now))
         return None if row is None else f"{scope_id}.{int(row[0])}"
