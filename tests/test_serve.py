@@ -43,8 +43,8 @@ def _wait(predicate, timeout_s: float = 30.0) -> dict:
     raise AssertionError("condition not reached in time")
 
 
-@pytest.fixture
-def served(tmp_path: Path):
+@pytest.fixture(params=[1, 2], ids=["one-worker", "two-workers"])
+def served(tmp_path: Path, request: pytest.FixtureRequest):
     pack = tmp_path / "pack"
     shutil.copytree(PACKAGED_POLICY_DIR, pack)
     ops = free_port()
@@ -53,10 +53,12 @@ def served(tmp_path: Path):
         f"listen:\n  data: 127.0.0.1:{free_port()}\n  control: 127.0.0.1:{free_port()}\n  ops: 127.0.0.1:{ops}\n"
         f"state:\n  url: sqlite:///{tmp_path}/state.db\npolicy:\n  dir: {pack}\n  reload_interval_s: 0\n"
     )
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--config", str(config)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    workers = request.param
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--config", str(config), "--workers",
+                             str(workers)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ})
     try:
-        yield proc, pack, f"http://127.0.0.1:{ops}"
+        yield proc, pack, f"http://127.0.0.1:{ops}", workers
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -64,18 +66,22 @@ def served(tmp_path: Path):
 
 class TestServe:
     def test_sighup_reloads_a_valid_pack_and_keeps_the_old_one_on_a_broken_one(self, served):
-        """kill -HUP swaps in an edited pack; a broken edit is refused and the live pack keeps serving."""
-        proc, pack, ops = served
+        """kill -HUP swaps in an edited pack; a broken edit is refused and the live pack keeps serving.
+
+        With two workers the supervisor passes each signal on to both, and the merged metrics count
+        every worker's reloads (the first load of each included)."""
+        proc, pack, ops, workers = served
         first = _wait(lambda: (r := _ready(ops)).get("ready") and r)["checks"]["policy"]["revision"]
+        _wait(lambda: _reloads(ops, "loaded") >= workers)  # every worker is up
         consent = pack / "cedar" / "consent.cedar"
         consent.write_text(consent.read_text() + "\n// reviewed again\n")
         proc.send_signal(signal.SIGHUP)
-        second = _wait(lambda: (r := _ready(ops)).get("checks", {}).get("policy", {}).get("revision") != first
-                       and r)["checks"]["policy"]["revision"]
+        _wait(lambda: _reloads(ops, "loaded") >= 2 * workers)  # every worker loaded the edit
+        second = _ready(ops)["checks"]["policy"]["revision"]
         assert second != first
         consent.write_text(consent.read_text() + "\nforbid (principal, action, resource) when { this is not cedar };\n")
         proc.send_signal(signal.SIGHUP)
-        _wait(lambda: _reloads(ops, "rejected") >= 1)  # the refused reload has happened
+        _wait(lambda: _reloads(ops, "rejected") >= workers)  # the refused reload has happened everywhere
         after = _ready(ops)
         assert after["ready"] is True and after["checks"]["policy"]["revision"] == second
         assert proc.poll() is None

@@ -1,0 +1,141 @@
+"""``memgov serve --workers N``: N whole gateways on the same ports, under one supervisor.
+
+Every worker is a complete gateway (data plane, control API, operations listener) on the shared
+state store, exactly as N replicas would be: budgets, caps, fencing, erasure and replay are
+decided in the database, never inside one process, so nothing changes for them. The kernel
+spreads connections over the workers (SO_REUSEPORT on every listener).
+
+The supervisor binds each port first (held, never listening, so a port of 0 is resolved once for
+all workers), starts the workers, forwards SIGTERM, SIGINT and SIGHUP (pack reload) to them and,
+when one worker dies, stops the others and exits non-zero so the orchestrator restarts the pod.
+Metrics of all workers are merged: each writes its samples to a shared folder (prometheus_client's
+multiprocess mode) and every ``/metrics`` answer reads them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from sidecar import evloop
+from sidecar.logs import configure_logging, get_logger
+from sidecar.settings import Settings, load_settings
+
+log = get_logger("workers")
+_LISTENERS = ("data", "control", "ops")
+_START_TIMEOUT_S = 120.0
+_STOP_TIMEOUT_S = 60.0
+#: prometheus_client reads this at import: set before a worker imports anything.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _hold(host: str, port: int) -> socket.socket:
+    """Bind (not listen) a port with SO_REUSEPORT: it stays ours, and a worker can bind it too."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection) -> None:
+    """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env)."""
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    from sidecar.server import serve  # after the environment is set: metrics are created at import
+
+    settings = load_settings(**config)
+    configure_logging(settings.log.level)
+    evloop.run(serve(settings, started=lambda: ready.send(os.getpid())))
+
+
+@dataclass
+class Workers:
+    """Running workers and the URLs they share."""
+
+    urls: dict[str, str]
+    processes: list[BaseProcess]
+
+
+@asynccontextmanager
+async def running_workers(settings: Settings, count: int) -> AsyncIterator[Workers]:
+    """Start ``count`` workers of ``settings`` on shared ports; stop them all on exit."""
+    held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
+    listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
+    config = settings.model_dump(mode="json")
+    config["listen"] = {**config["listen"], **listen, "workers": count}
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="memgov-metrics-") as metrics_dir:
+        processes: list[BaseProcess] = []
+        try:
+            for _ in range(count):
+                parent, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child), daemon=False)
+                proc.start()
+                child.close()
+                processes.append(proc)
+                if not await asyncio.to_thread(parent.poll, _START_TIMEOUT_S):
+                    raise RuntimeError("a worker did not start")
+                parent.recv()
+            log.info("workers.started", count=count)
+            shown = {name: "http://" + (value.replace("0.0.0.0", "127.0.0.1", 1)) for name, value in listen.items()}
+            yield Workers(shown, processes)
+        finally:
+            await asyncio.to_thread(_stop, processes)
+            for sock in held.values():
+                sock.close()
+
+
+def _stop(processes: list[BaseProcess]) -> None:
+    for proc in processes:
+        if proc.is_alive() and proc.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+    for proc in processes:
+        proc.join(_STOP_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+async def supervise(settings: Settings, count: int) -> int:
+    """Run ``count`` workers until SIGTERM/SIGINT (0) or until one dies (1)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    died = asyncio.Event()
+    async with running_workers(settings, count) as workers:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
+        for proc in workers.processes:
+            loop.add_reader(proc.sentinel, died.set)
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        for proc in workers.processes:
+            loop.remove_reader(proc.sentinel)
+        if died.is_set() and not stop.is_set():
+            log.error("workers.worker_exited", count=count)
+    return 1 if died.is_set() and not stop.is_set() else 0
+
+
+def _signal_all(processes: list[BaseProcess], sig: int) -> None:
+    for proc in processes:
+        if proc.is_alive() and proc.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
