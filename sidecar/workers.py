@@ -15,6 +15,7 @@ multiprocess mode) and every ``/metrics`` answer reads them all.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -37,6 +38,7 @@ _START_TIMEOUT_S = 120.0
 _STOP_TIMEOUT_S = 60.0
 #: prometheus_client reads this at import: set before a worker imports anything.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG = 1
 
 
 def _hold(host: str, port: int) -> socket.socket:
@@ -53,14 +55,23 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection) -> None:
+def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection, supervisor: int) -> None:
     """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env)."""
     os.environ[MULTIPROC_ENV] = metrics_dir
+    _die_with(supervisor)
     from sidecar.server import serve  # after the environment is set: metrics are created at import
 
     settings = load_settings(**config)
     configure_logging(settings.log.level)
     evloop.run(serve(settings, started=lambda: ready.send(os.getpid())))
+
+
+def _die_with(supervisor: int) -> None:
+    """SIGTERM this worker when the supervisor dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``)."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -84,7 +95,8 @@ async def running_workers(settings: Settings, count: int) -> AsyncIterator[Worke
         try:
             for _ in range(count):
                 parent, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child), daemon=False)
+                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child, os.getpid()),
+                                   daemon=False)
                 proc.start()
                 child.close()
                 processes.append(proc)
@@ -117,9 +129,11 @@ async def supervise(settings: Settings, count: int) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     died = asyncio.Event()
+    # Before any worker starts: a SIGTERM during start-up stops the gateway once the workers are up.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)  # each worker reads the pack as it starts
     async with running_workers(settings, count) as workers:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
         for proc in workers.processes:
             loop.add_reader(proc.sentinel, died.set)

@@ -85,3 +85,63 @@ class TestServe:
         after = _ready(ops)
         assert after["ready"] is True and after["checks"]["policy"]["revision"] == second
         assert proc.poll() is None
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The gateway workers a supervisor started (its spawned children other than helpers)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"multiprocessing.spawn" in cmdline and b"resource_tracker" not in cmdline:
+                found.append(int(child))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path):
+    ops = free_port()
+    config = tmp_path / "memgov.yaml"
+    config.write_text(
+        f"listen:\n  data: 127.0.0.1:{free_port()}\n  control: 127.0.0.1:{free_port()}\n  ops: 127.0.0.1:{ops}\n"
+        f"  workers: 2\nstate:\n  url: sqlite:///{tmp_path}/state.db\npolicy:\n  reload_interval_s: 0\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--config", str(config)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    try:
+        _wait(lambda: _ready(f"http://127.0.0.1:{ops}").get("ready") and len(_workers_of(proc.pid)) == 2)
+        yield proc, _workers_of(proc.pid)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=30)
+
+
+class TestWorkers:
+    def test_a_dead_worker_stops_the_whole_gateway(self, two_workers):
+        """When one worker dies the supervisor stops the other and exits 1, for the orchestrator to restart."""
+        proc, (first, second) = two_workers
+        os.kill(first, signal.SIGKILL)
+        assert proc.wait(timeout=60) == 1
+        _wait(lambda: _gone(second))
+
+    def test_workers_die_with_a_killed_supervisor(self, two_workers):
+        """A supervisor killed outright leaves no worker behind holding the ports."""
+        proc, workers = two_workers
+        proc.kill()
+        proc.wait(timeout=10)
+        _wait(lambda: all(_gone(w) for w in workers))
+
+    def test_sigterm_stops_every_worker_cleanly(self, two_workers):
+        """SIGTERM to the supervisor is passed on; every worker shuts down and the supervisor exits 0."""
+        proc, workers = two_workers
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
+        assert all(_gone(w) for w in workers)
