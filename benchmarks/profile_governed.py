@@ -23,6 +23,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from sidecar import evloop
 from sidecar.bench.scenarios import SCENARIOS  # noqa: F401 - loads the governed scenarios first (import order)
 from sidecar.bench.governed import _UNBOUNDED
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
@@ -151,7 +152,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     configure_logging("warning")
-    results = asyncio.run(run(args.state, args.requests, args.out))
+    results = evloop.run(run(args.state, args.requests, args.out))
     for name, us in results.items():
         print(f"{name}: {us:.0f} µs CPU per request (gateway, client and canned upstream in one process)")
 

@@ -69,14 +69,18 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
 
 @asynccontextmanager
 async def running_gateway(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None
+    settings: Settings, *, clock: Callable[[], datetime] | None = None, resume: bool = True
 ) -> AsyncIterator[Gateway]:
-    """Start every listener of a gateway (ports may be 0) and stop them on exit."""
+    """Start every listener of a gateway (ports may be 0) and stop them on exit.
+
+    ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
+    resumes them as it starts (the sweepers of every worker still pick up stalled ones).
+    """
     gw = Gateway(settings)
     readiness = Readiness()
     async with (
         governance(settings, readiness, clock=clock) as gov,
-        control_plane(gov) as control,
+        control_plane(gov, resume=resume) as control,
         sampling(gov.store, gov.now),
     ):
         gw.governance = gov
@@ -92,7 +96,7 @@ async def running_gateway(
                 await runner.cleanup()
 
 
-async def serve(settings: Settings, started: Callable[[], object] | None = None) -> None:
+async def serve(settings: Settings, started: Callable[[], object] | None = None, *, resume: bool = True) -> None:
     """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -100,7 +104,7 @@ async def serve(settings: Settings, started: Callable[[], object] | None = None)
         loop.add_signal_handler(sig, stop.set)
     tracing.configure(settings.tracing)
     try:
-        async with running_gateway(settings) as gw:
+        async with running_gateway(settings, resume=resume) as gw:
             if gw.governance is not None:
                 gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
             if started is not None:

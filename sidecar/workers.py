@@ -55,15 +55,21 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection, supervisor: int) -> None:
-    """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env)."""
+def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection, supervisor: int, index: int) -> None:
+    """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env).
+
+    Only the first worker resumes unfinished erasures as it starts, as a single-process gateway
+    does: a later one would otherwise take over an erasure the first is already running.
+    """
     os.environ[MULTIPROC_ENV] = metrics_dir
     _die_with(supervisor)
-    from sidecar.server import serve  # after the environment is set: metrics are created at import
+    from sidecar.server import (
+        serve,  # after the environment is set: metrics are created at import
+    )
 
     settings = load_settings(**config)
     configure_logging(settings.log.level)
-    evloop.run(serve(settings, started=lambda: ready.send(os.getpid())))
+    evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
 
 
 def _die_with(supervisor: int) -> None:
@@ -93,13 +99,16 @@ async def running_workers(settings: Settings, count: int) -> AsyncIterator[Worke
     with tempfile.TemporaryDirectory(prefix="memgov-metrics-") as metrics_dir:
         processes: list[BaseProcess] = []
         try:
-            for _ in range(count):
+            readiness = []
+            for index in range(count):  # all at once: only one start-up long do some serve and others not
                 parent, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child, os.getpid()),
+                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child, os.getpid(), index),
                                    daemon=False)
                 proc.start()
                 child.close()
                 processes.append(proc)
+                readiness.append(parent)
+            for parent in readiness:
                 if not await asyncio.to_thread(parent.poll, _START_TIMEOUT_S):
                     raise RuntimeError("a worker did not start")
                 parent.recv()
