@@ -63,9 +63,8 @@ def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection, supervi
     """
     os.environ[MULTIPROC_ENV] = metrics_dir
     _die_with(supervisor)
-    from sidecar.server import (
-        serve,  # after the environment is set: metrics are created at import
-    )
+    # Imported after the environment is set: metrics are created at import.
+    from sidecar.server import serve
 
     settings = load_settings(**config)
     configure_logging(settings.log.level)

@@ -147,18 +147,19 @@ class AdmissionOps:
         # consent change until the in-flight record is in (as begin_write's share lock does).
         lock = " FOR UPDATE OF s" if write is not None and self._db.dialect == "postgresql" else ""
         try:
-            return await self._db.run(_admit(scope_id, generation, claims, now_us, window=window, write=write,
-                                              reserving=True, lock=lock))
+            return await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
+                                                      write=write, reserving=True, lock=lock))
         except Refused as refused:
-            seen = await self._db.run(_admit(scope_id, generation, claims, now_us, window=window, write=write,
-                                             reserving=False, lock=""), "snapshot")
+            seen = await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
+                                                     write=write, reserving=False, lock=""), "snapshot")
             return Admission(seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count,
                              window=seen.window)
 
     async def release_write(self, admission: Admission) -> None:
         """Give back an admitted save's slots and in-flight record (the policy refused it)."""
         if admission.op_id is not None:
-            await self._db.run(_release(admission.slots, admission.op_id), "single")
+            op_id = admission.op_id
+            await self._db.run(lambda: _release(admission.slots, op_id), "single")
 
     async def finish_write(self, op_id: str, scope_id: str, ns_id: str,
                            fills: list[tuple[str, str, datetime, datetime]]) -> bool:
@@ -168,4 +169,4 @@ class AdmissionOps:
         for slot_id, entry_id, created_at, expires_at in fills:
             codec.check_id(entry_id, "entry_id")
             rows.append((slot_id, entry_id, to_us(created_at), to_us(expires_at)))
-        return await self._db.run(_finish(op_id, scope_id, ns_id, rows), "single")
+        return await self._db.run(lambda: _finish(op_id, scope_id, ns_id, rows), "single")

@@ -109,7 +109,8 @@ class BudgetOps:
     async def reserve_budget(self, claims: list[BudgetClaim], now: datetime) -> str | None:
         """Reserve every claim or none; return None when admitted, else the first refusing claim's reason."""
         try:
-            await self._db.run(reserve(claims, to_us(now)))
+            now_us = to_us(now)
+            await self._db.run(lambda: reserve(claims, now_us))
         except Refused as refused:
             return refused.reason
         return None

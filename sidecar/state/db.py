@@ -14,9 +14,13 @@ Transaction modes:
                 BEGIN/COMMIT round trips on PostgreSQL.
 
 Scripts: an operation that needs several statements in one transaction can be written once as a
-generator that yields :class:`Stmt` and receives each result (``Database.run``). On SQLite the
-whole script, BEGIN and COMMIT included, runs in the connection's thread in one hand-off instead
-of one per statement; on PostgreSQL it runs statement by statement on one pooled connection.
+generator that yields :class:`Stmt` and receives each result (``Database.run`` takes a function
+that makes it, so it can be run again). On PostgreSQL it runs statement by statement on one pooled
+connection. On SQLite it first runs right on the event loop's thread, in its own transaction on a
+connection that never waits for a lock: a governed call's state work is tens of microseconds
+there, where each hand-off to a connection thread costs more than that. Only when another
+process holds the write lock (SQLITE_BUSY, before anything was written) is the script made again
+and run in the connection thread, where it waits for the lock as long as the busy timeout allows.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Generator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -70,6 +74,8 @@ def executemany(sql: str, rows: Iterable[Sequence[Any]]) -> Stmt:
 
 #: A transaction written once for both backends: yields statements, receives their results.
 Script = Generator[Stmt, Any, T]
+#: Makes a fresh script (SQLite runs it again after a lock conflict).
+MakeScript = Callable[[], Script[T]]
 
 
 async def drive(script: Script[T], tx: Tx) -> T:
@@ -118,7 +124,7 @@ class Database(Protocol):
 
     def tx(self, mode: Mode = "write") -> Any: ...
 
-    async def run(self, script: Script[T], mode: Mode = "write") -> T: ...
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T: ...
 
     async def close(self) -> None: ...
 
@@ -195,9 +201,9 @@ class PgDatabase:
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
                 yield _PgTx(con)
 
-    async def run(self, script: Script[T], mode: Mode = "write") -> T:
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
         async with self.tx(mode) as tx:
-            return await drive(script, tx)
+            return await drive(make(), tx)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -231,8 +237,9 @@ class SqliteDatabase:
 
     dialect = "sqlite"
 
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
-        self._writer, self._reader = writer, reader
+    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection,
+                 inline: sqlite3.Connection | None = None) -> None:
+        self._writer, self._reader, self._inline = writer, reader, inline
         self._wlock = asyncio.Lock()
         self._rlock = self._wlock if reader is writer else asyncio.Lock()
 
@@ -249,7 +256,7 @@ class SqliteDatabase:
             Path(path).chmod(0o600)
             writer = await cls._connect(path)
             await cls._wal(writer)
-            return cls(writer, await cls._connect(path))
+            return cls(writer, await cls._connect(path), cls._connect_inline(path))
 
     @staticmethod
     async def _connect(path: str) -> aiosqlite.Connection:
@@ -257,6 +264,15 @@ class SqliteDatabase:
         await con.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
         await con.execute("PRAGMA foreign_keys = ON")
         await con.execute("PRAGMA synchronous = NORMAL")
+        return con
+
+    @staticmethod
+    def _connect_inline(path: str) -> sqlite3.Connection:
+        # No busy wait: a locked database is handed to the connection thread instead (see run).
+        con = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+        con.execute("PRAGMA busy_timeout = 0")
+        con.execute("PRAGMA foreign_keys = ON")
+        con.execute("PRAGMA synchronous = NORMAL")
         return con
 
     @staticmethod
@@ -291,19 +307,35 @@ class SqliteDatabase:
                 raise
             await con.execute("COMMIT")
 
-    async def run(self, script: Script[T], mode: Mode = "write") -> T:
-        con, lock = (self._writer, self._wlock) if mode in ("write", "single") else (self._reader, self._rlock)
-        async with tracing.span("memgov.state", backend="sqlite", step=mode), backend_errors(), lock:
-            # aiosqlite runs a callable in its connection thread with the connection it owns
-            # (`_execute`, `_conn`); the whole transaction is one hand-off to that thread.
-            raw: sqlite3.Connection = con._conn
-            result: T = await con._execute(_run_sync, raw, script, mode)  # type: ignore[no-untyped-call]
-            return result
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
+        writes = mode in ("write", "single")
+        con, lock = (self._writer, self._wlock) if writes else (self._reader, self._rlock)
+        async with tracing.span("memgov.state", backend="sqlite", step=mode), backend_errors():
+            if self._inline is not None:
+                # Writers of this process queue on the lock; one holding it never awaits inside it.
+                async with self._wlock if writes else _NO_LOCK:
+                    try:
+                        # A write is always one transaction here, so a conflict leaves nothing behind.
+                        return _run_sync(self._inline, make(), "write" if writes else mode)
+                    except sqlite3.OperationalError as exc:
+                        if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                            raise
+            async with lock:
+                # aiosqlite runs a callable in its connection thread with the connection it owns
+                # (`_execute`, `_conn`); the whole transaction is one hand-off to that thread.
+                raw: sqlite3.Connection = con._conn
+                result: T = await con._execute(_run_sync, raw, make(), mode)  # type: ignore[no-untyped-call]
+                return result
 
     async def close(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
         await self._writer.close()
         if self._reader is not self._writer:
             await self._reader.close()
+
+
+_NO_LOCK: AbstractAsyncContextManager[None] = nullcontext()
 
 
 def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
