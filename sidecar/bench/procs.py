@@ -167,7 +167,9 @@ class ServerProcess:
         ctx = multiprocessing.get_context("spawn")
         self.kind = kind
         self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(kind, params, list(cpus), child_conn), daemon=True)
+        # A daemonic process may not start processes of its own, which memgov's workers are.
+        self._proc = ctx.Process(target=_child, args=(kind, params, list(cpus), child_conn),
+                                 daemon=int(params.get("workers", 1)) == 1)
         self._proc.start()
         child_conn.close()
         if not self._conn.poll(_START_TIMEOUT_S):

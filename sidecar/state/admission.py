@@ -25,7 +25,7 @@ from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import SLOT_LEASE_S
-from sidecar.state.prefetch import CURRENT_WINDOW, window_key
+from sidecar.state.prefetch import current_window
 from sidecar.state.scopes import SCOPE_SELECT, scope_of_row, valid_scope_id
 from sidecar.state.types import BudgetClaim, Scope, StateError
 
@@ -76,10 +76,7 @@ def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *
     scope = scope_of_row(row) if row is not None else None
     if scope is None or not scope.enabled or scope.generation != generation or scope.namespace is None:
         return Admission(scope)
-    window_id = None
-    if window:
-        found = yield fetchrow(CURRENT_WINDOW, window_key(scope_id), now_us)
-        window_id = None if found is None else f"{scope_id}.{int(found[0])}"
+    window_id = (yield from current_window(scope_id, now_us)) if window else None
     if reserving:
         yield from reserve(claims(scope, window_id), now_us)
     if write is None:
