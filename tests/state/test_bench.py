@@ -8,6 +8,8 @@ from sidecar.bench.state import register_bench, run_state_bench
 from sidecar.state import open_store
 
 OPERATIONS = {
+    "save: admit + finish_write",
+    "search: admit + filter_live",
     "get_scope + generation check",
     "begin_write + end_write",
     "reserve_entries + fill_entry",
