@@ -13,7 +13,6 @@ encoded once, before the timed loop, so the client's own JSON work is not counte
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import secrets
 import tempfile
@@ -27,8 +26,8 @@ import yaml
 from aiohttp import web
 
 from sidecar import evloop
-from sidecar.bench.scenarios import SCENARIOS  # noqa: F401 - loads the governed scenarios first (import order)
 from sidecar.bench.governed import _UNBOUNDED
+from sidecar.bench.scenarios import SCENARIOS  # noqa: F401 - loads the governed scenarios first (import order)
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.server import running_gateway
