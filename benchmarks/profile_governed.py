@@ -25,9 +25,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+import sidecar.bench.scenarios  # first: it loads sidecar.bench.governed, which builds on it
 from sidecar import evloop
-from sidecar.bench.governed import _UNBOUNDED
-from sidecar.bench.scenarios import SCENARIOS  # noqa: F401 - loads the governed scenarios first (import order)
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.server import running_gateway
@@ -85,7 +84,7 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
 
         shutil.copytree(PACKAGED_POLICY_DIR, pack)
         limits = yaml.safe_load((pack / "data" / "limits.yaml").read_text())
-        (pack / "data" / "limits.yaml").write_text(yaml.safe_dump({**limits, **_UNBOUNDED}))
+        (pack / "data" / "limits.yaml").write_text(yaml.safe_dump({**limits, **sidecar.bench.governed._UNBOUNDED}))
         bridge = secrets.token_hex(32).encode()
         (folder / "bridge.key").write_bytes(bridge)
         (folder / "session.key").write_bytes(secrets.token_hex(32).encode())
