@@ -32,10 +32,13 @@ from sidecar.state.types import BudgetClaim, Scope, StateError
 #: Budget claims of a live scope, given its prefetch window id (None outside a window).
 Claims = Callable[[Scope, str | None], list[BudgetClaim]]
 
+#: Live entries, and live entries plus unexpired pending slots, each counted up to $3 (the cap + 1):
+#: every comparison with the cap comes out the same, and a scope's rows past it cost nothing.
 _COUNTS = (
-    "SELECT COALESCE(SUM(CASE WHEN expires_us > $2 THEN 1 ELSE 0 END), 0),"
-    " COALESCE(SUM(CASE WHEN expires_us > $2 OR (expires_us IS NULL AND lease_us > $2) THEN 1 ELSE 0 END), 0)"
-    " FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
+    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
+    " AND deleted_us IS NULL AND expires_us > $2 LIMIT $3) AS live),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
+    " AND deleted_us IS NULL AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2)) LIMIT $3) AS held)"
 )
 
 
@@ -45,7 +48,7 @@ class Admission:
 
     ``live``: the scope exists, is enabled at the presented generation and has a live namespace.
     ``refused``: the reason of the budget claim that did not fit (nothing was reserved then).
-    ``live_count``: the scope's live entries, for the decision. ``window``: the prefetch window id.
+    ``live_count``: the scope's live entries, for the decision (counted up to the cap + 1). ``window``: the prefetch window id.
     ``slots``/``op_id``: the ledger slots and in-flight record of an admitted save.
     ``blocked``: why an admitted save got no slots (the cap with pending slots, or a rotation
     copying the namespace); the call is refused with it if the policy allows.
@@ -81,7 +84,7 @@ def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *
         yield from reserve(claims(scope, window_id), now_us)
     if write is None:
         return Admission(scope, live=True, window=window_id)
-    counts = yield fetchrow(_COUNTS, scope_id, now_us)
+    counts = yield fetchrow(_COUNTS, scope_id, now_us, write.cap + 1)
     live_count, held = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
     if not reserving:
         return Admission(scope, live=True, live_count=live_count)
