@@ -22,7 +22,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego \
+.PHONY: venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -91,7 +91,14 @@ image-ci: image-tools
 test-py: venv pg tools kagent image-ci
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
-test: test-rego test-py
+# Style, types and layers: ruff (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
+# contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: lint test-rego test-py
 
 demo: venv
 	$(VENV)/bin/memgov demo

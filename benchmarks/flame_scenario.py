@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sidecar.bench.loadgen import LoadJob, run_python
-from sidecar.bench.procs import ServerProcess
-from sidecar.bench.scenarios import SCENARIOS
+from sidecar.dev.bench.catalog import SCENARIOS
+from sidecar.dev.bench.loadgen import LoadJob, run_python
+from sidecar.dev.bench.procs import ServerProcess
 
 
 def record(name: str, out: Path, seconds: float, concurrency: int) -> float:

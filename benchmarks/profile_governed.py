@@ -25,8 +25,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-import sidecar.bench.scenarios  # first: it loads sidecar.bench.governed, which builds on it
 from sidecar import evloop
+from sidecar.dev.bench.governed import _UNBOUNDED
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.server import running_gateway
@@ -84,7 +84,7 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
 
         shutil.copytree(PACKAGED_POLICY_DIR, pack)
         limits = yaml.safe_load((pack / "data" / "limits.yaml").read_text())
-        (pack / "data" / "limits.yaml").write_text(yaml.safe_dump({**limits, **sidecar.bench.governed._UNBOUNDED}))
+        (pack / "data" / "limits.yaml").write_text(yaml.safe_dump({**limits, **_UNBOUNDED}))
         bridge = secrets.token_hex(32).encode()
         (folder / "bridge.key").write_bytes(bridge)
         (folder / "session.key").write_bytes(secrets.token_hex(32).encode())
@@ -93,7 +93,8 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
             upstream={"controller_url": url}, listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0",
                                                       "ops": "127.0.0.1:0"},
             state={"url": state_url}, policy={"dir": str(pack), "reload_interval_s": 0},
-            secrets={"session_key_file": str(folder / "session.key")}, trust={"bridge_key_file": str(folder / "bridge.key")},
+            secrets={"session_key_file": str(folder / "session.key")},
+            trust={"bridge_key_file": str(folder / "bridge.key")},
             matrix={"server_name": SERVER, "bridge_bot": BOT}, log={"level": "warning"},
             agents={AGENT: {"disabled_variant": "assistant-nomem", "ghost": GHOST}})
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:

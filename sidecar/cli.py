@@ -2,12 +2,16 @@
 
 Each command lives beside the code it drives and exposes ``register(subparsers)``, which adds
 its parser and sets ``func`` (``args -> exit code``). This file only lists them, in help order.
+It is the one place that knows the dev tooling (``sidecar.dev``): its commands are registered
+only where that package is installed (a checkout, not the production wheel or image), and it
+gives ``memgov drill`` its in-process target there.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -17,12 +21,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.server",
     "sidecar.policy.cli",
     "sidecar.state.cli",
-    "sidecar.bench.cli",
-    "sidecar.devstack.cli",
-    "sidecar.demo",
+    "sidecar.dev.bench.cli",
+    "sidecar.dev.devstack.cli",
+    "sidecar.dev.demo",
     "sidecar.control.cli",
     "sidecar.drill.cli",
-    "sidecar.fuzz.cli",
+    "sidecar.dev.fuzz.cli",
 )
 
 
@@ -30,8 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memgov", description="Governed memory gateway for kagent.")
     parser.add_argument("--config", help="YAML configuration file (also MEMGOV_CONFIG).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    dev = importlib.util.find_spec("sidecar.dev") is not None
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        if dev or not name.startswith("sidecar.dev."):
+            importlib.import_module(name).register(sub)
+    if dev:
+        from sidecar.dev.drill_devstack import devstack_target
+
+        sub.choices["drill"].set_defaults(in_process=devstack_target)
     # `memgov serve --config X` reads as naturally as `memgov --config X serve`; accept both.
     for command in sub.choices.values():
         command.add_argument("--config", dest="config_after", default=None, help=argparse.SUPPRESS)

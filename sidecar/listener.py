@@ -18,7 +18,7 @@ from sidecar.reasons import Reason, error_body, new_decision_id
 log = get_logger("server")
 
 
-class _ContentFreeErrors(RequestHandler):  # type: ignore[type-arg]
+class _ContentFreeErrors(RequestHandler):
     """A connection handler whose parser-level and last-resort errors carry only a reason code."""
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
@@ -36,7 +36,7 @@ class _ContentFreeErrors(RequestHandler):  # type: ignore[type-arg]
 
 
 class _Server(web.Server):
-    def __call__(self) -> RequestHandler:  # type: ignore[type-arg]
+    def __call__(self) -> RequestHandler:
         return _ContentFreeErrors(self, loop=self._loop, **self._kwargs)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Callable, MutableMapping
-from typing import IO, Any, Final
+from collections.abc import Callable, MutableMapping, Set
+from typing import Any, Final, TextIO
 
 import structlog
 from structlog.typing import EventDict, WrappedLogger
@@ -42,7 +42,7 @@ def _match(rx: re.Pattern[str]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, str) and rx.fullmatch(v) is not None
 
 
-def _member(values: frozenset[str]) -> Callable[[Any], bool]:
+def _member(values: Set[str]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, str) and v in values
 
 
@@ -164,7 +164,7 @@ def _shared_processors() -> list[Any]:
     ]
 
 
-def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
+def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
     """Route structlog and stdlib logging through the sanitizer into JSON lines on ``stream``."""
     out = stream if stream is not None else sys.stdout
     lvl = getattr(logging, level.upper())

@@ -29,7 +29,7 @@ UPSTREAM_SECONDS = Histogram(
 UPSTREAM_FAILURES = Counter(
     "memgov_upstream_failures_total", "Upstream requests that failed before a response.", ["upstream", "kind"]
 )
-DECISIONS = Counter(
+GOVERNED_DECISIONS = Counter(
     "memgov_governed_decisions_total", "Governed requests by operation, action and reason.",
     ["operation", "action", "reason"],
 )

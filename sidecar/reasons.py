@@ -1,8 +1,14 @@
-"""Stable reason codes and the only way a governed error body is built.
+"""Stable reason codes, their HTTP statuses, the one refusal exception and the only error body.
 
 Every denial, rewrite and failure memgov reports names exactly one of these codes. Error bodies
 are assembled from the enum and opaque ids only, so no request, memory or upstream text can
 reach a client through an error (SPEC D7).
+
+A handler on either plane refuses by raising :class:`Refusal`; the plane's middleware records it
+(log, metric, audit row or refusal count) and answers ``error_body`` with its status::
+
+    Refusal(reason)                  status from STATUS (403 for codes not listed)
+      └── decide.respond.Denied      a policy decision's refusal, already recorded: 403 (SPEC D6)
 
 A policy pack may declare further codes for its own rules (``data/reasons.yaml``); the runtime
 registers them with :func:`declare` before the pack goes live. A declared code is a member of
@@ -17,7 +23,9 @@ import enum
 import json
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
+from http import HTTPStatus
+from types import MappingProxyType
 from typing import Final
 
 
@@ -160,6 +168,57 @@ def primary(reasons: list[Reason] | tuple[Reason, ...]) -> Reason:
     if not reasons:
         return Reason.INTERNAL_ERROR
     return Reason(min(reasons, key=lambda r: (_rank(Reason(r).value), Reason(r).value)))
+
+
+#: The HTTP status a refusal answers with. Codes not listed (consent, identity, context, limits,
+#: routes, pack-declared codes) answer 403; a refusal may name another status where the same code
+#: means something else on one route (``Refusal(status=...)``).
+STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType({
+    Reason.BAD_REQUEST: HTTPStatus.BAD_REQUEST,
+    Reason.PRINCIPAL_INVALID: HTTPStatus.BAD_REQUEST,
+    Reason.AUTH_REQUIRED: HTTPStatus.UNAUTHORIZED,
+    Reason.NOT_FOUND: HTTPStatus.NOT_FOUND,
+    Reason.BODY_TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
+    Reason.CONFIRMATION_REQUIRED: HTTPStatus.CONFLICT,
+    Reason.ERASURE_PENDING: HTTPStatus.CONFLICT,
+    Reason.BODY_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    Reason.CONCURRENCY_LIMITED: HTTPStatus.TOO_MANY_REQUESTS,
+    Reason.INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR,
+    Reason.ERASURE_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+    Reason.VERIFICATION_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+    Reason.UPSTREAM_ERROR: HTTPStatus.BAD_GATEWAY,
+    Reason.UPSTREAM_UNAVAILABLE: HTTPStatus.BAD_GATEWAY,
+    Reason.STATE_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+})
+
+
+def status_of(reason: Reason) -> HTTPStatus:
+    """The HTTP status of a refusal with ``reason`` (see :data:`STATUS`)."""
+    return STATUS.get(reason, HTTPStatus.FORBIDDEN)
+
+
+class Refusal(Exception):
+    """A request is refused with ``reason``; the plane's middleware records it and answers ``error_body``.
+
+    Args:
+        status: the answer's status when it is not the code's usual one (:func:`status_of`).
+        scope_id: the scope the refusal concerns (audit rows and logs name it).
+        credentialed: the caller proved a genuine credential, so the refusal gets its own audit row;
+            otherwise it is only counted per hour, operation and reason (R-15).
+        recorded: already logged and audited where it was decided; the middleware only answers.
+        headers: response headers the answer carries (a challenge, the evidence's location).
+        upstream_status: the upstream's status, named in an ``upstream_error`` body.
+    """
+
+    def __init__(self, reason: Reason, *, status: HTTPStatus | None = None, scope_id: str | None = None,
+                 credentialed: bool = False, recorded: bool = False, headers: Mapping[str, str] | None = None,
+                 upstream_status: int | None = None) -> None:
+        super().__init__(Reason(reason).value)
+        self.reason = Reason(reason)
+        self.status = status if status is not None else status_of(self.reason)
+        self.scope_id, self.credentialed, self.recorded = scope_id, credentialed, recorded
+        self.headers = dict(headers or {})
+        self.upstream_status = upstream_status
 
 
 def new_decision_id() -> str:

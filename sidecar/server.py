@@ -15,8 +15,7 @@ from aiohttp import web
 from sidecar import evloop, tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
-from sidecar.enforce.build import governance
-from sidecar.enforce.runtime import GOVERNANCE, Governance
+from sidecar.governance import GOVERNANCE, Governance, governance
 from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
@@ -126,12 +125,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if workers > 1:
         from sidecar.workers import supervise
 
-        return evloop.run(supervise(settings, workers))
+        return evloop.run(supervise(settings, workers, serve))
     evloop.run(serve(settings))
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="Run the gateway (data plane, control API, operations).")
     p.add_argument("--workers", type=int, choices=range(1, 65), metavar="N", default=None,
                    help="Gateway processes on the same ports (default: listen.workers, 1).")

@@ -19,6 +19,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from sidecar.identity import IdentityError
+from sidecar.identity.mxid import normalise_server_name, parse_mxid
+from sidecar.secretfile import read_secret
+
 #: The default policy pack, shipped as package data (sidecar/packaged/) and found through
 #: importlib.resources. memgov is installed as files, so this is a folder the pack reader and the
 #: file watcher can walk; its case tables are ``policy-tests`` beside it.
@@ -206,9 +210,6 @@ class AgentSettings(_Section):
 
 def _identity_check(kind: str, value: str) -> str:
     """Validate an MXID or server name with the identity grammar; the canonical form is kept."""
-    from sidecar.identity import IdentityError
-    from sidecar.identity.mxid import normalise_server_name, parse_mxid
-
     try:
         return normalise_server_name(value) if kind == "server_name" else str(parse_mxid(value))
     except IdentityError:
@@ -359,20 +360,6 @@ class Settings(BaseSettings):
         if self.secrets.previous_session_key_file is not None:
             previous = read_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file")
         return current, previous
-
-
-PLACEHOLDER_SECRETS = frozenset({b"changeme", b"change-me", b"secret", b"placeholder", b"dev", b"test"})
-
-
-def read_secret(path: Path, key: str, *, min_bytes: int = 16) -> bytes:
-    """Read a secret file; refuse missing, short or placeholder secrets, naming only the key."""
-    try:
-        data = Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise SettingsError(f"{key}: cannot read the file ({exc.strerror})") from None
-    if data.lower() in PLACEHOLDER_SECRETS or len(data) < min_bytes:
-        raise SettingsError(f"{key}: the secret is a placeholder or shorter than {min_bytes} bytes")
-    return data
 
 
 class _YamlSource(PydanticBaseSettingsSource):

@@ -74,7 +74,7 @@ class SpanHandle:
 _OFF: Final = SpanHandle(None)
 
 
-class span:  # noqa: N801 - used like a function: `with span(...)` / `async with span(...)`
+class span:
     """A span around a block, child of the current span (or of ``parent``'s traceparent header)."""
 
     __slots__ = ("_attrs", "_cm", "_name", "_parent", "_span")

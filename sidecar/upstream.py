@@ -6,12 +6,12 @@ are dropped; the client's bytes reach kagent unchanged (no added compression or 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Final
 
 import aiohttp
@@ -21,7 +21,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from sidecar import metrics, tracing
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 from sidecar.settings import UpstreamSettings
 
 HOP_BY_HOP: Final = frozenset(
@@ -45,25 +45,25 @@ _AUTO_HEADERS: Final = ("Accept-Encoding", "User-Agent", "Content-Type", "Accept
 CONTEXT_HEADER: Final = "X-Memgov-Context"
 
 
-class BodyRefused(Exception):
-    """The request body broke a listener limit; ``status`` and ``reason`` say which."""
+class BodyRefused(Refusal):
+    """The request body broke a listener limit; the subclass says which."""
 
-    status = 400
-    reason = Reason.BAD_REQUEST
+    code = Reason.BAD_REQUEST
+
+    def __init__(self) -> None:
+        super().__init__(self.code)
 
 
 class BodyTooLarge(BodyRefused):
     """The request body exceeded ``listen.max_body_bytes``."""
 
-    status = 413
-    reason = Reason.BODY_TOO_LARGE
+    code = Reason.BODY_TOO_LARGE
 
 
 class BodyTooSlow(BodyRefused):
     """The request body missed ``listen.body_timeout_s`` or ``listen.body_min_rate_bps``."""
 
-    status = 408
-    reason = Reason.BODY_TIMEOUT
+    code = Reason.BODY_TIMEOUT
 
 
 def _refusal_in_chain(exc: BaseException) -> BodyRefused | None:
@@ -78,15 +78,16 @@ def _refusal_in_chain(exc: BaseException) -> BodyRefused | None:
     return None
 
 
-class UpstreamUnavailable(Exception):
-    """The upstream could not be reached or did not answer in time; ``timeout`` tells which.
+class UpstreamUnavailable(Refusal):
+    """The upstream could not be reached (502) or did not answer in time (504); ``timeout`` tells which.
 
     ``sent`` is True unless the connection itself failed: then the request never left, and a
     write certainly did not happen; otherwise (timeout, reset) its outcome is unknown.
     """
 
     def __init__(self, timeout: bool, sent: bool = True) -> None:
-        super().__init__("timeout" if timeout else "connect")
+        super().__init__(Reason.UPSTREAM_UNAVAILABLE,
+                         status=HTTPStatus.GATEWAY_TIMEOUT if timeout else HTTPStatus.BAD_GATEWAY)
         self.timeout, self.sent = timeout, sent
 
 
@@ -133,7 +134,7 @@ class Upstream:
                 skip_auto_headers=skip, allow_redirects=False,
             )
             resp = await cm.__aenter__()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             if (refused := _refusal_in_chain(exc)) is not None:
                 raise refused from None
             metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()

@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final, TypeGuard
 
 import orjson
 
@@ -42,7 +42,7 @@ class BadBody(ValueError):
     """A body memgov will not read; the message is a fixed code word."""
 
 
-def _pairs(fields: frozenset[str]):  # type: ignore[no-untyped-def]
+def _pairs(fields: frozenset[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         folded: set[str] = set()
@@ -190,14 +190,14 @@ def is_vector(value: object, dim: int = VECTOR_DIM) -> bool:
     return FLOAT32_MIN_NORMAL <= largest <= FLOAT32_MAX and math.isfinite(sum(value))
 
 
-def is_int64(value: object) -> bool:
+def is_int64(value: object) -> TypeGuard[int]:
     """A JSON integer (not a bool) within int64."""
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
 def is_number(value: object) -> bool:
     """A finite JSON number (not a bool)."""
-    return type(value) in _NUMBER_TYPES and math.isfinite(value)  # type: ignore[arg-type]
+    return type(value) in _NUMBER_TYPES and math.isfinite(value)  # type: ignore[arg-type]  # the type test admits int and float only
 
 
 def dumps(value: object) -> bytes:

@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -55,17 +55,17 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _worker(config: dict[str, Any], metrics_dir: str, ready: Connection, supervisor: int, index: int) -> None:
+#: What a worker runs: ``sidecar.server.serve`` (passed in, so this module does not import the server).
+Serve = Callable[..., Coroutine[Any, Any, None]]
+
+
+def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor: int, index: int) -> None:
     """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env).
 
     Only the first worker resumes unfinished erasures as it starts, as a single-process gateway
     does: a later one would otherwise take over an erasure the first is already running.
     """
-    os.environ[MULTIPROC_ENV] = metrics_dir
     _die_with(supervisor)
-    # Imported after the environment is set: metrics are created at import.
-    from sidecar.server import serve
-
     settings = load_settings(**config)
     configure_logging(settings.log.level)
     evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
@@ -88,20 +88,22 @@ class Workers:
 
 
 @asynccontextmanager
-async def running_workers(settings: Settings, count: int) -> AsyncIterator[Workers]:
-    """Start ``count`` workers of ``settings`` on shared ports; stop them all on exit."""
+async def running_workers(settings: Settings, count: int, serve: Serve) -> AsyncIterator[Workers]:
+    """Start ``count`` workers running ``serve`` with ``settings`` on shared ports; stop them all on exit."""
     held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
     listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
     config = settings.model_dump(mode="json")
     config["listen"] = {**config["listen"], **listen, "workers": count}
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="memgov-metrics-") as metrics_dir:
+        # Spawned workers inherit the environment; prometheus_client reads it as they import it.
+        os.environ[MULTIPROC_ENV] = metrics_dir
         processes: list[BaseProcess] = []
         try:
             readiness = []
             for index in range(count):  # all at once: only one start-up long do some serve and others not
                 parent, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(config, metrics_dir, child, os.getpid(), index),
+                proc = ctx.Process(target=_worker, args=(serve, config, child, os.getpid(), index),
                                    daemon=False)
                 proc.start()
                 child.close()
@@ -132,7 +134,7 @@ def _stop(processes: list[BaseProcess]) -> None:
             proc.join()
 
 
-async def supervise(settings: Settings, count: int) -> int:
+async def supervise(settings: Settings, count: int, serve: Serve) -> int:
     """Run ``count`` workers until SIGTERM/SIGINT (0) or until one dies (1)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -141,7 +143,7 @@ async def supervise(settings: Settings, count: int) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: None)  # each worker reads the pack as it starts
-    async with running_workers(settings, count) as workers:
+    async with running_workers(settings, count, serve) as workers:
         loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
         for proc in workers.processes:
             loop.add_reader(proc.sentinel, died.set)

@@ -40,7 +40,7 @@ async def relay_websocket(request: web.Request, upstream: Upstream) -> web.Strea
         upstream_ws = await upstream.session.ws_connect(
             upstream.url(request.raw_path), headers=headers, protocols=protocols, autoclose=False,
         )
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         raise UpstreamUnavailable(timeout=False) from None
     client_ws = web.WebSocketResponse(protocols=protocols, autoclose=False)
     await client_ws.prepare(request)

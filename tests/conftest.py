@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar import tracing
-from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
+from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
 from tests.support.upstream import MARKER, REAL_MARKER, STANDIN, Upstream, marked_upstreams, upstream_params
 

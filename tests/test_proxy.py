@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from sidecar.proxy import create_data_app
 from sidecar.reasons import REASON_VALUES
 from tests.support.echo import ECHO, create_echo_app
-from sidecar.proxy import create_data_app
 from tests.support.gateway import gateway, gateway_settings
 from tests.support.pg import free_port
 from tests.support.sentinel import capture_sinks, make_sentinel

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.devstack.pg import free_port
+from sidecar.dev.devstack.pg import free_port
 from sidecar.settings import PACKAGED_POLICY_DIR
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.settings import SettingsError, load_settings, read_secret
+from sidecar.secretfile import SecretError, read_secret
+from sidecar.settings import SettingsError, load_settings
 
 SPEC_KEYS = {
     "MEMGOV_UPSTREAM__CONTROLLER_URL": ("upstream", "controller_url", "http://127.0.0.1:8083"),
@@ -94,7 +95,7 @@ class TestSettings:
         """Short or placeholder secret files are refused; the message names the key, not the value."""
         path = tmp_path / "k"
         path.write_bytes(content)
-        with pytest.raises(SettingsError) as err:
+        with pytest.raises(SecretError) as err:
             read_secret(path, "secrets.session_key_file")
         assert "secrets.session_key_file" in str(err.value)
         assert content.strip().decode() not in str(err.value) or not content.strip()

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sidecar.devstack.stack import start_devstack
+from sidecar.dev.devstack.stack import start_devstack
 from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
 
 STREAM = {"jsonrpc": "2.0", "id": 1, "method": "message/stream",
@@ -41,5 +41,5 @@ async def test_sigterm_lets_a_stream_finish(tmp_path: Path, timeout_s: float, fi
             assert proc.wait(timeout=60) == 0
     finally:
         await dev.stop()
-    final = bool(events) and events[-1]["result"].get("final") is True  # type: ignore[union-attr]
+    final = bool(events) and events[-1]["result"].get("final") is True  # type: ignore[union-attr]  # events are JSON objects
     assert final is finishes, f"{len(events)} events"

@@ -10,25 +10,27 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
+from typing import Final
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import forget_one, inspect
 from sidecar.control.erase import forget_all, off, offboard
-from sidecar.control.evidence import get_erasure
-from sidecar.control.http import ENGINE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS, Refused
+from sidecar.control.erasures import get_erasure
+from sidecar.control.http import ERASURE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
-from sidecar.enforce.runtime import GOVERNANCE, Governance
-from sidecar.erasure.adapters import AdapterError
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity.tokens import load_verifier
 from sidecar.logs import get_logger
-from sidecar.proxy import DECISION_ID, json_error
-from sidecar.reasons import Reason, new_decision_id
+from sidecar.reasons import Reason, Refusal, new_decision_id
+from sidecar.relay import DECISION_ID, refusal_answer
 from sidecar.state.types import StateError
 
 log = get_logger("control")
@@ -51,39 +53,47 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
 )
 
 
-async def _refusal(request: web.Request, refused: Refused) -> web.Response:
-    if not refused.audited:
+#: The reason code of each answer aiohttp's router gives by itself.
+_ROUTER: Final = {HTTPStatus.NOT_FOUND: Reason.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED: Reason.ROUTE_DENIED,
+                  HTTPStatus.REQUEST_ENTITY_TOO_LARGE: Reason.BODY_TOO_LARGE}
+
+
+async def _refusal(request: web.Request, refusal: Refusal) -> web.Response:
+    """The one way a control request is refused: audit (or count) it unless already recorded, then answer."""
+    if not refusal.recorded:
         gov = request.app[GOVERNANCE]
         try:
-            if refused.reason is Reason.AUTH_REQUIRED:
+            if refusal.reason is Reason.AUTH_REQUIRED:
                 # No valid credential: counted per hour, not one row each (R-15).
-                await gov.store.count_refusal(request.get(OPERATION) or "control", refused.reason.value, gov.now())
+                await gov.store.count_refusal(request.get(OPERATION) or "control", refusal.reason.value, gov.now())
             else:
-                await gov.store.audit("control", refused.reason.value, decision_id=request[DECISION_ID],
-                                      scope_id=refused.scope_id, operation=request.get(OPERATION), now=gov.now())
+                await gov.store.audit("control", refusal.reason.value, decision_id=request[DECISION_ID],
+                                      scope_id=refusal.scope_id, operation=request.get(OPERATION), now=gov.now())
         except StateError:
-            log.error("audit.failed", decision_id=request[DECISION_ID], reason=refused.reason.value)
-    return json_error(request, refused.status, refused.reason, headers=refused.headers)
+            log.error("audit.failed", decision_id=request[DECISION_ID], reason=refusal.reason.value)
+    return refusal_answer(request, refusal)
 
 
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except Refused as refused:
-        return await _refusal(request, refused)
+    except Refusal as refusal:
+        return await _refusal(request, refusal)
     except web.HTTPException as exc:
-        reason = {404: Reason.NOT_FOUND, 405: Reason.ROUTE_DENIED, 413: Reason.BODY_TOO_LARGE}.get(
-            exc.status, Reason.BAD_REQUEST)
+        # The router's own answers (no such route or method, body over the limit), in the one error shape.
+        status = HTTPStatus(exc.status)
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        return json_error(request, exc.status, reason, headers=allow)
+        return refusal_answer(request, Refusal(_ROUTER.get(status, Reason.BAD_REQUEST), status=status, headers=allow))
     except AdapterError as exc:
-        return await _refusal(request, Refused(502, exc.reason))
+        # The content store did not do its part: a bad gateway whatever the code.
+        return await _refusal(request, Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY))
     except StateError as exc:
-        status = {Reason.NOT_FOUND: 404, Reason.STATE_UNAVAILABLE: 503}.get(exc.reason, 500)
-        return json_error(request, status, exc.reason if status != 500 else Reason.INTERNAL_ERROR)
+        # The store failed (nothing can be audited there) or named a missing row; anything else is ours.
+        known = exc.reason in (Reason.NOT_FOUND, Reason.STATE_UNAVAILABLE)
+        return refusal_answer(request, Refusal(exc.reason if known else Reason.INTERNAL_ERROR))
     except ValueError:
         # The state codec refuses a value by shape or length; the value itself is never kept.
-        return await _refusal(request, Refused(400, Reason.BAD_REQUEST))
+        return await _refusal(request, Refusal(Reason.BAD_REQUEST))
 
 
 @web.middleware
@@ -95,7 +105,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         resp = await _answer(request, handler)
     except Exception as exc:  # noqa: BLE001 - SECURITY: never let an exception text reach the client
         log.error("control.failed", error_type=type(exc).__name__, decision_id=request[DECISION_ID])
-        resp = json_error(request, 500, Reason.INTERNAL_ERROR)
+        resp = refusal_answer(request, Refusal(Reason.INTERNAL_ERROR))
     # Answers carry personal data (inspect pages, evidence); nothing in between may keep them.
     resp.headers["Cache-Control"] = "no-store"
     info = request.match_info.route.resource
@@ -116,7 +126,7 @@ def create_control_app(gov: Governance, engine: ErasureEngine) -> web.Applicatio
     """Build the control API around one governance runtime and erasure engine."""
     app = web.Application(middlewares=[observe], client_max_size=MAX_BODY_BYTES)
     app[GOVERNANCE] = gov
-    app[ENGINE] = engine
+    app[ERASURE] = engine
     if gov.settings.trust.operator_key_file is not None:
         app[OPERATORS] = load_verifier(gov.settings.trust.operator_key_file, setting="trust.operator_key_file")
     app.cleanup_ctx.append(_kagent_session)

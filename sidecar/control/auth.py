@@ -5,8 +5,9 @@ Callers present ``Authorization: Bearer <JWT>``. An operator token (``typ: memgo
 (``typ: memgov-subject+jwt``, verified with ``trust.bridge_key_file``) whose ``sub`` names the
 acting MXID. Each verifier accepts only its own token type, so a delegation context (signed with
 the bridge key too) is never a bearer credential. Subject tokens are short-lived and carry a
-``jti``; consent changes and erasures spend it, so each one needs a fresh token. Missing, invalid or replayed → 401 ``auth_required``; a valid caller who is not the
-scope's exact principal → 403 ``not_subject``.
+``jti``; consent changes and erasures spend it, so each one needs a fresh token. Missing, invalid
+or replayed → 401 ``auth_required``; a valid caller who is not the scope's exact principal → 403
+``not_subject``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Literal
 
 from aiohttp import web
 
-from sidecar.control.http import OPERATORS, Refused, load_scope
-from sidecar.enforce.runtime import GOVERNANCE
+from sidecar.control.http import OPERATORS, load_scope
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import bearer, verify_operator_token, verify_subject_token
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 from sidecar.state.types import Scope
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="memgov-control"'}
@@ -38,11 +39,11 @@ class Caller:
 
 
 def authenticate(request: web.Request) -> Caller:
-    """Verify the bearer token; raise Refused(401 auth_required) when there is no valid one."""
+    """Verify the bearer token; raise Refusal(auth_required, 401) when there is no valid one."""
     gov = request.app[GOVERNANCE]
     token = bearer(request.headers.get("Authorization"))
     if token is None:
-        raise Refused(401, Reason.AUTH_REQUIRED, headers=_CHALLENGE)
+        raise Refusal(Reason.AUTH_REQUIRED, headers=_CHALLENGE)
     now, trust = int(gov.now().timestamp()), gov.settings.trust
     operators = request.app.get(OPERATORS)
     if operators is not None:
@@ -57,7 +58,7 @@ def authenticate(request: web.Request) -> Caller:
             return Caller("subject", subject.sub, subject.jti, subject.exp)
         except IdentityError:
             pass
-    raise Refused(401, Reason.AUTH_REQUIRED, headers=_CHALLENGE)
+    raise Refusal(Reason.AUTH_REQUIRED, headers=_CHALLENGE)
 
 
 async def spend(request: web.Request, caller: Caller) -> None:
@@ -67,7 +68,7 @@ async def spend(request: web.Request, caller: Caller) -> None:
     gov = request.app[GOVERNANCE]
     # SECURITY: a replayed token (captured from a log, a proxy or a pod) changes nothing.
     if not await gov.store.remember_jti("subject:" + caller.jti, datetime.fromtimestamp(caller.exp, UTC), gov.now()):
-        raise Refused(401, Reason.AUTH_REQUIRED, headers=_CHALLENGE)
+        raise Refusal(Reason.AUTH_REQUIRED, headers=_CHALLENGE)
 
 
 def ensure_subject(caller: Caller, mxid: str, scope_id: str | None = None) -> None:
@@ -75,7 +76,7 @@ def ensure_subject(caller: Caller, mxid: str, scope_id: str | None = None) -> No
     # SECURITY: only the exact subject may see or erase its memory (R-6); moderators and
     # operators, however privileged elsewhere, are refused here.
     if caller.kind != "subject" or caller.sub != mxid:
-        raise Refused(403, Reason.NOT_SUBJECT, scope_id=scope_id)
+        raise Refusal(Reason.NOT_SUBJECT, scope_id=scope_id)
 
 
 async def subject_scope(request: web.Request, *, changes_state: bool = False) -> tuple[Caller, Scope]:
@@ -95,5 +96,5 @@ def require_operator(request: web.Request) -> Caller:
     """The caller must hold an operator token; a subject token is refused with route_denied."""
     caller = authenticate(request)
     if caller.kind != "operator":
-        raise Refused(403, Reason.ROUTE_DENIED)
+        raise Refusal(Reason.ROUTE_DENIED)
     return caller

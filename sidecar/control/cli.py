@@ -15,17 +15,17 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.drill.target import DrillConfigError, load_signing_key
-from sidecar.identity.tokens import control_room, mint_context
+from sidecar.identity.tokens import control_room, load_signing_key, mint_context
 from sidecar.policy.pack import load_federation
-from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings, read_secret
+from sidecar.secretfile import SecretError, read_secret
+from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, load_settings
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_SERVER, EXIT_UNREACHABLE, EXIT_CONFIRM = 0, 1, 2, 3, 4, 5
 
@@ -52,12 +52,12 @@ def bearer_token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
         try:
             return read_secret(args.token_file, "--token-file").decode()
-        except SettingsError as exc:
+        except SecretError as exc:
             raise UsageError(str(exc)) from None
     return str(args.token) if args.token else None
 
 
-async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: str) -> AsyncIterator[str]:
+async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: str) -> AsyncGenerator[str, None]:
     """One fresh context per inspect page: read from ``--context-file`` or minted with ``--bridge-key-file``."""
     if args.context_file is not None:
         try:
@@ -72,7 +72,7 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
                          "and --ghost to attest the control room")
     try:
         key = load_signing_key(args.bridge_key_file, "--bridge-key-file")
-    except DrillConfigError as exc:
+    except SecretError as exc:
         raise UsageError(str(exc)) from None
     scope = await client.status(scope_id)
     classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification
@@ -251,7 +251,7 @@ def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     parser.add_argument("--json", action="store_true", default=default(False), help="Print the API's JSON answer.")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     scope = sub.add_parser("scope", help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
                            description=(__doc__ or "").replace("``", ""),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -260,7 +260,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cmds = scope.add_subparsers(dest="scope_command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str, *positionals: str) -> argparse.ArgumentParser:
-        p = cmds.add_parser(name, help=help_text)
+        p: argparse.ArgumentParser = cmds.add_parser(name, help=help_text)
         _globals(p, suppress=True)
         for positional in positionals:
             p.add_argument(positional)

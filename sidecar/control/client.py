@@ -67,9 +67,10 @@ class ControlClient:
             except ValueError:
                 body = None
             if resp.status >= 400:
-                reason = body.get("error") if isinstance(body, dict) else None
-                raise ControlError(resp.status, reason if reason in REASON_VALUES else "internal_error",
-                                   body.get("decision_id") if isinstance(body, dict) else None,
+                fields = body if isinstance(body, dict) else {}
+                reason, decision_id = fields.get("error"), fields.get("decision_id")
+                raise ControlError(resp.status, reason if isinstance(reason, str) and reason in REASON_VALUES
+                                   else "internal_error", decision_id if isinstance(decision_id, str) else None,
                                    resp.headers.get("Location"))
             return resp.status, body
 

@@ -10,21 +10,23 @@ and kept only for the ledger-live ids of that namespace: exactly what the agent 
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 from aiohttp import web
 
+from sidecar.contentstore.adapters import AdapterError, list_namespace
 from sidecar.control.auth import spend, subject_scope
-from sidecar.control.evidence import erasure_answer
-from sidecar.control.http import ENGINE, KAGENT, Refused, ok, operation
+from sidecar.control.erasures import erasure_answer
+from sidecar.control.http import ERASURE, KAGENT, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
-from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.context import seen_context
-from sidecar.enforce.respond import decide, primary_reason, record, stamp
-from sidecar.enforce.runtime import GOVERNANCE
-from sidecar.erasure.adapters import AdapterError, list_namespace
-from sidecar.erasure.engine import Kind
+from sidecar.decide.context import seen_context
+from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.decide.respond import Denied, decide, record, stamp
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
+from sidecar.governance import GOVERNANCE
 from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 from sidecar.state import codec
 from sidecar.state.types import Scope
 from sidecar.upstream import MEMGOV_USER
@@ -37,7 +39,7 @@ def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise Refused(400, Reason.BAD_REQUEST)
+        raise Refusal(Reason.BAD_REQUEST)
     return int(raw)
 
 
@@ -47,7 +49,7 @@ def _entry_id(raw: str | None) -> str | None:
     try:
         return codec.check_id(raw, "cursor")
     except ValueError:
-        raise Refused(400, Reason.BAD_REQUEST) from None
+        raise Refusal(Reason.BAD_REQUEST) from None
 
 
 async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
@@ -83,7 +85,7 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     decision = await attest(request, scope, await gov.store.live_count(scope.scope_id, now))
     if not decision.allowed:
         # SECURITY: drift in the room, audience, context or consent suppresses the whole page.
-        raise Refused(403, primary_reason(decision), scope_id=scope.scope_id, audited=True)
+        raise Denied(decision)
     page = await gov.store.live_entries(scope.scope_id, now, cursor, limit)
     live_ns = scope.namespace
     current = [e for e in page if live_ns is not None and e.ns_id == live_ns.ns_id]
@@ -94,13 +96,13 @@ async def inspect(request: web.Request) -> web.StreamResponse:
                                         gov.query_name(scope.agent), live_ns.storage_key,
                                         gov.kagent_headers(MEMGOV_USER))
         except AdapterError as exc:
-            raise Refused(502, exc.reason, scope_id=scope.scope_id) from None
-        texts = {r["id"]: r.get("content") if isinstance(r.get("content"), str) else "" for r in rows}
+            raise Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY, scope_id=scope.scope_id) from None
+        texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}
     after = await gov.store.get_scope(scope.scope_id)
     if (after is None or not after.enabled or after.generation != scope.generation or after.namespace is None
             or live_ns is None or after.namespace.ns_id != live_ns.ns_id):
         # SECURITY: consent changed while the page was read; nothing read under it goes out.
-        raise Refused(403, Reason.STALE_GENERATION, scope_id=scope.scope_id)
+        raise Refusal(Reason.STALE_GENERATION, scope_id=scope.scope_id)
     source = SourceScope(kind=scope.kind, room_id=scope.room_id)
     body = InspectPage(
         scope_id=scope.scope_id,
@@ -122,7 +124,7 @@ async def forget_one(request: web.Request) -> web.Response:
     chain = await gov.store.lineage(scope.scope_id, request.match_info["entry_id"])
     entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == chain[-1]), None)
     if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
-        raise Refused(404, Reason.NOT_FOUND, scope_id=scope.scope_id)
+        raise Refusal(Reason.NOT_FOUND, scope_id=scope.scope_id)
     await spend(request, caller)
-    erasure = await request.app[ENGINE].erase(scope, Kind.FORGET_ONE, "subject", chain)
+    erasure = await request.app[ERASURE].erase(scope, Kind.FORGET_ONE, "subject", chain)
     return ok(await erasure_answer(gov, erasure))

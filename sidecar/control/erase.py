@@ -11,20 +11,21 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from http import HTTPStatus
 from typing import Final
 
 from aiohttp import web
 
 from sidecar.control.auth import require_operator, spend, subject_scope
-from sidecar.control.evidence import erasure_answer, evidence_of, location
-from sidecar.control.http import ENGINE, Refused, ok, operation, parse_optional
+from sidecar.control.erasures import erasure_answer, evidence_of, location
+from sidecar.control.http import ERASURE, ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
-from sidecar.enforce.runtime import GOVERNANCE
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import parse_mxid
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 
 CONFIRM_TTL_S: Final = 300
 
@@ -44,11 +45,11 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
         await gov.store.put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
         issued = ConfirmationIssued.model_validate(
             {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)})
-        return ok(issued, status=202)
+        return ok(issued, status=HTTPStatus.ACCEPTED)
     if not await gov.store.take_confirmation(_hash(body.confirm), scope.scope_id, caller.sub, kind.value, now):
-        raise Refused(409, Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
+        raise Refusal(Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
     await spend(request, caller)  # executing the erasure changes state: the token works once
-    erasure = await request.app[ENGINE].erase(scope, kind, "subject")
+    erasure = await request.app[ERASURE].erase(scope, kind, "subject")
     return ok(await erasure_answer(gov, erasure), headers=location(erasure))
 
 
@@ -72,9 +73,9 @@ async def offboard(request: web.Request) -> web.Response:
     try:
         mxid = str(parse_mxid(request.match_info["mxid"]))
     except IdentityError:
-        raise Refused(400, Reason.PRINCIPAL_INVALID) from None
+        raise Refusal(Reason.PRINCIPAL_INVALID) from None
     scopes = await gov.store.scopes_for_principal(mxid)
-    erasures = await request.app[ENGINE].offboard(scopes, "operator")
+    erasures = await request.app[ERASURE].offboard(scopes, "operator")
     agents = {s.scope_id: s.agent for s in scopes}
     results = []
     for erasure in erasures:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from sidecar.control import models as m
 
@@ -104,7 +104,8 @@ OPS: tuple[Op, ...] = (
 def _schemas() -> dict[str, Any]:
     inputs = {op.body for op in OPS if op.body is not None}
     outputs = {model for op in OPS for model in op.ok.values()} | {m.ErrorOut}
-    pairs = [(model, "validation") for model in sorted(inputs, key=lambda c: c.__name__)]
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (model, "validation") for model in sorted(inputs, key=lambda c: c.__name__)]
     pairs += [(model, "serialization") for model in sorted(outputs, key=lambda c: c.__name__)]
     _, top = models_json_schema(pairs, ref_template=_REF)
     return dict(sorted(top.get("$defs", {}).items()))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 from aiohttp import web
 
 from sidecar.control.auth import authenticate, ensure_subject, subject_scope
-from sidecar.control.evidence import erasure_answer, location
-from sidecar.control.http import ENGINE, Refused, load_scope, ok, operation, parse
+from sidecar.control.erasures import erasure_answer, location
+from sidecar.control.http import ERASURE, load_scope, ok, operation, parse
 from sidecar.control.models import (
     ConsentChange,
     CreateScope,
@@ -19,14 +21,14 @@ from sidecar.control.models import (
     ScopeIn,
     ScopeStatus,
 )
-from sidecar.enforce.runtime import GOVERNANCE
-from sidecar.erasure.engine import Kind
 from sidecar.erasure.evidence import iso
+from sidecar.erasure.machine import Kind
+from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
-from sidecar.identity.mxid import check_principal, parse_room_id
+from sidecar.identity.mxid import Origin, check_principal, parse_room_id
 from sidecar.logs import get_logger
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
 from sidecar.state.types import Receipt, Scope
 
 log = get_logger("control")
@@ -49,25 +51,25 @@ async def create_scope(request: web.Request) -> web.Response:
         principal = check_principal(body.principal.mxid, body.principal.origin.value,
                                     gov.settings.matrix.server_name or "")
     except IdentityError:
-        raise Refused(400, Reason.PRINCIPAL_INVALID) from None
+        raise Refusal(Reason.PRINCIPAL_INVALID) from None
     mxid = str(principal.mxid)
     ensure_subject(caller, mxid)
     try:
         parse_agent_ref(body.agent)
         parse_room_id(body.scope.room_id)
     except IdentityError:
-        raise Refused(400, Reason.BAD_REQUEST) from None
+        raise Refusal(Reason.BAD_REQUEST) from None
     if not gov.is_memory_agent(body.agent):
-        raise Refused(403, Reason.AGENT_MISMATCH)
+        raise Refusal(Reason.AGENT_MISMATCH)
     if body.scope.kind != "control_room":
-        raise Refused(403, Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
+        raise Refusal(Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
     scope, created = await gov.store.create_scope(mxid, principal.origin.value, body.agent, body.scope.kind,
                                                   body.scope.room_id, gov.now())
     if created:
         await gov.store.audit("scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create",
                               now=gov.now())
     return ok(ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
-              status=201 if created else 200)
+              status=HTTPStatus.CREATED if created else HTTPStatus.OK)
 
 
 async def grant_consent(request: web.Request) -> web.Response:
@@ -77,11 +79,11 @@ async def grant_consent(request: web.Request) -> web.Response:
     _, scope = await subject_scope(request, changes_state=True)
     body = await parse(request, GrantConsent)
     if not gov.is_memory_agent(scope.agent):
-        raise Refused(403, Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
+        raise Refusal(Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
     # SECURITY: consent never resumes over an unfinished or failed erasure (ADR 12).
-    blocked = await request.app[ENGINE].blocked(scope.scope_id)
+    blocked = await request.app[ERASURE].blocked(scope.scope_id)
     if blocked is not None:
-        raise Refused(409, blocked, scope_id=scope.scope_id)
+        raise Refusal(blocked, status=HTTPStatus.CONFLICT, scope_id=scope.scope_id)
     scope, receipt = await gov.store.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
     await gov.store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="consent.grant",
                           policy_revision=gov.policy.revision, now=gov.now())
@@ -95,7 +97,7 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     operation(request, "consent.withdraw")
     gov = request.app[GOVERNANCE]
     _, scope = await subject_scope(request, changes_state=True)
-    erasure = await request.app[ENGINE].erase(scope, Kind.WITHDRAW, "subject")
+    erasure = await request.app[ERASURE].erase(scope, Kind.WITHDRAW, "subject")
     record = await erasure_answer(gov, erasure)
     after = await load_scope(gov, scope.scope_id)
     receipts = [r for r in await gov.store.receipts(scope.scope_id) if r.at >= erasure.created_at]
@@ -130,9 +132,9 @@ async def scope_status(request: web.Request) -> web.Response:
                            updated_at=iso(e.updated_at) or "")
     return ok(ScopeStatus(
         scope_id=scope.scope_id,
-        principal=PrincipalIn(mxid=scope.principal_mxid, origin=scope.origin),
+        principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
         agent=scope.agent,
-        scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]
+        scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]  # a stored kind; pydantic checks it
         enabled=scope.enabled,
         generation=scope.generation,
         purpose=scope.purpose,
@@ -140,7 +142,7 @@ async def scope_status(request: web.Request) -> web.Response:
         consented_at=iso(scope.consented_at),
         hard_expiry_days=gov.limits.max_days,
         entries=await _counts(request, scope),
-        erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]
+        erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]  # an adapter's name; pydantic checks it
         last_erasure=last,
     ))
 

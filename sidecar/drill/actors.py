@@ -9,7 +9,6 @@ the runtime with a computed session key, inspect as the subject.
 from __future__ import annotations
 
 import functools
-
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +35,10 @@ PROBE_RPC = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": 
 
 class LocalView(Protocol):
     """What the in-process devstack lets the drill see beyond the deployment's own interfaces."""
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The test clock the gateway and the stand-ins share."""
 
     def advance(self, seconds: float) -> None:
         """Move the shared test clock forward."""

@@ -1,6 +1,7 @@
 """``memgov drill``: run the ADR acceptance proof and write an evidence bundle (SPEC R-16).
 
-Without URLs the drill starts its own devstack in this process; with ``--data-url`` and
+Without URLs the drill starts its own devstack in this process (dev tooling: a checkout, not the
+production image); with ``--data-url`` and
 ``--control-url`` it runs against a deployment, holding the deployment's bridge, operator and
 session-key secrets like an in-cluster job with those Secrets mounted. Exit codes: 0 every check
 passed, 1 a check failed, 2 usage or configuration error, 3 nothing failed but a check could
@@ -15,14 +16,16 @@ import json
 import secrets
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+from sidecar.drill.actors import LocalView
 from sidecar.drill.bundle import default_folder, report_json, write_bundle
-from sidecar.drill.devstack import devstack_target
 from sidecar.drill.runner import EXIT_UNREACHABLE, EXIT_USAGE, Report, TargetUnreachable, run_drill
 from sidecar.drill.target import Agent, DrillConfigError, Target, load_session_secret, load_signing_key
 from sidecar.policy.pack import PackError, load_federation, load_limits
-from sidecar.settings import PACKAGED_POLICY_DIR, SettingsError, read_secret
+from sidecar.secretfile import SecretError, read_secret
+from sidecar.settings import PACKAGED_POLICY_DIR
 
 _NEEDED = ("control_url", "bridge_key_file", "operator_key_file", "session_key_file", "server_name", "bridge_bot")
 
@@ -61,13 +64,21 @@ def _kagent_token(path: Path | None) -> str | None:
         return None
     try:
         return read_secret(path, "--kagent-token-file").decode().strip()
-    except (SettingsError, UnicodeDecodeError):
+    except (SecretError, UnicodeDecodeError):
         raise DrillConfigError("--kagent-token-file: unreadable or not a text token") from None
+
+
+#: Starts the in-process devstack target; ``sidecar.cli`` sets it where the dev tooling is installed.
+InProcess = Callable[[], AbstractAsyncContextManager[tuple[Target, LocalView]]]
 
 
 async def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> Report:
     if args.data_url is None:
-        async with devstack_target() as (target, local):
+        in_process: InProcess | None = args.in_process
+        if in_process is None:
+            raise DrillConfigError("the in-process devstack is dev tooling and not installed here; give --data-url "
+                                   "and --control-url of a deployment")
+        async with in_process() as (target, local):
             return await run_drill(target, local=local, clock=local.clock, progress=progress)
     return await run_drill(deployment_target(args), progress=progress)
 
@@ -100,7 +111,7 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("drill", help="Run the ADR acceptance proof and write an evidence bundle.",
                        description=(__doc__ or "").replace("``", ""),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,4 +144,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="The deployment's policy pack, for its limits (default: the packaged pack).")
     p.add_argument("--output", type=Path, help="Bundle folder (default ./evidence/drill-<UTC timestamp>/).")
     p.add_argument("--json", action="store_true", help="Also print drill.json on stdout (progress goes to stderr).")
-    p.set_defaults(func=_cmd_drill)
+    p.set_defaults(func=_cmd_drill, in_process=None)

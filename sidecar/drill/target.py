@@ -13,53 +13,31 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
-
-from sidecar.identity import IdentityError
+from sidecar.identity import IdentityError, tokens
 from sidecar.identity.appname import app_name, parse_agent_ref
 from sidecar.identity.mxid import parse_mxid
+from sidecar.identity.tokens import SigningKey
 from sidecar.policy.model import Limits
-from sidecar.settings import SettingsError, read_secret
+from sidecar.secretfile import SecretError, read_secret
 
 
 class DrillConfigError(Exception):
     """The drill cannot be set up; the message names an option, never a secret."""
 
 
-@dataclass(frozen=True)
-class SigningKey:
-    """A key the drill signs tokens with: an HS256 secret or an Ed25519/RSA PEM private key."""
-
-    material: bytes = field(repr=False)
-    alg: str
-
-
 def load_signing_key(path: Path, option: str) -> SigningKey:
-    """Read a signing key file; the algorithm follows from the key, as on the verifying side."""
+    """Read a signing key file (``identity.tokens.load_signing_key``); errors name the option."""
     try:
-        data = read_secret(path, option)
-    except SettingsError as exc:
+        return tokens.load_signing_key(path, option)
+    except SecretError as exc:
         raise DrillConfigError(str(exc)) from None
-    if b"-----BEGIN" not in data:
-        return SigningKey(data, "HS256")
-    try:
-        private = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError):
-        raise DrillConfigError(f"{option}: not an unencrypted PEM private key or an HS256 secret") from None
-    if isinstance(private, Ed25519PrivateKey):
-        return SigningKey(data, "EdDSA")
-    if isinstance(private, RSAPrivateKey):
-        return SigningKey(data, "RS256")
-    raise DrillConfigError(f"{option}: only Ed25519 and RSA private keys can sign")
 
 
 def load_session_secret(path: Path, option: str = "--session-key-file") -> bytes:
     """The gateway's session-key secret, read exactly as the gateway reads it."""
     try:
         return read_secret(path, option)
-    except SettingsError as exc:
+    except SecretError as exc:
         raise DrillConfigError(str(exc)) from None
 
 

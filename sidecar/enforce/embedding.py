@@ -11,16 +11,17 @@ passes through untouched and is never logged; kagent's identity headers stop her
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web
 
 from sidecar import metrics
-from sidecar.enforce.facts import agent_of, utf8_len
-from sidecar.enforce.respond import decide, decision_headers, error, gov_of, record, refuse
+from sidecar.decide.facts import agent_of, utf8_len
+from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
 from sidecar.policy.model import Budget, Operation, RequestFacts
-from sidecar.proxy import EMBEDDING, forward, read_body
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
+from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim, StateError
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
@@ -60,7 +61,7 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     gov = gov_of(request)
     ref = f"{match.params['ns']}/{match.params['name']}"
     if EMBEDDING not in request.app:
-        return error(request, 404, await refuse(request, op, Reason.ROUTE_DENIED))
+        raise Refusal(Reason.ROUTE_DENIED, status=NO_EMBEDDING_UPSTREAM)
     try:
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             raise BadBody("encoded")
@@ -68,11 +69,11 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     except BadBody:
         parsed = None
     if parsed is None:
-        return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
+        raise Refusal(Reason.BAD_REQUEST)
     inputs, body = parsed
     if not gov.is_memory_agent(ref) or not await gov.store.has_enabled_scope(ref):
         # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
-        return error(request, 403, await refuse(request, op, Reason.CONSENT_MISSING))
+        raise Refusal(Reason.CONSENT_MISSING)
     lim = gov.limits
     failed = await gov.store.reserve_budget(
         [BudgetClaim(kind="window", key=f"embed-src:{ref}:{request.remote or ''}", cost=len(inputs),
@@ -87,12 +88,12 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
                             request=facts, budget=Budget(embedding_ok=failed is None))
     await record(request, op, decision, scope_id=None)
     if not decision.allowed:
-        return error(request, 403, decision)
+        raise Denied(decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
     answer = await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
                            headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
                            replace_errors=True)
-    if answer.status == 200 and gov.rotator is not None:
+    if answer.status == HTTPStatus.OK and gov.rotator is not None:
         # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
         try:
             await gov.rotator.note_model(gov.store, ref, body, gov.now())

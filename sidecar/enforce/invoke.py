@@ -13,14 +13,14 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from sidecar.enforce.context import seen_context
-from sidecar.enforce.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.enforce.respond import decide, decision_headers, gov_of, record, refuse
+from sidecar.decide.context import seen_context
+from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
+from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
-from sidecar.proxy import CONTROLLER, forward, read_body
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
+from sidecar.relay import CONTROLLER, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON
@@ -61,7 +61,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         payload = _INVOKE.parse_object(body)
     except BadBody:
         # SECURITY: an invocation memgov cannot read unambiguously goes to the agent without memory.
-        return await rewrite_disabled(request, match, await refuse(request, Operation.A2A_INVOKE, Reason.BAD_REQUEST))
+        raise Refusal(Reason.BAD_REQUEST) from None
     seen = await seen_context(request)
     facts, ctx = seen.facts, seen.claims
     principal = scope = room = audience = None
@@ -102,7 +102,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
         return await forward(request, upstream, path=_without_query_user(request.raw_path), headers=headers,
                              body=body, response_headers=decision_headers(decision))
-    return await rewrite_disabled(request, match, decision)
+    raise Denied(decision)  # answered by the memory-disabled variant (``rewrite_disabled``)
 
 
 async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: Decision) -> web.StreamResponse:

@@ -12,6 +12,7 @@ is unknown (timeout, reset) keeps its in-flight record and marks its namespace p
 from __future__ import annotations
 
 from datetime import timedelta
+from http import HTTPStatus
 from typing import Any, Final
 
 import aiohttp
@@ -20,13 +21,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from sidecar import metrics, tracing
-from sidecar.enforce.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
-from sidecar.enforce.respond import decide, error, gov_of, json_answer, record, refuse
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
+from sidecar.decide.respond import Denied, decide, gov_of, json_answer, record
+from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
-from sidecar.proxy import MEMORY, read_body
-from sidecar.reasons import Reason
+from sidecar.reasons import Reason, Refusal
+from sidecar.relay import MEMORY, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.admission import Admission, Claims, WriteAsk
 from sidecar.state.types import BudgetClaim, Namespace, Scope
@@ -125,7 +126,7 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
             raw = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError):
             raise UpstreamUnavailable(timeout=False) from None
-        if resp.status >= 400:
+        if resp.status >= HTTPStatus.BAD_REQUEST:
             return resp.status, None
         try:
             return resp.status, orjson.loads(raw)
@@ -135,23 +136,25 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
 
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     ceiling = min(decision.obligations.ttl_days or max_days, max_days)
-    if is_int64(requested) and 0 < requested < ceiling:  # type: ignore[operator]
-        return requested  # type: ignore[return-value]
+    if is_int64(requested) and 0 < requested < ceiling:
+        return requested
     return ceiling  # kagent treats a missing or non-positive ttl as 15 days: always send the ceiling
 
 
 async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, decision: Decision,
                  facts: list[dict[str, Any]]) -> web.StreamResponse:
-    """Forward each fact of an admitted save as a single save (slots and in-flight record are held), record or roll back."""
+    """Forward each fact of an admitted save as a single save (its slots and in-flight record are held)."""
     gov = gov_of(request)
-    scope, ns, op_id, slots = adm.scope, adm.scope.namespace if adm.scope else None, adm.op_id, adm.slots
-    assert scope is not None and ns is not None and op_id is not None  # admitted: a live scope, slots held
+    scope, op_id, slots = adm.scope, adm.op_id, adm.slots
+    assert scope is not None and scope.namespace is not None and op_id is not None  # admitted: slots are held
+    ns = scope.namespace
     app = gov.app_name(scope.agent)
     headers = _upstream_headers(request, ns.storage_key, app)
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
     created: list[str] = []
     in_doubt = False  # True while a save is on its way and its outcome is not yet known
-    ended = False
+    ended = False  # the in-flight record was dropped with the last fill
+    refusal: Refusal | None = None  # raised once the write is settled (never inside the roll-back guard)
     try:
         for index, fact in enumerate(facts):
             # SECURITY: memgov serializes the body from the checked values: one canonical agent
@@ -166,10 +169,11 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
                 raise
             in_doubt = False
             entry_id = answer.get("id") if isinstance(answer, dict) else None
-            if status != 201 or not isinstance(entry_id, str):
+            if status != HTTPStatus.CREATED or not isinstance(entry_id, str):
                 await _roll_back(gov, scope, ns, created, slots[len(created):])
-                reason = await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True)
-                return error(request, 502, reason, upstream_status=status)
+                refusal = Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True,
+                                  upstream_status=status)
+                break
             created.append(entry_id)
             at = gov.now()
             fill = (slots[index], entry_id, at, at + timedelta(days=gov.limits.max_days))
@@ -179,12 +183,12 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
             # The last fill, the check that the namespace is still live and the end of the
             # in-flight record are one state call.
             ended = await gov.store.finish_write(op_id, scope.scope_id, ns.ns_id, [fill])
-        if not ended:
-            # SECURITY: consent was withdrawn (or the namespace retired) while this write was in
-            # flight; undo it at once.
-            await _roll_back(gov, scope, ns, created, [], dead_namespace=True)
-            return error(request, 403, await refuse(request, op, Reason.STALE_GENERATION, scope_id=scope.scope_id,
-                                                    credentialed=True))
+        else:
+            if not ended:
+                # SECURITY: consent was withdrawn (or the namespace retired) while this write was in
+                # flight; undo it at once.
+                await _roll_back(gov, scope, ns, created, [], dead_namespace=True)
+                refusal = Refusal(Reason.STALE_GENERATION, scope_id=scope.scope_id, credentialed=True)
     except BaseException:
         # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
         await _roll_back(gov, scope, ns, created, slots[len(created) + int(in_doubt):])
@@ -198,23 +202,13 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
     finally:
         if not in_doubt and not ended:
             await gov.store.end_write(op_id)
+    if refusal is not None:
+        raise refusal
     metrics.MEMORY_OPERATIONS.labels("save").inc(len(created))
     if op is Operation.MEMORY_SAVE_BATCH:
         metrics.MEMORY_OPERATIONS.labels("summarization").inc()
-        return json_answer(201, {"count": len(created)}, decision)
-    return json_answer(201, {"id": created[0]}, decision)
-
-
-async def _refused_write(request: web.Request, op: Operation, adm: Admission, decision: Decision) -> web.StreamResponse:
-    """Answer a save the policy refused, or one admitted without slots; give back what was held."""
-    gov = gov_of(request)
-    if not decision.allowed or adm.scope is None:
-        await gov.store.release_write(adm)
-        return error(request, 403, decision)
-    # Allowed, but the admission found the cap full of pending slots or a rotation copying the
-    # namespace (the checks reserve_entries and begin_write make).
-    reason = adm.blocked or Reason.STALE_GENERATION
-    return error(request, 403, await refuse(request, op, reason, scope_id=adm.scope.scope_id, credentialed=True))
+        return json_answer(HTTPStatus.CREATED, {"count": len(created)}, decision)
+    return json_answer(HTTPStatus.CREATED, {"id": created[0]}, decision)
 
 
 async def _roll_back(gov: Governance, scope: Scope, ns: Namespace, created: list[str], unused_slots: list[str], *,
@@ -239,54 +233,44 @@ async def _roll_back(gov: Governance, scope: Scope, ns: Namespace, created: list
         pass  # tombstoned already; the sweepers retry the physical deletion
 
 
-async def _parse(request: web.Request, op: Operation, parser: StrictJSON) -> dict[str, Any] | Decision:
-    """The strictly parsed body, or the refusal decision (bad_request, counted, no audit row)."""
+async def _parse(request: web.Request, parser: StrictJSON) -> dict[str, Any]:
+    """The strictly parsed body; anything else is refused bad_request (counted, no audit row)."""
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
-        return await refuse(request, op, Reason.BAD_REQUEST)
+        raise Refusal(Reason.BAD_REQUEST)
     try:
         return parser.parse_object(await read_body(request))
     except BadBody:
-        return await refuse(request, op, Reason.BAD_REQUEST)
+        raise Refusal(Reason.BAD_REQUEST) from None
 
 
 async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    op = Operation.MEMORY_SAVE
-    payload = await _parse(request, op, _SAVE)
-    if isinstance(payload, Decision):
-        return error(request, 400, payload)
-    if not _fact_ok(payload):
-        return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
-    gov = gov_of(request)
-    kf, adm = await _admit(request, payload["user_id"], payload["agent_name"], _save_claims(gov, 2),
-                           write=WriteAsk(1, gov.limits.max_entries, _lease_s(gov, 1)))
-    decision = await _decide(request, op, kf, adm, item_count=1,
-                             max_item_bytes=utf8_len(payload.get("content", "")), ttl_days=payload.get("ttl_days"))
-    if not decision.allowed or adm.op_id is None:
-        return await _refused_write(request, op, adm, decision)
-    return await _write(request, op, kf, adm, decision, [payload])
-
-
-async def handle_save_batch(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    op = Operation.MEMORY_SAVE_BATCH
-    payload = await _parse(request, op, _BATCH)
-    if isinstance(payload, Decision):
-        return error(request, 400, payload)
-    items = payload.get("items")
+    """A save or a batch save: one fact or several of one key and agent, checked, budgeted and written alike."""
+    op = Operation(match.cls.value)
+    batch = op is Operation.MEMORY_SAVE_BATCH
+    payload = await _parse(request, _BATCH if batch else _SAVE)
+    items = payload.get("items") if batch else [payload]
     if not isinstance(items, list) or not items or not all(_fact_ok(i) for i in items):
-        return error(request, 400, await refuse(request, op, Reason.BAD_REQUEST))
+        raise Refusal(Reason.BAD_REQUEST)
     first = items[0]
     if any(i["user_id"] != first["user_id"] or i["agent_name"] != first["agent_name"] for i in items):
-        return error(request, 403, await refuse(request, op, Reason.KEY_INVALID))
+        raise Refusal(Reason.KEY_INVALID)
     gov = gov_of(request)
-    # A batch is a save like any other for the sender's rate (limits.yaml), plus one
-    # summarization and, per fact, one save and one embedding item for the hour (R-11).
-    kf, adm = await _admit(request, first["user_id"], first["agent_name"], _save_claims(gov, 1 + 2 * len(items)),
+    # A save costs one save and one embedding item for the hour; a batch is a save like any other
+    # for the sender's rate (limits.yaml), plus one summarization and, per fact, one save and one
+    # embedding item for the hour (R-11).
+    cost = 1 + 2 * len(items) if batch else 2
+    kf, adm = await _admit(request, first["user_id"], first["agent_name"], _save_claims(gov, cost),
                            write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))))
     decision = await _decide(request, op, kf, adm, item_count=len(items),
                              max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
                              ttl_days=first.get("ttl_days"))
-    if not decision.allowed or adm.op_id is None:
-        return await _refused_write(request, op, adm, decision)
+    if not decision.allowed or adm.scope is None:
+        await gov.store.release_write(adm)
+        raise Denied(decision)
+    if adm.op_id is None:
+        # Allowed, but the admission found the cap full of pending slots or a rotation copying the
+        # namespace (the checks reserve_entries and begin_write make).
+        raise Refusal(adm.blocked or Reason.STALE_GENERATION, scope_id=adm.scope.scope_id, credentialed=True)
     return await _write(request, op, kf, adm, decision, items)
 
 
@@ -297,11 +281,9 @@ def _search_ok(payload: dict[str, Any]) -> bool:
 
 async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     op = Operation.MEMORY_SEARCH
-    payload = await _parse(request, op, _SEARCH)
-    if isinstance(payload, Decision):
-        return json_answer(200, [], payload)
+    payload = await _parse(request, _SEARCH)
     if not _search_ok(payload):
-        return json_answer(200, [], await refuse(request, op, Reason.BAD_REQUEST))
+        raise Refusal(Reason.BAD_REQUEST)
     gov = gov_of(request)
 
     def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
@@ -313,9 +295,11 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
     limit = payload.get("limit")
     decision = await _decide(request, op, kf, adm, limit=limit, is_prefetch=adm.window is not None)
+    if not decision.allowed:
+        raise Denied(decision)
     scope = adm.scope
-    if not decision.allowed or scope is None or scope.namespace is None:
-        return json_answer(200, [], decision)
+    if scope is None or scope.namespace is None:
+        return json_answer(HTTPStatus.OK, [], decision)
     ns: Namespace | None = scope.namespace
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
     app = gov.app_name(scope.agent)
@@ -328,9 +312,8 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
                 "limit": min(limit if limit and limit > 0 else 5, ceiling), "min_score": payload.get("min_score", 0)}
         status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app),
                                    body)
-        if status >= 400 or not isinstance(rows, list):
-            return error(request, 502, await refuse(request, op, Reason.UPSTREAM_ERROR, scope_id=scope.scope_id,
-                                                    credentialed=True), upstream_status=status)
+        if status >= HTTPStatus.BAD_REQUEST or not isinstance(rows, list):
+            raise Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status)
         ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
         keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
         found = [r for r in rows if isinstance(r, dict) and r.get("id") in keep]
@@ -338,7 +321,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
             break
         ns = await _switched(gov, scope, ns)
     metrics.MEMORY_OPERATIONS.labels("retrieval").inc()
-    return json_answer(200, found, decision)
+    return json_answer(HTTPStatus.OK, found, decision)
 
 
 async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace | None:
@@ -352,5 +335,4 @@ async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace |
 
 async def handle_list_or_delete(request: web.Request, match: RouteMatch) -> web.StreamResponse:
     """Whole-namespace list and delete are control-plane work: the data plane refuses them."""
-    op = Operation(match.cls.value)
-    return error(request, 403, await refuse(request, op, Reason.ROUTE_DENIED))
+    raise Refusal(Reason.ROUTE_DENIED)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sidecar.erasure.engine import WHOLE_SCOPE, Kind
+from sidecar.erasure.machine import WHOLE_SCOPE, Kind
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace
 
 FORMAT = "memgov.erasure.v1"

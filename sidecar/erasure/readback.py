@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import Erasure, Namespace, Scope

@@ -7,7 +7,7 @@ state machine as every erasure:
 - fenced: the scope's live namespace is frozen (still read, no longer written);
 - quiesced: saves already under way into it are waited for, within the erasure bound;
 - deleted: its live, unexpired, not forgotten entries are read through kagent's List,
-  re-embedded the way the agent's runtime embeds (``reembed.py``), saved into a freshly staged
+  re-embedded the way the agent's runtime embeds (``contentstore/reembed.py``), saved into a freshly staged
   namespace of the same generation with their original hard expiry, and the scope is switched to
   it in one state transaction; then the old namespace is deleted whole;
 - verified: the old namespace (and every retired one) reads back empty and the copies are present.
@@ -21,31 +21,22 @@ vectors live in this process's memory for one step only; nothing of them is logg
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
-
-import aiohttp
 
 from sidecar import metrics
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError, list_namespace
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.contentstore.reembed import BATCH
+from sidecar.contentstore.rotator import Rotator, UnknownOutcome
 from sidecar.erasure.readback import Deferred, quiesce, read_back
-from sidecar.erasure.reembed import BATCH, EmbeddingModel, Reembedder
+from sidecar.governance import Governance
 from sidecar.reasons import Reason
-from sidecar.state.rotations import ModelFacts, valid_model_facts
 from sidecar.state.types import Erasure, LedgerEntry, Namespace, Scope, StateError
-from sidecar.wire import dumps
 
 #: Copies made under one in-flight lease (each bounded by the memory timeout).
 _SAVES_PER_LEASE = 10
 #: Copies redone when entries were forgotten (or saves landed) while copying, before giving up.
 _ATTEMPTS = 3
 _DAY_S = 86400
-
-
-class UnknownOutcome(Exception):
-    """A save into the staged namespace was sent but not answered: it may still commit."""
 
 
 def ttl_days(expires_at: datetime, now: datetime, max_days: int) -> int:
@@ -56,70 +47,6 @@ def ttl_days(expires_at: datetime, now: datetime, max_days: int) -> int:
     """
     left = (expires_at - now).total_seconds()
     return max(1, min(max_days, math.ceil(left / _DAY_S)))
-
-
-class Rotator:
-    """Rotation's handles in one gateway process: kagent's List and save, and the embedding provider."""
-
-    def __init__(self, kagent: aiohttp.ClientSession, controller_url: str, reembedder: Reembedder,
-                 pinned: Mapping[str, EmbeddingModel], headers: Callable[[], Mapping[str, str]] = dict) -> None:
-        self._kagent = kagent
-        self._base = controller_url.rstrip("/")
-        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
-        self.reembedder = reembedder
-        self._pinned = dict(pinned)
-        self._noted: dict[str, ModelFacts] = {}
-
-    async def model(self, store: Any, agent: str) -> EmbeddingModel:
-        """The agent's model: pinned in settings, else the one its own embedding calls last named."""
-        if agent in self._pinned:
-            return self._pinned[agent]
-        facts = await store.embedding_model(agent)
-        if facts is None:
-            # SECURITY: a guessed model would store vectors later searches miss; fail closed instead.
-            raise AdapterError(Reason.EMBEDDING_MODEL_UNKNOWN)
-        return EmbeddingModel(*facts)
-
-    async def knows_model(self, store: Any, agent: str) -> bool:
-        """Whether a rotation of this agent's scopes can know which model to embed with."""
-        return agent in self._pinned or await store.embedding_model(agent) is not None
-
-    async def note_model(self, store: Any, agent: str, body: Mapping[str, Any], now: datetime) -> None:
-        """Record the model an agent's own embedding call used (once per change and process)."""
-        facts = valid_model_facts(body.get("model"), body.get("dimensions"), body.get("encoding_format"))
-        if agent in self._pinned or facts is None or self._noted.get(agent) == facts:
-            return
-        await store.record_embedding_model(agent, facts, now)
-        self._noted[agent] = facts
-
-    async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
-        """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""
-        rows = await list_namespace(self._kagent, self._base, agent_query, storage_key, self._headers())
-        return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
-
-    async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
-        """Save one copy the way a governed save is forwarded; its new kagent id."""
-        body = {"agent_name": app, "user_id": storage_key, "content": content, "vector": vector, "ttl_days": ttl}
-        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app,
-                   "X-User-Id": storage_key}
-        try:
-            async with self._kagent.post(self._base + "/api/memories/sessions", data=dumps(body),
-                                         headers=headers) as resp:
-                answer = await resp.json(content_type=None) if resp.status == 201 else await resp.read()
-                status = resp.status
-        except aiohttp.ClientConnectorError:
-            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None  # never sent: nothing was written
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-            raise UnknownOutcome() from None
-        entry_id = answer.get("id") if status == 201 and isinstance(answer, dict) else None
-        if not isinstance(entry_id, str):
-            # SECURITY: kagent's error body can quote database errors; it was read and dropped.
-            raise AdapterError(Reason.UPSTREAM_ERROR)
-        return entry_id
-
-    async def close(self) -> None:
-        """Close the provider session (the kagent session belongs to the erasure adapter)."""
-        await self.reembedder.close()
 
 
 class RotationSteps:
@@ -198,7 +125,8 @@ class RotationSteps:
                 # Counted as embedding work, never charged to the person's hourly budget.
                 metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
                 await store.touch_erasure(erasure.erasure_id, gov.now())
-        moves = [(e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
+        moves: list[tuple[str, str | None, datetime, datetime]] = [
+            (e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
         pairs = list(zip(present, vectors, strict=True))
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
             moves.extend(await self._save_chunk(scope, erasure, pairs[start:start + _SAVES_PER_LEASE], texts))
@@ -212,7 +140,8 @@ class RotationSteps:
             op_id, staged = await store.begin_copy(erasure.erasure_id, lease, gov.now())
         except StateError:
             raise AdapterError(Reason.STALE_GENERATION) from None
-        app, moved = gov.app_name(scope.agent), []
+        app = gov.app_name(scope.agent)
+        moved: list[tuple[str, str | None, datetime, datetime]] = []
         unknown = False
         try:
             for entry, vector in pairs:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sidecar import tracing
-from sidecar.enforce.runtime import Governance
-from sidecar.erasure.adapters import AdapterError
-from sidecar.erasure.engine import ErasureEngine
-from sidecar.erasure.rotation import Rotator
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.contentstore.rotator import Rotator
+from sidecar.erasure.machine import ErasureEngine
+from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
 from sidecar.state.types import LedgerEntry, Namespace, Scope, StateError

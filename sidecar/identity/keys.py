@@ -72,7 +72,7 @@ def _mac(subkey: bytes, scope_id: str, generation: int) -> str:
 class SessionKeys:
     """Mints and verifies session keys with the current secret, still accepting the previous one."""
 
-    __slots__ = ("_current", "_accepted")
+    __slots__ = ("_accepted", "_current")
 
     def __init__(self, current: bytes, previous: bytes | None = None) -> None:
         self._current = _derive(current)

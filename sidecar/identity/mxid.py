@@ -142,8 +142,8 @@ class Origin(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
-    """A complete MXID with its origin; equality includes the origin."""
+class CheckedPrincipal:
+    """A complete MXID with an origin that fits where it lives (``check_principal``); equality includes the origin."""
 
     mxid: Mxid
     origin: Origin
@@ -154,7 +154,7 @@ class Principal:
 _MUST_BE_LOCAL: Final[dict[Origin, bool]] = {Origin.NATIVE: True, Origin.APPSERVICE: True, Origin.REMOTE: False}
 
 
-def check_principal(mxid_str: str, origin: str, local_server: str) -> Principal:
+def check_principal(mxid_str: str, origin: str, local_server: str) -> CheckedPrincipal:
     """Build a principal, refusing an origin that contradicts where the MXID lives."""
     parsed = parse_mxid(mxid_str)
     try:
@@ -165,4 +165,4 @@ def check_principal(mxid_str: str, origin: str, local_server: str) -> Principal:
     # SECURITY: a remote or appservice identity cannot claim the native kind, and vice versa.
     if expected is not None and (parsed.server_name == normalise_server_name(local_server)) != expected:
         raise _invalid()
-    return Principal(mxid=parsed, origin=kind)
+    return CheckedPrincipal(mxid=parsed, origin=kind)

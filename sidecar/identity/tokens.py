@@ -21,7 +21,7 @@ import enum
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -32,13 +32,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 from jwt.algorithms import HMACAlgorithm
 from jwt.api_jwt import decode_complete
+from jwt.types import Options
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
 from sidecar.identity.mxid import Origin, normalise_server_name, parse_mxid, parse_room_id
 from sidecar.reasons import Reason
-from sidecar.settings import SettingsError, read_secret
+from sidecar.secretfile import SecretError, read_secret
 
 CLOCK_SKEW_S: Final = 5
 MAX_TOKEN_LEN: Final = 16 * 1024
@@ -71,7 +72,7 @@ def _typ_matches(header_typ: object, expected: TokenType) -> bool:
 class Verifier:
     """Verifies JWTs with one key and the one algorithm that key type allows."""
 
-    __slots__ = ("algorithm", "_key")
+    __slots__ = ("_key", "algorithm")
 
     def __init__(self, algorithm: str, key: bytes | Ed25519PublicKey | RSAPublicKey) -> None:
         self.algorithm = algorithm
@@ -81,11 +82,13 @@ class Verifier:
         return f"Verifier(algorithm={self.algorithm!r})"
 
     def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
-        """Return the verified claims of a token of kind ``typ``; raise IdentityError(context_invalid or context_expired)."""
+        """Return the verified claims of a token of kind ``typ``;
+        raise IdentityError(context_invalid or context_expired)."""
         invalid = IdentityError(Reason.CONTEXT_INVALID)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
             raise invalid
-        options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False, "verify_nbf": False}
+        options: Options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False,
+                             "verify_nbf": False}
         try:
             # SECURITY: the allowed list holds only the key's own algorithm.
             decoded = decode_complete(token, self._key, algorithms=[self.algorithm], options=options)
@@ -110,33 +113,60 @@ def _is_int(value: object) -> bool:
 
 
 def load_verifier(path: Path, *, setting: str = "trust.bridge_key_file") -> Verifier:
-    """Load an HS256 secret or a PEM public key; raise SettingsError naming ``setting``, never the key."""
+    """Load an HS256 secret or a PEM public key; raise SecretError naming ``setting``, never the key."""
     data = read_secret(Path(path), setting, min_bytes=MIN_HMAC_SECRET_BYTES)
     if b"-----BEGIN" in data:
         return Verifier(*_public_key(data, setting))
     lowered = data.lower()
     if any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(data)) < 8:
-        raise SettingsError(f"{setting}: the secret looks like a placeholder; use a random secret")
+        raise SecretError(f"{setting}: the secret looks like a placeholder; use a random secret")
     try:
         # PyJWT's own guard: SSH and PEM-like material is never an HMAC secret.
         HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(data)
     except jwt.InvalidKeyError:
-        raise SettingsError(f"{setting}: an asymmetric key cannot be used as an HS256 secret") from None
+        raise SecretError(f"{setting}: an asymmetric key cannot be used as an HS256 secret") from None
     return Verifier("HS256", data)
 
 
 def _public_key(data: bytes, setting: str) -> tuple[str, Ed25519PublicKey | RSAPublicKey]:
     if b"PRIVATE KEY-----" in data:
-        raise SettingsError(f"{setting}: holds a private key; give the gateway the public key only")
+        raise SecretError(f"{setting}: holds a private key; give the gateway the public key only")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm):
-        raise SettingsError(f"{setting}: not a readable PEM public key") from None
+        raise SecretError(f"{setting}: not a readable PEM public key") from None
     if isinstance(key, Ed25519PublicKey):
         return "EdDSA", key
     if isinstance(key, RSAPublicKey) and key.key_size >= MIN_RSA_BITS:
         return "RS256", key
-    raise SettingsError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
+    raise SecretError(f"{setting}: only Ed25519 and RSA (at least {MIN_RSA_BITS} bits) public keys are supported")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A key tokens are signed with: an HS256 secret or an Ed25519/RSA PEM private key."""
+
+    material: bytes = field(repr=False)
+    alg: str
+
+
+def load_signing_key(path: Path, option: str) -> SigningKey:
+    """Read a signing key file; the algorithm follows from the key, as on the verifying side.
+
+    Raises SecretError naming ``option``, never the key.
+    """
+    data = read_secret(path, option)
+    if b"-----BEGIN" not in data:
+        return SigningKey(data, "HS256")
+    try:
+        private = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise SecretError(f"{option}: not an unencrypted PEM private key or an HS256 secret") from None
+    if isinstance(private, Ed25519PrivateKey):
+        return SigningKey(data, "EdDSA")
+    if isinstance(private, RSAPrivateKey):
+        return SigningKey(data, "RS256")
+    raise SecretError(f"{option}: only Ed25519 and RSA private keys can sign")
 
 
 def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) -> str:
@@ -144,11 +174,10 @@ def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) 
     headers = {"typ": TokenType(typ).value}
     if alg == "HS256":
         return jwt.encode(claims, key, algorithm=alg, headers=headers)
-    expected = {"EdDSA": Ed25519PrivateKey, "RS256": RSAPrivateKey}.get(alg)
-    if expected is None:
+    if alg not in ("EdDSA", "RS256"):
         raise ValueError("alg must be HS256, EdDSA or RS256")
     private = serialization.load_pem_private_key(key, password=None)
-    if not isinstance(private, expected):
+    if not isinstance(private, Ed25519PrivateKey if alg == "EdDSA" else RSAPrivateKey):
         raise ValueError("the private key does not match alg")
     return jwt.encode(claims, private, algorithm=alg, headers=headers)
 
@@ -239,7 +268,8 @@ def verify_subject_token(token: str, verifier: Verifier, *, now: int, max_age_s:
 
 
 def verify_operator_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 3600) -> OperatorToken:
-    """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``); raise IdentityError(auth_required)."""
+    """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``);
+    raise IdentityError(auth_required)."""
     claims = _decode_auth(token, verifier, now, TokenType.OPERATOR, ("sub", "exp", "iat", "role"), max_age_s)
     sub = claims["sub"]
     if claims["role"] != "operator" or not isinstance(sub, str) or _OPERATOR_SUB.fullmatch(sub) is None:

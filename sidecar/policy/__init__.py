@@ -4,7 +4,8 @@
 the engine and then the floor and always answers (policy_unavailable when it cannot decide).
 """
 
-from sidecar.policy.model import Action, Decision, DecisionInput, Deployment, Federation, Limits, Operation, Origin
+from sidecar.identity.mxid import Origin
+from sidecar.policy.model import Action, Decision, DecisionInput, Deployment, Federation, Limits, Operation
 from sidecar.policy.pack import PackError, load_federation, load_limits, read_pack
 from sidecar.policy.runtime import PolicyRuntime
 

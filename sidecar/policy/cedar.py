@@ -21,7 +21,15 @@ from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput, Deployment
 from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack, PackError
-from sidecar.policy.rules import PERMIT_ID, Site, Statement, annotations, cedar_sites, cedar_statements, rule_codes
+from sidecar.policy.rules import (
+    PERMIT_ID,
+    Site,
+    Statement,
+    cedar_annotations,
+    cedar_sites,
+    cedar_statements,
+    rule_codes,
+)
 
 _ACTION_NOTE = re.compile(r' (?:for|in context for) Action::"[^"]*"')
 _POLICY_NOTE = re.compile(r"^(?:\[policy\d+\] )?(?:for policy `policy\d+`, )?")
@@ -72,7 +80,7 @@ def _validate_file(rel: str, text: str, statements: list[Statement], schema: ced
     for err in result.errors:
         index = int(err.policy_id.removeprefix("policy")) if err.policy_id.startswith("policy") else -1
         st = statements[index] if 0 <= index < len(statements) else None
-        where = f"{rel}:{st.line} (@id {annotations(st.text).get('id', '?')})" if st else rel
+        where = f"{rel}:{st.line} (@id {cedar_annotations(st.text).get('id', '?')})" if st else rel
         message = _ACTION_NOTE.sub("", _POLICY_NOTE.sub("", str(err.error)))
         found[f"{where}: {message}"] = None
     return list(found)
@@ -126,7 +134,7 @@ def compile_pack(pack: Pack) -> CedarPolicies:
     for rel, statements in parsed.items():
         problems += _validate_file(rel, sources[rel], statements, schema)
         for st in statements:
-            if not annotations(st.text).get("rationale"):
+            if not cedar_annotations(st.text).get("rationale"):
                 problems.append(f"{rel}:{st.line}: policy needs a @rationale")
     if problems:
         raise _refuse("cedar policies fail validation:\n" + "\n".join(problems), problems[0].split(":", 1)[0])

@@ -152,7 +152,7 @@ def _case_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", help="Case tables: a folder, or one table file (default: policy-tests/ beside the pack).")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov policy …``."""
     p = sub.add_parser("policy", help="Check, format, test, explain and compare policy packs; export the schemas.")
     policy = p.add_subparsers(dest="policy_command", required=True, metavar="ACTION")

@@ -29,8 +29,10 @@ class Engine(Protocol):
     """A policy engine behind the runtime."""
 
     name: str
-    #: True when the engine lost the committed pack (an OPA restart) and needs it committed again.
-    stale: bool
+
+    @property
+    def stale(self) -> bool:
+        """True when the engine lost the committed pack (an OPA restart) and needs it committed again."""
 
     def prepare(self, pack: Pack) -> Any:
         """Validate a pack and return what ``commit`` needs; raises PackError, changes nothing."""

@@ -7,7 +7,8 @@ denial, and clamps obligations to the limits. Pure functions, no I/O.
 
 from __future__ import annotations
 
-from sidecar.policy.model import Action, Decision, DecisionInput, Federation, Limits, Obligations, Operation, Origin
+from sidecar.identity.mxid import Origin
+from sidecar.policy.model import Action, Decision, DecisionInput, Federation, Limits, Obligations, Operation
 from sidecar.policy.outcome import KEYED, SAVES, SEARCHES, deny_action, memory_work, scoped
 from sidecar.policy.pack import is_complete
 from sidecar.reasons import Reason

@@ -15,7 +15,7 @@ from sidecar.policy.model import Decision, Operation
 
 _BUCKETS: Final = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 
-DECISIONS = Counter(
+POLICY_DECISIONS = Counter(
     "memgov_policy_decisions_total",
     "Policy decisions by operation, action, reason code and engine (one count per reason).",
     ["operation", "action", "reason", "engine"],
@@ -53,7 +53,7 @@ OPA_BUNDLE = Gauge(
 def count_decision(operation: Operation, decision: Decision, seconds: float) -> None:
     """Count one decision under each of its reason codes and observe its latency."""
     for reason in decision.reasons:
-        DECISIONS.labels(operation.value, decision.action.value, reason.value, decision.engine).inc()
+        POLICY_DECISIONS.labels(operation.value, decision.action.value, reason.value, decision.engine).inc()
     DECISION_SECONDS.labels(decision.engine).observe(seconds)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
@@ -114,9 +114,20 @@ class RequestFacts(_Model):
     max_item_bytes: int = Field(
         0, ge=0, le=_BIG, description="Largest UTF-8 byte length among facts or embedding inputs."
     )
-    limit: int | None = Field(None, ge=-_BIG, le=_BIG, description="Requested search limit.")
-    ttl_days: int | None = Field(None, ge=-_BIG, le=_BIG, description="Requested ttl_days (<= 0 means kagent's 15).")
+    limit: int | None = Field(None, ge=-_BIG, le=_BIG, description="Requested search limit (saturated at ±2^53).")
+    ttl_days: int | None = Field(
+        None, ge=-_BIG, le=_BIG, description="Requested ttl_days (<= 0 means kagent's 15; saturated at ±2^53)."
+    )
     is_prefetch: bool = Field(False, description="The search is a first-turn prefetch.")
+
+    @field_validator("limit", "ttl_days", mode="before")
+    @classmethod
+    def _saturate(cls, v: object) -> object:
+        # kagent takes any int64; past 2^53 a JSON number is no longer exact in every engine. A
+        # saturated value compares with every bound a pack can state as the request itself would.
+        if isinstance(v, int) and not isinstance(v, bool):
+            return max(-_BIG, min(v, _BIG))
+        return v
     context: ContextFacts = Field(default_factory=ContextFacts, description="Delegation context facts.")
     context_scope: ContextScope | None = Field(None, description="Scope claimed by the context.")
     context_agent: str | None = Field(None, description="Agent reference claimed by the context.")

@@ -66,7 +66,7 @@ class OpaServer:
 
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as resp:  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(url + "/health", timeout=1) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False

@@ -112,7 +112,7 @@ def cedar_statements(text: str) -> list[Statement]:
 _ANNOTATION: Final = re.compile(r'@(\w+)\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)')
 
 
-def annotations(statement: str) -> dict[str, str]:
+def cedar_annotations(statement: str) -> dict[str, str]:
     """The ``@name("value")`` annotations at the head of one statement."""
     found: dict[str, str] = {}
     body = re.sub(r"//[^\n]*", "", statement).lstrip()
@@ -127,7 +127,7 @@ def cedar_sites(pack: Pack) -> list[Site]:
     sites = []
     for rel, text in sorted(pack.select("cedar", ".cedar").items()):
         for st in cedar_statements(text):
-            ident = annotations(st.text).get("id", "")
+            ident = cedar_annotations(st.text).get("id", "")
             code = None if ident == PERMIT_ID else code_of_id(ident)
             sites.append(Site("cedar", code, ident or "(no @id)", rel, st.line))
     return sites

@@ -192,7 +192,7 @@ class PolicyRuntime:
             return [self._unloaded(inp, did) for inp, did in zip(inputs, ids, strict=True)]
         DECISION_IDS.set(tuple(ids))
         try:
-            verdicts: list[Verdict] | list[Exception] = await self.engine.decide_many(inputs)
+            verdicts: list[Verdict | Exception] = list(await self.engine.decide_many(inputs))
         except Exception as exc:  # noqa: BLE001 - every input becomes policy_unavailable
             verdicts = [exc] * len(inputs)
         return [self._conclude(pack, inp, v, did, started) for inp, v, did in zip(inputs, verdicts, ids, strict=True)]

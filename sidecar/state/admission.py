@@ -48,7 +48,8 @@ class Admission:
 
     ``live``: the scope exists, is enabled at the presented generation and has a live namespace.
     ``refused``: the reason of the budget claim that did not fit (nothing was reserved then).
-    ``live_count``: the scope's live entries, for the decision (counted up to the cap + 1). ``window``: the prefetch window id.
+    ``live_count``: the scope's live entries, for the decision (counted up to the cap + 1).
+    ``window``: the prefetch window id.
     ``slots``/``op_id``: the ledger slots and in-flight record of an admitted save.
     ``blocked``: why an admitted save got no slots (the cap with pending slots, or a rotation
     copying the namespace); the call is refused with it if the policy allows.
@@ -96,12 +97,14 @@ def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *
         return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED)
     slots = [codec.new_id("l") for _ in range(write.n)]
     yield executemany(
-        "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id) VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6)",
         [(s, scope_id, generation, now_us, now_us + SLOT_LEASE_S * 1_000_000, ns.ns_id) for s in slots],
     )
     op_id = codec.new_id("w")
     yield execute(
-        "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id) VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6)",
         op_id, scope_id, generation, now_us, now_us + int(write.lease_s * 1_000_000), ns.ns_id,
     )
     return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id)

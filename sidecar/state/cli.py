@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from sidecar.secretfile import SecretError
 from sidecar.settings import SettingsError, load_settings
 from sidecar.state.db import connect
 from sidecar.state.migrations import LATEST, migrate
 from sidecar.state.store import StateStore, open_store
 from sidecar.state.types import StateError
 
-def _run(action: Callable[[str], Awaitable[int]]) -> int:
+
+def _run(action: Callable[[str], Coroutine[Any, Any, int]]) -> int:
     try:
         url = load_settings().state_url()
-    except SettingsError as exc:
+    except (SettingsError, SecretError) as exc:
         print(f"memgov: {exc}")
         return 2
     try:
@@ -88,7 +91,7 @@ def _days(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``memgov state …``."""
     p = sub.add_parser("state", help="Migrate the state store, show its counts, purge old audit records.")
     state = p.add_subparsers(dest="state_command", required=True, metavar="ACTION")

@@ -33,10 +33,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import aiosqlite
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from sidecar import tracing
 from sidecar.reasons import Reason
@@ -122,7 +123,7 @@ class Database(Protocol):
 
     dialect: str
 
-    def tx(self, mode: Mode = "write") -> Any: ...
+    def tx(self, mode: Mode = "write") -> AbstractAsyncContextManager[Tx]: ...
 
     async def run(self, make: MakeScript[T], mode: Mode = "write") -> T: ...
 
@@ -150,15 +151,15 @@ class _PgTx:
     __slots__ = ("_con",)
     dialect = "postgresql"
 
-    def __init__(self, con: asyncpg.Connection) -> None:
+    def __init__(self, con: asyncpg.Connection | PoolConnectionProxy) -> None:
         self._con = con
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        return list(await self._con.fetch(sql, *args))
+        # asyncpg's Record indexes like a tuple (the only way rows are read here); its stubs do not say Sequence.
+        return cast(list[Row], await self._con.fetch(sql, *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        row: Row | None = await self._con.fetchrow(sql, *args)
-        return row
+        return cast(Row | None, await self._con.fetchrow(sql, *args))
 
     async def execute(self, sql: str, *args: Any) -> int:
         status: str = await self._con.execute(sql, *args)
@@ -197,7 +198,8 @@ class PgDatabase:
             if mode in ("read", "single"):
                 yield _PgTx(con)
                 return
-            isolation = "repeatable_read" if mode == "snapshot" else "read_committed"
+            isolation: Literal["repeatable_read", "read_committed"] = (
+                "repeatable_read" if mode == "snapshot" else "read_committed")
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
                 yield _PgTx(con)
 

@@ -72,7 +72,8 @@ class LedgerOps:
         self, scope_id: str, generation: int, ns_id: str, n: int, cap: int, now: datetime,
         lease_s: int = SLOT_LEASE_S,
     ) -> list[str]:
-        """Reserve ``n`` slots in namespace ``ns_id`` if live entries + pending slots + n <= cap, else raise CapReached."""
+        """Reserve ``n`` slots in namespace ``ns_id`` if live entries + pending slots + n <= cap;
+        else raise CapReached."""
         if not valid_scope_id(scope_id):
             raise Fenced(Reason.CONSENT_MISSING)
         if n <= 0:

@@ -203,7 +203,8 @@ def _v2(d: Dialect) -> list[str]:
         " FROM scopes s, generate_series(0, s.generation) gs"
         if d.pg else
         "WITH RECURSIVE gs(scope_id, g, top, enabled) AS (SELECT scope_id, 0, generation, enabled FROM scopes"
-        " UNION ALL SELECT scope_id, g + 1, top, enabled FROM gs WHERE g < top) SELECT scope_id, g, top, enabled FROM gs"
+        " UNION ALL SELECT scope_id, g + 1, top, enabled FROM gs WHERE g < top)"
+        " SELECT scope_id, g, top, enabled FROM gs"
     )
     live = "(g.g = g.top AND g.enabled)"
     return [

@@ -315,4 +315,4 @@ def valid_model_facts(model: object, dimensions: object, encoding: object) -> Mo
         return None
     if encoding is not None and encoding not in _ENCODINGS:
         return None
-    return model, dimensions, encoding  # type: ignore[return-value]
+    return model, dimensions, encoding

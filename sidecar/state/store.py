@@ -9,17 +9,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from sidecar.state.admission import AdmissionOps
+from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, connect
-from sidecar.state.evidence import EvidenceOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
 from sidecar.state.namespaces import NamespaceOps
 from sidecar.state.prefetch import PrefetchOps
 from sidecar.state.rotations import RotationOps
 from sidecar.state.scopes import ScopeOps
-from sidecar.state.tokens import TokenOps
+from sidecar.state.single_use import SingleUseOps
 
 _STATS = {
     "scopes": "SELECT COUNT(*) FROM scopes",
@@ -51,7 +51,8 @@ _EXPIRED = {
 }
 
 
-class StateStore(AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, TokenOps, EvidenceOps, PrefetchOps, RotationOps):
+class StateStore(AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps,
+                 RotationOps):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:

@@ -21,8 +21,8 @@ import aiohttp
 import jwt
 import pytest
 
-from sidecar.devstack import Devstack, MemoryRow, start_devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import Devstack, MemoryRow, start_devstack
+from sidecar.dev.devstack.vectors import embed_text
 from tests.control.harness import AGENT, ALICE, APP, BOT, GHOST, ROOM, SERVER, Keys, policy_pack, write_keys
 from tests.erasure.procs import Gate, GatewayProcess, gate, gateway_process, process_settings
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.devstack.store import NewMemory
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack.store import NewMemory
+from sidecar.dev.devstack.vectors import embed_text
 from tests.adversarial.conftest import CANONICAL, K8S_AGENT, RAW, Launch, Target
 from tests.control.harness import install_role, role_url
 

@@ -132,7 +132,8 @@ class TestBudgets:
             async with t.http.post(url, json={"model": "m", "input": [f"x{i}-{j}" for j in range(10)]}) as resp:
                 refused += resp.status == 403
         assert refused > 0
-        async with _client_from("127.0.0.2") as pod, pod.post(url, json={"model": "m", "input": ["real query"]}) as resp:
+        body = {"model": "m", "input": ["real query"]}
+        async with _client_from("127.0.0.2") as pod, pod.post(url, json=body) as resp:
             assert resp.status == 200, await resp.text()
 
 

@@ -33,8 +33,8 @@ async def _raw_request(url: str, request_line: str) -> tuple[int, bytes]:
 
 class TestEmbeddingBody:
     @pytest.mark.parametrize("raw", [
-        '{"model": "m", "input": "a", "INPUT": [%s]}' % ", ".join([json.dumps(BIG)] * 40),
-        '{"model": "m", "input": [%s], "input": "a"}' % ", ".join([json.dumps(BIG)] * 40),
+        '{{"model": "m", "input": "a", "INPUT": [{}]}}'.format(", ".join([json.dumps(BIG)] * 40)),
+        '{{"model": "m", "input": [{}], "input": "a"}}'.format(", ".join([json.dumps(BIG)] * 40)),
         '{"model": "m", "input": "a", "Input": ["b"]}',
         '{"model": "m", "input": "a"} {"input": ["b"]}',
     ])
@@ -66,7 +66,7 @@ class TestMemoryBody:
         lambda b: b.replace('"agent_name"', '"agent_name": "other__NS__agent", "agent_name"', 1),
         lambda b: b + ' {"user_id": "mgs1.victim"}',
     ])
-    async def test_an_ambiguous_save_is_refused(self, target: Target, mutate) -> None:  # type: ignore[no-untyped-def]
+    async def test_an_ambiguous_save_is_refused(self, target: Target, mutate) -> None:  # type: ignore[no-untyped-def]  # a fixture of the parametrized table
         """A save whose keys a case-insensitive or first-wins decoder would read differently is refused."""
         t = target
         await t.consented_scope()

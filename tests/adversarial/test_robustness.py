@@ -67,6 +67,22 @@ class TestContractAnswers:
         assert (status, body["error"]) == (400, "bad_request")
         assert "X-Memgov-Decision" in headers and await t.rows() == []
 
+    @pytest.mark.parametrize("number", [2**53 + 1, 2**63 - 1, -(2**63)])
+    async def test_int64_beyond_exact_json_is_bounded_not_a_500(self, target: Target, number: int) -> None:
+        """kagent takes any int64 limit or ttl_days; past 2^53 the decision fact saturates, and what memgov
+        forwards is its own bounded value (the search ceiling, the longest allowed ttl)."""
+        t = target
+        await t.consented_scope()
+        key = await t.session_key()
+        status, body, headers = await t.post("/api/memories/search", _search(key, limit=number))
+        assert status == 200 and isinstance(body, list) and headers["X-Memgov-Decision"].startswith("forward")
+        sent = json.loads(t.dev.recorder.of_kind("memory")[-1].body)
+        assert 1 <= sent["limit"] <= 2**31
+        status, body, _ = await t.post("/api/memories/sessions", _save(key, ttl_days=number))
+        assert status == 201 and len(await t.rows()) == 1
+        sent = json.loads(t.dev.recorder.of_kind("memory")[-1].body)
+        assert 1 <= sent["ttl_days"] <= 366
+
     async def test_an_all_zero_vector_in_a_batch_is_refused_whole(self, target: Target) -> None:
         """One poisoned item refuses the batch: no row that would break every search of the namespace."""
         t = target

@@ -21,7 +21,7 @@ class TestStorageKeys:
         t = target
         await t.consented_scope()
         key = await t.session_key()
-        status, body, _ = await t.save(key, "likes green tea")
+        status, _body, _ = await t.save(key, "likes green tea")
         assert status == 201
         _, scope_id, generation, _mac = key.split(".")
         (row,) = await t.rows()

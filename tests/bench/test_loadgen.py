@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from sidecar.bench.loadgen import (
+from sidecar.dev.bench.loadgen import (
     LoadJob,
     RequestSpec,
     closed_loop,
@@ -126,7 +126,7 @@ class TestRuns:
         assert all(body == b"{}" for body in server.app[SEEN])
 
     @pytest.mark.parametrize("runner", [closed_loop, open_loop])
-    async def test_failures_count_as_errors_not_latencies(self, runner) -> None:  # type: ignore[no-untyped-def]
+    async def test_failures_count_as_errors_not_latencies(self, runner) -> None:  # type: ignore[no-untyped-def]  # a fixture of the parametrized table
         """Non-2xx answers are counted as errors and leave the latency sample empty."""
         server = await _serve(503)
         try:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.bench.proxy import CpuPlan, plan_cpus
-from sidecar.bench.scenarios import SCENARIOS
 from sidecar.cli import main
+from sidecar.dev.bench.catalog import SCENARIOS
+from sidecar.dev.bench.proxy import CpuPlan, plan_cpus
 
 
 @pytest.fixture(scope="module")

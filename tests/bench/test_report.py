@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.bench.report import aggregate, render, write_json
+from sidecar.dev.bench.report import aggregate, render, write_json
 
 
 def _run(rnd: int, target: str, rps: float, p50: float, p99: float = 10.0) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.bench.sweep import register_bench, run_sweep_bench
+from sidecar.dev.bench.sweep import register_bench, run_sweep_bench
 
 
 class TestSweepBench:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.bench.loadgen import LoadJob, Mode, RequestSpec
-from sidecar.bench.wrk import parse_done_line, wrk_fits
+from sidecar.dev.bench.loadgen import LoadJob, Mode, RequestSpec
+from sidecar.dev.bench.wrk import parse_done_line, wrk_fits
 
 GET = RequestSpec("health", "GET", "/health")
 POST = RequestSpec("s", "POST", "/api/sessions", body=b"{}")

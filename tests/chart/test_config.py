@@ -86,6 +86,8 @@ class TestConfigFile:
         assert settings.matrix.server_name == "example.org"
         assert settings.agents["kagent/helper"].disabled_variant == "helper-nomem"
         assert settings.erasure.adapter == "kagent-db"
+        assert settings.agents["kagent/helper"].embedding_model == "text-embedding-3-small"
+        assert settings.upstream.embedding_api_key_file is not None
         assert settings.state.url_file is not None
         assert settings.tracing.enabled and settings.tracing.endpoint.endswith(":4318/v1/traces")
 
@@ -110,7 +112,23 @@ class TestConfigFile:
             "operator.key": "memgov-operator/operator-key",
             "state-url": "memgov-state/url",
             "kagent-db-url": "memgov-kagent-db/url",
+            "embedding-api.key": "memgov-embedding/api-key",
         }
+
+    @pytest.mark.parametrize("rotate", [True, False])
+    def test_rotation_settings_reach_memgov(self, rotate: bool, load: Any) -> None:
+        """erasure.rotate arrives as is (on by default); the re-embedding key is mounted only with a provider."""
+        values = {"upstream": {"embeddingUrl": "https://embeddings.example.org/v1",
+                               "embeddingApiKey": {"existingSecret": "memgov-embedding", "key": "k"}},
+                  "erasure": {"rotate": rotate}, "networkPolicy": {"enabled": False}}
+        settings = load(config_file(render(values)))
+        assert settings.erasure.rotate is rotate
+        assert settings.upstream.embedding_api_key_file is not None
+        assert _mounted_files(values)[str(settings.upstream.embedding_api_key_file)] == "memgov-embedding/k"
+        assert load(config_file(render({}))).erasure.rotate is True
+        no_provider = {"upstream": {"embeddingApiKey": {"existingSecret": "memgov-embedding"}},
+                       "networkPolicy": {"enabled": False}}
+        assert load(config_file(render(no_provider))).upstream.embedding_api_key_file is None
 
     @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
     def test_container_command_is_one_memgov_understands(self, name: str, values: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ def _queries() -> list[str]:
 def _exported() -> dict[str, tuple[str, ...]]:
     """Sample name -> label names, for every memgov metric the gateway registers."""
     # prometheus_client has no public way to list a registry's sample names with their labels.
-    names = REGISTRY._names_to_collectors  # noqa: SLF001
+    names = REGISTRY._names_to_collectors
     # A counter's family name is not a series Prometheus stores; only <name>_total is.
     return {name: tuple(getattr(c, "_labelnames", ())) for name, c in names.items()
             if name.startswith("memgov_") and f"{name}_total" not in names}

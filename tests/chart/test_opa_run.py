@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 import yaml
 
-from sidecar.devstack.pg import free_port
-from sidecar.devstack.stack import start_devstack
+from sidecar.dev.devstack.pg import free_port
+from sidecar.dev.devstack.stack import start_devstack
 from sidecar.identity.keys import SessionKeys, new_scope_id
 from sidecar.policy.opa_server import tool_binary
 from sidecar.policy.pack import read_pack

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from tests.chart import cases
 from tests.chart.helm import CHART, RELEASE, find, pod_spec, render
@@ -35,7 +35,7 @@ class TestNoCopy:
 
 
 class TestUserPack:
-    PACK = {
+    PACK: Final = {
         "data/limits.yaml": "max_days: 3\n",
         "cedar/site.cedar": "permit(principal, action, resource);\n",
         "rego/site/policy.rego": "package site\n",

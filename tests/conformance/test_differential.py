@@ -22,10 +22,10 @@ import aiohttp
 import asyncpg
 import pytest
 
-from sidecar.devstack.pg import PgServer
-from sidecar.devstack.realkagent import RealKagent, start_real_kagent
-from sidecar.devstack.stack import start_devstack
-from sidecar.devstack.store import DbFault
+from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.realkagent import RealKagent, start_real_kagent
+from sidecar.dev.devstack.stack import start_devstack
+from sidecar.dev.devstack.store import DbFault
 from tests.conformance.transcript import NO_VECTOR, TRANSCRIPT, Prune, Req, Rows, Sql, Step
 
 pytestmark = pytest.mark.real_kagent

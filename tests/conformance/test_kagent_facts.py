@@ -16,8 +16,8 @@ import aiohttp
 import asyncpg
 import pytest
 
-from sidecar.devstack.pg import PgServer
-from sidecar.devstack.realkagent import RealKagent, start_real_kagent
+from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.realkagent import RealKagent, start_real_kagent
 from tests.conformance.transcript import E0, NS
 from tests.support.upstream import sa_token
 

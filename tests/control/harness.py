@@ -26,15 +26,15 @@ import yaml
 
 from sidecar.control.client import ControlClient, Token
 from sidecar.control.http import SWEEPERS
-from sidecar.devstack import Devstack, MemoryRow
-from sidecar.devstack.pg import PgServer
-from sidecar.devstack.vectors import embed_text
-from sidecar.enforce.runtime import utcnow
+from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import Sweepers
+from sidecar.governance import utcnow
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 from sidecar.server import Gateway, running_gateway
-from sidecar.state.types import Namespace
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.state.types import Namespace
 from tests.support.upstream import STANDIN, Upstream, runtime_headers, start_stack
 
 SERVER = "example.org"

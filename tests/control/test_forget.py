@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.control.client import ControlError
-from sidecar.devstack import DbFault
+from sidecar.dev.devstack import DbFault
 from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 
@@ -167,7 +167,7 @@ class TestBoundary:
             with pytest.raises(ControlError) as err:
                 await h.client().confirm_and_run(scope_id, "forget-all")
             h.stack.store.fault = None
-            answers.append(await h.client().erasure(err.value.location.rsplit("/", 1)[1]))  # type: ignore[union-attr]
+            answers.append(await h.client().erasure(err.value.location.rsplit("/", 1)[1]))  # type: ignore[union-attr]  # the refusal carries the evidence's location
             answers.append((await h.client().withdraw(scope_id))["erasure"])
             for answer in answers:
                 sinks.record(200, [], repr(answer))

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from sidecar.control.client import ControlError
-from sidecar.devstack import DbFault
-from sidecar.devstack.store import NewMemory
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import DbFault
+from sidecar.dev.devstack.store import NewMemory
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.tokens import TokenType, mint_token
 from tests.control.harness import ALICE, APP, BOB, BOT, GHOST, SERVER, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
@@ -149,7 +149,7 @@ class TestBoundary:
             url = f"{h.gw.control_url}/v1/scopes/{scope_id}/entries"
             attempts = [(h.subject_token(), h.context(encrypted=True)), (h.subject_token(BOB), h.context())]
             statuses = []
-            for token, context in attempts + [(h.subject_token(), h.context())]:
+            for token, context in [*attempts, (h.subject_token(), h.context())]:
                 if len(statuses) == len(attempts):
                     h.stack.store.fault = DbFault(message=f"boom {upstream} {stored}", ops=frozenset({"list"}))
                 async with h.http.get(url, headers={"Authorization": f"Bearer {token}",

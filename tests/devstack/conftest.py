@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 from yarl import URL
 
-from sidecar.devstack import DevClock, Devstack, start_devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import DevClock, Devstack, start_devstack
+from sidecar.dev.devstack.vectors import embed_text
 from tests.support.pg import PgServer
 
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)

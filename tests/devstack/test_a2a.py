@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sidecar.devstack import Devstack, start_devstack
+from sidecar.dev.devstack import Devstack, start_devstack
 from tests.devstack.conftest import Api
 
 

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from sidecar.cli import build_parser
-from sidecar.devstack.cli import _runtime, run
+from sidecar.dev.devstack.cli import _runtime, run
 
 
 class TestParser:

@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from sidecar.devstack import EMBEDDING, EmbeddingFaults, create_embedding_app
-from sidecar.devstack.store import cosine_similarity
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import EMBEDDING, EmbeddingFaults, create_embedding_app
+from sidecar.dev.devstack.store import cosine_similarity
+from sidecar.dev.devstack.vectors import embed_text
 
 Client = TestClient[web.Request, web.Application]
 

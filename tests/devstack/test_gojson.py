@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.devstack.gojson import GoDecodeError, Raw, decode_struct, go_dumps, go_float, go_query
-from sidecar.devstack.memory_api import SAVE_FIELDS, rfc3339, ttl_delta
+from sidecar.dev.devstack.gojson import GoDecodeError, Raw, decode_struct, go_dumps, go_float, go_query
+from sidecar.dev.devstack.memory_api import SAVE_FIELDS, rfc3339, ttl_delta
 
 
 class TestDecode:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.devstack import DevClock, Devstack
+from sidecar.dev.devstack import DevClock, Devstack
 from tests.devstack.conftest import START, Api, axis, save_body, vec
 
 MISSING = "Missing required fields (agent_name, user_id, vector)"
@@ -263,7 +263,7 @@ class TestList:
 
     async def test_a_row_without_expiry_omits_the_field(self, api: Api, stack: Devstack) -> None:
         """expires_at is left out when the column is NULL."""
-        from sidecar.devstack.store import NewMemory
+        from sidecar.dev.devstack.store import NewMemory
 
         await stack.store.insert(NewMemory("kagent__NS__helper", "alice", "x", axis(0), "{}", None))
         _status, body = await api.json("GET", "/api/memories?agent_name=kagent__NS__helper&user_id=alice")
@@ -369,7 +369,7 @@ class TestPrune:
     async def test_rows_without_expiry_and_rows_expiring_now_survive(self, api: Api, stack: Devstack,
                                                                     clock: DevClock) -> None:
         """Prune only touches expires_at strictly before now; NULL expiry is never touched."""
-        from sidecar.devstack.store import NewMemory
+        from sidecar.dev.devstack.store import NewMemory
 
         await stack.store.insert(NewMemory("a", "u", "forever", axis(0), "{}", None))
         await _seed(api, ["edge"], ttl_days=1)

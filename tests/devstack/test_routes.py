@@ -9,8 +9,8 @@ import json
 import pytest
 from yarl import URL
 
-from sidecar.devstack import Devstack
-from sidecar.devstack.gomux import Mux, clean_path
+from sidecar.dev.devstack import Devstack
+from sidecar.dev.devstack.gomux import Mux, clean_path
 from tests.devstack.conftest import Api
 
 

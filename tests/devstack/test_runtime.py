@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.devstack import Devstack, RuntimeConfig, app_name
-from sidecar.devstack.embedding import EmbeddingFaults
-from sidecar.devstack.runtime import prefetch_queries
+from sidecar.dev.devstack import Devstack, RuntimeConfig, app_name
+from sidecar.dev.devstack.embedding import EmbeddingFaults
+from sidecar.dev.devstack.runtime import prefetch_queries
 from tests.devstack.conftest import Api
 from tests.devstack.test_a2a import reply_text, rpc
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from sidecar.devstack import DbFault, DevClock, open_memory_store
-from sidecar.devstack.store import MemoryRow, NewMemory, StoreError, cosine_similarity, rank
+from sidecar.dev.devstack import DbFault, DevClock, open_memory_store
+from sidecar.dev.devstack.store import MemoryRow, NewMemory, StoreError, cosine_similarity, rank
 from tests.devstack.conftest import START, axis
 
 COLUMNS = ["id", "agent_name", "user_id", "content", "embedding", "metadata", "created_at", "expires_at",

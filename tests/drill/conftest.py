@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from sidecar import cli
+from sidecar.dev.drill_devstack import LocalStack, devstack_target
 from sidecar.drill import actors
 from sidecar.drill.actors import DrillRun
-from sidecar.drill.devstack import LocalStack, devstack_target
 from sidecar.drill.target import Target
 from sidecar.drill.wire import Recorder, open_session
 

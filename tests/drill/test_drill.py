@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import build_parser
-from sidecar.devstack.clock import DevClock
+from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.drill_devstack import AGENTS, CAP, devstack_target
 from sidecar.drill.bundle import report_json
 from sidecar.drill.cli import deployment_target
-from sidecar.drill.devstack import AGENTS, CAP, devstack_target
 from sidecar.drill.runner import CHECKS, Report, run_drill
 from sidecar.drill.sentinels import find_leaks
 from tests.control.harness import install_role, role_url
@@ -96,7 +96,7 @@ class TestDrillUsage:
                 "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
                 "--ghost", "@agent:drill.example"]
         argv = [a for arg in argv for a in (full if arg == "KEYS" else [arg])]
-        code, out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
+        code, _out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
         assert code == expected and err.startswith("memgov drill: ")
         assert not (tmp_path / "bundle").exists()
 

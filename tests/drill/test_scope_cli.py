@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.devstack.store import DbFault
+from sidecar.dev.devstack.store import DbFault
 from sidecar.drill.actors import PURPOSE
 
 
@@ -164,7 +164,7 @@ class TestScopeErrors:
         for argv, expected in [
             (["scope", "--control-url", dep.target.control_url, "--token-file", str(tmp_path / "missing"),
               "status", scope.scope_id], 2),
-            (_base(dep, token_file) + ["inspect", scope.scope_id], 2),
+            ([*_base(dep, token_file), "inspect", scope.scope_id], 2),
             (["scope", "--control-url", "http://127.0.0.1:9", "--token-file", str(token_file), "status",
               scope.scope_id], 4),
             (["scope", "--control-url", dep.target.control_url, "--token", token, "status", scope.scope_id], 0),

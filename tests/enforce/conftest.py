@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sidecar.devstack.clock import DevClock
-from sidecar.devstack.stack import Devstack
+from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.stack import Devstack
 from sidecar.identity.tokens import control_room, mint_context
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import load_settings

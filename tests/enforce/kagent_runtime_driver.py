@@ -46,7 +46,7 @@ class ScriptedLlm(BaseLlm):
     list, after ``hold`` (if set) is released.
     """
 
-    facts: list[str] = []
+    facts: list[str] = []  # noqa: RUF012 - a pydantic field (BaseLlm is a model): copied per instance
     hold: Any = None
 
     async def generate_content_async(self, llm_request: LlmRequest,

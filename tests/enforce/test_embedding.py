@@ -57,7 +57,7 @@ class TestEmbedding:
     async def test_agent_without_memory(self, stack):
         """Agents not configured for memory get no embedding route."""
         await stack.scope()
-        status, body, _ = await embed(stack, ["x"], path="/embeddings/kagent/plain/v1/embeddings")
+        status, _body, _ = await embed(stack, ["x"], path="/embeddings/kagent/plain/v1/embeddings")
         assert status == 403
 
     async def test_agent_budget(self, make_stack, tmp_path):

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sidecar.control.client import ControlClient
-from sidecar.devstack.realkagent import build
+from sidecar.dev.devstack.realkagent import build
 from sidecar.identity.tokens import mint_subject
 from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from sidecar.devstack.store import DbFault, NewMemory
+from sidecar.dev.devstack.store import DbFault, NewMemory
 from tests.enforce.conftest import ALICE, APP, BOB, OTHER_APP, ROOM_B
 
 
@@ -36,7 +36,7 @@ class TestSave:
         """512 UTF-8 bytes pass, 513 are refused with fact_too_large (multi-byte characters count as bytes)."""
         await stack.scope()
         key = await stack.session_key()
-        got, body, headers = await stack.save(key, content)
+        got, body, _headers = await stack.save(key, content)
         assert got == status
         if status == 403:
             assert body["error"] == "fact_too_large" and await stack.rows() == []
@@ -147,7 +147,7 @@ class TestSearch:
         await stack.scope()
         key = await stack.session_key()
         status, body, _ = await stack.save(key, "alice likes green tea")
-        status, rows, headers = await stack.search(key, "green tea")
+        status, rows, _headers = await stack.search(key, "green tea")
         assert status == 200 and [r["id"] for r in rows] == [body["id"]]
         assert rows[0]["content"] == "alice likes green tea"
 
@@ -195,7 +195,7 @@ class TestSearch:
     async def test_loads_outside_a_new_conversation_are_rate_limited(self, stack):
         """Searches in a continuing conversation are explicit loads: burst 3, then []."""
         scope = await stack.scope()
-        resp, seen = await stack.invoke(context=stack.context(), context_id="existing-conversation")
+        _resp, seen = await stack.invoke(context=stack.context(), context_id="existing-conversation")
         key = seen.user_id_header
         results = [await stack.search(key, "q") for _ in range(4)]
         assert [reason(r[2]) for r in results] == ["allowed"] * 3 + ["rate_limited"]
@@ -237,9 +237,9 @@ class TestIsolation:
         await stack.gov.store.grant(scope.scope_id, "again", "v1", stack.clock())
         new = await stack.session_key()
         assert new != old
-        status, rows, _ = await stack.search(new, "generation one fact")
+        _, rows, _ = await stack.search(new, "generation one fact")
         assert rows == []
-        status, rows, headers = await stack.search(old, "generation one fact")
+        _status, rows, headers = await stack.search(old, "generation one fact")
         assert rows == [] and reason(headers) == "stale_generation"
 
     @pytest.mark.kagent

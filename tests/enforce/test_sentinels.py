@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.devstack.store import DbFault
+from sidecar.dev.devstack.store import DbFault
 from tests.enforce.conftest import ALICE, APP
 from tests.support.sentinel import assert_absent, capture_sinks, make_sentinel
 

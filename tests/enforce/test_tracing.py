@@ -8,7 +8,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from sidecar.erasure.engine import ErasureEngine, Kind
+from sidecar.erasure.machine import ErasureEngine, Kind
 from tests.enforce.conftest import APP
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

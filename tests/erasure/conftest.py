@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.devstack import open_memory_store
+from sidecar.dev.devstack import open_memory_store
 from tests.control.harness import Harness, harness, install_role, role_url
 from tests.support.upstream import Upstream
 

@@ -21,8 +21,7 @@ import yaml
 from aiohttp import web
 
 from sidecar.control.client import ControlClient
-from sidecar.enforce.build import governance
-from sidecar.enforce.runtime import Governance
+from sidecar.governance import Governance, governance
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
@@ -141,7 +140,8 @@ class GatewayProcess:
 def process_settings(keys: Keys, pack: Path, kagent_url: str, state_url: str, **extra: Any) -> dict[str, Any]:
     """Settings of a gateway process on fresh fixed ports."""
     settings = overrides(keys, pack, kagent_url, state_url, **extra)
-    settings["listen"] = {**settings["listen"], **{name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}}
+    ports = {name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")}
+    settings["listen"] = {**settings["listen"], **ports}
     settings["policy"]["reload_interval_s"] = 0
     settings["log"] = {"level": "info"}
     return settings

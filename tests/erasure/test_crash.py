@@ -25,8 +25,8 @@ import pytest
 from aiohttp import web
 
 from sidecar.control.client import ControlClient, ControlError
-from sidecar.devstack import Devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import Devstack
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
 from tests.control.harness import (
@@ -146,7 +146,7 @@ class TestKillBetweenSteps:
             # The lock an UPDATE of the row needs, but not the one the erasure row's foreign key takes.
             lock = await locked_scope_row(c.state_url, scope_id, "FOR NO KEY UPDATE")
         elif stuck_in == "fenced":
-            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
+            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
             op = await c.store.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
         elif stuck_in == "quiesced":
             c.gate.hold = lambda r: r.method == "DELETE"

@@ -57,7 +57,7 @@ class TestKagentDbErasure:
         with pytest.raises(ControlError) as err:
             await kdb.client().forget(scope_id, entry)
         assert (err.value.status, err.value.reason) == (500, "erasure_failed")
-        record = await kdb.client().erasure(err.value.location.rsplit("/", 1)[1])  # type: ignore[union-attr]
+        record = await kdb.client().erasure(err.value.location.rsplit("/", 1)[1])  # type: ignore[union-attr]  # the refusal carries the evidence's location
         assert record["entries"][0]["physically_deleted_at"] is None
         assert (await kdb.client().status(scope_id))["enabled"] is False
         assert len(await kdb.rows(scope_id)) == 1

@@ -13,11 +13,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from sidecar.devstack import MemoryStore, open_memory_store
-from sidecar.devstack.realkagent import start_real_kagent
-from sidecar.devstack.store import NewMemory
-from sidecar.devstack.vectors import embed_text
-from sidecar.erasure.adapters import KagentDbAdapter
+from sidecar.contentstore.adapters import KagentDbAdapter
+from sidecar.dev.devstack import MemoryStore, open_memory_store
+from sidecar.dev.devstack.realkagent import start_real_kagent
+from sidecar.dev.devstack.store import NewMemory
+from sidecar.dev.devstack.vectors import embed_text
 from tests.control.harness import APP, install_role, role_url
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -21,13 +21,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from sidecar.devstack import start_devstack
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import open_store
-from tests.control.harness import (AGENT, APP, context_token, install_role, policy_pack, role_url,
-                                   until, write_keys)
+from tests.control.harness import AGENT, APP, context_token, install_role, policy_pack, role_url, until, write_keys
 from tests.erasure.conftest import kagent_table
 from tests.erasure.procs import gate, governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sidecar.erasure.adapters import AdapterError
-from sidecar.erasure.reembed import TARGET_DIM, _vectors, runtime_vector
+from sidecar.contentstore.adapters import AdapterError
+from sidecar.contentstore.reembed import TARGET_DIM, _vectors, runtime_vector
 from sidecar.erasure.rotation import ttl_days
 from sidecar.reasons import Reason
 

@@ -13,10 +13,10 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from sidecar.devstack import DbFault
-from sidecar.devstack.embedding import EmbeddingFaults
-from sidecar.devstack.vectors import embed_text
-from sidecar.erasure.engine import ErasureEngine, Kind
+from sidecar.dev.devstack import DbFault
+from sidecar.dev.devstack.embedding import EmbeddingFaults
+from sidecar.dev.devstack.vectors import embed_text
+from sidecar.erasure.machine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
 from tests.control.harness import AGENT, APP, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
@@ -381,7 +381,7 @@ DAY = 86400
 def _later(h: Harness, seconds: float) -> None:
     """Move the gateway's and kagent's clocks together."""
     h.advance(seconds)
-    h.stack.clock.advance(seconds)  # type: ignore[attr-defined]
+    h.stack.clock.advance(seconds)  # type: ignore[attr-defined]  # the stand-in stack has a test clock
 
 
 class TestSweeper:
@@ -513,7 +513,7 @@ class TestKagentPrune:
 async def _expire_in_kagent(h: Harness, entry_id: str) -> None:
     """Make kagent hold the row as expired an hour ago (the real kagent's table directly; the stand-in's clock)."""
     if h.stack.real is None:
-        h.stack.clock.advance(7 * DAY + 3600)  # type: ignore[attr-defined]
+        h.stack.clock.advance(7 * DAY + 3600)  # type: ignore[attr-defined]  # the stand-in stack has a test clock
         return
     conn = await asyncpg.connect(h.stack.real.db_url)
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sidecar.erasure.adapters import memories_url
+from sidecar.contentstore.adapters import memories_url
 from tests.control.harness import AGENT, APP, until
 from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
 from tests.support.upstream import Upstream, runtime_headers
@@ -57,7 +57,7 @@ class TestKillDuringRotation:
         scope_id = await _scope_with_memory(c)  # "likes green tea", "lives in Lisbon"
         entries = {e.entry_id: e for e in await c.store.entries_of_scope(scope_id)}
         doomed = next(iter(entries))
-        live_ns = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]
+        live_ns = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
         assert live_ns is not None
         lock = op = None
         if stuck_in == "requested":

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from sidecar.devstack import start_devstack
-from sidecar.devstack.embedding import EmbeddingFaults
-from sidecar.devstack.vectors import embed_text
-from sidecar.erasure.engine import ErasureEngine
+from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.embedding import EmbeddingFaults
+from sidecar.dev.devstack.vectors import embed_text
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
 from tests.control.harness import AGENT, APP, policy_pack, with_embedding, write_keys
 from tests.erasure.procs import governed_like, process_settings, two_gateways

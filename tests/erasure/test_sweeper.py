@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.devstack.store import NewMemory
-from sidecar.devstack.vectors import embed_text
+from sidecar.dev.devstack.store import NewMemory
+from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
 from tests.control.harness import APP, Harness, harness
 

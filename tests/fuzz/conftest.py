@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sidecar.fuzz.stack import FuzzStack, fuzz_stack
+from sidecar.dev.fuzz.stack import FuzzStack, fuzz_stack
 
 
 @pytest.fixture

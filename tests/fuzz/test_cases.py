@@ -7,11 +7,11 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 
-from sidecar.fuzz.cases import Case, Request
-from sidecar.fuzz.data import CANONICAL, data_cases
-from sidecar.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, to_bytes
-from sidecar.fuzz.runner import simpler
-from sidecar.fuzz.stack import AGENT, PLAIN_AGENT
+from sidecar.dev.fuzz.cases import Case, Request
+from sidecar.dev.fuzz.data import CANONICAL, data_cases
+from sidecar.dev.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, to_bytes
+from sidecar.dev.fuzz.runner import simpler
+from sidecar.dev.fuzz.stack import AGENT, PLAIN_AGENT
 
 A2A_PATHS = {f"/api/a2a/{AGENT}/", f"/api/a2a/{AGENT}", f"/api/a2a/{PLAIN_AGENT}/", f"/api/a2a-sandboxes/{AGENT}/",
              f"/api/a2a/{AGENT}/.well-known/agent-card.json"}

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from sidecar.fuzz.cases import Case, Request, Setup
-from sidecar.fuzz.chaos import Fault
-from sidecar.fuzz.cli import fuzz, summary
-from sidecar.fuzz.jsondoc import Doc, Obj, Ph, Str, Vec
-from sidecar.fuzz.run import CaseRun
-from sidecar.fuzz.run_data import run_data_case
-from sidecar.fuzz.stack import FuzzStack
+from sidecar.dev.fuzz.cases import Case, Request, Setup
+from sidecar.dev.fuzz.chaos import Fault
+from sidecar.dev.fuzz.cli import fuzz, summary
+from sidecar.dev.fuzz.jsondoc import Arr, Doc, Obj, Ph, Str, Vec
+from sidecar.dev.fuzz.run import CaseRun
+from sidecar.dev.fuzz.run_data import run_data_case
+from sidecar.dev.fuzz.stack import FuzzStack
 from sidecar.logs import get_logger
 from sidecar.proxy import HANDLERS
 from sidecar.routes import RouteClass, RouteMatch
@@ -23,11 +23,21 @@ SEARCH = Doc(Obj((("agent_name", "kagent__NS__k8s_agent"), ("user_id", Ph("KEY")
                   ("note", Str((Ph("S:query"),))))))
 
 
-def kinds(outcome) -> set[str]:  # noqa: ANN001 - an Outcome
+MESSAGE = Obj((("role", "user"), ("messageId", "m1"),
+               ("parts", Arr((Obj((("kind", "text"), ("text", Str((Ph("S:msg"),))))),))), ("contextId", "c1")))
+INVOKE = Request("POST", ("/api/a2a/kagent/k8s-agent/",),
+                 (("X-Agent-Name", "kagent__NS__k8s_agent"), ("X-Memgov-Context", Ph("CTX")),
+                  ("Content-Type", "application/json")),
+                 Doc(Obj((("jsonrpc", "2.0"), ("id", 1), ("method", "message/send"),
+                          ("params", Obj((("message", MESSAGE),)))))))
+SILENT_KAGENT = Fault("kagent", "delay", "/", 400, Ph("S:fault"))
+
+
+def kinds(outcome) -> set[str]:
     return {f.kind for f in outcome.failures}
 
 
-def swap(stack: FuzzStack, cls: RouteClass, handler) -> None:  # noqa: ANN001 - a class handler
+def swap(stack: FuzzStack, cls: RouteClass, handler) -> None:
     stack.gw.runners[0].app[HANDLERS][cls] = handler
 
 
@@ -47,7 +57,36 @@ class TestQuietOnCorrectAnswers:
         assert outcome.status == 500 and outcome.failures == []
 
 
+    async def test_forwarded_invoke_whose_agent_stays_silent(self, stack: FuzzStack) -> None:
+        """An allowed invocation whose agent outlives the read timeout: 504 with the failure (deny,
+        upstream_unavailable) in the header, judged by where the request went, not as a policy denial."""
+        case = Case("data", "invoke", INVOKE, Setup(scope=True, new_conversation=False, preseed=1),
+                    fault=SILENT_KAGENT)
+        outcome = await run_data_case(stack, case)
+        assert outcome.status == 504 and outcome.failures == []
+
+
 class TestLoudOnBreakage:
+    async def test_unrewritten_invoke_behind_an_upstream_failure(self, stack: FuzzStack) -> None:
+        """An invocation relayed with the caller's identity, answered as an upstream failure, is still caught."""
+
+        governed = stack.gw.runners[0].app[HANDLERS][RouteClass.A2A_INVOKE]
+
+        async def raw(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+            if "X-Agent-Name" not in request.headers:  # the setup's own invocation (it obtains the key)
+                return await governed(request, match)
+            async with stack.http.post(stack.dev.kagent_url + request.rel_url.path, data=await request.read(),
+                                       headers={"X-User-Id": "admin"}) as resp:
+                await resp.read()
+            decision = "deny; reason=upstream_unavailable; id=d_0123456789abcdef"
+            return web.json_response({"error": "upstream_unavailable", "decision_id": "d_0123456789abcdef"},
+                                     status=504, headers={"X-Memgov-Decision": decision})
+
+        swap(stack, RouteClass.A2A_INVOKE, raw)
+        case = Case("data", "invoke", INVOKE, Setup(scope=True, new_conversation=False))
+        assert "invoke_identity_not_rewritten" in kinds(await run_data_case(stack, case))
+
+
     async def test_leaky_search(self, stack: FuzzStack) -> None:
         """A search that answers 500 with the request in it and logs a piece of it fails six ways."""
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.drill.sentinels import make_sentinel
-from sidecar.fuzz.oracle import (
+from sidecar.dev.fuzz.oracle import (
     decision_of,
     foreign_markers,
     header_agrees,
@@ -14,7 +13,8 @@ from sidecar.fuzz.oracle import (
     reason_body,
     strict_json,
 )
-from sidecar.fuzz.wire import Reply
+from sidecar.dev.fuzz.wire import Reply
+from sidecar.drill.sentinels import make_sentinel
 
 JSON = (("Content-Type", "application/json"),)
 

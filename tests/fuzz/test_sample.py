@@ -7,7 +7,7 @@ message is the fuzzer's own summary with a content-free example per failure clas
 
 from __future__ import annotations
 
-from sidecar.fuzz.cli import fuzz, summary
+from sidecar.dev.fuzz.cli import fuzz, summary
 
 SAMPLE_CASES = 400
 SAMPLE_SEED = 20261201

@@ -123,7 +123,8 @@ class TestRefusedContexts:
         """A verifier accepts only its own key type's algorithm, even with a matching secret."""
         for alg, key in stranger_keys.items():
             if alg != signer.alg:
-                assert _refused(mint_token(context_claims(), key, alg, typ=TokenType.CONTEXT), signer) is Reason.CONTEXT_INVALID
+                token = mint_token(context_claims(), key, alg, typ=TokenType.CONTEXT)
+                assert _refused(token, signer) is Reason.CONTEXT_INVALID
         if signer.alg == "HS256":
             for alg in ("HS512", "hs256"):
                 forged = hs256_forge(context_claims(), signer.signing_key, alg)

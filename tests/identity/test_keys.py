@@ -15,8 +15,8 @@ from sidecar.identity import IdentityError
 from sidecar.identity.keys import (
     SessionKeys,
     is_session_key_shaped,
-    new_scope_id,
     new_salt,
+    new_scope_id,
     parse_storage_key,
     storage_key,
 )

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import (
+    CheckedPrincipal,
     Origin,
-    Principal,
     check_principal,
     normalise_server_name,
     parse_mxid,
@@ -147,7 +147,7 @@ class TestParseMxid:
     def test_non_strings_are_refused(self, value: object) -> None:
         """Values that are not strings (for example from JSON) are principal_invalid."""
         with pytest.raises(IdentityError):
-            parse_mxid(value)  # type: ignore[arg-type]
+            parse_mxid(value)  # type: ignore[arg-type]  # a non-string on purpose
 
 
 class TestServerNames:
@@ -233,5 +233,5 @@ class TestCheckPrincipal:
         native = check_principal("@alice:example.org", "native", "example.org")
         appservice = check_principal("@alice:example.org", "appservice", "example.org")
         assert native != appservice
-        assert native == Principal(parse_mxid("@alice:example.org"), Origin.NATIVE)
+        assert native == CheckedPrincipal(parse_mxid("@alice:example.org"), Origin.NATIVE)
         assert len({native, appservice}) == 2

@@ -16,9 +16,9 @@ from sidecar.identity import IdentityError
 from sidecar.identity.tokens import (
     OperatorToken,
     SubjectToken,
+    TokenType,
     bearer,
     load_verifier,
-    TokenType,
     mint_operator,
     mint_subject,
     mint_token,
@@ -27,7 +27,7 @@ from sidecar.identity.tokens import (
     verify_subject_token,
 )
 from sidecar.reasons import Reason
-from sidecar.settings import SettingsError
+from sidecar.secretfile import SecretError
 from tests.identity.conftest import NOW, KeyFiles, Signer, pems
 from tests.identity.strategies import SENTINEL
 
@@ -66,7 +66,7 @@ class TestLoadVerifier:
         """Short, placeholder, private, weak or foreign keys fail at load, naming the setting only."""
         path = tmp_path / "bridge.key"
         path.write_bytes(content)
-        with pytest.raises(SettingsError) as exc:
+        with pytest.raises(SecretError) as exc:
             load_verifier(path, setting="trust.bridge_key_file")
         message = str(exc.value)
         assert message.startswith("trust.bridge_key_file: ") and says in message
@@ -74,7 +74,7 @@ class TestLoadVerifier:
 
     def test_missing_file_names_the_setting(self, tmp_path: Path) -> None:
         """A key file that does not exist is a configuration error naming its setting."""
-        with pytest.raises(SettingsError, match=r"^trust\.operator_key_file: cannot read"):
+        with pytest.raises(SecretError, match=r"^trust\.operator_key_file: cannot read"):
             load_verifier(tmp_path / "absent.key", setting="trust.operator_key_file")
 
     def test_verifier_repr_hides_the_key(self, key_files: KeyFiles) -> None:
@@ -122,7 +122,7 @@ class TestSubjectToken:
         ],
     )
     def test_bad_tokens_require_authentication(self, hs256: Signer, claims: dict[str, Any]) -> None:
-        """Missing (jti and iat included), expired, not-yet-valid, long-lived or mistyped claims answer auth_required."""
+        """Missing (jti and iat included), expired, not-yet-valid, long-lived or mistyped claims: auth_required."""
         assert _subject_refused(hs256.sign(claims, TokenType.SUBJECT), hs256) is Reason.AUTH_REQUIRED
 
     @pytest.mark.parametrize("sub", ["alice", "alice@example.org", "@Alice:example.org", f"@{SENTINEL}:x.org"])

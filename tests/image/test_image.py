@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sidecar.devstack.stack import start_devstack
+from sidecar.dev.devstack.stack import start_devstack
 from sidecar.policy.pack import read_pack
 from tests.chart import cases
 from tests.chart.helm import pod_spec, render
@@ -83,6 +83,12 @@ class TestImageShape:
         """No shell, package manager, pip, compiler or archiver is left for run time."""
         assert executables(image.root) & FORBIDDEN == set()
         assert not list((image.root / "opt" / "memgov").rglob("pip"))
+
+    def test_dev_tooling_is_left_out(self, image: Image) -> None:
+        """The runtime ships without the dev tooling: no sidecar/dev in the image's environment."""
+        packages = list((image.root / "opt" / "memgov").rglob("sidecar"))
+        assert packages and all((p / "server.py").is_file() for p in packages)
+        assert not [p for p in packages if (p / "dev").exists()]
 
     def test_the_charts_command_is_the_images_program(self, image: Image) -> None:
         """`memgov` (the chart's command) resolves on the image's PATH to memgov's entry point."""

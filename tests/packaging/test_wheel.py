@@ -1,17 +1,24 @@
-"""The wheel, built from the tree and installed non-editable into a fresh venv, runs memgov with no source tree."""
+"""The wheel, built from the tree and installed non-editable into a fresh venv, runs memgov with no source tree.
+
+The wheel is the runtime only: the dev tooling (sidecar/dev/) stays in the checkout, and serve, the
+control API, erasure and a drill against a deployment all work without it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sidecar.devstack.stack import start_devstack
+from sidecar.dev.devstack.stack import start_devstack
+from sidecar.dev.drill_devstack import AGENTS, BOT, EMBEDDING_MODEL, SERVER, drill_pack, write_keys
 from sidecar.policy.pack import read_pack
 from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
 
@@ -20,16 +27,23 @@ SOURCE_REVISION = read_pack(REPO / "policies").revision
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]  # the caller's keyword arguments
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh venv with memgov installed from a wheel built from this tree (dependencies from the index)."""
-    work = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(REPO)])
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """memgov's wheel, built from this tree."""
+    work = tmp_path_factory.mktemp("dist")
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work), str(REPO)])
     assert built.returncode == 0, built.stderr
-    (wheel,) = (work / "dist").glob("memgov-*.whl")
+    (found,) = work.glob("memgov-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[Path]:
+    """A fresh venv with memgov installed from that wheel (dependencies from the index)."""
+    work = tmp_path_factory.mktemp("wheel")
     made = _run([sys.executable, "-m", "venv", str(work / "venv")])
     assert made.returncode == 0, made.stderr
     installed = _run([str(work / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)])
@@ -85,3 +99,47 @@ class TestInstalledWheel:
             await dev.stop()
         assert ready["checks"]["policy"]["revision"] == SOURCE_REVISION
         assert seen.readyz["ready"] is True
+
+    def test_dev_tooling_is_left_out(self, wheel: Path, venv: Path, outside: dict[str, object]) -> None:
+        """No sidecar/dev in the wheel; its command line offers the runtime's commands and no dev ones."""
+        names = zipfile.ZipFile(wheel).namelist()
+        assert "sidecar/server.py" in names and not [n for n in names if n.startswith("sidecar/dev/")]
+        proc = _run([str(venv / "bin" / "memgov"), "--help"], **outside)
+        assert proc.returncode == 0, proc.stderr
+        listed = proc.stdout.split()
+        assert {"serve", "policy", "state", "scope", "drill"} <= set(listed)
+        assert not {"bench", "devstack", "demo", "fuzz"} & set(listed)
+        drill = _run([str(venv / "bin" / "memgov"), "drill"], **outside)
+        assert drill.returncode == 2 and "--data-url" in drill.stderr
+
+    async def test_drill_passes_against_the_wheels_gateway(self, venv: Path, tmp_path: Path,
+                                                           outside: dict[str, object]) -> None:
+        """`memgov serve` and `memgov drill` from the wheel: consent, inspect, erasure and refusals all pass."""
+        keys, pack = write_keys(tmp_path), drill_pack(tmp_path)
+        dev = await start_devstack()
+        try:
+            config = gateway_config(
+                tmp_path, dev.kagent_url, upstream={"embedding_url": dev.embedding_url},
+                policy={"dir": str(pack)}, secrets={"session_key_file": str(keys["session"])},
+                trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
+                matrix={"server_name": SERVER, "bridge_bot": BOT},
+                # Pinned like the drill's own devstack, so forget-one rotates (exact over REST).
+                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
+                              "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
+                        for ref, ghost in AGENTS},
+            )
+            path = write_config(tmp_path / "memgov.yaml", config)
+            log = tmp_path / "serve.log"
+            argv = [str(venv / "bin" / "memgov"), "drill", "--data-url", url(config, "data"),
+                    "--control-url", url(config, "control"), "--ops-url", url(config, "ops"),
+                    "--bridge-key-file", str(keys["bridge"]), "--operator-key-file", str(keys["operator"]),
+                    "--session-key-file", str(keys["session"]), "--server-name", SERVER, "--bridge-bot", BOT,
+                    "--agent", AGENTS[0][0], "--ghost", AGENTS[0][1], "--policy-dir", str(pack),
+                    "--output", str(tmp_path / "bundle")]
+            with serving([str(venv / "bin" / "memgov"), "--config", str(path), "serve"], log=log, **outside) as proc:
+                await wait_ready(proc, url(config, "ops"), log)
+                drill = await asyncio.to_thread(_run, argv, **outside)
+        finally:
+            await dev.stop()
+        assert drill.returncode == 0, drill.stdout + drill.stderr
+        assert "0 failed" in drill.stdout

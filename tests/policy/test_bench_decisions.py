@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.bench.decisions import FAN_OUT, SCENARIOS, _bench_engine, register_bench
+from sidecar.dev.bench.decisions import FAN_OUT, SCENARIOS, _bench_engine, register_bench
 from tests.policy.conftest import PACK_DIR, OpaServers
 
 

@@ -12,7 +12,6 @@ from sidecar.policy.pack import PackError, read_pack
 from tests.policy.conftest import MakeInput
 
 
-
 def _with_policy(pack: Path, text: str) -> Path:
     (pack / "cedar" / "extra.cedar").write_text(text)
     return pack

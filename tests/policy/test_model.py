@@ -53,7 +53,7 @@ class TestDecisionInput:
         """An input cannot be changed after it was validated."""
         inp = make_input("save")
         with pytest.raises(ValidationError):
-            inp.now = 0  # type: ignore[misc]
+            inp.now = 0  # type: ignore[misc]  # assigning to a frozen model on purpose
 
     @pytest.mark.parametrize(("action", "allowed"), [(Action.FORWARD, True), (Action.EMPTY_RESULT, False)])
     def test_allowed_means_forwarded(self, action: Action, allowed: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sidecar.bench.state import register_bench, run_state_bench
+from sidecar.dev.bench.state import register_bench, run_state_bench
 from sidecar.state import open_store
 
 OPERATIONS = {

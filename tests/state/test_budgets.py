@@ -73,7 +73,7 @@ class TestAllOrNothing:
         "claim",
         [
             BudgetClaim("bucket", "k", limit=3, reason="free text"),
-            BudgetClaim("hourly", "k", limit=3),  # type: ignore[arg-type]
+            BudgetClaim("hourly", "k", limit=3),  # type: ignore[arg-type]  # an unknown kind on purpose
             BudgetClaim("window", "k", limit=3, window_s=0),
             BudgetClaim("counter", "k", limit=3, ttl_s=0),
             BudgetClaim("bucket", "k", limit=3, cost=-1),

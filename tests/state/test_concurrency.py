@@ -22,7 +22,7 @@ class TestConsentRaces:
         results = pool.run(state_url, workers.flip_consent, [(scope.scope_id, rounds)] * pool.size)
         produced = sorted(g for per_worker in results for g in per_worker)
         assert produced == list(range(1, pool.size * rounds + 1))
-        assert (await store.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]
+        assert (await store.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]  # the scope exists
         assert [r.generation_after for r in await store.receipts(scope.scope_id)] == produced
 
     @pytest.mark.parametrize("job", [workers.write_until_fenced, workers.admit_until_fenced],

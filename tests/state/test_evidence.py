@@ -38,7 +38,7 @@ class TestAudit:
     async def test_free_text_is_refused(self, store: StateStore, kwargs: dict[str, str]) -> None:
         """Anything that is not a code or an opaque id cannot enter the audit trail."""
         with pytest.raises(ValueError):
-            await store.audit(now=NOW, **kwargs)  # type: ignore[arg-type]
+            await store.audit(now=NOW, **kwargs)  # type: ignore[arg-type]  # malformed values on purpose
         assert await store.audit_rows() == []
 
     async def test_purge_removes_only_records_past_retention(self, store: StateStore) -> None:
@@ -75,7 +75,7 @@ class TestErasure:
         with pytest.raises(StateError) as err:
             await store.advance_erasure(erasure.erasure_id, target, NOW)
         assert err.value.reason is Reason.INTERNAL_ERROR
-        assert len((await store.get_erasure(erasure.erasure_id)).steps) == done + 1  # type: ignore[union-attr]
+        assert len((await store.get_erasure(erasure.erasure_id)).steps) == done + 1  # type: ignore[union-attr]  # the erasure exists
 
     async def test_failure_is_terminal_and_carries_a_reason_code(self, store: StateStore) -> None:
         """A failed erasure records a code-only reason and is no longer resumed."""

@@ -48,10 +48,11 @@ class TestReserveEntries:
                 await store.fill_entry(slot, f"e{i}", NOW, NOW + WEEK)
             if freed_by == "tombstone":
                 assert await store.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
+        ns = await ns_of(store, scope.scope_id)
         if later:
             with pytest.raises(CapReached):
-                await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW + later - timedelta(microseconds=1))
-        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW + later)) == 2
+                await store.reserve_entries(scope.scope_id, 1, ns, 1, 2, NOW + later - timedelta(microseconds=1))
+        assert len(await store.reserve_entries(scope.scope_id, 1, ns, 2, 2, NOW + later)) == 2
 
     @pytest.mark.parametrize(("generation", "reason"), [(0, Reason.STALE_GENERATION), (2, Reason.STALE_GENERATION)])
     async def test_reservation_is_fenced(self, store: StateStore, generation: int, reason: Reason) -> None:
@@ -84,7 +85,8 @@ class TestFillEntry:
     async def test_a_lapsed_slot_cannot_be_filled(self, store: StateStore) -> None:
         """A slot whose lease ran out no longer counts toward the cap, so it cannot become an entry."""
         scope = await new_scope(store)
-        (slot,) = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW, lease_s=30)
+        ns = await ns_of(store, scope.scope_id)
+        (slot,) = await store.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW, lease_s=30)
         with pytest.raises(StateError) as err:
             await store.fill_entry(slot, "e1", NOW + timedelta(seconds=30), NOW + WEEK)
         assert err.value.reason is Reason.INTERNAL_ERROR
@@ -148,7 +150,8 @@ class TestLiveFiltering:
         await save(store, other.scope_id, "theirs")
         assert await store.tombstone(scope.scope_id, ["mine", "theirs"], NOW) == 1
         assert await store.tombstone(scope.scope_id, ["mine"], NOW) == 0
-        assert await store.filter_live(other.scope_id, await ns_of(store, other.scope_id), ["theirs"], NOW) == {"theirs"}
+        other_ns = await ns_of(store, other.scope_id)
+        assert await store.filter_live(other.scope_id, other_ns, ["theirs"], NOW) == {"theirs"}
 
     async def test_pages_walk_every_live_entry_in_order(self, store: StateStore) -> None:
         """Inspect pages are ordered by creation time and id, without gaps or repeats."""

@@ -70,7 +70,7 @@ class TestSwitch:
         await save(store, scope.scope_id, "gone", created=timedelta(minutes=1))
         await store.tombstone(scope.scope_id, ["gone"], NOW)
         rotation = await _rotation(store, scope.scope_id)
-        old = (await store.freeze_namespace(scope.scope_id, rotation)).ns_id  # type: ignore[union-attr]
+        old = (await store.freeze_namespace(scope.scope_id, rotation)).ns_id  # type: ignore[union-attr]  # the scope is live: freezing succeeds
         staged = await _copied(store, scope.scope_id, rotation, "kept")
         assert await _states(store, scope.scope_id) == ["live", "staged"]  # sorted
         assert await store.switch_rotation(rotation, LATER) == "switched"
@@ -109,7 +109,7 @@ class TestSwitch:
         restaged = await _copied(store, scope.scope_id, rotation)
         states = await _states(store, scope.scope_id)
         assert states.count("live") == 1 and states.count("staged") == 1 and restaged.state == "staged"
-        assert (await store.get_erasure(rotation)).moves == []  # type: ignore[union-attr]
+        assert (await store.get_erasure(rotation)).moves == []  # type: ignore[union-attr]  # the erasure exists
 
     async def test_a_write_of_unknown_outcome_does_not_hold_the_switch(self, store: StateStore) -> None:
         """Its call has ended; the namespace is marked possibly written and deleted with the rest later."""
@@ -151,7 +151,7 @@ class TestLineage:
         assert await store.switch_rotation(rotation, NOW) == "switched"
         forget = await store.create_erasure(scope.scope_id, "forget_one", ["a"], "rest", "subject", NOW)
         assert await store.tombstone_forgotten(scope.scope_id, forget.erasure_id, ["a"], LATER) == ["a", "c-a"]
-        assert (await store.get_erasure(forget.erasure_id)).entry_ids == ["a", "c-a"]  # type: ignore[union-attr]
+        assert (await store.get_erasure(forget.erasure_id)).entry_ids == ["a", "c-a"]  # type: ignore[union-attr]  # the erasure exists
         assert await store.filter_live(scope.scope_id, await ns_of(store, scope.scope_id), ["c-a"], LATER) == set()
 
 

@@ -149,7 +149,7 @@ class TestMigrations:
                 "e-l1": by_gen[1], "e-l3": by_gen[3]}
             disabled = await store.namespaces_of_scope("s" + "b" * 24)
             assert {n.state for n in disabled} == {"retired"} and len(disabled) == 3
-            assert (await store.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]
+            assert (await store.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]  # the scope exists
         finally:
             await store.close()
 

@@ -43,7 +43,7 @@ class TestCreateScope:
         first, _ = await store.create_scope(*TRIPLE, NOW)
         changed = list(TRIPLE)
         changed[index] = other
-        second, created = await store.create_scope(*changed, NOW)  # type: ignore[arg-type]
+        second, created = await store.create_scope(*changed, NOW)  # type: ignore[arg-type]  # malformed values on purpose
         assert created and second.scope_id != first.scope_id
         assert await store.find_scope(*TRIPLE) == first
 
@@ -66,7 +66,7 @@ class TestCreateScope:
         values = list(TRIPLE)
         values[index] = bad
         with pytest.raises(ValueError) as err:
-            await store.create_scope(*values, NOW)  # type: ignore[arg-type]
+            await store.create_scope(*values, NOW)  # type: ignore[arg-type]  # malformed values on purpose
         assert not bad or bad not in str(err.value)
         assert (await store.stats())["scopes"] == 0
 

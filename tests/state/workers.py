@@ -144,7 +144,7 @@ def _serve(jobs: Any, results: Any, signal: Any, barrier: Any) -> None:
         url, job, args = item
         try:
             results.put(("ok", asyncio.run(_job(barrier, url, job, args, signal))))
-        except BaseException:  # reported, so the test fails with the worker's traceback
+        except BaseException:  # noqa: BLE001 - reported, so the test fails with the worker's traceback
             barrier.abort()
             results.put(("error", traceback.format_exc()))
 

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from sidecar.devstack.pg import free_port
+from sidecar.dev.devstack.pg import free_port
 
 #: A search without a session key: memgov's policy engine must decide it (empty result), never kagent.
 SEARCH = {"agent_name": "kagent__NS__k8s_agent", "user_id": "someone", "vector": [0.25] * 768}

@@ -24,10 +24,10 @@ from typing import Any, Literal
 import jwt
 import pytest
 
-from sidecar.devstack.pg import PgServer
-from sidecar.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
-from sidecar.devstack.stack import Devstack, start_devstack
-from sidecar.devstack.store import open_memory_store
+from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
+from sidecar.dev.devstack.stack import Devstack, start_devstack
+from sidecar.dev.devstack.stores import open_memory_store
 
 MARKER = "kagent"
 _databases = itertools.count()

@@ -19,6 +19,9 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   (list $v.trust.bridgeKey "bridge.key" "trust" "bridge_key_file")
   (list $v.trust.operatorKey "operator.key" "trust" "operator_key_file")
   (list $v.state.postgresql "state-url" "state" "url_file") }}
+{{- if $v.upstream.embeddingUrl }}
+{{- $refs = append $refs (list $v.upstream.embeddingApiKey "embedding-api.key" "upstream" "embedding_api_key_file") }}
+{{- end }}
 {{- if eq $v.erasure.adapter "kagent-db" }}
 {{- $refs = append $refs (list $v.erasure.kagentDb "kagent-db-url" "erasure" "kagent_db_url_file") }}
 {{- end }}
@@ -55,7 +58,9 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- with $v.matrix.bridgeBot }}{{- $_ := set $matrix "bridge_bot" . }}{{- end }}
 {{- $agents := dict }}
 {{- range $ref, $agent := $v.agents }}
-{{- $_ := set $agents $ref (dict "disabled_variant" $agent.disabledVariant "ghost" $agent.ghost) }}
+{{- $entry := dict "disabled_variant" $agent.disabledVariant "ghost" $agent.ghost }}
+{{- with $agent.embeddingModel }}{{- $_ := set $entry "embedding_model" . }}{{- end }}
+{{- $_ := set $agents $ref $entry }}
 {{- end }}
 {{- $listen := dict
   "data" (printf "0.0.0.0:%s" (include "memgov.port.data" .))
@@ -77,7 +82,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "trust" dict
   "matrix" $matrix
   "agents" $agents
-  "erasure" (dict "adapter" $v.erasure.adapter)
+  "erasure" (dict "adapter" $v.erasure.adapter "rotate" $v.erasure.rotate)
   "log" (dict "level" $v.log.level)
   "tracing" $tracing }}
 {{- $dir := include "memgov.secretDir" . }}

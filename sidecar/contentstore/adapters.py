@@ -1,0 +1,176 @@
+"""Erasure adapters: how memgov deletes kagent memory rows and proves they are gone.
+
+``kagent-db`` uses a least-privilege PostgreSQL role on kagent's database (docs/erasure-role.sql)
+that can see ids, names and timestamps but never ``content`` or ``embedding``; it deletes and
+verifies by id and by ``user_id`` (the storage key) whatever the stored ``agent_name``. ``rest``
+only has kagent's whole-namespace ``DELETE /api/memories``; it can clear a storage namespace
+exactly, but a single entry in a live namespace can only be tombstoned (never readable through
+memgov again) until the namespace is cleared. Callers pass the agent's query spelling
+(``identity.appname.query_spelling``), which kagent's List and Delete match against every
+spelling memgov ever stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+import aiohttp
+import asyncpg
+
+from sidecar.reasons import Reason
+
+#: Every storage key starts with this; the kagent-db orphan sweep never touches other rows.
+STORAGE_PREFIX = "mgs1."
+_PG_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_HTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+class AdapterError(Exception):
+    """The content store did not confirm an erasure step; the reason is a code only."""
+
+    def __init__(self, reason: Reason = Reason.ERASURE_FAILED) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+
+class EraseAdapter(Protocol):
+    """What the erasure engine, the sweepers and the enforcement rollback need from the content store."""
+
+    name: str
+    exact: bool  # True when single entries of a live namespace can be deleted physically
+
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None: ...
+
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None: ...
+
+    async def remaining(self, agent_name: str, storage_key: str,
+                        entry_ids: Iterable[str] | None = None) -> set[str]: ...
+
+    async def delete_created_before(self, cutoff: datetime) -> int | None: ...
+
+    async def close(self) -> None: ...
+
+
+def memories_url(controller_url: str, agent_name: str, storage_key: str) -> str:
+    """kagent's list/delete URL of one (agent, user) namespace."""
+    query = urlencode({"agent_name": agent_name, "user_id": storage_key})
+    return f"{controller_url.rstrip('/')}/api/memories?{query}"
+
+
+async def list_namespace(session: aiohttp.ClientSession, controller_url: str, agent_name: str,
+                         storage_key: str, headers: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every row kagent lists for a namespace (content included); AdapterError when kagent fails."""
+    try:
+        async with session.get(memories_url(controller_url, agent_name, storage_key), headers=headers) as resp:
+            if resp.status != 200:
+                # SECURITY: kagent's error body can quote database errors; it is read and dropped.
+                await resp.read()
+                raise AdapterError(Reason.UPSTREAM_ERROR)
+            rows = await resp.json(content_type=None)
+    except _HTTP_ERRORS:
+        raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+    except ValueError:
+        raise AdapterError(Reason.UPSTREAM_ERROR) from None
+    if not isinstance(rows, list):
+        raise AdapterError(Reason.UPSTREAM_ERROR)
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
+
+
+class RestAdapter:
+    """Whole-namespace deletion through kagent's own REST API."""
+
+    name = "rest"
+    exact = False
+
+    def __init__(self, session: aiohttp.ClientSession, controller_url: str,
+                 headers: Callable[[], Mapping[str, str]] = dict) -> None:
+        self._session = session
+        self._base = controller_url.rstrip("/")
+        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
+
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
+        # kagent v0.9.11 has no per-entry delete; the caller tombstones and reports "pending".
+        raise AdapterError(Reason.ERASURE_FAILED)
+
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
+        try:
+            async with self._session.delete(memories_url(self._base, agent_name, storage_key),
+                                            headers=self._headers()) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise AdapterError(Reason.ERASURE_FAILED)
+        except _HTTP_ERRORS:
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+
+    async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
+        rows = await list_namespace(self._session, self._base, agent_name, storage_key, self._headers())
+        # Only ids are kept; the content kagent returns with them is dropped right here.
+        found = {r["id"] for r in rows}
+        return found if entry_ids is None else found & set(entry_ids)
+
+    async def delete_created_before(self, cutoff: datetime) -> int | None:
+        return None  # kagent's REST API cannot enumerate namespaces, so orphans are out of its reach
+
+    async def close(self) -> None:
+        return None
+
+
+class KagentDbAdapter:
+    """Deletes and verifies by id through a role that cannot read content (see docs/erasure-role.sql)."""
+
+    name = "kagent-db"
+    exact = True
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pool: asyncpg.Pool | None = None
+
+    async def _conn_pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            try:
+                # Connections are opened only while erasing or sweeping (docs/erasure-role.sql bounds them).
+                self._pool = await asyncpg.create_pool(self._url, min_size=0, max_size=4, command_timeout=10,
+                                                       max_inactive_connection_lifetime=60)
+            except _PG_ERRORS:
+                raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+        return self._pool
+
+    async def _run(self, sql: str, *args: object) -> list[Any]:
+        pool = await self._conn_pool()
+        try:
+            rows = await pool.fetch(sql, *args)
+        except asyncpg.PostgresError:
+            # SECURITY: driver messages may quote values; only the code leaves the adapter.
+            raise AdapterError(Reason.ERASURE_FAILED) from None
+        except _PG_ERRORS:
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+        return [r[0] for r in rows]
+
+    async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
+        await self._run("DELETE FROM memory WHERE user_id = $1 AND id = ANY($2::text[]) RETURNING id",
+                        storage_key, list(entry_ids))
+
+    async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
+        # The storage key names one scope and generation alone, so every agent_name spelling goes.
+        await self._run("DELETE FROM memory WHERE user_id = $1 RETURNING id", storage_key)
+
+    async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
+        if entry_ids is None:
+            ids = await self._run("SELECT id FROM memory WHERE user_id = $1", storage_key)
+        else:
+            ids = await self._run("SELECT id FROM memory WHERE id = ANY($1::text[])", list(entry_ids))
+        return set(ids)
+
+    async def delete_created_before(self, cutoff: datetime) -> int | None:
+        """Delete rows of memgov namespaces created before ``cutoff`` (past every possible hard expiry)."""
+        ids = await self._run("DELETE FROM memory WHERE user_id LIKE $1 AND created_at < $2 RETURNING id",
+                              STORAGE_PREFIX + "%", cutoff)
+        return len(ids)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None

@@ -1,0 +1,70 @@
+"""Erasure answers: the evidence record for success, a content-free error pointing to it on failure."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aiohttp import web
+
+from sidecar.control.auth import authenticate
+from sidecar.control.http import ok, operation
+from sidecar.control.models import ErasureRecord
+from sidecar.erasure.evidence import build_evidence
+from sidecar.erasure.machine import Kind
+from sidecar.governance import GOVERNANCE, Governance
+from sidecar.reasons import Reason, Refusal
+from sidecar.state import codec
+from sidecar.state.types import Erasure
+
+_UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.value})
+
+
+async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
+    """The evidence record of an erasure, built from its row, the scope's ledger and namespaces."""
+    ledger = await gov.store.entries_of_scope(erasure.scope_id)
+    namespaces = await gov.store.namespaces_of_scope(erasure.scope_id)
+    rotations = (await gov.store.erasures_of_scope(erasure.scope_id, limit=20, kind=Kind.ROTATE.value)
+                 if erasure.kind == Kind.FORGET_ONE else [])
+    return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces, rotations))
+
+
+def location(erasure: Erasure) -> dict[str, str]:
+    """Where the evidence of an erasure can be fetched."""
+    return {"Location": f"/v1/erasures/{erasure.erasure_id}"}
+
+
+async def erasure_answer(gov: Governance, erasure: Erasure) -> ErasureRecord:
+    """The evidence of an erasure; a failed one becomes an error carrying only its code.
+
+    An erasure still waiting (a write of unknown outcome may land until ``not_before``) is
+    answered with its evidence as it stands: state ``deleted``, verification pending. The engine has already
+    audited a failure and disabled the scope; the ``Location`` header leads to the evidence.
+    """
+    if erasure.state == "failed":
+        reason = Reason(erasure.failure_reason or Reason.ERASURE_FAILED.value)
+        # An erasure that failed is the gateway's failure: 502 when kagent failed it, else 500.
+        status = HTTPStatus.BAD_GATEWAY if reason.value in _UPSTREAM else HTTPStatus.INTERNAL_SERVER_ERROR
+        raise Refusal(reason, status=status, scope_id=erasure.scope_id, recorded=True,
+                      headers=location(erasure))
+    return await evidence_of(gov, erasure)
+
+
+async def get_erasure(request: web.Request) -> web.Response:
+    """GET /v1/erasures/{erasure_id}: the evidence, for the scope's subject or an operator."""
+    operation(request, "erasure.get")
+    gov = request.app[GOVERNANCE]
+    caller = authenticate(request)
+    erasure_id = request.match_info["erasure_id"]
+    try:
+        codec.check_id(erasure_id, "erasure_id")
+    except ValueError:
+        raise Refusal(Reason.NOT_FOUND) from None
+    erasure = await gov.store.get_erasure(erasure_id)
+    if erasure is None:
+        raise Refusal(Reason.NOT_FOUND)
+    if caller.kind == "subject":
+        scope = await gov.store.get_scope(erasure.scope_id)
+        if scope is None or scope.principal_mxid != caller.sub:
+            raise Refusal(Reason.NOT_SUBJECT, scope_id=erasure.scope_id)
+    record = await evidence_of(gov, erasure)
+    return ok(record, headers={"Content-Disposition": f'inline; filename="erasure-{erasure.erasure_id}.json"'})

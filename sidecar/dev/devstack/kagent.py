@@ -1,0 +1,176 @@
+"""Stand-in for kagent v0.9.11's controller HTTP API (``:8083``), for tests, the demo and benchmarks.
+
+The route table is the controller's (``server.go`` ``setupRoutes``), matched with gorilla/mux
+semantics. Memory routes and A2A behave like kagent; every other API route answers an echo in
+kagent's ``{"error","data","message"}`` envelope, so a proxy test can compare what arrived.
+Every request is recorded in ``app[RECORDER]``; test controls live under ``/__devstack/``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from sidecar.dev.devstack import a2a, memory_api
+from sidecar.dev.devstack.admin import admin_mux
+from sidecar.dev.devstack.gohttp import go_error, go_json, method_not_allowed, moved, not_found
+from sidecar.dev.devstack.gojson import go_query_get
+from sidecar.dev.devstack.gomux import Mux
+from sidecar.dev.devstack.recorder import Recorder
+from sidecar.dev.devstack.runtime import RuntimeConfig
+from sidecar.dev.devstack.state import PARAMS, RECORDER, STATE, KagentState
+from sidecar.dev.devstack.store import MemoryStore
+
+__all__ = ["PARAMS", "RECORDER", "STATE", "create_kagent_app"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+VERSION = {"kagent_version": "v0.9.11", "git_commit": "14dcbfc", "build_date": "2026-07-01"}
+# kagent reads whole bodies with no size limit.
+_MAX_BODY = 1 << 30
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a route runs and how its requests are recorded."""
+
+    kind: str
+    handler: Handler
+
+
+async def health(request: web.Request) -> web.Response:
+    """GET /health."""
+    return go_json(200, {"error": False, "data": {"status": "OK"}, "message": "OK"})
+
+
+async def version(request: web.Request) -> web.Response:
+    """GET /version."""
+    return go_json(200, VERSION)
+
+
+async def echo(request: web.Request) -> web.Response:
+    """Any other controller route: echo the request; ``X-Devstack-Status: NNN`` forces a status."""
+    body = await request.read()
+    forced = request.headers.get("X-Devstack-Status", "")
+    status = int(forced) if forced.isdigit() and 200 <= int(forced) <= 599 else 200
+    if status >= 400:
+        return go_error(status, request.headers.get("X-Devstack-Error", f"forced status {status}"))
+    data = {"method": request.method, "path": request.path, "raw_path": request.raw_path,
+            "query": request.rel_url.raw_query_string, "body": body.decode("utf-8", "replace"),
+            "body_b64": base64.b64encode(body).decode()}
+    return go_json(status, {"error": False, "data": data, "message": "devstack echo"})
+
+
+_ECHO_ROUTES: tuple[tuple[str, Iterable[str]], ...] = (
+    ("/api/me", ["GET"]),
+    ("/api/modelconfigs", ["GET"]), ("/api/modelconfigs/{namespace}/{name}", ["GET"]),
+    ("/api/modelconfigs", ["POST"]), ("/api/modelconfigs/{namespace}/{name}", ["DELETE", "PUT"]),
+    ("/api/sessions", ["GET", "POST"]), ("/api/sessions/agent/{namespace}/{name}", ["GET"]),
+    ("/api/sessions/{session_id}", ["GET"]), ("/api/sessions/{session_id}/tasks", ["GET"]),
+    ("/api/sessions/{session_id}", ["DELETE", "PUT"]), ("/api/sessions/{session_id}/events", ["POST"]),
+    ("/api/tasks/{task_id}", ["GET"]), ("/api/tasks", ["POST"]), ("/api/tasks/{task_id}", ["DELETE"]),
+    ("/api/tools", ["GET"]), ("/api/toolservers", ["GET", "POST"]),
+    ("/api/toolservers/{namespace}/{name}", ["DELETE"]), ("/api/toolservertypes", ["GET"]),
+    ("/api/agents", ["GET", "POST", "PUT"]), ("/api/agents/{namespace}/{name}", ["GET", "DELETE"]),
+    ("/api/sandboxagents", ["POST"]), ("/api/agentharnesses", ["POST"]),
+    ("/api/agentharnesses/{namespace}/{name}", ["GET", "DELETE"]),
+    ("/api/sandboxagents/{namespace}/{name}", ["GET", "PUT", "DELETE"]),
+    ("/api/modelproviderconfigs/models", ["GET"]), ("/api/modelproviderconfigs/memories", ["GET"]),
+    ("/api/modelproviderconfigs/configured", ["GET"]),
+    ("/api/modelproviderconfigs/configured/{name}/models", ["GET"]), ("/api/models", ["GET"]),
+)
+_LATE_ECHO_ROUTES: tuple[tuple[str, Iterable[str]], ...] = (
+    ("/api/namespaces", ["GET"]), ("/api/substrate/status", ["GET"]),
+    ("/api/prompttemplates", ["GET", "POST"]), ("/api/prompttemplates/{namespace}/{name}", ["GET", "PUT", "DELETE"]),
+    ("/api/feedback", ["POST", "GET"]),
+    ("/api/langgraph/checkpoints", ["POST", "GET"]), ("/api/langgraph/checkpoints/writes", ["POST"]),
+    ("/api/langgraph/checkpoints/{thread_id}", ["DELETE"]),
+    ("/api/crewai/memory", ["POST", "GET", "DELETE"]), ("/api/crewai/flows/state", ["POST", "GET"]),
+    ("/api/sandbox/ssh", ["GET"]),
+)
+
+
+def controller_mux() -> Mux[Target]:
+    """kagent v0.9.11's route table, in its registration order."""
+    mux: Mux[Target] = Mux()
+    mux.add("/health", Target("health", health), ["GET"])
+    mux.add("/version", Target("health", version), ["GET"])
+    for template, methods in _ECHO_ROUTES:
+        mux.add(template, Target("api", echo), methods)
+    mux.add("/api/memories/sessions", Target("memory", memory_api.add_session), ["POST"])
+    mux.add("/api/memories/sessions/batch", Target("memory", memory_api.add_session_batch), ["POST"])
+    mux.add("/api/memories/search", Target("memory", memory_api.search), ["POST"])
+    mux.add("/api/memories", Target("memory", memory_api.list_memories), ["GET"])
+    mux.add("/api/memories", Target("memory", memory_api.delete_memories), ["DELETE"])
+    for template, methods in _LATE_ECHO_ROUTES:
+        mux.add(template, Target("api", echo), methods)
+    mux.add("/api/agentharnesses/{namespace}/{name}/", Target("api", echo), prefix=True)
+    mux.add("/api/a2a/{namespace}/{name}", Target("a2a", a2a.handle), prefix=True)
+    mux.add("/api/a2a-sandboxes/{namespace}/{name}", Target("a2a", a2a.handle), prefix=True)
+    mux.add("/mcp", Target("api", echo), prefix=True)
+    return mux
+
+
+def _log_completed(request: web.Request, status: int) -> None:
+    """kagent's logging middleware: every routed request, with its ``user_id`` query parameter if any."""
+    fields: dict[str, object] = {"method": request.method, "path": request.path, "remote_addr": request.remote or ""}
+    if user_id := go_query_get(request.rel_url.raw_query_string, "user_id"):
+        fields["user_id"] = user_id
+    request.app[STATE].log.info("http", "Request completed", **fields, status=status)
+
+
+def _dispatcher(mux: Mux[Target], admin: Mux[Handler]) -> Handler:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        if request.path.startswith("/__devstack/"):
+            found = admin.resolve(request.method, request.path)
+            if found.route is None:
+                return not_found() if found.status == 404 else method_not_allowed()
+            return await found.route.target(request)
+        match = mux.resolve(request.method, request.path, request.rel_url.raw_query_string)
+        request[PARAMS] = match.params
+        kind = match.route.target.kind if match.route is not None else "unmatched"
+        agent = None
+        if kind == "a2a":
+            agent = a2a.agent_key(request)
+        await request.app[RECORDER].record(request, kind, agent)
+        if match.status == 301 and match.location is not None:
+            return moved(match.location)
+        if match.route is None:
+            return method_not_allowed() if match.status == 405 else not_found()
+        response = await match.route.target.handler(request)
+        _log_completed(request, response.status)
+        return response
+
+    return dispatch
+
+
+async def _http_client(app: web.Application) -> AsyncIterator[None]:
+    # One client session per app for the simulated runtime's outgoing calls.
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+    app[STATE].http = session
+    yield
+    await session.close()
+
+
+def create_kagent_app(store: MemoryStore, *, clock: Callable[[], datetime] | None = None,
+                      agents: Iterable[str] | None = None, stream_delay_s: float = 0.05,
+                      runtime: RuntimeConfig | None = None, middlewares: Iterable[Middleware] = ()) -> web.Application:
+    """Build the stand-in controller app over an opened store.
+
+    ``clock`` is the controller's clock (TTL arithmetic; default: the store's clock); ``agents``
+    limits which ``ns/name`` A2A agents exist (default: all); ``runtime`` makes listed agents
+    call memory and embeddings like kagent's Python runtime; ``middlewares`` run before kagent's
+    router (fault injection and wire capture).
+    """
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=list(middlewares))
+    app[STATE] = KagentState(store, clock if clock is not None else store.now,
+                             frozenset(agents) if agents is not None else None, stream_delay_s, runtime)
+    app[RECORDER] = Recorder()
+    app.router.add_route("*", "/{tail:.*}", _dispatcher(controller_mux(), admin_mux()))
+    app.cleanup_ctx.append(_http_client)
+    return app

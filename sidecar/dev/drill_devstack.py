@@ -1,0 +1,136 @@
+"""``memgov drill --devstack``: a throwaway deployment in this process to run the drill against.
+
+The kagent and embedding stand-ins and a gateway run on loopback with a shared test clock, fresh
+keys in a temporary folder, and a copy of the packaged policy pack whose only change is a small
+entry cap, so the cap can be reached within the packaged hourly budget. Beyond the deployment's
+own interfaces the drill may look at three things here: the clock (to reach a hard expiry), the
+stand-in's memory table (row counts and lifetimes, never content) and the gateway's captured
+logs, audit rows and the controller's log (scanned for sentinels).
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.stack import Devstack, start_devstack
+from sidecar.drill.target import Agent, Target, load_signing_key
+from sidecar.logs import configure_logging
+from sidecar.policy.pack import load_federation, load_limits
+from sidecar.server import Gateway, running_gateway
+from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+
+SERVER = "drill.example"
+SUBJECT = f"@drill:{SERVER}"
+BOT = f"@bridge:{SERVER}"
+ROOM = f"!drill:{SERVER}"
+AGENTS = (("drill/helper", f"@drill-helper:{SERVER}"), ("drill/notes", f"@drill-notes:{SERVER}"))
+#: The devstack's entry cap: small, so filling a scope fits in the packaged hourly budget.
+CAP = 5
+#: The model the drill's agents embed with (the stand-in provider answers for any name).
+EMBEDDING_MODEL = "devstack-embedding"
+
+
+class LocalStack:
+    """The devstack's extra views for the drill (see :class:`sidecar.drill.actors.LocalView`)."""
+
+    def __init__(self, clock: DevClock, dev: Devstack, gw: Gateway, logs: io.StringIO) -> None:
+        self.clock, self.dev, self.gw, self.logs = clock, dev, gw, logs
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    async def kagent_rows(self, scope_id: str) -> int:
+        return sum(1 for r in await self.dev.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}."))
+
+    async def kagent_ttl_days(self, entry_id: str) -> float | None:
+        row = next((r for r in await self.dev.store.rows() if r.id == entry_id), None)
+        if row is None or row.created_at is None or row.expires_at is None:
+            return None
+        return (row.expires_at - row.created_at).total_seconds() / 86400
+
+    async def sink_texts(self) -> dict[str, str]:
+        gov = self.gw.governance
+        audit = repr(await gov.store.audit_rows(limit=1_000_000)) if gov is not None else ""
+        return {"logs": self.logs.getvalue(), "audit_rows": audit, "kagent_log": self.dev.kagent_log()}
+
+
+def drill_pack(folder: Path) -> Path:
+    """A copy of the packaged pack whose only change is the small entry cap :data:`CAP`."""
+    target = folder / "policies"
+    shutil.copytree(PACKAGED_POLICY_DIR, target)
+    path = target / "data" / "limits.yaml"
+    limits = yaml.safe_load(path.read_text())
+    limits["max_entries"] = CAP
+    path.write_text(yaml.safe_dump(limits))
+    return target
+
+
+def write_keys(folder: Path) -> dict[str, Path]:
+    """Fresh bridge, operator and session secrets as private files (also used by ``memgov fuzz``)."""
+    paths = {name: folder / f"{name}.key" for name in ("bridge", "operator", "session")}
+    for path in paths.values():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return paths
+
+
+@asynccontextmanager
+async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, Any] | None = None,
+                          kagent_token: str | None = None) -> AsyncIterator[tuple[Target, LocalStack]]:
+    """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all.
+
+    A caller may bring its own ``dev`` (e.g. with kagent v0.9.11 itself attached, whose clock must be
+    a DevClock), the gateway's erasure settings, and ``kagent_token`` for kagent's trusted-proxy mode.
+    """
+    own = dev is None
+    clock, logs = dev.clock if dev is not None else DevClock(), io.StringIO()
+    assert isinstance(clock, DevClock), "the drill moves the shared clock"
+    configure_logging("debug", logs)  # every level, so the sentinel scan sees everything logged
+    try:
+        with tempfile.TemporaryDirectory(prefix="memgov-drill-") as tmp:
+            folder = Path(tmp)
+            keys, pack = write_keys(folder), drill_pack(folder)
+            dev = dev if dev is not None else await start_devstack(clock=clock)
+            try:
+                settings = load_settings(
+                    upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
+                              "kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure"},
+                    erasure=dict(erasure or {}),
+                    listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
+                    state={"url": f"sqlite:///{folder}/state.db"},
+                    policy={"dir": str(pack), "reload_interval_s": 0},
+                    secrets={"session_key_file": str(keys["session"])},
+                    trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
+                    matrix={"server_name": SERVER, "bridge_bot": BOT},
+                    # The stand-in provider serves any model; pinning one lets forget-one rotate (exact over REST).
+                    agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
+                                  "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
+                            for ref, ghost in AGENTS},
+                )
+                async with running_gateway(settings, clock=clock) as gw:
+                    target = Target(
+                        mode="devstack", data_url=gw.data_url, control_url=gw.control_url, ops_url=gw.ops_url,
+                        kagent_url=None, bridge_key=load_signing_key(keys["bridge"], "bridge key"),
+                        operator_key=load_signing_key(keys["operator"], "operator key"),
+                        session_secret=keys["session"].read_text().strip().encode(), server_name=SERVER,
+                        bridge_bot=BOT, subject=SUBJECT, room=ROOM,
+                        agents=tuple(Agent.of(ref, ghost) for ref, ghost in AGENTS),
+                        classification=load_federation(pack).classification, limits=load_limits(pack),
+                        kagent_token=kagent_token,
+                    )
+                    yield target, LocalStack(clock, dev, gw, logs)
+            finally:
+                if own:
+                    await dev.stop()
+    finally:
+        configure_logging("info")

@@ -1,0 +1,159 @@
+"""The process object and its builder: the long-lived handles of one gateway, opened once at start.
+
+``governance(settings, readiness)`` opens the state store, starts the policy runtime, loads the keys
+and the erasure and rotation adapters, and yields one :class:`Governance`. The data plane, the control API,
+erasure and the sweepers all receive that object (``GOVERNANCE`` on their apps); nothing below
+this module knows how it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+
+from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
+from sidecar.contentstore.rotator import Rotator
+from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
+from sidecar.identity.keys import SessionKeys
+from sidecar.identity.tokens import Verifier, load_verifier
+from sidecar.ops import Readiness
+from sidecar.policy import PolicyRuntime, load_limits
+from sidecar.policy.model import Deployment, Limits
+from sidecar.settings import Settings
+from sidecar.state import StateStore, open_store
+from sidecar.upstream import MEMGOV_USER, KagentBearer, make_session
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Governance:
+    """Shared, long-lived handles of one gateway process (state, policy, keys, adapters)."""
+
+    settings: Settings
+    store: StateStore
+    policy: PolicyRuntime
+    keys: SessionKeys
+    bridge: Verifier | None
+    eraser: EraseAdapter
+    initial_limits: Limits  # used only until a pack is live; decisions fail closed meanwhile anyway
+    clock: Callable[[], datetime] = utcnow
+    agent_refs: frozenset[str] = field(default_factory=frozenset)
+    kagent_bearer: KagentBearer | None = None
+    #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
+    rotator: Rotator | None = None
+
+    def __post_init__(self) -> None:
+        self.agent_refs = frozenset(self.settings.agents)
+        if self.kagent_bearer is None:
+            self.kagent_bearer = KagentBearer(self.settings.upstream)
+
+    def kagent_headers(self, user: str) -> dict[str, str]:
+        """What kagent needs to accept a call naming ``user`` (a bearer in its trusted-proxy mode)."""
+        assert self.kagent_bearer is not None
+        return self.kagent_bearer.headers(user, int(self.now().timestamp()))
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    @property
+    def limits(self) -> Limits:
+        """The live pack's limits (hot-reloaded with the pack)."""
+        pack = self.policy.pack
+        return pack.limits if pack is not None else self.initial_limits
+
+    def is_memory_agent(self, ref: str) -> bool:
+        return ref in self.agent_refs
+
+    def app_name(self, ref: str) -> str:
+        """The one canonical kagent ``app_name`` every memory call of this agent is forwarded with."""
+        ns, name = parse_agent_ref(ref)
+        return app_name(ns, name)
+
+    def query_name(self, ref: str) -> str:
+        """The ``agent_name`` erasure lists and deletes with, reaching every stored spelling."""
+        return query_spelling(ref)
+
+    def deployment(self, agent_ref: str | None) -> Deployment:
+        """Deployment facts for one decision; the ghost is the target agent's."""
+        agent = self.settings.agents.get(agent_ref or "")
+        return self.policy.deployment(self.settings.matrix.server_name or "", self.settings.matrix.bridge_bot,
+                                      agent.ghost if agent else None)
+
+
+GOVERNANCE: Final = web.AppKey("governance", Governance)
+
+
+def make_eraser(settings: Settings, session: aiohttp.ClientSession,
+                headers: Callable[[], Mapping[str, str]] = dict) -> EraseAdapter:
+    """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role);
+    ``headers`` authenticates the ``rest`` adapter's calls where kagent wants it."""
+    if settings.erasure.adapter == "kagent-db":
+        url = settings.kagent_db_url()
+        if not url:
+            raise ValueError("erasure.kagent_db_url is required for the kagent-db adapter")
+        return KagentDbAdapter(url)
+    return RestAdapter(session, settings.upstream.controller_url, headers)
+
+
+def make_rotator(settings: Settings, session: aiohttp.ClientSession,
+                 headers: Callable[[], Mapping[str, str]] = dict) -> Rotator | None:
+    """Namespace rotation's handles, when the REST adapter can be made exact (an embedding provider is set).
+
+    Its kagent calls share the erasure session and ``headers``; the provider gets a small pool of its
+    own with a whole-call timeout, so rotation never waits on the data plane's connections.
+    """
+    up = settings.upstream
+    if settings.erasure.adapter != "rest" or not settings.erasure.rotate or up.embedding_url is None:
+        return None
+    pinned = {ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
+              for ref, a in settings.agents.items() if a.embedding_model is not None}
+    provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s)
+    return Rotator(session, up.controller_url, Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
+                   pinned, headers)
+
+
+@asynccontextmanager
+async def governance(settings: Settings, readiness: Readiness, *,
+                     clock: Callable[[], datetime] | None = None) -> AsyncIterator[Governance]:
+    """Open the state store, start the policy runtime, load keys; register readiness checks."""
+    store = await open_store(settings.state_url(), pool_size=settings.state.pool_size)
+    policy = await PolicyRuntime.start(settings.policy)
+    # Erasure calls are memgov's own, short and bounded like governed memory calls.
+    cfg = settings.upstream
+    session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
+    eraser = make_eraser(settings, session, lambda: gov.kagent_headers(MEMGOV_USER))
+    current, previous = settings.session_keys()
+    bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
+    gov = Governance(
+        settings=settings, store=store, policy=policy, keys=SessionKeys(current, previous), bridge=bridge,
+        eraser=eraser, initial_limits=load_limits(settings.policy.dir), clock=clock or utcnow,
+        rotator=make_rotator(settings, session, lambda: gov.kagent_headers(MEMGOV_USER)),
+    )
+
+    async def state_ready() -> tuple[bool, dict[str, object]]:
+        await store.ping()
+        return True, {"backend": store.backend}
+
+    readiness.checks["policy"] = policy.ready_check
+    readiness.checks["state"] = state_ready
+    try:
+        yield gov
+    finally:
+        readiness.checks.pop("policy", None)
+        readiness.checks.pop("state", None)
+        await eraser.close()
+        if gov.rotator is not None:
+            await gov.rotator.close()
+        await session.close()
+        await policy.close()
+        await store.close()

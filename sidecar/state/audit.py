@@ -1,0 +1,214 @@
+"""Content-free evidence: audit records with their own retention, and erasure state machines.
+
+Audit rows hold a kind, a reason code, opaque ids and a policy revision; every value is checked
+against its shape before it is written. Erasures move forward one state at a time
+(``types.ERASURE_NEXT``) with a conditional update, so two replicas resuming the same erasure
+after a crash cannot both advance it, and every step is kept with its time as evidence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.codec import from_us, opt_from_us, to_us
+from sidecar.state.db import Database, Tx
+from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateError
+
+_AUDIT_COLS = ("at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id", "operation",
+               "policy_revision")
+_ERASURE_COLS = ("erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
+                 " updated_us, not_before_us, ns_id")
+_HOUR_US = 3600 * 1_000_000
+
+
+def _opt(value: str | None, check: Any, field: str) -> str | None:
+    return None if value is None else check(value, field)
+
+
+class AuditOps:
+    """Audit records and erasure records."""
+
+    _db: Database
+
+    async def audit(
+        self, kind: str, reason: str, *, decision_id: str | None = None, scope_id: str | None = None,
+        entry_id: str | None = None, erasure_id: str | None = None, operation: str | None = None,
+        policy_revision: str | None = None, now: datetime,
+    ) -> None:
+        """Append one content-free audit record."""
+        values = (
+            to_us(now), codec.check_code(kind, "kind"), codec.check_reason(reason),
+            _opt(decision_id, codec.check_id, "decision_id"), _opt(scope_id, codec.check_id, "scope_id"),
+            _opt(entry_id, codec.check_id, "entry_id"), _opt(erasure_id, codec.check_id, "erasure_id"),
+            _opt(operation, codec.check_code, "operation"), _opt(policy_revision, codec.check_id, "policy_revision"),
+        )
+        async with self._db.tx("single") as tx:
+            await tx.execute(
+                "INSERT INTO audit (at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation,"
+                " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", *values,
+            )
+
+    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None:
+        """Count one refusal that carried no valid credential (R-15): one row per hour, operation and reason."""
+        hour = to_us(now) // _HOUR_US * _HOUR_US
+        values = (hour, codec.check_code(operation, "operation"), codec.check_reason(reason))
+        async with self._db.tx("single") as tx:
+            await tx.execute(
+                "INSERT INTO audit_counts AS c (hour_us, operation, reason, n) VALUES ($1, $2, $3, 1)"
+                " ON CONFLICT (hour_us, operation, reason) DO UPDATE SET n = c.n + 1", *values,
+            )
+
+    async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
+        """Counted refusals: (hour, operation, reason, count), newest first."""
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch("SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC,"
+                                  " operation, reason")
+        return [(from_us(r[0]), r[1], r[2], int(r[3])) for r in rows]
+
+    async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest audit records (of one scope when given), newest first."""
+        cols = "at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation, policy_revision"
+        async with self._db.tx("read") as tx:
+            if scope_id is None:
+                rows = await tx.fetch(f"SELECT {cols} FROM audit ORDER BY at_us DESC, audit_id DESC LIMIT $1", limit)
+            else:
+                rows = await tx.fetch(
+                    f"SELECT {cols} FROM audit WHERE scope_id = $1 ORDER BY at_us DESC, audit_id DESC LIMIT $2",
+                    scope_id, limit,
+                )
+        return [{"at": from_us(r[0]), **dict(zip(_AUDIT_COLS[1:], r[1:], strict=True))} for r in rows]
+
+    async def purge_audit(self, older_than: datetime) -> int:
+        """Delete audit records and refusal counts older than the retention cut-off; return how many records."""
+        async with self._db.tx("single") as tx:
+            await tx.execute("DELETE FROM audit_counts WHERE hour_us < $1", to_us(older_than) - _HOUR_US)
+            return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
+
+    async def create_erasure(
+        self, scope_id: str, kind: str, entry_ids: list[str], adapter: str, requested_by_kind: str, now: datetime
+    ) -> Erasure:
+        """Record a requested erasure of the given entries (empty for whole-scope erasures)."""
+        codec.check_scope_id(scope_id)
+        codec.check_code(kind, "kind")
+        codec.check_code(adapter, "adapter")
+        codec.check_code(requested_by_kind, "requested_by_kind")
+        ids = sorted({codec.check_id(e, "entry_id") for e in entry_ids})
+        erasure_id, at = codec.new_id("e"), to_us(now)
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                f"INSERT INTO erasures ({_ERASURE_COLS})"
+                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
+                erasure_id, scope_id, kind, adapter, requested_by_kind, at,
+            )
+            if ids:
+                await tx.executemany(
+                    "INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2)", [(erasure_id, e) for e in ids]
+                )
+            await tx.execute(
+                "INSERT INTO erasure_steps (erasure_id, seq, state, at_us) VALUES ($1, 0, 'requested', $2)",
+                erasure_id, at,
+            )
+            erasure = await _load(tx, erasure_id)
+        assert erasure is not None
+        return erasure
+
+    async def advance_erasure(
+        self, erasure_id: str, state: str, now: datetime, failure_reason: str | None = None
+    ) -> Erasure:
+        """Move an erasure to its next state; an illegal or lost transition raises StateError(internal_error)."""
+        allowed_from = sorted(s for s, nxt in ERASURE_NEXT.items() if state in nxt)
+        if not allowed_from or (failure_reason is not None) != (state == "failed"):
+            raise ValueError("erasure transition is invalid")
+        if failure_reason is not None:
+            codec.check_reason(failure_reason, "failure_reason")
+        at, sources = to_us(now), ", ".join(f"'{s}'" for s in allowed_from)
+        async with self._db.tx("write") as tx:
+            # The conditional update is the compare-and-set: a concurrent advancer finds no row.
+            changed = await tx.execute(
+                "UPDATE erasures SET state = $2, failure_reason = $3, updated_us = $4"
+                f" WHERE erasure_id = $1 AND state IN ({sources})",
+                erasure_id, state, failure_reason, at,
+            )
+            if changed != 1:
+                raise StateError(Reason.INTERNAL_ERROR)
+            await tx.execute(
+                "INSERT INTO erasure_steps (erasure_id, seq, state, at_us)"
+                " SELECT $4, COALESCE(MAX(seq), -1) + 1, $2, $3 FROM erasure_steps WHERE erasure_id = $1",
+                erasure_id, state, at, erasure_id,
+            )
+            erasure = await _load(tx, erasure_id)
+        assert erasure is not None
+        return erasure
+
+    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None:
+        """Keep one read-back of an erasure as evidence: the namespace, when, and how many rows were found."""
+        codec.check_code(what, "what")
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check)"
+                " SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5 FROM erasure_readbacks WHERE erasure_id = $6",
+                erasure_id, codec.check_id(ns_id, "ns_id"), to_us(now), int(remaining), what, erasure_id,
+            )
+
+    async def defer_erasure(self, erasure_id: str, until: datetime | None) -> None:
+        """Set (or clear) the time before which an erasure's verification must not run."""
+        async with self._db.tx("single") as tx:
+            await tx.execute("UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1", erasure_id,
+                             None if until is None else to_us(until))
+
+    async def get_erasure(self, erasure_id: str) -> Erasure | None:
+        """Return the erasure with its entries and steps, or None."""
+        async with self._db.tx("snapshot") as tx:
+            return await _load(tx, erasure_id)
+
+    async def erasures_of_scope(self, scope_id: str, limit: int = 100, *, kind: str | None = None,
+                                not_kind: str | None = None) -> list[Erasure]:
+        """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
+        of every kind but ``not_kind``, when given."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                "SELECT erasure_id FROM erasures WHERE scope_id = $1"
+                " AND (CAST($3 AS TEXT) IS NULL OR kind = $3) AND (CAST($4 AS TEXT) IS NULL OR kind <> $4)"
+                " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
+                scope_id, limit, kind, not_kind,
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
+    async def unfinished_erasures(self) -> list[Erasure]:
+        """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
+        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({terminal}) ORDER BY created_us, erasure_id"
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
+
+async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
+    row = await tx.fetchrow(f"SELECT {_ERASURE_COLS} FROM erasures WHERE erasure_id = $1", erasure_id)
+    if row is None:
+        return None
+    entries = await tx.fetch("SELECT entry_id FROM erasure_entries WHERE erasure_id = $1 ORDER BY entry_id", erasure_id)
+    steps = await tx.fetch("SELECT state, at_us FROM erasure_steps WHERE erasure_id = $1 ORDER BY seq", erasure_id)
+    readbacks = await tx.fetch(
+        "SELECT ns_id, at_us, remaining, scope_of_check FROM erasure_readbacks WHERE erasure_id = $1 ORDER BY seq",
+        erasure_id,
+    )
+    moves = await tx.fetch(
+        "SELECT old_entry_id, new_entry_id FROM erasure_moves WHERE erasure_id = $1 ORDER BY created_us, old_entry_id",
+        erasure_id,
+    ) if row[2] == "rotate" else []
+    return Erasure(
+        erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
+        failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]),
+        not_before=opt_from_us(row[9]),
+        entry_ids=[r[0] for r in entries],
+        steps=[(r[0], from_us(r[1])) for r in steps],
+        readbacks=[(r[0], from_us(r[1]), int(r[2]), r[3]) for r in readbacks],
+        ns_id=row[10], moves=[(r[0], r[1]) for r in moves],
+    )
