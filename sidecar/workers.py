@@ -66,6 +66,8 @@ def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor:
     does: a later one would otherwise take over an erasure the first is already running.
     """
     _die_with(supervisor)
+    # Until the gateway installs its reload handler, a SIGHUP must not end the worker.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     settings = load_settings(**config)
     configure_logging(settings.log.level)
     evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
@@ -142,9 +144,13 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
     # Before any worker starts: a SIGTERM during start-up stops the gateway once the workers are up.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: None)  # each worker reads the pack as it starts
+    # A reload asked for during start-up is passed on once every worker can take it.
+    reload_asked = asyncio.Event()
+    loop.add_signal_handler(signal.SIGHUP, reload_asked.set)
     async with running_workers(settings, count, serve) as workers:
         loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
+        if reload_asked.is_set():
+            _signal_all(workers.processes, signal.SIGHUP)
         for proc in workers.processes:
             loop.add_reader(proc.sentinel, died.set)
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
