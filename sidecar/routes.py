@@ -131,8 +131,10 @@ def classify(method: str, raw_path: str) -> RouteMatch:
     if (m := _A2A.match(path)) is not None:
         kind, rest = m["kind"], m["rest"] or ""
         params = {"ns": m["ns"], "name": m["name"], "kind": kind}
-        if rest.endswith(_CARD_SUFFIX):
+        if rest == _CARD_SUFFIX:
             return RouteMatch(RouteClass.A2A_CARD, f"/api/{kind}/{{ns}}/{{name}}{_CARD_SUFFIX}", params)
+        # SECURITY: a card path under another segment ("x/../k8s-agent/.well-known/…") names a
+        # different agent once kagent's router cleans it: not a card of {name}, refused here.
         if "%" in rest or "//" in rest or "/." in rest:
             return RouteMatch(RouteClass.A2A_NONCANONICAL, f"/api/{kind}/{{ns}}/{{name}}/{{rest}}", params)
         return RouteMatch(RouteClass.A2A_INVOKE, f"/api/{kind}/{{ns}}/{{name}}", params)

@@ -95,6 +95,9 @@ BYPASS_SPELLINGS = [
     ("POST", "/api/a2a/kagent%2Fa", C.A2A_NONCANONICAL),
     ("POST", "/api/a2a/kagent/a/%2e%2e/b", C.A2A_NONCANONICAL),
     ("POST", "/api/a2a//kagent/a", C.A2A_NONCANONICAL),
+    ("GET", "/api/a2a/kagent/x/../k8s-agent/.well-known/agent-card.json", C.A2A_NONCANONICAL),
+    ("GET", "/api/a2a/kagent/k8s-agent/x/.well-known/agent-card.json", C.A2A_NONCANONICAL),
+    ("GET", "/api/a2a/kagent/k8s-agent/.well-known/agent-card.json/", C.A2A_NONCANONICAL),
     ("POST", "/API/CREWAI/memory", C.MEMORY_UNGOVERNED),
 ]
 
