@@ -7,9 +7,11 @@ reason code, operation, engine, erasure state). Never a user, room, scope, agent
 
 from __future__ import annotations
 
+import os
 from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -42,14 +44,20 @@ ROTATIONS = Counter(
 AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
 
 # Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.
-STATE_UP = Gauge("memgov_state_store_up", "1 when the state store answered the last reading, 0 when it did not.")
-ERASURES = Gauge("memgov_erasures", "Erasure records in the state store by state.", ["state"])
+# With several workers (sidecar/workers.py) a gauge is merged over the live ones: the store is down
+# when any worker found it down, a backlog is the largest any worker read.
+STATE_UP = Gauge("memgov_state_store_up", "1 when the state store answered the last reading, 0 when it did not.",
+                 multiprocess_mode="livemin")
+ERASURES = Gauge("memgov_erasures", "Erasure records in the state store by state.", ["state"],
+                 multiprocess_mode="livemax")
 ERASURE_OLDEST_UNFINISHED = Gauge(
-    "memgov_erasure_oldest_unfinished_seconds", "Age of the oldest erasure not yet verified or failed (0: none)."
+    "memgov_erasure_oldest_unfinished_seconds", "Age of the oldest erasure not yet verified or failed (0: none).",
+    multiprocess_mode="livemax",
 )
 EXPIRY_OVERDUE = Gauge(
     "memgov_expiry_overdue_seconds",
     "How long the oldest expired entry has waited for physical deletion (0: none); the bound is 24 h.",
+    multiprocess_mode="livemax",
 )
 
 
@@ -72,5 +80,9 @@ def status_label(status: int) -> str:
 
 
 def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
-    """Render the Prometheus text exposition of a registry."""
+    """Render the Prometheus text exposition of a registry (of every worker's samples, with several)."""
+    if registry is REGISTRY and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
     return generate_latest(registry)

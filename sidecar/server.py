@@ -12,7 +12,7 @@ from datetime import datetime
 
 from aiohttp import web
 
-from sidecar import tracing
+from sidecar import evloop, tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.governance import GOVERNANCE, Governance, governance
@@ -54,7 +54,9 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
     runner = ContentFreeRunner(app, access_log=None, handle_signals=False,
                                shutdown_timeout=gw.settings.listen.shutdown_timeout_s, auto_decompress=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    # Workers of `memgov serve --workers N` bind the same ports; the kernel spreads connections.
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True,
+                       reuse_port=gw.settings.listen.workers > 1 or None)
     await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]  # the bound port when port=0
     bound_host, bound_port = sock.getsockname()[:2]
@@ -66,14 +68,18 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
 
 @asynccontextmanager
 async def running_gateway(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None
+    settings: Settings, *, clock: Callable[[], datetime] | None = None, resume: bool = True
 ) -> AsyncIterator[Gateway]:
-    """Start every listener of a gateway (ports may be 0) and stop them on exit."""
+    """Start every listener of a gateway (ports may be 0) and stop them on exit.
+
+    ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
+    resumes them as it starts (the sweepers of every worker still pick up stalled ones).
+    """
     gw = Gateway(settings)
     readiness = Readiness()
     async with (
         governance(settings, readiness, clock=clock) as gov,
-        control_plane(gov) as control,
+        control_plane(gov, resume=resume) as control,
         sampling(gov.store, gov.now),
     ):
         gw.governance = gov
@@ -89,17 +95,19 @@ async def running_gateway(
                 await runner.cleanup()
 
 
-async def serve(settings: Settings) -> None:
-    """Run until SIGINT/SIGTERM."""
+async def serve(settings: Settings, started: Callable[[], object] | None = None, *, resume: bool = True) -> None:
+    """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     tracing.configure(settings.tracing)
     try:
-        async with running_gateway(settings) as gw:
+        async with running_gateway(settings, resume=resume) as gw:
             if gw.governance is not None:
                 gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            if started is not None:
+                started()
             await stop.wait()
     finally:
         await asyncio.to_thread(tracing.shutdown)  # flushes spans still queued: a blocking export
@@ -113,10 +121,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memgov: {exc}")
         return 2
     configure_logging(settings.log.level)
-    asyncio.run(serve(settings))
+    workers = args.workers or settings.listen.workers
+    if workers > 1:
+        from sidecar.workers import supervise
+
+        return evloop.run(supervise(settings, workers, serve))
+    evloop.run(serve(settings))
     return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="Run the gateway (data plane, control API, operations).")
+    p.add_argument("--workers", type=int, choices=range(1, 65), metavar="N", default=None,
+                   help="Gateway processes on the same ports (default: listen.workers, 1).")
     p.set_defaults(func=_cmd_serve)

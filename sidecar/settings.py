@@ -102,6 +102,11 @@ class ListenSettings(_Section):
     max_concurrent_per_client: int = Field(
         64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
     )
+    workers: int = Field(
+        1, ge=1, le=64,
+        description="Gateway processes sharing these ports (SO_REUSEPORT) and the state store; more than one needs "
+        "a writable temporary folder for merged metrics. `memgov serve --workers N` overrides it.",
+    )
 
     @field_validator("data", "control", "ops")
     @classmethod

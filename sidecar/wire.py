@@ -11,14 +11,23 @@ could otherwise disagree with ours about what a body *is*:
   int64 are refused; nesting too deep for the parser is refused, not crashed on.
 
 Every refusal is :class:`BadBody`, whose message is a fixed code word (never the input).
+
+Two parsers, one answer: orjson reads the common body fast and the stdlib decoder with strict
+hooks is the authority. orjson's value is kept only when it provably equals the authority's: the
+body parsed, no number is near the edge of int64 (orjson reads a longer integer as a float), every
+key survived (a duplicate would have been dropped), no keys collide by case and nesting is
+shallow. Anything else is decided by the authority.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeGuard
+
+import orjson
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -68,16 +77,72 @@ def _decoder(fields: Iterable[str]) -> json.JSONDecoder:
                             parse_int=_int)
 
 
+_INT64_SPAN: Final = 2**63
+_NUMBER_TYPES: Final = frozenset({int, float})
+#: A JSON string literal of a body orjson accepted (so its escapes are well formed).
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"')
+#: Deeper bodies go to the authority (its recursion limit decides them).
+_FAST_DEPTH: Final = 64
+
+
+class _Unsure(Exception):
+    """Internal: the fast value may differ from the authority's; ask the authority."""
+
+
 class StrictJSON:
     """A strict parser for one route, knowing the field names its upstream reads."""
 
-    __slots__ = ("_decoder",)
+    __slots__ = ("_decoder", "_names")
 
     def __init__(self, upstream_fields: Iterable[str]) -> None:
-        self._decoder = _decoder(upstream_fields)
+        fields = frozenset(upstream_fields)
+        self._decoder = _decoder(fields)
+        #: The same set the authority's hook tests keys against.
+        self._names = frozenset(f.casefold() for f in fields) | fields
 
     def parse(self, body: bytes) -> Any:
         """Return the parsed value; raise BadBody for anything the rules above refuse."""
+        try:
+            return self._fast(body)
+        except (_Unsure, orjson.JSONDecodeError, RecursionError):
+            return self._strict(body)
+
+    def _fast(self, body: bytes) -> Any:
+        value = orjson.loads(body)
+        keys = self._keys(value, 0)
+        # Every ':' outside string literals separates one key from its value; a body whose
+        # parsed objects hold fewer keys than that had a duplicate, which the authority names.
+        if keys != body.count(b":") and keys != _STRING.sub(b"", body).count(b":"):
+            raise _Unsure
+        return value
+
+    def _keys(self, value: Any, depth: int) -> int:
+        """Count object keys; raise _Unsure where the authority might answer otherwise.
+
+        That is a case collision, nesting deeper than the fast path reads, or a number of 2**63 or
+        more in magnitude (orjson reads an integer literal beyond uint64 as a float, the authority
+        refuses every integer beyond int64).
+        """
+        if depth > _FAST_DEPTH:
+            raise _Unsure
+        kind = type(value)
+        if kind is dict:
+            names = self._names
+            if (len({key.casefold() for key in value}) != len(value)
+                    or any(k not in names and k.casefold() in names for k in value)):
+                raise _Unsure
+            return len(value) + sum(self._keys(v, depth + 1) for v in value.values())
+        if kind is list:
+            if _NUMBER_TYPES.issuperset(map(type, value)):  # a vector: checked in one C-level pass
+                if value and max(map(abs, value)) >= _INT64_SPAN:
+                    raise _Unsure
+                return 0
+            return sum(self._keys(v, depth + 1) for v in value)
+        if (kind is int or kind is float) and abs(value) >= _INT64_SPAN:
+            raise _Unsure
+        return 0
+
+    def _strict(self, body: bytes) -> Any:
         try:
             text = body.decode("utf-8")
             value, end = self._decoder.raw_decode(text, _skip_ws(text, 0))
@@ -98,6 +163,8 @@ class StrictJSON:
         return value
 
 
+
+
 _WS: Final = frozenset(" \t\n\r")
 
 
@@ -105,9 +172,6 @@ def _skip_ws(text: str, at: int) -> int:
     while at < len(text) and text[at] in _WS:
         at += 1
     return at
-
-
-_NUMBER_TYPES: Final = frozenset({int, float})
 
 
 def is_vector(value: object, dim: int = VECTOR_DIM) -> bool:
@@ -137,5 +201,10 @@ def is_number(value: object) -> bool:
 
 
 def dumps(value: object) -> bytes:
-    """Compact JSON bytes of a value memgov built (never of a raw request)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    """Compact UTF-8 JSON bytes of a value memgov built from checked values (never of a raw request).
+
+    orjson writes a non-finite float as ``null``: every number memgov forwards was checked finite
+    first (``is_vector``, ``is_number``, ``is_int64``), and a string that is not valid Unicode
+    raises instead of being sent.
+    """
+    return orjson.dumps(value)

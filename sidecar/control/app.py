@@ -136,10 +136,11 @@ def create_control_app(gov: Governance, engine: ErasureEngine) -> web.Applicatio
 
 
 @asynccontextmanager
-async def control_plane(gov: Governance) -> AsyncIterator[web.Application]:
-    """Resume unfinished erasures, then yield the control app while the sweepers run."""
+async def control_plane(gov: Governance, *, resume: bool = True) -> AsyncIterator[web.Application]:
+    """Resume unfinished erasures (unless ``resume`` is False), then yield the control app while the sweepers run."""
     engine = ErasureEngine(gov)
-    await engine.resume_all()
+    if resume:
+        await engine.resume_all()
     app = create_control_app(gov, engine)
     sweepers = app[SWEEPERS] = Sweepers(gov, engine)
     sweepers.start()

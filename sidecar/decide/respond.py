@@ -7,7 +7,6 @@ which :func:`decide` and :func:`record` already logged and audited.
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
 from typing import Any
 
@@ -20,6 +19,7 @@ from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Opera
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Reason, Refusal, primary
 from sidecar.relay import DECISION_ID, json_error
+from sidecar.wire import dumps
 
 log = get_logger("enforce")
 DECISION_HEADER = "X-Memgov-Decision"
@@ -137,7 +137,6 @@ def error(request: web.Request, refusal: Refusal, decision: Decision) -> web.Res
 
 
 def json_answer(status: int, payload: object, decision: Decision) -> web.Response:
-    resp = web.Response(status=status, body=json.dumps(payload, separators=(",", ":")).encode(),
-                        content_type="application/json")
+    resp = web.Response(status=status, body=dumps(payload), content_type="application/json")
     stamp(resp, decision)
     return resp

@@ -11,12 +11,12 @@ is unknown (timeout, reset) keeps its in-flight record and marks its namespace p
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from http import HTTPStatus
 from typing import Any, Final
 
 import aiohttp
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -29,7 +29,8 @@ from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFa
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import MEMORY, read_body
 from sidecar.routes import RouteMatch
-from sidecar.state.types import BudgetClaim, CapReached, Fenced, Namespace, Scope
+from sidecar.state.admission import Admission, Claims, WriteAsk
+from sidecar.state.types import BudgetClaim, Namespace, Scope
 from sidecar.upstream import Upstream, UpstreamUnavailable, filter_headers
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64, is_number, is_vector
 
@@ -69,19 +70,31 @@ def _budget(failed: str | None) -> Budget:
 
 
 @tracing.traced("memgov.identify")
-async def _identify(request: web.Request, user_id: object, agent_name: object) -> tuple[KeyFacts, Scope | None, bool]:
-    """Verify the key and load its scope; the bool says whether the scope is live at that generation."""
+async def _admit(request: web.Request, user_id: object, agent_name: object, claims: Claims, *,
+                 window: bool = False, write: WriteAsk | None = None) -> tuple[KeyFacts, Admission]:
+    """Verify the key, then read its scope and reserve the call's cost in one state transaction."""
     gov = gov_of(request)
     kf = KeyFacts(gov.keys, user_id, request.headers.get("X-User-Id"), agent_name, request.headers.get("X-Agent-Name"))
-    scope = await gov.store.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None
-    live = (scope is not None and scope.enabled and scope.generation == kf.generation and kf.user_id_matches
-            and scope.namespace is not None)
-    return kf, scope, live
+    if not (kf.key_valid and kf.scope_id and kf.user_id_matches):
+        # Nothing to reserve for a caller that proved no scope; the decision still sees the scope.
+        return kf, Admission(await gov.store.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None)
+    return kf, await gov.store.admit(kf.scope_id, kf.generation, claims, gov.now(), window=window, write=write)
 
 
-async def _decide(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope | None, *, budget: Budget,
-                  entries: Entries | None = None, **facts: Any) -> Decision:
+def _save_claims(gov: Governance, cost: int) -> Claims:
+    return lambda scope, _window: [_rate_claim(gov, scope), _hour_claim(gov, scope, cost)]
+
+
+def _lease_s(gov: Governance, n: int) -> float:
+    # The in-flight lease covers every single save of the call, each bounded by the memory timeout.
+    return gov.settings.enforce.write_lease_s + n * gov.settings.upstream.memory_timeout_s
+
+
+async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, **facts: Any) -> Decision:
     gov = gov_of(request)
+    scope = adm.scope
+    budget = _budget(adm.refused) if adm.live else Budget()
+    entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and "item_count" in facts else None
     rf = RequestFacts(presented_generation=kf.generation, key_valid=kf.key_valid, user_id_matches=kf.user_id_matches,
                       caller_agent_name=kf.agent_name, header_agent_name=kf.header_agent,
                       agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_refs), **facts)
@@ -116,8 +129,8 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
         if resp.status >= HTTPStatus.BAD_REQUEST:
             return resp.status, None
         try:
-            return resp.status, json.loads(raw)
-        except (ValueError, RecursionError):
+            return resp.status, orjson.loads(raw)
+        except orjson.JSONDecodeError:
             return resp.status, None  # an answer memgov cannot read is no answer
 
 
@@ -128,33 +141,22 @@ def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     return ceiling  # kagent treats a missing or non-positive ttl as 15 days: always send the ceiling
 
 
-async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope, decision: Decision,
+async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, decision: Decision,
                  facts: list[dict[str, Any]]) -> web.StreamResponse:
-    """Reserve ledger slots, fence, forward each fact as a single save, record or roll back."""
+    """Forward each fact of an admitted save as a single save (its slots and in-flight record are held)."""
     gov = gov_of(request)
-    gen, ns = kf.generation or 0, scope.namespace
-    assert ns is not None  # _identify admits only scopes with a live namespace
-    now = gov.now()
-    try:
-        slots = await gov.store.reserve_entries(scope.scope_id, gen, ns.ns_id, len(facts), gov.limits.max_entries,
-                                                now)
-    except (CapReached, Fenced) as refused:  # a fence here: withdrawn or rotated since the decision
-        raise Refusal(refused.reason, scope_id=scope.scope_id, credentialed=True) from None
-    # The in-flight lease covers every single save of the call, each bounded by the memory timeout.
-    lease = gov.settings.enforce.write_lease_s + len(facts) * gov.settings.upstream.memory_timeout_s
-    try:
-        op_id = await gov.store.begin_write(scope.scope_id, gen, ns.ns_id, lease, now)
-    except Fenced as fenced:
-        await gov.store.release_entries(slots)
-        raise Refusal(fenced.reason, scope_id=scope.scope_id, credentialed=True) from None
+    scope, op_id, slots = adm.scope, adm.op_id, adm.slots
+    assert scope is not None and scope.namespace is not None and op_id is not None  # admitted: slots are held
+    ns = scope.namespace
     app = gov.app_name(scope.agent)
     headers = _upstream_headers(request, ns.storage_key, app)
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
     created: list[str] = []
     in_doubt = False  # True while a save is on its way and its outcome is not yet known
+    ended = False  # the in-flight record was dropped with the last fill
     refusal: Refusal | None = None  # raised once the write is settled (never inside the roll-back guard)
     try:
-        for fact in facts:
+        for index, fact in enumerate(facts):
             # SECURITY: memgov serializes the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
             body = {"agent_name": app, "user_id": ns.storage_key, "content": fact.get("content", ""),
@@ -174,10 +176,15 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
                 break
             created.append(entry_id)
             at = gov.now()
-            await gov.store.fill_entry(slots[len(created) - 1], entry_id, at, at + timedelta(days=gov.limits.max_days))
+            fill = (slots[index], entry_id, at, at + timedelta(days=gov.limits.max_days))
+            if index < len(facts) - 1:
+                await gov.store.fill_entry(*fill)
+                continue
+            # The last fill, the check that the namespace is still live and the end of the
+            # in-flight record are one state call.
+            ended = await gov.store.finish_write(op_id, scope.scope_id, ns.ns_id, [fill])
         else:
-            current = await gov.store.get_scope(scope.scope_id)
-            if current is None or current.namespace is None or current.namespace.ns_id != ns.ns_id:
+            if not ended:
                 # SECURITY: consent was withdrawn (or the namespace retired) while this write was in
                 # flight; undo it at once.
                 await _roll_back(gov, scope, ns, created, [], dead_namespace=True)
@@ -193,7 +200,7 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, scope: Scope
             await gov.store.write_outcome_unknown(op_id, until)
         raise
     finally:
-        if not in_doubt:
+        if not in_doubt and not ended:
             await gov.store.end_write(op_id)
     if refusal is not None:
         raise refusal
@@ -248,22 +255,23 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
     if any(i["user_id"] != first["user_id"] or i["agent_name"] != first["agent_name"] for i in items):
         raise Refusal(Reason.KEY_INVALID)
     gov = gov_of(request)
-    kf, scope, live = await _identify(request, first["user_id"], first["agent_name"])
-    budget, entries = Budget(), None
-    if live and scope is not None:
-        # A save costs one save and one embedding item for the hour; a batch is a save like any other
-        # for the sender's rate (limits.yaml), plus one summarization and, per fact, one save and one
-        # embedding item for the hour (R-11).
-        cost = 1 + 2 * len(items) if batch else 2
-        budget = _budget(await gov.store.reserve_budget([_rate_claim(gov, scope), _hour_claim(gov, scope, cost)],
-                                                        gov.now()))
-        entries = Entries(count=await gov.store.live_count(scope.scope_id, gov.now()), cap=gov.limits.max_entries)
-    decision = await _decide(request, op, kf, scope, budget=budget, entries=entries, item_count=len(items),
+    # A save costs one save and one embedding item for the hour; a batch is a save like any other
+    # for the sender's rate (limits.yaml), plus one summarization and, per fact, one save and one
+    # embedding item for the hour (R-11).
+    cost = 1 + 2 * len(items) if batch else 2
+    kf, adm = await _admit(request, first["user_id"], first["agent_name"], _save_claims(gov, cost),
+                           write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))))
+    decision = await _decide(request, op, kf, adm, item_count=len(items),
                              max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
                              ttl_days=first.get("ttl_days"))
-    if not decision.allowed or scope is None:
+    if not decision.allowed or adm.scope is None:
+        await gov.store.release_write(adm)
         raise Denied(decision)
-    return await _write(request, op, kf, scope, decision, items)
+    if adm.op_id is None:
+        # Allowed, but the admission found the cap full of pending slots or a rotation copying the
+        # namespace (the checks reserve_entries and begin_write make).
+        raise Refusal(adm.blocked or Reason.STALE_GENERATION, scope_id=adm.scope.scope_id, credentialed=True)
+    return await _write(request, op, kf, adm, decision, items)
 
 
 def _search_ok(payload: dict[str, Any]) -> bool:
@@ -277,19 +285,19 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     if not _search_ok(payload):
         raise Refusal(Reason.BAD_REQUEST)
     gov = gov_of(request)
-    kf, scope, live = await _identify(request, payload.get("user_id"), payload.get("agent_name"))
-    budget, prefetch = Budget(), False
-    if live and scope is not None:
-        window = await gov.store.prefetch_window(scope.scope_id, gov.now())
-        prefetch = window is not None
+
+    def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
         first = (BudgetClaim(kind="counter", key=f"prefetch:{window}", limit=gov.limits.prefetch_searches,
                              ttl_s=gov.settings.enforce.prefetch_window_s, reason=Reason.PREFETCH_LIMIT.value)
-                 if prefetch else _rate_claim(gov, scope))
-        budget = _budget(await gov.store.reserve_budget([first, _hour_claim(gov, scope, 2)], gov.now()))
+                 if window is not None else _rate_claim(gov, scope))
+        return [first, _hour_claim(gov, scope, 2)]
+
+    kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
     limit = payload.get("limit")
-    decision = await _decide(request, op, kf, scope, budget=budget, limit=limit, is_prefetch=prefetch)
+    decision = await _decide(request, op, kf, adm, limit=limit, is_prefetch=adm.window is not None)
     if not decision.allowed:
         raise Denied(decision)
+    scope = adm.scope
     if scope is None or scope.namespace is None:
         return json_answer(HTTPStatus.OK, [], decision)
     ns: Namespace | None = scope.namespace

@@ -11,8 +11,10 @@ import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import cedarpy
+import orjson
 
 from sidecar.policy.cedar_input import deployment_entity, entities, request
 from sidecar.policy.engine import EngineUnavailable
@@ -156,6 +158,39 @@ def _verdict(result: cedarpy.AuthzResult, reasons: dict[str, str]) -> Verdict:
     return Verdict(allowed=False, reasons=frozenset(reasons.get(pid, "") for pid in result.diagnostics.reasons))
 
 
+def _authorize(requests: list[dict[str, Any]], compiled: CedarPolicies, handle: cedarpy.Entities) -> list[Verdict]:
+    """Decide requests in one call of cedarpy's extension, identical requests once.
+
+    The same call ``cedarpy.is_authorized_batch`` makes, without its per-request JSON round trips
+    through the stdlib (contexts go in and answers come out through orjson). A prefetch fan-out
+    asks the same question several times; Cedar is a pure function of request, entities and
+    policies, so each distinct request is evaluated once.
+    """
+    unique: dict[bytes, int] = {}
+    wire: list[dict[str, Any]] = []
+    order: list[int] = []
+    for req in requests:
+        context = orjson.dumps(req["context"])
+        key = orjson.dumps([req["principal"], req["action"], req["resource"]]) + context
+        if key not in unique:
+            unique[key] = len(wire)
+            wire.append({**req, "context": context.decode()})
+        order.append(unique[key])
+    answers = cedarpy._internal.is_authorized_batch(wire, compiled.policies, handle._inner, None, False)
+    verdicts = [_answer(orjson.loads(a), compiled.reasons) for a in answers]
+    return [verdicts[i] for i in order]
+
+
+def _answer(answer: dict[str, Any], reasons: dict[str, str]) -> Verdict:
+    diagnostics = answer.get("diagnostics") or {}
+    if diagnostics.get("errors") or answer.get("decision") not in ("Allow", "Deny"):
+        # SECURITY: Cedar ignores a forbid that errors; we refuse instead of permitting.
+        raise CedarEvalError()
+    if answer["decision"] == "Allow":
+        return Verdict(allowed=True, reasons=frozenset())
+    return Verdict(allowed=False, reasons=frozenset(reasons.get(pid, "") for pid in diagnostics.get("reason", ())))
+
+
 def determining(compiled: CedarPolicies, result: cedarpy.AuthzResult) -> list[Site]:
     """The policies that determined an answer (the permit for an allow, the matching forbids for a deny)."""
     return [compiled.sites[pid] for pid in sorted(result.diagnostics.reasons) if pid in compiled.sites]
@@ -203,10 +238,10 @@ class CedarEngine:
             handle = self._entities(compiled, inp)
             # The request is not re-validated against the schema: the entities were, and a type
             # error in the context makes evaluation fail, which denies.
-            result = cedarpy.is_authorized(request(inp), compiled.policies, handle)
+            (verdict,) = _authorize([request(inp)], compiled, handle)
         except (ValueError, TypeError):
             raise CedarEvalError("malformed") from None
-        return _verdict(result, compiled.reasons)
+        return verdict
 
     def explain_sync(self, inp: DecisionInput) -> tuple[Verdict, list[Site]]:
         """Decide one input and name the policies that determined the answer (authoring tools)."""
@@ -229,11 +264,9 @@ class CedarEngine:
         if any((i.principal, i.scope, i.deployment) != shared for i in inputs):
             return [self.decide_sync(inp) for inp in inputs]
         try:
-            handle = self._entities(compiled, first)
-            results = cedarpy.is_authorized_batch([request(i) for i in inputs], compiled.policies, handle)
+            return _authorize([request(i) for i in inputs], compiled, self._entities(compiled, first))
         except (ValueError, TypeError):
             raise CedarEvalError("malformed") from None
-        return [_verdict(r, compiled.reasons) for r in results]
 
     async def decide(self, inp: DecisionInput) -> Verdict:
         """Decide one input (in-process, no await inside)."""

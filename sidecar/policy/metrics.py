@@ -6,6 +6,7 @@ only open-ended label is the pack revision on the info gauges, which hold one se
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -36,14 +37,16 @@ SHADOW_DISAGREEMENTS = Counter(
     ["operation"],
 )
 RELOADS = Counter("memgov_policy_reloads_total", "Pack reload attempts by outcome.", ["outcome"])
-READY = Gauge("memgov_policy_ready", "1 when a validated pack is loaded.")
+# Merged over live workers (sidecar/workers.py): ready only when every worker is.
+READY = Gauge("memgov_policy_ready", "1 when a validated pack is loaded.", multiprocess_mode="livemin")
 PACK_INFO = Gauge(
-    "memgov_policy_pack_info", "The loaded pack revision (content hash) and engine.", ["engine", "revision"]
+    "memgov_policy_pack_info", "The loaded pack revision (content hash) and engine.", ["engine", "revision"],
+    multiprocess_mode="livemax",
 )
 
 OPA_BUNDLE = Gauge(
     "memgov_policy_opa_bundle_info", "The pack revision the OPA server says it serves (its bundle manifest).",
-    ["revision"],
+    ["revision"], multiprocess_mode="livemax",
 )
 
 
@@ -54,16 +57,30 @@ def count_decision(operation: Operation, decision: Decision, seconds: float) -> 
     DECISION_SECONDS.labels(decision.engine).observe(seconds)
 
 
+_SHOWN: dict[str, tuple[str, ...]] = {}
+
+
+def _only(gauge: Gauge, labels: tuple[str, ...] | None) -> None:
+    """Make ``labels`` the info gauge's only series at 1 (none when None)."""
+    old = _SHOWN.pop(gauge._name, None)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several workers (sidecar/workers.py): a sample cannot be removed, only set to 0; the
+        # merged series stays 1 while any worker still shows it.
+        if old is not None and old != labels:
+            gauge.labels(*old).set(0)
+    else:
+        gauge.clear()
+    if labels is not None:
+        gauge.labels(*labels).set(1)
+        _SHOWN[gauge._name] = labels
+
+
 def show_pack(engine: str, revision: str | None) -> None:
     """Publish the loaded revision as the only series of the info gauge."""
-    PACK_INFO.clear()
-    if revision is not None:
-        PACK_INFO.labels(engine, revision).set(1)
+    _only(PACK_INFO, None if revision is None else (engine, revision))
     READY.set(1 if revision is not None else 0)
 
 
 def show_opa_bundle(revision: str | None) -> None:
     """Publish the revision OPA serves as the only series of its info gauge."""
-    OPA_BUNDLE.clear()
-    if revision is not None:
-        OPA_BUNDLE.labels(revision).set(1)
+    _only(OPA_BUNDLE, None if revision is None else (revision,))

@@ -68,6 +68,9 @@ class PolicyRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sighup: asyncio.AbstractEventLoop | None = None
         self.last_reload: ReloadOutcome | None = None
+        #: Deployment facts per (server, bot, ghost) of the live pack: built once, then the same
+        #: object, which the Cedar engine's entity cache recognises by identity.
+        self._deployments: tuple[Pack | None, dict[tuple[str, str | None, str | None], Deployment]] = (None, {})
 
     @classmethod
     async def start(
@@ -100,11 +103,19 @@ class PolicyRuntime:
         pack = self._pack
         if pack is None:
             raise PackError("no policy pack is loaded")
-        return Deployment(
-            server_name=server_name, bridge_bot=bridge_bot, agent_ghost=agent_ghost,
-            classification=pack.federation.classification, federation_partners=pack.federation.partners,
-            limits=pack.limits, org=pack.org,
-        )
+        seen_pack, built = self._deployments
+        if seen_pack is not pack:
+            built = {}
+            self._deployments = (pack, built)
+        key = (server_name, bridge_bot, agent_ghost)
+        found = built.get(key)
+        if found is None:
+            found = built[key] = Deployment(
+                server_name=server_name, bridge_bot=bridge_bot, agent_ghost=agent_ghost,
+                classification=pack.federation.classification, federation_partners=pack.federation.partners,
+                limits=pack.limits, org=pack.org,
+            )
+        return found
 
     async def ready_check(self) -> tuple[bool, dict[str, object]]:
         """Readiness for /readyz: ready flag, engine, revision, the last reload attempt and what an OPA serves."""

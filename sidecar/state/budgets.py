@@ -18,7 +18,7 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import NEVER_US, to_us
-from sidecar.state.db import Database, Tx
+from sidecar.state.db import Database, Script, Stmt, fetchrow
 from sidecar.state.types import BudgetClaim
 
 _KINDS = frozenset({"bucket", "window", "counter"})
@@ -55,8 +55,8 @@ RETURNING level
 """
 
 
-class _Refused(Exception):
-    """Internal: a claim did not fit; rolls the reservation back."""
+class Refused(Exception):
+    """A claim did not fit; raised inside a transaction so it rolls back every claim before it."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -73,20 +73,32 @@ def _check(claim: BudgetClaim) -> None:
         raise ValueError("budget claim period must be positive")
 
 
-async def _reserve_one(tx: Tx, claim: BudgetClaim, key: str, now_us: int) -> bool:
+def _claim(claim: BudgetClaim, key: str, now_us: int) -> Stmt:
     if claim.kind == "bucket":
         rate = claim.refill_per_s / 1_000_000
         # A bucket untouched for limit/rate seconds is full again, i.e. equal to a missing row.
         expires = now_us + math.ceil(claim.limit / rate) if rate > 0 else NEVER_US
-        row = await tx.fetchrow(_BUCKET, key, float(claim.limit), float(claim.cost), now_us, expires, rate)
+        return fetchrow(_BUCKET, key, float(claim.limit), float(claim.cost), now_us, expires, rate)
+    if claim.kind == "window":
+        period = claim.window_s * 1_000_000
+        mark = (now_us // period + 1) * period
     else:
-        if claim.kind == "window":
-            period = claim.window_s * 1_000_000
-            mark = (now_us // period + 1) * period
-        else:
-            mark = now_us + claim.ttl_s * 1_000_000
-        row = await tx.fetchrow(_COUNT, claim.kind, key, float(claim.cost), mark, now_us, float(claim.limit))
-    return row is not None
+        mark = now_us + claim.ttl_s * 1_000_000
+    return fetchrow(_COUNT, claim.kind, key, float(claim.cost), mark, now_us, float(claim.limit))
+
+
+def reserve(claims: list[BudgetClaim], now_us: int) -> Script[None]:
+    """Script part: reserve every claim, or raise :class:`Refused` (the caller's transaction rolls back)."""
+    for claim in claims:
+        _check(claim)
+    # A cost above the limit can never fit, and the insert path would not notice it.
+    for claim in claims:
+        if claim.cost > claim.limit:
+            raise Refused(claim.reason)
+    ordered = sorted(((c.kind, codec.digest(c.key), c) for c in claims), key=lambda t: (t[0], t[1]))
+    for _, key, claim in ordered:
+        if (yield _claim(claim, key, now_us)) is None:
+            raise Refused(claim.reason)
 
 
 class BudgetOps:
@@ -96,19 +108,9 @@ class BudgetOps:
 
     async def reserve_budget(self, claims: list[BudgetClaim], now: datetime) -> str | None:
         """Reserve every claim or none; return None when admitted, else the first refusing claim's reason."""
-        for claim in claims:
-            _check(claim)
-        # A cost above the limit can never fit, and the insert path would not notice it.
-        for claim in claims:
-            if claim.cost > claim.limit:
-                return claim.reason
-        now_us = to_us(now)
-        ordered = sorted(((c.kind, codec.digest(c.key), c) for c in claims), key=lambda t: (t[0], t[1]))
         try:
-            async with self._db.tx("write") as tx:
-                for _, key, claim in ordered:
-                    if not await _reserve_one(tx, claim, key, now_us):
-                        raise _Refused(claim.reason)
-        except _Refused as refused:
+            now_us = to_us(now)
+            await self._db.run(lambda: reserve(claims, now_us))
+        except Refused as refused:
             return refused.reason
         return None

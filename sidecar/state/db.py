@@ -12,6 +12,15 @@ Transaction modes:
                 ``ON CONFLICT`` make concurrent writers safe;
   ``single``    writes whose statements are each atomic on their own (autocommit): saves the
                 BEGIN/COMMIT round trips on PostgreSQL.
+
+Scripts: an operation that needs several statements in one transaction can be written once as a
+generator that yields :class:`Stmt` and receives each result (``Database.run`` takes a function
+that makes it, so it can be run again). On PostgreSQL it runs statement by statement on one pooled
+connection. On SQLite it first runs right on the event loop's thread, in its own transaction on a
+connection that never waits for a lock: a governed call's state work is tens of microseconds
+there, where each hand-off to a connection thread costs more than that. Only when another
+process holds the write lock (SQLITE_BUSY, before anything was written) is the script made again
+and run in the connection thread, where it waits for the lock as long as the busy timeout allows.
 """
 
 from __future__ import annotations
@@ -19,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import aiosqlite
 import asyncpg
@@ -35,6 +45,53 @@ from sidecar.state.types import StateError
 
 Mode = Literal["read", "snapshot", "write", "single"]
 Row = Sequence[Any]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """One statement of a script, and which Tx method reads its result."""
+
+    op: Literal["fetch", "fetchrow", "execute", "executemany"]
+    sql: str
+    args: tuple[Any, ...]
+
+
+def fetch(sql: str, *args: Any) -> Stmt:
+    return Stmt("fetch", sql, args)
+
+
+def fetchrow(sql: str, *args: Any) -> Stmt:
+    return Stmt("fetchrow", sql, args)
+
+
+def execute(sql: str, *args: Any) -> Stmt:
+    return Stmt("execute", sql, args)
+
+
+def executemany(sql: str, rows: Iterable[Sequence[Any]]) -> Stmt:
+    return Stmt("executemany", sql, (list(rows),))
+
+
+#: A transaction written once for both backends: yields statements, receives their results.
+Script = Generator[Stmt, Any, T]
+#: Makes a fresh script (SQLite runs it again after a lock conflict).
+MakeScript = Callable[[], Script[T]]
+
+
+async def drive(script: Script[T], tx: Tx) -> T:
+    """Run a script statement by statement on ``tx``."""
+    try:
+        stmt = next(script)
+        while True:
+            result: Any = None
+            if stmt.op == "executemany":
+                await tx.executemany(stmt.sql, stmt.args[0])
+            else:
+                result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
+            stmt = script.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 _SQLITE_BUSY_MS = 30_000
 _PG_CONNECT_TIMEOUT_S = 10.0
@@ -67,6 +124,8 @@ class Database(Protocol):
     dialect: str
 
     def tx(self, mode: Mode = "write") -> AbstractAsyncContextManager[Tx]: ...
+
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T: ...
 
     async def close(self) -> None: ...
 
@@ -144,6 +203,10 @@ class PgDatabase:
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
                 yield _PgTx(con)
 
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
+        async with self.tx(mode) as tx:
+            return await drive(make(), tx)
+
     async def close(self) -> None:
         await self._pool.close()
 
@@ -176,8 +239,9 @@ class SqliteDatabase:
 
     dialect = "sqlite"
 
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
-        self._writer, self._reader = writer, reader
+    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection,
+                 inline: sqlite3.Connection | None = None) -> None:
+        self._writer, self._reader, self._inline = writer, reader, inline
         self._wlock = asyncio.Lock()
         self._rlock = self._wlock if reader is writer else asyncio.Lock()
 
@@ -194,7 +258,7 @@ class SqliteDatabase:
             Path(path).chmod(0o600)
             writer = await cls._connect(path)
             await cls._wal(writer)
-            return cls(writer, await cls._connect(path))
+            return cls(writer, await cls._connect(path), cls._connect_inline(path))
 
     @staticmethod
     async def _connect(path: str) -> aiosqlite.Connection:
@@ -202,6 +266,15 @@ class SqliteDatabase:
         await con.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
         await con.execute("PRAGMA foreign_keys = ON")
         await con.execute("PRAGMA synchronous = NORMAL")
+        return con
+
+    @staticmethod
+    def _connect_inline(path: str) -> sqlite3.Connection:
+        # No busy wait: a locked database is handed to the connection thread instead (see run).
+        con = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+        con.execute("PRAGMA busy_timeout = 0")
+        con.execute("PRAGMA foreign_keys = ON")
+        con.execute("PRAGMA synchronous = NORMAL")
         return con
 
     @staticmethod
@@ -236,10 +309,68 @@ class SqliteDatabase:
                 raise
             await con.execute("COMMIT")
 
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
+        writes = mode in ("write", "single")
+        con, lock = (self._writer, self._wlock) if writes else (self._reader, self._rlock)
+        async with tracing.span("memgov.state", backend="sqlite", step=mode), backend_errors():
+            if self._inline is not None:
+                # Writers of this process queue on the lock; one holding it never awaits inside it.
+                async with self._wlock if writes else _NO_LOCK:
+                    try:
+                        # A write is always one transaction here, so a conflict leaves nothing behind.
+                        return _run_sync(self._inline, make(), "write" if writes else mode)
+                    except sqlite3.OperationalError as exc:
+                        if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                            raise
+            async with lock:
+                # aiosqlite runs a callable in its connection thread with the connection it owns
+                # (`_execute`, `_conn`); the whole transaction is one hand-off to that thread.
+                raw: sqlite3.Connection = con._conn
+                result: T = await con._execute(_run_sync, raw, make(), mode)  # type: ignore[no-untyped-call]
+                return result
+
     async def close(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
         await self._writer.close()
         if self._reader is not self._writer:
             await self._reader.close()
+
+
+_NO_LOCK: AbstractAsyncContextManager[None] = nullcontext()
+
+
+def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
+    """A whole script in SQLite's connection thread: BEGIN, statements, COMMIT (ROLLBACK on error)."""
+    begin = {"write": "BEGIN IMMEDIATE", "snapshot": "BEGIN"}.get(mode)
+    if begin is not None:
+        con.execute(begin)
+    try:
+        stmt = next(script)
+        while True:
+            sql = _qmark(stmt.sql)
+            if stmt.op == "executemany":
+                con.executemany(sql, [tuple(r) for r in stmt.args[0]])
+                result: Any = None
+            else:
+                cur = con.execute(sql, stmt.args)
+                if stmt.op == "execute":
+                    result = max(cur.rowcount, 0)
+                else:
+                    rows = cur.fetchall()
+                    result = rows if stmt.op == "fetch" else (rows[0] if rows else None)
+            stmt = script.send(result)
+    except StopIteration as done:
+        if begin is not None:
+            con.execute("COMMIT")
+        return done.value  # type: ignore[no-any-return]
+    except BaseException:
+        if begin is not None:
+            try:
+                con.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back on its own; the first error is the one to raise
+        raise
 
 
 async def connect(url: str, pool_size: int = 10) -> Database:

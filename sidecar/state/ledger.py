@@ -13,7 +13,7 @@ from datetime import datetime
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Row
+from sidecar.state.db import Database, Row, Script, fetch
 from sidecar.state.scopes import fence, update_lock, valid_scope_id
 from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
 
@@ -49,6 +49,18 @@ def _is_id(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _filter_live(scope_id: str, ns_id: str, entry_ids: list[str], now_us: int) -> Script[set[str]]:
+    live: set[str] = set()
+    for chunk in _chunks(entry_ids):
+        rows = yield fetch(
+            f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
+            f" AND entry_id IN ({placeholders(4, len(chunk))})",
+            scope_id, now_us, ns_id, *chunk,
+        )
+        live.update(r[0] for r in rows)
+    return live
 
 
 class LedgerOps:
@@ -115,18 +127,10 @@ class LedgerOps:
 
     async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]:
         """Return the ids that are ledger-known in this scope's namespace ``ns_id``, not erased, not expired."""
-        live: set[str] = set()
         if not valid_scope_id(scope_id):
-            return live
-        async with self._db.tx("read") as tx:
-            for chunk in _chunks(entry_ids):
-                rows = await tx.fetch(
-                    f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
-                    f" AND entry_id IN ({placeholders(4, len(chunk))})",
-                    scope_id, to_us(now), ns_id, *chunk,
-                )
-                live.update(r[0] for r in rows)
-        return live
+            return set()
+        now_us = to_us(now)
+        return await self._db.run(lambda: _filter_live(scope_id, ns_id, entry_ids, now_us), "read")
 
     async def live_entries(self, scope_id: str, now: datetime, after: str | None, limit: int) -> list[LedgerEntry]:
         """One page of live entries ordered by (created_at, entry_id), after the entry id ``after``."""

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database
+from sidecar.state.db import Database, Script, fetchrow
 
 _OPEN = """
 INSERT INTO budgets (kind, bkey, level, mark, at_us, expires_us) VALUES ('pwin', $1, 0, $2, $3, $2)
@@ -20,6 +20,16 @@ ON CONFLICT (kind, bkey) DO UPDATE SET level = 0, mark = excluded.mark, at_us = 
   expires_us = excluded.expires_us
 """
 _CURRENT = "SELECT at_us FROM budgets WHERE kind = 'pwin' AND bkey = $1 AND mark > $2"
+
+
+def _key(scope_id: str) -> str:
+    return codec.digest("pwin:" + scope_id)
+
+
+def current_window(scope_id: str, now_us: int) -> Script[str | None]:
+    """Script part: an opaque id of the scope's open window (for its prefetch counter), or None."""
+    row = yield fetchrow(_CURRENT, _key(scope_id), now_us)
+    return None if row is None else f"{scope_id}.{int(row[0])}"
 
 
 class PrefetchOps:
@@ -31,10 +41,9 @@ class PrefetchOps:
         """Start a new window for the scope (a new conversation replaces the previous window)."""
         codec.check_scope_id(scope_id)
         async with self._db.tx("write") as tx:
-            await tx.execute(_OPEN, codec.digest("pwin:" + scope_id), to_us(until), to_us(now))
+            await tx.execute(_OPEN, _key(scope_id), to_us(until), to_us(now))
 
     async def prefetch_window(self, scope_id: str, now: datetime) -> str | None:
         """An opaque id of the scope's open window (for its prefetch counter), or None."""
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(_CURRENT, codec.digest("pwin:" + scope_id), to_us(now))
-        return None if row is None else f"{scope_id}.{int(row[0])}"
+        now_us = to_us(now)
+        return await self._db.run(lambda: current_window(scope_id, now_us), "read")

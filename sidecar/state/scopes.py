@@ -24,7 +24,7 @@ _SCOPE_COLS = (
     " created_us, updated_us, consented_us"
 )
 #: A scope row joined with its live namespace (none while disabled).
-_SCOPE_SELECT = (
+SCOPE_SELECT = (
     "SELECT s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
     " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
     " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us, n.frozen_by"
@@ -33,7 +33,7 @@ _SCOPE_SELECT = (
 _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
 
 
-def _scope(r: Row) -> Scope:
+def scope_of_row(r: Row) -> Scope:
     namespace = None
     if r[13] is not None:
         namespace = Namespace(ns_id=r[13], scope_id=r[0], generation=int(r[14]), salt=r[15], state="live",
@@ -120,7 +120,7 @@ def valid_scope_id(scope_id: str) -> bool:
 
 
 async def _reload(tx: Tx, scope_id: str) -> Row:
-    row = await tx.fetchrow(f"{_SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
+    row = await tx.fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
     if row is None:  # pragma: no cover - read inside the transaction that just changed it
         raise StateError(Reason.NOT_FOUND)
     return row
@@ -144,41 +144,41 @@ class ScopeOps:
                 codec.new_id("s"), *triple, at,
             )
             if row is not None:
-                return _scope((*row, None, None, None, None, None, None)), True
+                return scope_of_row((*row, None, None, None, None, None, None)), True
             row = await tx.fetchrow(
-                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
+                f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
                 " AND s.kind = $4 AND s.room_id = $5", *triple,
             )
         if row is None:  # pragma: no cover - the conflicting row is committed before ON CONFLICT yields
             raise StateError(Reason.STATE_UNAVAILABLE)
-        return _scope(row), False
+        return scope_of_row(row), False
 
     async def get_scope(self, scope_id: str) -> Scope | None:
         """Return the scope, or None when unknown."""
         if not valid_scope_id(scope_id):
             return None
         async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(f"{_SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
-        return None if row is None else _scope(row)
+            row = await tx.fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
+        return None if row is None else scope_of_row(row)
 
     async def find_scope(self, mxid: str, origin: str, agent: str, kind: str, room_id: str) -> Scope | None:
         """Return the scope of exactly this triple, or None."""
         triple = _triple(mxid, origin, agent, kind, room_id)
         async with self._db.tx("read") as tx:
             row = await tx.fetchrow(
-                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
+                f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
                 " AND s.kind = $4 AND s.room_id = $5", *triple,
             )
-        return None if row is None else _scope(row)
+        return None if row is None else scope_of_row(row)
 
     async def scopes_for_principal(self, mxid: str) -> list[Scope]:
         """Every scope of one MXID (any origin, agent, room), oldest first; used by offboarding."""
         codec.check_bounded(mxid, "principal_mxid", MXID_MAX)
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"{_SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid
+                f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid
             )
-        return [_scope(r) for r in rows]
+        return [scope_of_row(r) for r in rows]
 
     async def has_enabled_scope(self, agent: str) -> bool:
         """True when at least one scope of this agent is enabled."""
@@ -206,7 +206,7 @@ class ScopeOps:
             if row is None:
                 raise StateError(Reason.NOT_FOUND)
             await switch_namespace(tx, scope_id, int(row[0]), enable, at)
-            scope = _scope(await _reload(tx, scope_id))
+            scope = scope_of_row(await _reload(tx, scope_id))
             if not receipt:
                 return scope, None
             rrow = await tx.fetchrow(
@@ -251,7 +251,7 @@ class ScopeOps:
             if row is None:
                 raise StateError(Reason.NOT_FOUND)
             await switch_namespace(tx, scope_id, int(row[0]), bool(row[1]), at)
-            return _scope(await _reload(tx, scope_id))
+            return scope_of_row(await _reload(tx, scope_id))
 
     async def receipts(self, scope_id: str) -> list[Receipt]:
         """Every consent receipt of the scope, oldest first."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
@@ -50,7 +51,8 @@ _EXPIRED = {
 }
 
 
-class StateStore(ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps, RotationOps):
+class StateStore(AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps,
+                 RotationOps):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:

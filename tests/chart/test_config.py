@@ -71,6 +71,11 @@ class TestConfigFile:
         settings = load(config_file(render(values)))
         assert settings.policy.dir == (PACKAGED_POLICY_DIR if pack == "image" else PurePosixPath(pack))
 
+    @pytest.mark.parametrize("workers", [1, 3])
+    def test_the_worker_count_reaches_the_settings(self, workers: int, load: Any) -> None:
+        """`workers` in the values is the number of gateway processes memgov serve starts in each pod."""
+        assert load(config_file(render({"workers": workers}))).listen.workers == workers
+
     def test_production_values_reach_the_settings(self, load: Any) -> None:
         """Engine, upstreams, Matrix facts, agents and the erasure adapter arrive under memgov's own key names."""
         settings = load(config_file(render(cases.GATEWAY_PRODUCTION)))

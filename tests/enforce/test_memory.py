@@ -71,7 +71,7 @@ class TestSave:
         scope = await stack.scope()
         key = await stack.session_key()
         store = stack.gov.store
-        withdraw_around(stack, monkeypatch, scope, "fill_entry", before=False)
+        withdraw_around(stack, monkeypatch, scope, "finish_write", before=True)
         status, body, _ = await stack.save(key, "written while consent was withdrawn")
         assert status == 403 and body["error"] == "stale_generation"
         assert await stack.rows() == []
@@ -293,11 +293,13 @@ class TestIsolation:
 
 class TestFencedBetweenDecisionAndWrite:
     @pytest.mark.kagent
-    async def test_withdrawal_after_the_decision_refuses_with_its_reason(self, stack, monkeypatch):
-        """A withdrawal between the policy decision and the ledger reservation is a 403 with the fence's reason."""
+    @pytest.mark.parametrize("before", [True, False])
+    async def test_withdrawal_around_the_admission_refuses_with_its_reason(self, stack, monkeypatch, before):
+        """A withdrawal just before the admission, or between it (slots and in-flight record held) and the
+        forward, is a 403 with the fence's reason and leaves no row."""
         scope = await stack.scope()
         key = await stack.session_key()
-        withdraw_around(stack, monkeypatch, scope, "reserve_entries", before=True)
+        withdraw_around(stack, monkeypatch, scope, "admit", before=before)
         status, body, _ = await stack.save(key, "decided, then fenced")
         assert status == 403 and body["error"] in {"consent_disabled", "stale_generation"}
         assert await stack.rows() == []

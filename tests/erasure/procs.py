@@ -173,8 +173,13 @@ class Pair:
 
 @asynccontextmanager
 async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dict[str, Any]) -> AsyncIterator[Pair]:
-    """Start both processes and consent once through the first (every save of a race comes from this client)."""
+    """Start both gateways and consent once through the first (every save of a race comes from this client).
+
+    The second runs as `memgov serve --workers 2`, so every race also covers workers sharing
+    ports: three gateway processes on one state store.
+    """
     connector = aiohttp.TCPConnector(limit=0)
+    second = {**second, "listen": {**second["listen"], "workers": 2}}
     async with gateway_process(tmp / "a", first) as a, gateway_process(tmp / "b", second) as b, \
             aiohttp.ClientSession(connector=connector) as http:
         api = ControlClient(a.control_url, lambda: subject_token(keys, int(time.time())), session=http)

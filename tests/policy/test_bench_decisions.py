@@ -35,7 +35,7 @@ class TestDecisionBench:
         code = _run("decisions", "--engine", "cedar", "--iterations", "40", "--warmup", "4", "--out", str(tmp_path))
         out = capsys.readouterr().out
         assert code == 0
-        assert "target cedar p50 <= 100 µs:" in out
+        assert "target cedar p50 <= 50 µs:" in out
         (report,) = tmp_path.glob("decisions-*.json")
         data = json.loads(report.read_text())
         assert data["command"].startswith("memgov bench decisions --engine cedar --iterations 40")

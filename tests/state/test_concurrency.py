@@ -25,13 +25,15 @@ class TestConsentRaces:
         assert (await store.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]  # the scope exists
         assert [r.generation_after for r in await store.receipts(scope.scope_id)] == produced
 
+    @pytest.mark.parametrize("job", [workers.write_until_fenced, workers.admit_until_fenced],
+                             ids=["begin_write", "admit"])
     async def test_no_stale_write_is_recorded_after_withdrawal(
-        self, store: StateStore, state_url: str, pool: Pool
+        self, store: StateStore, state_url: str, pool: Pool, job: workers.Job
     ) -> None:
         """Writes racing a withdrawal either are in flight when it commits or are refused as stale."""
         scopes = [(await new_scope(store, f"!r{i}:example.org")).scope_id for i in range(8)]
         first = {scope_id: await ns_of(store, scope_id) for scope_id in scopes}
-        pool.start(state_url, workers.write_until_fenced, [(scopes, 1)] * pool.size)
+        pool.start(state_url, job, [(scopes, 1)] * pool.size)
         recorded = []
         for scope_id in scopes:  # several rounds: each one is a fresh race
             await asyncio.to_thread(pool.wait_signals, pool.size)
@@ -46,13 +48,14 @@ class TestConsentRaces:
 
 
 class TestCapRaces:
+    @pytest.mark.parametrize("job", [workers.reserve_slots, workers.admit_slots], ids=["reserve_entries", "admit"])
     async def test_concurrent_reservations_stop_exactly_at_the_cap(
-        self, store: StateStore, state_url: str, pool: Pool
+        self, store: StateStore, state_url: str, pool: Pool, job: workers.Job
     ) -> None:
         """Savers in many processes together get exactly cap slots, never more."""
         scopes = [(await new_scope(store, f"!r{i}:example.org")).scope_id for i in range(4)]
         cap = 10
-        results = pool.run(state_url, workers.reserve_slots, [(scopes, 6, cap)] * pool.size)
+        results = pool.run(state_url, job, [(scopes, 6, cap)] * pool.size)
         assert [sum(per_worker[i] for per_worker in results) for i in range(len(scopes))] == [cap] * len(scopes)
         assert (await store.stats())["ledger_pending"] == cap * len(scopes)
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.state import BudgetClaim, CapReached, Fenced, StateStore, open_store
+from sidecar.state.admission import WriteAsk
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 #: Upper bound on attempts of a worker that loops until it is fenced (keeps a broken store finite).
@@ -71,6 +72,38 @@ async def write_until_fenced(
     return out
 
 
+async def admit_until_fenced(
+    store: StateStore, scope_ids: list[str], generation: int, signal: Any
+) -> list[tuple[int, str | None]]:
+    """As ``write_until_fenced``, through the one-transaction admission of a save (slots and in-flight record)."""
+    out: list[tuple[int, str | None]] = []
+    for scope_id in scope_ids:
+        successes, reason = 0, None
+        for _ in range(MAX_ATTEMPTS):
+            adm = await store.admit(scope_id, generation, lambda _scope, _window: [], NOW,
+                                    write=WriteAsk(1, 10**6, 600))
+            if adm.op_id is None:
+                stale = adm.scope is not None and adm.scope.generation != generation
+                reason = "stale_generation" if stale else "consent_disabled"
+                break
+            successes += 1
+            if successes == 1:
+                signal.put("started")
+            await asyncio.sleep(0.001)  # as in write_until_fenced: let the withdrawing process in
+        out.append((successes, reason))
+    return out
+
+
+async def admit_slots(store: StateStore, scope_ids: list[str], attempts: int, cap: int) -> list[int]:
+    """As ``reserve_slots``, through the one-transaction admission of a save."""
+    granted = [0] * len(scope_ids)
+    for i, scope_id in enumerate(scope_ids):
+        for _ in range(attempts):
+            adm = await store.admit(scope_id, 1, lambda _scope, _window: [], NOW, write=WriteAsk(1, cap, 600))
+            granted[i] += len(adm.slots)
+    return granted
+
+
 async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, cap: int) -> list[int]:
     """Per scope: try to reserve one slot ``attempts`` times against ``cap``; return how many were granted."""
     granted = [0] * len(scope_ids)
@@ -99,7 +132,7 @@ async def _job(barrier: Any, url: str, job: Job, args: tuple[Any, ...], signal: 
     try:
         if job is not open_only:
             barrier.wait(60)
-        if job is write_until_fenced:
+        if job in (write_until_fenced, admit_until_fenced):
             args = (*args, signal)
         return await job(store, *args)
     finally:

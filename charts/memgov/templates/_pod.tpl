@@ -66,7 +66,8 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "data" (printf "0.0.0.0:%s" (include "memgov.port.data" .))
   "control" (printf "0.0.0.0:%s" (include "memgov.port.control" .))
   "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .))
-  "shutdown_timeout_s" (include "memgov.shutdownTimeout" . | int) }}
+  "shutdown_timeout_s" (include "memgov.shutdownTimeout" . | int)
+  "workers" ($v.workers | int) }}
 {{- $tracing := dict "enabled" false }}
 {{- if $v.tracing.enabled }}
 {{- $tracing = dict "enabled" true "endpoint" $v.tracing.endpoint "sample_ratio" $v.tracing.sampleRatio }}

@@ -48,7 +48,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     modes: tuple[Mode, ...] = ("closed", "open") if args.mode == "both" else (args.mode,)
     opts = BenchOptions(duration_s=args.duration, rounds=args.rounds, concurrency=args.concurrency, rate=args.rate,
                         scenarios=names, modes=modes, warmup_s=args.warmup, generator=args.generator,
-                        pin=not args.no_pin)
+                        pin=not args.no_pin, workers=args.workers)
     machine = machine_info()
     stamp = time.strftime("%Y%m%dT%H%M%S")
     print(f"memgov bench proxy: {len(names)} scenario(s) x {len(modes)} mode(s) x {args.rounds} round(s) x "
@@ -87,6 +87,9 @@ def _register_proxy(bench: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--generator", choices=("auto", "python"), default=d.generator,
                    help="auto uses wrk for closed-loop GET when installed; python always uses the Python generator.")
     p.add_argument("--no-pin", action="store_true", help="Do not pin the generator and servers to separate cores.")
+    p.add_argument("--workers", type=_positive(int), default=d.workers,
+                   help="Above 1, also measure memgov with this many workers as target (d) (use with --no-pin on "
+                        "two cores: pinned, every worker shares the proxies' one core).")
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")
     p.set_defaults(func=_cmd_proxy)
 

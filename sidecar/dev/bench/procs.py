@@ -21,6 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from sidecar import evloop
+
 Builder = Callable[[dict[str, Any]], AbstractAsyncContextManager[dict[str, str]]]
 _START_TIMEOUT_S = 60.0
 
@@ -59,6 +61,14 @@ async def _memgov(params: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
     upstream = {"controller_url": params["upstream"], **overrides.get("upstream", {})}
     settings = load_settings(**{**overrides, "upstream": upstream, "listen": {**listen, **overrides.get("listen", {})}})
     configure_logging(settings.log.level)
+    workers = int(params.get("workers", 1))
+    if workers > 1:
+        from sidecar.server import serve
+        from sidecar.workers import running_workers
+
+        async with running_workers(settings, workers, serve) as running:
+            yield {"url": running.urls["data"], **{f"{name}_url": url for name, url in running.urls.items()}}
+        return
     async with running_gateway(settings) as gw:
         yield {"url": gw.data_url, **{f"{name}_url": url for name, url in gw.urls.items()}}
 
@@ -123,7 +133,8 @@ def _child(kind: str, params: dict[str, Any], cpus: Sequence[int], conn: Connect
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
-        asyncio.run(_serve(kind, params, conn))
+        # Every server runs on the loop `memgov serve` uses (uvloop when installed): (b) and (c) alike.
+        evloop.run(_serve(kind, params, conn))
     except BaseException as exc:
         conn.send({"error": type(exc).__name__})
         raise
@@ -157,7 +168,9 @@ class ServerProcess:
         ctx = multiprocessing.get_context("spawn")
         self.kind = kind
         self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(kind, params, list(cpus), child_conn), daemon=True)
+        # A daemonic process may not start processes of its own, which memgov's workers are.
+        self._proc = ctx.Process(target=_child, args=(kind, params, list(cpus), child_conn),
+                                 daemon=int(params.get("workers", 1)) == 1)
         self._proc.start()
         child_conn.close()
         if not self._conn.poll(_START_TIMEOUT_S):

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from sidecar.dev.bench.catalog import SCENARIOS
 from sidecar.dev.bench.loadgen import LoadJob, LoadResult, Mode, RequestSpec, run_python
 from sidecar.dev.bench.procs import ServerProcess
-from sidecar.dev.bench.report import TARGETS, aggregate, target_labels
+from sidecar.dev.bench.report import TARGETS, WORKERS_TARGET, aggregate, target_labels
 from sidecar.dev.bench.scenarios import Scenario
 from sidecar.dev.bench.wrk import run_wrk, wrk_fits, wrk_path
 
@@ -44,6 +44,8 @@ class BenchOptions:
     warmup_s: float = 1.0
     generator: Generator = "auto"
     pin: bool = True
+    #: Above 1, a fourth target (d) runs memgov with this many workers, on the same state store as (c).
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def preflight(urls: Mapping[str, str], mix: Sequence[RequestSpec]) -> None:
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     resp.read()
             except urllib.error.HTTPError as exc:
-                raise RuntimeError(f"({key}) {TARGETS[key]} answered {exc.code} to {spec.name}") from None
+                raise RuntimeError(f"({key}) {TARGETS.get(key, key)} answered {exc.code} to {spec.name}") from None
 
 
 def busy_cpu_seconds() -> float:
@@ -117,15 +119,18 @@ def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus:
 
 
 @contextmanager
-def _servers(scenario: Scenario, workdir: Path, plan: CpuPlan) -> Iterator[dict[str, ServerProcess]]:
-    """Start the upstream (stand-in or kagent), then both proxies in front of it; stop all of them on exit."""
+def _servers(scenario: Scenario, workdir: Path, plan: CpuPlan, workers: int = 1) -> Iterator[dict[str, ServerProcess]]:
+    """Start the upstream (stand-in or kagent), then the proxies in front of it; stop all of them on exit."""
     servers: dict[str, ServerProcess] = {}
     try:
         servers["a"] = ServerProcess(scenario.upstream, scenario.upstream_params(workdir), plan.upstream)
         upstream = servers["a"].urls["url"]
         servers["b"] = ServerProcess("bare", {"upstream": upstream}, plan.proxy)
-        servers["c"] = ServerProcess("memgov", {"upstream": upstream, "workdir": str(workdir),
-                                                "overrides": scenario.gateway_overrides(workdir)}, plan.proxy)
+        memgov = {"upstream": upstream, "workdir": str(workdir), "overrides": scenario.gateway_overrides(workdir)}
+        servers["c"] = ServerProcess("memgov", memgov, plan.proxy)
+        if workers > 1:
+            # The same settings and state store: (c) and (d) act as replicas, only one takes load at a time.
+            servers[WORKERS_TARGET] = ServerProcess("memgov", {**memgov, "workers": workers}, plan.proxy)
         yield servers
     finally:
         for proc in reversed(list(servers.values())):
@@ -136,12 +141,13 @@ def run_scenario(scenario: Scenario, opts: BenchOptions, plan: CpuPlan,
                  progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
     """Run every round of every mode of one scenario on fresh servers; one report section per mode."""
     runs: dict[Mode, list[dict[str, Any]]] = {mode: [] for mode in opts.modes}
-    with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp, _servers(scenario, Path(tmp), plan) as servers:
+    with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp, \
+            _servers(scenario, Path(tmp), plan, opts.workers) as servers:
         urls = {key: proc.urls["url"] for key, proc in servers.items()}
-        labels = target_labels(scenario.upstream)
+        labels = target_labels(scenario.upstream, opts.workers)
         with scenario.prepared({proc.kind: proc.urls for proc in servers.values()}) as mix:
             preflight(urls, mix)
-            for rnd, mode, key in itertools.product(range(1, opts.rounds + 1), opts.modes, TARGETS):
+            for rnd, mode, key in itertools.product(range(1, opts.rounds + 1), opts.modes, labels):
                 progress(f"{scenario.name}: round {rnd}/{opts.rounds}, {mode} loop, ({key}) {labels[key]}")
                 job = LoadJob(urls[key], tuple(mix), mode, opts.duration_s, opts.warmup_s, opts.concurrency, opts.rate)
                 runs[mode].append({"round": rnd, **_measure(servers, key, job, plan.generator, opts.generator)})
@@ -154,7 +160,7 @@ def _section(scenario: Scenario, mode: Mode, opts: BenchOptions, runs: list[dict
         load = f"{opts.rate:g} rps, {load}"
     return {"scenario": scenario.name, "summary_text": scenario.summary, "mode": mode, "load": load,
             "duration_s": opts.duration_s, "rounds": opts.rounds,
-            "summary": aggregate(runs, target_labels(scenario.upstream)), "runs": runs}
+            "summary": aggregate(runs, target_labels(scenario.upstream, opts.workers)), "runs": runs}
 
 
 def run_proxy_bench(opts: BenchOptions, available: Sequence[int],

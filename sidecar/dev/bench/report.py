@@ -21,9 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from sidecar import evloop
+
 TARGETS: Final = {"a": "stand-in (direct)", "b": "bare proxy", "c": "memgov"}
+#: The optional fourth target: memgov with several workers (`memgov bench proxy --workers N`).
+WORKERS_TARGET: Final = "d"
 METRICS: Final = ("rps", "p50_ms", "p99_ms", "p999_ms")
-RATIOS: Final = (("c/a", "c", "a"), ("c/b", "c", "b"))
+RATIOS: Final = (("c/a", "c", "a"), ("c/b", "c", "b"), ("d/b", "d", "b"), ("d/c", "d", "c"))
 
 Run = dict[str, Any]  # {"round", "target", "result": LoadResult fields, "server_cpu_s", "upstream_cpu_s"}
 
@@ -40,9 +44,13 @@ def _by_round(runs: Sequence[Run]) -> dict[int, dict[str, Run]]:
     return rounds
 
 
-def target_labels(upstream: str) -> dict[str, str]:
-    """The targets' labels when ``upstream`` (``standin`` or ``kagent``) plays kagent."""
-    return {**TARGETS, "a": "kagent v0.9.11 (direct)"} if upstream == "kagent" else dict(TARGETS)
+def target_labels(upstream: str, workers: int = 1) -> dict[str, str]:
+    """The targets' labels when ``upstream`` (``standin`` or ``kagent``) plays kagent; with ``workers`` > 1
+    a fourth target runs memgov with that many workers."""
+    labels = {**TARGETS, "a": "kagent v0.9.11 (direct)"} if upstream == "kagent" else dict(TARGETS)
+    if workers > 1:
+        labels[WORKERS_TARGET] = f"memgov, {workers} workers"
+    return labels
 
 
 def aggregate(runs: Sequence[Run], labels: Mapping[str, str] = TARGETS) -> dict[str, Any]:
@@ -71,6 +79,8 @@ def aggregate(runs: Sequence[Run], labels: Mapping[str, str] = TARGETS) -> dict[
     added: dict[str, Any] = {}
     for name, top, bottom in RATIOS:
         pairs = [(r[top]["result"], r[bottom]["result"]) for r in rounds if top in r and bottom in r]
+        if not pairs:
+            continue
         ratios[name] = {m: _median([t[m] / b[m] if b[m] else math.nan for t, b in pairs]) for m in METRICS}
         added[name.replace("/", "-")] = {m: _median([t[m] - b[m] for t, b in pairs]) for m in METRICS[1:]}
     other = _median([r["other_load_cores"] for r in runs])
@@ -148,7 +158,7 @@ def versions(wrk: str | None) -> dict[str, Any]:
             return None
 
     return {"python": sys.version.split()[0], "aiohttp": version("aiohttp"), "memgov": version("memgov"),
-            "git": _git_revision(), "wrk": wrk}
+            "git": _git_revision(), "wrk": wrk, "event_loop": evloop.name()}
 
 
 def _finite(value: Any) -> Any:

@@ -25,7 +25,8 @@ from typing import Any, Final
 
 from sidecar.dev.bench.report import publish
 from sidecar.logs import configure_logging
-from sidecar.state import BudgetClaim, StateStore, open_store
+from sidecar.state import BudgetClaim, Scope, StateStore, open_store
+from sidecar.state.admission import WriteAsk
 from sidecar.state.codec import to_us
 
 #: (scopes, ledger rows) per size; the issue's two points of comparison.
@@ -149,7 +150,31 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
             if await store.reserve_budget(claims, now) is not None:
                 raise RuntimeError("benchmark budget refused")
 
+        def claims(scope: Scope, _window: str | None) -> list[BudgetClaim]:
+            return [BudgetClaim("bucket", f"rate:{scope.principal_mxid}:{scope.agent}", _HUGE, refill_per_s=1.0),
+                    BudgetClaim("window", f"hour:{scope.scope_id}", _HUGE, cost=2, window_s=3600,
+                                reason="hourly_budget_exhausted")]
+
+        async def governed_save(i: int) -> None:
+            sid = picks[i % len(picks)]
+            adm = await store.admit(sid, 1, claims, now, write=WriteAsk(1, _HUGE, 60))
+            if adm.op_id is None or adm.refused is not None:
+                raise RuntimeError("benchmark save not admitted")
+            fill = (adm.slots[0], f"s-{scopes}-{i}-{rng.getrandbits(32):08x}", now, now + timedelta(days=7))
+            if not await store.finish_write(adm.op_id, sid, "n" + sid[1:], [fill]):
+                raise RuntimeError("benchmark save fenced")
+
+        async def governed_search(i: int) -> None:
+            sid = picks[i % len(picks)]
+            adm = await store.admit(sid, 1, claims, now, window=True)
+            if not adm.live or adm.refused is not None:
+                raise RuntimeError("benchmark search not admitted")
+            base = int(sid[1:], 16) * max(1, ledger_rows // scopes)
+            await store.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(5)], now)
+
         measured = {
+            "save: admit + finish_write": governed_save,
+            "search: admit + filter_live": governed_search,
             "get_scope + generation check": lookup,
             "begin_write + end_write": fenced_write,
             "reserve_entries + fill_entry": ledger_insert,

@@ -1,0 +1,175 @@
+"""Admitting a governed memory call in one transaction, and finishing a save in one more.
+
+A save used to cost a scope read, a budget reservation, a count, a slot reservation and an
+in-flight record (five transactions) before kagent was called, and three after. Admission now
+reads the scope under its row lock, checks it is live at the presented generation, reserves the
+budget claims, counts the scope's entries and, for a save, reserves the ledger slots and records
+the in-flight write, all in one transaction: the same checks ``fence``, ``reserve_entries`` and
+``begin_write`` make, on the same locked row, so no guarantee moves. The policy decides
+afterwards on the facts the transaction saw; a denial gives the reservation back
+(``release_write``). Nothing is cached between calls: every admission reads the database.
+
+A refused budget claim rolls the whole transaction back (no claim is half spent) and the facts
+are read again without reserving anything, so the policy still sees the scope and the count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sidecar.reasons import Reason
+from sidecar.state import codec
+from sidecar.state.budgets import Refused, reserve
+from sidecar.state.codec import to_us
+from sidecar.state.db import Database, Script, execute, executemany, fetchrow
+from sidecar.state.ledger import SLOT_LEASE_S
+from sidecar.state.prefetch import current_window
+from sidecar.state.scopes import SCOPE_SELECT, scope_of_row, valid_scope_id
+from sidecar.state.types import BudgetClaim, Scope, StateError
+
+#: Budget claims of a live scope, given its prefetch window id (None outside a window).
+Claims = Callable[[Scope, str | None], list[BudgetClaim]]
+
+#: Live entries, and live entries plus unexpired pending slots, each counted up to $3 (the cap + 1):
+#: every comparison with the cap comes out the same, and a scope's rows past it cost nothing.
+_COUNTS = (
+    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
+    " AND deleted_us IS NULL AND expires_us > $2 LIMIT $3) AS live),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
+    " AND deleted_us IS NULL AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2)) LIMIT $3) AS held)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one admission transaction saw and reserved.
+
+    ``live``: the scope exists, is enabled at the presented generation and has a live namespace.
+    ``refused``: the reason of the budget claim that did not fit (nothing was reserved then).
+    ``live_count``: the scope's live entries, for the decision (counted up to the cap + 1).
+    ``window``: the prefetch window id.
+    ``slots``/``op_id``: the ledger slots and in-flight record of an admitted save.
+    ``blocked``: why an admitted save got no slots (the cap with pending slots, or a rotation
+    copying the namespace); the call is refused with it if the policy allows.
+    """
+
+    scope: Scope | None
+    live: bool = False
+    refused: str | None = None
+    live_count: int = 0
+    window: str | None = None
+    slots: list[str] = field(default_factory=list)
+    op_id: str | None = None
+    blocked: Reason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAsk:
+    """A save's part of an admission: ``n`` slots under ``cap``, an in-flight lease of ``lease_s``."""
+
+    n: int
+    cap: int
+    lease_s: float
+
+
+def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *, window: bool,
+           write: WriteAsk | None, reserving: bool, lock: str) -> Script[Admission]:
+    row = yield fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1{lock}", scope_id)
+    scope = scope_of_row(row) if row is not None else None
+    if scope is None or not scope.enabled or scope.generation != generation or scope.namespace is None:
+        return Admission(scope)
+    window_id = (yield from current_window(scope_id, now_us)) if window else None
+    if reserving:
+        yield from reserve(claims(scope, window_id), now_us)
+    if write is None:
+        return Admission(scope, live=True, window=window_id)
+    counts = yield fetchrow(_COUNTS, scope_id, now_us, write.cap + 1)
+    live_count, held = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
+    if not reserving:
+        return Admission(scope, live=True, live_count=live_count)
+    ns = scope.namespace
+    if ns.frozen_by is not None:
+        # SECURITY: a rotation is copying the namespace: write nowhere it could leave behind.
+        return Admission(scope, live=True, live_count=live_count, blocked=Reason.STALE_GENERATION)
+    if held + write.n > write.cap:
+        return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED)
+    slots = [codec.new_id("l") for _ in range(write.n)]
+    yield executemany(
+        "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6)",
+        [(s, scope_id, generation, now_us, now_us + SLOT_LEASE_S * 1_000_000, ns.ns_id) for s in slots],
+    )
+    op_id = codec.new_id("w")
+    yield execute(
+        "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6)",
+        op_id, scope_id, generation, now_us, now_us + int(write.lease_s * 1_000_000), ns.ns_id,
+    )
+    return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id)
+
+
+def _release(slots: list[str], op_id: str) -> Script[None]:
+    for slot in slots:
+        yield execute("DELETE FROM ledger WHERE expires_us IS NULL AND slot_id = $1", slot)
+    yield execute("DELETE FROM inflight WHERE op_id = $1", op_id)
+
+
+def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, int, int]]) -> Script[bool]:
+    for slot_id, entry_id, created, expires in fills:
+        changed = yield execute(
+            "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
+            " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
+            slot_id, entry_id, created, expires,
+        )
+        if changed != 1:
+            raise StateError(Reason.INTERNAL_ERROR)
+    row = yield fetchrow(
+        "SELECT n.ns_id FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
+        " WHERE s.scope_id = $1", scope_id,
+    )
+    if row is None or row[0] != ns_id:
+        return False  # withdrawn or switched meanwhile: the in-flight record stays until the undo is done
+    yield execute("DELETE FROM inflight WHERE op_id = $1", op_id)
+    return True
+
+
+class AdmissionOps:
+    """One transaction before kagent is called, one after."""
+
+    _db: Database
+
+    async def admit(self, scope_id: str | None, generation: int | None, claims: Claims, now: datetime, *,
+                    window: bool = False, write: WriteAsk | None = None) -> Admission:
+        """Read the scope and, when it is live at ``generation``, reserve ``claims`` (and a save's slots)."""
+        if scope_id is None or not valid_scope_id(scope_id):
+            return Admission(None)
+        now_us = to_us(now)
+        # The scope row lock serializes a scope's savers (as reserve_entries' does) and holds off a
+        # consent change until the in-flight record is in (as begin_write's share lock does).
+        lock = " FOR UPDATE OF s" if write is not None and self._db.dialect == "postgresql" else ""
+        try:
+            return await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
+                                                      write=write, reserving=True, lock=lock))
+        except Refused as refused:
+            seen = await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
+                                                     write=write, reserving=False, lock=""), "snapshot")
+            return Admission(seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count,
+                             window=seen.window)
+
+    async def release_write(self, admission: Admission) -> None:
+        """Give back an admitted save's slots and in-flight record (the policy refused it)."""
+        if admission.op_id is not None:
+            op_id = admission.op_id
+            await self._db.run(lambda: _release(admission.slots, op_id), "single")
+
+    async def finish_write(self, op_id: str, scope_id: str, ns_id: str,
+                           fills: list[tuple[str, str, datetime, datetime]]) -> bool:
+        """Bind the last slots to kagent's ids and, when ``ns_id`` is still the scope's live namespace,
+        drop the in-flight record; False when it is not (the caller undoes the write, then ends it)."""
+        rows = []
+        for slot_id, entry_id, created_at, expires_at in fills:
+            codec.check_id(entry_id, "entry_id")
+            rows.append((slot_id, entry_id, to_us(created_at), to_us(expires_at)))
+        return await self._db.run(lambda: _finish(op_id, scope_id, ns_id, rows), "single")

@@ -1,0 +1,171 @@
+"""``memgov serve --workers N``: N whole gateways on the same ports, under one supervisor.
+
+Every worker is a complete gateway (data plane, control API, operations listener) on the shared
+state store, exactly as N replicas would be: budgets, caps, fencing, erasure and replay are
+decided in the database, never inside one process, so nothing changes for them. The kernel
+spreads connections over the workers (SO_REUSEPORT on every listener).
+
+The supervisor binds each port first (held, never listening, so a port of 0 is resolved once for
+all workers), starts the workers, forwards SIGTERM, SIGINT and SIGHUP (pack reload) to them and,
+when one worker dies, stops the others and exits non-zero so the orchestrator restarts the pod.
+Metrics of all workers are merged: each writes its samples to a shared folder (prometheus_client's
+multiprocess mode) and every ``/metrics`` answer reads them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import multiprocessing
+import os
+import signal
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from sidecar import evloop
+from sidecar.logs import configure_logging, get_logger
+from sidecar.settings import Settings, load_settings
+
+log = get_logger("workers")
+_LISTENERS = ("data", "control", "ops")
+_START_TIMEOUT_S = 120.0
+_STOP_TIMEOUT_S = 60.0
+#: prometheus_client reads this at import: set before a worker imports anything.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG = 1
+
+
+def _hold(host: str, port: int) -> socket.socket:
+    """Bind (not listen) a port with SO_REUSEPORT: it stays ours, and a worker can bind it too."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+#: What a worker runs: ``sidecar.server.serve`` (passed in, so this module does not import the server).
+Serve = Callable[..., Coroutine[Any, Any, None]]
+
+
+def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor: int, index: int) -> None:
+    """A worker process: one gateway until SIGTERM (spawned fresh, so nothing is inherited but env).
+
+    Only the first worker resumes unfinished erasures as it starts, as a single-process gateway
+    does: a later one would otherwise take over an erasure the first is already running.
+    """
+    _die_with(supervisor)
+    # Until the gateway installs its reload handler, a SIGHUP must not end the worker.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    settings = load_settings(**config)
+    configure_logging(settings.log.level)
+    evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
+
+
+def _die_with(supervisor: int) -> None:
+    """SIGTERM this worker when the supervisor dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``)."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@dataclass
+class Workers:
+    """Running workers and the URLs they share."""
+
+    urls: dict[str, str]
+    processes: list[BaseProcess]
+
+
+@asynccontextmanager
+async def running_workers(settings: Settings, count: int, serve: Serve) -> AsyncIterator[Workers]:
+    """Start ``count`` workers running ``serve`` with ``settings`` on shared ports; stop them all on exit."""
+    held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
+    listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
+    config = settings.model_dump(mode="json")
+    config["listen"] = {**config["listen"], **listen, "workers": count}
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="memgov-metrics-") as metrics_dir:
+        # Spawned workers inherit the environment; prometheus_client reads it as they import it.
+        os.environ[MULTIPROC_ENV] = metrics_dir
+        processes: list[BaseProcess] = []
+        try:
+            readiness = []
+            for index in range(count):  # all at once: only one start-up long do some serve and others not
+                parent, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(serve, config, child, os.getpid(), index),
+                                   daemon=False)
+                proc.start()
+                child.close()
+                processes.append(proc)
+                readiness.append(parent)
+            for parent in readiness:
+                if not await asyncio.to_thread(parent.poll, _START_TIMEOUT_S):
+                    raise RuntimeError("a worker did not start")
+                parent.recv()
+            log.info("workers.started", count=count)
+            shown = {name: "http://" + (value.replace("0.0.0.0", "127.0.0.1", 1)) for name, value in listen.items()}
+            yield Workers(shown, processes)
+        finally:
+            await asyncio.to_thread(_stop, processes)
+            for sock in held.values():
+                sock.close()
+
+
+def _stop(processes: list[BaseProcess]) -> None:
+    for proc in processes:
+        if proc.is_alive() and proc.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+    for proc in processes:
+        proc.join(_STOP_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+async def supervise(settings: Settings, count: int, serve: Serve) -> int:
+    """Run ``count`` workers until SIGTERM/SIGINT (0) or until one dies (1)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    died = asyncio.Event()
+    # Before any worker starts: a SIGTERM during start-up stops the gateway once the workers are up.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    # A reload asked for during start-up is passed on once every worker can take it.
+    reload_asked = asyncio.Event()
+    loop.add_signal_handler(signal.SIGHUP, reload_asked.set)
+    async with running_workers(settings, count, serve) as workers:
+        loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
+        if reload_asked.is_set():
+            _signal_all(workers.processes, signal.SIGHUP)
+        for proc in workers.processes:
+            loop.add_reader(proc.sentinel, died.set)
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        for proc in workers.processes:
+            loop.remove_reader(proc.sentinel)
+        if died.is_set() and not stop.is_set():
+            log.error("workers.worker_exited", count=count)
+    return 1 if died.is_set() and not stop.is_set() else 0
+
+
+def _signal_all(processes: list[BaseProcess], sig: int) -> None:
+    for proc in processes:
+        if proc.is_alive() and proc.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
