@@ -101,7 +101,19 @@ class GatewayProcess:
         return "http://" + self.settings["listen"]["ops"]
 
     async def start(self) -> None:
-        """Start and wait until it is ready (erasures are resumed before the listeners open)."""
+        """Start and wait until it is ready (erasures are resumed before the listeners open).
+
+        A free port picked before the process binds it can be taken meanwhile by another process on the
+        machine: a start that ends on "address already in use" is retried on fresh ports, and any other
+        early exit fails with the tail of the gateway's own (content-free) log.
+        """
+        for _ in range(3):
+            if await self._start_once():
+                return
+            self.settings["listen"].update({name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")})
+        raise AssertionError("the gateway found no free ports three times")
+
+    async def _start_once(self) -> bool:
         config = self.workdir / "memgov.yaml"
         config.write_text(yaml.safe_dump(self.settings))
         log = (self.workdir / "gateway.log").open("ab")
@@ -111,7 +123,9 @@ class GatewayProcess:
         log.close()
 
         async def ready() -> bool:
-            assert self.proc is not None and self.proc.returncode is None, "the gateway exited"
+            assert self.proc is not None
+            if self.proc.returncode is not None:
+                return True
             try:
                 async with aiohttp.ClientSession() as s, s.get(self.ops_url + "/readyz") as resp:
                     return resp.status == 200
@@ -119,6 +133,12 @@ class GatewayProcess:
                 return False
 
         await until(ready, timeout_s=60)
+        if self.proc.returncode is None:
+            return True
+        tail = (self.workdir / "gateway.log").read_text(errors="replace")[-2000:]
+        if "address already in use" in tail.lower():
+            return False
+        raise AssertionError(f"the gateway exited ({self.proc.returncode}):\n{tail}")
 
     async def kill(self) -> None:
         """SIGKILL: no shutdown code runs, exactly like a crashed pod."""
