@@ -32,17 +32,33 @@ def record(name: str, out: Path, seconds: float, concurrency: int) -> float:
         upstream = ServerProcess(scenario.upstream, scenario.upstream_params(workdir))
         memgov = bare = None
         try:
-            memgov = ServerProcess("memgov", {"upstream": upstream.urls["url"], "workdir": tmp,
-                                              "overrides": scenario.gateway_overrides(workdir)})
+            memgov = ServerProcess(
+                "memgov",
+                {"upstream": upstream.urls["url"], "workdir": tmp, "overrides": scenario.gateway_overrides(workdir)},
+            )
             bare = ServerProcess("bare", {"upstream": upstream.urls["url"]})
             urls = {upstream.kind: upstream.urls, "memgov": memgov.urls, "bare": bare.urls}
             with scenario.prepared(urls) as mix:
-                sampler = subprocess.Popen([spy, "record", "--pid", str(memgov.pid), "--rate", "250", "--duration",
-                                            f"{seconds:g}", "--format", "flamegraph", "--nonblocking",
-                                            "--output", str(out / f"{name}.svg")], stdout=subprocess.DEVNULL)
+                sampler = subprocess.Popen(
+                    [
+                        spy,
+                        "record",
+                        "--pid",
+                        str(memgov.pid),
+                        "--rate",
+                        "250",
+                        "--duration",
+                        f"{seconds:g}",
+                        "--format",
+                        "flamegraph",
+                        "--nonblocking",
+                        "--output",
+                        str(out / f"{name}.svg"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )
                 before = memgov.cpu_seconds()
-                result = run_python(LoadJob(memgov.urls["url"], tuple(mix), "closed", seconds, 0.5, concurrency,
-                                            100.0))
+                result = run_python(LoadJob(memgov.urls["url"], tuple(mix), "closed", seconds, 0.5, concurrency, 100.0))
                 used = memgov.cpu_seconds() - before
                 sampler.wait()
         finally:

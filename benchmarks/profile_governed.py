@@ -52,8 +52,10 @@ class CannedKagent:
             return web.json_response({"id": entry}, status=201)
         if request.path == "/api/memories/search":
             await request.read()
-            rows = [{"id": e, "content": "fact", "score": 0.9, "metadata": {}, "created_at": "2026-12-01T00:00:00Z"}
-                    for e in self.saved[-5:]]
+            rows = [
+                {"id": e, "content": "fact", "score": 0.9, "metadata": {}, "created_at": "2026-12-01T00:00:00Z"}
+                for e in self.saved[-5:]
+            ]
             return web.json_response(rows)
         if request.path.startswith("/api/a2a/"):
             self.user = request.headers.get("X-User-Id")
@@ -90,38 +92,58 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
         (folder / "session.key").write_bytes(secrets.token_hex(32).encode())
         state_url = f"sqlite:///{folder}/state.db" if state == "sqlite" else state
         settings = load_settings(
-            upstream={"controller_url": url}, listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0",
-                                                      "ops": "127.0.0.1:0"},
-            state={"url": state_url}, policy={"dir": str(pack), "reload_interval_s": 0},
+            upstream={"controller_url": url},
+            listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
+            state={"url": state_url},
+            policy={"dir": str(pack), "reload_interval_s": 0},
             secrets={"session_key_file": str(folder / "session.key")},
             trust={"bridge_key_file": str(folder / "bridge.key")},
-            matrix={"server_name": SERVER, "bridge_bot": BOT}, log={"level": "warning"},
-            agents={AGENT: {"disabled_variant": "assistant-nomem", "ghost": GHOST}})
+            matrix={"server_name": SERVER, "bridge_bot": BOT},
+            log={"level": "warning"},
+            agents={AGENT: {"disabled_variant": "assistant-nomem", "ghost": GHOST}},
+        )
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
             now = int(time.time())
 
             async def control(method: str, path: str, body: Any) -> Any:
                 token = mint_subject(ALICE, bridge, "HS256", now=int(time.time()))
-                async with http.request(method, gw.control_url + path, json=body,
-                                        headers={"Authorization": f"Bearer {token}"}) as resp:
+                async with http.request(
+                    method, gw.control_url + path, json=body, headers={"Authorization": f"Bearer {token}"}
+                ) as resp:
                     return await resp.json()
 
-            scope = await control("POST", "/v1/scopes", {"principal": {"mxid": ALICE, "origin": "native"},
-                                                          "agent": AGENT, "scope": {"kind": "control_room",
-                                                                                    "room_id": ROOM}})
+            scope = await control(
+                "POST",
+                "/v1/scopes",
+                {
+                    "principal": {"mxid": ALICE, "origin": "native"},
+                    "agent": AGENT,
+                    "scope": {"kind": "control_room", "room_id": ROOM},
+                },
+            )
             await control("PUT", f"/v1/scopes/{scope['scope_id']}/consent", {"purpose": "p", "policy_version": "v1"})
-            context = mint_context(bridge, "HS256", sub=ALICE, agent=AGENT, room_id=ROOM,
-                                   room=control_room([ALICE, BOT, GHOST], SERVER), servers=[SERVER],
-                                   classification="private", now=now)
+            context = mint_context(
+                bridge,
+                "HS256",
+                sub=ALICE,
+                agent=AGENT,
+                room_id=ROOM,
+                room=control_room([ALICE, BOT, GHOST], SERVER),
+                servers=[SERVER],
+                classification="private",
+                now=now,
+            )
             # A continuing conversation: no prefetch window, so searches are explicit loads.
             invoke = {"jsonrpc": "2.0", "id": 1, "params": {"message": {"contextId": "c1"}}}
-            async with http.post(gw.data_url + f"/api/a2a/{AGENT}/", json=invoke,
-                                 headers={"X-Memgov-Context": context}) as resp:
+            async with http.post(
+                gw.data_url + f"/api/a2a/{AGENT}/", json=invoke, headers={"X-Memgov-Context": context}
+            ) as resp:
                 await resp.read()
             key = kagent.user
             save = json.dumps({"agent_name": APP, "user_id": key, "content": "a fact", "vector": VECTOR}).encode()
-            search = json.dumps({"agent_name": APP, "user_id": key, "vector": VECTOR, "limit": 5,
-                                 "min_score": 0}).encode()
+            search = json.dumps(
+                {"agent_name": APP, "user_id": key, "vector": VECTOR, "limit": 5, "min_score": 0}
+            ).encode()
             headers = {"X-Agent-Name": APP, "Content-Type": "application/json"}
             results: dict[str, float] = {}
 
@@ -130,8 +152,10 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
                     await resp.read()
                     assert resp.status in (200, 201), resp.status
 
-            for name, path, body in (("save", "/api/memories/sessions", save),
-                                     ("search", "/api/memories/search", search)):
+            for name, path, body in (
+                ("save", "/api/memories/sessions", save),
+                ("search", "/api/memories/search", search),
+            ):
                 for _ in range(20):  # warm up
                     await send(path, body)
                 cpu = time.process_time()
@@ -152,8 +176,7 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
                     out.mkdir(parents=True, exist_ok=True)
                     stem = f"governed-{name}-{'sqlite' if state == 'sqlite' else 'postgresql'}"
                     (out / f"{stem}.html").write_text(profiler.output_html())
-                    (out / f"{stem}.txt").write_text(profiler.output_text(unicode=False, color=False,
-                                                                          show_all=False))
+                    (out / f"{stem}.txt").write_text(profiler.output_text(unicode=False, color=False, show_all=False))
     await runner.cleanup()
     return results
 
@@ -214,15 +237,18 @@ def _instrument(acc: dict[str, int]) -> None:
         acc.setdefault(label, 0)
 
         if inspect.iscoroutinefunction(original):
+
             def wrapped(*args: Any, _f: Any = original, _l: str = label, **kwargs: Any) -> Any:
                 return _Timed(_f(*args, **kwargs), acc, _l)
         else:
+
             def wrapped(*args: Any, _f: Any = original, _l: str = label, **kwargs: Any) -> Any:
                 start = time.thread_time_ns()
                 try:
                     return _f(*args, **kwargs)
                 finally:
                     acc[_l] += time.thread_time_ns() - start
+
         setattr(owner, name, functools.wraps(original)(wrapped))
 
 
@@ -240,8 +266,10 @@ def main() -> None:
     _instrument(STAGE_TIMES)
     results = evloop.run(run(args.state, args.requests, args.out))
     for name, us in results.items():
-        print(f"{name}: {us:.0f} µs CPU per request" + ("" if " " in name else
-                                                           " (gateway, client and canned upstream in one process)"))
+        print(
+            f"{name}: {us:.0f} µs CPU per request"
+            + ("" if " " in name else " (gateway, client and canned upstream in one process)")
+        )
 
 
 if __name__ == "__main__":

@@ -86,15 +86,17 @@ class Governance:
     def deployment(self, agent_ref: str | None) -> Deployment:
         """Deployment facts for one decision; the ghost is the target agent's."""
         agent = self.settings.agents.get(agent_ref or "")
-        return self.policy.deployment(self.settings.matrix.server_name or "", self.settings.matrix.bridge_bot,
-                                      agent.ghost if agent else None)
+        return self.policy.deployment(
+            self.settings.matrix.server_name or "", self.settings.matrix.bridge_bot, agent.ghost if agent else None
+        )
 
 
 GOVERNANCE: Final = web.AppKey("governance", Governance)
 
 
-def make_eraser(settings: Settings, session: aiohttp.ClientSession,
-                headers: Callable[[], Mapping[str, str]] = dict) -> EraseAdapter:
+def make_eraser(
+    settings: Settings, session: aiohttp.ClientSession, headers: Callable[[], Mapping[str, str]] = dict
+) -> EraseAdapter:
     """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role);
     ``headers`` authenticates the ``rest`` adapter's calls where kagent wants it."""
     if settings.erasure.adapter == "kagent-db":
@@ -105,8 +107,9 @@ def make_eraser(settings: Settings, session: aiohttp.ClientSession,
     return RestAdapter(session, settings.upstream.controller_url, headers)
 
 
-def make_rotator(settings: Settings, session: aiohttp.ClientSession,
-                 headers: Callable[[], Mapping[str, str]] = dict) -> Rotator | None:
+def make_rotator(
+    settings: Settings, session: aiohttp.ClientSession, headers: Callable[[], Mapping[str, str]] = dict
+) -> Rotator | None:
     """Namespace rotation's handles, when the REST adapter can be made exact (an embedding provider is set).
 
     Its kagent calls share the erasure session and ``headers``; the provider gets a small pool of its
@@ -115,16 +118,25 @@ def make_rotator(settings: Settings, session: aiohttp.ClientSession,
     up = settings.upstream
     if settings.erasure.adapter != "rest" or not settings.erasure.rotate or up.embedding_url is None:
         return None
-    pinned = {ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
-              for ref, a in settings.agents.items() if a.embedding_model is not None}
+    pinned = {
+        ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
+        for ref, a in settings.agents.items()
+        if a.embedding_model is not None
+    }
     provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s)
-    return Rotator(session, up.controller_url, Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
-                   pinned, headers)
+    return Rotator(
+        session,
+        up.controller_url,
+        Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
+        pinned,
+        headers,
+    )
 
 
 @asynccontextmanager
-async def governance(settings: Settings, readiness: Readiness, *,
-                     clock: Callable[[], datetime] | None = None) -> AsyncIterator[Governance]:
+async def governance(
+    settings: Settings, readiness: Readiness, *, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Governance]:
     """Open the state store, start the policy runtime, load keys; register readiness checks."""
     store = await open_store(settings.state_url(), pool_size=settings.state.pool_size)
     policy = await PolicyRuntime.start(settings.policy)
@@ -135,8 +147,14 @@ async def governance(settings: Settings, readiness: Readiness, *,
     current, previous = settings.session_keys()
     bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
     gov = Governance(
-        settings=settings, store=store, policy=policy, keys=SessionKeys(current, previous), bridge=bridge,
-        eraser=eraser, initial_limits=load_limits(settings.policy.dir), clock=clock or utcnow,
+        settings=settings,
+        store=store,
+        policy=policy,
+        keys=SessionKeys(current, previous),
+        bridge=bridge,
+        eraser=eraser,
+        initial_limits=load_limits(settings.policy.dir),
+        clock=clock or utcnow,
         rotator=make_rotator(settings, session, lambda: gov.kagent_headers(MEMGOV_USER)),
     )
 

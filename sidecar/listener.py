@@ -21,15 +21,20 @@ log = get_logger("server")
 class _ContentFreeErrors(RequestHandler):
     """A connection handler whose parser-level and last-resort errors carry only a reason code."""
 
-    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started")
         reason = Reason.INTERNAL_ERROR if status >= 500 else Reason.BAD_REQUEST
         decision_id = new_decision_id()
         # SECURITY: the parser's message and the exception may quote the request; neither is kept.
-        log.info("request.unparsable", status=status, decision_id=decision_id,
-                 error_type=type(exc).__name__ if exc is not None else None)
+        log.info(
+            "request.unparsable",
+            status=status,
+            decision_id=decision_id,
+            error_type=type(exc).__name__ if exc is not None else None,
+        )
         resp = web.Response(status=status, body=error_body(reason, decision_id), content_type="application/json")
         resp.force_close()
         return resp

@@ -19,18 +19,23 @@ REQUESTS = Counter(
     "memgov_requests_total", "Data-plane requests by route class and response status.", ["route_class", "status"]
 )
 REQUEST_SECONDS = Histogram(
-    "memgov_request_duration_seconds", "Data-plane request latency until the response head is sent.",
-    ["route_class"], buckets=_LATENCY_BUCKETS,
+    "memgov_request_duration_seconds",
+    "Data-plane request latency until the response head is sent.",
+    ["route_class"],
+    buckets=_LATENCY_BUCKETS,
 )
 UPSTREAM_SECONDS = Histogram(
-    "memgov_upstream_duration_seconds", "Upstream latency until response headers arrive.",
-    ["upstream"], buckets=_LATENCY_BUCKETS,
+    "memgov_upstream_duration_seconds",
+    "Upstream latency until response headers arrive.",
+    ["upstream"],
+    buckets=_LATENCY_BUCKETS,
 )
 UPSTREAM_FAILURES = Counter(
     "memgov_upstream_failures_total", "Upstream requests that failed before a response.", ["upstream", "kind"]
 )
 GOVERNED_DECISIONS = Counter(
-    "memgov_governed_decisions_total", "Governed requests by operation, action and reason.",
+    "memgov_governed_decisions_total",
+    "Governed requests by operation, action and reason.",
     ["operation", "action", "reason"],
 )
 MEMORY_OPERATIONS = Counter(
@@ -46,12 +51,17 @@ AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records
 # Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.
 # With several workers (sidecar/workers.py) a gauge is merged over the live ones: the store is down
 # when any worker found it down, a backlog is the largest any worker read.
-STATE_UP = Gauge("memgov_state_store_up", "1 when the state store answered the last reading, 0 when it did not.",
-                 multiprocess_mode="livemin")
-ERASURES = Gauge("memgov_erasures", "Erasure records in the state store by state.", ["state"],
-                 multiprocess_mode="livemax")
+STATE_UP = Gauge(
+    "memgov_state_store_up",
+    "1 when the state store answered the last reading, 0 when it did not.",
+    multiprocess_mode="livemin",
+)
+ERASURES = Gauge(
+    "memgov_erasures", "Erasure records in the state store by state.", ["state"], multiprocess_mode="livemax"
+)
 ERASURE_OLDEST_UNFINISHED = Gauge(
-    "memgov_erasure_oldest_unfinished_seconds", "Age of the oldest erasure not yet verified or failed (0: none).",
+    "memgov_erasure_oldest_unfinished_seconds",
+    "Age of the oldest erasure not yet verified or failed (0: none).",
     multiprocess_mode="livemax",
 )
 EXPIRY_OVERDUE = Gauge(

@@ -40,8 +40,9 @@ READINESS: Final = web.AppKey("readiness", Readiness)
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=exposition(), content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        body=exposition(), content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )
 
 
 async def _healthz(request: web.Request) -> web.Response:

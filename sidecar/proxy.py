@@ -110,8 +110,13 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         raise
     except Exception as exc:  # noqa: BLE001 - SECURITY: never let an exception text reach the client
-        log.error("request.failed", route_class=match.cls.value, route=match.template, error_type=type(exc).__name__,
-                  decision_id=request[DECISION_ID])
+        log.error(
+            "request.failed",
+            route_class=match.cls.value,
+            route=match.template,
+            error_type=type(exc).__name__,
+            decision_id=request[DECISION_ID],
+        )
         resp = refusal_answer(request, Refusal(Reason.INTERNAL_ERROR))
     elapsed = time.perf_counter() - started
     counted, timed = metrics.request_children(match.cls.value, resp.status)
@@ -120,9 +125,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Successful pass-through traffic is counted by the metrics above; a log line per such request
     # would cost more than the relay itself, so it is kept for debug level.
     emit = log.debug if match.cls is RouteClass.PASSTHROUGH and resp.status < 400 else log.info
-    emit("request.done", method=request.method if request.method in _METHODS else "OTHER",
-         route_class=match.cls.value, route=match.template, status=resp.status,
-         duration_ms=round(elapsed * 1000, 3), decision_id=request[DECISION_ID])
+    emit(
+        "request.done",
+        method=request.method if request.method in _METHODS else "OTHER",
+        route_class=match.cls.value,
+        route=match.template,
+        status=resp.status,
+        duration_ms=round(elapsed * 1000, 3),
+        decision_id=request[DECISION_ID],
+    )
     return resp
 
 
@@ -131,7 +142,9 @@ _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 
 #: Traffic groups for per-client concurrency: a client saturating one cannot starve another.
 _GROUP: Final = {cls: "memory" for cls in CONTENT_CLASSES} | {
-    RouteClass.EMBEDDING: "embedding", RouteClass.A2A_INVOKE: "a2a", RouteClass.A2A_CARD: "a2a",
+    RouteClass.EMBEDDING: "embedding",
+    RouteClass.A2A_INVOKE: "a2a",
+    RouteClass.A2A_CARD: "a2a",
 }
 
 
@@ -162,13 +175,19 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     return await request.app[HANDLERS][match.cls](request, match)
 
 
-def create_data_app(settings: Settings, *, handlers: dict[RouteClass, ClassHandler] | None = None,
-                    middlewares: tuple[Middleware, ...] = ()) -> web.Application:
+def create_data_app(
+    settings: Settings,
+    *,
+    handlers: dict[RouteClass, ClassHandler] | None = None,
+    middlewares: tuple[Middleware, ...] = (),
+) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table, ``middlewares``
     run first, right after tracing, before anything else looks at the request (governance spends
     contexts there, so even a request refused on its target spends the context it carried)."""
-    app = web.Application(middlewares=[tracing.trace_requests, *middlewares, observe, admit],
-                          client_max_size=settings.listen.max_body_bytes)
+    app = web.Application(
+        middlewares=[tracing.trace_requests, *middlewares, observe, admit],
+        client_max_size=settings.listen.max_body_bytes,
+    )
     app[SETTINGS] = settings
     app[INFLIGHT] = {}
     table = default_handlers()
@@ -179,13 +198,16 @@ def create_data_app(settings: Settings, *, handlers: dict[RouteClass, ClassHandl
         cfg = settings.upstream
         # One pool per traffic group, so long or slow passthrough traffic cannot take the
         # connections governed memory and embedding calls need.
-        sessions = [make_session(cfg), make_session(cfg, pool_size=cfg.memory_pool_size,
-                                                    total_timeout_s=cfg.memory_timeout_s)]
+        sessions = [
+            make_session(cfg),
+            make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s),
+        ]
         app[CONTROLLER] = Upstream("controller", cfg.controller_url, sessions[0])
         app[MEMORY] = Upstream("memory", cfg.controller_url, sessions[1])
         if cfg.embedding_url:
-            sessions.append(make_session(cfg, pool_size=cfg.embedding_pool_size,
-                                         total_timeout_s=cfg.embedding_timeout_s))
+            sessions.append(
+                make_session(cfg, pool_size=cfg.embedding_pool_size, total_timeout_s=cfg.embedding_timeout_s)
+            )
             app[EMBEDDING] = Upstream("embedding", cfg.embedding_url, sessions[2])
         yield
         for session in sessions:

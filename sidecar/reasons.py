@@ -138,17 +138,37 @@ def declare(codes: Iterable[tuple[str, str]]) -> None:
             _DECLARED[code] = member
         _DECLARED_AFTER[code] = after
 
+
 #: When several rules refuse one request, the header and error body name the most fundamental
 #: cause: who is asking (context, key, principal) before what they may do (consent, scope, room)
 #: before how much (limits, budgets).
 _PRIORITY: Final[tuple[Reason, ...]] = (
-    Reason.BAD_REQUEST, Reason.POLICY_UNAVAILABLE, Reason.STATE_UNAVAILABLE,
-    Reason.CONTEXT_MISSING, Reason.CONTEXT_EXPIRED, Reason.CONTEXT_REPLAYED, Reason.CONTEXT_INVALID,
-    Reason.KEY_INVALID, Reason.PRINCIPAL_INVALID, Reason.ORIGIN_NOT_ALLOWED, Reason.AGENT_MISMATCH,
-    Reason.CONSENT_MISSING, Reason.CONSENT_DISABLED, Reason.STALE_GENERATION, Reason.SCOPE_MISMATCH,
-    Reason.ROOM_STATE_INVALID, Reason.AUDIENCE_MISMATCH, Reason.ROUTE_DENIED, Reason.UNGOVERNED_STORE,
-    Reason.BATCH_TOO_LARGE, Reason.FACT_TOO_LARGE, Reason.EMBEDDING_ITEM_TOO_LARGE, Reason.ENTRY_CAP_REACHED,
-    Reason.PREFETCH_LIMIT, Reason.RATE_LIMITED, Reason.HOURLY_BUDGET_EXHAUSTED,
+    Reason.BAD_REQUEST,
+    Reason.POLICY_UNAVAILABLE,
+    Reason.STATE_UNAVAILABLE,
+    Reason.CONTEXT_MISSING,
+    Reason.CONTEXT_EXPIRED,
+    Reason.CONTEXT_REPLAYED,
+    Reason.CONTEXT_INVALID,
+    Reason.KEY_INVALID,
+    Reason.PRINCIPAL_INVALID,
+    Reason.ORIGIN_NOT_ALLOWED,
+    Reason.AGENT_MISMATCH,
+    Reason.CONSENT_MISSING,
+    Reason.CONSENT_DISABLED,
+    Reason.STALE_GENERATION,
+    Reason.SCOPE_MISMATCH,
+    Reason.ROOM_STATE_INVALID,
+    Reason.AUDIENCE_MISMATCH,
+    Reason.ROUTE_DENIED,
+    Reason.UNGOVERNED_STORE,
+    Reason.BATCH_TOO_LARGE,
+    Reason.FACT_TOO_LARGE,
+    Reason.EMBEDDING_ITEM_TOO_LARGE,
+    Reason.ENTRY_CAP_REACHED,
+    Reason.PREFETCH_LIMIT,
+    Reason.RATE_LIMITED,
+    Reason.HOURLY_BUDGET_EXHAUSTED,
 )
 _RANK: Final[dict[Reason, int]] = {r: i for i, r in enumerate(_PRIORITY)}
 
@@ -173,23 +193,25 @@ def primary(reasons: list[Reason] | tuple[Reason, ...]) -> Reason:
 #: The HTTP status a refusal answers with. Codes not listed (consent, identity, context, limits,
 #: routes, pack-declared codes) answer 403; a refusal may name another status where the same code
 #: means something else on one route (``Refusal(status=...)``).
-STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType({
-    Reason.BAD_REQUEST: HTTPStatus.BAD_REQUEST,
-    Reason.PRINCIPAL_INVALID: HTTPStatus.BAD_REQUEST,
-    Reason.AUTH_REQUIRED: HTTPStatus.UNAUTHORIZED,
-    Reason.NOT_FOUND: HTTPStatus.NOT_FOUND,
-    Reason.BODY_TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
-    Reason.CONFIRMATION_REQUIRED: HTTPStatus.CONFLICT,
-    Reason.ERASURE_PENDING: HTTPStatus.CONFLICT,
-    Reason.BODY_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-    Reason.CONCURRENCY_LIMITED: HTTPStatus.TOO_MANY_REQUESTS,
-    Reason.INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR,
-    Reason.ERASURE_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
-    Reason.VERIFICATION_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
-    Reason.UPSTREAM_ERROR: HTTPStatus.BAD_GATEWAY,
-    Reason.UPSTREAM_UNAVAILABLE: HTTPStatus.BAD_GATEWAY,
-    Reason.STATE_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
-})
+STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType(
+    {
+        Reason.BAD_REQUEST: HTTPStatus.BAD_REQUEST,
+        Reason.PRINCIPAL_INVALID: HTTPStatus.BAD_REQUEST,
+        Reason.AUTH_REQUIRED: HTTPStatus.UNAUTHORIZED,
+        Reason.NOT_FOUND: HTTPStatus.NOT_FOUND,
+        Reason.BODY_TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
+        Reason.CONFIRMATION_REQUIRED: HTTPStatus.CONFLICT,
+        Reason.ERASURE_PENDING: HTTPStatus.CONFLICT,
+        Reason.BODY_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        Reason.CONCURRENCY_LIMITED: HTTPStatus.TOO_MANY_REQUESTS,
+        Reason.INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR,
+        Reason.ERASURE_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+        Reason.VERIFICATION_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+        Reason.UPSTREAM_ERROR: HTTPStatus.BAD_GATEWAY,
+        Reason.UPSTREAM_UNAVAILABLE: HTTPStatus.BAD_GATEWAY,
+        Reason.STATE_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+    }
+)
 
 
 def status_of(reason: Reason) -> HTTPStatus:
@@ -210,9 +232,17 @@ class Refusal(Exception):
         upstream_status: the upstream's status, named in an ``upstream_error`` body.
     """
 
-    def __init__(self, reason: Reason, *, status: HTTPStatus | None = None, scope_id: str | None = None,
-                 credentialed: bool = False, recorded: bool = False, headers: Mapping[str, str] | None = None,
-                 upstream_status: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: Reason,
+        *,
+        status: HTTPStatus | None = None,
+        scope_id: str | None = None,
+        credentialed: bool = False,
+        recorded: bool = False,
+        headers: Mapping[str, str] | None = None,
+        upstream_status: int | None = None,
+    ) -> None:
         super().__init__(Reason(reason).value)
         self.reason = Reason(reason)
         self.status = status if status is not None else status_of(self.reason)

@@ -35,9 +35,14 @@ NO_EMBEDDING_UPSTREAM: Final = HTTPStatus.NOT_FOUND
 _RATE_GRACE_S: Final = 1.0
 
 
-
-def json_error(request: web.Request, status: int, reason: Reason, *, upstream_status: int | None = None,
-               headers: Mapping[str, str] | None = None) -> web.Response:
+def json_error(
+    request: web.Request,
+    status: int,
+    reason: Reason,
+    *,
+    upstream_status: int | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
     """Build a content-free error response from a reason code and the request's decision id."""
     return web.Response(
         status=status,
@@ -49,8 +54,9 @@ def json_error(request: web.Request, status: int, reason: Reason, *, upstream_st
 
 def refusal_answer(request: web.Request, refusal: Refusal) -> web.Response:
     """The content-free answer to a refusal that no governed decision stands behind."""
-    return json_error(request, refusal.status, refusal.reason, upstream_status=refusal.upstream_status,
-                      headers=refusal.headers)
+    return json_error(
+        request, refusal.status, refusal.reason, upstream_status=refusal.upstream_status, headers=refusal.headers
+    )
 
 
 async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
@@ -100,10 +106,17 @@ def _request_body(request: web.Request) -> object:
     return _chunks(request)
 
 
-async def forward(request: web.Request, upstream: Upstream, *, path: str | None = None,
-                  headers: dict[str, str] | None = None, drop: tuple[str, ...] = (),
-                  body: bytes | None = None, response_headers: dict[str, str] | None = None,
-                  replace_errors: bool = False) -> web.StreamResponse:
+async def forward(
+    request: web.Request,
+    upstream: Upstream,
+    *,
+    path: str | None = None,
+    headers: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+    body: bytes | None = None,
+    response_headers: dict[str, str] | None = None,
+    replace_errors: bool = False,
+) -> web.StreamResponse:
     """Relay a request (body streamed unless already read) and stream the response back.
 
     With ``replace_errors`` (memory and embedding routes) an upstream 4xx/5xx answer becomes a
@@ -118,11 +131,18 @@ async def forward(request: web.Request, upstream: Upstream, *, path: str | None 
         data = _request_body(request)
     else:
         out.popall("Content-Length", None)
-    async with (tracing.span("memgov.forward", upstream=upstream.name),
-                upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp):
+    async with (
+        tracing.span("memgov.forward", upstream=upstream.name),
+        upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp,
+    ):
         if replace_errors and resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()
-            return json_error(request, HTTPStatus.BAD_GATEWAY, Reason.UPSTREAM_ERROR, upstream_status=resp.status,
-                              headers=response_headers)
+            return json_error(
+                request,
+                HTTPStatus.BAD_GATEWAY,
+                Reason.UPSTREAM_ERROR,
+                upstream_status=resp.status,
+                headers=response_headers,
+            )
         return await relay_response(request, resp, response_headers)

@@ -85,8 +85,10 @@ _TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
         (r"^/api/tasks$", "/api/tasks"),
         (r"^/api/tasks/[^/]+$", "/api/tasks/{id}"),
         (r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)$", "/api/{collection}"),
-        (r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)/[^/]+/[^/]+$",
-         "/api/{collection}/{ns}/{name}"),
+        (
+            r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)/[^/]+/[^/]+$",
+            "/api/{collection}/{ns}/{name}",
+        ),
         (r"^/api/agentharnesses/[^/]+/[^/]+/.*$", "/api/agentharnesses/{ns}/{name}/{rest}"),
         (r"^/api/modelproviderconfigs/(models|memories|configured)$", "/api/modelproviderconfigs/{kind}"),
         (r"^/api/modelproviderconfigs/configured/[^/]+/models$", "/api/modelproviderconfigs/configured/{name}/models"),

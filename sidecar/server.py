@@ -51,12 +51,18 @@ class Gateway:
 async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
-    runner = ContentFreeRunner(app, access_log=None, handle_signals=False,
-                               shutdown_timeout=gw.settings.listen.shutdown_timeout_s, auto_decompress=False)
+    runner = ContentFreeRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=gw.settings.listen.shutdown_timeout_s,
+        auto_decompress=False,
+    )
     await runner.setup()
     # Workers of `memgov serve --workers N` bind the same ports; the kernel spreads connections.
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True,
-                       reuse_port=gw.settings.listen.workers > 1 or None)
+    site = web.TCPSite(
+        runner, host, port, backlog=1024, reuse_address=True, reuse_port=gw.settings.listen.workers > 1 or None
+    )
     await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]  # the bound port when port=0
     bound_host, bound_port = sock.getsockname()[:2]
@@ -132,6 +138,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="Run the gateway (data plane, control API, operations).")
-    p.add_argument("--workers", type=int, choices=range(1, 65), metavar="N", default=None,
-                   help="Gateway processes on the same ports (default: listen.workers, 1).")
+    p.add_argument(
+        "--workers",
+        type=int,
+        choices=range(1, 65),
+        metavar="N",
+        default=None,
+        help="Gateway processes on the same ports (default: listen.workers, 1).",
+    )
     p.set_defaults(func=_cmd_serve)

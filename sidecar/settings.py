@@ -65,8 +65,9 @@ class UpstreamSettings(_Section):
         10.0, gt=0, le=120, description="Whole-request timeout of one governed memory call to kagent, seconds."
     )
     embedding_api_key_file: Path | None = Field(
-        None, description="memgov's own embedding-provider key, sent as 'Authorization: Bearer' when it re-embeds"
-        " entries for a namespace rotation (agents' own calls keep their key)."
+        None,
+        description="memgov's own embedding-provider key, sent as 'Authorization: Bearer' when it re-embeds"
+        " entries for a namespace rotation (agents' own calls keep their key).",
     )
     embedding_pool_size: int = Field(32, ge=1, description="Separate connection pool for embedding calls.")
     embedding_timeout_s: float = Field(30.0, gt=0, le=300, description="Whole-request embedding timeout, seconds.")
@@ -103,7 +104,9 @@ class ListenSettings(_Section):
         64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
     )
     workers: int = Field(
-        1, ge=1, le=64,
+        1,
+        ge=1,
+        le=64,
         description="Gateway processes sharing these ports (SO_REUSEPORT) and the state store; more than one needs "
         "a writable temporary folder for merged metrics. `memgov serve --workers N` overrides it.",
     )
@@ -181,8 +184,9 @@ class AgentSettings(_Section):
     disabled_variant: str = Field(..., description="Name of the memory-disabled Agent in the same namespace.")
     ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
     embedding_model: str | None = Field(
-        None, description="The agent's embedding model, pinned for namespace rotation; unset: the model its own"
-        " embedding calls through memgov last named."
+        None,
+        description="The agent's embedding model, pinned for namespace rotation; unset: the model its own"
+        " embedding calls through memgov last named.",
     )
     embedding_dimensions: int | None = Field(
         None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."
@@ -223,8 +227,9 @@ class ErasureSettings(_Section):
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
     quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
     rotate: bool = Field(
-        True, description="With the rest adapter and an embedding provider: make forget-one and hard expiry exact by"
-        " rotating the scope's namespace (re-embeds the entries it keeps)."
+        True,
+        description="With the rest adapter and an embedding provider: make forget-one and hard expiry exact by"
+        " rotating the scope's namespace (re-embeds the entries it keeps).",
     )
 
 
@@ -233,7 +238,9 @@ class EnforceSettings(_Section):
         60, ge=1, le=3600, description="Searches this soon after a new conversation's invocation count as prefetch."
     )
     write_lease_s: int = Field(
-        30, ge=1, le=600,
+        30,
+        ge=1,
+        le=600,
         description="How long a write of unknown outcome may still land after its upstream call ended (erasure waits).",
     )
 
@@ -246,9 +253,7 @@ class AuditSettings(_Section):
 
 class TracingSettings(_Section):
     enabled: bool = Field(False, description="Export OpenTelemetry traces (content-free spans) over OTLP/HTTP.")
-    endpoint: str = Field(
-        "http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces endpoint of the collector."
-    )
+    endpoint: str = Field("http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces endpoint of the collector.")
     sample_ratio: float = Field(
         1.0, ge=0, le=1, description="Share of new traces recorded; a caller's sampled traceparent is followed."
     )
@@ -271,7 +276,10 @@ class Settings(BaseSettings):
     """All memgov settings."""
 
     model_config = SettingsConfigDict(
-        env_prefix="MEMGOV_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        env_prefix="MEMGOV_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
         nested_model_default_partial_update=True,
     )
 

@@ -91,8 +91,13 @@ class span:
         if not _NAME.fullmatch(self._name):
             raise ValueError("span names are fixed memgov.* codes")
         context = extract(self._parent) if self._parent is not None else None
-        self._cm = tracer.start_as_current_span(self._name, context=context, attributes=_clean(self._attrs),
-                                                record_exception=False, set_status_on_exception=False)
+        self._cm = tracer.start_as_current_span(
+            self._name,
+            context=context,
+            attributes=_clean(self._attrs),
+            record_exception=False,
+            set_status_on_exception=False,
+        )
         self._span = self._cm.__enter__()
         return SpanHandle(self._span)
 
@@ -108,8 +113,9 @@ class span:
     async def __aenter__(self) -> SpanHandle:
         return self.__enter__()
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.__exit__(kind, exc, tb)
 
 

@@ -86,8 +86,9 @@ class UpstreamUnavailable(Refusal):
     """
 
     def __init__(self, timeout: bool, sent: bool = True) -> None:
-        super().__init__(Reason.UPSTREAM_UNAVAILABLE,
-                         status=HTTPStatus.GATEWAY_TIMEOUT if timeout else HTTPStatus.BAD_GATEWAY)
+        super().__init__(
+            Reason.UPSTREAM_UNAVAILABLE, status=HTTPStatus.GATEWAY_TIMEOUT if timeout else HTTPStatus.BAD_GATEWAY
+        )
         self.timeout, self.sent = timeout, sent
 
 
@@ -130,8 +131,12 @@ class Upstream:
         started = time.perf_counter()
         try:
             cm = self.session.request(
-                method, self.url(raw_path_and_query), headers=headers, data=data,
-                skip_auto_headers=skip, allow_redirects=False,
+                method,
+                self.url(raw_path_and_query),
+                headers=headers,
+                data=data,
+                skip_auto_headers=skip,
+                allow_redirects=False,
             )
             resp = await cm.__aenter__()
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
@@ -174,22 +179,26 @@ class KagentBearer:
 MEMGOV_USER: Final = "memgov"
 
 
-def make_session(cfg: UpstreamSettings, *, pool_size: int | None = None,
-                 total_timeout_s: float | None = None) -> aiohttp.ClientSession:
+def make_session(
+    cfg: UpstreamSettings, *, pool_size: int | None = None, total_timeout_s: float | None = None
+) -> aiohttp.ClientSession:
     """Create one pooled client session; each traffic group gets its own (see docs/boundary.md)."""
     timeout = aiohttp.ClientTimeout(
         total=total_timeout_s or cfg.total_timeout_s, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
     )
-    connector = aiohttp.TCPConnector(limit=pool_size or cfg.pool_size, keepalive_timeout=30,
-                                     enable_cleanup_closed=True)
+    connector = aiohttp.TCPConnector(limit=pool_size or cfg.pool_size, keepalive_timeout=30, enable_cleanup_closed=True)
     return aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent",),
     )
 
 
-async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
-                         extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+async def relay_response(
+    request: web.Request, upstream: aiohttp.ClientResponse, extra_headers: Mapping[str, str] | None = None
+) -> web.StreamResponse:
     """Stream an upstream response to the client chunk by chunk (SSE events flush as they come)."""
     headers = filter_headers(upstream.headers)
     headers.update(extra_headers or {})

@@ -73,8 +73,9 @@ def _int(text: str) -> int:
 
 def _decoder(fields: Iterable[str]) -> json.JSONDecoder:
     folded = frozenset(f.casefold() for f in fields)
-    return json.JSONDecoder(object_pairs_hook=_pairs(folded | frozenset(fields)), parse_constant=_constant,
-                            parse_int=_int)
+    return json.JSONDecoder(
+        object_pairs_hook=_pairs(folded | frozenset(fields)), parse_constant=_constant, parse_int=_int
+    )
 
 
 _INT64_SPAN: Final = 2**63
@@ -128,8 +129,9 @@ class StrictJSON:
         kind = type(value)
         if kind is dict:
             names = self._names
-            if (len({key.casefold() for key in value}) != len(value)
-                    or any(k not in names and k.casefold() in names for k in value)):
+            if len({key.casefold() for key in value}) != len(value) or any(
+                k not in names and k.casefold() in names for k in value
+            ):
                 raise _Unsure
             return len(value) + sum(self._keys(v, depth + 1) for v in value.values())
         if kind is list:
@@ -161,8 +163,6 @@ class StrictJSON:
         if not isinstance(value, dict):
             raise BadBody("not_object")
         return value
-
-
 
 
 _WS: Final = frozenset(" \t\n\r")

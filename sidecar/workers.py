@@ -105,8 +105,7 @@ async def running_workers(settings: Settings, count: int, serve: Serve) -> Async
             readiness = []
             for index in range(count):  # all at once: only one start-up long do some serve and others not
                 parent, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(serve, config, child, os.getpid(), index),
-                                   daemon=False)
+                proc = ctx.Process(target=_worker, args=(serve, config, child, os.getpid(), index), daemon=False)
                 proc.start()
                 child.close()
                 processes.append(proc)

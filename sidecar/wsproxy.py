@@ -20,8 +20,10 @@ def is_websocket(request: web.Request) -> bool:
     return request.headers.get("Upgrade", "").lower() == "websocket"
 
 
-async def _pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-                dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+async def _pump(
+    src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+) -> None:
     async for msg in src:
         if msg.type == WSMsgType.TEXT:
             await dst.send_str(msg.data)
@@ -38,7 +40,10 @@ async def relay_websocket(request: web.Request, upstream: Upstream) -> web.Strea
     protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
     try:
         upstream_ws = await upstream.session.ws_connect(
-            upstream.url(request.raw_path), headers=headers, protocols=protocols, autoclose=False,
+            upstream.url(request.raw_path),
+            headers=headers,
+            protocols=protocols,
+            autoclose=False,
         )
     except (TimeoutError, aiohttp.ClientError, OSError):
         raise UpstreamUnavailable(timeout=False) from None

@@ -27,8 +27,10 @@ class TestAllowListSanitizer:
             ({"event": "x", "duration_ms": 1.5}, {"event": "x", "duration_ms": 1.5}),
             ({"event": "x", "decision_id": "d_0123abcd"}, {"event": "x", "decision_id": "d_0123abcd"}),
             ({"event": "x", "decision_id": "has space"}, {"event": "x", "dropped_fields": 1}),
-            ({"event": "x", "reasons": ["stale_generation", "key_invalid"]},
-             {"event": "x", "reasons": ["stale_generation", "key_invalid"]}),
+            (
+                {"event": "x", "reasons": ["stale_generation", "key_invalid"]},
+                {"event": "x", "reasons": ["stale_generation", "key_invalid"]},
+            ),
             ({"event": "x", "reasons": ["stale_generation", "free text"]}, {"event": "x", "dropped_fields": 1}),
             ({"event": "x", "exc_info": True}, {"event": "x", "dropped_fields": 1}),
         ],

@@ -19,8 +19,11 @@ class TestOps:
                     assert resp.status == 200
             async with client.get(gw.ops_url + "/metrics") as resp:
                 text = await resp.text()
-        line = next(x for x in text.splitlines()
-                    if x.startswith('memgov_requests_total{route_class="passthrough",status="200"}'))
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith('memgov_requests_total{route_class="passthrough",status="200"}')
+        )
         assert float(line.split()[-1]) >= 3
         assert "memgov_request_duration_seconds_bucket" in text
         assert "memgov_upstream_duration_seconds_bucket" in text

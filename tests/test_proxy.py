@@ -64,8 +64,13 @@ class TestTransparency:
     async def test_hop_by_hop_headers_are_not_forwarded(self, echo, client):
         """Connection-scoped headers (and those Connection names) stop at the gateway."""
         async with gateway(_url(echo)) as gw:
-            headers = {"Connection": "keep-alive, X-Drop-Me", "X-Drop-Me": "1", "Keep-Alive": "timeout=5",
-                       "Proxy-Authorization": "Basic abc", "X-Keep": "yes"}
+            headers = {
+                "Connection": "keep-alive, X-Drop-Me",
+                "X-Drop-Me": "1",
+                "Keep-Alive": "timeout=5",
+                "Proxy-Authorization": "Basic abc",
+                "X-Keep": "yes",
+            }
             async with client.get(gw.data_url + "/api/agents", headers=headers) as resp:
                 assert resp.status == 200
         names = {k.lower() for k, _ in echo.app[ECHO].seen[-1].headers}
@@ -75,8 +80,9 @@ class TestTransparency:
     async def test_gateway_adds_no_client_headers(self, echo, client):
         """No Accept-Encoding, User-Agent or Content-Type is invented for the client."""
         async with gateway(_url(echo)) as gw:
-            async with client.get(gw.data_url + "/api/agents", skip_auto_headers=["User-Agent", "Accept-Encoding",
-                                                                                   "Accept"]) as resp:
+            async with client.get(
+                gw.data_url + "/api/agents", skip_auto_headers=["User-Agent", "Accept-Encoding", "Accept"]
+            ) as resp:
                 assert resp.status == 200
         names = {k.lower() for k, _ in echo.app[ECHO].seen[-1].headers}
         assert not names & {"accept-encoding", "user-agent", "content-type", "accept"}
@@ -86,8 +92,9 @@ class TestTransparency:
         """Non-memory routes relay upstream status and body unchanged, errors included."""
         body = json.dumps({"error": True, "message": "upstream says no"})
         async with gateway(_url(echo)) as gw:
-            async with client.get(gw.data_url + "/api/agents/kagent/a",
-                                  headers={"X-Echo-Status": str(status), "X-Echo-Body": body}) as resp:
+            async with client.get(
+                gw.data_url + "/api/agents/kagent/a", headers={"X-Echo-Status": str(status), "X-Echo-Body": body}
+            ) as resp:
                 assert resp.status == status
                 text = await resp.text()
         assert text == ("" if status == 204 else body)
@@ -202,8 +209,9 @@ class TestContentFreeErrors:
         bare = await aiohttp_server(create_data_app(gateway_settings(_url(echo))))
         with capture_sinks() as sinks:
             body = json.dumps({"error": f"failed to save memory: ERROR: {secret}"})
-            async with client.request(method, _url(bare) + path, json={"x": 1},
-                                      headers={"X-Echo-Status": "500", "X-Echo-Body": body}) as resp:
+            async with client.request(
+                method, _url(bare) + path, json={"x": 1}, headers={"X-Echo-Status": "500", "X-Echo-Body": body}
+            ) as resp:
                 text = await resp.text()
                 sinks.record(resp.status, resp.headers.items(), text)
                 assert resp.status == 502
@@ -237,8 +245,10 @@ class TestContentFreeErrors:
         secret = make_sentinel("path")
         with capture_sinks() as sinks:
             async with gateway(_url(echo)) as gw:
-                async with client.get(gw.data_url + f"/api/sessions/{secret[:16]}?user_id={secret[:16]}",
-                                      headers={"X-User-Id": secret[:16]}) as resp:
+                async with client.get(
+                    gw.data_url + f"/api/sessions/{secret[:16]}?user_id={secret[:16]}",
+                    headers={"X-User-Id": secret[:16]},
+                ) as resp:
                     assert resp.status == 200
         lines = [json.loads(line) for line in sinks.log_stream.getvalue().splitlines()]
         done = [line for line in lines if line["event"] == "request.done"]

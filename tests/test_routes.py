@@ -20,8 +20,12 @@ CONTROLLER_ROUTES = [
     ("POST", "/api/a2a/kagent/k8s-agent", C.A2A_INVOKE, "/api/a2a/{ns}/{name}"),
     ("POST", "/api/a2a/kagent/k8s-agent/", C.A2A_INVOKE, "/api/a2a/{ns}/{name}"),
     ("POST", "/api/a2a-sandboxes/kagent/box", C.A2A_INVOKE, "/api/a2a-sandboxes/{ns}/{name}"),
-    ("GET", "/api/a2a/kagent/k8s-agent/.well-known/agent-card.json", C.A2A_CARD,
-     "/api/a2a/{ns}/{name}/.well-known/agent-card.json"),
+    (
+        "GET",
+        "/api/a2a/kagent/k8s-agent/.well-known/agent-card.json",
+        C.A2A_CARD,
+        "/api/a2a/{ns}/{name}/.well-known/agent-card.json",
+    ),
     # embedding route on the gateway
     ("POST", "/embeddings/kagent/k8s-agent/v1/embeddings", C.EMBEDDING, "/embeddings/{ns}/{name}/v1/embeddings"),
     # ungoverned stores
@@ -60,8 +64,12 @@ CONTROLLER_ROUTES = [
     ("GET", "/api/modelproviderconfigs/models", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
     ("GET", "/api/modelproviderconfigs/memories", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
     ("GET", "/api/modelproviderconfigs/configured", C.PASSTHROUGH, "/api/modelproviderconfigs/{kind}"),
-    ("GET", "/api/modelproviderconfigs/configured/openai/models", C.PASSTHROUGH,
-     "/api/modelproviderconfigs/configured/{name}/models"),
+    (
+        "GET",
+        "/api/modelproviderconfigs/configured/openai/models",
+        C.PASSTHROUGH,
+        "/api/modelproviderconfigs/configured/{name}/models",
+    ),
     ("GET", "/api/models", C.PASSTHROUGH, "/api/{collection}"),
     ("GET", "/api/tools", C.PASSTHROUGH, "/api/{collection}"),
     ("GET", "/api/toolservers/kagent/t", C.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
@@ -131,7 +139,11 @@ class TestClassify:
 
 
 KNOWN_TEMPLATES = {row[3] for row in CONTROLLER_ROUTES} | {
-    "/api/memories/{other}", "/api/a2a/{other}", "/api/{ungoverned}", "/api/a2a/{ns}/{name}/{rest}",
-    "/api/a2a-sandboxes/{ns}/{name}/{rest}", "/api/a2a-sandboxes/{ns}/{name}/.well-known/agent-card.json",
+    "/api/memories/{other}",
+    "/api/a2a/{other}",
+    "/api/{ungoverned}",
+    "/api/a2a/{ns}/{name}/{rest}",
+    "/api/a2a-sandboxes/{ns}/{name}/{rest}",
+    "/api/a2a-sandboxes/{ns}/{name}/.well-known/agent-card.json",
     "/{invalid}",
 }

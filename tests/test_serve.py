@@ -54,9 +54,13 @@ def served(tmp_path: Path, request: pytest.FixtureRequest):
         f"state:\n  url: sqlite:///{tmp_path}/state.db\npolicy:\n  dir: {pack}\n  reload_interval_s: 0\n"
     )
     workers = request.param
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--config", str(config), "--workers",
-                             str(workers)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config), "--workers", str(workers)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
     try:
         yield proc, pack, f"http://127.0.0.1:{ops}", workers
     finally:
@@ -113,8 +117,13 @@ def two_workers(tmp_path: Path):
         f"listen:\n  data: 127.0.0.1:{free_port()}\n  control: 127.0.0.1:{free_port()}\n  ops: 127.0.0.1:{ops}\n"
         f"  workers: 2\nstate:\n  url: sqlite:///{tmp_path}/state.db\npolicy:\n  reload_interval_s: 0\n"
     )
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--config", str(config)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
+    )
     try:
         _wait(lambda: _ready(f"http://127.0.0.1:{ops}").get("ready") and len(_workers_of(proc.pid)) == 2)
         yield proc, _workers_of(proc.pid)

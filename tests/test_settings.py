@@ -58,8 +58,10 @@ class TestSettings:
 
     def test_agents_from_json_environment(self, monkeypatch):
         """MEMGOV_AGENTS takes the SPEC's JSON map of memory-enabled agents."""
-        monkeypatch.setenv("MEMGOV_AGENTS", '{"kagent/k8s-agent": {"disabled_variant": "k8s-agent-nomem", '
-                                            '"ghost": "@k8s:example.org"}}')
+        monkeypatch.setenv(
+            "MEMGOV_AGENTS",
+            '{"kagent/k8s-agent": {"disabled_variant": "k8s-agent-nomem", "ghost": "@k8s:example.org"}}',
+        )
         assert load_settings().agents["kagent/k8s-agent"].disabled_variant == "k8s-agent-nomem"
 
     @pytest.mark.parametrize(
@@ -71,8 +73,11 @@ class TestSettings:
             ("MEMGOV_UPSTREAM__CONTROLLER_URL", "ftp://x", "upstream.controller_url"),
             ("MEMGOV_ERASURE__ADAPTER", "sql", "erasure.adapter"),
             ("MEMGOV_AGENTS", '{"noslash": {"disabled_variant": "x", "ghost": "@g:s"}}', "agents"),
-            ("MEMGOV_AGENTS", '{"a/b": {"disabled_variant": "x", "ghost": "@g:s", "embedding_model": "my model"}}',
-             "embedding_model"),
+            (
+                "MEMGOV_AGENTS",
+                '{"a/b": {"disabled_variant": "x", "ghost": "@g:s", "embedding_model": "my model"}}',
+                "embedding_model",
+            ),
         ],
     )
     def test_invalid_values_name_the_key(self, monkeypatch, env, value, key):
@@ -132,8 +137,11 @@ class TestIdentitySettings:
             ("MEMGOV_MATRIX__SERVER_NAME", "not a host", "matrix.server_name"),
             ("MEMGOV_MATRIX__BRIDGE_BOT", "bridge", "matrix.bridge_bot"),
             ("MEMGOV_AGENTS", '{"kagent/a": {"disabled_variant": "a-nomem", "ghost": "a@example.org"}}', "ghost"),
-            ("MEMGOV_AGENTS", '{"kagent/a": {"disabled_variant": "A_NoMem", "ghost": "@a:example.org"}}',
-             "disabled_variant"),
+            (
+                "MEMGOV_AGENTS",
+                '{"kagent/a": {"disabled_variant": "A_NoMem", "ghost": "@a:example.org"}}',
+                "disabled_variant",
+            ),
         ],
     )
     def test_matrix_identities_are_validated_at_load(self, monkeypatch, env, value, key):

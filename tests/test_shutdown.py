@@ -13,8 +13,12 @@ import pytest
 from sidecar.dev.devstack.stack import start_devstack
 from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
 
-STREAM = {"jsonrpc": "2.0", "id": 1, "method": "message/stream",
-          "params": {"message": {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}}}
+STREAM = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "message/stream",
+    "params": {"message": {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}},
+}
 
 
 @pytest.mark.parametrize(("timeout_s", "finishes"), [(30.0, True), (0.5, False)], ids=["drained", "cut"])
@@ -28,8 +32,10 @@ async def test_sigterm_lets_a_stream_finish(tmp_path: Path, timeout_s: float, fi
         events: list[dict[str, object]] = []
         with serving([sys.executable, "-m", "sidecar", "--config", str(path), "serve"], log=log) as proc:
             await wait_ready(proc, url(config, "ops"), log)
-            async with aiohttp.ClientSession() as http, \
-                    http.post(url(config, "data") + "/api/a2a/kagent/helper/", json=STREAM) as resp:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(url(config, "data") + "/api/a2a/kagent/helper/", json=STREAM) as resp,
+            ):
                 try:
                     async for line in resp.content:
                         if line.startswith(b"data: "):

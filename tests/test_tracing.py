@@ -37,8 +37,12 @@ class TestSpans:
             handle.set(action="deny", reasons=["consent_missing"], reason=secret, decision_id="d_0123456789abcdef")
         (span,) = spans.get_finished_spans()
         assert span.name == "memgov.decide"
-        assert dict(span.attributes or {}) == {"operation": "memory.save", "action": "deny",
-                                               "reasons": ("consent_missing",), "decision_id": "d_0123456789abcdef"}
+        assert dict(span.attributes or {}) == {
+            "operation": "memory.save",
+            "action": "deny",
+            "reasons": ("consent_missing",),
+            "decision_id": "d_0123456789abcdef",
+        }
         assert_absent(secret, span.to_json())
 
     def test_exception_keeps_only_its_type(self, spans: InMemorySpanExporter) -> None:
@@ -79,8 +83,11 @@ class TestHelpers:
         inner, outer = spans.get_finished_spans()
         assert inner.name == "memgov.erasure.step" and inner.parent is not None
         assert inner.parent.span_id == outer.context.span_id
-        assert dict(inner.attributes or {}) == {"erasure_id": "e0123456789abcdef01234567", "step": "deleted",
-                                                "adapter": "rest"}
+        assert dict(inner.attributes or {}) == {
+            "erasure_id": "e0123456789abcdef01234567",
+            "step": "deleted",
+            "adapter": "rest",
+        }
 
     async def test_request_middleware_is_the_root(self, spans: InMemorySpanExporter, aiohttp_client: Any) -> None:
         """Each data-plane request gets a root span with its method and status, under the caller's trace."""

@@ -46,8 +46,9 @@ class EraseAdapter(Protocol):
 
     async def delete_namespace(self, agent_name: str, storage_key: str) -> None: ...
 
-    async def remaining(self, agent_name: str, storage_key: str,
-                        entry_ids: Iterable[str] | None = None) -> set[str]: ...
+    async def remaining(
+        self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None
+    ) -> set[str]: ...
 
     async def delete_created_before(self, cutoff: datetime) -> int | None: ...
 
@@ -60,8 +61,13 @@ def memories_url(controller_url: str, agent_name: str, storage_key: str) -> str:
     return f"{controller_url.rstrip('/')}/api/memories?{query}"
 
 
-async def list_namespace(session: aiohttp.ClientSession, controller_url: str, agent_name: str,
-                         storage_key: str, headers: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+async def list_namespace(
+    session: aiohttp.ClientSession,
+    controller_url: str,
+    agent_name: str,
+    storage_key: str,
+    headers: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Every row kagent lists for a namespace (content included); AdapterError when kagent fails."""
     try:
         async with session.get(memories_url(controller_url, agent_name, storage_key), headers=headers) as resp:
@@ -85,8 +91,9 @@ class RestAdapter:
     name = "rest"
     exact = False
 
-    def __init__(self, session: aiohttp.ClientSession, controller_url: str,
-                 headers: Callable[[], Mapping[str, str]] = dict) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, controller_url: str, headers: Callable[[], Mapping[str, str]] = dict
+    ) -> None:
         self._session = session
         self._base = controller_url.rstrip("/")
         self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
@@ -97,8 +104,9 @@ class RestAdapter:
 
     async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
         try:
-            async with self._session.delete(memories_url(self._base, agent_name, storage_key),
-                                            headers=self._headers()) as resp:
+            async with self._session.delete(
+                memories_url(self._base, agent_name, storage_key), headers=self._headers()
+            ) as resp:
                 await resp.read()
                 if resp.status != 200:
                     raise AdapterError(Reason.ERASURE_FAILED)
@@ -132,8 +140,9 @@ class KagentDbAdapter:
         if self._pool is None:
             try:
                 # Connections are opened only while erasing or sweeping (docs/erasure-role.sql bounds them).
-                self._pool = await asyncpg.create_pool(self._url, min_size=0, max_size=4, command_timeout=10,
-                                                       max_inactive_connection_lifetime=60)
+                self._pool = await asyncpg.create_pool(
+                    self._url, min_size=0, max_size=4, command_timeout=10, max_inactive_connection_lifetime=60
+                )
             except _PG_ERRORS:
                 raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
         return self._pool
@@ -150,8 +159,9 @@ class KagentDbAdapter:
         return [r[0] for r in rows]
 
     async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
-        await self._run("DELETE FROM memory WHERE user_id = $1 AND id = ANY($2::text[]) RETURNING id",
-                        storage_key, list(entry_ids))
+        await self._run(
+            "DELETE FROM memory WHERE user_id = $1 AND id = ANY($2::text[]) RETURNING id", storage_key, list(entry_ids)
+        )
 
     async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
         # The storage key names one scope and generation alone, so every agent_name spelling goes.
@@ -166,8 +176,9 @@ class KagentDbAdapter:
 
     async def delete_created_before(self, cutoff: datetime) -> int | None:
         """Delete rows of memgov namespaces created before ``cutoff`` (past every possible hard expiry)."""
-        ids = await self._run("DELETE FROM memory WHERE user_id LIKE $1 AND created_at < $2 RETURNING id",
-                              STORAGE_PREFIX + "%", cutoff)
+        ids = await self._run(
+            "DELETE FROM memory WHERE user_id LIKE $1 AND created_at < $2 RETURNING id", STORAGE_PREFIX + "%", cutoff
+        )
         return len(ids)
 
     async def close(self) -> None:

@@ -28,8 +28,14 @@ class UnknownOutcome(Exception):
 class Rotator:
     """Rotation's handles in one gateway process: kagent's List and save, and the embedding provider."""
 
-    def __init__(self, kagent: aiohttp.ClientSession, controller_url: str, reembedder: Reembedder,
-                 pinned: Mapping[str, EmbeddingModel], headers: Callable[[], Mapping[str, str]] = dict) -> None:
+    def __init__(
+        self,
+        kagent: aiohttp.ClientSession,
+        controller_url: str,
+        reembedder: Reembedder,
+        pinned: Mapping[str, EmbeddingModel],
+        headers: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
         self._kagent = kagent
         self._base = controller_url.rstrip("/")
         self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
@@ -67,11 +73,11 @@ class Rotator:
     async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
         """Save one copy the way a governed save is forwarded; its new kagent id."""
         body = {"agent_name": app, "user_id": storage_key, "content": content, "vector": vector, "ttl_days": ttl}
-        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app,
-                   "X-User-Id": storage_key}
+        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app, "X-User-Id": storage_key}
         try:
-            async with self._kagent.post(self._base + "/api/memories/sessions", data=dumps(body),
-                                         headers=headers) as resp:
+            async with self._kagent.post(
+                self._base + "/api/memories/sessions", data=dumps(body), headers=headers
+            ) as resp:
                 answer = await resp.json(content_type=None) if resp.status == 201 else await resp.read()
                 status = resp.status
         except aiohttp.ClientConnectorError:

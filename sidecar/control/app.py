@@ -54,8 +54,11 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
 
 
 #: The reason code of each answer aiohttp's router gives by itself.
-_ROUTER: Final = {HTTPStatus.NOT_FOUND: Reason.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED: Reason.ROUTE_DENIED,
-                  HTTPStatus.REQUEST_ENTITY_TOO_LARGE: Reason.BODY_TOO_LARGE}
+_ROUTER: Final = {
+    HTTPStatus.NOT_FOUND: Reason.NOT_FOUND,
+    HTTPStatus.METHOD_NOT_ALLOWED: Reason.ROUTE_DENIED,
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: Reason.BODY_TOO_LARGE,
+}
 
 
 async def _refusal(request: web.Request, refusal: Refusal) -> web.Response:
@@ -67,8 +70,14 @@ async def _refusal(request: web.Request, refusal: Refusal) -> web.Response:
                 # No valid credential: counted per hour, not one row each.
                 await gov.store.count_refusal(request.get(OPERATION) or "control", refusal.reason.value, gov.now())
             else:
-                await gov.store.audit("control", refusal.reason.value, decision_id=request[DECISION_ID],
-                                      scope_id=refusal.scope_id, operation=request.get(OPERATION), now=gov.now())
+                await gov.store.audit(
+                    "control",
+                    refusal.reason.value,
+                    decision_id=request[DECISION_ID],
+                    scope_id=refusal.scope_id,
+                    operation=request.get(OPERATION),
+                    now=gov.now(),
+                )
         except StateError:
             log.error("audit.failed", decision_id=request[DECISION_ID], reason=refusal.reason.value)
     return refusal_answer(request, refusal)
@@ -109,10 +118,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Answers carry personal data (inspect pages, evidence); nothing in between may keep them.
     resp.headers["Cache-Control"] = "no-store"
     info = request.match_info.route.resource
-    log.info("control.request", method=request.method if request.method in _METHODS else "OTHER",
-             route=info.canonical if info is not None else None, operation=request.get(OPERATION),
-             status=resp.status, duration_ms=round((time.perf_counter() - started) * 1000, 3),
-             decision_id=request[DECISION_ID])
+    log.info(
+        "control.request",
+        method=request.method if request.method in _METHODS else "OTHER",
+        route=info.canonical if info is not None else None,
+        operation=request.get(OPERATION),
+        status=resp.status,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        decision_id=request[DECISION_ID],
+    )
     return resp
 
 

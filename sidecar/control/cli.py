@@ -68,8 +68,10 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
             yield line
         raise UsageError("--context-file: no context left for the next page (one line per page)")
     if args.bridge_key_file is None or not (args.server_name and args.bridge_bot and args.ghost):
-        raise UsageError("inspect needs --context-file, or --bridge-key-file with --server-name, --bridge-bot "
-                         "and --ghost to attest the control room")
+        raise UsageError(
+            "inspect needs --context-file, or --bridge-key-file with --server-name, --bridge-bot "
+            "and --ghost to attest the control room"
+        )
     try:
         key = load_signing_key(args.bridge_key_file, "--bridge-key-file")
     except SecretError as exc:
@@ -78,9 +80,18 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
     classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification
     sub, bot, server = scope["principal"]["mxid"], args.bridge_bot, args.server_name
     while True:
-        yield mint_context(key.material, key.alg, sub=sub, origin=scope["principal"]["origin"], agent=scope["agent"],
-                           room_id=scope["scope"]["room_id"], room=control_room([sub, bot, args.ghost], server),
-                           servers=[server], classification=classification, now=int(time.time()))
+        yield mint_context(
+            key.material,
+            key.alg,
+            sub=sub,
+            origin=scope["principal"]["origin"],
+            agent=scope["agent"],
+            room_id=scope["scope"]["room_id"],
+            room=control_room([sub, bot, args.ghost], server),
+            servers=[server],
+            classification=classification,
+            now=int(time.time()),
+        )
 
 
 async def _inspect(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:
@@ -124,16 +135,29 @@ def _show_created(a: dict[str, Any]) -> str:
 
 def _show_status(a: dict[str, Any]) -> str:
     counts, last = a["entries"], a.get("last_erasure")
-    consent = (f"purpose \"{a['purpose']}\", policy {a['policy_version']}, since {a['consented_at']}"
-               if a.get("consented_at") else "never given")
+    consent = (
+        f'purpose "{a["purpose"]}", policy {a["policy_version"]}, since {a["consented_at"]}'
+        if a.get("consented_at")
+        else "never given"
+    )
     erasure = f"adapter {a['erasure_adapter']}; " + (
-        f"last {last['kind']} {last['erasure_id']} {last['state']} at {last['updated_at']}" if last else "none yet")
-    rows = [("scope", a["scope_id"]), ("principal", f"{a['principal']['mxid']} ({a['principal']['origin']})"),
-            ("agent", a["agent"]), ("room", f"{a['scope']['room_id']} ({a['scope']['kind']})"),
-            ("enabled", f"{_yn(a['enabled'])}, generation {a['generation']}"), ("consent", consent),
-            ("entries", f"{counts['live']} live of {counts['cap']}, "
-                        f"{counts['pending_physical_deletion']} pending physical deletion"),
-            ("expiry", f"{a['hard_expiry_days']} days after creation, never extended"), ("erasure", erasure)]
+        f"last {last['kind']} {last['erasure_id']} {last['state']} at {last['updated_at']}" if last else "none yet"
+    )
+    rows = [
+        ("scope", a["scope_id"]),
+        ("principal", f"{a['principal']['mxid']} ({a['principal']['origin']})"),
+        ("agent", a["agent"]),
+        ("room", f"{a['scope']['room_id']} ({a['scope']['kind']})"),
+        ("enabled", f"{_yn(a['enabled'])}, generation {a['generation']}"),
+        ("consent", consent),
+        (
+            "entries",
+            f"{counts['live']} live of {counts['cap']}, "
+            f"{counts['pending_physical_deletion']} pending physical deletion",
+        ),
+        ("expiry", f"{a['hard_expiry_days']} days after creation, never extended"),
+        ("erasure", erasure),
+    ]
     return "\n".join(f"{k:<10} {v}" for k, v in rows)
 
 
@@ -148,16 +172,20 @@ def _show_consent(a: dict[str, Any]) -> str:
 
 
 def _show_page(a: dict[str, Any]) -> str:
-    lines = [f"{e['id']}  created {e['created_at']}  expires {e['expires_at']}\n    {_printable(e['text'])}"
-             for e in a["entries"]] or ["no entries"]
+    lines = [
+        f"{e['id']}  created {e['created_at']}  expires {e['expires_at']}\n    {_printable(e['text'])}"
+        for e in a["entries"]
+    ] or ["no entries"]
     if a.get("next_cursor"):
         lines.append(f"more entries: add --cursor {a['next_cursor']}")
     return "\n".join(lines)
 
 
 def _show_erasure(a: dict[str, Any]) -> str:
-    text = (f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
-            f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}")
+    text = (
+        f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
+        f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}"
+    )
     if (rotation := a.get("rotated_by")) is not None:
         reason = f" ({rotation['failure_reason']})" if rotation.get("failure_reason") else ""
         text += f"\nrotation {rotation['erasure_id']}: {rotation['state']}{reason}"
@@ -166,9 +194,12 @@ def _show_erasure(a: dict[str, Any]) -> str:
 
 def _show_offboard(a: dict[str, Any]) -> str:
     lines = [f"offboarding {'complete' if a['complete'] else 'INCOMPLETE'}: {len(a['scopes'])} scope(s)"]
-    lines += [f"  {s['scope_id']} {s['agent']}: erasure {s['erasure_id']} {s['state']}"
-              f"{' (' + s['failure_reason'] + ')' if s.get('failure_reason') else ''}, "
-              f"physical deletion {s['physical_deletion']}" for s in a["scopes"]]
+    lines += [
+        f"  {s['scope_id']} {s['agent']}: erasure {s['erasure_id']} {s['state']}"
+        f"{' (' + s['failure_reason'] + ')' if s.get('failure_reason') else ''}, "
+        f"physical deletion {s['physical_deletion']}"
+        for s in a["scopes"]
+    ]
     return "\n".join(lines)
 
 
@@ -180,9 +211,11 @@ def _show_refusal(exc: ControlError) -> str:
 
 def _show_confirmation(a: dict[str, Any], command: str, scope_id: str) -> str:
     what = "disable memory, then erase every entry" if command == "off" else "erase every entry, keep consent"
-    return (f"Confirmation required to {what} of scope {scope_id}.\n"
-            f"confirm token: {a['confirm_token']} (single use, expires {a['expires_at']})\n"
-            f"to proceed: memgov scope {command} {scope_id} --confirm {a['confirm_token']}")
+    return (
+        f"Confirmation required to {what} of scope {scope_id}.\n"
+        f"confirm token: {a['confirm_token']} (single use, expires {a['expires_at']})\n"
+        f"to proceed: memgov scope {command} {scope_id} --confirm {a['confirm_token']}"
+    )
 
 
 #: subcommand → (the call, its human-readable form)
@@ -224,8 +257,12 @@ def _cmd_scope(args: argparse.Namespace) -> int:
         code = EXIT_SERVER if exc.status >= 500 else EXIT_REFUSED
         return _fail(args, code, _show_refusal(exc), body)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        return _fail(args, EXIT_UNREACHABLE, f"the control API at {url} did not answer ({type(exc).__name__})",
-                     {"error": "unreachable"})
+        return _fail(
+            args,
+            EXIT_UNREACHABLE,
+            f"the control API at {url} did not answer ({type(exc).__name__})",
+            {"error": "unreachable"},
+        )
     pending = isinstance(answer, dict) and "confirm_token" in answer
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True))
@@ -242,19 +279,26 @@ def _cmd_scope(args: argparse.Namespace) -> int:
 def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """Options every scope command takes, before or after the subcommand name."""
     default = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
-    parser.add_argument("--control-url", default=default(None),
-                        help="Control API base URL (default MEMGOV_CONTROL_URL, else the configured listener).")
+    parser.add_argument(
+        "--control-url",
+        default=default(None),
+        help="Control API base URL (default MEMGOV_CONTROL_URL, else the configured listener).",
+    )
     token = parser.add_mutually_exclusive_group()
-    token.add_argument("--token", default=default(None), help="Bearer token (visible to other local users; "
-                                                               "prefer --token-file).")
+    token.add_argument(
+        "--token", default=default(None), help="Bearer token (visible to other local users; prefer --token-file)."
+    )
     token.add_argument("--token-file", type=Path, default=default(None), help="File holding the bearer token.")
     parser.add_argument("--json", action="store_true", default=default(False), help="Print the API's JSON answer.")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    scope = sub.add_parser("scope", help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
-                           description=(__doc__ or "").replace("``", ""),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    scope = sub.add_parser(
+        "scope",
+        help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _globals(scope, suppress=False)
     scope.set_defaults(func=_cmd_scope)
     cmds = scope.add_subparsers(dest="scope_command", required=True, metavar="COMMAND")
@@ -287,8 +331,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--ghost", help="Test setups: the agent's ghost in the room.")
     p.add_argument("--classification", help="Test setups: the room's classification (default the pack's).")
     add("forget", "Erase exactly one entry, verified.", "scope_id", "entry_id")
-    for name, what in (("forget-all", "Erase every entry, keeping consent."),
-                       ("off", "Disable memory, then erase every entry.")):
+    for name, what in (
+        ("forget-all", "Erase every entry, keeping consent."),
+        ("off", "Disable memory, then erase every entry."),
+    ):
         p = add(name, what + " Asks for confirmation.", "scope_id")
         choice = p.add_mutually_exclusive_group()
         choice.add_argument("--confirm", help="The confirmation token printed by the first call.")

@@ -32,8 +32,14 @@ Token = str | Callable[[], str] | None
 class ControlClient:
     """Calls one control API base URL as one caller."""
 
-    def __init__(self, base_url: str, token: Token = None, *, session: aiohttp.ClientSession | None = None,
-                 timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: Token = None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self._own = session is None
@@ -53,15 +59,21 @@ class ControlClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def call(self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> tuple[int, Any]:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """One request; returns (status, decoded body) for 2xx, raises ControlError otherwise."""
         sent = dict(headers or {})
         token = self.token() if callable(self.token) else self.token
         if token is not None:
             sent["Authorization"] = f"Bearer {token}"
-        async with self._session.request(method, self.base_url + path, json=json, headers=sent,
-                                         params=params) as resp:
+        async with self._session.request(method, self.base_url + path, json=json, headers=sent, params=params) as resp:
             try:
                 body = await resp.json(content_type=None)
             except ValueError:
@@ -69,9 +81,12 @@ class ControlClient:
             if resp.status >= 400:
                 fields = body if isinstance(body, dict) else {}
                 reason, decision_id = fields.get("error"), fields.get("decision_id")
-                raise ControlError(resp.status, reason if isinstance(reason, str) and reason in REASON_VALUES
-                                   else "internal_error", decision_id if isinstance(decision_id, str) else None,
-                                   resp.headers.get("Location"))
+                raise ControlError(
+                    resp.status,
+                    reason if isinstance(reason, str) and reason in REASON_VALUES else "internal_error",
+                    decision_id if isinstance(decision_id, str) else None,
+                    resp.headers.get("Location"),
+                )
             return resp.status, body
 
     async def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
@@ -81,10 +96,14 @@ class ControlClient:
     async def openapi(self) -> dict[str, Any]:
         return await self._json("GET", "/v1/openapi.json")
 
-    async def create_scope(self, mxid: str, agent: str, room_id: str, *, origin: str = "native",
-                           kind: str = "control_room") -> dict[str, Any]:
-        body = {"principal": {"mxid": mxid, "origin": origin}, "agent": agent,
-                "scope": {"kind": kind, "room_id": room_id}}
+    async def create_scope(
+        self, mxid: str, agent: str, room_id: str, *, origin: str = "native", kind: str = "control_room"
+    ) -> dict[str, Any]:
+        body = {
+            "principal": {"mxid": mxid, "origin": origin},
+            "agent": agent,
+            "scope": {"kind": kind, "room_id": room_id},
+        }
         return await self._json("POST", "/v1/scopes", json=body)
 
     async def status(self, scope_id: str) -> dict[str, Any]:
@@ -97,15 +116,18 @@ class ControlClient:
     async def withdraw(self, scope_id: str) -> dict[str, Any]:
         return await self._json("DELETE", f"/v1/scopes/{scope_id}/consent")
 
-    async def inspect(self, scope_id: str, context: str, *, cursor: str | None = None,
-                      limit: int | None = None) -> dict[str, Any]:
+    async def inspect(
+        self, scope_id: str, context: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
         """One page; ``context`` is a fresh signed context for this page (each is single use)."""
         params = {k: str(v) for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
-        return await self._json("GET", f"/v1/scopes/{scope_id}/entries", headers={CONTEXT_HEADER: context},
-                                params=params)
+        return await self._json(
+            "GET", f"/v1/scopes/{scope_id}/entries", headers={CONTEXT_HEADER: context}, params=params
+        )
 
-    async def inspect_all(self, scope_id: str, contexts: AsyncIterator[str], *,
-                          limit: int | None = None) -> list[dict[str, Any]]:
+    async def inspect_all(
+        self, scope_id: str, contexts: AsyncIterator[str], *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         """Every page, each with the next context from ``contexts``."""
         entries: list[dict[str, Any]] = []
         cursor = None

@@ -60,7 +60,10 @@ async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
     # The principal is the one the bridge attests; the policy compares it with the scope's.
     principal = principal_of(ctx.sub, ctx.origin) if ctx else principal_of(scope.principal_mxid, scope.origin)
     decision = await decide(
-        request, Operation.CONTROL_INSPECT, agent_ref=scope.agent, principal=principal,
+        request,
+        Operation.CONTROL_INSPECT,
+        agent_ref=scope.agent,
+        principal=principal,
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)),
         scope=scope_of(scope),
         request=RequestFacts(
@@ -68,7 +71,8 @@ async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
             context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
             context_agent=ctx.agent if ctx else None,
         ),
-        room=room_of(ctx.room) if ctx else None, audience=audience_of(ctx.audience) if ctx else None,
+        room=room_of(ctx.room) if ctx else None,
+        audience=audience_of(ctx.audience) if ctx else None,
         entries=Entries(count=live, cap=gov.limits.max_entries),
     )
     await record(request, Operation.CONTROL_INSPECT, decision, scope_id=scope.scope_id, credentialed=True)
@@ -92,23 +96,41 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     texts: dict[str, str] = {}
     if current and live_ns is not None:
         try:
-            rows = await list_namespace(request.app[KAGENT], gov.settings.upstream.controller_url,
-                                        gov.query_name(scope.agent), live_ns.storage_key,
-                                        gov.kagent_headers(MEMGOV_USER))
+            rows = await list_namespace(
+                request.app[KAGENT],
+                gov.settings.upstream.controller_url,
+                gov.query_name(scope.agent),
+                live_ns.storage_key,
+                gov.kagent_headers(MEMGOV_USER),
+            )
         except AdapterError as exc:
             raise Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY, scope_id=scope.scope_id) from None
         texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}
     after = await gov.store.get_scope(scope.scope_id)
-    if (after is None or not after.enabled or after.generation != scope.generation or after.namespace is None
-            or live_ns is None or after.namespace.ns_id != live_ns.ns_id):
+    if (
+        after is None
+        or not after.enabled
+        or after.generation != scope.generation
+        or after.namespace is None
+        or live_ns is None
+        or after.namespace.ns_id != live_ns.ns_id
+    ):
         # SECURITY: consent changed while the page was read; nothing read under it goes out.
         raise Refusal(Reason.STALE_GENERATION, scope_id=scope.scope_id)
     source = SourceScope(kind=scope.kind, room_id=scope.room_id)
     body = InspectPage(
         scope_id=scope.scope_id,
-        entries=[EntryOut(id=e.entry_id, text=texts[e.entry_id], source_scope=source,
-                          created_at=iso(e.created_at) or "", expires_at=iso(e.expires_at) or "")
-                 for e in current if e.entry_id in texts],
+        entries=[
+            EntryOut(
+                id=e.entry_id,
+                text=texts[e.entry_id],
+                source_scope=source,
+                created_at=iso(e.created_at) or "",
+                expires_at=iso(e.expires_at) or "",
+            )
+            for e in current
+            if e.entry_id in texts
+        ],
         next_cursor=page[-1].entry_id if len(page) == limit else None,
     )
     return stamp(ok(body), decision)

@@ -44,7 +44,8 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
         token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
         await gov.store.put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
         issued = ConfirmationIssued.model_validate(
-            {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)})
+            {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)}
+        )
         return ok(issued, status=HTTPStatus.ACCEPTED)
     if not await gov.store.take_confirmation(_hash(body.confirm), scope.scope_id, caller.sub, kind.value, now):
         raise Refusal(Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
@@ -80,10 +81,20 @@ async def offboard(request: web.Request) -> web.Response:
     results = []
     for erasure in erasures:
         record = await evidence_of(gov, erasure)
-        results.append(OffboardScope(scope_id=erasure.scope_id, agent=agents[erasure.scope_id],
-                                     erasure_id=erasure.erasure_id, state=erasure.state,
-                                     failure_reason=erasure.failure_reason, physical_deletion=record.physical_deletion))
-    await gov.store.audit("offboard", Reason.ALLOWED.value if all(r.state == "verified" for r in results)
-                          else Reason.ERASURE_FAILED.value, operation="principal.offboard", now=gov.now())
+        results.append(
+            OffboardScope(
+                scope_id=erasure.scope_id,
+                agent=agents[erasure.scope_id],
+                erasure_id=erasure.erasure_id,
+                state=erasure.state,
+                failure_reason=erasure.failure_reason,
+                physical_deletion=record.physical_deletion,
+            )
+        )
+    await gov.store.audit(
+        "offboard",
+        Reason.ALLOWED.value if all(r.state == "verified" for r in results) else Reason.ERASURE_FAILED.value,
+        operation="principal.offboard",
+        now=gov.now(),
+    )
     return ok(OffboardResult(complete=all(r.state == "verified" for r in results), scopes=results))
-

@@ -23,8 +23,11 @@ async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
     """The evidence record of an erasure, built from its row, the scope's ledger and namespaces."""
     ledger = await gov.store.entries_of_scope(erasure.scope_id)
     namespaces = await gov.store.namespaces_of_scope(erasure.scope_id)
-    rotations = (await gov.store.erasures_of_scope(erasure.scope_id, limit=20, kind=Kind.ROTATE.value)
-                 if erasure.kind == Kind.FORGET_ONE else [])
+    rotations = (
+        await gov.store.erasures_of_scope(erasure.scope_id, limit=20, kind=Kind.ROTATE.value)
+        if erasure.kind == Kind.FORGET_ONE
+        else []
+    )
     return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces, rotations))
 
 
@@ -44,8 +47,7 @@ async def erasure_answer(gov: Governance, erasure: Erasure) -> ErasureRecord:
         reason = Reason(erasure.failure_reason or Reason.ERASURE_FAILED.value)
         # An erasure that failed is the gateway's failure: 502 when kagent failed it, else 500.
         status = HTTPStatus.BAD_GATEWAY if reason.value in _UPSTREAM else HTTPStatus.INTERNAL_SERVER_ERROR
-        raise Refusal(reason, status=status, scope_id=erasure.scope_id, recorded=True,
-                      headers=location(erasure))
+        raise Refusal(reason, status=status, scope_id=erasure.scope_id, recorded=True, headers=location(erasure))
     return await evidence_of(gov, erasure)
 
 

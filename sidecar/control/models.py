@@ -56,7 +56,9 @@ class Confirm(_In):
     """Second call of forget-all or off."""
 
     confirm: str | None = Field(
-        None, min_length=1, max_length=128,
+        None,
+        min_length=1,
+        max_length=128,
         description="The confirm_token of the first call; absent (or an empty object) asks for one.",
     )
 
@@ -188,8 +190,9 @@ class ReadBackOut(_Out):
     generation: int | None
     legacy: bool | None = Field(..., description="An unsalted namespace written before storage salts existed.")
     check: Literal["namespace", "entries", "moved"] = Field(
-        ..., description="namespace: read back whole; entries: the erased ids; moved: a rotation's copies (found,"
-        " as meant)."
+        ...,
+        description="namespace: read back whole; entries: the erased ids; moved: a rotation's copies (found,"
+        " as meant).",
     )
     at: Timestamp
     rows_found: int

@@ -38,15 +38,29 @@ _PARAMS: dict[str, dict[str, Any]] = {
     "scope_id": {"in": "path", "required": True, "schema": {"type": "string", "pattern": "^s[0-9a-f]{24}$"}},
     "entry_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
     "erasure_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
-    "mxid": {"in": "path", "required": True, "description": "Complete MXID, percent-encoded.",
-             "schema": {"type": "string", "maxLength": 255}},
-    "cursor": {"in": "query", "required": False, "description": "next_cursor of the previous page.",
-               "schema": {"type": "string", "maxLength": 64}},
-    "limit": {"in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 50,
-                                                              "default": 20}},
-    "X-Memgov-Context": {"in": "header", "required": True,
-                         "description": "Fresh signed delegation context attesting the control room (R-5).",
-                         "schema": {"type": "string"}},
+    "mxid": {
+        "in": "path",
+        "required": True,
+        "description": "Complete MXID, percent-encoded.",
+        "schema": {"type": "string", "maxLength": 255},
+    },
+    "cursor": {
+        "in": "query",
+        "required": False,
+        "description": "next_cursor of the previous page.",
+        "schema": {"type": "string", "maxLength": 64},
+    },
+    "limit": {
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
+    },
+    "X-Memgov-Context": {
+        "in": "header",
+        "required": True,
+        "description": "Fresh signed delegation context attesting the control room (R-5).",
+        "schema": {"type": "string"},
+    },
 }
 
 
@@ -68,36 +82,111 @@ class Op:
 
 OPS: tuple[Op, ...] = (
     Op("get", "/v1/openapi.json", "getOpenApi", "This document.", [], {}, ()),
-    Op("post", "/v1/scopes", "createScope",
-       "Create a disabled scope for the typed triple (same triple: the existing one).",
-       _SUBJECT, {201: m.ScopeCreated, 200: m.ScopeCreated}, (400, 401, 403, 413), m.CreateScope),
-    Op("get", "/v1/scopes/{scope_id}", "getScopeStatus", "Consent, counts, limits and last erasure; no content.",
-       _SUBJECT, {200: m.ScopeStatus}, (401, 403, 404), params=("scope_id",)),
-    Op("put", "/v1/scopes/{scope_id}/consent", "grantConsent", "Enable for a purpose: generation+1 and a receipt.",
-       _SUBJECT, {200: m.ConsentChange}, (400, 401, 403, 404, 409, 413), m.GrantConsent, params=("scope_id",)),
-    Op("delete", "/v1/scopes/{scope_id}/consent", "withdrawConsent",
-       "Withdraw: disable and generation+1 (receipt), then erase every entry with evidence.",
-       _SUBJECT, {200: m.ConsentChange}, (401, 403, 404, 500, 502), params=("scope_id",)),
-    Op("get", "/v1/scopes/{scope_id}/entries", "inspectEntries",
-       "One bounded page of the subject's memory; needs a fresh attested control room.",
-       _SUBJECT, {200: m.InspectPage}, (400, 401, 403, 404, 502),
-       params=("scope_id", "cursor", "limit", "X-Memgov-Context")),
-    Op("delete", "/v1/scopes/{scope_id}/entries/{entry_id}", "forgetEntry",
-       "Erase exactly one entry and verify it; evidence says whether physical deletion is pending.",
-       _SUBJECT, {200: m.ErasureRecord}, (401, 403, 404, 500, 502), params=("scope_id", "entry_id")),
-    Op("post", "/v1/scopes/{scope_id}/forget-all", "forgetAll",
-       "Erase every entry, keep consent. First call: confirmation token; second call with it: erasure.",
-       _SUBJECT, {202: m.ConfirmationIssued, 200: m.ErasureRecord}, (400, 401, 403, 404, 409, 413, 500, 502),
-       m.Confirm, body_required=False, params=("scope_id",)),
-    Op("post", "/v1/scopes/{scope_id}/off", "turnOff",
-       "Disable, then erase every entry. First call: confirmation token; second call with it: erasure.",
-       _SUBJECT, {202: m.ConfirmationIssued, 200: m.ErasureRecord}, (400, 401, 403, 404, 409, 413, 500, 502),
-       m.Confirm, body_required=False, params=("scope_id",)),
-    Op("post", "/v1/principals/{mxid}/offboard", "offboardPrincipal",
-       "Operator: disable every scope of one MXID first, then erase and verify each; content-free result.",
-       _OPERATOR, {200: m.OffboardResult}, (400, 401, 403), params=("mxid",)),
-    Op("get", "/v1/erasures/{erasure_id}", "getErasure", "Content-free erasure evidence (subject or operator).",
-       _EITHER, {200: m.ErasureRecord}, (401, 403, 404), params=("erasure_id",)),
+    Op(
+        "post",
+        "/v1/scopes",
+        "createScope",
+        "Create a disabled scope for the typed triple (same triple: the existing one).",
+        _SUBJECT,
+        {201: m.ScopeCreated, 200: m.ScopeCreated},
+        (400, 401, 403, 413),
+        m.CreateScope,
+    ),
+    Op(
+        "get",
+        "/v1/scopes/{scope_id}",
+        "getScopeStatus",
+        "Consent, counts, limits and last erasure; no content.",
+        _SUBJECT,
+        {200: m.ScopeStatus},
+        (401, 403, 404),
+        params=("scope_id",),
+    ),
+    Op(
+        "put",
+        "/v1/scopes/{scope_id}/consent",
+        "grantConsent",
+        "Enable for a purpose: generation+1 and a receipt.",
+        _SUBJECT,
+        {200: m.ConsentChange},
+        (400, 401, 403, 404, 409, 413),
+        m.GrantConsent,
+        params=("scope_id",),
+    ),
+    Op(
+        "delete",
+        "/v1/scopes/{scope_id}/consent",
+        "withdrawConsent",
+        "Withdraw: disable and generation+1 (receipt), then erase every entry with evidence.",
+        _SUBJECT,
+        {200: m.ConsentChange},
+        (401, 403, 404, 500, 502),
+        params=("scope_id",),
+    ),
+    Op(
+        "get",
+        "/v1/scopes/{scope_id}/entries",
+        "inspectEntries",
+        "One bounded page of the subject's memory; needs a fresh attested control room.",
+        _SUBJECT,
+        {200: m.InspectPage},
+        (400, 401, 403, 404, 502),
+        params=("scope_id", "cursor", "limit", "X-Memgov-Context"),
+    ),
+    Op(
+        "delete",
+        "/v1/scopes/{scope_id}/entries/{entry_id}",
+        "forgetEntry",
+        "Erase exactly one entry and verify it; evidence says whether physical deletion is pending.",
+        _SUBJECT,
+        {200: m.ErasureRecord},
+        (401, 403, 404, 500, 502),
+        params=("scope_id", "entry_id"),
+    ),
+    Op(
+        "post",
+        "/v1/scopes/{scope_id}/forget-all",
+        "forgetAll",
+        "Erase every entry, keep consent. First call: confirmation token; second call with it: erasure.",
+        _SUBJECT,
+        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
+        (400, 401, 403, 404, 409, 413, 500, 502),
+        m.Confirm,
+        body_required=False,
+        params=("scope_id",),
+    ),
+    Op(
+        "post",
+        "/v1/scopes/{scope_id}/off",
+        "turnOff",
+        "Disable, then erase every entry. First call: confirmation token; second call with it: erasure.",
+        _SUBJECT,
+        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
+        (400, 401, 403, 404, 409, 413, 500, 502),
+        m.Confirm,
+        body_required=False,
+        params=("scope_id",),
+    ),
+    Op(
+        "post",
+        "/v1/principals/{mxid}/offboard",
+        "offboardPrincipal",
+        "Operator: disable every scope of one MXID first, then erase and verify each; content-free result.",
+        _OPERATOR,
+        {200: m.OffboardResult},
+        (400, 401, 403),
+        params=("mxid",),
+    ),
+    Op(
+        "get",
+        "/v1/erasures/{erasure_id}",
+        "getErasure",
+        "Content-free erasure evidence (subject or operator).",
+        _EITHER,
+        {200: m.ErasureRecord},
+        (401, 403, 404),
+        params=("erasure_id",),
+    ),
 )
 
 
@@ -105,7 +194,8 @@ def _schemas() -> dict[str, Any]:
     inputs = {op.body for op in OPS if op.body is not None}
     outputs = {model for op in OPS for model in op.ok.values()} | {m.ErrorOut}
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-        (model, "validation") for model in sorted(inputs, key=lambda c: c.__name__)]
+        (model, "validation") for model in sorted(inputs, key=lambda c: c.__name__)
+    ]
     pairs += [(model, "serialization") for model in sorted(outputs, key=lambda c: c.__name__)]
     _, top = models_json_schema(pairs, ref_template=_REF)
     return dict(sorted(top.get("$defs", {}).items()))
@@ -121,8 +211,10 @@ def _operation(op: Op) -> dict[str, Any]:
         out["parameters"] = [{"name": name, **_PARAMS[name]} for name in op.params]
     if op.body is not None:
         out["requestBody"] = {"required": op.body_required, "content": _json(op.body)}
-    responses: dict[str, Any] = {str(code): {"description": model.__doc__ or "", "content": _json(model)}
-                                 for code, model in sorted(op.ok.items())}
+    responses: dict[str, Any] = {
+        str(code): {"description": model.__doc__ or "", "content": _json(model)}
+        for code, model in sorted(op.ok.items())
+    }
     if not op.ok:
         responses["200"] = {"description": "The OpenAPI document.", "content": {"application/json": {"schema": {}}}}
     for code in op.errors:
@@ -138,21 +230,32 @@ def _document() -> str:
         paths.setdefault(op.path, {})[op.method] = _operation(op)
     doc = {
         "openapi": "3.1.0",
-        "info": {"title": "memgov control API", "version": "1",
-                 "description": "Consent, private inspect, exact erasure with evidence, and offboarding for "
-                                "kagent memory governed by memgov. See docs/control-api.md."},
+        "info": {
+            "title": "memgov control API",
+            "version": "1",
+            "description": "Consent, private inspect, exact erasure with evidence, and offboarding for "
+            "kagent memory governed by memgov. See docs/control-api.md.",
+        },
         "paths": paths,
         "components": {
             "schemas": _schemas(),
             "securitySchemes": {
-                "subjectToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                 "description": "JOSE typ memgov-subject+jwt, signed by the bridge key; sub is "
-                                                "the acting MXID; iat, exp (at most 300 s later) and jti required. "
-                                                "Consent changes and erasures spend the jti: one token, one change. "
-                                                "A delegation context is never accepted here."},
-                "operatorToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                  "description": "JOSE typ memgov-operator+jwt, signed by the operator key; "
-                                                 "role: operator; iat and exp (at most 1 h later) required."},
+                "subjectToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "JOSE typ memgov-subject+jwt, signed by the bridge key; sub is "
+                    "the acting MXID; iat, exp (at most 300 s later) and jti required. "
+                    "Consent changes and erasures spend the jti: one token, one change. "
+                    "A delegation context is never accepted here.",
+                },
+                "operatorToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "JOSE typ memgov-operator+jwt, signed by the operator key; "
+                    "role: operator; iat and exp (at most 1 h later) required.",
+                },
             },
         },
     }

@@ -37,8 +37,14 @@ log = get_logger("control")
 def _receipt(r: Receipt | None) -> ReceiptOut | None:
     if r is None:
         return None
-    return ReceiptOut(receipt_id=r.receipt_id, action=r.action, purpose=r.purpose, policy_version=r.policy_version,
-                      generation_after=r.generation_after, at=iso(r.at) or "")
+    return ReceiptOut(
+        receipt_id=r.receipt_id,
+        action=r.action,
+        purpose=r.purpose,
+        policy_version=r.policy_version,
+        generation_after=r.generation_after,
+        at=iso(r.at) or "",
+    )
 
 
 async def create_scope(request: web.Request) -> web.Response:
@@ -48,8 +54,9 @@ async def create_scope(request: web.Request) -> web.Response:
     caller = authenticate(request)
     body = await parse(request, CreateScope)
     try:
-        principal = check_principal(body.principal.mxid, body.principal.origin.value,
-                                    gov.settings.matrix.server_name or "")
+        principal = check_principal(
+            body.principal.mxid, body.principal.origin.value, gov.settings.matrix.server_name or ""
+        )
     except IdentityError:
         raise Refusal(Reason.PRINCIPAL_INVALID) from None
     mxid = str(principal.mxid)
@@ -63,13 +70,17 @@ async def create_scope(request: web.Request) -> web.Response:
         raise Refusal(Reason.AGENT_MISMATCH)
     if body.scope.kind != "control_room":
         raise Refusal(Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
-    scope, created = await gov.store.create_scope(mxid, principal.origin.value, body.agent, body.scope.kind,
-                                                  body.scope.room_id, gov.now())
+    scope, created = await gov.store.create_scope(
+        mxid, principal.origin.value, body.agent, body.scope.kind, body.scope.room_id, gov.now()
+    )
     if created:
-        await gov.store.audit("scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create",
-                              now=gov.now())
-    return ok(ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
-              status=HTTPStatus.CREATED if created else HTTPStatus.OK)
+        await gov.store.audit(
+            "scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create", now=gov.now()
+        )
+    return ok(
+        ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
+        status=HTTPStatus.CREATED if created else HTTPStatus.OK,
+    )
 
 
 async def grant_consent(request: web.Request) -> web.Response:
@@ -85,11 +96,20 @@ async def grant_consent(request: web.Request) -> web.Response:
     if blocked is not None:
         raise Refusal(blocked, status=HTTPStatus.CONFLICT, scope_id=scope.scope_id)
     scope, receipt = await gov.store.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
-    await gov.store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="consent.grant",
-                          policy_revision=gov.policy.revision, now=gov.now())
+    await gov.store.audit(
+        "consent",
+        Reason.ALLOWED.value,
+        scope_id=scope.scope_id,
+        operation="consent.grant",
+        policy_revision=gov.policy.revision,
+        now=gov.now(),
+    )
     log.info("consent.granted", scope_id=scope.scope_id, receipt_id=receipt.receipt_id, generation=scope.generation)
-    return ok(ConsentChange(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation,
-                            receipt=_receipt(receipt)))
+    return ok(
+        ConsentChange(
+            scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation, receipt=_receipt(receipt)
+        )
+    )
 
 
 async def withdraw_consent(request: web.Request) -> web.Response:
@@ -101,9 +121,16 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     record = await erasure_answer(gov, erasure)
     after = await load_scope(gov, scope.scope_id)
     receipts = [r for r in await gov.store.receipts(scope.scope_id) if r.at >= erasure.created_at]
-    return ok(ConsentChange(scope_id=after.scope_id, enabled=after.enabled, generation=after.generation,
-                            receipt=_receipt(receipts[-1] if receipts else None), erasure=record),
-              headers=location(erasure))
+    return ok(
+        ConsentChange(
+            scope_id=after.scope_id,
+            enabled=after.enabled,
+            generation=after.generation,
+            receipt=_receipt(receipts[-1] if receipts else None),
+            erasure=record,
+        ),
+        headers=location(erasure),
+    )
 
 
 async def _counts(request: web.Request, scope: Scope) -> EntryCounts:
@@ -112,8 +139,13 @@ async def _counts(request: web.Request, scope: Scope) -> EntryCounts:
     live = pending = 0
     live_ns = scope.namespace.ns_id if scope.namespace is not None else None
     for e in await gov.store.entries_of_scope(scope.scope_id):
-        readable = (live_ns is not None and e.ns_id == live_ns and e.tombstoned_at is None
-                    and e.physically_deleted_at is None and e.expires_at > now)
+        readable = (
+            live_ns is not None
+            and e.ns_id == live_ns
+            and e.tombstoned_at is None
+            and e.physically_deleted_at is None
+            and e.expires_at > now
+        )
         live += readable
         pending += not readable and e.physically_deleted_at is None
     return EntryCounts(live=live, cap=gov.limits.max_entries, pending_physical_deletion=pending)
@@ -128,21 +160,27 @@ async def scope_status(request: web.Request) -> web.Response:
     last = None
     if history:
         e = history[0]
-        last = LastErasure(erasure_id=e.erasure_id, kind=e.kind, state=e.state, failure_reason=e.failure_reason,
-                           updated_at=iso(e.updated_at) or "")
-    return ok(ScopeStatus(
-        scope_id=scope.scope_id,
-        principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
-        agent=scope.agent,
-        scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]  # a stored kind; pydantic checks it
-        enabled=scope.enabled,
-        generation=scope.generation,
-        purpose=scope.purpose,
-        policy_version=scope.policy_version,
-        consented_at=iso(scope.consented_at),
-        hard_expiry_days=gov.limits.max_days,
-        entries=await _counts(request, scope),
-        erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]  # an adapter's name; pydantic checks it
-        last_erasure=last,
-    ))
-
+        last = LastErasure(
+            erasure_id=e.erasure_id,
+            kind=e.kind,
+            state=e.state,
+            failure_reason=e.failure_reason,
+            updated_at=iso(e.updated_at) or "",
+        )
+    return ok(
+        ScopeStatus(
+            scope_id=scope.scope_id,
+            principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
+            agent=scope.agent,
+            scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]  # a stored kind; pydantic checks it
+            enabled=scope.enabled,
+            generation=scope.generation,
+            purpose=scope.purpose,
+            policy_version=scope.policy_version,
+            consented_at=iso(scope.consented_at),
+            hard_expiry_days=gov.limits.max_days,
+            entries=await _counts(request, scope),
+            erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]  # an adapter's name; pydantic checks it
+            last_erasure=last,
+        )
+    )

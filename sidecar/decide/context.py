@@ -46,8 +46,9 @@ async def _verify_and_spend(gov: Governance, token: str) -> SeenContext:
         return SeenContext(ContextFacts(present=True), None)  # no trust key configured: every context is invalid
     now = gov.now()
     try:
-        ctx = verify_context(token, gov.bridge, now=int(now.timestamp()),
-                             max_age_s=gov.settings.trust.context_max_age_s)
+        ctx = verify_context(
+            token, gov.bridge, now=int(now.timestamp()), max_age_s=gov.settings.trust.context_max_age_s
+        )
     except IdentityError as exc:
         return SeenContext(ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None)
     fresh = await gov.store.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)

@@ -87,8 +87,9 @@ class KeyFacts:
 
     __slots__ = ("agent_name", "generation", "header_agent", "key_valid", "scope_id", "user_id_matches")
 
-    def __init__(self, keys: SessionKeys, user_id: object, header_user: str | None,
-                 agent_name: object, header_agent: str | None) -> None:
+    def __init__(
+        self, keys: SessionKeys, user_id: object, header_user: str | None, agent_name: object, header_agent: str | None
+    ) -> None:
         self.scope_id: str | None = None
         self.generation: int | None = None
         self.key_valid = False

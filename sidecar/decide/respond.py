@@ -28,7 +28,6 @@ DECISION: web.RequestKey[Decision] = web.RequestKey("decision", Decision)
 CREDENTIALED: web.RequestKey[bool] = web.RequestKey("credentialed", bool)
 
 
-
 class Denied(Refusal):
     """The policy (engine and floor) refused: the decision is already recorded; 403 (SPEC D6) whatever the code."""
 
@@ -42,8 +41,15 @@ def gov_of(request: web.Request) -> Governance:
 
 
 @tracing.traced("memgov.decide", lambda request, operation, /, **_: {"operation": operation.value})
-async def decide(request: web.Request, operation: Operation, /, *, agent_ref: str | None,
-                 entries: Entries | None = None, **facts: Any) -> Decision:
+async def decide(
+    request: web.Request,
+    operation: Operation,
+    /,
+    *,
+    agent_ref: str | None,
+    entries: Entries | None = None,
+    **facts: Any,
+) -> Decision:
     """Build the decision input, ask the policy runtime (engine + floor), remember the answer."""
     gov = gov_of(request)
     if gov.policy.pack is None:
@@ -60,8 +66,14 @@ async def decide(request: web.Request, operation: Operation, /, *, agent_ref: st
     return decision
 
 
-async def refuse(request: web.Request, operation: Operation, reason: Reason, *, scope_id: str | None = None,
-                 credentialed: bool = False) -> Decision:
+async def refuse(
+    request: web.Request,
+    operation: Operation,
+    reason: Reason,
+    *,
+    scope_id: str | None = None,
+    credentialed: bool = False,
+) -> Decision:
     """Record a refusal made in code (malformed request, cap or fence hit, state store down).
 
     Its action is the operation's usual way of refusing, except when the upstream did not answer:
@@ -82,8 +94,9 @@ def header_value(decision: Decision) -> str:
     return f"{decision.action.value}; reason={primary_reason(decision).value}; id={decision.decision_id}"
 
 
-async def record(request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None,
-                 credentialed: bool = False) -> None:
+async def record(
+    request: web.Request, operation: Operation, decision: Decision, *, scope_id: str | None, credentialed: bool = False
+) -> None:
     """Count, log and audit one governed decision, content-free.
 
     Every refusal or rewrite is audited (R-15). One that carried a genuine credential (a session
@@ -96,20 +109,40 @@ async def record(request: web.Request, operation: Operation, decision: Decision,
     reason = primary_reason(decision)
     if credentialed:
         request[CREDENTIALED] = True
-    tracing.annotate(operation=operation.value, action=decision.action.value, reason=reason.value,
-                     reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
-                     engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
+    tracing.annotate(
+        operation=operation.value,
+        action=decision.action.value,
+        reason=reason.value,
+        reasons=[r.value for r in decision.reasons],
+        decision_id=decision.decision_id,
+        engine=decision.engine or "code",
+        revision=decision.revision or None,
+        scope_id=scope_id,
+    )
     metrics.GOVERNED_DECISIONS.labels(operation.value, decision.action.value, reason.value).inc()
-    log.info("decision", operation=operation.value, action=decision.action.value,
-             reasons=[r.value for r in decision.reasons], decision_id=decision.decision_id,
-             engine=decision.engine or "code", revision=decision.revision or None, scope_id=scope_id)
+    log.info(
+        "decision",
+        operation=operation.value,
+        action=decision.action.value,
+        reasons=[r.value for r in decision.reasons],
+        decision_id=decision.decision_id,
+        engine=decision.engine or "code",
+        revision=decision.revision or None,
+        scope_id=scope_id,
+    )
     if decision.action is Action.FORWARD or reason is Reason.STATE_UNAVAILABLE:
         return
     try:
         if credentialed:
-            await gov.store.audit("decision", reason.value, decision_id=decision.decision_id, scope_id=scope_id,
-                                  operation=operation.value, policy_revision=decision.revision or None,
-                                  now=gov.now())
+            await gov.store.audit(
+                "decision",
+                reason.value,
+                decision_id=decision.decision_id,
+                scope_id=scope_id,
+                operation=operation.value,
+                policy_revision=decision.revision or None,
+                now=gov.now(),
+            )
             metrics.AUDIT_WRITES.labels("decision").inc()
         else:
             await gov.store.count_refusal(operation.value, reason.value, gov.now())
@@ -130,8 +163,13 @@ def stamp(resp: web.StreamResponse, decision: Decision) -> web.StreamResponse:
 
 def error(request: web.Request, refusal: Refusal, decision: Decision) -> web.Response:
     """A refusal's content-free error answer, carrying the decision header."""
-    resp = json_error(request, refusal.status, primary_reason(decision), upstream_status=refusal.upstream_status,
-                      headers=refusal.headers)
+    resp = json_error(
+        request,
+        refusal.status,
+        primary_reason(decision),
+        upstream_status=refusal.upstream_status,
+        headers=refusal.headers,
+    )
     stamp(resp, decision)
     return resp
 

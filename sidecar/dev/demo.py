@@ -60,19 +60,31 @@ class Bridge:
 
     def context(self) -> str:
         now = int(self.clock().timestamp())
-        return mint_context(self.key, "HS256", sub=ALICE, agent=AGENT, room_id=ROOM,
-                            room=control_room([ALICE, BOT, GHOST], SERVER), servers=[SERVER],
-                            classification=self.classification, now=now)
+        return mint_context(
+            self.key,
+            "HS256",
+            sub=ALICE,
+            agent=AGENT,
+            room_id=ROOM,
+            room=control_room([ALICE, BOT, GHOST], SERVER),
+            servers=[SERVER],
+            classification=self.classification,
+            now=now,
+        )
 
     def subject_token(self) -> str:
         """A fresh, single-use bearer token for Alice (consent changes and erasures spend it)."""
         return mint_subject(ALICE, self.key, "HS256", now=int(self.clock().timestamp()))
 
 
-async def _say_to_agent(http: aiohttp.ClientSession, data_url: str, text: str, *, context: str | None,
-                        conversation: str | None = None) -> tuple[str, str]:
-    message: dict[str, Any] = {"role": "user", "messageId": secrets.token_hex(4),
-                               "parts": [{"kind": "text", "text": text}]}
+async def _say_to_agent(
+    http: aiohttp.ClientSession, data_url: str, text: str, *, context: str | None, conversation: str | None = None
+) -> tuple[str, str]:
+    message: dict[str, Any] = {
+        "role": "user",
+        "messageId": secrets.token_hex(4),
+        "parts": [{"kind": "text", "text": text}],
+    }
     if conversation:
         message["contextId"] = conversation
     headers = {"X-User-Id": ALICE}
@@ -111,9 +123,13 @@ async def run_demo() -> int:
         try:
             settings = _settings(Path(tmpdir), dev.kagent_url, dev.embedding_url, bridge.key)
             async with running_gateway(settings, clock=clock) as gw, aiohttp.ClientSession() as http:
-                dev.set_runtime(RuntimeConfig(memory_base_url=gw.data_url,
-                                              embedding_base_url=f"{gw.data_url}/embeddings/{AGENT}/v1",
-                                              memory_agents=frozenset({AGENT})))
+                dev.set_runtime(
+                    RuntimeConfig(
+                        memory_base_url=gw.data_url,
+                        embedding_base_url=f"{gw.data_url}/embeddings/{AGENT}/v1",
+                        memory_agents=frozenset({AGENT}),
+                    )
+                )
                 async with ControlClient(gw.control_url, bridge.subject_token) as control:
                     await _story(story, dev, gw, http, control, bridge, clock)
         finally:
@@ -122,11 +138,19 @@ async def run_demo() -> int:
     return 0
 
 
-async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, control: ControlClient,
-                 bridge: Bridge, clock: DevClock) -> None:
+async def _story(
+    story: Story,
+    dev: Any,
+    gw: Any,
+    http: aiohttp.ClientSession,
+    control: ControlClient,
+    bridge: Bridge,
+    clock: DevClock,
+) -> None:
     story.say("Alice talks to k8s-agent before consenting to memory")
-    decision, reply = await _say_to_agent(http, gw.data_url, "remember: my favourite tea is sencha",
-                                          context=bridge.context())
+    decision, reply = await _say_to_agent(
+        http, gw.data_url, "remember: my favourite tea is sencha", context=bridge.context()
+    )
     story.note(f"memgov: {decision}")
     story.note(f"answered by: {dev.recorder.of_kind('a2a')[-1].agent} (no memory tools at all)")
     story.note(f"rows in kagent's memory table: {len(await dev.store.rows())}")
@@ -137,8 +161,9 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
     story.note(f"scope {scope['scope_id']}: enabled={receipt.get('enabled')} generation={receipt.get('generation')}")
 
     story.say("Alice asks the agent to remember something")
-    decision, reply = await _say_to_agent(http, gw.data_url, "remember: my favourite tea is sencha",
-                                          context=bridge.context())
+    decision, reply = await _say_to_agent(
+        http, gw.data_url, "remember: my favourite tea is sencha", context=bridge.context()
+    )
     story.note(f"memgov: {decision}")
     story.note(f"X-User-Id kagent received: {dev.recorder.of_kind('a2a')[-1].user_id_header[:24]}… (session key)")
     story.note(_last_line(reply, "memory calls"))
@@ -154,12 +179,14 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
     story.say("Alice inspects her memory (needs a fresh attested control-room context)")
     page = await control.inspect(scope["scope_id"], bridge.context())
     for entry in page["entries"]:
-        story.note(f"entry {entry['id'][:8]}…  \"{entry['text']}\"  hard expiry {entry['expires_at']}")
+        story.note(f'entry {entry["id"][:8]}…  "{entry["text"]}"  hard expiry {entry["expires_at"]}')
 
     story.say("Alice forgets that one entry")
     record = await control.forget(scope["scope_id"], page["entries"][0]["id"])
-    story.note(f"erasure {record['erasure_id']}: state={record['state']} "
-               f"physical_deletion={record.get('physical_deletion', '-')}")
+    story.note(
+        f"erasure {record['erasure_id']}: state={record['state']} "
+        f"physical_deletion={record.get('physical_deletion', '-')}"
+    )
     # With an embedding provider the REST adapter is exact: the scope's namespace was rotated.
     story.note(f"rows kagent holds for Alice after the forget: {len(await dev.store.rows())}")
     decision, reply = await _say_to_agent(http, gw.data_url, RECALL, context=bridge.context())
@@ -168,8 +195,9 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
     story.say("A hard expiry: a new fact, then the clock moves 7 days and 1 second")
     await _say_to_agent(http, gw.data_url, "remember: my cat is called Miso", context=bridge.context())
     clock.advance(7 * 86400 + 1)
-    decision, reply = await _say_to_agent(http, gw.data_url, "What is the name of my cat, do you still know it?",
-                                          context=bridge.context())
+    decision, reply = await _say_to_agent(
+        http, gw.data_url, "What is the name of my cat, do you still know it?", context=bridge.context()
+    )
     story.note(_last_line(reply, "recalled") or "recalled: nothing (expired entries are unreadable)")
     story.note(f"rows kagent still holds: {len(await dev.store.rows())} (its own TTL would even extend popular ones)")
 
@@ -177,10 +205,19 @@ async def _story(story: Story, dev: Any, gw: Any, http: aiohttp.ClientSession, c
     key = dev.recorder.of_kind("a2a")[-1].user_id_header
     withdrawn = await control.withdraw(scope["scope_id"])
     story.note(f"consent withdrawn: enabled={withdrawn.get('enabled')} generation={withdrawn.get('generation')}")
-    late = {"items": [{"agent_name": "kagent__NS__k8s_agent", "user_id": key, "content": "likes jasmine too",
-                       "vector": [0.01] * 768}]}
-    async with http.post(f"{gw.data_url}/api/memories/sessions/batch", json=late,
-                         headers={"X-Agent-Name": "kagent__NS__k8s_agent"}) as resp:
+    late = {
+        "items": [
+            {
+                "agent_name": "kagent__NS__k8s_agent",
+                "user_id": key,
+                "content": "likes jasmine too",
+                "vector": [0.01] * 768,
+            }
+        ]
+    }
+    async with http.post(
+        f"{gw.data_url}/api/memories/sessions/batch", json=late, headers={"X-Agent-Name": "kagent__NS__k8s_agent"}
+    ) as resp:
         body = await resp.json(content_type=None)
         story.note(f"late auto-save with the old session key: HTTP {resp.status} {body.get('error')}")
 

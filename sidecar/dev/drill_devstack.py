@@ -85,8 +85,9 @@ def write_keys(folder: Path) -> dict[str, Path]:
 
 
 @asynccontextmanager
-async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, Any] | None = None,
-                          kagent_token: str | None = None) -> AsyncIterator[tuple[Target, LocalStack]]:
+async def devstack_target(
+    dev: Devstack | None = None, *, erasure: Mapping[str, Any] | None = None, kagent_token: str | None = None
+) -> AsyncIterator[tuple[Target, LocalStack]]:
     """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all.
 
     A caller may bring its own ``dev`` (e.g. with kagent v0.9.11 itself attached, whose clock must be
@@ -103,8 +104,11 @@ async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, 
             dev = dev if dev is not None else await start_devstack(clock=clock)
             try:
                 settings = load_settings(
-                    upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
-                              "kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure"},
+                    upstream={
+                        "controller_url": dev.kagent_url,
+                        "embedding_url": dev.embedding_url,
+                        "kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure",
+                    },
                     erasure=dict(erasure or {}),
                     listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
                     state={"url": f"sqlite:///{folder}/state.db"},
@@ -113,19 +117,33 @@ async def devstack_target(dev: Devstack | None = None, *, erasure: Mapping[str, 
                     trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                     matrix={"server_name": SERVER, "bridge_bot": BOT},
                     # The stand-in provider serves any model; pinning one lets forget-one rotate (exact over REST).
-                    agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
-                                  "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
-                            for ref, ghost in AGENTS},
+                    agents={
+                        ref: {
+                            "disabled_variant": ref.split("/")[1] + "-nomem",
+                            "ghost": ghost,
+                            "embedding_model": EMBEDDING_MODEL,
+                            "embedding_dimensions": 768,
+                        }
+                        for ref, ghost in AGENTS
+                    },
                 )
                 async with running_gateway(settings, clock=clock) as gw:
                     target = Target(
-                        mode="devstack", data_url=gw.data_url, control_url=gw.control_url, ops_url=gw.ops_url,
-                        kagent_url=None, bridge_key=load_signing_key(keys["bridge"], "bridge key"),
+                        mode="devstack",
+                        data_url=gw.data_url,
+                        control_url=gw.control_url,
+                        ops_url=gw.ops_url,
+                        kagent_url=None,
+                        bridge_key=load_signing_key(keys["bridge"], "bridge key"),
                         operator_key=load_signing_key(keys["operator"], "operator key"),
-                        session_secret=keys["session"].read_text().strip().encode(), server_name=SERVER,
-                        bridge_bot=BOT, subject=SUBJECT, room=ROOM,
+                        session_secret=keys["session"].read_text().strip().encode(),
+                        server_name=SERVER,
+                        bridge_bot=BOT,
+                        subject=SUBJECT,
+                        room=ROOM,
                         agents=tuple(Agent.of(ref, ghost) for ref, ghost in AGENTS),
-                        classification=load_federation(pack).classification, limits=load_limits(pack),
+                        classification=load_federation(pack).classification,
+                        limits=load_limits(pack),
                         kagent_token=kagent_token,
                     )
                     yield target, LocalStack(clock, dev, gw, logs)

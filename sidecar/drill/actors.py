@@ -67,8 +67,15 @@ class Scope:
 class DrillRun:
     """One drill run against one target."""
 
-    def __init__(self, target: Target, http: aiohttp.ClientSession, recorder: Recorder, *,
-                 clock: Callable[[], datetime] | None = None, local: LocalView | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        http: aiohttp.ClientSession,
+        recorder: Recorder,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        local: LocalView | None = None,
+    ) -> None:
         self.target, self.http, self.recorder, self.local = target, http, recorder, local
         self.clock = clock or (lambda: datetime.now(UTC))
         self.run_id = secrets.token_hex(3)
@@ -102,26 +109,44 @@ class DrillRun:
     def _now(self) -> int:
         return int(self.clock().timestamp())
 
-    def context(self, subject: str, agent: Agent, room: str, *, origin: str = "native",
-                servers: list[str] | None = None, members: list[str] | None = None,
-                acl_allow: list[str] | None = None, classification: str | None = None) -> str:
+    def context(
+        self,
+        subject: str,
+        agent: Agent,
+        room: str,
+        *,
+        origin: str = "native",
+        servers: list[str] | None = None,
+        members: list[str] | None = None,
+        acl_allow: list[str] | None = None,
+        classification: str | None = None,
+    ) -> str:
         """A signed delegation context; by default it attests a correct control room."""
         t = self.target
-        state = control_room(members if members is not None else [subject, t.bridge_bot, agent.ghost],
-                             t.server_name)
+        state = control_room(members if members is not None else [subject, t.bridge_bot, agent.ghost], t.server_name)
         if acl_allow is not None:
             state["server_acl"] = {**state["server_acl"], "allow": acl_allow}
-        return mint_context(t.bridge_key.material, t.bridge_key.alg, sub=subject, origin=origin, agent=agent.ref,
-                            room_id=room, room=state, servers=servers or [t.server_name],
-                            classification=classification or t.classification, now=self._now())
+        return mint_context(
+            t.bridge_key.material,
+            t.bridge_key.alg,
+            sub=subject,
+            origin=origin,
+            agent=agent.ref,
+            room_id=room,
+            room=state,
+            servers=servers or [t.server_name],
+            classification=classification or t.classification,
+            now=self._now(),
+        )
 
     def subject_token(self, subject: str) -> str:
         """The bridge's bearer token for ``subject`` acting for itself (single-use for state changes)."""
         return mint_subject(subject, self.target.bridge_key.material, self.target.bridge_key.alg, now=self._now())
 
     def operator_token(self) -> str:
-        return mint_operator("memgov-drill", self.target.operator_key.material, self.target.operator_key.alg,
-                             now=self._now())
+        return mint_operator(
+            "memgov-drill", self.target.operator_key.material, self.target.operator_key.alg, now=self._now()
+        )
 
     def control(self, subject: str | None = None, *, operator: bool = False) -> ControlClient:
         """A control client on the run's session, as ``subject``, as an operator, or anonymous.
@@ -136,8 +161,9 @@ class DrillRun:
         return ControlClient(self.target.control_url, token, session=self.http)
 
     # --- scopes -------------------------------------------------------------------------------
-    async def new_scope(self, subject: str, agent: Agent | None = None, *, consent: bool = True,
-                        origin: str = "native") -> Scope:
+    async def new_scope(
+        self, subject: str, agent: Agent | None = None, *, consent: bool = True, origin: str = "native"
+    ) -> Scope:
         """Create a scope in a fresh room and, unless told otherwise, consent to it."""
         agent = agent or self.target.agents[0]
         room = self.room()
@@ -166,11 +192,14 @@ class DrillRun:
         The real storage key carries a random salt only memgov's state knows (SPEC D2); these are
         the unsalted form derived from the session key and the real shape with a guessed salt.
         """
-        return [storage_key(scope.scope_id, scope.generation, ""),
-                storage_key(scope.scope_id, scope.generation, new_salt())]
+        return [
+            storage_key(scope.scope_id, scope.generation, ""),
+            storage_key(scope.scope_id, scope.generation, new_salt()),
+        ]
 
     async def inspect_all(self, scope: Scope) -> list[dict[str, Any]]:
         """Every entry, as the subject, with a fresh attested context per page."""
+
         async def contexts() -> AsyncIterator[str]:
             while True:
                 yield self.context(scope.subject, scope.agent, scope.room)
@@ -190,8 +219,9 @@ class DrillRun:
         if context is not None:
             headers["X-Memgov-Context"] = context
         with Recorder.content_channel():  # an agent's reply is its own output
-            return await call(self.http, "POST", f"{self.target.data_url}/api/a2a/{ns}/{name}/", json=body,
-                              headers=headers)
+            return await call(
+                self.http, "POST", f"{self.target.data_url}/api/a2a/{ns}/{name}/", json=body, headers=headers
+            )
 
     def _item(self, key: str, app: str, content: str, ttl_days: int | None) -> dict[str, Any]:
         item: dict[str, Any] = {"agent_name": app, "user_id": key, "content": content, "vector": list(VECTOR)}
@@ -199,18 +229,36 @@ class DrillRun:
             item["ttl_days"] = ttl_days
         return item
 
-    async def save(self, key: str, content: str, *, app: str, ttl_days: int | None = None,
-                   header_app: str | None = None, url: str | None = None) -> Answer:
+    async def save(
+        self,
+        key: str,
+        content: str,
+        *,
+        app: str,
+        ttl_days: int | None = None,
+        header_app: str | None = None,
+        url: str | None = None,
+    ) -> Answer:
         """One ``save_memory`` call as the runtime."""
         headers = {"X-Agent-Name": header_app or app, "X-User-Id": key, **self.target.kagent_auth()}
-        return await call(self.http, "POST", f"{url or self.target.data_url}/api/memories/sessions",
-                          json=self._item(key, app, content, ttl_days), headers=headers)
+        return await call(
+            self.http,
+            "POST",
+            f"{url or self.target.data_url}/api/memories/sessions",
+            json=self._item(key, app, content, ttl_days),
+            headers=headers,
+        )
 
     async def save_batch(self, key: str, contents: list[str], *, app: str) -> Answer:
         """One auto-save batch as the runtime (charged to the hourly budget, not the sender rate)."""
         body = {"items": [self._item(key, app, c, None) for c in contents]}
-        return await call(self.http, "POST", f"{self.target.data_url}/api/memories/sessions/batch", json=body,
-                          headers={"X-Agent-Name": app, "X-User-Id": key, **self.target.kagent_auth()})
+        return await call(
+            self.http,
+            "POST",
+            f"{self.target.data_url}/api/memories/sessions/batch",
+            json=body,
+            headers={"X-Agent-Name": app, "X-User-Id": key, **self.target.kagent_auth()},
+        )
 
     async def remember(self, scope: Scope, count: int, tag: str) -> list[str]:
         """Save ``count`` sentinel facts into the scope in one batch; returns their texts."""
@@ -220,23 +268,30 @@ class DrillRun:
             raise CheckFailed("consented_save_refused", save=answer.brief())
         return facts
 
-    async def search(self, key: str, *, app: str, header_app: str | None = None, owner: bool = False,
-                     url: str | None = None) -> Answer:
+    async def search(
+        self, key: str, *, app: str, header_app: str | None = None, owner: bool = False, url: str | None = None
+    ) -> Answer:
         """One memory search as the runtime; ``owner`` marks the answer as the key holder's own."""
         body = {"agent_name": app, "user_id": key, "vector": list(VECTOR), "limit": 10, "min_score": 0.0}
         headers = {"X-Agent-Name": header_app or app, "X-User-Id": key, **self.target.kagent_auth()}
         if owner:
             with Recorder.content_channel():
-                return await call(self.http, "POST", f"{self.target.data_url}/api/memories/search", json=body,
-                                  headers=headers)
-        return await call(self.http, "POST", f"{url or self.target.data_url}/api/memories/search", json=body,
-                          headers=headers)
+                return await call(
+                    self.http, "POST", f"{self.target.data_url}/api/memories/search", json=body, headers=headers
+                )
+        return await call(
+            self.http, "POST", f"{url or self.target.data_url}/api/memories/search", json=body, headers=headers
+        )
 
     async def list_route(self, user_id: str, *, app: str, url: str | None = None) -> Answer:
         """kagent's whole-namespace list (its UI route) with a chosen user id."""
         query = urlencode({"agent_name": app, "user_id": user_id})
-        return await call(self.http, "GET", f"{url or self.target.data_url}/api/memories?{query}",
-                          headers={"X-User-Id": user_id, **self.target.kagent_auth()})
+        return await call(
+            self.http,
+            "GET",
+            f"{url or self.target.data_url}/api/memories?{query}",
+            headers={"X-User-Id": user_id, **self.target.kagent_auth()},
+        )
 
 
 async def refusal(pending: Awaitable[Any]) -> dict[str, Any]:

@@ -30,8 +30,11 @@ def report_json(report: Report) -> dict[str, Any]:
         "format": FORMAT,
         "started_at": report.started_at,
         "finished_at": report.finished_at,
-        "result": {"passed": report.exit_code == EXIT_PASSED, "exit_code": report.exit_code,
-                   "counts": {o: report.count(o) for o in ("passed", "failed", "not_provable")}},
+        "result": {
+            "passed": report.exit_code == EXIT_PASSED,
+            "exit_code": report.exit_code,
+            "counts": {o: report.count(o) for o in ("passed", "failed", "not_provable")},
+        },
         "target": report.target,
         "versions": report.versions,
         "limits": {"source": "policy_dir", **report.limits},
@@ -68,16 +71,23 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for number, check in enumerate(doc["checks"], 1):
-        lines.append(f"| {number} | {check['title']} | {check['outcome'].replace('_', ' ')} | "
-                     f"{check['duration_ms']:.0f} ms | {_detail(check)} |")
+        lines.append(
+            f"| {number} | {check['title']} | {check['outcome'].replace('_', ' ')} | "
+            f"{check['duration_ms']:.0f} ms | {_detail(check)} |"
+        )
     notes = [(c["title"], n) for c in doc["checks"] for n in c["notes"]]
     if notes:
         lines += ["", "## What this run did not prove", ""]
         lines += [f"- {title}: {note}" for title, note in notes]
     cleanup = doc["cleanup"]
-    lines += ["", f"Cleanup: {cleanup.get('subjects', 0)} throwaway identities offboarded "
-                  f"({cleanup.get('scopes', 0)} scopes), complete: {cleanup.get('complete')}.",
-              "", "Every id, reason code and timestamp behind this table is in `drill.json`.", ""]
+    lines += [
+        "",
+        f"Cleanup: {cleanup.get('subjects', 0)} throwaway identities offboarded "
+        f"({cleanup.get('scopes', 0)} scopes), complete: {cleanup.get('complete')}.",
+        "",
+        "Every id, reason code and timestamp behind this table is in `drill.json`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -35,10 +35,16 @@ async def no_collection_before_consent(run: DrillRun, ev: Evidence) -> None:
 
     status = await run.status(scope)
     counts = status["entries"]
-    ev["status"] = {"enabled": status["enabled"], "consented_at": status["consented_at"], "live": counts["live"],
-                    "pending_physical_deletion": counts["pending_physical_deletion"]}
-    expect(not status["enabled"] and counts["live"] == 0 and counts["pending_physical_deletion"] == 0,
-           "entries_recorded_without_consent")
+    ev["status"] = {
+        "enabled": status["enabled"],
+        "consented_at": status["consented_at"],
+        "live": counts["live"],
+        "pending_physical_deletion": counts["pending_physical_deletion"],
+    }
+    expect(
+        not status["enabled"] and counts["live"] == 0 and counts["pending_physical_deletion"] == 0,
+        "entries_recorded_without_consent",
+    )
     if run.local is not None:
         ev["kagent_rows"] = await run.local.kagent_rows(scope.scope_id)
         expect(ev["kagent_rows"] == 0, "rows_stored_without_consent")
@@ -54,8 +60,11 @@ async def private_inspect(run: DrillRun, ev: Evidence) -> None:
     ev["scope_id"] = scope.scope_id
 
     entries = await run.inspect_all(scope)
-    ev["subject_inspect"] = {"entries": len(entries), "entry_ids": [e["id"] for e in entries],
-                             "expires_at": [e["expires_at"] for e in entries]}
+    ev["subject_inspect"] = {
+        "entries": len(entries),
+        "entry_ids": [e["id"] for e in entries],
+        "expires_at": [e["expires_at"] for e in entries],
+    }
     expect(len(entries) == 1 and entries[0]["text"] == facts[0], "subject_cannot_see_own_entry")
     entry_id = entries[0]["id"]
 

@@ -19,11 +19,16 @@ def physical_after_forget(record: dict[str, Any]) -> str:
 
 def _record(record: dict[str, Any]) -> dict[str, Any]:
     """The evidence form of an erasure record: ids, states, timestamps."""
-    return {"erasure_id": record.get("erasure_id"), "kind": record.get("kind"), "state": record.get("state"),
-            "adapter": record.get("adapter"), "physical_deletion": record.get("physical_deletion"),
-            "verification": record.get("verification"),
-            "entries": [e.get("entry_id") for e in record.get("entries", [])],
-            "steps": [s.get("state") for s in record.get("steps", [])]}
+    return {
+        "erasure_id": record.get("erasure_id"),
+        "kind": record.get("kind"),
+        "state": record.get("state"),
+        "adapter": record.get("adapter"),
+        "physical_deletion": record.get("physical_deletion"),
+        "verification": record.get("verification"),
+        "entries": [e.get("entry_id") for e in record.get("entries", [])],
+        "steps": [s.get("state") for s in record.get("steps", [])],
+    }
 
 
 async def _gone(run: DrillRun, scope: Scope, stale_key: str, ev: Evidence) -> None:
@@ -64,12 +69,16 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
         expect(rotation.get("state") == "verified", "rotation_not_verified")
     expect(record.get("physical_deletion") == physical_after_forget(record), "physical_deletion_misreported")
     if adapter == "rest" and rotation is not None:
-        ev.note("REST adapter with an embedding provider: the scope's namespace was rotated (the other entry "
-                "re-saved under a fresh storage key, the old namespace deleted whole and read back empty), so "
-                "the forgotten row is physically gone.")
+        ev.note(
+            "REST adapter with an embedding provider: the scope's namespace was rotated (the other entry "
+            "re-saved under a fresh storage key, the old namespace deleted whole and read back empty), so "
+            "the forgotten row is physically gone."
+        )
     elif adapter == "rest":
-        ev.note("REST adapter without an embedding provider: the forgotten entry is tombstoned and unreadable at "
-                "once; kagent keeps the row until the whole namespace is cleared, as the evidence record states.")
+        ev.note(
+            "REST adapter without an embedding provider: the forgotten entry is tombstoned and unreadable at "
+            "once; kagent keeps the row until the whole namespace is cleared, as the evidence record states."
+        )
 
     after = await run.inspect_all(scope)
     ev["inspect_after"] = [e["id"] for e in after]
@@ -83,8 +92,10 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
 
     fetched = await control.erasure(record["erasure_id"])
     ev["evidence_format"] = fetched.get("format")
-    expect(fetched.get("state") == "verified" and fetched.get("format") == "memgov.erasure.v1",
-           "evidence_record_unavailable")
+    expect(
+        fetched.get("state") == "verified" and fetched.get("format") == "memgov.erasure.v1",
+        "evidence_record_unavailable",
+    )
     ev["forget_again"] = await refusal(control.forget(scope.scope_id, forgotten))
     expect(ev["forget_again"]["reason"] == "not_found", "forgotten_entry_still_known")
 
@@ -110,8 +121,12 @@ async def disable_and_clear(run: DrillRun, ev: Evidence) -> None:
     expect(record.get("kind") == "off" and record.get("state") == "verified", "off_not_verified")
     status = await run.status(scope)
     ev["status"] = {"enabled": status["enabled"], "generation": status["generation"], **status["entries"]}
-    expect(not status["enabled"] and status["entries"]["live"] == 0
-           and status["entries"]["pending_physical_deletion"] == 0, "scope_not_disabled_and_cleared")
+    expect(
+        not status["enabled"]
+        and status["entries"]["live"] == 0
+        and status["entries"]["pending_physical_deletion"] == 0,
+        "scope_not_disabled_and_cleared",
+    )
 
     invoked = await run.invoke(scope.agent, run.context(subject, scope.agent, scope.room), user=subject)
     ev["invoke_after"] = invoked.decision.brief()
@@ -134,14 +149,21 @@ async def offboarding_enumeration(run: DrillRun, ev: Evidence) -> None:
     result = await run.control(operator=True).offboard(subject)
     per_scope = {s["scope_id"]: s for s in result.get("scopes", [])}
     ev["complete"] = result.get("complete")
-    ev["scopes"] = [{k: s.get(k) for k in ("scope_id", "agent", "erasure_id", "state", "physical_deletion")}
-                    for s in result.get("scopes", [])]
+    ev["scopes"] = [
+        {k: s.get(k) for k in ("scope_id", "agent", "erasure_id", "state", "physical_deletion")}
+        for s in result.get("scopes", [])
+    ]
     expect(set(keys) <= set(per_scope), "scope_not_enumerated")
-    expect(result.get("complete") is True and all(s["state"] == "verified" for s in per_scope.values()),
-           "offboarding_not_verified")
+    expect(
+        result.get("complete") is True and all(s["state"] == "verified" for s in per_scope.values()),
+        "offboarding_not_verified",
+    )
     for scope in scopes:
         status = await run.status(scope)
-        expect(not status["enabled"] and status["entries"]["live"] == 0, "offboarded_scope_not_cleared",
-               scope_id=scope.scope_id)
+        expect(
+            not status["enabled"] and status["entries"]["live"] == 0,
+            "offboarded_scope_not_cleared",
+            scope_id=scope.scope_id,
+        )
         await _gone(run, scope, keys[scope.scope_id], Evidence())
     ev["stale_keys_refused"] = len(keys)

@@ -32,14 +32,18 @@ async def hard_expiry(run: DrillRun, ev: Evidence) -> None:
     expect(entry is not None, "saved_entry_not_inspectable")
     assert entry is not None
     ev["entry"] = {"id": entry_id, "created_at": entry["created_at"], "expires_at": entry["expires_at"]}
-    expect(_ts(entry["expires_at"]) - _ts(entry["created_at"]) == timedelta(days=max_days),
-           "hard_expiry_not_created_plus_max_days")
+    expect(
+        _ts(entry["expires_at"]) - _ts(entry["created_at"]) == timedelta(days=max_days),
+        "hard_expiry_not_created_plus_max_days",
+    )
 
     if run.local is None:
         ev["expiry_observed"] = False
-        ev.note("Against a deployment the drill does not wait max_days: it proves the recorded hard expiry is "
-                "created_at + max_days although a longer ttl_days was requested. The wall-clock expiry itself "
-                "and the ttl_days kagent received are not observed here; the devstack drill observes both.")
+        ev.note(
+            "Against a deployment the drill does not wait max_days: it proves the recorded hard expiry is "
+            "created_at + max_days although a longer ttl_days was requested. The wall-clock expiry itself "
+            "and the ttl_days kagent received are not observed here; the devstack drill observes both."
+        )
         return
     ttl = await run.local.kagent_ttl_days(entry_id)
     ev["forwarded_ttl_days"] = None if ttl is None else round(ttl, 6)
@@ -69,19 +73,27 @@ async def cap_refusal(run: DrillRun, ev: Evidence) -> None:
     # Each batch costs one summarization plus a save and an embedding item per fact (SPEC R-11);
     # the refused write at the end costs one batch of one.
     needed = math.ceil(cap / per_batch) + 2 * cap + 3
-    ev.data.update(scope_id=scope.scope_id, cap=cap, max_batch_facts=per_batch,
-                   hourly_operations=limits.hourly_operations, needed_operations=needed)
+    ev.data.update(
+        scope_id=scope.scope_id,
+        cap=cap,
+        max_batch_facts=per_batch,
+        hourly_operations=limits.hourly_operations,
+        needed_operations=needed,
+    )
     if needed > limits.hourly_operations:
-        ev.note("Filling one scope to its cap needs more memory operations than its hourly budget allows, so "
-                "the refusal at the cap cannot be reached here. Run the devstack drill, or a drill deployment "
-                "whose pack has a smaller max_entries.")
+        ev.note(
+            "Filling one scope to its cap needs more memory operations than its hourly budget allows, so "
+            "the refusal at the cap cannot be reached here. Run the devstack drill, or a drill deployment "
+            "whose pack has a smaller max_entries."
+        )
         raise NotProvable("hourly_budget_below_cap_fill")
 
     stored = 0
     while stored < cap:
         count = min(per_batch, cap - stored)
-        answer = await run.save_batch(run.key(scope), [run.fact(f"c6n{stored + i}") for i in range(count)],
-                                      app=scope.agent.app)
+        answer = await run.save_batch(
+            run.key(scope), [run.fact(f"c6n{stored + i}") for i in range(count)], app=scope.agent.app
+        )
         if answer.status == 403 and answer.reason in _BUDGET_REFUSALS:
             ev["fill_refused"] = answer.brief()
             ev.note("The budget ran out before the cap: the deployment's limits differ from --policy-dir.")

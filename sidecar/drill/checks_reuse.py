@@ -66,8 +66,10 @@ async def _bypass(run: DrillRun, victim: Scope, ev: Evidence) -> None:
     ev["bypass"] = {"reachable": reachable, "entries_seen": seen}
     expect(seen == 0, "kagent_answers_around_memgov")
     if reachable:
-        ev.note("kagent answered the drill directly (without entries this time): a client in the drill's place "
-                "can reach kagent around memgov; review the NetworkPolicy on kagent's controller.")
+        ev.note(
+            "kagent answered the drill directly (without entries this time): a client in the drill's place "
+            "can reach kagent around memgov; review the NetworkPolicy on kagent's controller."
+        )
 
 
 async def cross_user(run: DrillRun, ev: Evidence) -> None:
@@ -84,8 +86,12 @@ async def cross_user(run: DrillRun, ev: Evidence) -> None:
 
     peer_mac = run.key(other).rsplit(".", 1)[1]
     derived, salted = run.guessed_storage_keys(victim)
-    probes = {"subject_mxid": subject, "derived_storage_key": derived, "guessed_salted_storage_key": salted,
-              "forged_key": f"mg1.{victim.scope_id}.{victim.generation}.{peer_mac}"}
+    probes = {
+        "subject_mxid": subject,
+        "derived_storage_key": derived,
+        "guessed_salted_storage_key": salted,
+        "forged_key": f"mg1.{victim.scope_id}.{victim.generation}.{peer_mac}",
+    }
     for name, user_id in probes.items():
         answer = await run.search(user_id, app=app)
         ev[name] = _empty(answer)
@@ -122,8 +128,10 @@ async def cross_agent(run: DrillRun, ev: Evidence) -> None:
     ev["other_agent_save"] = saved.brief()
     expect(saved.status == 403 and saved.reason == "agent_mismatch", "other_agent_save_not_refused")
     if len(agents) < 2:
-        ev.note("Only one memory-enabled agent was given: cross-agent reuse is shown as agent-name mismatch "
-                "only. Pass --agent/--ghost twice for the two-agent proof.")
+        ev.note(
+            "Only one memory-enabled agent was given: cross-agent reuse is shown as agent-name mismatch "
+            "only. Pass --agent/--ghost twice for the two-agent proof."
+        )
         return
     second = await run.new_scope(subject, agents[1])
     ev["scopes"] = [first.scope_id, second.scope_id]
@@ -148,8 +156,9 @@ async def federated(run: DrillRun, ev: Evidence) -> None:
     contexts = {
         "remote_audience": run.context(subject, agent, scope.room, servers=[t.server_name, REMOTE_SERVER]),
         "remote_acl": run.context(subject, agent, scope.room, acl_allow=[t.server_name, REMOTE_SERVER]),
-        "remote_member": run.context(subject, agent, scope.room,
-                                     members=[subject, t.bridge_bot, agent.ghost, remote_member]),
+        "remote_member": run.context(
+            subject, agent, scope.room, members=[subject, t.bridge_bot, agent.ghost, remote_member]
+        ),
         "bridged_origin": run.context(subject, agent, scope.room, origin="appservice"),
     }
     for name, context in contexts.items():
@@ -165,8 +174,7 @@ async def federated(run: DrillRun, ev: Evidence) -> None:
     else:
         # Consent was recorded; the floor still refuses every memory use by a remote principal.
         ev["remote_scope"] = {"status": 201, "scope_id": rscope.scope_id}
-        context = run.context(remote, agent, rscope.room, origin="remote",
-                              members=[remote, t.bridge_bot, agent.ghost])
+        context = run.context(remote, agent, rscope.room, origin="remote", members=[remote, t.bridge_bot, agent.ghost])
         invoked = await run.invoke(agent, context, user=remote)
         ev["remote_invoke"] = invoked.decision.brief()
         expect(invoked.decision.action == "rewrite_disabled", "remote_principal_not_rewritten")

@@ -44,17 +44,21 @@ def deployment_target(args: argparse.Namespace) -> Target:
     names = args.app_name + [None] * (len(args.agent) - len(args.app_name))
     run = secrets.token_hex(3)
     return Target(
-        mode="deployment", data_url=args.data_url.rstrip("/"), control_url=args.control_url.rstrip("/"),
+        mode="deployment",
+        data_url=args.data_url.rstrip("/"),
+        control_url=args.control_url.rstrip("/"),
         ops_url=args.ops_url.rstrip("/") if args.ops_url else None,
         kagent_url=args.kagent_url.rstrip("/") if args.kagent_url else None,
         bridge_key=load_signing_key(args.bridge_key_file, "--bridge-key-file"),
         operator_key=load_signing_key(args.operator_key_file, "--operator-key-file"),
         session_secret=load_session_secret(args.session_key_file),
-        server_name=args.server_name, bridge_bot=args.bridge_bot,
+        server_name=args.server_name,
+        bridge_bot=args.bridge_bot,
         subject=args.subject or f"@drill-{run}:{args.server_name}",
         room=args.room or f"!drill-{run}:{args.server_name}",
         agents=tuple(Agent.of(ref, ghost, app) for ref, ghost, app in zip(args.agent, args.ghost, names, strict=True)),
-        classification=args.classification or federation.classification, limits=limits,
+        classification=args.classification or federation.classification,
+        limits=limits,
         kagent_token=_kagent_token(args.kagent_token_file),
     )
 
@@ -76,8 +80,10 @@ async def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> Rep
     if args.data_url is None:
         in_process: InProcess | None = args.in_process
         if in_process is None:
-            raise DrillConfigError("the in-process devstack is dev tooling and not installed here; give --data-url "
-                                   "and --control-url of a deployment")
+            raise DrillConfigError(
+                "the in-process devstack is dev tooling and not installed here; give --data-url "
+                "and --control-url of a deployment"
+            )
         async with in_process() as (target, local):
             return await run_drill(target, local=local, clock=local.clock, progress=progress)
     return await run_drill(deployment_target(args), progress=progress)
@@ -112,36 +118,52 @@ def _cmd_drill(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("drill", help="Run the ADR acceptance proof and write an evidence bundle.",
-                       description=(__doc__ or "").replace("``", ""),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "drill",
+        help="Run the ADR acceptance proof and write an evidence bundle.",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--devstack", action="store_true", help="Run against in-process stand-ins (the default).")
     target = p.add_argument_group("deployment")
     target.add_argument("--data-url", help="memgov data plane (the URL agents use as KAGENT_URL).")
     target.add_argument("--control-url", help="memgov control API.")
     target.add_argument("--ops-url", help="memgov operations listener (/readyz, /metrics); optional.")
-    target.add_argument("--kagent-url", help="kagent's controller as seen from here; probed to show it "
-                                             "cannot be reached around memgov. Optional.")
-    target.add_argument("--kagent-token-file", type=Path,
-                        help="A bearer kagent accepts, for kagent's --auth-mode=trusted-proxy (e.g. a token of "
-                             "the agent's service account); sent where the runtime and the bridge send theirs.")
-    target.add_argument("--bridge-key-file", type=Path,
-                        help="The bridge's signing key (HS256 secret or PEM private key).")
+    target.add_argument(
+        "--kagent-url",
+        help="kagent's controller as seen from here; probed to show it cannot be reached around memgov. Optional.",
+    )
+    target.add_argument(
+        "--kagent-token-file",
+        type=Path,
+        help="A bearer kagent accepts, for kagent's --auth-mode=trusted-proxy (e.g. a token of "
+        "the agent's service account); sent where the runtime and the bridge send theirs.",
+    )
+    target.add_argument(
+        "--bridge-key-file", type=Path, help="The bridge's signing key (HS256 secret or PEM private key)."
+    )
     target.add_argument("--operator-key-file", type=Path, help="The operator signing key.")
     target.add_argument("--session-key-file", type=Path, help="memgov's session-key secret (to act as the runtime).")
-    target.add_argument("--subject",
-                        help="Base MXID of the throwaway test subjects (default @drill-<random>:<server>).")
+    target.add_argument(
+        "--subject", help="Base MXID of the throwaway test subjects (default @drill-<random>:<server>)."
+    )
     target.add_argument("--agent", action="append", default=[], help="Memory-enabled agent ns/name (repeat for two).")
-    target.add_argument("--ghost", action="append", default=[],
-                        help="MXID of that agent's Matrix ghost (one per --agent).")
-    target.add_argument("--app-name", action="append", default=[],
-                        help="kagent app_name of that agent, if not derived.")
+    target.add_argument(
+        "--ghost", action="append", default=[], help="MXID of that agent's Matrix ghost (one per --agent)."
+    )
+    target.add_argument(
+        "--app-name", action="append", default=[], help="kagent app_name of that agent, if not derived."
+    )
     target.add_argument("--room", help="Base room id !opaque:server of the throwaway control rooms.")
     target.add_argument("--server-name", help="The local homeserver name (matrix.server_name).")
     target.add_argument("--bridge-bot", help="MXID of the bridge bot (matrix.bridge_bot).")
     target.add_argument("--classification", help="Control-room classification (default: the pack's federation.yaml).")
-    target.add_argument("--policy-dir", type=Path, default=PACKAGED_POLICY_DIR,
-                        help="The deployment's policy pack, for its limits (default: the packaged pack).")
+    target.add_argument(
+        "--policy-dir",
+        type=Path,
+        default=PACKAGED_POLICY_DIR,
+        help="The deployment's policy pack, for its limits (default: the packaged pack).",
+    )
     p.add_argument("--output", type=Path, help="Bundle folder (default ./evidence/drill-<UTC timestamp>/).")
     p.add_argument("--json", action="store_true", help="Also print drill.json on stdout (progress goes to stderr).")
     p.set_defaults(func=_cmd_drill, in_process=None)

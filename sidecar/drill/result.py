@@ -71,5 +71,12 @@ class CheckResult:
         return self.outcome == "passed"
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "passed": self.passed, "outcome": self.outcome,
-                "evidence": self.evidence, "notes": list(self.notes), "duration_ms": self.duration_ms}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "passed": self.passed,
+            "outcome": self.outcome,
+            "evidence": self.evidence,
+            "notes": list(self.notes),
+            "duration_ms": self.duration_ms,
+        }

@@ -98,8 +98,12 @@ async def run_check(run: DrillRun, check: Check) -> CheckResult:
         ev.data.update(unproven.observed, not_provable=unproven.why)
     except ControlError as exc:
         outcome = "failed"
-        ev["error"] = {"type": "ControlError", "status": exc.status, "reason": exc.reason,
-                       "decision_id": exc.decision_id}
+        ev["error"] = {
+            "type": "ControlError",
+            "status": exc.status,
+            "reason": exc.reason,
+            "decision_id": exc.decision_id,
+        }
     except (aiohttp.ClientError, TimeoutError, KeyError, TypeError, ValueError) as exc:
         # An answer of the wrong shape or no answer: the property is not shown. Only the type is kept.
         outcome = "failed"
@@ -119,9 +123,13 @@ async def _versions(run: DrillRun) -> dict[str, Any]:
         drill_version = version("memgov")
     except PackageNotFoundError:
         drill_version = None
-    found: dict[str, Any] = {"memgov_drill": drill_version, "policy_engine": None, "policy_revision": None,
-                             "ready": None,
-                             "kagent": kagent.body.get("kagent_version") if isinstance(kagent.body, dict) else None}
+    found: dict[str, Any] = {
+        "memgov_drill": drill_version,
+        "policy_engine": None,
+        "policy_revision": None,
+        "ready": None,
+        "kagent": kagent.body.get("kagent_version") if isinstance(kagent.body, dict) else None,
+    }
     if run.target.ops_url is not None:
         try:
             ready = await call(run.http, "GET", run.target.ops_url + "/readyz")
@@ -129,8 +137,11 @@ async def _versions(run: DrillRun) -> dict[str, Any]:
             return found
         checks = ready.body.get("checks", {}) if isinstance(ready.body, dict) else {}
         policy = checks.get("policy", {}) if isinstance(checks, dict) else {}
-        found.update(ready=ready.status == 200, policy_engine=policy.get("engine"),
-                     policy_revision=policy.get("revision") or None)
+        found.update(
+            ready=ready.status == 200,
+            policy_engine=policy.get("engine"),
+            policy_revision=policy.get("revision") or None,
+        )
     return found
 
 
@@ -149,9 +160,14 @@ async def _cleanup(run: DrillRun) -> dict[str, Any]:
     return {"subjects": len(run.subjects), "scopes": scopes, "complete": complete}
 
 
-async def run_drill(target: Target, *, local: LocalView | None = None,
-                    clock: Callable[[], datetime] | None = None, checks: Sequence[Check] = CHECKS,
-                    progress: Callable[[str], None] = lambda line: None) -> Report:
+async def run_drill(
+    target: Target,
+    *,
+    local: LocalView | None = None,
+    clock: Callable[[], datetime] | None = None,
+    checks: Sequence[Check] = CHECKS,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Report:
     """Run ``checks`` in order against ``target`` and return the report (raises TargetUnreachable)."""
     recorder = Recorder()
     async with open_session(recorder) as http:

@@ -16,7 +16,7 @@ from urllib.parse import quote, quote_plus
 
 def make_sentinel(tag: str) -> str:
     """A unique marker with a non-ASCII letter and a quote, so escaping changes its form."""
-    return f"SNTL{tag}{secrets.token_hex(6)}ü\"x"
+    return f'SNTL{tag}{secrets.token_hex(6)}ü"x'
 
 
 def _b64_forms(raw: bytes) -> Iterator[str]:

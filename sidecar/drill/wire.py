@@ -54,13 +54,13 @@ class Recorder:
         finally:
             _CHANNEL.reset(token)
 
-    async def middleware(self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-                         ) -> aiohttp.ClientResponse:
+    async def middleware(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
         """Read and keep the answer; the body stays cached for the caller."""
         resp = await handler(request)
         body = await resp.read()
-        self.exchanges.append(Exchange(request.method, resp.status, tuple(resp.headers.items()),
-                                       body, _CHANNEL.get()))
+        self.exchanges.append(Exchange(request.method, resp.status, tuple(resp.headers.items()), body, _CHANNEL.get()))
         return resp
 
     def texts(self, since: int = 0) -> list[str]:
@@ -120,8 +120,9 @@ class Answer:
         return [str(r["id"]) for r in rows if isinstance(r, dict) and "id" in r]
 
 
-async def call(http: aiohttp.ClientSession, method: str, url: str, *, json: Any = None,
-               headers: dict[str, str] | None = None) -> Answer:
+async def call(
+    http: aiohttp.ClientSession, method: str, url: str, *, json: Any = None, headers: dict[str, str] | None = None
+) -> Answer:
     """One request; the answer is parsed leniently (non-JSON bodies become None)."""
     async with http.request(method, url, json=json, headers=headers) as resp:
         try:

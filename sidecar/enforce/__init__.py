@@ -21,8 +21,9 @@ from sidecar.routes import RouteClass, RouteMatch
 from sidecar.state.types import StateError
 
 #: The request or the upstream failed: there is nothing to degrade to, the answer is the error.
-_FAILED_EXCHANGE: Final = frozenset({Reason.BODY_TOO_LARGE, Reason.BODY_TIMEOUT, Reason.UPSTREAM_ERROR,
-                                     Reason.UPSTREAM_UNAVAILABLE})
+_FAILED_EXCHANGE: Final = frozenset(
+    {Reason.BODY_TOO_LARGE, Reason.BODY_TIMEOUT, Reason.UPSTREAM_ERROR, Reason.UPSTREAM_UNAVAILABLE}
+)
 
 
 async def answer(request: web.Request, match: RouteMatch, operation: Operation, refusal: Refusal) -> web.StreamResponse:
@@ -36,8 +37,13 @@ async def answer(request: web.Request, match: RouteMatch, operation: Operation, 
     if isinstance(refusal, Denied):
         decision = refusal.decision
     else:
-        decision = await refuse(request, operation, refusal.reason, scope_id=refusal.scope_id,
-                                credentialed=refusal.credentialed or request.get(CREDENTIALED, False))
+        decision = await refuse(
+            request,
+            operation,
+            refusal.reason,
+            scope_id=refusal.scope_id,
+            credentialed=refusal.credentialed or request.get(CREDENTIALED, False),
+        )
     degrade = deny_action(operation)
     if degrade is Action.DENY or refusal.reason in _FAILED_EXCHANGE:
         return error(request, refusal, decision)

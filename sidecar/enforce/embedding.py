@@ -76,23 +76,51 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
         raise Refusal(Reason.CONSENT_MISSING)
     lim = gov.limits
     failed = await gov.store.reserve_budget(
-        [BudgetClaim(kind="window", key=f"embed-src:{ref}:{request.remote or ''}", cost=len(inputs),
-                     limit=lim.embedding_items_per_source_hour, window_s=3600,
-                     reason=Reason.HOURLY_BUDGET_EXHAUSTED.value),
-         BudgetClaim(kind="window", key=f"embed:{ref}", limit=lim.embedding_items_per_agent_hour,
-                     cost=len(inputs), window_s=3600, reason=Reason.HOURLY_BUDGET_EXHAUSTED.value)], gov.now())
+        [
+            BudgetClaim(
+                kind="window",
+                key=f"embed-src:{ref}:{request.remote or ''}",
+                cost=len(inputs),
+                limit=lim.embedding_items_per_source_hour,
+                window_s=3600,
+                reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
+            ),
+            BudgetClaim(
+                kind="window",
+                key=f"embed:{ref}",
+                limit=lim.embedding_items_per_agent_hour,
+                cost=len(inputs),
+                window_s=3600,
+                reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
+            ),
+        ],
+        gov.now(),
+    )
     # A prefetch query is embedded here before its search (which carries only a vector), so the
     # prefetch query size is enforced on every item too.
     facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
-    decision = await decide(request, op, agent_ref=ref, agent=agent_of(ref, gov.app_name(ref), True),
-                            request=facts, budget=Budget(embedding_ok=failed is None))
+    decision = await decide(
+        request,
+        op,
+        agent_ref=ref,
+        agent=agent_of(ref, gov.app_name(ref), True),
+        request=facts,
+        budget=Budget(embedding_ok=failed is None),
+    )
     await record(request, op, decision, scope_id=None)
     if not decision.allowed:
         raise Denied(decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
-    answer = await forward(request, request.app[EMBEDDING], path="/embeddings", body=dumps(body), drop=_DROPPED,
-                           headers={"Content-Type": "application/json"}, response_headers=decision_headers(decision),
-                           replace_errors=True)
+    answer = await forward(
+        request,
+        request.app[EMBEDDING],
+        path="/embeddings",
+        body=dumps(body),
+        drop=_DROPPED,
+        headers={"Content-Type": "application/json"},
+        response_headers=decision_headers(decision),
+        replace_errors=True,
+    )
     if answer.status == HTTPStatus.OK and gov.rotator is not None:
         # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
         try:

@@ -79,19 +79,43 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
             # Peek: a reservation of nothing against one less than the limit succeeds only while
             # at least one operation is left this hour, so an exhausted scope chats without memory.
             failed = await gov.store.reserve_budget(
-                [BudgetClaim(kind="window", key=f"hour:{found.scope_id}", limit=gov.limits.hourly_operations - 1,
-                             cost=0, window_s=3600, reason=Reason.HOURLY_BUDGET_EXHAUSTED.value)], gov.now())
+                [
+                    BudgetClaim(
+                        kind="window",
+                        key=f"hour:{found.scope_id}",
+                        limit=gov.limits.hourly_operations - 1,
+                        cost=0,
+                        window_s=3600,
+                        reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
+                    )
+                ],
+                gov.now(),
+            )
             budget = Budget(hourly_ok=failed is None)
     request_facts = RequestFacts(
         context=facts,
         context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
         context_agent=ctx.agent if ctx else None,
     )
-    decision = await decide(request, Operation.A2A_INVOKE, agent_ref=ref, principal=principal,
-                            agent=agent_of(ref, gov.app_name(ref), True), scope=scope, request=request_facts,
-                            room=room, audience=audience, budget=budget)
-    await record(request, Operation.A2A_INVOKE, decision, scope_id=scope.scope_id if scope else None,
-                 credentialed=ctx is not None)
+    decision = await decide(
+        request,
+        Operation.A2A_INVOKE,
+        agent_ref=ref,
+        principal=principal,
+        agent=agent_of(ref, gov.app_name(ref), True),
+        scope=scope,
+        request=request_facts,
+        room=room,
+        audience=audience,
+        budget=budget,
+    )
+    await record(
+        request,
+        Operation.A2A_INVOKE,
+        decision,
+        scope_id=scope.scope_id if scope else None,
+        credentialed=ctx is not None,
+    )
     upstream = request.app[CONTROLLER]
     if decision.allowed and scope is not None:
         key = gov.keys.session_key(scope.scope_id, scope.generation)
@@ -99,9 +123,16 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         if _is_new_conversation(payload):
             now = gov.now()
             await gov.store.open_prefetch_window(
-                scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s))
-        return await forward(request, upstream, path=_without_query_user(request.raw_path), headers=headers,
-                             body=body, response_headers=decision_headers(decision))
+                scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s)
+            )
+        return await forward(
+            request,
+            upstream,
+            path=_without_query_user(request.raw_path),
+            headers=headers,
+            body=body,
+            response_headers=decision_headers(decision),
+        )
     raise Denied(decision)  # answered by the memory-disabled variant (``rewrite_disabled``)
 
 
@@ -110,7 +141,8 @@ async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: De
     # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
     variant = gov_of(request).settings.agents[f"{match.params['ns']}/{match.params['name']}"].disabled_variant
     prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
-    path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix):])
+    path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix) :])
     body = await read_body(request)
-    return await forward(request, request.app[CONTROLLER], path=path, body=body,
-                         response_headers=decision_headers(decision))
+    return await forward(
+        request, request.app[CONTROLLER], path=path, body=body, response_headers=decision_headers(decision)
+    )

@@ -48,30 +48,57 @@ _REPLACED: Final = ("Host", "Content-Length", "Content-Type", "Content-Encoding"
 
 def _fact_ok(item: object) -> bool:
     """A save item kagent would accept, with every field memgov forwards of the right type."""
-    return (isinstance(item, dict) and isinstance(item.get("content", ""), str)
-            and isinstance(item.get("agent_name"), str) and isinstance(item.get("user_id"), str)
-            and is_vector(item.get("vector")) and ("ttl_days" not in item or is_int64(item["ttl_days"])))
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("content", ""), str)
+        and isinstance(item.get("agent_name"), str)
+        and isinstance(item.get("user_id"), str)
+        and is_vector(item.get("vector"))
+        and ("ttl_days" not in item or is_int64(item["ttl_days"]))
+    )
 
 
 def _rate_claim(gov: Governance, scope: Scope) -> BudgetClaim:
     lim = gov.limits
-    return BudgetClaim(kind="bucket", key=f"rate:{scope.principal_mxid}:{scope.agent}", limit=lim.rate_burst,
-                       refill_per_s=lim.rate_per_minute / 60.0, reason=Reason.RATE_LIMITED.value)
+    return BudgetClaim(
+        kind="bucket",
+        key=f"rate:{scope.principal_mxid}:{scope.agent}",
+        limit=lim.rate_burst,
+        refill_per_s=lim.rate_per_minute / 60.0,
+        reason=Reason.RATE_LIMITED.value,
+    )
 
 
 def _hour_claim(gov: Governance, scope: Scope, cost: int) -> BudgetClaim:
-    return BudgetClaim(kind="window", key=f"hour:{scope.scope_id}", limit=gov.limits.hourly_operations, cost=cost,
-                       window_s=3600, reason=Reason.HOURLY_BUDGET_EXHAUSTED.value)
+    return BudgetClaim(
+        kind="window",
+        key=f"hour:{scope.scope_id}",
+        limit=gov.limits.hourly_operations,
+        cost=cost,
+        window_s=3600,
+        reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
+    )
 
 
 def _budget(failed: str | None) -> Budget:
-    return Budget(rate_ok=failed != Reason.RATE_LIMITED, hourly_ok=failed != Reason.HOURLY_BUDGET_EXHAUSTED,
-                  prefetch_ok=failed != Reason.PREFETCH_LIMIT, embedding_ok=True)
+    return Budget(
+        rate_ok=failed != Reason.RATE_LIMITED,
+        hourly_ok=failed != Reason.HOURLY_BUDGET_EXHAUSTED,
+        prefetch_ok=failed != Reason.PREFETCH_LIMIT,
+        embedding_ok=True,
+    )
 
 
 @tracing.traced("memgov.identify")
-async def _admit(request: web.Request, user_id: object, agent_name: object, claims: Claims, *,
-                 window: bool = False, write: WriteAsk | None = None) -> tuple[KeyFacts, Admission]:
+async def _admit(
+    request: web.Request,
+    user_id: object,
+    agent_name: object,
+    claims: Claims,
+    *,
+    window: bool = False,
+    write: WriteAsk | None = None,
+) -> tuple[KeyFacts, Admission]:
     """Verify the key, then read its scope and reserve the call's cost in one state transaction."""
     gov = gov_of(request)
     kf = KeyFacts(gov.keys, user_id, request.headers.get("X-User-Id"), agent_name, request.headers.get("X-Agent-Name"))
@@ -95,14 +122,25 @@ async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admiss
     scope = adm.scope
     budget = _budget(adm.refused) if adm.live else Budget()
     entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and "item_count" in facts else None
-    rf = RequestFacts(presented_generation=kf.generation, key_valid=kf.key_valid, user_id_matches=kf.user_id_matches,
-                      caller_agent_name=kf.agent_name, header_agent_name=kf.header_agent,
-                      agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_refs), **facts)
+    rf = RequestFacts(
+        presented_generation=kf.generation,
+        key_valid=kf.key_valid,
+        user_id_matches=kf.user_id_matches,
+        caller_agent_name=kf.agent_name,
+        header_agent_name=kf.header_agent,
+        agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_refs),
+        **facts,
+    )
     decision = await decide(
-        request, op, agent_ref=scope.agent if scope else None,
+        request,
+        op,
+        agent_ref=scope.agent if scope else None,
         principal=principal_of(scope.principal_mxid, scope.origin) if scope else None,
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)) if scope else None,
-        scope=scope_of(scope) if scope else None, request=rf, budget=budget, entries=entries,
+        scope=scope_of(scope) if scope else None,
+        request=rf,
+        budget=budget,
+        entries=entries,
     )
     await record(request, op, decision, scope_id=scope.scope_id if scope else None, credentialed=kf.key_valid)
     return decision
@@ -120,8 +158,10 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payloa
     Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
     request may have reached kagent).
     """
-    async with (tracing.span("memgov.forward", upstream=upstream.name),
-                upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp):
+    async with (
+        tracing.span("memgov.forward", upstream=upstream.name),
+        upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp,
+    ):
         try:
             raw = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError):
@@ -141,8 +181,9 @@ def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     return ceiling  # kagent treats a missing or non-positive ttl as 15 days: always send the ceiling
 
 
-async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, decision: Decision,
-                 facts: list[dict[str, Any]]) -> web.StreamResponse:
+async def _write(
+    request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, decision: Decision, facts: list[dict[str, Any]]
+) -> web.StreamResponse:
     """Forward each fact of an admitted save as a single save (its slots and in-flight record are held)."""
     gov = gov_of(request)
     scope, op_id, slots = adm.scope, adm.op_id, adm.slots
@@ -159,8 +200,13 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
         for index, fact in enumerate(facts):
             # SECURITY: memgov serializes the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
-            body = {"agent_name": app, "user_id": ns.storage_key, "content": fact.get("content", ""),
-                    "vector": fact["vector"], "ttl_days": ttl}
+            body = {
+                "agent_name": app,
+                "user_id": ns.storage_key,
+                "content": fact.get("content", ""),
+                "vector": fact["vector"],
+                "ttl_days": ttl,
+            }
             in_doubt = True
             try:
                 status, answer = await _post(request.app[MEMORY], SAVE_PATH, headers, body)
@@ -170,9 +216,10 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
             in_doubt = False
             entry_id = answer.get("id") if isinstance(answer, dict) else None
             if status != HTTPStatus.CREATED or not isinstance(entry_id, str):
-                await _roll_back(gov, scope, ns, created, slots[len(created):])
-                refusal = Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True,
-                                  upstream_status=status)
+                await _roll_back(gov, scope, ns, created, slots[len(created) :])
+                refusal = Refusal(
+                    Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status
+                )
                 break
             created.append(entry_id)
             at = gov.now()
@@ -191,7 +238,7 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
                 refusal = Refusal(Reason.STALE_GENERATION, scope_id=scope.scope_id, credentialed=True)
     except BaseException:
         # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
-        await _roll_back(gov, scope, ns, created, slots[len(created) + int(in_doubt):])
+        await _roll_back(gov, scope, ns, created, slots[len(created) + int(in_doubt) :])
         if in_doubt:
             # SECURITY: that save may still commit in kagent. The in-flight record stays until its
             # lease ends and the namespace is marked possibly written, so an erasure waits for it
@@ -211,8 +258,15 @@ async def _write(request: web.Request, op: Operation, kf: KeyFacts, adm: Admissi
     return json_answer(HTTPStatus.CREATED, {"id": created[0]}, decision)
 
 
-async def _roll_back(gov: Governance, scope: Scope, ns: Namespace, created: list[str], unused_slots: list[str], *,
-                     dead_namespace: bool = False) -> None:
+async def _roll_back(
+    gov: Governance,
+    scope: Scope,
+    ns: Namespace,
+    created: list[str],
+    unused_slots: list[str],
+    *,
+    dead_namespace: bool = False,
+) -> None:
     """Make created entries unreadable now, and physically gone where the adapter can."""
     if unused_slots:
         await gov.store.release_entries(unused_slots)
@@ -259,11 +313,22 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
     # for the sender's rate (limits.yaml), plus one summarization and, per fact, one save and one
     # embedding item for the hour (R-11).
     cost = 1 + 2 * len(items) if batch else 2
-    kf, adm = await _admit(request, first["user_id"], first["agent_name"], _save_claims(gov, cost),
-                           write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))))
-    decision = await _decide(request, op, kf, adm, item_count=len(items),
-                             max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
-                             ttl_days=first.get("ttl_days"))
+    kf, adm = await _admit(
+        request,
+        first["user_id"],
+        first["agent_name"],
+        _save_claims(gov, cost),
+        write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))),
+    )
+    decision = await _decide(
+        request,
+        op,
+        kf,
+        adm,
+        item_count=len(items),
+        max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
+        ttl_days=first.get("ttl_days"),
+    )
     if not decision.allowed or adm.scope is None:
         await gov.store.release_write(adm)
         raise Denied(decision)
@@ -275,8 +340,11 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
 
 
 def _search_ok(payload: dict[str, Any]) -> bool:
-    return (is_vector(payload.get("vector")) and ("limit" not in payload or is_int64(payload["limit"]))
-            and ("min_score" not in payload or is_number(payload["min_score"])))
+    return (
+        is_vector(payload.get("vector"))
+        and ("limit" not in payload or is_int64(payload["limit"]))
+        and ("min_score" not in payload or is_number(payload["min_score"]))
+    )
 
 
 async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamResponse:
@@ -287,9 +355,17 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     gov = gov_of(request)
 
     def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
-        first = (BudgetClaim(kind="counter", key=f"prefetch:{window}", limit=gov.limits.prefetch_searches,
-                             ttl_s=gov.settings.enforce.prefetch_window_s, reason=Reason.PREFETCH_LIMIT.value)
-                 if window is not None else _rate_claim(gov, scope))
+        first = (
+            BudgetClaim(
+                kind="counter",
+                key=f"prefetch:{window}",
+                limit=gov.limits.prefetch_searches,
+                ttl_s=gov.settings.enforce.prefetch_window_s,
+                reason=Reason.PREFETCH_LIMIT.value,
+            )
+            if window is not None
+            else _rate_claim(gov, scope)
+        )
         return [first, _hour_claim(gov, scope, 2)]
 
     kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
@@ -308,10 +384,16 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     for _ in range(2):
         if ns is None:
             break
-        body = {"agent_name": app, "user_id": ns.storage_key, "vector": payload["vector"],
-                "limit": min(limit if limit and limit > 0 else 5, ceiling), "min_score": payload.get("min_score", 0)}
-        status, rows = await _post(request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app),
-                                   body)
+        body = {
+            "agent_name": app,
+            "user_id": ns.storage_key,
+            "vector": payload["vector"],
+            "limit": min(limit if limit and limit > 0 else 5, ceiling),
+            "min_score": payload.get("min_score", 0),
+        }
+        status, rows = await _post(
+            request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), body
+        )
         if status >= HTTPStatus.BAD_REQUEST or not isinstance(rows, list):
             raise Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status)
         ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
@@ -327,8 +409,13 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
 async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace | None:
     """The scope's new live namespace when a rotation switched it since ``ns`` was read, else None."""
     now = await gov.store.get_scope(scope.scope_id)
-    if (now is None or not now.enabled or now.generation != scope.generation or now.namespace is None
-            or now.namespace.ns_id == ns.ns_id):
+    if (
+        now is None
+        or not now.enabled
+        or now.generation != scope.generation
+        or now.namespace is None
+        or now.namespace.ns_id == ns.ns_id
+    ):
         return None
     return now.namespace
 

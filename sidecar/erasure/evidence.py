@@ -57,8 +57,11 @@ def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namesp
     read = {ns_id for ns_id, _ in emptied}
     if erasure.kind in WHOLE_SCOPE:
         # Every namespace the scope had before the erasure, except the one it writes to now.
-        wanted = {n.ns_id for n in namespaces if n.state != "live" and n.created_at is not None
-                  and n.created_at <= erasure.created_at}
+        wanted = {
+            n.ns_id
+            for n in namespaces
+            if n.state != "live" and n.created_at is not None and n.created_at <= erasure.created_at
+        }
         return wanted <= read
     if erasure.kind == Kind.ROTATE:
         # The namespace it rotated away from (and every entry it erased was stamped from that read-back).
@@ -74,9 +77,12 @@ def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, Any] |
     if erasure.kind != Kind.ROTATE:
         return None
     frozen = next((n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id), None)
-    return {"from_namespace": frozen, "to_namespace": erasure.ns_id,
-            "moved": [{"from_entry_id": old, "to_entry_id": new} for old, new in erasure.moves if new is not None],
-            "not_found_in_kagent": [old for old, new in erasure.moves if new is None]}
+    return {
+        "from_namespace": frozen,
+        "to_namespace": erasure.ns_id,
+        "moved": [{"from_entry_id": old, "to_entry_id": new} for old, new in erasure.moves if new is not None],
+        "not_found_in_kagent": [old for old, new in erasure.moves if new is None],
+    }
 
 
 def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, Any] | None:
@@ -91,8 +97,9 @@ def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, Any
     return {"erasure_id": chosen.erasure_id, "state": chosen.state, "failure_reason": chosen.failure_reason}
 
 
-def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace],
-                   rotations: Sequence[Erasure] = ()) -> dict[str, Any]:
+def build_evidence(
+    erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace], rotations: Sequence[Erasure] = ()
+) -> dict[str, Any]:
     """The exportable evidence record of one erasure; ``ledger``, ``namespaces`` and ``rotations``
     (newest first) are the scope's."""
     by_id = {e.entry_id: e for e in ledger}
@@ -121,9 +128,14 @@ def build_evidence(erasure: Erasure, ledger: list[LedgerEntry], namespaces: list
         "steps": [{"state": state, "at": iso(at)} for state, at in erasure.steps],
         "entries": [_entry(i, e) for i, e in zip(erasure.entry_ids, entries, strict=True)],
         "read_back": [
-            {"namespace_id": ns_id, "generation": generation[ns_id].generation if ns_id in generation else None,
-             "legacy": generation[ns_id].legacy if ns_id in generation else None, "check": check,
-             "at": iso(at), "rows_found": found}
+            {
+                "namespace_id": ns_id,
+                "generation": generation[ns_id].generation if ns_id in generation else None,
+                "legacy": generation[ns_id].legacy if ns_id in generation else None,
+                "check": check,
+                "at": iso(at),
+                "rows_found": found,
+            }
             for ns_id, at, found, check in erasure.readbacks
         ],
         "verification": {

@@ -106,8 +106,14 @@ class ErasureEngine:
             ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.physically_deleted_at is None]
         erasure = await store.create_erasure(scope.scope_id, kind.value, ids, self.adapter, requested_by, self._now())
         await self._audit(erasure, Reason.ALLOWED)
-        log.info("erasure.requested", erasure_id=erasure.erasure_id, scope_id=scope.scope_id, kind=kind.value,
-                 adapter=self.adapter, count=len(ids))
+        log.info(
+            "erasure.requested",
+            erasure_id=erasure.erasure_id,
+            scope_id=scope.scope_id,
+            kind=kind.value,
+            adapter=self.adapter,
+            count=len(ids),
+        )
         return erasure
 
     async def erase(self, scope: Scope, kind: Kind, requested_by: str, entry_ids: Iterable[str] = ()) -> Erasure:
@@ -128,8 +134,11 @@ class ErasureEngine:
         """Whether every entry of the erasure (copies included) is stamped physically deleted."""
         current = await self._gov.store.get_erasure(erasure.erasure_id) or erasure
         wanted = set(current.entry_ids)
-        return all(e.physically_deleted_at is not None
-                   for e in await self._gov.store.entries_of_scope(erasure.scope_id) if e.entry_id in wanted)
+        return all(
+            e.physically_deleted_at is not None
+            for e in await self._gov.store.entries_of_scope(erasure.scope_id)
+            if e.entry_id in wanted
+        )
 
     async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
         """Rotate the scope's live namespace, joining a rotation of it that is already under way."""
@@ -162,10 +171,12 @@ class ErasureEngine:
         deferred ones whose wait is over."""
         now = self._now()
         cutoff = now - older_than
-        due = [e for e in await self._gov.store.unfinished_erasures()
-               if e.erasure_id not in self._running
-               and ((e.not_before is None and e.updated_at < cutoff)
-                    or (e.not_before is not None and e.not_before <= now))]
+        due = [
+            e
+            for e in await self._gov.store.unfinished_erasures()
+            if e.erasure_id not in self._running
+            and ((e.not_before is None and e.updated_at < cutoff) or (e.not_before is not None and e.not_before <= now))
+        ]
         await asyncio.gather(*(self.run(e.erasure_id) for e in due))
         return len(due)
 
@@ -193,8 +204,11 @@ class ErasureEngine:
         """Fence every scope of a principal first, then erase each (SPEC R-7)."""
         erasures: list[Erasure] = []
         for scope in scopes:
-            pending = [e for e in await self._gov.store.erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
-                       if e.state not in ERASURE_TERMINAL and e.kind in WHOLE_SCOPE]
+            pending = [
+                e
+                for e in await self._gov.store.erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
+                if e.state not in ERASURE_TERMINAL and e.kind in WHOLE_SCOPE
+            ]
             erasures.append(pending[0] if pending else await self.request(scope, Kind.OFFBOARD, requested_by))
         # SECURITY: every scope is disabled before any deletion starts, so none keeps collecting.
         for erasure in erasures:
@@ -228,16 +242,23 @@ class ErasureEngine:
                 return await self._fail(erasure, Reason.ERASURE_FAILED)
             erasure = await self._advance(erasure, target)
         if erasure.state in ERASURE_TERMINAL and until is None:
-            log.info("erasure.finished", erasure_id=erasure_id, scope_id=erasure.scope_id, kind=erasure.kind,
-                     state=erasure.state, adapter=erasure.adapter)
+            log.info(
+                "erasure.finished",
+                erasure_id=erasure_id,
+                scope_id=erasure.scope_id,
+                kind=erasure.kind,
+                state=erasure.state,
+                adapter=erasure.adapter,
+            )
         return erasure
 
     async def _step(self, erasure: Erasure, target: str, failure_reason: str | None = None) -> tuple[Erasure, bool]:
         """Move the row to ``target``; (row, True) when this runner did, (current row, False) if another did."""
         store = self._gov.store
         try:
-            moved: Erasure = await store.advance_erasure(erasure.erasure_id, target, self._now(),
-                                                         failure_reason=failure_reason)
+            moved: Erasure = await store.advance_erasure(
+                erasure.erasure_id, target, self._now(), failure_reason=failure_reason
+            )
             return moved, True
         except StateError as exc:
             if exc.reason is not Reason.INTERNAL_ERROR:
@@ -273,8 +294,15 @@ class ErasureEngine:
             return failed
         if erasure.kind == Kind.ROTATE:
             metrics.ROTATIONS.labels("failed").inc()
-        log.warning("erasure.failed", erasure_id=erasure.erasure_id, scope_id=erasure.scope_id, kind=erasure.kind,
-                    reason=reason.value, step=erasure.state, adapter=erasure.adapter)
+        log.warning(
+            "erasure.failed",
+            erasure_id=erasure.erasure_id,
+            scope_id=erasure.scope_id,
+            kind=erasure.kind,
+            reason=reason.value,
+            step=erasure.state,
+            adapter=erasure.adapter,
+        )
         await self._audit(failed, reason)
         return failed
 
@@ -283,9 +311,15 @@ class ErasureEngine:
         return revision
 
     async def _audit(self, erasure: Erasure, reason: Reason) -> None:
-        await self._gov.store.audit("erasure", reason.value, scope_id=erasure.scope_id, erasure_id=erasure.erasure_id,
-                                    operation=f"erasure.{erasure.kind}.{erasure.state}",
-                                    policy_revision=self._revision(), now=self._now())
+        await self._gov.store.audit(
+            "erasure",
+            reason.value,
+            scope_id=erasure.scope_id,
+            erasure_id=erasure.erasure_id,
+            operation=f"erasure.{erasure.kind}.{erasure.state}",
+            policy_revision=self._revision(),
+            now=self._now(),
+        )
 
     async def _scope(self, erasure: Erasure) -> Scope:
         scope: Scope | None = await self._gov.store.get_scope(erasure.scope_id)
@@ -293,8 +327,15 @@ class ErasureEngine:
             raise StateError(Reason.NOT_FOUND)
         return scope
 
-    @tracing.traced("memgov.erasure.step", lambda self, erasure, target: {
-        "erasure_id": erasure.erasure_id, "kind": erasure.kind, "step": target, "adapter": erasure.adapter})
+    @tracing.traced(
+        "memgov.erasure.step",
+        lambda self, erasure, target: {
+            "erasure_id": erasure.erasure_id,
+            "kind": erasure.kind,
+            "step": target,
+            "adapter": erasure.adapter,
+        },
+    )
     async def _work(self, erasure: Erasure, target: str) -> None:
         scope = await self._scope(erasure)
         kind = Kind(erasure.kind)
@@ -309,14 +350,17 @@ class ErasureEngine:
         elif target == "deleted":
             await (self._delete_scope(scope) if kind in WHOLE_SCOPE else self._delete_entries(scope, erasure))
         else:
-            await (self._verify_scope(scope, erasure) if kind in WHOLE_SCOPE
-                   else self._verify_entries(scope, erasure))
+            await (self._verify_scope(scope, erasure) if kind in WHOLE_SCOPE else self._verify_entries(scope, erasure))
 
     async def _rotate_step(self, scope: Scope, erasure: Erasure, target: str) -> None:
         if self._rotation is None:
             raise AdapterError(Reason.ERASURE_FAILED)  # resumed where rotation is no longer configured
-        step = {"fenced": self._rotation.fence, "quiesced": self._rotation.quiesce,
-                "deleted": self._rotation.delete, "verified": self._rotation.verify}[target]
+        step = {
+            "fenced": self._rotation.fence,
+            "quiesced": self._rotation.quiesce,
+            "deleted": self._rotation.delete,
+            "verified": self._rotation.verify,
+        }[target]
         await step(scope, erasure)
 
     async def _fence(self, scope: Scope, kind: Kind, erasure: Erasure) -> None:
@@ -332,10 +376,21 @@ class ErasureEngine:
             return
         if kind is Kind.WITHDRAW:
             _, receipt = await store.withdraw(scope.scope_id, now)
-            await store.audit("consent", Reason.ALLOWED.value, scope_id=scope.scope_id, erasure_id=erasure.erasure_id,
-                              operation="consent.withdraw", policy_revision=self._revision(), now=now)
-            log.info("consent.withdrawn", scope_id=scope.scope_id, receipt_id=receipt.receipt_id,
-                     generation=receipt.generation_after)
+            await store.audit(
+                "consent",
+                Reason.ALLOWED.value,
+                scope_id=scope.scope_id,
+                erasure_id=erasure.erasure_id,
+                operation="consent.withdraw",
+                policy_revision=self._revision(),
+                now=now,
+            )
+            log.info(
+                "consent.withdrawn",
+                scope_id=scope.scope_id,
+                receipt_id=receipt.receipt_id,
+                generation=receipt.generation_after,
+            )
         elif kind is Kind.FORGET_ALL:
             await store.advance_generation(scope.scope_id, now)
         else:
@@ -363,8 +418,9 @@ class ErasureEngine:
 
     async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
         wanted = set(erasure.entry_ids)
-        groups = _by_namespace(e for e in await self._gov.store.entries_of_scope(scope.scope_id)
-                               if e.entry_id in wanted)
+        groups = _by_namespace(
+            e for e in await self._gov.store.entries_of_scope(scope.scope_id) if e.entry_id in wanted
+        )
         by_id = {n.ns_id: n for n in await self._gov.store.namespaces_of_scope(scope.scope_id)}
         return {by_id[ns_id]: ids for ns_id, ids in groups.items() if ns_id in by_id}
 

@@ -39,10 +39,15 @@ async def quiesce(gov: Governance, scope: Scope, erasure: Erasure, busy: Callabl
         if loop.time() >= deadline:
             # Each such write re-checks its namespace after it lands and deletes its own row; a
             # write whose outcome stays unknown marks its namespace, and verification waits for it.
-            log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id,
-                        count=left)
-            await gov.store.audit("erasure", Reason.STALE_GENERATION.value, scope_id=scope.scope_id,
-                                  erasure_id=erasure.erasure_id, operation="erasure.quiesce_timeout", now=gov.now())
+            log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id, count=left)
+            await gov.store.audit(
+                "erasure",
+                Reason.STALE_GENERATION.value,
+                scope_id=scope.scope_id,
+                erasure_id=erasure.erasure_id,
+                operation="erasure.quiesce_timeout",
+                now=gov.now(),
+            )
             return
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(delay * 2, _POLL_MAX_S)

@@ -72,8 +72,12 @@ class RotationSteps:
         """Wait, within the erasure bound, for saves that were already writing into it."""
         frozen = await self._frozen(erasure)
         store, gov = self._gov.store, self._gov
-        await quiesce(gov, scope, erasure,
-                      lambda: store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True))
+        await quiesce(
+            gov,
+            scope,
+            erasure,
+            lambda: store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True),
+        )
 
     async def delete(self, scope: Scope, erasure: Erasure) -> None:
         """Copy, switch (unless a previous run did), then delete the old and any abandoned namespace whole."""
@@ -108,9 +112,14 @@ class RotationSteps:
         """Re-save the live entries of ``frozen`` into ``staged``; remember the copies (not yet in the ledger)."""
         gov, store, rot = self._gov, self._gov.store, self._rotator
         now = gov.now()
-        live = [e for e in await store.entries_of_scope(scope.scope_id)
-                if e.ns_id == frozen.ns_id and e.tombstoned_at is None and e.physically_deleted_at is None
-                and e.expires_at > now]
+        live = [
+            e
+            for e in await store.entries_of_scope(scope.scope_id)
+            if e.ns_id == frozen.ns_id
+            and e.tombstoned_at is None
+            and e.physically_deleted_at is None
+            and e.expires_at > now
+        ]
         if len(live) > gov.limits.max_entries:
             # SECURITY: re-embedding is bounded per rotation (cost), whatever the ledger holds.
             raise AdapterError(Reason.ENTRY_CAP_REACHED)
@@ -120,20 +129,22 @@ class RotationSteps:
         if present:  # nothing kept, nothing to embed: no model needed
             model = await rot.model(store, scope.agent)
             for start in range(0, len(present), BATCH):
-                batch = [texts[e.entry_id] for e in present[start:start + BATCH]]
+                batch = [texts[e.entry_id] for e in present[start : start + BATCH]]
                 vectors += await rot.reembedder.embed(model, batch)
                 # Counted as embedding work, never charged to the person's hourly budget.
                 metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
                 await store.touch_erasure(erasure.erasure_id, gov.now())
         moves: list[tuple[str, str | None, datetime, datetime]] = [
-            (e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts]
+            (e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts
+        ]
         pairs = list(zip(present, vectors, strict=True))
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
-            moves.extend(await self._save_chunk(scope, erasure, pairs[start:start + _SAVES_PER_LEASE], texts))
+            moves.extend(await self._save_chunk(scope, erasure, pairs[start : start + _SAVES_PER_LEASE], texts))
         await store.record_moves(erasure.erasure_id, staged.ns_id, moves)
 
-    async def _save_chunk(self, scope: Scope, erasure: Erasure, pairs: list[tuple[LedgerEntry, list[float]]],
-                          texts: dict[str, str]) -> list[tuple[str, str | None, datetime, datetime]]:
+    async def _save_chunk(
+        self, scope: Scope, erasure: Erasure, pairs: list[tuple[LedgerEntry, list[float]]], texts: dict[str, str]
+    ) -> list[tuple[str, str | None, datetime, datetime]]:
         gov, store = self._gov, self._gov.store
         lease = gov.settings.enforce.write_lease_s + len(pairs) * gov.settings.upstream.memory_timeout_s
         try:
@@ -166,8 +177,9 @@ class RotationSteps:
         """The old namespace and every retired one read back empty; the copies read back present."""
         gov, store = self._gov, self._gov.store
         namespaces = await store.namespaces_of_scope(scope.scope_id)
-        await read_back(gov, scope, erasure,
-                        [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id])
+        await read_back(
+            gov, scope, erasure, [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id]
+        )
         target = next((n for n in namespaces if n.ns_id == erasure.ns_id and n.state == "live"), None)
         copies = [new for _, new in erasure.moves if new is not None]
         if target is None or not copies:

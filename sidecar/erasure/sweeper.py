@@ -88,8 +88,11 @@ class _Pass:
         await store.mark_verified(ids, self.now)
 
     async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
-        return [e for e in await self.gov.store.entries_of_scope(scope.scope_id)
-                if e.ns_id == ns_id and e.physically_deleted_at is None]
+        return [
+            e
+            for e in await self.gov.store.entries_of_scope(scope.scope_id)
+            if e.ns_id == ns_id and e.physically_deleted_at is None
+        ]
 
     async def retired(self) -> None:
         for ns in await self.gov.store.sweepable_namespaces(self.now, _BATCH):
@@ -209,9 +212,14 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
     report.audit_purged = await gov.store.purge_audit(retention)
     await gov.store.purge_rotations(retention)
-    log.info("sweep.done", deleted=report.dead_cleared + report.expired_deleted,
-             pending=report.expired_pending + report.rotations_waiting, count=report.rotated, failures=report.failures,
-             adapter=gov.eraser.name)
+    log.info(
+        "sweep.done",
+        deleted=report.dead_cleared + report.expired_deleted,
+        pending=report.expired_pending + report.rotations_waiting,
+        count=report.rotated,
+        failures=report.failures,
+        adapter=gov.eraser.name,
+    )
     return report
 
 

@@ -87,8 +87,12 @@ class Verifier:
         invalid = IdentityError(Reason.CONTEXT_INVALID)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
             raise invalid
-        options: Options = {"require": list(required_claims), "verify_exp": False, "verify_iat": False,
-                             "verify_nbf": False}
+        options: Options = {
+            "require": list(required_claims),
+            "verify_exp": False,
+            "verify_iat": False,
+            "verify_nbf": False,
+        }
         try:
             # SECURITY: the allowed list holds only the key's own algorithm.
             decoded = decode_complete(token, self._key, algorithms=[self.algorithm], options=options)
@@ -190,29 +194,53 @@ def mint_subject(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 120, 
 
 def mint_operator(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 300) -> str:
     """An operator bearer token."""
-    return mint_token({"sub": sub, "role": "operator", "iat": now, "exp": now + ttl_s}, key, alg,
-                      typ=TokenType.OPERATOR)
+    return mint_token(
+        {"sub": sub, "role": "operator", "iat": now, "exp": now + ttl_s}, key, alg, typ=TokenType.OPERATOR
+    )
 
 
 def control_room(members: list[str], server_name: str, **overrides: Any) -> dict[str, Any]:
     """The attested state of a correct control room (SPEC R-5); ``overrides`` change single fields."""
     room: dict[str, Any] = {
-        "room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-        "members": members, "invited": [],
+        "room_version": "12",
+        "encrypted": False,
+        "join_rule": "invite",
+        "history_visibility": "joined",
+        "members": members,
+        "invited": [],
         "server_acl": {"allow": [server_name], "deny": [], "allow_ip_literals": False},
     }
     room.update(overrides)
     return room
 
 
-def mint_context(key: bytes, alg: str, *, sub: str, agent: str, room_id: str, room: dict[str, Any],
-                 servers: list[str], classification: str, now: int, origin: str = "native", ttl_s: int = 60,
-                 jti: str | None = None, iat: int | None = None, exp: int | None = None) -> str:
+def mint_context(
+    key: bytes,
+    alg: str,
+    *,
+    sub: str,
+    agent: str,
+    room_id: str,
+    room: dict[str, Any],
+    servers: list[str],
+    classification: str,
+    now: int,
+    origin: str = "native",
+    ttl_s: int = 60,
+    jti: str | None = None,
+    iat: int | None = None,
+    exp: int | None = None,
+) -> str:
     """A delegation context for ``sub`` talking to ``agent`` from the control room ``room_id``."""
     claims = {
-        "sub": sub, "origin": origin, "agent": agent, "scope": {"kind": "control_room", "room_id": room_id},
-        "room": room, "audience": {"servers": servers, "classification": classification},
-        "iat": now if iat is None else iat, "exp": now + ttl_s if exp is None else exp,
+        "sub": sub,
+        "origin": origin,
+        "agent": agent,
+        "scope": {"kind": "control_room", "room_id": room_id},
+        "room": room,
+        "audience": {"servers": servers, "classification": classification},
+        "iat": now if iat is None else iat,
+        "exp": now + ttl_s if exp is None else exp,
         "jti": jti or secrets.token_hex(16),
     }
     return mint_token(claims, key, alg, typ=TokenType.CONTEXT)
@@ -243,8 +271,9 @@ class OperatorToken:
     exp: int
 
 
-def _decode_auth(token: str, verifier: Verifier, now: int, typ: TokenType, required: tuple[str, ...],
-                 max_age_s: int) -> dict[str, Any]:
+def _decode_auth(
+    token: str, verifier: Verifier, now: int, typ: TokenType, required: tuple[str, ...], max_age_s: int
+) -> dict[str, Any]:
     try:
         claims = verifier.decode(token, typ=typ, now=now, required_claims=required)
     except IdentityError:

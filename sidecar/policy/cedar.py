@@ -88,8 +88,9 @@ def _validate_file(rel: str, text: str, statements: list[Statement], schema: ced
 
 def _check_org(pack: Pack, schema: cedarpy.Schema) -> None:
     # The org lists travel as an entity attribute; the schema's Org type must declare each one.
-    probe = Deployment(server_name="pack.check", classification=pack.federation.classification,
-                       limits=pack.limits, org=pack.org)
+    probe = Deployment(
+        server_name="pack.check", classification=pack.federation.classification, limits=pack.limits, org=pack.org
+    )
     try:
         cedarpy.Entities.from_json_str(json.dumps([deployment_entity(probe)]), schema)
     except ValueError as exc:
@@ -110,7 +111,8 @@ def _reason_map(pack: Pack, sites: list[Site]) -> dict[str, str]:
         if site.code not in known:
             raise _refuse(
                 f"{site.where}: @id {site.name!r} is not a reason code in kebab-case (optionally /suffix) "
-                "that the pack knows (built-in rule codes and data/reasons.yaml)", site.file,
+                "that the pack knows (built-in rule codes and data/reasons.yaml)",
+                site.file,
             )
         reasons[f"policy{index}"] = site.code
     return reasons
@@ -124,7 +126,7 @@ def compile_pack(pack: Pack) -> CedarPolicies:
     sources = pack.select("cedar", ".cedar")
     if not sources:
         raise _refuse("cedar/: no .cedar policy files")
-    (schema_file, schema_text), = schemas.items()
+    ((schema_file, schema_text),) = schemas.items()
     try:
         schema = cedarpy.Schema.from_str(schema_text)
     except ValueError as exc:

@@ -19,11 +19,18 @@ _OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
 def _limits(dep: Deployment) -> dict[str, int]:
     lim = dep.limits
     return {
-        "maxDays": lim.max_days, "maxEntries": lim.max_entries, "maxFactBytes": lim.max_fact_bytes,
-        "maxBatchFacts": lim.max_batch_facts, "ratePerMinute": lim.rate_per_minute, "rateBurst": lim.rate_burst,
-        "hourlyOperations": lim.hourly_operations, "prefetchSearches": lim.prefetch_searches,
-        "prefetchQueryBytes": lim.prefetch_query_bytes, "embeddingItemBytes": lim.embedding_item_bytes,
-        "searchMaxLimit": lim.search_max_limit, "embeddingItemsPerAgentHour": lim.embedding_items_per_agent_hour,
+        "maxDays": lim.max_days,
+        "maxEntries": lim.max_entries,
+        "maxFactBytes": lim.max_fact_bytes,
+        "maxBatchFacts": lim.max_batch_facts,
+        "ratePerMinute": lim.rate_per_minute,
+        "rateBurst": lim.rate_burst,
+        "hourlyOperations": lim.hourly_operations,
+        "prefetchSearches": lim.prefetch_searches,
+        "prefetchQueryBytes": lim.prefetch_query_bytes,
+        "embeddingItemBytes": lim.embedding_item_bytes,
+        "searchMaxLimit": lim.search_max_limit,
+        "embeddingItemsPerAgentHour": lim.embedding_items_per_agent_hour,
     }
 
 
@@ -36,9 +43,13 @@ def deployment_entity(dep: Deployment) -> dict[str, Any]:
     return {
         "uid": _DEPLOYMENT,
         "attrs": {
-            "serverName": dep.server_name, "bridgeBot": dep.bridge_bot or "", "agentGhost": dep.agent_ghost or "",
-            "classification": dep.classification, "limits": _limits(dep),
-            "audienceServers": sorted(partners | {dep.server_name}), "org": dep.org,
+            "serverName": dep.server_name,
+            "bridgeBot": dep.bridge_bot or "",
+            "agentGhost": dep.agent_ghost or "",
+            "classification": dep.classification,
+            "limits": _limits(dep),
+            "audienceServers": sorted(partners | {dep.server_name}),
+            "org": dep.org,
         },
         "parents": [],
     }
@@ -48,17 +59,28 @@ def _user(inp: DecisionInput) -> dict[str, Any]:
     p = inp.principal
     if p is None:
         attrs: dict[str, Any] = {
-            "known": False, "mxid": "", "localpart": "", "serverName": "", "origin": "", "partnerOrigins": [],
+            "known": False,
+            "mxid": "",
+            "localpart": "",
+            "serverName": "",
+            "origin": "",
+            "partnerOrigins": [],
         }
     else:
         # The origins complete partner records admit for the principal's server, joined for Cedar.
         origins = {
-            o.value for r in inp.deployment.federation_partners
-            if is_complete(r) and r.server_name == p.server_name for o in r.origins
+            o.value
+            for r in inp.deployment.federation_partners
+            if is_complete(r) and r.server_name == p.server_name
+            for o in r.origins
         }
         attrs = {
-            "known": True, "mxid": p.mxid, "localpart": p.localpart, "serverName": p.server_name,
-            "origin": p.origin.value, "partnerOrigins": sorted(origins),
+            "known": True,
+            "mxid": p.mxid,
+            "localpart": p.localpart,
+            "serverName": p.server_name,
+            "origin": p.origin.value,
+            "partnerOrigins": sorted(origins),
         }
     return {"uid": {"type": "User", "id": attrs["mxid"]}, "attrs": attrs, "parents": []}
 
@@ -67,13 +89,25 @@ def _scope(inp: DecisionInput) -> dict[str, Any]:
     s = inp.scope
     if s is None:
         attrs: dict[str, Any] = {
-            "exists": False, "enabled": False, "generation": -1, "kind": "", "roomId": "",
-            "principalMxid": "", "origin": "", "agent": "",
+            "exists": False,
+            "enabled": False,
+            "generation": -1,
+            "kind": "",
+            "roomId": "",
+            "principalMxid": "",
+            "origin": "",
+            "agent": "",
         }
         return {"uid": {"type": "Scope", "id": ""}, "attrs": attrs, "parents": []}
     attrs = {
-        "exists": True, "enabled": s.enabled, "generation": s.generation, "kind": s.kind, "roomId": s.room_id,
-        "principalMxid": s.principal_mxid, "origin": s.origin.value, "agent": s.agent,
+        "exists": True,
+        "enabled": s.enabled,
+        "generation": s.generation,
+        "kind": s.kind,
+        "roomId": s.room_id,
+        "principalMxid": s.principal_mxid,
+        "origin": s.origin.value,
+        "agent": s.agent,
     }
     return {"uid": {"type": "Scope", "id": s.scope_id}, "attrs": attrs, "parents": []}
 
@@ -81,8 +115,10 @@ def _scope(inp: DecisionInput) -> dict[str, Any]:
 def _delegation(inp: DecisionInput) -> dict[str, Any]:
     req = inp.request
     out: dict[str, Any] = {
-        "present": req.context.present, "valid": req.context.valid,
-        "expired": req.context.expired, "replayed": req.context.replayed,
+        "present": req.context.present,
+        "valid": req.context.valid,
+        "expired": req.context.expired,
+        "replayed": req.context.replayed,
     }
     if req.context.expires_at is not None:
         out["expiresAt"] = req.context.expires_at
@@ -100,8 +136,12 @@ def _room(inp: DecisionInput) -> dict[str, Any] | None:
     # Matrix semantics: without an m.room.server_acl event every server is admitted.
     acl = room.server_acl
     return {
-        "roomVersion": room.room_version, "encrypted": room.encrypted, "joinRule": room.join_rule,
-        "historyVisibility": room.history_visibility, "members": room.members, "invited": room.invited,
+        "roomVersion": room.room_version,
+        "encrypted": room.encrypted,
+        "joinRule": room.join_rule,
+        "historyVisibility": room.history_visibility,
+        "members": room.members,
+        "invited": room.invited,
         "serverAcl": {"allow": acl.allow, "allowIpLiterals": acl.allow_ip_literals} if acl else _OPEN_ACL,
     }
 
@@ -109,8 +149,11 @@ def _room(inp: DecisionInput) -> dict[str, Any] | None:
 def _context(inp: DecisionInput) -> dict[str, Any]:
     a, req, b = inp.agent, inp.request, inp.budget
     request: dict[str, Any] = {
-        "keyValid": req.key_valid, "userIdMatches": req.user_id_matches, "agentNameMatches": req.agent_name_matches,
-        "itemCount": req.item_count, "maxItemBytes": req.max_item_bytes,
+        "keyValid": req.key_valid,
+        "userIdMatches": req.user_id_matches,
+        "agentNameMatches": req.agent_name_matches,
+        "itemCount": req.item_count,
+        "maxItemBytes": req.max_item_bytes,
     }
     if req.presented_generation is not None:
         request["presentedGeneration"] = req.presented_generation
@@ -119,7 +162,10 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
         "request": request,
         "delegation": _delegation(inp),
         "budget": {
-            "rateOk": b.rate_ok, "hourlyOk": b.hourly_ok, "prefetchOk": b.prefetch_ok, "embeddingOk": b.embedding_ok,
+            "rateOk": b.rate_ok,
+            "hourlyOk": b.hourly_ok,
+            "prefetchOk": b.prefetch_ok,
+            "embeddingOk": b.embedding_ok,
         },
         "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
         "now": inp.now,

@@ -112,8 +112,13 @@ def check_pack(root: Path) -> list[Step]:
         check_declared(pack)
     except PackError as exc:
         return [Step("data files", False, str(exc))]
-    steps = [Step("data files", True), _cedar(pack), _formatting("cedar format", cedar_unformatted(root)),
-             _rego_rules(pack), _parity(pack)]
+    steps = [
+        Step("data files", True),
+        _cedar(pack),
+        _formatting("cedar format", cedar_unformatted(root)),
+        _rego_rules(pack),
+        _parity(pack),
+    ]
     try:
         steps.append(_formatting("opa fmt", rego_unformatted(root)))
     except ToolNotFound as exc:
@@ -125,4 +130,3 @@ def check_pack(root: Path) -> list[Step]:
     lint = ["lint", "--format", "compact", *(["--config-file", str(config)] if config else []), rego]
     steps.append(_tool("regal", lint, "regal lint", root))
     return steps
-

@@ -177,8 +177,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     test.add_argument("--opa-url", help="Decide Rego on this OPA server instead of `opa eval` (coverage still local).")
     test.add_argument("--server", action="store_true", help="Decide Rego on a throwaway local OPA server.")
-    test.add_argument("-k", "--case", dest="select", action="append", default=[], metavar="NAME",
-                      help="Only cases whose name is NAME or whose file::name contains it (repeatable).")
+    test.add_argument(
+        "-k",
+        "--case",
+        dest="select",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Only cases whose name is NAME or whose file::name contains it (repeatable).",
+    )
     _dir(test)
     _case_args(test)
     test.set_defaults(func=_cmd_test)
@@ -207,7 +214,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _dir(bundle)
     bundle.add_argument(
-        "--out", required=True,
+        "--out",
+        required=True,
         help="Bundle folder to create or replace (never a mount point: it is renamed into place), or FILE.tar.gz.",
     )
     bundle.set_defaults(func=_cmd_bundle)

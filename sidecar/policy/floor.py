@@ -21,8 +21,7 @@ def _origin_admitted(inp: DecisionInput, federation: Federation) -> bool:
     if p.origin is Origin.NATIVE:
         return True
     return any(
-        is_complete(rec) and rec.server_name == p.server_name and p.origin in rec.origins
-        for rec in federation.partners
+        is_complete(rec) and rec.server_name == p.server_name and p.origin in rec.origins for rec in federation.partners
     )
 
 

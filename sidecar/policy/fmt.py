@@ -64,12 +64,14 @@ def write(root: Path) -> list[str]:
     changed = []
     for item in cedar_unformatted(root):
         path = root / item.file
-        path.write_text(cedarpy.format_policies(path.read_text(encoding="utf-8"), FORMAT_WIDTH, FORMAT_INDENT),
-                        encoding="utf-8")
+        path.write_text(
+            cedarpy.format_policies(path.read_text(encoding="utf-8"), FORMAT_WIDTH, FORMAT_INDENT), encoding="utf-8"
+        )
         changed.append(item.file)
     rego = rego_unformatted(root)
     if rego:
-        subprocess.run([tool_binary("opa"), "fmt", "--write", str(root / "rego")], capture_output=True, timeout=120,
-                       check=True)
+        subprocess.run(
+            [tool_binary("opa"), "fmt", "--write", str(root / "rego")], capture_output=True, timeout=120, check=True
+        )
         changed += [item.file for item in rego]
     return changed

@@ -40,13 +40,17 @@ RELOADS = Counter("memgov_policy_reloads_total", "Pack reload attempts by outcom
 # Merged over live workers (sidecar/workers.py): ready only when every worker is.
 READY = Gauge("memgov_policy_ready", "1 when a validated pack is loaded.", multiprocess_mode="livemin")
 PACK_INFO = Gauge(
-    "memgov_policy_pack_info", "The loaded pack revision (content hash) and engine.", ["engine", "revision"],
+    "memgov_policy_pack_info",
+    "The loaded pack revision (content hash) and engine.",
+    ["engine", "revision"],
     multiprocess_mode="livemax",
 )
 
 OPA_BUNDLE = Gauge(
-    "memgov_policy_opa_bundle_info", "The pack revision the OPA server says it serves (its bundle manifest).",
-    ["revision"], multiprocess_mode="livemax",
+    "memgov_policy_opa_bundle_info",
+    "The pack revision the OPA server says it serves (its bundle manifest).",
+    ["revision"],
+    multiprocess_mode="livemax",
 )
 
 

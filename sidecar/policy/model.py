@@ -128,6 +128,7 @@ class RequestFacts(_Model):
         if isinstance(v, int) and not isinstance(v, bool):
             return max(-_BIG, min(v, _BIG))
         return v
+
     context: ContextFacts = Field(default_factory=ContextFacts, description="Delegation context facts.")
     context_scope: ContextScope | None = Field(None, description="Scope claimed by the context.")
     context_agent: str | None = Field(None, description="Agent reference claimed by the context.")

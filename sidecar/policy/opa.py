@@ -128,8 +128,9 @@ class OpaEngine:
     async def decide(self, inp: DecisionInput) -> Verdict:
         """Query the decision rule for one input; the answer counts only from the expected revision."""
         try:
-            body = await self._call("POST", DECISION_PATH, params={"provenance": "true"},
-                                    json={"input": inp.model_dump(mode="json")})
+            body = await self._call(
+                "POST", DECISION_PATH, params={"provenance": "true"}, json={"input": inp.model_dump(mode="json")}
+            )
         except _FAILURES as exc:
             raise EngineUnavailable("timeout" if isinstance(exc, asyncio.TimeoutError) else "error") from None
         served = self._answered_by(body)

@@ -90,7 +90,9 @@ def start_opa(pack_dir: Path, port: int | None = None, startup_timeout_s: float 
     with output:  # OPA prints load errors on stdout and its log on stderr
         proc = subprocess.Popen(
             [tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS, "--bundle", str(bundle)],
-            stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
         )
     server = OpaServer(proc, f"http://127.0.0.1:{port}", bundle)
     deadline = time.monotonic() + startup_timeout_s

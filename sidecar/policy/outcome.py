@@ -14,10 +14,15 @@ from sidecar.policy.model import Action, Decision, DecisionInput, Limits, Obliga
 from sidecar.reasons import REASON_VALUES, Reason
 
 #: Memory calls that carry a session key as user_id.
-KEYED: Final = frozenset({
-    Operation.MEMORY_SAVE, Operation.MEMORY_SAVE_BATCH, Operation.MEMORY_SEARCH,
-    Operation.MEMORY_LIST, Operation.MEMORY_DELETE_ALL,
-})
+KEYED: Final = frozenset(
+    {
+        Operation.MEMORY_SAVE,
+        Operation.MEMORY_SAVE_BATCH,
+        Operation.MEMORY_SEARCH,
+        Operation.MEMORY_LIST,
+        Operation.MEMORY_DELETE_ALL,
+    }
+)
 SAVES: Final = frozenset({Operation.MEMORY_SAVE, Operation.MEMORY_SAVE_BATCH})
 SEARCHES: Final = frozenset({Operation.MEMORY_SEARCH, Operation.MEMORY_LIST})
 

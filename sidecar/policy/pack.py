@@ -132,8 +132,9 @@ def _reasons(raw: bytes | None) -> tuple[DeclaredReason, ...]:
         return ()
     doc = _yaml("reasons.yaml", raw) or {}
     if not isinstance(doc, dict) or set(doc) - {"declare"} or not isinstance(doc.get("declare", []), list):
-        raise PackError("data/reasons.yaml: expected a mapping with one key, declare: [...]",
-                        file="data/reasons.yaml", step="data")
+        raise PackError(
+            "data/reasons.yaml: expected a mapping with one key, declare: [...]", file="data/reasons.yaml", step="data"
+        )
     try:
         declared = tuple(DeclaredReason.model_validate(item) for item in doc.get("declare") or [])
     except ValidationError as exc:
@@ -149,16 +150,24 @@ def _org(raw: bytes | None) -> dict[str, list[str]]:
     if raw is None:
         return {}
     doc = _yaml("org.yaml", raw) or {}
-    bad = not isinstance(doc, dict) or len(doc) > ORG_MAX_LISTS or any(
-        not isinstance(k, str) or not _ORG_NAME.fullmatch(k) or not isinstance(v, list) or len(v) > ORG_MAX_ITEMS
-        or not all(isinstance(x, str) and 0 < len(x) <= ORG_MAX_CHARS for x in v)
-        for k, v in doc.items()
+    bad = (
+        not isinstance(doc, dict)
+        or len(doc) > ORG_MAX_LISTS
+        or any(
+            not isinstance(k, str)
+            or not _ORG_NAME.fullmatch(k)
+            or not isinstance(v, list)
+            or len(v) > ORG_MAX_ITEMS
+            or not all(isinstance(x, str) and 0 < len(x) <= ORG_MAX_CHARS for x in v)
+            for k, v in doc.items()
+        )
     )
     if bad:
         raise PackError(
             f"data/org.yaml: expected at most {ORG_MAX_LISTS} lists, name: [strings] "
             f"(names lower_snake_case, at most {ORG_MAX_ITEMS} strings of 1-{ORG_MAX_CHARS} characters each)",
-            file="data/org.yaml", step="data",
+            file="data/org.yaml",
+            step="data",
         )
     return {k: list(v) for k, v in doc.items()}
 
@@ -204,7 +213,13 @@ def read_pack(root: Path) -> Pack:
 
 #: Fields a partner record must name before it admits anything (R-13).
 PARTNER_TEXT_FIELDS = (
-    "controller", "processor", "purpose", "classification", "residency", "erasure_owner", "principal_binding",
+    "controller",
+    "processor",
+    "purpose",
+    "classification",
+    "residency",
+    "erasure_owner",
+    "principal_binding",
 )
 
 

@@ -42,9 +42,22 @@ class RegoEval:
         data = self.root / "inputs.json"
         data.write_text(json.dumps({"memgov_tool_inputs": inputs}), encoding="utf-8")
         proc = subprocess.run(
-            [tool_binary("opa"), "eval", "--format", "json", *extra, "-d", str(self.root / "rego"), "-d", str(data),
-             _QUERY],
-            capture_output=True, text=True, timeout=600, check=False,
+            [
+                tool_binary("opa"),
+                "eval",
+                "--format",
+                "json",
+                *extra,
+                "-d",
+                str(self.root / "rego"),
+                "-d",
+                str(data),
+                _QUERY,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         if proc.returncode != 0:
             detail = (proc.stdout + proc.stderr).replace(f"{self.root}/", "").strip()

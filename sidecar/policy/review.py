@@ -40,8 +40,11 @@ def _rego_trace(pack: Pack, fired: list[Site], covered: set[tuple[str, int]]) ->
         while end < len(lines) and lines[end].strip() and not lines[end].startswith(("deny ", "# METADATA")):
             end += 1
         out.append(f"    {site.where} {site.name} fired:")
-        out += [f"      {row:>4} {lines[row - 1]}" for row in range(site.line, end + 1)
-                if (site.file, row) in covered and lines[row - 1].strip()]
+        out += [
+            f"      {row:>4} {lines[row - 1]}"
+            for row in range(site.line, end + 1)
+            if (site.file, row) in covered and lines[row - 1].strip()
+        ]
     return out
 
 
@@ -49,8 +52,10 @@ async def explain(pack_dir: Path, inp: DecisionInput, label: str) -> str:
     """The full report for one input on both engines and the floor."""
     pack = load(pack_dir)
     tools = Engines(pack)
-    out = [f"input: {label} (pack revision {pack.revision})",
-           *("  " + line for line in yaml.safe_dump(inp.model_dump(mode="json"), sort_keys=False).splitlines())]
+    out = [
+        f"input: {label} (pack revision {pack.revision})",
+        *("  " + line for line in yaml.safe_dump(inp.model_dump(mode="json"), sort_keys=False).splitlines()),
+    ]
     decisions = {}
     try:
         cedar = await tools.cedar()
@@ -127,8 +132,9 @@ async def _answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, 
         await tools.close()
 
 
-def _inputs(pack: Pack, cases_path: Path, rules: tuple[str, ...], vocab_from: list[Case],
-            data: list[str]) -> dict[str, DecisionInput]:
+def _inputs(
+    pack: Pack, cases_path: Path, rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
+) -> dict[str, DecisionInput]:
     folder = cases_path if cases_path.is_dir() else cases_path.parent
     labelled = {f"case {c.id}": c.inp for c in load_cases(cases_path, pack, rules)}
     variants = mutants(load_bases(folder, pack), vocabulary([c.changes for c in vocab_from]), data)
@@ -156,8 +162,7 @@ async def diff(old_dir: Path, new_dir: Path, cases_path: Path) -> tuple[list[Cha
 
 def render_diff(changes: list[Change], compared: int, old: Path, new: Path) -> str:
     """What a reviewer reads: per engine, each changed input with its old and new answer."""
-    lines = [f"policy diff {old} -> {new}: {compared} inputs (cases and mutated base inputs), "
-             f"{len(changes)} change(s)"]
+    lines = [f"policy diff {old} -> {new}: {compared} inputs (cases and mutated base inputs), {len(changes)} change(s)"]
     for engine in ENGINES:
         mine = [c for c in changes if c.engine == engine]
         if mine:

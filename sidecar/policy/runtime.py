@@ -111,9 +111,13 @@ class PolicyRuntime:
         found = built.get(key)
         if found is None:
             found = built[key] = Deployment(
-                server_name=server_name, bridge_bot=bridge_bot, agent_ghost=agent_ghost,
-                classification=pack.federation.classification, federation_partners=pack.federation.partners,
-                limits=pack.limits, org=pack.org,
+                server_name=server_name,
+                bridge_bot=bridge_bot,
+                agent_ghost=agent_ghost,
+                classification=pack.federation.classification,
+                federation_partners=pack.federation.partners,
+                limits=pack.limits,
+                org=pack.org,
             )
         return found
 
@@ -133,8 +137,13 @@ class PolicyRuntime:
         metrics.count_decision(inp.operation, decision, time.perf_counter() - started)
         # Debug level: the enforcement stage logs every governed request once at info, with these fields.
         log.debug(
-            "policy.decision", decision_id=did, operation=inp.operation.value, action=decision.action.value,
-            reasons=[r.value for r in decision.reasons], engine=decision.engine, revision=decision.revision,
+            "policy.decision",
+            decision_id=did,
+            operation=inp.operation.value,
+            action=decision.action.value,
+            reasons=[r.value for r in decision.reasons],
+            engine=decision.engine,
+            revision=decision.revision,
         )
         return decision
 
@@ -142,8 +151,14 @@ class PolicyRuntime:
         # SECURITY: no validated pack, no memory: fail closed.
         decision = unavailable(inp).model_copy(update={"decision_id": did, "engine": self.engine.name})
         metrics.ENGINE_FAILURES.labels(self.engine.name, "unloaded").inc()
-        log.warning("policy.decision", decision_id=did, operation=inp.operation.value, action=decision.action.value,
-                    reasons=[r.value for r in decision.reasons], engine=self.engine.name)
+        log.warning(
+            "policy.decision",
+            decision_id=did,
+            operation=inp.operation.value,
+            action=decision.action.value,
+            reasons=[r.value for r in decision.reasons],
+            engine=self.engine.name,
+        )
         return decision
 
     def _conclude(
@@ -228,8 +243,14 @@ class PolicyRuntime:
             step, file = (exc.step, exc.file) if isinstance(exc, PackError) else ("engine", None)
             metrics.RELOADS.labels(outcome).inc()
             self.last_reload = ReloadOutcome(outcome, attempted, step, file)
-            log.error("policy.reload_failed", outcome=outcome, step=step, pack_file=file, engine=self.engine.name,
-                      revision=self.revision)
+            log.error(
+                "policy.reload_failed",
+                outcome=outcome,
+                step=step,
+                pack_file=file,
+                engine=self.engine.name,
+                revision=self.revision,
+            )
             if self.engine.stale and self._prepared is not None:
                 await self._recommit_live()
             return False

@@ -159,7 +159,11 @@ class SuiteReport:
 
 
 async def run_suite(
-    pack_dir: Path, cases_path: Path, engines: list[str], opa_url: str | None, timeout_s: float,
+    pack_dir: Path,
+    cases_path: Path,
+    engines: list[str],
+    opa_url: str | None,
+    timeout_s: float,
     patterns: list[str] | None = None,
 ) -> SuiteReport:
     """Load the pack into each engine and run the selected cases, then the differential run."""
@@ -228,8 +232,11 @@ def _said(results: list[Result] | dict[str, Result]) -> str:
 def render(report: SuiteReport, cases_path: Path | None = None) -> str:
     """Coverage tables (per code, per rule), failures with their input, disagreements, verdict."""
     engines = list(report.results)
-    lines = [f"cases: {cases_path} ({len(report.cases)} selected, {'full run' if report.full else 'selection'})"
-             if cases_path else f"{len(report.cases)} cases"]
+    lines = [
+        f"cases: {cases_path} ({len(report.cases)} selected, {'full run' if report.full else 'selection'})"
+        if cases_path
+        else f"{len(report.cases)} cases"
+    ]
     head = f"{'code':<26}{'allow':>6}{'deny':>6}{'bypass':>7}" + "".join(f"{e:>10}" for e in engines)
     lines += [head, "-" * len(head)]
     for cov in coverage(report.cases, rule_codes(report.pack)):

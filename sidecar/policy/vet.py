@@ -51,7 +51,7 @@ def bracket_problem(text: str) -> tuple[int, str] | None:
             while i < n and text[i] != "\n":
                 i += 1
             continue
-        elif ch in "\"`":
+        elif ch in '"`':
             close, i = ch, i + 1
             while i < n and text[i] != close:
                 if close == '"' and text[i] == "\\":
@@ -76,11 +76,17 @@ def check_declared(pack: Pack) -> None:
     codes = {d.code for d in pack.reasons}
     for d in pack.reasons:
         if not DECLARED_CODE.fullmatch(d.code) or d.code in BUILT_IN:
-            raise PackError(f"data/reasons.yaml: {d.code!r} is built in or not a lower-case identifier (3-48 chars)",
-                            file="data/reasons.yaml", step="data")
+            raise PackError(
+                f"data/reasons.yaml: {d.code!r} is built in or not a lower-case identifier (3-48 chars)",
+                file="data/reasons.yaml",
+                step="data",
+            )
         if d.after not in BUILT_IN and d.after not in codes:
-            raise PackError(f"data/reasons.yaml: {d.code}: after {d.after!r} names no known code",
-                            file="data/reasons.yaml", step="data")
+            raise PackError(
+                f"data/reasons.yaml: {d.code}: after {d.after!r} names no known code",
+                file="data/reasons.yaml",
+                step="data",
+            )
 
 
 def rego_problems(pack: Pack, sites: list[Site]) -> list[str]:
@@ -91,11 +97,14 @@ def rego_problems(pack: Pack, sites: list[Site]) -> list[str]:
         if site.code is None:
             problems.append(f"{site.where}: a deny rule's head must be a string literal reason code")
         elif site.code not in known:
-            problems.append(f"{site.where}: {site.code!r} is not a reason code the pack knows "
-                            "(built-in rule codes and data/reasons.yaml)")
+            problems.append(
+                f"{site.where}: {site.code!r} is not a reason code the pack knows "
+                "(built-in rule codes and data/reasons.yaml)"
+            )
         elif site.declared_reason != site.code:
-            problems.append(f"{site.where}: deny contains {site.code!r} but METADATA custom.reason is "
-                            f"{site.declared_reason!r}")
+            problems.append(
+                f"{site.where}: deny contains {site.code!r} but METADATA custom.reason is {site.declared_reason!r}"
+            )
     return problems
 
 
@@ -120,7 +129,10 @@ def opa_compile(pack: Pack) -> str | None:
         (root / "input.schema.json").write_text(schema.render()["decision-input.schema.json"], encoding="utf-8")
         proc = subprocess.run(
             [binary, "check", "--strict", "--schema", str(root / "input.schema.json"), str(root / "rego")],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     # OPA's messages name policy files and lines only (policy text is ours, never request data).
     if proc.returncode == 0:
@@ -155,6 +167,9 @@ def vet(pack: Pack, *, compile_rego: bool = True) -> Vetted:
     for language, sites in (("cedar", list(cedar.sites.values())), ("rego", rego)):
         missing = missing_codes(pack, sites)
         if missing:
-            raise PackError(f"{language}/: no rule for reason code(s) the case tables expect: {', '.join(missing)}",
-                            file=f"{language}/", step="rules")
+            raise PackError(
+                f"{language}/: no rule for reason code(s) the case tables expect: {', '.join(missing)}",
+                file=f"{language}/",
+                step="rules",
+            )
     return Vetted(cedar, rego)

@@ -74,8 +74,17 @@ class WriteAsk:
     lease_s: float
 
 
-def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *, window: bool,
-           write: WriteAsk | None, reserving: bool, lock: str) -> Script[Admission]:
+def _admit(
+    scope_id: str,
+    generation: int | None,
+    claims: Claims,
+    now_us: int,
+    *,
+    window: bool,
+    write: WriteAsk | None,
+    reserving: bool,
+    lock: str,
+) -> Script[Admission]:
     row = yield fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1{lock}", scope_id)
     scope = scope_of_row(row) if row is not None else None
     if scope is None or not scope.enabled or scope.generation != generation or scope.namespace is None:
@@ -105,7 +114,12 @@ def _admit(scope_id: str, generation: int | None, claims: Claims, now_us: int, *
     yield execute(
         "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
         " VALUES ($1, $2, $3, $4, $5, $6)",
-        op_id, scope_id, generation, now_us, now_us + int(write.lease_s * 1_000_000), ns.ns_id,
+        op_id,
+        scope_id,
+        generation,
+        now_us,
+        now_us + int(write.lease_s * 1_000_000),
+        ns.ns_id,
     )
     return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id)
 
@@ -121,13 +135,17 @@ def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, i
         changed = yield execute(
             "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
             " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
-            slot_id, entry_id, created, expires,
+            slot_id,
+            entry_id,
+            created,
+            expires,
         )
         if changed != 1:
             raise StateError(Reason.INTERNAL_ERROR)
     row = yield fetchrow(
         "SELECT n.ns_id FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
-        " WHERE s.scope_id = $1", scope_id,
+        " WHERE s.scope_id = $1",
+        scope_id,
     )
     if row is None or row[0] != ns_id:
         return False  # withdrawn or switched meanwhile: the in-flight record stays until the undo is done
@@ -140,8 +158,16 @@ class AdmissionOps:
 
     _db: Database
 
-    async def admit(self, scope_id: str | None, generation: int | None, claims: Claims, now: datetime, *,
-                    window: bool = False, write: WriteAsk | None = None) -> Admission:
+    async def admit(
+        self,
+        scope_id: str | None,
+        generation: int | None,
+        claims: Claims,
+        now: datetime,
+        *,
+        window: bool = False,
+        write: WriteAsk | None = None,
+    ) -> Admission:
         """Read the scope and, when it is live at ``generation``, reserve ``claims`` (and a save's slots)."""
         if scope_id is None or not valid_scope_id(scope_id):
             return Admission(None)
@@ -150,13 +176,21 @@ class AdmissionOps:
         # consent change until the in-flight record is in (as begin_write's share lock does).
         lock = " FOR UPDATE OF s" if write is not None and self._db.dialect == "postgresql" else ""
         try:
-            return await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
-                                                      write=write, reserving=True, lock=lock))
+            return await self._db.run(
+                lambda: _admit(
+                    scope_id, generation, claims, now_us, window=window, write=write, reserving=True, lock=lock
+                )
+            )
         except Refused as refused:
-            seen = await self._db.run(lambda: _admit(scope_id, generation, claims, now_us, window=window,
-                                                     write=write, reserving=False, lock=""), "snapshot")
-            return Admission(seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count,
-                             window=seen.window)
+            seen = await self._db.run(
+                lambda: _admit(
+                    scope_id, generation, claims, now_us, window=window, write=write, reserving=False, lock=""
+                ),
+                "snapshot",
+            )
+            return Admission(
+                seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count, window=seen.window
+            )
 
     async def release_write(self, admission: Admission) -> None:
         """Give back an admitted save's slots and in-flight record (the policy refused it)."""
@@ -164,8 +198,9 @@ class AdmissionOps:
             op_id = admission.op_id
             await self._db.run(lambda: _release(admission.slots, op_id), "single")
 
-    async def finish_write(self, op_id: str, scope_id: str, ns_id: str,
-                           fills: list[tuple[str, str, datetime, datetime]]) -> bool:
+    async def finish_write(
+        self, op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, datetime, datetime]]
+    ) -> bool:
         """Bind the last slots to kagent's ids and, when ``ns_id`` is still the scope's live namespace,
         drop the in-flight record; False when it is not (the caller undoes the write, then ends it)."""
         rows = []

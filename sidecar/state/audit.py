@@ -17,10 +17,21 @@ from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateError
 
-_AUDIT_COLS = ("at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id", "operation",
-               "policy_revision")
-_ERASURE_COLS = ("erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
-                 " updated_us, not_before_us, ns_id")
+_AUDIT_COLS = (
+    "at",
+    "kind",
+    "reason",
+    "decision_id",
+    "scope_id",
+    "entry_id",
+    "erasure_id",
+    "operation",
+    "policy_revision",
+)
+_ERASURE_COLS = (
+    "erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
+    " updated_us, not_before_us, ns_id"
+)
 _HOUR_US = 3600 * 1_000_000
 
 
@@ -34,21 +45,35 @@ class AuditOps:
     _db: Database
 
     async def audit(
-        self, kind: str, reason: str, *, decision_id: str | None = None, scope_id: str | None = None,
-        entry_id: str | None = None, erasure_id: str | None = None, operation: str | None = None,
-        policy_revision: str | None = None, now: datetime,
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
     ) -> None:
         """Append one content-free audit record."""
         values = (
-            to_us(now), codec.check_code(kind, "kind"), codec.check_reason(reason),
-            _opt(decision_id, codec.check_id, "decision_id"), _opt(scope_id, codec.check_id, "scope_id"),
-            _opt(entry_id, codec.check_id, "entry_id"), _opt(erasure_id, codec.check_id, "erasure_id"),
-            _opt(operation, codec.check_code, "operation"), _opt(policy_revision, codec.check_id, "policy_revision"),
+            to_us(now),
+            codec.check_code(kind, "kind"),
+            codec.check_reason(reason),
+            _opt(decision_id, codec.check_id, "decision_id"),
+            _opt(scope_id, codec.check_id, "scope_id"),
+            _opt(entry_id, codec.check_id, "entry_id"),
+            _opt(erasure_id, codec.check_id, "erasure_id"),
+            _opt(operation, codec.check_code, "operation"),
+            _opt(policy_revision, codec.check_id, "policy_revision"),
         )
         async with self._db.tx("single") as tx:
             await tx.execute(
                 "INSERT INTO audit (at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation,"
-                " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", *values,
+                " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                *values,
             )
 
     async def count_refusal(self, operation: str, reason: str, now: datetime) -> None:
@@ -58,14 +83,16 @@ class AuditOps:
         async with self._db.tx("single") as tx:
             await tx.execute(
                 "INSERT INTO audit_counts AS c (hour_us, operation, reason, n) VALUES ($1, $2, $3, 1)"
-                " ON CONFLICT (hour_us, operation, reason) DO UPDATE SET n = c.n + 1", *values,
+                " ON CONFLICT (hour_us, operation, reason) DO UPDATE SET n = c.n + 1",
+                *values,
             )
 
     async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
         """Counted refusals: (hour, operation, reason, count), newest first."""
         async with self._db.tx("read") as tx:
-            rows = await tx.fetch("SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC,"
-                                  " operation, reason")
+            rows = await tx.fetch(
+                "SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC, operation, reason"
+            )
         return [(from_us(r[0]), r[1], r[2], int(r[3])) for r in rows]
 
     async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
@@ -77,7 +104,8 @@ class AuditOps:
             else:
                 rows = await tx.fetch(
                     f"SELECT {cols} FROM audit WHERE scope_id = $1 ORDER BY at_us DESC, audit_id DESC LIMIT $2",
-                    scope_id, limit,
+                    scope_id,
+                    limit,
                 )
         return [{"at": from_us(r[0]), **dict(zip(_AUDIT_COLS[1:], r[1:], strict=True))} for r in rows]
 
@@ -101,7 +129,12 @@ class AuditOps:
             await tx.execute(
                 f"INSERT INTO erasures ({_ERASURE_COLS})"
                 " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
-                erasure_id, scope_id, kind, adapter, requested_by_kind, at,
+                erasure_id,
+                scope_id,
+                kind,
+                adapter,
+                requested_by_kind,
+                at,
             )
             if ids:
                 await tx.executemany(
@@ -109,7 +142,8 @@ class AuditOps:
                 )
             await tx.execute(
                 "INSERT INTO erasure_steps (erasure_id, seq, state, at_us) VALUES ($1, 0, 'requested', $2)",
-                erasure_id, at,
+                erasure_id,
+                at,
             )
             erasure = await _load(tx, erasure_id)
         assert erasure is not None
@@ -130,14 +164,20 @@ class AuditOps:
             changed = await tx.execute(
                 "UPDATE erasures SET state = $2, failure_reason = $3, updated_us = $4"
                 f" WHERE erasure_id = $1 AND state IN ({sources})",
-                erasure_id, state, failure_reason, at,
+                erasure_id,
+                state,
+                failure_reason,
+                at,
             )
             if changed != 1:
                 raise StateError(Reason.INTERNAL_ERROR)
             await tx.execute(
                 "INSERT INTO erasure_steps (erasure_id, seq, state, at_us)"
                 " SELECT $4, COALESCE(MAX(seq), -1) + 1, $2, $3 FROM erasure_steps WHERE erasure_id = $1",
-                erasure_id, state, at, erasure_id,
+                erasure_id,
+                state,
+                at,
+                erasure_id,
             )
             erasure = await _load(tx, erasure_id)
         assert erasure is not None
@@ -150,22 +190,31 @@ class AuditOps:
             await tx.execute(
                 "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check)"
                 " SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5 FROM erasure_readbacks WHERE erasure_id = $6",
-                erasure_id, codec.check_id(ns_id, "ns_id"), to_us(now), int(remaining), what, erasure_id,
+                erasure_id,
+                codec.check_id(ns_id, "ns_id"),
+                to_us(now),
+                int(remaining),
+                what,
+                erasure_id,
             )
 
     async def defer_erasure(self, erasure_id: str, until: datetime | None) -> None:
         """Set (or clear) the time before which an erasure's verification must not run."""
         async with self._db.tx("single") as tx:
-            await tx.execute("UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1", erasure_id,
-                             None if until is None else to_us(until))
+            await tx.execute(
+                "UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1",
+                erasure_id,
+                None if until is None else to_us(until),
+            )
 
     async def get_erasure(self, erasure_id: str) -> Erasure | None:
         """Return the erasure with its entries and steps, or None."""
         async with self._db.tx("snapshot") as tx:
             return await _load(tx, erasure_id)
 
-    async def erasures_of_scope(self, scope_id: str, limit: int = 100, *, kind: str | None = None,
-                                not_kind: str | None = None) -> list[Erasure]:
+    async def erasures_of_scope(
+        self, scope_id: str, limit: int = 100, *, kind: str | None = None, not_kind: str | None = None
+    ) -> list[Erasure]:
         """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
         of every kind but ``not_kind``, when given."""
         async with self._db.tx("snapshot") as tx:
@@ -173,7 +222,10 @@ class AuditOps:
                 "SELECT erasure_id FROM erasures WHERE scope_id = $1"
                 " AND (CAST($3 AS TEXT) IS NULL OR kind = $3) AND (CAST($4 AS TEXT) IS NULL OR kind <> $4)"
                 " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
-                scope_id, limit, kind, not_kind,
+                scope_id,
+                limit,
+                kind,
+                not_kind,
             )
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]
@@ -199,16 +251,29 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         "SELECT ns_id, at_us, remaining, scope_of_check FROM erasure_readbacks WHERE erasure_id = $1 ORDER BY seq",
         erasure_id,
     )
-    moves = await tx.fetch(
-        "SELECT old_entry_id, new_entry_id FROM erasure_moves WHERE erasure_id = $1 ORDER BY created_us, old_entry_id",
-        erasure_id,
-    ) if row[2] == "rotate" else []
+    moves = (
+        await tx.fetch(
+            "SELECT old_entry_id, new_entry_id FROM erasure_moves WHERE erasure_id = $1"
+            " ORDER BY created_us, old_entry_id",
+            erasure_id,
+        )
+        if row[2] == "rotate"
+        else []
+    )
     return Erasure(
-        erasure_id=row[0], scope_id=row[1], kind=row[2], state=row[3], adapter=row[4], requested_by_kind=row[5],
-        failure_reason=row[6], created_at=from_us(row[7]), updated_at=from_us(row[8]),
+        erasure_id=row[0],
+        scope_id=row[1],
+        kind=row[2],
+        state=row[3],
+        adapter=row[4],
+        requested_by_kind=row[5],
+        failure_reason=row[6],
+        created_at=from_us(row[7]),
+        updated_at=from_us(row[8]),
         not_before=opt_from_us(row[9]),
         entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
         readbacks=[(r[0], from_us(r[1]), int(r[2]), r[3]) for r in readbacks],
-        ns_id=row[10], moves=[(r[0], r[1]) for r in moves],
+        ns_id=row[10],
+        moves=[(r[0], r[1]) for r in moves],
     )

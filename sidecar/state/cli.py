@@ -96,11 +96,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("state", help="Migrate the state store, show its counts, purge old audit records.")
     state = p.add_subparsers(dest="state_command", required=True, metavar="ACTION")
     state.add_parser("migrate", help="Apply pending schema migrations (also done on every start).").set_defaults(
-        func=_cmd_migrate)
+        func=_cmd_migrate
+    )
     stats = state.add_parser("stats", help="Row counts per record kind (counts only, no ids).")
     stats.add_argument("--json", action="store_true", help="Print one JSON object.")
     stats.set_defaults(func=_cmd_stats)
     purge = state.add_parser("purge-audit", help="Delete audit records older than the retention window.")
-    purge.add_argument("--older-than-days", type=_days, default=None,
-                       help="Retention window in days (default: audit.retention_days, 90).")
+    purge.add_argument(
+        "--older-than-days",
+        type=_days,
+        default=None,
+        help="Retention window in days (default: audit.retention_days, 90).",
+    )
     purge.set_defaults(func=_cmd_purge_audit)

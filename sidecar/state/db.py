@@ -93,6 +93,7 @@ async def drive(script: Script[T], tx: Tx) -> T:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
+
 _SQLITE_BUSY_MS = 30_000
 _PG_CONNECT_TIMEOUT_S = 10.0
 _BACKEND_ERRORS: tuple[type[BaseException], ...] = (
@@ -187,19 +188,24 @@ class PgDatabase:
     @classmethod
     async def open(cls, url: str, pool_size: int) -> PgDatabase:
         async with backend_errors():
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S,
-                                             reset=_keep_session)
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S, reset=_keep_session
+            )
         return cls(pool)
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
-        async with tracing.span("memgov.state", backend="postgresql", step=mode), backend_errors(), \
-                self._pool.acquire() as con:
+        async with (
+            tracing.span("memgov.state", backend="postgresql", step=mode),
+            backend_errors(),
+            self._pool.acquire() as con,
+        ):
             if mode in ("read", "single"):
                 yield _PgTx(con)
                 return
             isolation: Literal["repeatable_read", "read_committed"] = (
-                "repeatable_read" if mode == "snapshot" else "read_committed")
+                "repeatable_read" if mode == "snapshot" else "read_committed"
+            )
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
                 yield _PgTx(con)
 
@@ -239,8 +245,9 @@ class SqliteDatabase:
 
     dialect = "sqlite"
 
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection,
-                 inline: sqlite3.Connection | None = None) -> None:
+    def __init__(
+        self, writer: aiosqlite.Connection, reader: aiosqlite.Connection, inline: sqlite3.Connection | None = None
+    ) -> None:
         self._writer, self._reader, self._inline = writer, reader, inline
         self._wlock = asyncio.Lock()
         self._rlock = self._wlock if reader is writer else asyncio.Lock()

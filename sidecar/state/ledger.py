@@ -26,8 +26,14 @@ _LIVE = "tombstoned_us IS NULL AND deleted_us IS NULL AND expires_us > $2"
 
 def _entry(r: Row) -> LedgerEntry:
     return LedgerEntry(
-        entry_id=r[0], scope_id=r[1], generation=int(r[2]), created_at=from_us(r[3]), expires_at=from_us(r[4]),
-        tombstoned_at=opt_from_us(r[5]), physically_deleted_at=opt_from_us(r[6]), verified_at=opt_from_us(r[7]),
+        entry_id=r[0],
+        scope_id=r[1],
+        generation=int(r[2]),
+        created_at=from_us(r[3]),
+        expires_at=from_us(r[4]),
+        tombstoned_at=opt_from_us(r[5]),
+        physically_deleted_at=opt_from_us(r[6]),
+        verified_at=opt_from_us(r[7]),
         ns_id=r[8],
     )
 
@@ -40,7 +46,7 @@ def placeholders(first: int, n: int) -> str:
 def _chunks(ids: Iterable[str]) -> Iterator[list[str]]:
     clean = sorted({i for i in ids if _is_id(i)})
     for start in range(0, len(clean), _CHUNK):
-        yield clean[start:start + _CHUNK]
+        yield clean[start : start + _CHUNK]
 
 
 def _is_id(value: str) -> bool:
@@ -57,7 +63,10 @@ def _filter_live(scope_id: str, ns_id: str, entry_ids: list[str], now_us: int) -
         rows = yield fetch(
             f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
             f" AND entry_id IN ({placeholders(4, len(chunk))})",
-            scope_id, now_us, ns_id, *chunk,
+            scope_id,
+            now_us,
+            ns_id,
+            *chunk,
         )
         live.update(r[0] for r in rows)
     return live
@@ -69,7 +78,13 @@ class LedgerOps:
     _db: Database
 
     async def reserve_entries(
-        self, scope_id: str, generation: int, ns_id: str, n: int, cap: int, now: datetime,
+        self,
+        scope_id: str,
+        generation: int,
+        ns_id: str,
+        n: int,
+        cap: int,
+        now: datetime,
         lease_s: int = SLOT_LEASE_S,
     ) -> list[str]:
         """Reserve ``n`` slots in namespace ``ns_id`` if live entries + pending slots + n <= cap;
@@ -86,7 +101,8 @@ class LedgerOps:
             row = await tx.fetchrow(
                 "SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
                 " AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2))",
-                scope_id, at,
+                scope_id,
+                at,
             )
             if row is None or int(row[0]) + n > cap:
                 raise CapReached()
@@ -111,7 +127,10 @@ class LedgerOps:
             changed = await tx.execute(
                 "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
                 " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
-                slot_id, entry_id, created, expires,
+                slot_id,
+                entry_id,
+                created,
+                expires,
             )
         if changed != 1:
             raise StateError(Reason.INTERNAL_ERROR)
@@ -141,8 +160,10 @@ class LedgerOps:
         if after is not None:
             if not _is_id(after):
                 return []
-            sql += (" AND (created_us, entry_id) > (SELECT created_us, entry_id FROM ledger"
-                    " WHERE scope_id = $1 AND entry_id = $3)")
+            sql += (
+                " AND (created_us, entry_id) > (SELECT created_us, entry_id FROM ledger"
+                " WHERE scope_id = $1 AND entry_id = $3)"
+            )
             args.append(after)
         sql += f" ORDER BY created_us, entry_id LIMIT ${len(args) + 1}"
         async with self._db.tx("read") as tx:
@@ -162,7 +183,8 @@ class LedgerOps:
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
                 f"SELECT {_ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
-                " ORDER BY created_us, entry_id", scope_id,
+                " ORDER BY created_us, entry_id",
+                scope_id,
             )
         return [_entry(r) for r in rows]
 
@@ -174,7 +196,9 @@ class LedgerOps:
                 total += await tx.execute(
                     "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
                     f" AND entry_id IN ({placeholders(3, len(chunk))})",
-                    scope_id, to_us(now), *chunk,
+                    scope_id,
+                    to_us(now),
+                    *chunk,
                 )
         return total
 
@@ -184,7 +208,8 @@ class LedgerOps:
                 await tx.execute(
                     f"UPDATE ledger SET {column} = $1 WHERE {column} IS NULL"
                     f" AND entry_id IN ({placeholders(2, len(chunk))})",
-                    to_us(now), *chunk,
+                    to_us(now),
+                    *chunk,
                 )
 
     async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None:
@@ -200,6 +225,8 @@ class LedgerOps:
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
                 f"SELECT {_ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
-                " ORDER BY expires_us LIMIT $2", to_us(now), limit,
+                " ORDER BY expires_us LIMIT $2",
+                to_us(now),
+                limit,
             )
         return [_entry(r) for r in rows]

@@ -71,40 +71,67 @@ def _v1(d: Dialect) -> list[str]:
     stmts = [
         d.table(
             "scopes",
-            sid() + " PRIMARY KEY", d.s("principal_mxid", MXID_MAX), d.s("origin", 16), d.s("agent", AGENT_MAX),
-            d.s("kind", 32), d.s("room_id", ROOM_MAX), d.b("enabled"), d.i("generation"),
-            d.s("purpose", PURPOSE_MAX, null=True), d.s("policy_version", CODE_MAX, null=True),
-            d.i("created_us"), d.i("updated_us"), d.i("consented_us", null=True),
+            sid() + " PRIMARY KEY",
+            d.s("principal_mxid", MXID_MAX),
+            d.s("origin", 16),
+            d.s("agent", AGENT_MAX),
+            d.s("kind", 32),
+            d.s("room_id", ROOM_MAX),
+            d.b("enabled"),
+            d.i("generation"),
+            d.s("purpose", PURPOSE_MAX, null=True),
+            d.s("policy_version", CODE_MAX, null=True),
+            d.i("created_us"),
+            d.i("updated_us"),
+            d.i("consented_us", null=True),
             "UNIQUE (principal_mxid, origin, agent, kind, room_id)",
         ),
         "CREATE INDEX scopes_agent_enabled ON scopes (agent) WHERE enabled",
         d.table(
             "receipts",
-            d.s("receipt_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
-            d.s("action", 8) + " CHECK (action IN ('grant', 'withdraw'))", d.s("purpose", PURPOSE_MAX),
-            d.s("policy_version", CODE_MAX), d.i("generation_after"), d.i("at_us"),
+            d.s("receipt_id", 25) + " PRIMARY KEY",
+            sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.s("action", 8) + " CHECK (action IN ('grant', 'withdraw'))",
+            d.s("purpose", PURPOSE_MAX),
+            d.s("policy_version", CODE_MAX),
+            d.i("generation_after"),
+            d.i("at_us"),
         ),
         "CREATE INDEX receipts_scope ON receipts (scope_id, at_us)",
         d.table(
             # A row is a pending slot (entry_id and expires_us NULL, lease_us set) until filled.
             "ledger",
-            d.s("slot_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
-            d.i("generation"), d.s("entry_id", ID_MAX, null=True) + " UNIQUE", d.i("created_us"),
-            d.i("expires_us", null=True), d.i("lease_us", null=True), d.i("tombstoned_us", null=True),
-            d.i("deleted_us", null=True), d.i("verified_us", null=True),
+            d.s("slot_id", 25) + " PRIMARY KEY",
+            sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"),
+            d.s("entry_id", ID_MAX, null=True) + " UNIQUE",
+            d.i("created_us"),
+            d.i("expires_us", null=True),
+            d.i("lease_us", null=True),
+            d.i("tombstoned_us", null=True),
+            d.i("deleted_us", null=True),
+            d.i("verified_us", null=True),
         ),
         "CREATE INDEX ledger_scope ON ledger (scope_id, created_us, entry_id)",
         "CREATE INDEX ledger_unswept ON ledger (expires_us) WHERE deleted_us IS NULL",
         d.table(
             "inflight",
-            d.s("op_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
-            d.i("generation"), d.i("started_us"), d.i("lease_us"),
+            d.s("op_id", 25) + " PRIMARY KEY",
+            sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"),
+            d.i("started_us"),
+            d.i("lease_us"),
         ),
         "CREATE INDEX inflight_scope ON inflight (scope_id, lease_us)",
         d.table(
             # bkey is a SHA-256 of the caller's key; mark is a window end or counter expiry.
             "budgets",
-            d.s("kind", 8), d.s("bkey", 64), d.f("level"), d.i("mark"), d.i("at_us"), d.i("expires_us"),
+            d.s("kind", 8),
+            d.s("bkey", 64),
+            d.f("level"),
+            d.i("mark"),
+            d.i("at_us"),
+            d.i("expires_us"),
             "PRIMARY KEY (kind, bkey)",
         ),
         "CREATE INDEX budgets_expiry ON budgets (expires_us)",
@@ -112,34 +139,53 @@ def _v1(d: Dialect) -> list[str]:
         "CREATE INDEX replay_exp ON replay (exp_us)",
         d.table(
             "confirmations",
-            d.s("token_hash", 64) + " PRIMARY KEY", sid(), d.s("subject", MXID_MAX), d.s("action", CODE_MAX),
+            d.s("token_hash", 64) + " PRIMARY KEY",
+            sid(),
+            d.s("subject", MXID_MAX),
+            d.s("action", CODE_MAX),
             d.i("expires_us"),
         ),
         d.table(
             "audit",
             ("audit_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY" if d.pg else "audit_id INTEGER PRIMARY KEY"),
-            d.i("at_us"), d.s("kind", CODE_MAX), d.s("reason", CODE_MAX), d.s("decision_id", ID_MAX, null=True),
-            d.s("scope_id", 25, null=True), d.s("entry_id", ID_MAX, null=True), d.s("erasure_id", 25, null=True),
-            d.s("operation", CODE_MAX, null=True), d.s("policy_revision", CODE_MAX, null=True),
+            d.i("at_us"),
+            d.s("kind", CODE_MAX),
+            d.s("reason", CODE_MAX),
+            d.s("decision_id", ID_MAX, null=True),
+            d.s("scope_id", 25, null=True),
+            d.s("entry_id", ID_MAX, null=True),
+            d.s("erasure_id", 25, null=True),
+            d.s("operation", CODE_MAX, null=True),
+            d.s("policy_revision", CODE_MAX, null=True),
         ),
         "CREATE INDEX audit_at ON audit (at_us)",
         "CREATE INDEX audit_scope ON audit (scope_id, at_us)",
         d.table(
             "erasures",
-            d.s("erasure_id", 25) + " PRIMARY KEY", sid() + " NOT NULL REFERENCES scopes (scope_id)",
-            d.s("kind", CODE_MAX), d.s("state", 16), d.s("adapter", CODE_MAX), d.s("requested_by_kind", CODE_MAX),
-            d.s("failure_reason", CODE_MAX, null=True), d.i("created_us"), d.i("updated_us"),
+            d.s("erasure_id", 25) + " PRIMARY KEY",
+            sid() + " NOT NULL REFERENCES scopes (scope_id)",
+            d.s("kind", CODE_MAX),
+            d.s("state", 16),
+            d.s("adapter", CODE_MAX),
+            d.s("requested_by_kind", CODE_MAX),
+            d.s("failure_reason", CODE_MAX, null=True),
+            d.i("created_us"),
+            d.i("updated_us"),
         ),
         "CREATE INDEX erasures_unfinished ON erasures (created_us) WHERE state NOT IN ('verified', 'failed')",
         d.table(
             "erasure_entries",
-            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.s("entry_id", ID_MAX),
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)",
+            d.s("entry_id", ID_MAX),
             "PRIMARY KEY (erasure_id, entry_id)",
         ),
         d.table(
             "erasure_steps",
-            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.i("seq"), d.s("state", 16),
-            d.i("at_us"), "PRIMARY KEY (erasure_id, seq)",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)",
+            d.i("seq"),
+            d.s("state", 16),
+            d.i("at_us"),
+            "PRIMARY KEY (erasure_id, seq)",
         ),
     ]
     return stmts + (_pg_guards() if d.pg else _sqlite_guards())
@@ -193,16 +239,20 @@ def _v2(d: Dialect) -> list[str]:
     ``mgs1.<scope>.<generation>`` key they were written under): the current one stays live until
     the scope's next generation change, the others are retired and swept like any other.
     """
+
     def ns(col: str, null: bool = False) -> str:
         return d.s(col, 25, null=null)  # "n" + 24 hex
 
-    rand_id = ("'n' || substr(md5(random()::text || g.scope_id || g.g), 1, 24)" if d.pg
-               else "'n' || lower(hex(randomblob(12)))")
+    rand_id = (
+        "'n' || substr(md5(random()::text || g.scope_id || g.g), 1, 24)"
+        if d.pg
+        else "'n' || lower(hex(randomblob(12)))"
+    )
     gens = (
         "SELECT s.scope_id AS scope_id, gs AS g, s.generation AS top, s.enabled AS enabled"
         " FROM scopes s, generate_series(0, s.generation) gs"
-        if d.pg else
-        "WITH RECURSIVE gs(scope_id, g, top, enabled) AS (SELECT scope_id, 0, generation, enabled FROM scopes"
+        if d.pg
+        else "WITH RECURSIVE gs(scope_id, g, top, enabled) AS (SELECT scope_id, 0, generation, enabled FROM scopes"
         " UNION ALL SELECT scope_id, g + 1, top, enabled FROM gs WHERE g < top)"
         " SELECT scope_id, g, top, enabled FROM gs"
     )
@@ -210,9 +260,14 @@ def _v2(d: Dialect) -> list[str]:
     return [
         d.table(
             "namespaces",
-            ns("ns_id") + " PRIMARY KEY", d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
-            d.i("generation"), d.s("salt", 32), d.s("state", 8) + " CHECK (state IN ('live', 'retired', 'cleared'))",
-            d.i("possibly_until_us", null=True), d.i("created_us"), d.i("retired_us", null=True),
+            ns("ns_id") + " PRIMARY KEY",
+            d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
+            d.i("generation"),
+            d.s("salt", 32),
+            d.s("state", 8) + " CHECK (state IN ('live', 'retired', 'cleared'))",
+            d.i("possibly_until_us", null=True),
+            d.i("created_us"),
+            d.i("retired_us", null=True),
             d.i("cleared_us", null=True),
         ),
         "CREATE INDEX namespaces_scope ON namespaces (scope_id, created_us)",
@@ -225,13 +280,21 @@ def _v2(d: Dialect) -> list[str]:
         d.table(
             # One read-back of one namespace during an erasure: what was found, never what was asked.
             "erasure_readbacks",
-            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.i("seq"), ns("ns_id"),
-            d.i("at_us"), d.i("remaining"), d.s("scope_of_check", 16), "PRIMARY KEY (erasure_id, seq)",
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)",
+            d.i("seq"),
+            ns("ns_id"),
+            d.i("at_us"),
+            d.i("remaining"),
+            d.s("scope_of_check", 16),
+            "PRIMARY KEY (erasure_id, seq)",
         ),
         d.table(
             # Refusals without a valid credential, counted per hour instead of one audit row each.
             "audit_counts",
-            d.i("hour_us"), d.s("operation", CODE_MAX), d.s("reason", CODE_MAX), d.i("n"),
+            d.i("hour_us"),
+            d.s("operation", CODE_MAX),
+            d.s("reason", CODE_MAX),
+            d.i("n"),
             "PRIMARY KEY (hour_us, operation, reason)",
         ),
         "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us, retired_us)"
@@ -256,6 +319,7 @@ def _v3(d: Dialect) -> list[str]:
     by anything else; ``frozen_by`` marks a live namespace no save may write while a rotation
     copies it. SQLite cannot alter a CHECK constraint, so its ``namespaces`` table is rebuilt.
     """
+
     def ns(col: str, null: bool = False) -> str:
         return d.s(col, 25, null=null)
 
@@ -272,10 +336,17 @@ def _v3(d: Dialect) -> list[str]:
         namespaces = [
             d.table(
                 "namespaces_v3",
-                ns("ns_id") + " PRIMARY KEY", d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
-                d.i("generation"), d.s("salt", 32), d.s("state", 8) + f" CHECK (state IN {_NS_STATES})",
-                d.i("possibly_until_us", null=True), d.i("created_us"), d.i("retired_us", null=True),
-                d.i("cleared_us", null=True), d.s("frozen_by", 25, null=True), d.s("rotation_id", 25, null=True),
+                ns("ns_id") + " PRIMARY KEY",
+                d.s("scope_id", 25) + " NOT NULL REFERENCES scopes (scope_id)",
+                d.i("generation"),
+                d.s("salt", 32),
+                d.s("state", 8) + f" CHECK (state IN {_NS_STATES})",
+                d.i("possibly_until_us", null=True),
+                d.i("created_us"),
+                d.i("retired_us", null=True),
+                d.i("cleared_us", null=True),
+                d.s("frozen_by", 25, null=True),
+                d.s("rotation_id", 25, null=True),
             ),
             f"INSERT INTO namespaces_v3 ({cols}) SELECT {cols} FROM namespaces",
             "DROP TABLE namespaces",
@@ -299,16 +370,23 @@ def _v3(d: Dialect) -> list[str]:
             # One entry a rotation copied: the old id, the new id (NULL when kagent no longer held the
             # row) and the original, never extended, hard expiry it keeps.
             "erasure_moves",
-            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)", d.s("old_entry_id", ID_MAX),
-            d.s("new_entry_id", ID_MAX, null=True), ns("ns_id"), d.i("created_us"), d.i("expires_us"),
+            d.s("erasure_id", 25) + " NOT NULL REFERENCES erasures (erasure_id)",
+            d.s("old_entry_id", ID_MAX),
+            d.s("new_entry_id", ID_MAX, null=True),
+            ns("ns_id"),
+            d.i("created_us"),
+            d.i("expires_us"),
             "PRIMARY KEY (erasure_id, old_entry_id)",
         ),
         "CREATE INDEX erasure_moves_old ON erasure_moves (old_entry_id)",
         d.table(
             # What an agent's own embedding calls named: the model (a configuration fact, no content).
             "embedding_models",
-            d.s("agent", AGENT_MAX) + " PRIMARY KEY", d.s("model", MODEL_MAX), d.i("dimensions", null=True),
-            d.s("encoding_format", 8, null=True), d.i("seen_us"),
+            d.s("agent", AGENT_MAX) + " PRIMARY KEY",
+            d.s("model", MODEL_MAX),
+            d.i("dimensions", null=True),
+            d.s("encoding_format", 8, null=True),
+            d.i("seen_us"),
         ),
     ]
 
@@ -335,8 +413,13 @@ async def migrate(db: Database) -> int:
         if dialect.pg:
             await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
         await tx.execute(
-            dialect.table("schema_migrations", dialect.i("version") + " PRIMARY KEY", dialect.s("name", CODE_MAX),
-                          dialect.i("applied_us"), if_not_exists=True)
+            dialect.table(
+                "schema_migrations",
+                dialect.i("version") + " PRIMARY KEY",
+                dialect.s("name", CODE_MAX),
+                dialect.i("applied_us"),
+                if_not_exists=True,
+            )
         )
         applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
         pending = [m for m in MIGRATIONS if m.version not in applied]
@@ -345,7 +428,9 @@ async def migrate(db: Database) -> int:
                 await tx.execute(stmt)
             await tx.execute(
                 "INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, $3)",
-                m.version, m.name, codec.to_us(datetime.now(UTC)),
+                m.version,
+                m.name,
+                codec.to_us(datetime.now(UTC)),
             )
     if pending:
         _log.info("state.migrated", backend=db.dialect, count=len(pending))

@@ -16,14 +16,24 @@ from sidecar.state.db import Database, Row
 from sidecar.state.scopes import valid_scope_id
 from sidecar.state.types import Namespace
 
-NS_COLS = ("ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us,"
-            " frozen_by, rotation_id")
+NS_COLS = (
+    "ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us,"
+    " frozen_by, rotation_id"
+)
 
 
 def namespace_of(r: Row) -> Namespace:
     return Namespace(
-        ns_id=r[0], scope_id=r[1], generation=int(r[2]), salt=r[3], state=r[4], possibly_until=opt_from_us(r[5]),
-        created_at=from_us(r[6]), retired_at=opt_from_us(r[7]), cleared_at=opt_from_us(r[8]), frozen_by=r[9],
+        ns_id=r[0],
+        scope_id=r[1],
+        generation=int(r[2]),
+        salt=r[3],
+        state=r[4],
+        possibly_until=opt_from_us(r[5]),
+        created_at=from_us(r[6]),
+        retired_at=opt_from_us(r[7]),
+        cleared_at=opt_from_us(r[8]),
+        frozen_by=r[9],
         rotation_id=r[10],
     )
 
@@ -55,7 +65,8 @@ class NamespaceOps:
                 " AND EXISTS (SELECT 1 FROM ledger l WHERE l.ns_id = n.ns_id AND l.deleted_us IS NULL)))"
                 " AND (n.possibly_until_us IS NULL OR n.possibly_until_us <= $1)"
                 " ORDER BY n.retired_us, n.ns_id LIMIT $2",
-                to_us(now), limit,
+                to_us(now),
+                limit,
             )
         return [namespace_of(r) for r in rows]
 
@@ -65,5 +76,6 @@ class NamespaceOps:
             for ns_id in ns_ids:
                 await tx.execute(
                     "UPDATE namespaces SET state = 'cleared', cleared_us = $2 WHERE ns_id = $1 AND state <> 'live'",
-                    ns_id, to_us(now),
+                    ns_id,
+                    to_us(now),
                 )

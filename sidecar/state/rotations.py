@@ -51,7 +51,8 @@ async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
         "UPDATE namespaces SET state = 'retired', retired_us = $2, possibly_until_us = COALESCE("
         "(SELECT MAX(i.lease_us) FROM inflight i WHERE i.ns_id = namespaces.ns_id AND i.lease_us > $2),"
         " possibly_until_us) WHERE rotation_id = $1 AND state = 'staged'",
-        erasure_id, at,
+        erasure_id,
+        at,
     )
     await tx.execute("DELETE FROM erasure_moves WHERE erasure_id = $1", erasure_id)
 
@@ -60,7 +61,8 @@ async def _frozen(tx: Tx, erasure_id: str, lock: str) -> tuple[str, str, int] | 
     """(namespace id, scope id, generation) of the live namespace this rotation froze, scope locked."""
     row = await tx.fetchrow(
         "SELECT n.ns_id, s.scope_id, n.generation FROM scopes s JOIN namespaces n ON n.scope_id = s.scope_id"
-        f" WHERE n.frozen_by = $1 AND n.state = 'live' AND s.enabled{lock}", erasure_id,
+        f" WHERE n.frozen_by = $1 AND n.state = 'live' AND s.enabled{lock}",
+        erasure_id,
     )
     return None if row is None else (row[0], row[1], int(row[2]))
 
@@ -84,7 +86,9 @@ class RotationOps:
                 return None
             frozen = await tx.fetchrow(
                 "UPDATE namespaces SET frozen_by = $2 WHERE scope_id = $1 AND state = 'live'"
-                f" AND (frozen_by IS NULL OR frozen_by = $2) RETURNING {NS_COLS}", scope_id, erasure_id,
+                f" AND (frozen_by IS NULL OR frozen_by = $2) RETURNING {NS_COLS}",
+                scope_id,
+                erasure_id,
             )
         return None if frozen is None else namespace_of(frozen)
 
@@ -109,7 +113,12 @@ class RotationOps:
             row = await tx.fetchrow(
                 "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us, rotation_id)"
                 f" VALUES ($1, $2, $3, $4, 'staged', $5, $6) RETURNING {NS_COLS}",
-                codec.new_id("n"), scope_id, frozen[2], new_salt(), at, erasure_id,
+                codec.new_id("n"),
+                scope_id,
+                frozen[2],
+                new_salt(),
+                at,
+                erasure_id,
             )
         assert row is not None
         return namespace_of(row)
@@ -131,18 +140,33 @@ class RotationOps:
             await tx.execute(
                 "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
                 " VALUES ($1, $2, $3, $4, $5, $6)",
-                op_id, ns.scope_id, ns.generation, at, at + int(lease_s * 1_000_000), ns.ns_id,
+                op_id,
+                ns.scope_id,
+                ns.generation,
+                at,
+                at + int(lease_s * 1_000_000),
+                ns.ns_id,
             )
         return op_id, ns
 
     async def record_moves(self, erasure_id: str, ns_id: str, moves: Iterable[Move]) -> None:
         """Remember copies made into the staged namespace (they enter the ledger only at the switch)."""
-        rows = [(erasure_id, codec.check_id(old, "entry_id"), None if new is None else codec.check_id(new, "entry_id"),
-                 ns_id, to_us(created), to_us(expires)) for old, new, created, expires in moves]
+        rows = [
+            (
+                erasure_id,
+                codec.check_id(old, "entry_id"),
+                None if new is None else codec.check_id(new, "entry_id"),
+                ns_id,
+                to_us(created),
+                to_us(expires),
+            )
+            for old, new, created, expires in moves
+        ]
         async with self._db.tx("write") as tx:
             await tx.executemany(
                 "INSERT INTO erasure_moves (erasure_id, old_entry_id, new_entry_id, ns_id, created_us, expires_us)"
-                " VALUES ($1, $2, $3, $4, $5, $6)", rows,
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                rows,
             )
 
     async def switch_rotation(self, erasure_id: str, now: datetime) -> SwitchOutcome:
@@ -160,23 +184,33 @@ class RotationOps:
             if frozen is None or staged is None or int(staged[1]) != frozen[2]:
                 return "superseded"
             old, scope_id, new = frozen[0], frozen[1], staged[0]
-            running = await _count(tx, "SELECT COUNT(*) FROM inflight WHERE ns_id = $1 AND lease_us > $2"
-                                       " AND NOT outcome_unknown", old, at)
+            running = await _count(
+                tx, "SELECT COUNT(*) FROM inflight WHERE ns_id = $1 AND lease_us > $2 AND NOT outcome_unknown", old, at
+            )
             forgotten = await _count(
-                tx, "SELECT COUNT(*) FROM erasure_moves m JOIN ledger l ON l.entry_id = m.old_entry_id"
-                    " WHERE m.erasure_id = $1 AND l.tombstoned_us IS NOT NULL", erasure_id)
+                tx,
+                "SELECT COUNT(*) FROM erasure_moves m JOIN ledger l ON l.entry_id = m.old_entry_id"
+                " WHERE m.erasure_id = $1 AND l.tombstoned_us IS NOT NULL",
+                erasure_id,
+            )
             # SECURITY: a live entry the copy did not carry over would be lost while its save said 201.
             missed = await _count(
-                tx, "SELECT COUNT(*) FROM ledger l WHERE l.ns_id = $1 AND l.tombstoned_us IS NULL"
-                    " AND l.deleted_us IS NULL AND l.expires_us > $2 AND NOT EXISTS (SELECT 1 FROM erasure_moves m"
-                    " WHERE m.erasure_id = $3 AND m.old_entry_id = l.entry_id)", old, at, erasure_id)
+                tx,
+                "SELECT COUNT(*) FROM ledger l WHERE l.ns_id = $1 AND l.tombstoned_us IS NULL"
+                " AND l.deleted_us IS NULL AND l.expires_us > $2 AND NOT EXISTS (SELECT 1 FROM erasure_moves m"
+                " WHERE m.erasure_id = $3 AND m.old_entry_id = l.entry_id)",
+                old,
+                at,
+                erasure_id,
+            )
             if running or forgotten or missed:
                 return "retry"
             await tx.execute("UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE ns_id = $1", old, at)
             await tx.execute("UPDATE namespaces SET state = 'live' WHERE ns_id = $1", new)
             copies = await tx.fetch(
                 "SELECT new_entry_id, created_us, expires_us FROM erasure_moves WHERE erasure_id = $1"
-                " AND new_entry_id IS NOT NULL", erasure_id,
+                " AND new_entry_id IS NOT NULL",
+                erasure_id,
             )
             # The copies keep their original creation time and hard expiry: a rotation never extends one.
             await tx.executemany(
@@ -189,30 +223,43 @@ class RotationOps:
                 "INSERT INTO erasure_entries (erasure_id, entry_id) SELECT $3, l.entry_id FROM ledger l"
                 " WHERE l.ns_id = $2 AND l.expires_us IS NOT NULL AND l.deleted_us IS NULL AND NOT EXISTS"
                 " (SELECT 1 FROM erasure_moves m WHERE m.erasure_id = $1 AND m.old_entry_id = l.entry_id"
-                " AND m.new_entry_id IS NOT NULL)", erasure_id, old, erasure_id,
+                " AND m.new_entry_id IS NOT NULL)",
+                erasure_id,
+                old,
+                erasure_id,
             )
-            await tx.execute("UPDATE ledger SET tombstoned_us = $2 WHERE ns_id = $1 AND tombstoned_us IS NULL"
-                             " AND expires_us IS NOT NULL", old, at)
-            await tx.execute("UPDATE erasures SET ns_id = $2, updated_us = $3 WHERE erasure_id = $1",
-                             erasure_id, new, at)
+            await tx.execute(
+                "UPDATE ledger SET tombstoned_us = $2 WHERE ns_id = $1 AND tombstoned_us IS NULL"
+                " AND expires_us IS NOT NULL",
+                old,
+                at,
+            )
+            await tx.execute(
+                "UPDATE erasures SET ns_id = $2, updated_us = $3 WHERE erasure_id = $1", erasure_id, new, at
+            )
         return "switched"
 
     async def release_rotation(self, erasure_id: str, now: datetime) -> None:
         """End a rotation that will not switch: unfreeze the live namespace, abandon what it staged."""
         async with self._db.tx("write") as tx:
-            await tx.execute("UPDATE namespaces SET frozen_by = NULL WHERE frozen_by = $1 AND state = 'live'",
-                             erasure_id)
+            await tx.execute(
+                "UPDATE namespaces SET frozen_by = NULL WHERE frozen_by = $1 AND state = 'live'", erasure_id
+            )
             await _abandon(tx, erasure_id, to_us(now))
 
     async def touch_erasure(self, erasure_id: str, now: datetime) -> None:
         """Show that a long step is still being worked on (the sweeper resumes only stalled erasures)."""
         terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
         async with self._db.tx("single") as tx:
-            await tx.execute(f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({terminal})",
-                             erasure_id, to_us(now))
+            await tx.execute(
+                f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({terminal})",
+                erasure_id,
+                to_us(now),
+            )
 
-    async def tombstone_forgotten(self, scope_id: str, erasure_id: str, entry_ids: list[str],
-                                  now: datetime) -> list[str]:
+    async def tombstone_forgotten(
+        self, scope_id: str, erasure_id: str, entry_ids: list[str], now: datetime
+    ) -> list[str]:
         """Tombstone forgotten entries and every copy a rotation made of them; return all of them.
 
         The scope's share lock orders this against a rotation's switch: either the switch sees the
@@ -229,17 +276,23 @@ class RotationOps:
                 rows = await tx.fetch(
                     "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
                     f" WHERE l.scope_id = $1 AND m.old_entry_id IN ({placeholders(2, len(frontier))})",
-                    scope_id, *frontier,
+                    scope_id,
+                    *frontier,
                 )
                 frontier = {r[0] for r in rows} - ids
                 ids |= frontier
             added = ids - set(entry_ids)
             if added:
-                await tx.executemany("INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2)"
-                                     " ON CONFLICT DO NOTHING", [(erasure_id, e) for e in sorted(added)])
+                await tx.executemany(
+                    "INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    [(erasure_id, e) for e in sorted(added)],
+                )
             await tx.execute(
                 "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
-                f" AND entry_id IN ({placeholders(3, len(ids))})", scope_id, to_us(now), *sorted(ids),
+                f" AND entry_id IN ({placeholders(3, len(ids))})",
+                scope_id,
+                to_us(now),
+                *sorted(ids),
             )
         return sorted(ids)
 
@@ -250,7 +303,9 @@ class RotationOps:
             for _ in range(_MAX_HOPS):
                 row = await tx.fetchrow(
                     "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
-                    " WHERE l.scope_id = $1 AND m.old_entry_id = $2", scope_id, chain[-1],
+                    " WHERE l.scope_id = $1 AND m.old_entry_id = $2",
+                    scope_id,
+                    chain[-1],
                 )
                 if row is None:
                     break
@@ -270,7 +325,8 @@ class RotationOps:
                 " UNION SELECT l.ns_id FROM ledger l WHERE l.tombstoned_us IS NOT NULL AND l.deleted_us IS NULL)"
                 " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.salt = ''"
                 " AND n.frozen_by IS NULL LIMIT $2",
-                to_us(min(now, expired_before)), limit,
+                to_us(min(now, expired_before)),
+                limit,
             )
         return [r[0] for r in rows]
 
@@ -279,8 +335,10 @@ class RotationOps:
         done = "kind = 'rotate' AND state IN ('verified', 'failed') AND updated_us < $1"
         async with self._db.tx("write") as tx:
             for table in ("erasure_moves", "erasure_steps", "erasure_readbacks", "erasure_entries"):
-                await tx.execute(f"DELETE FROM {table} WHERE erasure_id IN (SELECT erasure_id FROM erasures"
-                                 f" WHERE {done})", to_us(older_than))
+                await tx.execute(
+                    f"DELETE FROM {table} WHERE erasure_id IN (SELECT erasure_id FROM erasures WHERE {done})",
+                    to_us(older_than),
+                )
             return await tx.execute(f"DELETE FROM erasures WHERE {done}", to_us(older_than))
 
     async def record_embedding_model(self, agent: str, facts: ModelFacts, now: datetime) -> None:
@@ -295,7 +353,12 @@ class RotationOps:
                 "INSERT INTO embedding_models AS m (agent, model, dimensions, encoding_format, seen_us)"
                 " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent) DO UPDATE SET model = excluded.model,"
                 " dimensions = excluded.dimensions, encoding_format = excluded.encoding_format,"
-                " seen_us = excluded.seen_us", agent, model, dimensions, encoding, to_us(now),
+                " seen_us = excluded.seen_us",
+                agent,
+                model,
+                dimensions,
+                encoding,
+                to_us(now),
             )
 
     async def embedding_model(self, agent: str) -> ModelFacts | None:
@@ -311,8 +374,9 @@ def valid_model_facts(model: object, dimensions: object, encoding: object) -> Mo
     """The facts as stored, or None when any of them has a shape the store would refuse."""
     if not isinstance(model, str) or len(model) > MODEL_MAX or _MODEL.fullmatch(model) is None:
         return None
-    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                   or not 1 <= dimensions <= 65536):
+    if dimensions is not None and (
+        isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= 65536
+    ):
         return None
     if encoding is not None and (not isinstance(encoding, str) or encoding not in ENCODINGS):
         return None

@@ -36,19 +36,43 @@ _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generati
 def scope_of_row(r: Row) -> Scope:
     namespace = None
     if r[13] is not None:
-        namespace = Namespace(ns_id=r[13], scope_id=r[0], generation=int(r[14]), salt=r[15], state="live",
-                              possibly_until=opt_from_us(r[16]), created_at=from_us(r[17]), frozen_by=r[18])
+        namespace = Namespace(
+            ns_id=r[13],
+            scope_id=r[0],
+            generation=int(r[14]),
+            salt=r[15],
+            state="live",
+            possibly_until=opt_from_us(r[16]),
+            created_at=from_us(r[17]),
+            frozen_by=r[18],
+        )
     return Scope(
-        scope_id=r[0], principal_mxid=r[1], origin=r[2], agent=r[3], kind=r[4], room_id=r[5], enabled=bool(r[6]),
-        generation=int(r[7]), purpose=r[8], policy_version=r[9], created_at=from_us(r[10]),
-        updated_at=from_us(r[11]), consented_at=opt_from_us(r[12]), namespace=namespace,
+        scope_id=r[0],
+        principal_mxid=r[1],
+        origin=r[2],
+        agent=r[3],
+        kind=r[4],
+        room_id=r[5],
+        enabled=bool(r[6]),
+        generation=int(r[7]),
+        purpose=r[8],
+        policy_version=r[9],
+        created_at=from_us(r[10]),
+        updated_at=from_us(r[11]),
+        consented_at=opt_from_us(r[12]),
+        namespace=namespace,
     )
 
 
 def _receipt(r: Row) -> Receipt:
     return Receipt(
-        receipt_id=r[0], scope_id=r[1], action=r[2], purpose=r[3], policy_version=r[4],
-        generation_after=int(r[5]), at=from_us(r[6]),
+        receipt_id=r[0],
+        scope_id=r[1],
+        action=r[2],
+        purpose=r[3],
+        policy_version=r[4],
+        generation_after=int(r[5]),
+        at=from_us(r[6]),
     )
 
 
@@ -80,7 +104,8 @@ async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -
     row = await tx.fetchrow(
         "SELECT s.enabled, s.generation, n.ns_id, n.frozen_by FROM scopes s"
         " LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
-        f" WHERE s.scope_id = $1{lock}", scope_id,
+        f" WHERE s.scope_id = $1{lock}",
+        scope_id,
     )
     if row is None:
         raise Fenced(Reason.CONSENT_MISSING)
@@ -100,13 +125,18 @@ async def switch_namespace(tx: Tx, scope_id: str, generation: int, live: bool, a
     # A rotation under way finds its namespaces retired and stops; erasure clears what it wrote.
     await tx.execute(
         "UPDATE namespaces SET state = 'retired', retired_us = $2 WHERE scope_id = $1 AND state IN ('live', 'staged')",
-        scope_id, at,
+        scope_id,
+        at,
     )
     if live:
         await tx.execute(
             "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us)"
             " VALUES ($1, $2, $3, $4, 'live', $5)",
-            codec.new_id("n"), scope_id, generation, new_salt(), at,
+            codec.new_id("n"),
+            scope_id,
+            generation,
+            new_salt(),
+            at,
         )
 
 
@@ -141,13 +171,16 @@ class ScopeOps:
                 "INSERT INTO scopes (scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation,"
                 " created_us, updated_us) VALUES ($1, $2, $3, $4, $5, $6, FALSE, 0, $7, $7)"
                 f" ON CONFLICT (principal_mxid, origin, agent, kind, room_id) DO NOTHING RETURNING {_SCOPE_COLS}",
-                codec.new_id("s"), *triple, at,
+                codec.new_id("s"),
+                *triple,
+                at,
             )
             if row is not None:
                 return scope_of_row((*row, None, None, None, None, None, None)), True
             row = await tx.fetchrow(
                 f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
-                " AND s.kind = $4 AND s.room_id = $5", *triple,
+                " AND s.kind = $4 AND s.room_id = $5",
+                *triple,
             )
         if row is None:  # pragma: no cover - the conflicting row is committed before ON CONFLICT yields
             raise StateError(Reason.STATE_UNAVAILABLE)
@@ -167,7 +200,8 @@ class ScopeOps:
         async with self._db.tx("read") as tx:
             row = await tx.fetchrow(
                 f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
-                " AND s.kind = $4 AND s.room_id = $5", *triple,
+                " AND s.kind = $4 AND s.room_id = $5",
+                *triple,
             )
         return None if row is None else scope_of_row(row)
 
@@ -175,9 +209,7 @@ class ScopeOps:
         """Every scope of one MXID (any origin, agent, room), oldest first; used by offboarding."""
         codec.check_bounded(mxid, "principal_mxid", MXID_MAX)
         async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid
-            )
+            rows = await tx.fetch(f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid)
         return [scope_of_row(r) for r in rows]
 
     async def has_enabled_scope(self, agent: str) -> bool:
@@ -188,8 +220,14 @@ class ScopeOps:
         return row is not None
 
     async def _consent(
-        self, scope_id: str, now: datetime, *, enable: bool, receipt: bool,
-        purpose: str | None = None, policy_version: str | None = None,
+        self,
+        scope_id: str,
+        now: datetime,
+        *,
+        enable: bool,
+        receipt: bool,
+        purpose: str | None = None,
+        policy_version: str | None = None,
     ) -> tuple[Scope, Receipt | None]:
         at = to_us(now)
         if not valid_scope_id(scope_id):
@@ -201,7 +239,11 @@ class ScopeOps:
                 " purpose = COALESCE($4, purpose), policy_version = COALESCE($5, policy_version),"
                 " consented_us = CASE WHEN $2 THEN $3 ELSE consented_us END"
                 " WHERE scope_id = $1 RETURNING generation",
-                scope_id, enable, at, purpose, policy_version,
+                scope_id,
+                enable,
+                at,
+                purpose,
+                policy_version,
             )
             if row is None:
                 raise StateError(Reason.NOT_FOUND)
@@ -211,8 +253,13 @@ class ScopeOps:
                 return scope, None
             rrow = await tx.fetchrow(
                 f"INSERT INTO receipts ({_RECEIPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_RECEIPT_COLS}",
-                codec.new_id("r"), scope_id, "grant" if enable else "withdraw", scope.purpose or "",
-                scope.policy_version or "", scope.generation, at,
+                codec.new_id("r"),
+                scope_id,
+                "grant" if enable else "withdraw",
+                scope.purpose or "",
+                scope.policy_version or "",
+                scope.generation,
+                at,
             )
         assert rrow is not None
         return scope, _receipt(rrow)
@@ -221,8 +268,9 @@ class ScopeOps:
         """Enable the scope for ``purpose`` under ``policy_version``: generation+1 and a receipt, atomically."""
         codec.check_bounded(purpose, "purpose", PURPOSE_MAX)
         codec.check_bounded(policy_version, "policy_version", CODE_MAX)
-        scope, receipt = await self._consent(scope_id, now, enable=True, receipt=True, purpose=purpose,
-                                             policy_version=policy_version)
+        scope, receipt = await self._consent(
+            scope_id, now, enable=True, receipt=True, purpose=purpose, policy_version=policy_version
+        )
         assert receipt is not None
         return scope, receipt
 
@@ -246,7 +294,9 @@ class ScopeOps:
             # Same row lock as a consent change, so a begin_write either precedes it or is fenced.
             row = await tx.fetchrow(
                 "UPDATE scopes SET generation = generation + 1, updated_us = $2 WHERE scope_id = $1"
-                " RETURNING generation, enabled", scope_id, at,
+                " RETURNING generation, enabled",
+                scope_id,
+                at,
             )
             if row is None:
                 raise StateError(Reason.NOT_FOUND)
@@ -273,7 +323,12 @@ class ScopeOps:
             await tx.execute(
                 "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
                 " VALUES ($1, $2, $3, $4, $5, $6)",
-                op_id, scope_id, generation, at, at + int(lease_s * 1_000_000), ns_id,
+                op_id,
+                scope_id,
+                generation,
+                at,
+                at + int(lease_s * 1_000_000),
+                ns_id,
             )
         return op_id
 
@@ -284,7 +339,9 @@ class ScopeOps:
         async with self._db.tx("write") as tx:
             row = await tx.fetchrow(
                 "UPDATE inflight SET lease_us = CASE WHEN lease_us > $2 THEN lease_us ELSE $2 END,"
-                " outcome_unknown = TRUE WHERE op_id = $1 RETURNING ns_id", op_id, at,
+                " outcome_unknown = TRUE WHERE op_id = $1 RETURNING ns_id",
+                op_id,
+                at,
             )
             if row is not None and row[0] is not None:
                 # A namespace cleared meanwhile is no longer known to be empty: back to retired.
@@ -292,7 +349,8 @@ class ScopeOps:
                     "UPDATE namespaces SET possibly_until_us = CASE WHEN possibly_until_us > $2"
                     " THEN possibly_until_us ELSE $2 END,"
                     " state = CASE WHEN state = 'cleared' THEN 'retired' ELSE state END WHERE ns_id = $1",
-                    row[0], at,
+                    row[0],
+                    at,
                 )
 
     async def end_write(self, op_id: str) -> None:
@@ -300,8 +358,15 @@ class ScopeOps:
         async with self._db.tx("single") as tx:
             await tx.execute("DELETE FROM inflight WHERE op_id = $1", op_id)
 
-    async def inflight_count(self, scope_id: str, now: datetime, *, ns_id: str | None = None,
-                             except_ns: str | None = None, running: bool = False) -> int:
+    async def inflight_count(
+        self,
+        scope_id: str,
+        now: datetime,
+        *,
+        ns_id: str | None = None,
+        except_ns: str | None = None,
+        running: bool = False,
+    ) -> int:
         """Count unexpired in-flight writes of the scope: into ``ns_id`` only, or into any namespace but ``except_ns``.
 
         ``running`` leaves out writes whose outcome is unknown: their call has ended, only its
@@ -313,6 +378,10 @@ class ScopeOps:
                 " AND (CAST($3 AS TEXT) IS NULL OR ns_id = $3)"
                 " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)"
                 " AND NOT (outcome_unknown AND $5)",
-                scope_id, to_us(now), ns_id, except_ns, running,
+                scope_id,
+                to_us(now),
+                ns_id,
+                except_ns,
+                running,
             )
         return int(row[0]) if row else 0

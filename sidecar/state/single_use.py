@@ -35,7 +35,9 @@ class SingleUseOps:
             row = await tx.fetchrow(
                 "INSERT INTO replay AS r (jti_hash, exp_us) VALUES ($1, $2) ON CONFLICT (jti_hash)"
                 " DO UPDATE SET exp_us = excluded.exp_us WHERE r.exp_us <= $3 RETURNING 1",
-                codec.digest(jti), to_us(exp), now_us,
+                codec.digest(jti),
+                to_us(exp),
+                now_us,
             )
         return row is not None
 
@@ -52,7 +54,11 @@ class SingleUseOps:
             await tx.execute(
                 "INSERT INTO confirmations (token_hash, scope_id, subject, action, expires_us)"
                 " VALUES ($1, $2, $3, $4, $5)",
-                token_hash, scope_id, subject, action, to_us(expires_at),
+                token_hash,
+                scope_id,
+                subject,
+                action,
+                to_us(expires_at),
             )
 
     async def take_confirmation(self, token_hash: str, scope_id: str, subject: str, action: str, now: datetime) -> bool:
@@ -61,6 +67,10 @@ class SingleUseOps:
             row = await tx.fetchrow(
                 "DELETE FROM confirmations WHERE token_hash = $1 AND scope_id = $2 AND subject = $3 AND action = $4"
                 " AND expires_us > $5 RETURNING 1",
-                token_hash, scope_id, subject, action, to_us(now),
+                token_hash,
+                scope_id,
+                subject,
+                action,
+                to_us(now),
             )
         return row is not None

@@ -51,8 +51,9 @@ _EXPIRED = {
 }
 
 
-class StateStore(AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps,
-                 RotationOps):
+class StateStore(
+    AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps, RotationOps
+):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
     def __init__(self, db: Database) -> None:

@@ -30,8 +30,10 @@ CONTEXT, SUBJECT, OPERATOR = "memgov-context+jwt", "memgov-subject+jwt", "memgov
 #: An agent whose name has a hyphen: kagent's runtimes call it kagent__NS__k8s_agent, the UI kagent__NS__k8s-agent.
 K8S_AGENT, K8S_GHOST = "kagent/k8s-agent", "@k8s-agent:example.org"
 CANONICAL, RAW = "kagent__NS__k8s_agent", "kagent__NS__k8s-agent"
-AGENTS = {AGENT: {"disabled_variant": "helper-nomem", "ghost": GHOST},
-          K8S_AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": K8S_GHOST}}
+AGENTS = {
+    AGENT: {"disabled_variant": "helper-nomem", "ghost": GHOST},
+    K8S_AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": K8S_GHOST},
+}
 
 
 @dataclass
@@ -57,36 +59,72 @@ class Target:
         now = int(time.time())
         ghost = str(AGENTS[agent]["ghost"]) if agent in AGENTS else GHOST
         claims = {
-            "sub": mxid, "origin": "native", "agent": agent, "scope": {"kind": "control_room", "room_id": room},
-            "room": {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-                     "members": [mxid, BOT, ghost], "invited": [],
-                     "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}},
+            "sub": mxid,
+            "origin": "native",
+            "agent": agent,
+            "scope": {"kind": "control_room", "room_id": room},
+            "room": {
+                "room_version": "12",
+                "encrypted": False,
+                "join_rule": "invite",
+                "history_visibility": "joined",
+                "members": [mxid, BOT, ghost],
+                "invited": [],
+                "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False},
+            },
             "audience": {"servers": [SERVER], "classification": "private"},
-            "iat": now, "exp": now + 60, "jti": secrets.token_hex(8),
+            "iat": now,
+            "exp": now + 60,
+            "jti": secrets.token_hex(8),
         }
         return self.mint(claims, CONTEXT)
 
     # --- the control API, as the subject ---------------------------------------------------------
-    async def control(self, method: str, path: str, *, token: str | None = None, json: Any = None,
-                      headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async def control(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         status, body, _ = await self.control_full(method, path, token=token, json=json, headers=headers)
         return status, body
 
-    async def control_full(self, method: str, path: str, *, token: str | None = None, json: Any = None,
-                           headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+    async def control_full(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, dict[str, str]]:
         sent = dict(headers or {})
         sent["Authorization"] = f"Bearer {token if token is not None else self.subject_token()}"
         async with self.http.request(method, self.gw.control_url + path, json=json, headers=sent) as resp:
             return resp.status, await resp.json(content_type=None), dict(resp.headers)
 
     async def consented_scope(self, mxid: str = ALICE, room: str = ROOM, agent: str = AGENT) -> str:
-        status, body = await self.control("POST", "/v1/scopes", token=self.subject_token(mxid), json={
-            "principal": {"mxid": mxid, "origin": "native"}, "agent": agent,
-            "scope": {"kind": "control_room", "room_id": room}})
+        status, body = await self.control(
+            "POST",
+            "/v1/scopes",
+            token=self.subject_token(mxid),
+            json={
+                "principal": {"mxid": mxid, "origin": "native"},
+                "agent": agent,
+                "scope": {"kind": "control_room", "room_id": room},
+            },
+        )
         assert status in (200, 201), body
         scope_id: str = body["scope_id"]
-        status, body = await self.control("PUT", f"/v1/scopes/{scope_id}/consent", token=self.subject_token(mxid),
-                                          json={"purpose": "remember my preferences", "policy_version": "v1"})
+        status, body = await self.control(
+            "PUT",
+            f"/v1/scopes/{scope_id}/consent",
+            token=self.subject_token(mxid),
+            json={"purpose": "remember my preferences", "policy_version": "v1"},
+        )
         assert status == 200, body
         return scope_id
 
@@ -106,18 +144,35 @@ class Target:
         assert key is not None
         return key
 
-    async def invoke(self, *, agent: str = AGENT, context: str | None = None, user: str = ALICE,
-                     extra: dict[str, str] | None = None, suffix: str = "/") -> tuple[int, Any, dict[str, str]]:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send",
-                "params": {"message": {"role": "user", "messageId": secrets.token_hex(4),
-                                       "parts": [{"kind": "text", "text": "hello"}]}}}
+    async def invoke(
+        self,
+        *,
+        agent: str = AGENT,
+        context: str | None = None,
+        user: str = ALICE,
+        extra: dict[str, str] | None = None,
+        suffix: str = "/",
+    ) -> tuple[int, Any, dict[str, str]]:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "role": "user",
+                    "messageId": secrets.token_hex(4),
+                    "parts": [{"kind": "text", "text": "hello"}],
+                }
+            },
+        }
         headers = {"X-User-Id": user, **(extra or {})}
         if context is not None:
             headers["X-Memgov-Context"] = context
         return await self.post(f"/api/a2a/{agent}{suffix}", body, headers=headers)
 
-    async def post(self, path: str, body: Any, *, headers: dict[str, str] | None = None,
-                   raw: bytes | None = None) -> tuple[int, Any, dict[str, str]]:
+    async def post(
+        self, path: str, body: Any, *, headers: dict[str, str] | None = None, raw: bytes | None = None
+    ) -> tuple[int, Any, dict[str, str]]:
         data = raw if raw is not None else None
         kwargs: dict[str, Any] = {"data": data} if raw is not None else {"json": body}
         async with self.http.post(self.gw.data_url + path, headers=headers, **kwargs) as resp:
@@ -132,8 +187,11 @@ class Target:
         return {"agent_name": agent_name, "user_id": key, "content": text, "vector": embed_text(text)}
 
     async def save(self, key: str, text: str, agent_name: str = APP) -> tuple[int, Any, dict[str, str]]:
-        return await self.post("/api/memories/sessions", self.fact(key, text, agent_name),
-                               headers={"X-Agent-Name": agent_name, "X-User-Id": key})
+        return await self.post(
+            "/api/memories/sessions",
+            self.fact(key, text, agent_name),
+            headers={"X-Agent-Name": agent_name, "X-User-Id": key},
+        )
 
     async def search(self, key: str, query: str, agent_name: str = APP) -> tuple[int, Any, dict[str, str]]:
         body = {"agent_name": agent_name, "user_id": key, "vector": embed_text(query), "limit": 10, "min_score": 0}
@@ -166,8 +224,15 @@ Launch = Callable[..., Awaitable[Target]]
 
 
 @asynccontextmanager
-async def launched(tmp: Path, *, limits: dict[str, int] | None = None, gated: bool = False,
-                   store_url: str | None = None, stream_delay_s: float = 0, **settings: Any) -> AsyncIterator[Target]:
+async def launched(
+    tmp: Path,
+    *,
+    limits: dict[str, int] | None = None,
+    gated: bool = False,
+    store_url: str | None = None,
+    stream_delay_s: float = 0,
+    **settings: Any,
+) -> AsyncIterator[Target]:
     """Start the stand-ins and a gateway process configured by ``settings`` (merged into the defaults).
 
     ``gated`` puts a gate (which can hold, fail or fake requests) between the gateway and kagent;
@@ -181,8 +246,7 @@ async def launched(tmp: Path, *, limits: dict[str, int] | None = None, gated: bo
     try:
         async with contextlib.AsyncExitStack() as stack:
             g = await stack.enter_async_context(gate(dev.kagent_url)) if gated else None
-            cfg = process_settings(keys, pack, g.url if g else dev.kagent_url, f"sqlite:///{tmp}/state.db",
-                                   **settings)
+            cfg = process_settings(keys, pack, g.url if g else dev.kagent_url, f"sqlite:///{tmp}/state.db", **settings)
             cfg["upstream"].update({"embedding_url": dev.embedding_url, **upstream})
             gw = await stack.enter_async_context(gateway_process(tmp / "gw", cfg))
             http = await stack.enter_async_context(aiohttp.ClientSession())
@@ -210,4 +274,3 @@ async def launch(tmp_path: Path) -> AsyncIterator[Launch]:
 async def target(launch: Launch) -> Target:
     """A gateway with the test defaults (rest adapter, SQLite state)."""
     return await launch()
-

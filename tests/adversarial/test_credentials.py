@@ -22,16 +22,22 @@ class TestContextIsNotABearer:
         t = target
         scope_id = await t.consented_scope()
         await t.control("DELETE", f"/v1/scopes/{scope_id}/consent")  # disabled again, by the subject
-        creating = {"principal": {"mxid": ALICE, "origin": "native"}, "agent": AGENT,
-                    "scope": {"kind": "control_room", "room_id": "!another:example.org"}}
-        calls = [("POST", "/v1/scopes", creating),
-                 ("PUT", f"/v1/scopes/{scope_id}/consent", {"purpose": "p", "policy_version": "v1"}),
-                 ("GET", f"/v1/scopes/{scope_id}/entries", None),
-                 ("GET", f"/v1/scopes/{scope_id}", None)]
+        creating = {
+            "principal": {"mxid": ALICE, "origin": "native"},
+            "agent": AGENT,
+            "scope": {"kind": "control_room", "room_id": "!another:example.org"},
+        }
+        calls = [
+            ("POST", "/v1/scopes", creating),
+            ("PUT", f"/v1/scopes/{scope_id}/consent", {"purpose": "p", "policy_version": "v1"}),
+            ("GET", f"/v1/scopes/{scope_id}/entries", None),
+            ("GET", f"/v1/scopes/{scope_id}", None),
+        ]
         for method, path, body in calls:
             context = t.context()
-            status, answer = await t.control(method, path, token=context, json=body,
-                                             headers={"X-Memgov-Context": t.context()})
+            status, answer = await t.control(
+                method, path, token=context, json=body, headers={"X-Memgov-Context": t.context()}
+            )
             assert (status, answer["error"]) == (401, "auth_required"), (method, path)
         status, state = await t.control("GET", f"/v1/scopes/{scope_id}")
         assert status == 200 and state["enabled"] is False  # memory stayed off without the person
@@ -41,9 +47,16 @@ class TestContextIsNotABearer:
         """A token with every subject claim but another (or no) JOSE typ is refused."""
         now = int(time.time())
         token = target.mint({"sub": ALICE, "iat": now, "exp": now + 60, "jti": secrets.token_hex(8)}, typ)
-        status, answer = await target.control("POST", "/v1/scopes", token=token, json={
-            "principal": {"mxid": ALICE, "origin": "native"}, "agent": AGENT,
-            "scope": {"kind": "control_room", "room_id": ROOM}})
+        status, answer = await target.control(
+            "POST",
+            "/v1/scopes",
+            token=token,
+            json={
+                "principal": {"mxid": ALICE, "origin": "native"},
+                "agent": AGENT,
+                "scope": {"kind": "control_room", "room_id": ROOM},
+            },
+        )
         assert (status, answer["error"]) == (401, "auth_required")
 
     async def test_a_captured_subject_token_changes_consent_once(self, target: Target) -> None:
@@ -67,18 +80,25 @@ class TestContextIsNotABearer:
 
 
 class TestContextNeverLeavesMemgov:
-    @pytest.mark.parametrize(("method", "path"), [
-        ("GET", "/version"), ("GET", "/api/agents"), ("GET", "/api/sessions"),
-        ("POST", "/api/a2a/team/plain-agent/"), ("POST", "/api/a2a-sandboxes/team/helper/"),
-        ("GET", "/api/a2a/team/helper/.well-known/agent-card.json"),
-    ])
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [
+            ("GET", "/version"),
+            ("GET", "/api/agents"),
+            ("GET", "/api/sessions"),
+            ("POST", "/api/a2a/team/plain-agent/"),
+            ("POST", "/api/a2a-sandboxes/team/helper/"),
+            ("GET", "/api/a2a/team/helper/.well-known/agent-card.json"),
+        ],
+    )
     async def test_the_context_is_stripped_on_every_route(self, target: Target, method: str, path: str) -> None:
         """kagent and agents never see a delegation context, on any route memgov forwards."""
         t = target
         before = len(t.dev.recorder.requests)
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}} if method == "POST" else None
-        async with t.http.request(method, t.gw.data_url + path, json=body,
-                                  headers={"X-Memgov-Context": t.context()}) as resp:
+        async with t.http.request(
+            method, t.gw.data_url + path, json=body, headers={"X-Memgov-Context": t.context()}
+        ) as resp:
             await resp.read()
         arrived = t.dev.recorder.requests[before:]
         assert arrived, "the request was not forwarded at all"

@@ -41,8 +41,9 @@ class TestOneCanonicalName:
         status, found, _ = await t.search(key, "green tea", agent_name=RAW)
         assert status == 200 and [r["id"] for r in found] == [body["id"]]
 
-        status, page = await t.control("GET", f"/v1/scopes/{scope_id}/entries",
-                                       headers={"X-Memgov-Context": t.context(agent=K8S_AGENT)})
+        status, page = await t.control(
+            "GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": t.context(agent=K8S_AGENT)}
+        )
         assert status == 200 and [e["id"] for e in page["entries"]] == [body["id"]]
 
         status, record = await t.confirmed(scope_id, "forget-all")
@@ -77,8 +78,9 @@ class TestReadBack:
         assert status == 201
         t.gate.pretend = lambda r: r.method == "DELETE"
         status, issued = await t.control("POST", f"/v1/scopes/{scope_id}/forget-all")
-        status, refused, headers = await t.control_full("POST", f"/v1/scopes/{scope_id}/forget-all",
-                                                        json={"confirm": issued["confirm_token"]})
+        status, refused, headers = await t.control_full(
+            "POST", f"/v1/scopes/{scope_id}/forget-all", json={"confirm": issued["confirm_token"]}
+        )
         assert (status, refused["error"]) == (500, "verification_failed")
         status, evidence = await t.control("GET", headers["Location"])
         assert status == 200 and evidence["state"] == "failed"

@@ -16,8 +16,12 @@ import aiohttp
 
 from tests.adversarial.conftest import Launch, Target
 
-STREAM = {"jsonrpc": "2.0", "id": 1, "method": "message/stream",
-          "params": {"message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "hi"}]}}}
+STREAM = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "message/stream",
+    "params": {"message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "hi"}]}},
+}
 
 
 async def _slow_body(url: str, stop: asyncio.Event) -> int:
@@ -54,8 +58,7 @@ async def _memory_still_answers(t: Target, key: str) -> None:
 
 
 class TestStarvation:
-    async def test_memory_keeps_answering_while_streams_hold_every_passthrough_connection(
-            self, launch: Launch) -> None:
+    async def test_memory_keeps_answering_while_streams_hold_every_passthrough_connection(self, launch: Launch) -> None:
         """With every passthrough connection held by long SSE streams, governed calls still answer: they
         have their own pool."""
         t = await launch(stream_delay_s=10, upstream={"pool_size": 8})
@@ -78,8 +81,10 @@ class TestStarvation:
         await t.consented_scope()
         key = await t.session_key()
         stop = asyncio.Event()
-        slow = [asyncio.create_task(_slow_body(t.gw.data_url + path, stop))
-                for path in ["/api/sessions"] * 8 + ["/api/memories/search"] * 8]
+        slow = [
+            asyncio.create_task(_slow_body(t.gw.data_url + path, stop))
+            for path in ["/api/sessions"] * 8 + ["/api/memories/search"] * 8
+        ]
         try:
             await _memory_still_answers(t, key)
             async with asyncio.timeout(30):
@@ -159,4 +164,3 @@ async def _client_from(address: str) -> AsyncIterator[aiohttp.ClientSession]:
     connector = aiohttp.TCPConnector(local_addr=(address, 0))
     async with aiohttp.ClientSession(connector=connector) as session:
         yield session
-

@@ -35,35 +35,57 @@ def _raw(body: dict[str, Any], field: str, literal: str) -> bytes:
 
 
 class TestContractAnswers:
-    @pytest.mark.parametrize(("field", "literal"), [
-        ("vector", DEEP), ("limit", str(2**63)), ("limit", "1e400"), ("vector", "[0" + ", 0" * 767 + "]"),
-        ("vector", "[NaN" + ", 0.5" * 767 + "]"), ("vector", "[1e40" + ", 0.5" * 767 + "]"),
-        ("min_score", "Infinity"),
-    ])
+    @pytest.mark.parametrize(
+        ("field", "literal"),
+        [
+            ("vector", DEEP),
+            ("limit", str(2**63)),
+            ("limit", "1e400"),
+            ("vector", "[0" + ", 0" * 767 + "]"),
+            ("vector", "[NaN" + ", 0.5" * 767 + "]"),
+            ("vector", "[1e40" + ", 0.5" * 767 + "]"),
+            ("min_score", "Infinity"),
+        ],
+    )
     async def test_a_hostile_search_answers_an_empty_list(self, target: Target, field: str, literal: str) -> None:
         """Deep nesting, out-of-range integers, zero, non-finite or float32-overflowing vectors: 200 []."""
         t = target
         await t.consented_scope()
         key = await t.session_key()
         before = len(t.dev.recorder.of_kind("memory"))
-        status, body, headers = await t.post("/api/memories/search", None, raw=_raw(_search(key), field, literal),
-                                             headers={"Content-Type": "application/json", "X-Agent-Name": APP})
+        status, body, headers = await t.post(
+            "/api/memories/search",
+            None,
+            raw=_raw(_search(key), field, literal),
+            headers={"Content-Type": "application/json", "X-Agent-Name": APP},
+        )
         assert (status, body) == (200, [])
         assert headers["X-Memgov-Decision"].startswith("empty_result; reason=bad_request")
         assert t.dev.recorder.of_kind("memory")[before:] == []  # an all-zero vector never reaches kagent
 
-    @pytest.mark.parametrize(("field", "literal"), [
-        ("vector", DEEP), ("ttl_days", str(2**63)), ("ttl_days", "1.5"), ("vector", "[0" + ", 0" * 767 + "]"),
-        ("vector", "[-0.0" + ", 0.0" * 767 + "]"), ("vector", "[1e-50" + ", 0" * 767 + "]"),
-        ("vector", "[Infinity" + ", 0.5" * 767 + "]"),
-    ])
+    @pytest.mark.parametrize(
+        ("field", "literal"),
+        [
+            ("vector", DEEP),
+            ("ttl_days", str(2**63)),
+            ("ttl_days", "1.5"),
+            ("vector", "[0" + ", 0" * 767 + "]"),
+            ("vector", "[-0.0" + ", 0.0" * 767 + "]"),
+            ("vector", "[1e-50" + ", 0" * 767 + "]"),
+            ("vector", "[Infinity" + ", 0.5" * 767 + "]"),
+        ],
+    )
     async def test_a_hostile_save_is_a_reasoned_refusal(self, target: Target, field: str, literal: str) -> None:
         """The same inputs on a save answer 400 bad_request and store nothing."""
         t = target
         await t.consented_scope()
         key = await t.session_key()
-        status, body, headers = await t.post("/api/memories/sessions", None, raw=_raw(_save(key), field, literal),
-                                             headers={"Content-Type": "application/json", "X-Agent-Name": APP})
+        status, body, headers = await t.post(
+            "/api/memories/sessions",
+            None,
+            raw=_raw(_save(key), field, literal),
+            headers={"Content-Type": "application/json", "X-Agent-Name": APP},
+        )
         assert (status, body["error"]) == (400, "bad_request")
         assert "X-Memgov-Decision" in headers and await t.rows() == []
 
@@ -135,8 +157,11 @@ class TestPassthroughBytes:
         async with _capture() as (url, seen):
             t = await launch(upstream={"controller_url": url})
             payload = gzip.compress(json.dumps({"name": "agent", "spec": "x" * 5000}).encode())
-            async with t.http.post(t.gw.data_url + "/api/agents", data=payload,
-                                   headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
+            async with t.http.post(
+                t.gw.data_url + "/api/agents",
+                data=payload,
+                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+            ) as resp:
                 assert resp.status == 200
             ((headers, body),) = [s for s in seen if s[1]]
             assert body == payload and headers["Content-Encoding"] == "gzip"

@@ -85,8 +85,10 @@ class TestRotation:
         assert status == 200 and record["state"] == "verified"
         assert record["physical_deletion"] == "pending_namespace_clear"
         assert record["verification"]["physically_absent"] is not True
-        assert (record["rotated_by"]["state"], record["rotated_by"]["failure_reason"]) == ("failed",
-                                                                                           "verification_failed")
+        assert (record["rotated_by"]["state"], record["rotated_by"]["failure_reason"]) == (
+            "failed",
+            "verification_failed",
+        )
         assert doomed in {r.id for r in await t.rows()}
 
     async def test_a_search_straddling_the_switch_still_finds_the_kept_entries(self, launch: Launch) -> None:

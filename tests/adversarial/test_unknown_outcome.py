@@ -18,8 +18,12 @@ class TestUnknownOutcome:
         """The 504 carries a decision; the withdrawal's erasure defers verification until the write lease
         ends, then clears again and reads back: nothing is left, and the evidence says it re-checked."""
         # A write lease longer than the erasure's quiesce bound: the erasure cannot simply wait it out.
-        t = await launch(gated=True, upstream={"memory_timeout_s": 0.5}, enforce={"write_lease_s": 4},
-                         erasure={"quiesce_timeout_s": 0.5})
+        t = await launch(
+            gated=True,
+            upstream={"memory_timeout_s": 0.5},
+            enforce={"write_lease_s": 4},
+            erasure={"quiesce_timeout_s": 0.5},
+        )
         assert t.gate is not None
         scope_id = await t.consented_scope()
         key = await t.session_key()
@@ -51,4 +55,3 @@ class TestUnknownOutcome:
         async with t.http.get(t.gw.ops_url + "/metrics") as resp:
             metrics = await resp.text()
         assert_absent(fact, t.gateway_log(), metrics, t.state_dump(), repr(body), repr(evidence))
-

@@ -116,8 +116,9 @@ class TestRuns:
         """At 200 rps for 0.5 s after a 0.1 s warmup the server sees 120 requests and 100 are measured."""
         server = await _serve(200)
         try:
-            job = LoadJob(str(server.make_url("")), (RequestSpec("p", "POST", "/x", body=b"{}"),), "open", 0.5, 0.1,
-                          4, 200.0)
+            job = LoadJob(
+                str(server.make_url("")), (RequestSpec("p", "POST", "/x", body=b"{}"),), "open", 0.5, 0.1, 4, 200.0
+            )
             result = await open_loop(job)
         finally:
             await server.close()

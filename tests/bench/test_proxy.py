@@ -23,8 +23,26 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str,
     with contextlib.redirect_stdout(printed):
         # One connection and a slow open loop: kagent v0.9.11 itself deadlocks on concurrent searches of the
         # same rows (its access-count update), which is an upstream fact the smoke run is not about.
-        code = main(["bench", "proxy", "--scenario", "all", "--duration", "1", "--warmup", "0.2", "--rounds", "1",
-                     "--rate", "10", "--concurrency", "1", "--out", str(out)])
+        code = main(
+            [
+                "bench",
+                "proxy",
+                "--scenario",
+                "all",
+                "--duration",
+                "1",
+                "--warmup",
+                "0.2",
+                "--rounds",
+                "1",
+                "--rate",
+                "10",
+                "--concurrency",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
     (path,) = out.glob("*.json")
     return code, printed.getvalue(), json.loads(path.read_text())
 
@@ -46,7 +64,8 @@ class TestBenchProxy:
         """Each scenario and mode has a positive rate and latency for the upstream, bare proxy and memgov."""
         sections = smoke[2]["sections"]
         assert sorted((s["scenario"], s["mode"]) for s in sections) == sorted(
-            (name, mode) for name in SCENARIOS for mode in ("closed", "open"))
+            (name, mode) for name in SCENARIOS for mode in ("closed", "open")
+        )
         for section in sections:
             targets = section["summary"]["targets"]
             assert sorted(targets) == ["a", "b", "c"]

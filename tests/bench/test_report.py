@@ -13,18 +13,43 @@ from sidecar.dev.bench.report import aggregate, render, write_json
 
 
 def _run(rnd: int, target: str, rps: float, p50: float, p99: float = 10.0) -> dict[str, Any]:
-    result = {"generator": "python", "requests": int(rps), "errors": 0, "elapsed_s": 1.0, "rps": rps, "p50_ms": p50,
-              "p99_ms": p99, "p999_ms": p99 * 2, "max_ms": p99 * 3, "cpu_s": 0.2, "saturated": False,
-              "lag_p99_ms": None, "notes": []}
-    return {"round": rnd, "target": target, "result": result, "server_cpu_s": rps / 1e4, "upstream_cpu_s": 0.0,
-            "servers_cores": 0.5, "other_load_cores": 0.1}
+    result = {
+        "generator": "python",
+        "requests": int(rps),
+        "errors": 0,
+        "elapsed_s": 1.0,
+        "rps": rps,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "p999_ms": p99 * 2,
+        "max_ms": p99 * 3,
+        "cpu_s": 0.2,
+        "saturated": False,
+        "lag_p99_ms": None,
+        "notes": [],
+    }
+    return {
+        "round": rnd,
+        "target": target,
+        "result": result,
+        "server_cpu_s": rps / 1e4,
+        "upstream_cpu_s": 0.0,
+        "servers_cores": 0.5,
+        "other_load_cores": 0.1,
+    }
 
 
 ROUNDS = [
     # Round 2 is slow for everyone (a noisy neighbour): per-round ratios stay steady.
-    _run(1, "a", 1000, 1.0), _run(1, "b", 500, 2.0), _run(1, "c", 250, 4.0),
-    _run(2, "a", 100, 10.0), _run(2, "b", 50, 20.0), _run(2, "c", 25, 40.0),
-    _run(3, "a", 1000, 1.0), _run(3, "b", 500, 2.0), _run(3, "c", 250, 4.0),
+    _run(1, "a", 1000, 1.0),
+    _run(1, "b", 500, 2.0),
+    _run(1, "c", 250, 4.0),
+    _run(2, "a", 100, 10.0),
+    _run(2, "b", 50, 20.0),
+    _run(2, "c", 25, 40.0),
+    _run(3, "a", 1000, 1.0),
+    _run(3, "b", 500, 2.0),
+    _run(3, "c", 250, 4.0),
 ]
 
 
@@ -56,8 +81,15 @@ class TestAggregate:
 class TestOutput:
     def test_table_names_every_target_and_ratio(self) -> None:
         """The printed table has one line per target and both ratio lines."""
-        section = {"scenario": "health", "mode": "closed", "load": "32 connections", "duration_s": 1.0, "rounds": 3,
-                   "summary_text": "GET /health", "summary": aggregate(ROUNDS)}
+        section = {
+            "scenario": "health",
+            "mode": "closed",
+            "load": "32 connections",
+            "duration_s": 1.0,
+            "rounds": 3,
+            "summary_text": "GET /health",
+            "summary": aggregate(ROUNDS),
+        }
         text = render(section)
         for needle in ("(a) stand-in (direct)", "(b) bare proxy", "(c) memgov", "ratio (c)/(a)", "ratio (c)/(b)"):
             assert needle in text

@@ -12,8 +12,9 @@ from sidecar.dev.bench.sweep import register_bench, run_sweep_bench
 
 class TestSweepBench:
     @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-    async def test_rotates_only_the_prepared_scopes(self, tmp_path: Path, backend: str,
-                                                    request: pytest.FixtureRequest) -> None:
+    async def test_rotates_only_the_prepared_scopes(
+        self, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    ) -> None:
         """Among 50 bulk-loaded scopes with live entries only, the candidate query and the sweep pick the three
         prepared ones; each rotation re-embeds the entries it keeps; the second pass has nothing to do."""
         url = f"sqlite:///{tmp_path}/sweep.db" if backend == "sqlite" else request.getfixturevalue("pg_url")

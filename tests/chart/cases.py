@@ -32,15 +32,22 @@ GATEWAY_PRODUCTION: dict[str, Any] = {
         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
     ],
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
-    "upstream": {"embeddingUrl": "https://embeddings.example.org/v1",
-                 "embeddingApiKey": {"existingSecret": "memgov-embedding"}},
+    "upstream": {
+        "embeddingUrl": "https://embeddings.example.org/v1",
+        "embeddingApiKey": {"existingSecret": "memgov-embedding"},
+    },
     "state": {"postgresql": {"existingSecret": "memgov-state"}},
     "policy": {"engine": "shadow", "opa": {"container": {"enabled": True}}},
     "secrets": {"previousSessionKey": {"existingSecret": "memgov-session-key-old"}},
     "trust": {"bridgeKey": {"existingSecret": "memgov-bridge"}, "operatorKey": {"existingSecret": "memgov-operator"}},
     "matrix": {"serverName": "example.org", "bridgeBot": "@kagent-bridge:example.org"},
-    "agents": {"kagent/helper": {"disabledVariant": "helper-nomem", "ghost": "@agent-helper:example.org",
-                                 "embeddingModel": "text-embedding-3-small"}},
+    "agents": {
+        "kagent/helper": {
+            "disabledVariant": "helper-nomem",
+            "ghost": "@agent-helper:example.org",
+            "embeddingModel": "text-embedding-3-small",
+        }
+    },
     "erasure": {"adapter": "kagent-db", "kagentDb": {"existingSecret": "memgov-kagent-db"}},
     "tracing": {"enabled": True, "endpoint": "http://otel-collector.observability:4318/v1/traces"},
     "networkPolicy": {

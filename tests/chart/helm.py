@@ -35,8 +35,13 @@ def _helm_binary() -> Path:
 
 
 def run_helm(
-    command: str, values: dict[str, Any], namespace: str = NAMESPACE, *, chart: Path = CHART,
-    kube_version: str = KUBE_VERSION, extra: tuple[str, ...] = (),
+    command: str,
+    values: dict[str, Any],
+    namespace: str = NAMESPACE,
+    *,
+    chart: Path = CHART,
+    kube_version: str = KUBE_VERSION,
+    extra: tuple[str, ...] = (),
 ) -> str:
     """Run `helm lint` or `helm template` with values; return stdout or raise HelmFailed(stderr)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="memgov-values-") as fh:
@@ -86,7 +91,7 @@ def notes(values: dict[str, Any]) -> str:
         shutil.copytree(CHART, copy_)
         (copy_ / "notes-source.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
         (copy_ / "templates" / "zz-notes.yaml").write_text(
-            'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n'
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
             'data: {notes: {{ tpl (.Files.Get "notes-source.txt") . | quote }}}\n'
         )
         out = run_helm("template", values, chart=copy_, extra=("--show-only", "templates/zz-notes.yaml"))

@@ -117,8 +117,9 @@ def _selecting(policies: Sequence[Policy], pod: Endpoint, direction: str) -> lis
     ]
 
 
-def _direction_allows(policies: Sequence[Policy], pod: Endpoint, other: Endpoint, port: int, protocol: str,
-                      direction: str) -> bool:
+def _direction_allows(
+    policies: Sequence[Policy], pod: Endpoint, other: Endpoint, port: int, protocol: str, direction: str
+) -> bool:
     selecting = _selecting(policies, pod, direction)
     if not selecting:
         return True

@@ -59,8 +59,11 @@ class PodDisk:
     def host(self, container: str, path: str) -> Path:
         """Where a container path lives on local disk (the longest mount that holds it)."""
         target = PurePosixPath(path)
-        mounts = [m for m in self.container(container)["volumeMounts"]
-                  if target == PurePosixPath(m["mountPath"]) or PurePosixPath(m["mountPath"]) in target.parents]
+        mounts = [
+            m
+            for m in self.container(container)["volumeMounts"]
+            if target == PurePosixPath(m["mountPath"]) or PurePosixPath(m["mountPath"]) in target.parents
+        ]
         assert mounts, f"{path} is not on a volume of {container}"
         mount = max(mounts, key=lambda m: len(m["mountPath"]))
         return self.root / mount["name"] / target.relative_to(mount["mountPath"])
@@ -71,7 +74,7 @@ class PodDisk:
             return str(self.host(container, value))
         for prefix in ("sqlite:///", "--bundle="):
             if value.startswith(prefix + "/"):
-                return prefix + str(self.host(container, value[len(prefix):]))
+                return prefix + str(self.host(container, value[len(prefix) :]))
         match = _PORT.match(value)
         if match and int(match["port"]) in ports:
             return match["head"].replace("0.0.0.0", "127.0.0.1") + str(ports[int(match["port"])])

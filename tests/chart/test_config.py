@@ -96,8 +96,13 @@ class TestConfigFile:
         """Each *_file key in the config names a file the pod actually mounts from a Secret."""
         config = config_file(render(values))
         mounted = _mounted_files(values)
-        named = [path for section in config.values() if isinstance(section, dict)
-                 for key, path in section.items() if key.endswith("_file")]
+        named = [
+            path
+            for section in config.values()
+            if isinstance(section, dict)
+            for key, path in section.items()
+            if key.endswith("_file")
+        ]
         assert named
         assert all(path in mounted for path in named)
 
@@ -118,16 +123,23 @@ class TestConfigFile:
     @pytest.mark.parametrize("rotate", [True, False])
     def test_rotation_settings_reach_memgov(self, rotate: bool, load: Any) -> None:
         """erasure.rotate arrives as is (on by default); the re-embedding key is mounted only with a provider."""
-        values = {"upstream": {"embeddingUrl": "https://embeddings.example.org/v1",
-                               "embeddingApiKey": {"existingSecret": "memgov-embedding", "key": "k"}},
-                  "erasure": {"rotate": rotate}, "networkPolicy": {"enabled": False}}
+        values = {
+            "upstream": {
+                "embeddingUrl": "https://embeddings.example.org/v1",
+                "embeddingApiKey": {"existingSecret": "memgov-embedding", "key": "k"},
+            },
+            "erasure": {"rotate": rotate},
+            "networkPolicy": {"enabled": False},
+        }
         settings = load(config_file(render(values)))
         assert settings.erasure.rotate is rotate
         assert settings.upstream.embedding_api_key_file is not None
         assert _mounted_files(values)[str(settings.upstream.embedding_api_key_file)] == "memgov-embedding/k"
         assert load(config_file(render({}))).erasure.rotate is True
-        no_provider = {"upstream": {"embeddingApiKey": {"existingSecret": "memgov-embedding"}},
-                       "networkPolicy": {"enabled": False}}
+        no_provider = {
+            "upstream": {"embeddingApiKey": {"existingSecret": "memgov-embedding"}},
+            "networkPolicy": {"enabled": False},
+        }
         assert load(config_file(render(no_provider))).upstream.embedding_api_key_file is None
 
     @pytest.mark.parametrize(("name", "values"), MATRIX, ids=IDS)
@@ -217,8 +229,18 @@ class TestOpaWiring:
 
     def test_own_pack_is_bundled_from_the_config_map(self) -> None:
         """With an operator pack, the init container bundles the mounted ConfigMap, not the image's pack."""
-        values = {**cases.SIDECAR, "policy": {**cases.SIDECAR["policy"], "pack": {"files": {
-            "data/limits.yaml": "max_days: 3\n", "rego/memgov/decision/a.rego": "package memgov.decision\n"}}}}
+        values = {
+            **cases.SIDECAR,
+            "policy": {
+                **cases.SIDECAR["policy"],
+                "pack": {
+                    "files": {
+                        "data/limits.yaml": "max_days: 3\n",
+                        "rego/memgov/decision/a.rego": "package memgov.decision\n",
+                    }
+                },
+            },
+        }
         (init,) = pod_spec(render(values))["initContainers"]
         assert init["command"][-2:] == ["--dir", "/etc/memgov/policies"]
         assert {"name": "memgov-config", "mountPath": "/etc/memgov", "readOnly": True} in init["volumeMounts"]

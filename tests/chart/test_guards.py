@@ -74,11 +74,18 @@ class TestCombinationGuards:
                 "networkPolicy.postgresql.to is empty",
             ),
             ({"policy": {"engine": "opa", "opa": {"url": "http://opa:8181"}}}, "networkPolicy.opa.to is empty"),
-            ({"policy": {"pack": {"files": {"cedar/a.cedar": "permit(principal, action, resource);\n"}}}},
-             "no data/limits.yaml"),
             (
-                {"policy": {"engine": "opa", "opa": {"container": {"enabled": True}},
-                            "pack": {"files": {"data/limits.yaml": "max_days: 7\n"}}}},
+                {"policy": {"pack": {"files": {"cedar/a.cedar": "permit(principal, action, resource);\n"}}}},
+                "no data/limits.yaml",
+            ),
+            (
+                {
+                    "policy": {
+                        "engine": "opa",
+                        "opa": {"container": {"enabled": True}},
+                        "pack": {"files": {"data/limits.yaml": "max_days: 7\n"}},
+                    }
+                },
                 "no rego/ files",
             ),
             (
@@ -124,7 +131,7 @@ class TestCombinationGuards:
 
     def test_wrong_namespace_fails(self) -> None:
         """Installing outside kagent's namespace fails, because agents could never reach the Service there."""
-        assert "must be installed in kagent's namespace \"kagent\"" in render_error({}, namespace="default")
+        assert 'must be installed in kagent\'s namespace "kagent"' in render_error({}, namespace="default")
 
     @pytest.mark.parametrize(
         "values",

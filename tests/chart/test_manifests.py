@@ -101,13 +101,29 @@ class TestRenderedKinds:
         [
             (
                 cases.GATEWAY_DEFAULT,
-                ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service",
-                 "ServiceAccount"],
+                [
+                    "ConfigMap",
+                    "ConfigMap",
+                    "Deployment",
+                    "NetworkPolicy",
+                    "PodDisruptionBudget",
+                    "Service",
+                    "ServiceAccount",
+                ],
             ),
             (
                 cases.GATEWAY_PRODUCTION,
-                ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
-                 "PodDisruptionBudget", "Service", "ServiceAccount", "ServiceMonitor"],
+                [
+                    "ConfigMap",
+                    "ConfigMap",
+                    "Deployment",
+                    "NetworkPolicy",
+                    "NetworkPolicy",
+                    "PodDisruptionBudget",
+                    "Service",
+                    "ServiceAccount",
+                    "ServiceMonitor",
+                ],
             ),
             (cases.SIDECAR, ["ConfigMap", "ConfigMap", "NetworkPolicy", "Service"]),
             ({"mode": "sidecar"}, ["ConfigMap", "ConfigMap", "Service"]),

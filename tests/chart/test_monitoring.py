@@ -31,20 +31,48 @@ CLOSED_LABELS: dict[str, frozenset[str]] = {
 }
 _DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
 PROMETHEUS_RULE_SPEC = {
-    "type": "object", "additionalProperties": False, "required": ["groups"],
-    "properties": {"groups": {"type": "array", "minItems": 1, "items": {
-        "type": "object", "additionalProperties": False, "required": ["name", "rules"],
-        "properties": {"name": {"type": "string"}, "rules": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["alert", "expr", "labels", "annotations"],
-            "properties": {
-                "alert": {"type": "string", "pattern": "^[A-Z][A-Za-z]+$"},
-                "expr": {"type": "string"},
-                "for": {"type": "string", "pattern": _DURATION},
-                "labels": {"type": "object", "required": ["severity"],
-                           "properties": {"severity": {"enum": ["warning", "critical"]}}},
-                "annotations": {"type": "object", "required": ["summary", "description"], "additionalProperties": False,
-                                "properties": {"summary": {"type": "string"}, "description": {"type": "string"}}},
-            }}}}}}},
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["groups"],
+    "properties": {
+        "groups": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "rules"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "rules": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["alert", "expr", "labels", "annotations"],
+                            "properties": {
+                                "alert": {"type": "string", "pattern": "^[A-Z][A-Za-z]+$"},
+                                "expr": {"type": "string"},
+                                "for": {"type": "string", "pattern": _DURATION},
+                                "labels": {
+                                    "type": "object",
+                                    "required": ["severity"],
+                                    "properties": {"severity": {"enum": ["warning", "critical"]}},
+                                },
+                                "annotations": {
+                                    "type": "object",
+                                    "required": ["summary", "description"],
+                                    "additionalProperties": False,
+                                    "properties": {"summary": {"type": "string"}, "description": {"type": "string"}},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    },
 }
 
 
@@ -72,8 +100,11 @@ def _exported() -> dict[str, tuple[str, ...]]:
     # prometheus_client has no public way to list a registry's sample names with their labels.
     names = REGISTRY._names_to_collectors
     # A counter's family name is not a series Prometheus stores; only <name>_total is.
-    return {name: tuple(getattr(c, "_labelnames", ())) for name, c in names.items()
-            if name.startswith("memgov_") and f"{name}_total" not in names}
+    return {
+        name: tuple(getattr(c, "_labelnames", ()))
+        for name, c in names.items()
+        if name.startswith("memgov_") and f"{name}_total" not in names
+    }
 
 
 def _rulecheck(groups: list[dict[str, Any]], tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -95,7 +126,7 @@ class TestDashboard:
     @pytest.mark.parametrize(
         ("topic", "metric"),
         [
-            ("decisions by action", 'sum by (action) (rate(memgov_governed_decisions_total'),
+            ("decisions by action", "sum by (action) (rate(memgov_governed_decisions_total"),
             ("refusals by reason", "sum by (reason)"),
             ("fail-closed rate", 'reason=~"policy_unavailable|state_unavailable|internal_error"'),
             ("erasure states", "memgov_erasures"),
@@ -117,8 +148,9 @@ class TestDashboard:
         cells: set[tuple[int, int]] = set()
         for panel in _dashboard()["panels"]:
             grid = panel["gridPos"]
-            mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
-                    for y in range(grid["y"], grid["y"] + grid["h"])}
+            mine = {
+                (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+            }
             assert not cells & mine, panel["title"]
             cells |= mine
             if panel["type"] != "row":
@@ -130,8 +162,9 @@ class TestAlerts:
         """The PrometheusRule has valid metadata and only the monitoring.coreos.com/v1 fields used here."""
         rule = _rule()
         assert rule["apiVersion"] == "monitoring.coreos.com/v1"
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": rule["metadata"]},
-                                     KUBE_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": rule["metadata"]}, KUBE_VERSION, strict=True
+        )
         jsonschema.validate(rule["spec"], PROMETHEUS_RULE_SPEC)
 
     def test_prometheus_parses_every_rule(self, tmp_path: Path) -> None:
@@ -148,8 +181,14 @@ class TestAlerts:
 
     @pytest.mark.parametrize(
         "alert",
-        ["MemgovErasureFailed", "MemgovErasureStuck", "MemgovStateStoreUnavailable", "MemgovPolicyReloadFailed",
-         "MemgovShadowDisagreement", "MemgovExpirySweepBehind"],
+        [
+            "MemgovErasureFailed",
+            "MemgovErasureStuck",
+            "MemgovStateStoreUnavailable",
+            "MemgovPolicyReloadFailed",
+            "MemgovShadowDisagreement",
+            "MemgovExpirySweepBehind",
+        ],
     )
     def test_alerts_cover_what_an_operator_must_act_on(self, alert: str) -> None:
         """Erasure failed or stuck, store unavailable, reload failure, shadow disagreement, sweeper behind."""
@@ -157,8 +196,9 @@ class TestAlerts:
 
     def test_erasure_slo_is_configurable(self) -> None:
         """MemgovErasureStuck fires after prometheusRule.erasureSloMinutes."""
-        rule = find(render({**MONITORING, "prometheusRule": {"enabled": True, "erasureSloMinutes": 15}}),
-                    "PrometheusRule")
+        rule = find(
+            render({**MONITORING, "prometheusRule": {"enabled": True, "erasureSloMinutes": 15}}), "PrometheusRule"
+        )
         stuck = next(r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MemgovErasureStuck")
         assert stuck["expr"].endswith("> 900")
 

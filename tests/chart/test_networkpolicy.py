@@ -46,12 +46,26 @@ INTERNET = Endpoint("internet", "198.51.100.9")
 KUBE_API = Endpoint("kube-api", "172.20.0.1")
 
 PODS = [
-    MEMGOV, CONTROLLER, UI, TOOLS, AGENT, TEAM_AGENT, OTHER_AGENT, LOOKALIKE, RANDOM, BRIDGE, PROMETHEUS, DNS, POSTGRES,
-    OPA, COLLECTOR,
+    MEMGOV,
+    CONTROLLER,
+    UI,
+    TOOLS,
+    AGENT,
+    TEAM_AGENT,
+    OTHER_AGENT,
+    LOOKALIKE,
+    RANDOM,
+    BRIDGE,
+    PROMETHEUS,
+    DNS,
+    POSTGRES,
+    OPA,
+    COLLECTOR,
 ]
 EVERYONE = [*PODS, PROVIDER, INTERNET, KUBE_API]
-PORTS = [(p, proto) for p in (53, 80, 443, 4318, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090)
-         for proto in ("TCP", "UDP")]
+PORTS = [
+    (p, proto) for p in (53, 80, 443, 4318, 5432, 6443, 8080, 8081, 8082, 8083, 8181, 9090) for proto in ("TCP", "UDP")
+]
 
 
 def policies(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -186,8 +200,10 @@ class TestMemgovEgress:
         ("values", "expected"),
         [
             (cases.GATEWAY_DEFAULT, BASE_EGRESS),
-            (cases.GATEWAY_PRODUCTION,
-             BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP"), ("collector", 4318, "TCP")}),
+            (
+                cases.GATEWAY_PRODUCTION,
+                BASE_EGRESS | {("provider", 443, "TCP"), ("postgres", 5432, "TCP"), ("collector", 4318, "TCP")},
+            ),
             (cases.GATEWAY_EXTERNAL_OPA, BASE_EGRESS | {("opa", 8181, "TCP")}),
         ],
         ids=["default", "embedding-postgresql-and-collector", "external-opa"],
@@ -248,13 +264,20 @@ class TestEvaluator:
             ({"podSelector": {}, "ingress": [{"ports": [{"port": 1, "endPort": 79}]}]}, INTERNET, MEMGOV, 80, False),
             (
                 {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "198.51.100.0/24"}}]}]},
-                INTERNET, MEMGOV, 80, True,
+                INTERNET,
+                MEMGOV,
+                80,
+                True,
             ),
             (
-                {"podSelector": {}, "ingress": [
-                    {"from": [{"ipBlock": {"cidr": "198.51.100.0/24", "except": ["198.51.100.0/28"]}}]}
-                ]},
-                INTERNET, MEMGOV, 80, False,
+                {
+                    "podSelector": {},
+                    "ingress": [{"from": [{"ipBlock": {"cidr": "198.51.100.0/24", "except": ["198.51.100.0/28"]}}]}],
+                },
+                INTERNET,
+                MEMGOV,
+                80,
+                False,
             ),
             ({"podSelector": {}, "policyTypes": ["Egress"]}, INTERNET, MEMGOV, 80, True),
         ],

@@ -36,10 +36,14 @@ OWN_PACK = {p.relative_to(POLICIES).as_posix(): p.read_text() for p in sorted(PO
 RUNS = {
     # The default production shape: Cedar enforcing, OPA compared, the pack from memgov's image.
     "gateway-shadow-image-pack": (
-        {"rollout": cases.ENFORCE, "policy": {"engine": "shadow", "opa": {"container": {"enabled": True}}}}, "cedar"),
+        {"rollout": cases.ENFORCE, "policy": {"engine": "shadow", "opa": {"container": {"enabled": True}}}},
+        "cedar",
+    ),
     # OPA enforcing inside kagent's controller pod, with an operator pack from a ConfigMap.
     "sidecar-opa-own-pack": (
-        {**cases.SIDECAR, "policy": {**cases.SIDECAR["policy"], "pack": {"files": OWN_PACK}}}, "opa"),
+        {**cases.SIDECAR, "policy": {**cases.SIDECAR["policy"], "pack": {"files": OWN_PACK}}},
+        "opa",
+    ),
 }
 
 
@@ -79,8 +83,9 @@ async def test_opa_mode_runs_as_rendered(values: dict[str, Any], engine: str, tm
     ports = {port: free_port() for port in (8080, 8081, 9090, 8181, 8282)}
 
     init = pod.container("memgov-bundle")
-    written = subprocess.run([MEMGOV, *_argv(pod, init, ports)[1:]], capture_output=True, text=True, timeout=120,
-                             check=False)
+    written = subprocess.run(
+        [MEMGOV, *_argv(pod, init, ports)[1:]], capture_output=True, text=True, timeout=120, check=False
+    )
     assert written.returncode == 0, written.stdout + written.stderr
 
     opa = pod.container("opa")
@@ -107,10 +112,21 @@ async def test_opa_mode_runs_as_rendered(values: dict[str, Any], engine: str, tm
                     metrics = await resp.text()
 
             suite = subprocess.run(
-                [MEMGOV, "policy", "test", "--opa-url", f"http://127.0.0.1:{ports[8181]}",
-                 "--dir", str(pod.host("memgov", config_file(manifests)["policy"]["dir"])),
-                 "--cases", str(REPO / "policy-tests")],
-                capture_output=True, text=True, timeout=300, check=False,
+                [
+                    MEMGOV,
+                    "policy",
+                    "test",
+                    "--opa-url",
+                    f"http://127.0.0.1:{ports[8181]}",
+                    "--dir",
+                    str(pod.host("memgov", config_file(manifests)["policy"]["dir"])),
+                    "--cases",
+                    str(REPO / "policy-tests"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
             )
     finally:
         await dev.stop()

@@ -47,6 +47,7 @@ class TestUserPack:
 
     def test_changing_the_pack_rolls_the_pods(self) -> None:
         """A different pack changes the pod template, so gateway pods restart onto it."""
+
         def checksum(values: dict[str, Any]) -> str:
             deployment = find(render(values), "Deployment")
             return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/policies"])

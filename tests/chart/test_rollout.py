@@ -108,8 +108,11 @@ class TestGracefulStop:
 class TestReplicas:
     def test_replicas_spread_over_nodes_and_zones(self) -> None:
         """With more than one replica and no constraints given, pods prefer distinct nodes and zones."""
-        values = {"replicaCount": 2, "state": {"postgresql": {"existingSecret": "s"}},
-                  "networkPolicy": {"postgresql": {"to": [cases.POSTGRES_PEER]}}}
+        values = {
+            "replicaCount": 2,
+            "state": {"postgresql": {"existingSecret": "s"}},
+            "networkPolicy": {"postgresql": {"to": [cases.POSTGRES_PEER]}},
+        }
         spread = pod_spec(render(values))["topologySpreadConstraints"]
         assert [c["topologyKey"] for c in spread] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
         assert all(c["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "memgov" for c in spread)
@@ -125,7 +128,9 @@ class TestReplicas:
 class TestSidecarPorts:
     def test_no_container_port_is_declared_twice_in_kagents_pod(self) -> None:
         """kagent's controller container declares 8080 (its Service's targetPort); memgov's containers do not."""
-        declared = [(p["containerPort"], p.get("protocol", "TCP"))
-                    for c in [KAGENT_CONTROLLER, *pod_spec(render(cases.SIDECAR))["containers"]]
-                    for p in c.get("ports", [])]
+        declared = [
+            (p["containerPort"], p.get("protocol", "TCP"))
+            for c in [KAGENT_CONTROLLER, *pod_spec(render(cases.SIDECAR))["containers"]]
+            for p in c.get("ports", [])
+        ]
         assert len(declared) == len(set(declared))

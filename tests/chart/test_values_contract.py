@@ -76,8 +76,10 @@ class TestSchema:
             path or "<root>"
             for path, node in _schema_nodes(SCHEMA)
             if node.get("type") == "object"
-            and not (node.get("additionalProperties") is False
-                     or ("properties" not in node and isinstance(node.get("additionalProperties"), dict)))
+            and not (
+                node.get("additionalProperties") is False
+                or ("properties" not in node and isinstance(node.get("additionalProperties"), dict))
+            )
         ]
         assert loose == []
 
@@ -92,7 +94,6 @@ class TestSchema:
         assert undescribed == []
 
 
-
 class TestHelmLint:
     @pytest.mark.parametrize(("name", "values"), list(cases.MATRIX.items()), ids=list(cases.MATRIX))
     def test_lint_passes_for_every_values_set(self, name: str, values: dict[str, Any]) -> None:
@@ -103,6 +104,7 @@ class TestHelmLint:
 class TestValuesFile:
     def test_values_and_schema_agree_on_keys(self) -> None:
         """Every key in values.yaml is in the schema, and every key the schema requires has a default there."""
+
         def walk(values: Any, schema: dict[str, Any], path: str) -> Iterator[str]:
             schema, k8s = _resolve(schema)
             if k8s or "properties" not in schema:
@@ -121,7 +123,8 @@ class TestValuesFile:
         keys = list(_documented_keys(yaml.compose(VALUES_TEXT), SCHEMA))
         assert len(keys) > 50
         undocumented = [
-            path for path, line in keys
+            path
+            for path, line in keys
             if not (block := _comment_block_above(line)) or not block[0].startswith(f"# {path.rsplit('.', 1)[-1]} ")
         ]
         assert undocumented == []

@@ -121,15 +121,20 @@ async def _kagent(pg_server: PgServer, tmp_path: Path, **kwargs: Any) -> RealKag
 
 
 class TestDifferential:
-    async def test_transcript_answers_and_rows_match(self, pg_server: PgServer, pg_url: str, tmp_path: Path,
-                                                     http: aiohttp.ClientSession) -> None:
+    async def test_transcript_answers_and_rows_match(
+        self, pg_server: PgServer, pg_url: str, tmp_path: Path, http: aiohttp.ClientSession
+    ) -> None:
         """Every request of sections A-H gets the same answer, and every table snapshot the same rows."""
         kagent = await _kagent(pg_server, tmp_path)
         dev = await start_devstack(store_url=pg_url, stream_delay_s=0)
         real_db, standin_db = await asyncpg.connect(kagent.db_url), await asyncpg.connect(pg_url)
         try:
-            diffs = await replay(http, Side(kagent.url, real_db, kagent.admin_url + "/prune"),
-                                 Side(dev.kagent_url, standin_db, dev.kagent_url + "/__devstack/prune"), TRANSCRIPT)
+            diffs = await replay(
+                http,
+                Side(kagent.url, real_db, kagent.admin_url + "/prune"),
+                Side(dev.kagent_url, standin_db, dev.kagent_url + "/__devstack/prune"),
+                TRANSCRIPT,
+            )
             assert not diffs, "\n".join(diffs)
             for log in (kagent.log_text(), dev.kagent_log()):
                 assert "SENTINEL-7f3a9c" not in log  # saved content never reaches kagent's log
@@ -141,9 +146,9 @@ class TestDifferential:
             await dev.stop()
             kagent.stop()
 
-    async def test_without_the_vector_track_every_memory_route_fails_alike(self, pg_server: PgServer,
-                                                                           tmp_path: Path,
-                                                                           http: aiohttp.ClientSession) -> None:
+    async def test_without_the_vector_track_every_memory_route_fails_alike(
+        self, pg_server: PgServer, tmp_path: Path, http: aiohttp.ClientSession
+    ) -> None:
         """--database-vector-enabled=false (the chart's default): kagent's raw 500s, matched by the stand-in's fault."""
         kagent = await _kagent(pg_server, tmp_path, vector=False)
         dev = await start_devstack(stream_delay_s=0)

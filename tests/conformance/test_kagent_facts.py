@@ -35,27 +35,34 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 class TestAuthModes:
     @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer garbage"}, {"Authorization": "Basic eA=="}])
-    async def test_trusted_proxy_wants_a_parseable_bearer_jwt(self, real_kagent: RealKagent,
-                                                             http: aiohttp.ClientSession, headers: dict) -> None:
+    async def test_trusted_proxy_wants_a_parseable_bearer_jwt(
+        self, real_kagent: RealKagent, http: aiohttp.ClientSession, headers: dict
+    ) -> None:
         """Without a three-part bearer JWT every memory route is 401 text/plain in trusted-proxy mode only."""
         async with http.post(real_kagent.url + "/api/memories/search", json=BOB_SAVE, headers=headers) as resp:
             text = await resp.text()
         if real_kagent.auth_mode == "trusted-proxy":
             assert (resp.status, resp.headers["Content-Type"], text) == (
-                401, "text/plain; charset=utf-8", "Unauthorized\n")
+                401,
+                "text/plain; charset=utf-8",
+                "Unauthorized\n",
+            )
         else:
             assert resp.status == 200
         async with http.get(real_kagent.url + "/health") as resp:
             assert resp.status == 200
 
-    async def test_rows_belong_to_the_body_user_whatever_the_token_says(self, real_kagent: RealKagent,
-                                                                        http: aiohttp.ClientSession) -> None:
+    async def test_rows_belong_to_the_body_user_whatever_the_token_says(
+        self, real_kagent: RealKagent, http: aiohttp.ClientSession
+    ) -> None:
         """An unsigned JWT for alice saves and lists bob's rows: kagent checks no signature and no ownership."""
         headers = {"Authorization": f"Bearer {UNSIGNED_ALICE}", "X-Agent-Name": NS}
         async with http.post(real_kagent.url + "/api/memories/sessions", json=BOB_SAVE, headers=headers) as resp:
             assert resp.status == 201
-        async with http.get(real_kagent.url + f"/api/memories?agent_name={NS}&user_id=bob",
-                            headers={"Authorization": f"Bearer {UNSIGNED_ALICE}"}) as resp:
+        async with http.get(
+            real_kagent.url + f"/api/memories?agent_name={NS}&user_id=bob",
+            headers={"Authorization": f"Bearer {UNSIGNED_ALICE}"},
+        ) as resp:
             assert resp.status == 200 and [r["content"] for r in await resp.json()] == ["bob's memory"]
 
     async def test_an_agent_runtime_token_is_enough(self, real_kagent: RealKagent, http: aiohttp.ClientSession) -> None:
@@ -66,15 +73,17 @@ class TestAuthModes:
 
 
 class TestLogs:
-    async def test_identifiers_reach_the_log_but_content_does_not(self, real_kagent: RealKagent,
-                                                                 http: aiohttp.ClientSession) -> None:
+    async def test_identifiers_reach_the_log_but_content_does_not(
+        self, real_kagent: RealKagent, http: aiohttp.ClientSession
+    ) -> None:
         """The save line names userID and agentName, GET/DELETE lines the user_id query; content is never logged."""
         headers = {"Authorization": f"Bearer {sa_token('ns/agent')}", "X-Agent-Name": NS}
         body = {**BOB_SAVE, "content": "SENTINEL-content-4711"}
         async with http.post(real_kagent.url + "/api/memories/sessions", json=body, headers=headers) as resp:
             assert resp.status == 201
-        async with http.get(real_kagent.url + f"/api/memories?agent_name={NS}&user_id=bob-query",
-                            headers=headers) as resp:
+        async with http.get(
+            real_kagent.url + f"/api/memories?agent_name={NS}&user_id=bob-query", headers=headers
+        ) as resp:
             assert resp.status == 200
         log = real_kagent.log_text()
         assert '"userID":"bob"' in log and f'"agentName":"{NS}"' in log and '"user_id":"bob-query"' in log
@@ -82,25 +91,32 @@ class TestLogs:
 
 
 class TestCleanupLoop:
-    async def test_the_loop_deletes_expired_rows_and_keeps_popular_ones(self, pg_server: PgServer, pg_url: str,
-                                                                         tmp_path: Path,
-                                                                         http: aiohttp.ClientSession) -> None:
+    async def test_the_loop_deletes_expired_rows_and_keeps_popular_ones(
+        self, pg_server: PgServer, pg_url: str, tmp_path: Path, http: aiohttp.ClientSession
+    ) -> None:
         """With a 1 s interval the real loop deletes an expired row and renews one with 10+ accesses."""
-        kagent = await asyncio.to_thread(functools.partial(start_real_kagent, pg_url, tmp_path,
-                                                           cleanup_interval_s=1))
+        kagent = await asyncio.to_thread(functools.partial(start_real_kagent, pg_url, tmp_path, cleanup_interval_s=1))
         db = await asyncpg.connect(pg_url)
         try:
             for content in ("expired", "popular"):
-                async with http.post(kagent.url + "/api/memories/sessions",
-                                     json={**BOB_SAVE, "content": content}) as resp:
+                async with http.post(
+                    kagent.url + "/api/memories/sessions", json={**BOB_SAVE, "content": content}
+                ) as resp:
                     assert resp.status == 201
-            await db.execute("UPDATE memory SET expires_at = now() - interval '1 day', access_count = "
-                             "CASE content WHEN 'popular' THEN 10 ELSE 0 END")
+            await db.execute(
+                "UPDATE memory SET expires_at = now() - interval '1 day', access_count = "
+                "CASE content WHEN 'popular' THEN 10 ELSE 0 END"
+            )
             async with asyncio.timeout(30):
                 while await db.fetchval("SELECT count(*) FROM memory WHERE content = 'expired'"):
                     await asyncio.sleep(0.1)
-            assert await db.fetchval("SELECT access_count FROM memory WHERE content = 'popular' "
-                                     "AND expires_at > now() + interval '14 days'") == 0
+            assert (
+                await db.fetchval(
+                    "SELECT access_count FROM memory WHERE content = 'popular' "
+                    "AND expires_at > now() + interval '14 days'"
+                )
+                == 0
+            )
         finally:
             await db.close()
             kagent.stop()

@@ -78,8 +78,14 @@ def save(name: str, user: str, content: str | None, vector: list[float], agent: 
     return Req(name, "POST", "/api/memories/sessions", body)
 
 
-def search(name: str, user: str | None, vector: Any, agent: str = NS, compare: Literal["exact", "count"] = "exact",
-           **extra: Any) -> Req:
+def search(
+    name: str,
+    user: str | None,
+    vector: Any,
+    agent: str = NS,
+    compare: Literal["exact", "count"] = "exact",
+    **extra: Any,
+) -> Req:
     body: dict[str, Any] = {"agent_name": agent, "vector": vector, **extra}
     if user is not None:
         body["user_id"] = user
@@ -99,12 +105,15 @@ def batch(name: str, items: list[dict[str, Any]]) -> Req:
 
 def rows_of(name: str, *users: str) -> Rows:
     names = ", ".join(f"'{u}'" for u in users)
-    return Rows(name, f"""
+    return Rows(
+        name,
+        f"""
         SELECT agent_name, user_id, content, metadata, access_count,
                round(extract(epoch FROM (expires_at - created_at)) / 86400.0, 2) AS ttl_days,
                expires_at < now() AS expired, expires_at IS NULL AS no_expiry,
                array_length(embedding::real[], 1) AS dims
-        FROM memory WHERE user_id IN ({names}) ORDER BY user_id, agent_name, content, access_count""")
+        FROM memory WHERE user_id IN ({names}) ORDER BY user_id, agent_name, content, access_count""",
+    )
 
 
 def _raw(obj_text: str, vector: list[float]) -> bytes:
@@ -117,9 +126,16 @@ SECTION_B: list[Step] = [
     save("B1", "u1", "hello SENTINEL-7f3a9c-secret-content", E0),
     rows_of("B1 rows", "u1"),
     save("B2", "u-meta", "m1", E0, ttl_days=1, metadata={"source": "test", "n": 1}),
-    Req("B2 spacing", "POST", "/api/memories/sessions", raw=_raw(
-        '{"agent_name":"ns__NS__agent","user_id":"u-meta","content":"m1-raw","vector":@V@,'
-        '"metadata":{"source": "test",   "n": 1}}', E0)),
+    Req(
+        "B2 spacing",
+        "POST",
+        "/api/memories/sessions",
+        raw=_raw(
+            '{"agent_name":"ns__NS__agent","user_id":"u-meta","content":"m1-raw","vector":@V@,'
+            '"metadata":{"source": "test",   "n": 1}}',
+            E0,
+        ),
+    ),
     save("B3", "u-ttl", "t0", E0, ttl_days=0),
     save("B4", "u-ttl", "t-3", E0, ttl_days=-3),
     save("B5", "u-ttl", "t36500", E0, ttl_days=36500),
@@ -130,16 +146,38 @@ SECTION_B: list[Step] = [
     save("B10", "u-meta", "m-str", E2, metadata="just text"),
     save("B11", "u-misc", None, E0),
     save("B12", "u-misc", "x", E0, id="my-own-id", foo=1),
-    Req("B13", "POST", "/api/memories/sessions", raw=_raw(
-        '{"agent_name":"ns__NS__agent","user_id":"u-misc","content":"trailing","vector":@V@} this is not json', E0)),
-    Req("B14", "POST", "/api/memories/sessions", {"agent_name": NS, "user_id": "u-misc", "content": "ctype",
-                                                    "vector": E0}, headers={"Content-Type": "text/plain"}),
-    Req("B15", "POST", "/api/memories/sessions", {"agent_name": NS, "user_id": "u-hdr", "content": "hdr",
-                                                    "vector": E0},
-        headers={"X-User-Id": "mallory", "X-Agent-Name": "other__NS__agent"}),
-    Req("B16", "POST", "/api/memories/sessions", raw=_raw(
-        '{"agent_name":"ns__NS__agent","user_id":"u-dup-first","user_id":"u-dup-last","content":"dup",'
-        '"vector":@V@}', E0)),
+    Req(
+        "B13",
+        "POST",
+        "/api/memories/sessions",
+        raw=_raw(
+            '{"agent_name":"ns__NS__agent","user_id":"u-misc","content":"trailing","vector":@V@} this is not json', E0
+        ),
+    ),
+    Req(
+        "B14",
+        "POST",
+        "/api/memories/sessions",
+        {"agent_name": NS, "user_id": "u-misc", "content": "ctype", "vector": E0},
+        headers={"Content-Type": "text/plain"},
+    ),
+    Req(
+        "B15",
+        "POST",
+        "/api/memories/sessions",
+        {"agent_name": NS, "user_id": "u-hdr", "content": "hdr", "vector": E0},
+        headers={"X-User-Id": "mallory", "X-Agent-Name": "other__NS__agent"},
+    ),
+    Req(
+        "B16",
+        "POST",
+        "/api/memories/sessions",
+        raw=_raw(
+            '{"agent_name":"ns__NS__agent","user_id":"u-dup-first","user_id":"u-dup-last","content":"dup",'
+            '"vector":@V@}',
+            E0,
+        ),
+    ),
     save("B17", "u-misc", "x" * 200_000, E0),
     save("B18", " ", "ws", E0, agent=" "),
     save("B19", "u-zero", "zero vector", ZERO),
@@ -149,10 +187,20 @@ SECTION_B: list[Step] = [
     save("B23", "u1", "x", []),
     save("B24", "u1", "x", V3),
     save("B25", "u1", "x", V769),
-    Req("B26", "POST", "/api/memories/sessions", {"agent_name": NS, "user_id": "u1", "content": "x",
-                                                    "vector": ["a", "b"]}),
-    Req("B27", "POST", "/api/memories/sessions", raw=_raw(
-        '{"agent_name":"ns__NS__agent","user_id":"u1","content":"x","vector":@V@}', [1e40] + [0.0] * (DIM - 1))),
+    Req(
+        "B26",
+        "POST",
+        "/api/memories/sessions",
+        {"agent_name": NS, "user_id": "u1", "content": "x", "vector": ["a", "b"]},
+    ),
+    Req(
+        "B27",
+        "POST",
+        "/api/memories/sessions",
+        raw=_raw(
+            '{"agent_name":"ns__NS__agent","user_id":"u1","content":"x","vector":@V@}', [1e40] + [0.0] * (DIM - 1)
+        ),
+    ),
     Req("B28", "POST", "/api/memories/sessions", raw=b'{"agent_name":'),
     Req("B29", "POST", "/api/memories/sessions", raw=b""),
     Req("B30", "POST", "/api/memories/sessions", raw=b"null"),
@@ -162,8 +210,13 @@ SECTION_B: list[Step] = [
 ]
 
 SECTION_C: list[Step] = [
-    batch("C1", [item("u-batch", "b1", E0), item("u-batch", "b2", E1, agent="other__NS__agent", ttl_days=2,
-                                                 metadata={"k": "v"})]),
+    batch(
+        "C1",
+        [
+            item("u-batch", "b1", E0),
+            item("u-batch", "b2", E1, agent="other__NS__agent", ttl_days=2, metadata={"k": "v"}),
+        ],
+    ),
     batch("C2", []),
     Req("C3", "POST", "/api/memories/sessions/batch", {}),
     batch("C4", [item("u-batch50", "b", E2)] * 50),
@@ -228,9 +281,12 @@ SECTION_F: list[Step] = [
     save("F setup unpopular", "u-prune", "p-unpopular", E0),
     save("F setup live", "u-prune", "p-live", E0),
     save("F setup noexpiry", "u-prune", "p-noexpiry", E0),
-    Sql("F setup expire", "UPDATE memory SET expires_at = now() - interval '1 day', access_count = "
-                          "CASE content WHEN 'p-popular' THEN 10 ELSE 9 END "
-                          "WHERE content IN ('p-popular', 'p-unpopular')"),
+    Sql(
+        "F setup expire",
+        "UPDATE memory SET expires_at = now() - interval '1 day', access_count = "
+        "CASE content WHEN 'p-popular' THEN 10 ELSE 9 END "
+        "WHERE content IN ('p-popular', 'p-unpopular')",
+    ),
     Sql("F setup null", "UPDATE memory SET expires_at = NULL WHERE content = 'p-noexpiry'"),
     rows_of("F before", "u-prune", "u-ttl", "u-search"),
     Prune(),
@@ -257,8 +313,16 @@ SECTION_H: list[Step] = [
     Req("H5", "OPTIONS", "/api/memories"),
 ]
 
-TRANSCRIPT: list[Step] = [*SECTION_A, *SECTION_B, *SECTION_C, *SECTION_D, *SECTION_E, *SECTION_F, *SECTION_G,
-                          *SECTION_H]
+TRANSCRIPT: list[Step] = [
+    *SECTION_A,
+    *SECTION_B,
+    *SECTION_C,
+    *SECTION_D,
+    *SECTION_E,
+    *SECTION_F,
+    *SECTION_G,
+    *SECTION_H,
+]
 
 #: Section K: every memory route with --database-vector-enabled=false (no memory table at all).
 NO_VECTOR: list[Step] = [

@@ -34,8 +34,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 async def h(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """A gateway (REST erasure adapter, SQLite state) in front of the stand-in or the real kagent."""
     if backend in REAL:
-        async with harness(tmp_path, store_url=None, upstream=REAL[backend],
-                           pg_server=request.getfixturevalue("pg_server")) as running:
+        async with harness(
+            tmp_path, store_url=None, upstream=REAL[backend], pg_server=request.getfixturevalue("pg_server")
+        ) as running:
             yield running
         return
     store_url = request.getfixturevalue("pg_url") if backend == "postgresql" else None

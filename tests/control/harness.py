@@ -48,8 +48,7 @@ ROOM = "!ctrl-alice:example.org"
 BOB_ROOM = "!ctrl-bob:example.org"
 ROLE_SQL = Path(__file__).resolve().parents[2] / "docs" / "erasure-role.sql"
 #: Limits of the test pack: the packaged ones, minus the rate limits that would refuse bulk saves.
-TEST_LIMITS = {"max_entries": 1000, "rate_per_minute": 100_000, "rate_burst": 100_000,
-               "hourly_operations": 1_000_000}
+TEST_LIMITS = {"max_entries": 1000, "rate_per_minute": 100_000, "rate_burst": 100_000, "hourly_operations": 1_000_000}
 
 
 @dataclass(frozen=True)
@@ -95,16 +94,28 @@ def policy_pack(folder: Path, **limits: int) -> Path:
     return target
 
 
-def overrides(keys: Keys, pack: Path, kagent_url: str, state_url: str, *, adapter: str = "rest",
-              kagent_db_url: str | None = None, upstream: Upstream = STANDIN,
-              upstream_settings: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def overrides(
+    keys: Keys,
+    pack: Path,
+    kagent_url: str,
+    state_url: str,
+    *,
+    adapter: str = "rest",
+    kagent_db_url: str | None = None,
+    upstream: Upstream = STANDIN,
+    upstream_settings: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """Settings of a test gateway (every listener on a free loopback port); ``upstream_settings`` adds to
     the ``upstream`` section."""
-    erasure = {"adapter": adapter, "kagent_db_url": kagent_db_url, "quiesce_timeout_s": 10.0,
-               **extra.pop("erasure", {})}
+    erasure = {
+        "adapter": adapter,
+        "kagent_db_url": kagent_db_url,
+        "quiesce_timeout_s": 10.0,
+        **extra.pop("erasure", {}),
+    }
     return {
-        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode,
-                     **(upstream_settings or {})},
+        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode, **(upstream_settings or {})},
         "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
         "state": {"url": state_url},
         "policy": {"dir": str(pack), "reload_interval_s": 0},
@@ -136,12 +147,22 @@ def subject_token(keys: Keys, now: int, mxid: str = ALICE, ttl_s: int = 120) -> 
     return mint_subject(mxid, keys.bridge, "HS256", now=now, ttl_s=ttl_s)
 
 
-def context_token(keys: Keys, now: int, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
-                  **room_state: Any) -> str:
+def context_token(
+    keys: Keys, now: int, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT, **room_state: Any
+) -> str:
     """A fresh signed delegation context attesting a correct control room (``room_state`` changes it)."""
     state = {**control_room([mxid, BOT, GHOST], SERVER), **room_state}
-    return mint_context(keys.bridge, "HS256", sub=mxid, agent=agent, room_id=room, room=state, servers=[SERVER],
-                        classification="private", now=now)
+    return mint_context(
+        keys.bridge,
+        "HS256",
+        sub=mxid,
+        agent=agent,
+        room_id=room,
+        room=state,
+        servers=[SERVER],
+        classification="private",
+        now=now,
+    )
 
 
 @dataclass
@@ -170,15 +191,13 @@ class Harness:
     def operator_token(self, ttl_s: int = 300) -> str:
         return mint_operator("ops-oncall", self.keys.operator, "HS256", now=self.now(), ttl_s=ttl_s)
 
-    def context(self, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT,
-                **room_state: Any) -> str:
+    def context(self, mxid: str = ALICE, room: str = ROOM, *, agent: str = AGENT, **room_state: Any) -> str:
         """A fresh signed context attesting a correct control room (``room_state`` changes it)."""
         return context_token(self.keys, self.now(), mxid, room, agent=agent, **room_state)
 
     def client(self, token: Token = None) -> ControlClient:
         """A control API client acting as ``token`` (Alice, with a fresh token per call, by default)."""
-        return ControlClient(self.gw.control_url, self.subject_token if token is None else token,
-                             session=self.http)
+        return ControlClient(self.gw.control_url, self.subject_token if token is None else token, session=self.http)
 
     async def scope(self, mxid: str = ALICE, room: str = ROOM, *, granted: bool = True) -> str:
         """Create a scope through the API (and grant consent unless told otherwise); its id."""
@@ -247,15 +266,26 @@ def with_embedding(settings: dict[str, Any], embedding_url: str, *, pinned: bool
     """Settings with the embedding provider configured (rotation on), the test agent's model pinned or not."""
     settings["upstream"] = {**settings["upstream"], "embedding_url": embedding_url}
     if pinned:
-        settings["agents"] = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768}
-                              for ref, agent in settings["agents"].items()}
+        settings["agents"] = {
+            ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768}
+            for ref, agent in settings["agents"].items()
+        }
     return settings
 
 
 @asynccontextmanager
-async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = None, adapter: str = "rest",
-                  kagent_db_url: str | None = None, upstream: Upstream = STANDIN, pg_server: PgServer | None = None,
-                  rotation: str | None = None, **extra: Any) -> AsyncIterator[Harness]:
+async def harness(
+    tmp: Path,
+    *,
+    store_url: str | None,
+    state_url: str | None = None,
+    adapter: str = "rest",
+    kagent_db_url: str | None = None,
+    upstream: Upstream = STANDIN,
+    pg_server: PgServer | None = None,
+    rotation: str | None = None,
+    **extra: Any,
+) -> AsyncIterator[Harness]:
     """Start the stand-in (over ``store_url``) or the real kagent, then a gateway in front of it.
 
     With the real kagent and the ``kagent-db`` adapter, the erasure role is installed on kagent's
@@ -265,14 +295,28 @@ async def harness(tmp: Path, *, store_url: str | None, state_url: str | None = N
     """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
-    stack = await start_stack(upstream, pg_server=pg_server, log_dir=tmp / "kagent",
-                              agents=(AGENT, "team/helper-nomem"), store_url=store_url, stream_delay_s=0)
+    stack = await start_stack(
+        upstream,
+        pg_server=pg_server,
+        log_dir=tmp / "kagent",
+        agents=(AGENT, "team/helper-nomem"),
+        store_url=store_url,
+        stream_delay_s=0,
+    )
     try:
         if stack.real is not None and adapter == "kagent-db" and kagent_db_url is None:
             await install_role(stack.real.db_url)
             kagent_db_url = role_url(stack.real.db_url)
-        config = overrides(keys, pack, stack.kagent_url, state_url or f"sqlite:///{tmp}/state.db", adapter=adapter,
-                           kagent_db_url=kagent_db_url, upstream=upstream, **extra)
+        config = overrides(
+            keys,
+            pack,
+            stack.kagent_url,
+            state_url or f"sqlite:///{tmp}/state.db",
+            adapter=adapter,
+            kagent_db_url=kagent_db_url,
+            upstream=upstream,
+            **extra,
+        )
         if rotation is not None:
             config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
         settings = load_settings(**config)

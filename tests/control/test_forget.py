@@ -17,10 +17,17 @@ class TestForgetOne:
         scope_id = await h.scope()
         doomed, kept = await h.saved(scope_id, "likes green tea"), await h.saved(scope_id, "lives in Lisbon")
         record = await h.client().forget(scope_id, doomed)
-        assert (record["state"], record["kind"], record["physical_deletion"]) == ("verified", "forget_one",
-                                                                                  "pending_namespace_clear")
-        assert record["verification"] == {"result": "passed", "readable_through_memgov": False,
-                                          "physically_absent": False, "rechecked_after_possible_write": False}
+        assert (record["state"], record["kind"], record["physical_deletion"]) == (
+            "verified",
+            "forget_one",
+            "pending_namespace_clear",
+        )
+        assert record["verification"] == {
+            "result": "passed",
+            "readable_through_memgov": False,
+            "physically_absent": False,
+            "rechecked_after_possible_write": False,
+        }
         assert "pending_namespace_clear" in record["residuals"]
         assert [e["id"] for e in (await h.client().inspect(scope_id, h.context()))["entries"]] == [kept]
         assert (await h.client().status(scope_id))["entries"]["pending_physical_deletion"] == 1
@@ -114,7 +121,8 @@ class TestForgetAllAndOff:
         assert await h.rows(scope_id) == []
         assert (await h.save(scope_id, "after off", generation=2))[1]["error"] == "consent_disabled"
         assert not await h.gov.store.receipts(scope_id) or all(
-            r.action == "grant" for r in await h.gov.store.receipts(scope_id))
+            r.action == "grant" for r in await h.gov.store.receipts(scope_id)
+        )
 
 
 class TestFailures:
@@ -130,8 +138,11 @@ class TestFailures:
         assert (err.value.status, err.value.reason) == (500, "erasure_failed")
         assert err.value.location is not None
         record = await api.erasure(err.value.location.rsplit("/", 1)[1])
-        assert (record["state"], record["failure_reason"], record["physical_deletion"]) == ("failed", "erasure_failed",
-                                                                                            "incomplete")
+        assert (record["state"], record["failure_reason"], record["physical_deletion"]) == (
+            "failed",
+            "erasure_failed",
+            "incomplete",
+        )
         assert (await api.status(scope_id))["enabled"] is False
         with pytest.raises(ControlError) as regrant:
             await api.grant(scope_id, "remember my preferences", "v1")

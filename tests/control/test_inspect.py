@@ -48,8 +48,9 @@ class TestPages:
         """A limit outside 1..50 or a malformed cursor is refused with bad_request."""
         scope_id = await sh.scope()
         api = sh.client()
-        call = api.call("GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": sh.context()},
-                        params=query)
+        call = api.call(
+            "GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": sh.context()}, params=query
+        )
         assert await _refused(call) == (400, "bad_request")
 
     @pytest.mark.kagent
@@ -59,8 +60,9 @@ class TestPages:
         kept, forgotten = await h.saved(scope_id, "kept fact"), await h.saved(scope_id, "forgotten fact")
         await h.client().forget(scope_id, forgotten)
         live = (await h.gov.store.get_scope(scope_id)).namespace
-        await h.stack.store.insert(NewMemory(APP, live.storage_key, "planted around memgov",
-                                             embed_text("planted"), "{}", None))
+        await h.stack.store.insert(
+            NewMemory(APP, live.storage_key, "planted around memgov", embed_text("planted"), "{}", None)
+        )
         page = await h.client().inspect(scope_id, h.context())
         assert [e["id"] for e in page["entries"]] == [kept]
         assert len(await h.rows(scope_id)) == 3  # REST: the forgotten row waits for its namespace to be cleared
@@ -94,8 +96,9 @@ class TestAttestation:
         await h.saved(scope_id, "likes green tea")
         assert await _refused(h.client().inspect(scope_id, h.context(**room_state))) == (403, reason)
 
-    @pytest.mark.parametrize("case", ["missing", "garbage", "wrong_key", "expired", "replayed", "other_room",
-                                      "other_agent", "other_subject"])
+    @pytest.mark.parametrize(
+        "case", ["missing", "garbage", "wrong_key", "expired", "replayed", "other_room", "other_agent", "other_subject"]
+    )
     async def test_a_fresh_context_for_exactly_this_scope_is_required(self, sh: Harness, case: str) -> None:
         """Missing, forged, expired, replayed or mismatched contexts refuse the page with their own code."""
         scope_id = await sh.scope()
@@ -103,18 +106,40 @@ class TestAttestation:
         good = sh.context()
         now = sh.now()
         contexts = {
-            "missing": None, "garbage": "x.y.z",
+            "missing": None,
+            "garbage": "x.y.z",
             "wrong_key": mint_token({"sub": ALICE}, b"k" * 64, "HS256", typ=TokenType.CONTEXT),
-            "expired": mint_token({"sub": ALICE, "origin": "native", "agent": "team/helper",
-                                   "scope": {"kind": "control_room", "room_id": "!ctrl-alice:example.org"},
-                                   "room": {}, "audience": {}, "iat": now - 100, "exp": now - 1, "jti": "j1"},
-                                  sh.keys.bridge, "HS256", typ=TokenType.CONTEXT),
-            "replayed": good, "other_room": sh.context(room="!elsewhere:example.org"),
-            "other_agent": sh.context(agent="team/other"), "other_subject": sh.context(mxid=BOB),
+            "expired": mint_token(
+                {
+                    "sub": ALICE,
+                    "origin": "native",
+                    "agent": "team/helper",
+                    "scope": {"kind": "control_room", "room_id": "!ctrl-alice:example.org"},
+                    "room": {},
+                    "audience": {},
+                    "iat": now - 100,
+                    "exp": now - 1,
+                    "jti": "j1",
+                },
+                sh.keys.bridge,
+                "HS256",
+                typ=TokenType.CONTEXT,
+            ),
+            "replayed": good,
+            "other_room": sh.context(room="!elsewhere:example.org"),
+            "other_agent": sh.context(agent="team/other"),
+            "other_subject": sh.context(mxid=BOB),
         }
-        expected = {"missing": "context_missing", "garbage": "context_invalid", "wrong_key": "context_invalid",
-                    "expired": "context_expired", "replayed": "context_replayed", "other_room": "scope_mismatch",
-                    "other_agent": "agent_mismatch", "other_subject": "scope_mismatch"}
+        expected = {
+            "missing": "context_missing",
+            "garbage": "context_invalid",
+            "wrong_key": "context_invalid",
+            "expired": "context_expired",
+            "replayed": "context_replayed",
+            "other_room": "scope_mismatch",
+            "other_agent": "agent_mismatch",
+            "other_subject": "scope_mismatch",
+        }
         api = sh.client()
         if case == "replayed":
             await api.inspect(scope_id, good)
@@ -152,8 +177,9 @@ class TestBoundary:
             for token, context in [*attempts, (h.subject_token(), h.context())]:
                 if len(statuses) == len(attempts):
                     h.stack.store.fault = DbFault(message=f"boom {upstream} {stored}", ops=frozenset({"list"}))
-                async with h.http.get(url, headers={"Authorization": f"Bearer {token}",
-                                                    "X-Memgov-Context": context}) as resp:
+                async with h.http.get(
+                    url, headers={"Authorization": f"Bearer {token}", "X-Memgov-Context": context}
+                ) as resp:
                     sinks.record(resp.status, resp.headers.items(), await resp.read())
                     statuses.append(resp.status)
             h.stack.store.fault = None

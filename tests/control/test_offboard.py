@@ -19,7 +19,9 @@ class TestOffboard:
         result = await h.client(h.operator_token()).offboard(ALICE)
         assert result["complete"] is True
         assert {(s["scope_id"], s["agent"], s["state"], s["physical_deletion"]) for s in result["scopes"]} == {
-            (first, "team/helper", "verified", "complete"), (second, "team/helper", "verified", "complete")}
+            (first, "team/helper", "verified", "complete"),
+            (second, "team/helper", "verified", "complete"),
+        }
         for scope_id in (first, second):
             assert await h.rows(scope_id) == []
             assert (await h.gov.store.get_scope(scope_id)).enabled is False
@@ -39,13 +41,17 @@ class TestOffboard:
         """Offboarding someone memgov never saw answers complete with no scopes (any localpart character)."""
         assert await sh.client(sh.operator_token()).offboard(mxid) == {"complete": True, "scopes": []}
 
-    @pytest.mark.parametrize(("who", "mxid", "status", "reason"), [
-        ("subject", ALICE, 403, "route_denied"),
-        ("none", ALICE, 401, "auth_required"),
-        ("operator", "alice", 400, "principal_invalid"),
-    ])
-    async def test_only_operators_offboard_complete_mxids(self, sh: Harness, who: str, mxid: str, status: int,
-                                                        reason: str) -> None:
+    @pytest.mark.parametrize(
+        ("who", "mxid", "status", "reason"),
+        [
+            ("subject", ALICE, 403, "route_denied"),
+            ("none", ALICE, 401, "auth_required"),
+            ("operator", "alice", 400, "principal_invalid"),
+        ],
+    )
+    async def test_only_operators_offboard_complete_mxids(
+        self, sh: Harness, who: str, mxid: str, status: int, reason: str
+    ) -> None:
         """A subject token is not enough, and a localpart is not a principal."""
         scope_id = await sh.scope()
         token = {"subject": sh.subject_token(), "none": None, "operator": sh.operator_token()}[who]
@@ -71,13 +77,17 @@ class TestEvidence:
         assert {"database_backups", "delivered_inspect_pages", "rows_written_around_memgov"} <= set(record["residuals"])
         assert "green tea" not in repr(record)
 
-    @pytest.mark.parametrize(("who", "erasure", "status", "reason"), [
-        ("bob", "real", 403, "not_subject"),
-        ("alice", "e000000000000000000000000", 404, "not_found"),
-        ("alice", "bad id!", 404, "not_found"),
-    ])
-    async def test_evidence_is_private_to_subject_and_operators(self, sh: Harness, who: str, erasure: str, status: int,
-                                                               reason: str) -> None:
+    @pytest.mark.parametrize(
+        ("who", "erasure", "status", "reason"),
+        [
+            ("bob", "real", 403, "not_subject"),
+            ("alice", "e000000000000000000000000", 404, "not_found"),
+            ("alice", "bad id!", 404, "not_found"),
+        ],
+    )
+    async def test_evidence_is_private_to_subject_and_operators(
+        self, sh: Harness, who: str, erasure: str, status: int, reason: str
+    ) -> None:
         """Another subject cannot read it; unknown ids are not_found."""
         scope_id = await sh.scope()
         record = await sh.client().confirm_and_run(scope_id, "forget-all")

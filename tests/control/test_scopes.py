@@ -13,8 +13,11 @@ from tests.control.harness import AGENT, ALICE, BOB, ROOM, Harness
 
 
 def _create_body(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"principal": {"mxid": ALICE, "origin": "native"}, "agent": AGENT,
-                            "scope": {"kind": "control_room", "room_id": ROOM}}
+    body: dict[str, Any] = {
+        "principal": {"mxid": ALICE, "origin": "native"},
+        "agent": AGENT,
+        "scope": {"kind": "control_room", "room_id": ROOM},
+    }
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:
@@ -48,8 +51,9 @@ class TestCreateScope:
             ({"extra": 1}, 400, "bad_request"),
         ],
     )
-    async def test_the_typed_triple_is_validated(self, sh: Harness, changes: dict[str, Any], status: int,
-                                                 reason: str) -> None:
+    async def test_the_typed_triple_is_validated(
+        self, sh: Harness, changes: dict[str, Any], status: int, reason: str
+    ) -> None:
         """Localparts, look-alikes, origin contradictions, unknown agents and reserved kinds are refused."""
         with pytest.raises(ControlError) as err:
             await sh.client().call("POST", "/v1/scopes", json=_create_body(**changes))
@@ -86,8 +90,13 @@ class TestConsent:
         out = await h.client().withdraw(scope_id)
         assert (out["enabled"], out["generation"], out["receipt"]["action"]) == (False, 2, "withdraw")
         assert (out["erasure"]["kind"], out["erasure"]["state"]) == ("withdraw", "verified")
-        assert [s["state"] for s in out["erasure"]["steps"]] == ["requested", "fenced", "quiesced", "deleted",
-                                                                   "verified"]
+        assert [s["state"] for s in out["erasure"]["steps"]] == [
+            "requested",
+            "fenced",
+            "quiesced",
+            "deleted",
+            "verified",
+        ]
         assert await h.rows(scope_id) == []
         status, body = await h.save(scope_id, "after withdrawal", generation=1)
         assert (status, body["error"]) == (403, "consent_disabled")
@@ -119,8 +128,9 @@ class TestStatus:
 
 
 class TestCallers:
-    @pytest.mark.parametrize("who", ["none", "garbage", "expired", "wrong_key", "context", "untyped", "long_lived",
-                                     "bob", "operator"])
+    @pytest.mark.parametrize(
+        "who", ["none", "garbage", "expired", "wrong_key", "context", "untyped", "long_lived", "bob", "operator"]
+    )
     async def test_only_the_exact_subject_reaches_a_scope(self, sh: Harness, who: str) -> None:
         """No token, a bad, expired, untyped or long-lived one, or a delegation context → 401 auth_required;
         Bob or an operator → 403 not_subject."""
@@ -128,22 +138,30 @@ class TestCallers:
         now = sh.now()
         claims = {"sub": ALICE, "iat": now, "exp": now + 60, "jti": "j-1"}
         tokens = {
-            "none": None, "garbage": "not-a-jwt",
-            "expired": mint_token({**claims, "iat": now - 600, "exp": now - 1}, sh.keys.bridge, "HS256",
-                                  typ=TokenType.SUBJECT),
+            "none": None,
+            "garbage": "not-a-jwt",
+            "expired": mint_token(
+                {**claims, "iat": now - 600, "exp": now - 1}, sh.keys.bridge, "HS256", typ=TokenType.SUBJECT
+            ),
             "wrong_key": mint_token(claims, b"k" * 64, "HS256", typ=TokenType.SUBJECT),
             # A delegation context the bridge signed with the same key: a statement, never a credential.
             "context": sh.context(),
             "untyped": jwt.encode(claims, sh.keys.bridge, algorithm="HS256"),
             "long_lived": mint_token({**claims, "exp": now + 86400}, sh.keys.bridge, "HS256", typ=TokenType.SUBJECT),
-            "bob": sh.subject_token(BOB), "operator": sh.operator_token(),
+            "bob": sh.subject_token(BOB),
+            "operator": sh.operator_token(),
         }
         api = sh.client()
         api.token = tokens[who]
         unauthenticated = who not in ("bob", "operator")
         expected = (401, "auth_required") if unauthenticated else (403, "not_subject")
-        for call in (api.status(scope_id), api.grant(scope_id, "p", "v2"), api.withdraw(scope_id),
-                     api.forget_all(scope_id), api.off(scope_id)):
+        for call in (
+            api.status(scope_id),
+            api.grant(scope_id, "p", "v2"),
+            api.withdraw(scope_id),
+            api.forget_all(scope_id),
+            api.off(scope_id),
+        ):
             with pytest.raises(ControlError) as err:
                 await call
             assert (err.value.status, err.value.reason) == expected
@@ -160,10 +178,12 @@ class TestCallers:
             assert (err.value.status, err.value.reason) == (401, "auth_required")
         assert (await api.status(scope_id))["generation"] == 1  # reading does not spend it
 
-    @pytest.mark.parametrize(("authenticated", "status", "reason"), [(False, 401, "auth_required"),
-                                                                    (True, 404, "not_found")])
-    async def test_callers_are_authenticated_before_scopes_are_looked_up(self, sh: Harness, authenticated: bool,
-                                                                        status: int, reason: str) -> None:
+    @pytest.mark.parametrize(
+        ("authenticated", "status", "reason"), [(False, 401, "auth_required"), (True, 404, "not_found")]
+    )
+    async def test_callers_are_authenticated_before_scopes_are_looked_up(
+        self, sh: Harness, authenticated: bool, status: int, reason: str
+    ) -> None:
         """An unknown scope id tells an unauthenticated caller nothing beyond auth_required."""
         api = sh.client()
         api.token = api.token if authenticated else None

@@ -15,8 +15,9 @@ REFS = frozenset({"kagent/k8s-agent", "team/other"})
 
 
 class TestParsing:
-    @pytest.mark.parametrize(("body", "ok"), [(b'{"a":1}', True), (b"[1]", False), (b"nope", False),
-                                             (b"\xff\xfe", False), (b'"s"', False)])
+    @pytest.mark.parametrize(
+        ("body", "ok"), [(b'{"a":1}', True), (b"[1]", False), (b"nope", False), (b"\xff\xfe", False), (b'"s"', False)]
+    )
     def test_only_json_objects_parse(self, body, ok):
         """A governed body must be a JSON object; anything else is refused as bad_request."""
         assert (parse_object(body) is not None) is ok
@@ -26,8 +27,10 @@ class TestParsing:
         """Fact sizes are UTF-8 bytes, not characters."""
         assert utf8_len(text) == n
 
-    @pytest.mark.parametrize(("value", "ok"), [([0.1] * 768, True), ([0.1] * 767, False), ([True] * 768, False),
-                                              (["1"] * 768, False), ("x", False)])
+    @pytest.mark.parametrize(
+        ("value", "ok"),
+        [([0.1] * 768, True), ([0.1] * 767, False), ([True] * 768, False), (["1"] * 768, False), ("x", False)],
+    )
     def test_vector_shape(self, value, ok):
         """Only 768 numbers form a vector."""
         assert is_vector(value) is ok

@@ -86,11 +86,21 @@ def axis(i: int, dim: int = 768) -> list[float]:
     return v
 
 
-def save_body(agent: str = "kagent__NS__helper", user: str = "alice", content: str = "likes tea",
-              vector: Sequence[float] | None = None, **extra: Any) -> dict[str, Any]:
+def save_body(
+    agent: str = "kagent__NS__helper",
+    user: str = "alice",
+    content: str = "likes tea",
+    vector: Sequence[float] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """An AddSession body."""
-    return {"agent_name": agent, "user_id": user, "content": content,
-            "vector": list(vector) if vector is not None else vec(content), **extra}
+    return {
+        "agent_name": agent,
+        "user_id": user,
+        "content": content,
+        "vector": list(vector) if vector is not None else vec(content),
+        **extra,
+    }
 
 
 class Api:
@@ -99,12 +109,14 @@ class Api:
     def __init__(self, http: aiohttp.ClientSession, base: str) -> None:
         self.http, self.base = http, base
 
-    async def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
-                   headers: dict[str, str] | None = None) -> tuple[int, str | None, bytes]:
+    async def call(
+        self, method: str, path: str, body: Any = None, raw: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, str | None, bytes]:
         """Send one request with the path exactly as given; ``body`` is JSON-encoded, ``raw`` sent as is."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        async with self.http.request(method, URL(self.base + path, encoded=True), data=data, headers=headers,
-                                     allow_redirects=False) as resp:
+        async with self.http.request(
+            method, URL(self.base + path, encoded=True), data=data, headers=headers, allow_redirects=False
+        ) as resp:
             return resp.status, resp.headers.get("Content-Type"), await resp.read()
 
     async def json(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:

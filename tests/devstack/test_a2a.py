@@ -15,8 +15,12 @@ from tests.devstack.conftest import Api
 
 def rpc(text: str, method: str = "message/send", context_id: str | None = None, rpc_id: Any = 7) -> dict[str, Any]:
     """A JSON-RPC 2.0 A2A request carrying one user text."""
-    message: dict[str, Any] = {"kind": "message", "messageId": "m-1", "role": "user",
-                               "parts": [{"kind": "text", "text": text}]}
+    message: dict[str, Any] = {
+        "kind": "message",
+        "messageId": "m-1",
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    }
     if context_id:
         message["contextId"] = context_id
     return {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": {"message": message}}
@@ -46,13 +50,16 @@ class TestSend:
         assert body["result"]["kind"] == "message" and body["result"]["role"] == "agent"
         assert reply_text(body) == "kagent/helper received: hello there"
 
-    @pytest.mark.parametrize(("raw", "code"), [
-        (b"{not json", -32700),
-        (b'{"jsonrpc": "2.0", "params": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", -32700),
-        (b'{"jsonrpc": "1.0", "method": "message/send"}', -32600),
-        (json.dumps(rpc("x", method="tasks/cancel")).encode(), -32601),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}', -32602),
-    ])
+    @pytest.mark.parametrize(
+        ("raw", "code"),
+        [
+            (b"{not json", -32700),
+            (b'{"jsonrpc": "2.0", "params": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", -32700),
+            (b'{"jsonrpc": "1.0", "method": "message/send"}', -32600),
+            (json.dumps(rpc("x", method="tasks/cancel")).encode(), -32601),
+            (b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}', -32602),
+        ],
+    )
     async def test_bad_calls_get_json_rpc_errors(self, sqlite_api: Api, raw: bytes, code: int) -> None:
         """Malformed or unsupported calls answer JSON-RPC error objects."""
         status, _c, body = await sqlite_api.call("POST", "/api/a2a/kagent/helper/", raw=raw)
@@ -69,8 +76,13 @@ class TestStream:
         ctype, events = await stream_events(sqlite_api, "/api/a2a/kagent/helper/", rpc("stream me", "message/stream"))
         assert ctype == "text/event-stream"
         results = [e["result"] for e in events]
-        assert [r["kind"] for r in results] == ["task", "status-update", "artifact-update", "artifact-update",
-                                                "status-update"]
+        assert [r["kind"] for r in results] == [
+            "task",
+            "status-update",
+            "artifact-update",
+            "artifact-update",
+            "status-update",
+        ]
         assert results[-1]["final"] is True and results[-1]["status"]["state"] == "completed"
         chunks = "".join(r["artifact"]["parts"][0]["text"] for r in results if r["kind"] == "artifact-update")
         assert chunks == "kagent/helper received: stream me"
@@ -97,15 +109,19 @@ async def registry_api(http: aiohttp.ClientSession) -> AsyncIterator[Api]:
 
 
 class TestRegistry:
-    @pytest.mark.parametrize(("path", "status", "text"), [
-        ("/api/a2a/kagent/helper/", 200, None),
-        ("/api/a2a/kagent/other/", 404, "Agent kagent/other not found\n"),
-        ("/api/a2a/other/helper/.well-known/agent-card.json", 404, "Agent other/helper not found\n"),
-        ("/api/a2a-sandboxes/kagent/box/", 200, None),
-        ("/api/a2a-sandboxes/kagent/helper/", 404, "Agent sandboxes/kagent/helper not found\n"),
-    ])
-    async def test_unregistered_agents_get_kagents_404_text(self, registry_api: Api, path: str, status: int,
-                                                            text: str | None) -> None:
+    @pytest.mark.parametrize(
+        ("path", "status", "text"),
+        [
+            ("/api/a2a/kagent/helper/", 200, None),
+            ("/api/a2a/kagent/other/", 404, "Agent kagent/other not found\n"),
+            ("/api/a2a/other/helper/.well-known/agent-card.json", 404, "Agent other/helper not found\n"),
+            ("/api/a2a-sandboxes/kagent/box/", 200, None),
+            ("/api/a2a-sandboxes/kagent/helper/", 404, "Agent sandboxes/kagent/helper not found\n"),
+        ],
+    )
+    async def test_unregistered_agents_get_kagents_404_text(
+        self, registry_api: Api, path: str, status: int, text: str | None
+    ) -> None:
         """With a registry, unknown agents answer 404 `Agent <key> not found` as plain text."""
         method = "GET" if path.endswith(".json") else "POST"
         got, ctype, body = await registry_api.call(method, path, rpc("hi"))
@@ -115,13 +131,21 @@ class TestRegistry:
 
 
 class TestRecording:
-    async def test_a2a_calls_record_identity_headers_and_query(self, sqlite_api: Api,
-                                                               sqlite_stack: Devstack) -> None:
+    async def test_a2a_calls_record_identity_headers_and_query(self, sqlite_api: Api, sqlite_stack: Devstack) -> None:
         """Each A2A call records the agent, X-User-Id, X-Agent-Name, Authorization presence and user_id query."""
-        await sqlite_api.call("POST", "/api/a2a/kagent/helper/?user_id=q-user", rpc("hi"),
-                              headers={"X-User-Id": "h-user", "X-Agent-Name": "caller", "Authorization": "Bearer t"})
+        await sqlite_api.call(
+            "POST",
+            "/api/a2a/kagent/helper/?user_id=q-user",
+            rpc("hi"),
+            headers={"X-User-Id": "h-user", "X-Agent-Name": "caller", "Authorization": "Bearer t"},
+        )
         await sqlite_api.call("POST", "/api/a2a/kagent/helper", rpc("hi"))
         first, second = sqlite_stack.recorder.of_kind("a2a")
-        assert (first.agent, first.user_id_header, first.agent_name_header, first.authorization_present,
-                first.user_id_query) == ("kagent/helper", "h-user", "caller", True, "q-user")
+        assert (
+            first.agent,
+            first.user_id_header,
+            first.agent_name_header,
+            first.authorization_present,
+            first.user_id_query,
+        ) == ("kagent/helper", "h-user", "caller", True, "q-user")
         assert (second.user_id_header, second.authorization_present, second.user_id_query) == (None, False, None)

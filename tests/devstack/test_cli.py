@@ -28,9 +28,19 @@ class TestParser:
 
     def test_runtime_options_build_the_config(self) -> None:
         """The runtime flags become a RuntimeConfig listing every memory agent."""
-        args = build_parser().parse_args([
-            "devstack", "--runtime-memory-url", "http://gw:8080", "--runtime-embedding-url", "http://e/v1",
-            "--runtime-agent", "a/b", "--runtime-agent", "c/d"])
+        args = build_parser().parse_args(
+            [
+                "devstack",
+                "--runtime-memory-url",
+                "http://gw:8080",
+                "--runtime-embedding-url",
+                "http://e/v1",
+                "--runtime-agent",
+                "a/b",
+                "--runtime-agent",
+                "c/d",
+            ]
+        )
         cfg = _runtime(args)
         assert cfg is not None and cfg.memory_agents == frozenset({"a/b", "c/d"})
         assert (cfg.memory_base_url, cfg.embedding_base_url) == ("http://gw:8080", "http://e/v1")
@@ -40,8 +50,17 @@ class TestServe:
     async def test_serves_until_interrupted(self) -> None:
         """The command prints both URLs, answers /health, and exits 0 on SIGINT."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sidecar", "devstack", "--kagent-port", "0", "--embedding-port", "0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            "-m",
+            "sidecar",
+            "devstack",
+            "--kagent-port",
+            "0",
+            "--embedding-port",
+            "0",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         assert proc.stdout is not None
         try:
             urls: dict[str, str] = {}

@@ -39,13 +39,16 @@ class TestVectors:
         assert math.isclose(math.fsum(x * x for x in a), 1.0)
         assert len(embed_text("x", 256)) == 256
 
-    @pytest.mark.parametrize(("fact", "query", "related"), [
-        ("my favourite colour is teal", "what is my favourite colour?", True),
-        ("I live in Lisbon and work nights", "where do I live?", True),
-        ("owns two cats named Miso and Tofu", "do I have any cats", True),
-        ("my favourite colour is teal", "restart the nginx deployment", False),
-        ("I live in Lisbon", "how many replicas does the api have", False),
-    ])
+    @pytest.mark.parametrize(
+        ("fact", "query", "related"),
+        [
+            ("my favourite colour is teal", "what is my favourite colour?", True),
+            ("I live in Lisbon and work nights", "where do I live?", True),
+            ("owns two cats named Miso and Tofu", "do I have any cats", True),
+            ("my favourite colour is teal", "restart the nginx deployment", False),
+            ("I live in Lisbon", "how many replicas does the api have", False),
+        ],
+    )
     def test_related_texts_score_above_the_runtime_threshold(self, fact: str, query: str, related: bool) -> None:
         """Questions about a fact score above 0.3; unrelated text scores near zero."""
         score = cosine_similarity(embed_text(fact), embed_text(query))
@@ -70,18 +73,25 @@ class TestEndpoint:
 
     async def test_base64_is_little_endian_float32(self, client: Client) -> None:
         """encoding_format base64 returns the same vector packed as float32."""
-        status, body = await _embed(client, {"model": "m", "input": "hello world", "encoding_format": "base64",
-                                             "dimensions": 768})
+        status, body = await _embed(
+            client, {"model": "m", "input": "hello world", "encoding_format": "base64", "dimensions": 768}
+        )
         raw = base64.b64decode(body["data"][0]["embedding"])
         decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
         assert status == 200 and decoded == pytest.approx(embed_text("hello world"), abs=1e-6)
 
-    @pytest.mark.parametrize("body", [
-        {"model": "m"}, {"model": "m", "input": []}, {"model": "m", "input": [1, 2]},
-        {"model": "m", "input": "x", "dimensions": 0}, {"model": "m", "input": "x", "dimensions": 2**31},
-        {"model": 1e300, "input": "x"},
-        {"model": "m", "input": "x", "encoding_format": "hex"},
-    ])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"model": "m"},
+            {"model": "m", "input": []},
+            {"model": "m", "input": [1, 2]},
+            {"model": "m", "input": "x", "dimensions": 0},
+            {"model": "m", "input": "x", "dimensions": 2**31},
+            {"model": 1e300, "input": "x"},
+            {"model": "m", "input": "x", "encoding_format": "hex"},
+        ],
+    )
     async def test_bad_requests_get_openai_errors(self, client: Client, body: Any) -> None:
         """Invalid requests answer 400 with an OpenAI error object."""
         status, answer = await _embed(client, body)

@@ -33,8 +33,9 @@ class TestAddSession:
         assert row.created_at == START and len(row.embedding) == 768
 
     @pytest.mark.parametrize(("ttl", "days"), [(None, 15), (0, 15), (-3, 15), (1, 1), (30, 30), (4000, 4000)])
-    async def test_expiry_is_now_plus_ttl_days_with_15_as_default(self, api: Api, stack: Devstack, ttl: Any,
-                                                                   days: int) -> None:
+    async def test_expiry_is_now_plus_ttl_days_with_15_as_default(
+        self, api: Api, stack: Devstack, ttl: Any, days: int
+    ) -> None:
         """expires_at is now + ttl_days days; a missing, zero or negative ttl means 15 days, with no upper bound."""
         extra = {} if ttl is None else {"ttl_days": ttl}
         assert (await api.json("POST", "/api/memories/sessions", save_body(**extra)))[0] == 201
@@ -55,34 +56,44 @@ class TestAddSession:
         _s, _c, raw = await api.call("POST", "/api/memories/search", query)
         assert b'"metadata":{"b":2,"a":[1.0,"\\u003cx\\u003e"]}' in raw
 
-    @pytest.mark.parametrize("raw", [
-        b'{"agent_name":"a","user_id":"u","vector":VEC} trailing words',
-        b'{"AGENT_NAME":"a","User_Id":"u","vector":VEC,"unknown":{"x":[1]}}',
-        b'{"agent_name":"a","user_id":"u","vector":VEC,"content":null}',
-    ])
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b'{"agent_name":"a","user_id":"u","vector":VEC} trailing words',
+            b'{"AGENT_NAME":"a","User_Id":"u","vector":VEC,"unknown":{"x":[1]}}',
+            b'{"agent_name":"a","user_id":"u","vector":VEC,"content":null}',
+        ],
+    )
     async def test_go_decoder_leniencies_are_accepted(self, api: Api, raw: bytes) -> None:
         """Trailing bytes, case-insensitive keys, unknown fields and null content all still save."""
         raw = raw.replace(b"VEC", json.dumps(axis(0)).encode())
         assert (await api.call("POST", "/api/memories/sessions", raw=raw))[0] == 201
 
-    @pytest.mark.parametrize(("body", "error"), [
-        (b"", INVALID),
-        (b"not json", INVALID),
-        (b"[]", INVALID),
-        (b'{"agent_name": 5, "user_id": "u", "vector": [1]}', INVALID),
-        (b'{"agent_name": "a", "user_id": "u", "vector": [1], "ttl_days": 1.5}', INVALID),
-        (b'{"agent_name": "a", "user_id": "u", "vector": [1e39]}', INVALID),
-        (b'{"agent_name": "a", "user_id": "u", "vector": "x"}', INVALID),
-        (b'{"agent_name": "a", "user_id": "u", "vector": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", INVALID),
-        (b"null", MISSING),
-        (b'{"user_id": "u", "vector": [1]}', MISSING),
-        (b'{"agent_name": "a", "user_id": "", "vector": [1]}', MISSING),
-        (b'{"agent_name": "a", "user_id": "u", "vector": []}', MISSING),
-        (b'{"agent_name": "a", "user_id": "u", "vector": null}', MISSING),
-        (b'{"agent_name": "a", "user_id": "u", "vector": [1, 2, 3]}', "vector must have exactly 768 dimensions, got 3"),
-    ])
-    async def test_invalid_bodies_get_kagents_400_texts(self, api: Api, stack: Devstack, body: bytes,
-                                                         error: str) -> None:
+    @pytest.mark.parametrize(
+        ("body", "error"),
+        [
+            (b"", INVALID),
+            (b"not json", INVALID),
+            (b"[]", INVALID),
+            (b'{"agent_name": 5, "user_id": "u", "vector": [1]}', INVALID),
+            (b'{"agent_name": "a", "user_id": "u", "vector": [1], "ttl_days": 1.5}', INVALID),
+            (b'{"agent_name": "a", "user_id": "u", "vector": [1e39]}', INVALID),
+            (b'{"agent_name": "a", "user_id": "u", "vector": "x"}', INVALID),
+            (b'{"agent_name": "a", "user_id": "u", "vector": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", INVALID),
+            (b"null", MISSING),
+            (b'{"user_id": "u", "vector": [1]}', MISSING),
+            (b'{"agent_name": "a", "user_id": "", "vector": [1]}', MISSING),
+            (b'{"agent_name": "a", "user_id": "u", "vector": []}', MISSING),
+            (b'{"agent_name": "a", "user_id": "u", "vector": null}', MISSING),
+            (
+                b'{"agent_name": "a", "user_id": "u", "vector": [1, 2, 3]}',
+                "vector must have exactly 768 dimensions, got 3",
+            ),
+        ],
+    )
+    async def test_invalid_bodies_get_kagents_400_texts(
+        self, api: Api, stack: Devstack, body: bytes, error: str
+    ) -> None:
         """Each kind of bad body gets kagent's exact 400 error text and stores nothing."""
         status, ctype, raw = await api.call("POST", "/api/memories/sessions", raw=body)
         assert (status, ctype, json.loads(raw)) == (400, "application/json", {"error": error})
@@ -110,17 +121,19 @@ class TestAddSessionBatch:
         assert await stack.store.count() == 0
         assert await api.json("POST", "/api/memories/sessions/batch", {"items": many[:50]}) == (201, {"count": 50})
 
-    @pytest.mark.parametrize(("body", "error"), [
-        ({"items": []}, "Empty batch"),
-        ({"items": None}, "Empty batch"),
-        ({}, "Empty batch"),
-        ({"items": [save_body(), save_body(user="")]}, "Missing required fields in batch item"),
-        ({"items": [save_body(), None]}, "Missing required fields in batch item"),
-        ({"items": [save_body(), save_body(vector=[1.0])]}, "vector must have exactly 768 dimensions, got 1"),
-        ({"items": {"a": 1}}, INVALID),
-    ])
-    async def test_one_bad_item_refuses_the_whole_batch(self, api: Api, stack: Devstack, body: Any,
-                                                         error: str) -> None:
+    @pytest.mark.parametrize(
+        ("body", "error"),
+        [
+            ({"items": []}, "Empty batch"),
+            ({"items": None}, "Empty batch"),
+            ({}, "Empty batch"),
+            ({"items": [save_body(), save_body(user="")]}, "Missing required fields in batch item"),
+            ({"items": [save_body(), None]}, "Missing required fields in batch item"),
+            ({"items": [save_body(), save_body(vector=[1.0])]}, "vector must have exactly 768 dimensions, got 1"),
+            ({"items": {"a": 1}}, INVALID),
+        ],
+    )
+    async def test_one_bad_item_refuses_the_whole_batch(self, api: Api, stack: Devstack, body: Any, error: str) -> None:
         """Every item is validated before any write: one bad item means 400 and no rows."""
         assert await api.json("POST", "/api/memories/sessions/batch", body) == (400, {"error": error})
         assert await stack.store.count() == 0
@@ -130,17 +143,21 @@ class TestAddSessionBatch:
         items = [save_body(content="fine"), save_body(content="bad\u0000byte")]
         status, body = await api.json("POST", "/api/memories/sessions/batch", {"items": items})
         assert status == 500
-        assert body == {"error": 'failed to save memory batch: failed to store memory: ERROR: invalid byte sequence '
-                                  'for encoding "UTF8": 0x00 (SQLSTATE 22021)'}
+        assert body == {
+            "error": "failed to save memory batch: failed to store memory: ERROR: invalid byte sequence "
+            'for encoding "UTF8": 0x00 (SQLSTATE 22021)'
+        }
         assert await stack.store.count() == 0
 
 
-async def _seed(api: Api, contents: list[str], agent: str = "kagent__NS__helper", user: str = "alice",
-                **extra: Any) -> list[str]:
+async def _seed(
+    api: Api, contents: list[str], agent: str = "kagent__NS__helper", user: str = "alice", **extra: Any
+) -> list[str]:
     ids = []
     for i, content in enumerate(contents):
-        status, body = await api.json("POST", "/api/memories/sessions",
-                                      save_body(agent, user, content, vector=axis(i), **extra))
+        status, body = await api.json(
+            "POST", "/api/memories/sessions", save_body(agent, user, content, vector=axis(i), **extra)
+        )
         assert status == 201
         ids.append(body["id"])
     return ids
@@ -165,10 +182,10 @@ class TestSearch:
         """Nothing stored for that agent and user gives exactly `[]`."""
         assert await api.call("POST", "/api/memories/search", _search(axis(0))) == (200, "application/json", b"[]")
 
-    @pytest.mark.parametrize(("limit", "hits"), [(None, 5), (0, 5), (-4, 5), (2, 2), (7, 7), (1_000_000, 7),
-                                                 (2**32 + 3, 3), (2**32, 0)])
-    async def test_limit_defaults_to_5_has_no_maximum_and_wraps_at_int32(self, api: Api, limit: Any,
-                                                                        hits: int) -> None:
+    @pytest.mark.parametrize(
+        ("limit", "hits"), [(None, 5), (0, 5), (-4, 5), (2, 2), (7, 7), (1_000_000, 7), (2**32 + 3, 3), (2**32, 0)]
+    )
+    async def test_limit_defaults_to_5_has_no_maximum_and_wraps_at_int32(self, api: Api, limit: Any, hits: int) -> None:
         """limit <= 0 means 5, large limits return everything, and values wrap like Go's int32()."""
         await _seed(api, [f"m{i}" for i in range(7)])
         extra = {} if limit is None else {"limit": limit}
@@ -178,8 +195,13 @@ class TestSearch:
     async def test_a_limit_wrapping_negative_is_a_database_error(self, api: Api) -> None:
         """A limit of 2^31 becomes negative in int32 and PostgreSQL's refusal comes back as a 500."""
         status, body = await api.json("POST", "/api/memories/search", _search(axis(0), limit=2**31))
-        assert (status, body) == (500, {"error": "search failed: failed to search agent memory: ERROR: LIMIT must "
-                                                 "not be negative (SQLSTATE 2201W)"})
+        assert (status, body) == (
+            500,
+            {
+                "error": "search failed: failed to search agent memory: ERROR: LIMIT must "
+                "not be negative (SQLSTATE 2201W)"
+            },
+        )
 
     async def test_access_count_grows_before_min_score_filters(self, api: Api, stack: Devstack) -> None:
         """Rows below min_score are not returned but are still counted as accessed."""
@@ -201,11 +223,14 @@ class TestSearch:
         _status, body = await api.json("POST", "/api/memories/search", _search(axis(0)))
         assert [h["content"] for h in body] == ["old"]
 
-    @pytest.mark.parametrize(("saved", "searched", "found"), [
-        ("kagent__NS__my-agent", "kagent__NS__my-agent", 1),
-        ("kagent__NS__my-agent", "kagent__NS__my_agent", 0),
-        ("kagent__NS__my_agent", "kagent__NS__my-agent", 0),
-    ])
+    @pytest.mark.parametrize(
+        ("saved", "searched", "found"),
+        [
+            ("kagent__NS__my-agent", "kagent__NS__my-agent", 1),
+            ("kagent__NS__my-agent", "kagent__NS__my_agent", 0),
+            ("kagent__NS__my_agent", "kagent__NS__my-agent", 0),
+        ],
+    )
     async def test_agent_name_is_matched_exactly(self, api: Api, saved: str, searched: str, found: int) -> None:
         """Search does not normalise '-' and '_' (unlike list and delete)."""
         await _seed(api, ["x"], agent=saved)
@@ -216,22 +241,35 @@ class TestSearch:
         """A zero query vector makes every score NaN: 500 "Error marshalling JSON response", rows still counted."""
         await _seed(api, ["x"])
         assert await api.json("POST", "/api/memories/search", _search([0.0] * 768)) == (
-            500, {"error": "Error marshalling JSON response"})
+            500,
+            {"error": "Error marshalling JSON response"},
+        )
         assert [r.access_count for r in await _rows(stack)] == [1]
 
     async def test_a_stored_zero_vector_breaks_its_namespace(self, api: Api) -> None:
         """One all-zero row among the results fails the whole search, even with min_score set."""
         await _seed(api, ["x"])
-        await api.json("POST", "/api/memories/sessions", {"agent_name": "kagent__NS__helper", "user_id": "alice",
-                                                         "content": "zero", "vector": [0.0] * 768})
+        await api.json(
+            "POST",
+            "/api/memories/sessions",
+            {"agent_name": "kagent__NS__helper", "user_id": "alice", "content": "zero", "vector": [0.0] * 768},
+        )
         assert await api.json("POST", "/api/memories/search", _search(axis(0), min_score=0.5)) == (
-            500, {"error": "Error marshalling JSON response"})
+            500,
+            {"error": "Error marshalling JSON response"},
+        )
 
-    @pytest.mark.parametrize(("body", "error"), [
-        ({"agent_name": "a", "user_id": "u"}, MISSING),
-        ({"agent_name": "a", "user_id": "u", "vector": [1.0] * 10}, "vector must have exactly 768 dimensions, got 10"),
-        ({"agent_name": "a", "user_id": "u", "vector": axis(0), "min_score": "high"}, INVALID),
-    ])
+    @pytest.mark.parametrize(
+        ("body", "error"),
+        [
+            ({"agent_name": "a", "user_id": "u"}, MISSING),
+            (
+                {"agent_name": "a", "user_id": "u", "vector": [1.0] * 10},
+                "vector must have exactly 768 dimensions, got 10",
+            ),
+            ({"agent_name": "a", "user_id": "u", "vector": axis(0), "min_score": "high"}, INVALID),
+        ],
+    )
     async def test_invalid_searches_get_kagents_400_texts(self, api: Api, body: Any, error: str) -> None:
         """Bad searches get the same 400 texts as saves."""
         assert await api.json("POST", "/api/memories/search", body) == (400, {"error": error})
@@ -244,8 +282,13 @@ class TestList:
         await api.json("POST", "/api/memories/search", _search(axis(1), limit=1))
         status, body = await api.json("GET", "/api/memories?agent_name=kagent__NS__helper&user_id=alice")
         assert status == 200 and [i["id"] for i in body] == [ids[1], ids[0]]
-        assert body[0] == {"id": ids[1], "content": "b", "access_count": 1, "created_at": "2026-03-01T12:00:00Z",
-                           "expires_at": "2026-03-16T12:00:00Z"}
+        assert body[0] == {
+            "id": ids[1],
+            "content": "b",
+            "access_count": 1,
+            "created_at": "2026-03-01T12:00:00Z",
+            "expires_at": "2026-03-16T12:00:00Z",
+        }
 
     async def test_listing_does_not_count_as_access(self, api: Api) -> None:
         """Listing twice leaves access_count at 0."""
@@ -269,20 +312,33 @@ class TestList:
         _status, body = await api.json("GET", "/api/memories?agent_name=kagent__NS__helper&user_id=alice")
         assert "expires_at" not in body[0]
 
-    @pytest.mark.parametrize(("asked", "contents"), [
-        ("kagent__NS__my-agent", ["hyphen", "underscore"]),
-        ("kagent__NS__my_agent", ["underscore"]),
-    ])
-    async def test_the_hyphen_spelling_also_lists_the_underscore_one(self, api: Api, asked: str,
-                                                                    contents: list[str]) -> None:
+    @pytest.mark.parametrize(
+        ("asked", "contents"),
+        [
+            ("kagent__NS__my-agent", ["hyphen", "underscore"]),
+            ("kagent__NS__my_agent", ["underscore"]),
+        ],
+    )
+    async def test_the_hyphen_spelling_also_lists_the_underscore_one(
+        self, api: Api, asked: str, contents: list[str]
+    ) -> None:
         """List matches the name as sent or with '-' replaced by '_'."""
         await _seed(api, ["hyphen"], agent="kagent__NS__my-agent")
         await _seed(api, ["underscore"], agent="kagent__NS__my_agent")
         _status, body = await api.json("GET", f"/api/memories?agent_name={asked}&user_id=alice")
         assert sorted(i["content"] for i in body) == contents
 
-    @pytest.mark.parametrize("query", ["", "?agent_name=a", "?user_id=u", "?agent_name=&user_id=u",
-                                       "?agent_name=a;x&user_id=u", "?agent_name=%zz&user_id=u"])
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "",
+            "?agent_name=a",
+            "?user_id=u",
+            "?agent_name=&user_id=u",
+            "?agent_name=a;x&user_id=u",
+            "?agent_name=%zz&user_id=u",
+        ],
+    )
     async def test_missing_query_parameters_are_400(self, api: Api, query: str) -> None:
         """Missing parameters, including pairs Go's query parser drops (';', bad escapes), give 400."""
         expected = (400, {"error": "Missing required query parameters (agent_name, user_id)"})
@@ -316,30 +372,58 @@ SENTINEL = "SENTINEL-db-9f2c"
 
 
 class TestDatabaseErrors:
-    @pytest.mark.parametrize(("op", "method", "path", "body", "error"), [
-        ("insert", "POST", "/api/memories/sessions", save_body(), "failed to save memory: "),
-        ("insert_batch", "POST", "/api/memories/sessions/batch", {"items": [save_body()]},
-         "failed to save memory batch: failed to store memory: "),
-        ("search", "POST", "/api/memories/search", _search(axis(0)),
-         "search failed: failed to search agent memory: "),
-        ("list", "GET", "/api/memories?agent_name=a&user_id=u", None,
-         "failed to list memories: failed to list agent memories: "),
-        ("delete", "DELETE", "/api/memories?agent_name=a&user_id=u", None,
-         "failed to delete memory: failed to delete agent memory: "),
-    ])
-    async def test_the_raw_database_error_is_returned_in_the_500(self, api: Api, op: str, method: str, path: str,
-                                                                body: Any, error: str) -> None:
+    @pytest.mark.parametrize(
+        ("op", "method", "path", "body", "error"),
+        [
+            ("insert", "POST", "/api/memories/sessions", save_body(), "failed to save memory: "),
+            (
+                "insert_batch",
+                "POST",
+                "/api/memories/sessions/batch",
+                {"items": [save_body()]},
+                "failed to save memory batch: failed to store memory: ",
+            ),
+            (
+                "search",
+                "POST",
+                "/api/memories/search",
+                _search(axis(0)),
+                "search failed: failed to search agent memory: ",
+            ),
+            (
+                "list",
+                "GET",
+                "/api/memories?agent_name=a&user_id=u",
+                None,
+                "failed to list memories: failed to list agent memories: ",
+            ),
+            (
+                "delete",
+                "DELETE",
+                "/api/memories?agent_name=a&user_id=u",
+                None,
+                "failed to delete memory: failed to delete agent memory: ",
+            ),
+        ],
+    )
+    async def test_the_raw_database_error_is_returned_in_the_500(
+        self, api: Api, op: str, method: str, path: str, body: Any, error: str
+    ) -> None:
         """A failing database surfaces kagent's prefixes plus the DB error text verbatim."""
         assert await api.json("POST", "/__devstack/db-fault", {"message": SENTINEL, "ops": [op]}) == (
-            200, {"status": "set"})
+            200,
+            {"status": "set"},
+        )
         assert await api.json(method, path, body) == (500, {"error": error + SENTINEL})
 
     async def test_the_default_fault_is_a_missing_memory_table(self, api: Api) -> None:
         """Without a message the fault mimics a default Helm install (no vector table)."""
         await api.json("POST", "/__devstack/db-fault", {})
         status, body = await api.json("POST", "/api/memories/sessions", save_body())
-        assert (status, body) == (500, {"error": 'failed to save memory: ERROR: relation "memory" does not exist '
-                                                 "(SQLSTATE 42P01)"})
+        assert (status, body) == (
+            500,
+            {"error": 'failed to save memory: ERROR: relation "memory" does not exist (SQLSTATE 42P01)'},
+        )
 
     async def test_a_counted_fault_fails_only_the_chosen_calls(self, api: Api) -> None:
         """after/times let the first save pass, fail the second, and pass again once cleared."""
@@ -352,8 +436,9 @@ class TestDatabaseErrors:
 
 
 class TestPrune:
-    async def test_prune_extends_popular_rows_and_deletes_the_rest(self, api: Api, stack: Devstack,
-                                                                  clock: DevClock) -> None:
+    async def test_prune_extends_popular_rows_and_deletes_the_rest(
+        self, api: Api, stack: Devstack, clock: DevClock
+    ) -> None:
         """Expired rows with 10+ accesses get now+15 days and a zero count; other expired rows are deleted."""
         await _seed(api, ["popular", "ignored"], ttl_days=1)
         for _ in range(10):
@@ -366,8 +451,9 @@ class TestPrune:
         assert rows["popular"].expires_at == START + 2 * DAY + timedelta(days=15)
         assert rows["popular"].access_count == 0
 
-    async def test_rows_without_expiry_and_rows_expiring_now_survive(self, api: Api, stack: Devstack,
-                                                                    clock: DevClock) -> None:
+    async def test_rows_without_expiry_and_rows_expiring_now_survive(
+        self, api: Api, stack: Devstack, clock: DevClock
+    ) -> None:
         """Prune only touches expires_at strictly before now; NULL expiry is never touched."""
         from sidecar.dev.devstack.store import NewMemory
 

@@ -19,24 +19,34 @@ LONG_FACT = "my favourite colour is teal and I live in Lisbon"
 
 
 class TestPureRules:
-    @pytest.mark.parametrize(("ns", "name", "expected"), [
-        ("kagent", "k8s-agent", "kagent__NS__k8s_agent"),
-        ("my-team", "a-b-c", "my_team__NS__a_b_c"),
-        ("ns", "plain", "ns__NS__plain"),
-    ])
+    @pytest.mark.parametrize(
+        ("ns", "name", "expected"),
+        [
+            ("kagent", "k8s-agent", "kagent__NS__k8s_agent"),
+            ("my-team", "a-b-c", "my_team__NS__a_b_c"),
+            ("ns", "plain", "ns__NS__plain"),
+        ],
+    )
     def test_app_name_replaces_hyphens(self, ns: str, name: str, expected: str) -> None:
         """app_name is <ns>__NS__<name> with every '-' turned into '_' (namespace too)."""
         assert app_name(ns, name) == expected
 
-    @pytest.mark.parametrize(("text", "queries"), [
-        ("short question?", ["short question?"]),
-        ("  padded  ", ["padded"]),
-        ("", []),
-        ("This first sentence is long enough to count. Tiny one! And this third sentence also qualifies?",
-         ["This first sentence is long enough to count.", "And this third sentence also qualifies?"]),
-        ("No.Space.Splits here because nothing follows the dots with a space",
-         ["No.Space.Splits here because nothing follows the dots with a space"]),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "queries"),
+        [
+            ("short question?", ["short question?"]),
+            ("  padded  ", ["padded"]),
+            ("", []),
+            (
+                "This first sentence is long enough to count. Tiny one! And this third sentence also qualifies?",
+                ["This first sentence is long enough to count.", "And this third sentence also qualifies?"],
+            ),
+            (
+                "No.Space.Splits here because nothing follows the dots with a space",
+                ["No.Space.Splits here because nothing follows the dots with a space"],
+            ),
+        ],
+    )
     def test_prefetch_splits_on_sentence_ends(self, text: str, queries: list[str]) -> None:
         """Sentences of 30+ characters each become a query; otherwise the whole text is one."""
         assert prefetch_queries(text) == queries
@@ -46,11 +56,11 @@ def _runtime(stack: Devstack, **extra: Any) -> RuntimeConfig:
     return RuntimeConfig(stack.kagent_url, stack.embedding_url, frozenset({AGENT}), **extra)
 
 
-async def _send(api: Api, text: str, *, user: str | None = "alice", context: str | None = None,
-                agent: str = AGENT, query: str = "") -> str:
+async def _send(
+    api: Api, text: str, *, user: str | None = "alice", context: str | None = None, agent: str = AGENT, query: str = ""
+) -> str:
     headers = {"X-User-Id": user} if user else {}
-    status, body = await api.json("POST", f"/api/a2a/{agent}/{query}", rpc(text, context_id=context),
-                                  headers=headers)
+    status, body = await api.json("POST", f"/api/a2a/{agent}/{query}", rpc(text, context_id=context), headers=headers)
     assert status == 200
     return reply_text(body)
 
@@ -78,8 +88,7 @@ class TestRememberAndRecall:
         reply = await _send(sqlite_api, "Which colour do I like best, and is teal my favourite?")
         assert f"recalled: {LONG_FACT}" in reply
         search = json.loads(sqlite_stack.recorder.of_kind("memory")[-1].body)
-        assert (search["agent_name"], search["user_id"], search["limit"], search["min_score"]) == (
-            APP, "alice", 5, 0.3)
+        assert (search["agent_name"], search["user_id"], search["limit"], search["min_score"]) == (APP, "alice", 5, 0.3)
 
     async def test_other_users_do_not_recall_it(self, sqlite_api: Api, sqlite_stack: Devstack) -> None:
         """Another X-User-Id searches its own namespace and recalls nothing."""
@@ -88,8 +97,9 @@ class TestRememberAndRecall:
         reply = await _send(sqlite_api, "Which colour do I like best, and is teal my favourite?", user="bob")
         assert "recalled" not in reply and "search 200" in reply
 
-    async def test_prefetch_runs_on_the_first_turn_of_a_context_only(self, sqlite_api: Api,
-                                                                     sqlite_stack: Devstack) -> None:
+    async def test_prefetch_runs_on_the_first_turn_of_a_context_only(
+        self, sqlite_api: Api, sqlite_stack: Devstack
+    ) -> None:
         """The second message of the same contextId makes no search."""
         sqlite_stack.set_runtime(_runtime(sqlite_stack))
         await _send(sqlite_api, "hello agent", context="ctx-1")
@@ -113,17 +123,24 @@ class TestRememberAndRecall:
         batch = json.loads(sqlite_stack.recorder.of_kind("memory")[-1].body)
         assert [i["ttl_days"] for i in batch["items"]] == [3, 3, 3]
         assert sorted(str(r.content) for r in await sqlite_stack.store.rows(agent_name=APP)) == [
-            "likes tea", "owns a cat", "works nights"]
+            "likes tea",
+            "owns a cat",
+            "works nights",
+        ]
 
 
 class TestIdentityAndFailures:
-    @pytest.mark.parametrize(("query", "header", "user"), [
-        ("?user_id=from-query", "from-header", "from-query"),
-        ("", "from-header", "from-header"),
-        ("", None, "admin@kagent.dev"),
-    ])
-    async def test_user_follows_kagents_unsecure_precedence(self, sqlite_api: Api, sqlite_stack: Devstack,
-                                                            query: str, header: str | None, user: str) -> None:
+    @pytest.mark.parametrize(
+        ("query", "header", "user"),
+        [
+            ("?user_id=from-query", "from-header", "from-query"),
+            ("", "from-header", "from-header"),
+            ("", None, "admin@kagent.dev"),
+        ],
+    )
+    async def test_user_follows_kagents_unsecure_precedence(
+        self, sqlite_api: Api, sqlite_stack: Devstack, query: str, header: str | None, user: str
+    ) -> None:
         """The runtime's user is the user_id query, else X-User-Id, else admin@kagent.dev."""
         sqlite_stack.set_runtime(_runtime(sqlite_stack))
         await _send(sqlite_api, "remember: x", user=header, query=query)
@@ -164,8 +181,11 @@ class TestIdentityAndFailures:
 
     async def test_the_admin_api_points_the_runtime(self, sqlite_api: Api, sqlite_stack: Devstack) -> None:
         """POST /__devstack/runtime turns the runtime on and DELETE turns it off."""
-        body = {"memory_base_url": sqlite_stack.kagent_url, "embedding_base_url": sqlite_stack.embedding_url,
-                "memory_agents": [AGENT]}
+        body = {
+            "memory_base_url": sqlite_stack.kagent_url,
+            "embedding_base_url": sqlite_stack.embedding_url,
+            "memory_agents": [AGENT],
+        }
         assert (await sqlite_api.json("POST", "/__devstack/runtime", body))[0] == 200
         assert "memory calls" in await _send(sqlite_api, "hello")
         assert (await sqlite_api.json("DELETE", "/__devstack/runtime"))[0] == 200

@@ -15,8 +15,17 @@ from sidecar.dev.devstack import DbFault, DevClock, open_memory_store
 from sidecar.dev.devstack.store import MemoryRow, NewMemory, StoreError, cosine_similarity, rank
 from tests.devstack.conftest import START, axis
 
-COLUMNS = ["id", "agent_name", "user_id", "content", "embedding", "metadata", "created_at", "expires_at",
-           "access_count"]
+COLUMNS = [
+    "id",
+    "agent_name",
+    "user_id",
+    "content",
+    "embedding",
+    "metadata",
+    "created_at",
+    "expires_at",
+    "access_count",
+]
 
 
 def _row(i: int, embedding: tuple[float, ...] | None) -> MemoryRow:
@@ -24,14 +33,18 @@ def _row(i: int, embedding: tuple[float, ...] | None) -> MemoryRow:
 
 
 class TestCosine:
-    @pytest.mark.parametrize(("a", "b", "expected"), [
-        ((1.0, 0.0), (1.0, 0.0), 1.0),
-        ((1.0, 0.0), (0.0, 1.0), 0.0),
-        ((1.0, 0.0), (-2.0, 0.0), -1.0),
-        (None, (1.0, 0.0), None),
-    ])
-    def test_similarity_is_pgvector_cosine_or_none_for_null(self, a: tuple[float, ...] | None,
-                                                            b: tuple[float, ...], expected: float | None) -> None:
+    @pytest.mark.parametrize(
+        ("a", "b", "expected"),
+        [
+            ((1.0, 0.0), (1.0, 0.0), 1.0),
+            ((1.0, 0.0), (0.0, 1.0), 0.0),
+            ((1.0, 0.0), (-2.0, 0.0), -1.0),
+            (None, (1.0, 0.0), None),
+        ],
+    )
+    def test_similarity_is_pgvector_cosine_or_none_for_null(
+        self, a: tuple[float, ...] | None, b: tuple[float, ...], expected: float | None
+    ) -> None:
         """Cosine similarity matches pgvector; a NULL embedding gives None (score 0 later)."""
         assert cosine_similarity(a, b) == expected
 
@@ -50,13 +63,16 @@ class TestCosine:
 
 
 class TestDbFault:
-    @pytest.mark.parametrize(("fault", "calls", "fails"), [
-        (DbFault(), ["insert", "search", "prune"], [True, True, True]),
-        (DbFault(ops=frozenset({"search"})), ["insert", "search"], [False, True]),
-        (DbFault(after=2), ["list", "list", "list"], [False, False, True]),
-        (DbFault(times=1), ["list", "list"], [True, False]),
-        (DbFault(after=1, times=1), ["list", "list", "list"], [False, True, False]),
-    ])
+    @pytest.mark.parametrize(
+        ("fault", "calls", "fails"),
+        [
+            (DbFault(), ["insert", "search", "prune"], [True, True, True]),
+            (DbFault(ops=frozenset({"search"})), ["insert", "search"], [False, True]),
+            (DbFault(after=2), ["list", "list", "list"], [False, False, True]),
+            (DbFault(times=1), ["list", "list"], [True, False]),
+            (DbFault(after=1, times=1), ["list", "list", "list"], [False, True, False]),
+        ],
+    )
     def test_fault_counts_calls(self, fault: DbFault, calls: list[str], fails: list[bool]) -> None:
         """ops, after and times pick exactly which calls fail."""
         assert [fault.trips(op) for op in calls] == fails
@@ -108,18 +124,29 @@ class TestPostgresTable:
             new_id = await store.insert(NewMemory("a", "u", "x", axis(0), "{}", None))
             conn = await asyncpg.connect(pg_url)
             try:
-                cols = await conn.fetch("SELECT column_name, data_type FROM information_schema.columns "
-                                        "WHERE table_name = 'memory' ORDER BY ordinal_position")
-                indexes = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes "
-                                                                    "WHERE tablename = 'memory'")}
+                cols = await conn.fetch(
+                    "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = 'memory' ORDER BY ordinal_position"
+                )
+                indexes = {
+                    r["indexname"]
+                    for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE tablename = 'memory'")
+                }
             finally:
                 await conn.close()
         finally:
             await store.close()
         assert [(c["column_name"], c["data_type"]) for c in cols] == [
-            ("id", "text"), ("agent_name", "text"), ("user_id", "text"), ("content", "text"), ("embedding", "ARRAY"),
-            ("metadata", "text"), ("created_at", "timestamp with time zone"),
-            ("expires_at", "timestamp with time zone"), ("access_count", "bigint")]
+            ("id", "text"),
+            ("agent_name", "text"),
+            ("user_id", "text"),
+            ("content", "text"),
+            ("embedding", "ARRAY"),
+            ("metadata", "text"),
+            ("created_at", "timestamp with time zone"),
+            ("expires_at", "timestamp with time zone"),
+            ("access_count", "bigint"),
+        ]
         assert {"idx_memory_agent_user", "idx_memory_expires_at"} <= indexes
         assert len(new_id) == 36
 
@@ -132,8 +159,9 @@ class TestPostgresTable:
             keep = await store.insert(NewMemory("a", "u", "secret", axis(0), "{}", None))
             gone = await store.insert(NewMemory("a", "u", "secret 2", axis(1), "{}", None))
             await admin.execute(f"CREATE ROLE {role} LOGIN")
-            await admin.execute(f"GRANT SELECT (id, agent_name, user_id, created_at, expires_at), DELETE "
-                                f"ON memory TO {role}")
+            await admin.execute(
+                f"GRANT SELECT (id, agent_name, user_id, created_at, expires_at), DELETE ON memory TO {role}"
+            )
             limited = await asyncpg.connect(pg_url.replace("postgres@", f"{role}@"))
             try:
                 assert {r["id"] for r in await limited.fetch("SELECT id FROM memory")} == {keep, gone}

@@ -40,8 +40,11 @@ class Deployment:
 @pytest.fixture
 async def deployment(tmp_path: Path) -> AsyncIterator[Deployment]:
     async with devstack_target() as (target, local):
-        keys = {"bridge": target.bridge_key.material, "operator": target.operator_key.material,
-                "session": target.session_secret}
+        keys = {
+            "bridge": target.bridge_key.material,
+            "operator": target.operator_key.material,
+            "session": target.session_secret,
+        }
         files = {}
         for name, material in keys.items():
             files[name] = tmp_path / f"{name}.key"

@@ -43,8 +43,9 @@ class TestDrillDevstack:
         from a session key, or guess in the real key shape, finds nothing; the drill notes the reachability."""
         async with devstack_target() as (target, local):
             leaky = dataclasses.replace(target, kagent_url=local.dev.kagent_url)
-            report = await run_drill(leaky, local=local, clock=local.clock, checks=[
-                c for c in CHECKS if c.id == "no_cross_user_reuse"])
+            report = await run_drill(
+                leaky, local=local, clock=local.clock, checks=[c for c in CHECKS if c.id == "no_cross_user_reuse"]
+            )
         (check,) = report.checks
         assert check.passed and check.evidence["bypass"] == {"reachable": True, "entries_seen": 0}
         assert any("around memgov" in note for note in check.notes)
@@ -66,10 +67,29 @@ class TestDrillDeployment:
     async def test_deployment_mode_against_running_gateway(self, deployment, planted):
         """Against URLs and key files the drill passes and says what a deployment cannot show it."""
         dep, t = deployment, deployment.target
-        argv = ["drill", "--data-url", t.data_url, "--control-url", t.control_url, "--ops-url", t.ops_url,
-                "--bridge-key-file", str(dep.keys["bridge"]), "--operator-key-file", str(dep.keys["operator"]),
-                "--session-key-file", str(dep.keys["session"]), "--server-name", t.server_name,
-                "--bridge-bot", t.bridge_bot, "--agent", t.agents[0].ref, "--ghost", t.agents[0].ghost]
+        argv = [
+            "drill",
+            "--data-url",
+            t.data_url,
+            "--control-url",
+            t.control_url,
+            "--ops-url",
+            t.ops_url,
+            "--bridge-key-file",
+            str(dep.keys["bridge"]),
+            "--operator-key-file",
+            str(dep.keys["operator"]),
+            "--session-key-file",
+            str(dep.keys["session"]),
+            "--server-name",
+            t.server_name,
+            "--bridge-bot",
+            t.bridge_bot,
+            "--agent",
+            t.agents[0].ref,
+            "--ghost",
+            t.agents[0].ghost,
+        ]
         target = deployment_target(build_parser().parse_args(argv))
         report = await run_drill(target)
         by_id = {c.id: c for c in report.checks}
@@ -82,19 +102,35 @@ class TestDrillDeployment:
 
 
 class TestDrillUsage:
-    @pytest.mark.parametrize("argv, expected", [
-        (["--devstack", "--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
-        (["--data-url", "http://127.0.0.1:9"], 2),
-        (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
-        (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9", "KEYS"], 4),
-    ])
+    @pytest.mark.parametrize(
+        "argv, expected",
+        [
+            (["--devstack", "--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
+            (["--data-url", "http://127.0.0.1:9"], 2),
+            (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9"], 2),
+            (["--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9", "KEYS"], 4),
+        ],
+    )
     async def test_exit_codes(self, memgov, tmp_path, argv, expected):
         """Contradictory or missing options exit 2; a target that does not answer exits 4."""
         key = tmp_path / "k"
         key.write_text("a" * 64)
-        full = ["--bridge-key-file", str(key), "--operator-key-file", str(key), "--session-key-file", str(key),
-                "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
-                "--ghost", "@agent:drill.example"]
+        full = [
+            "--bridge-key-file",
+            str(key),
+            "--operator-key-file",
+            str(key),
+            "--session-key-file",
+            str(key),
+            "--server-name",
+            "drill.example",
+            "--bridge-bot",
+            "@bridge:drill.example",
+            "--agent",
+            "ns/agent",
+            "--ghost",
+            "@agent:drill.example",
+        ]
         argv = [a for arg in argv for a in (full if arg == "KEYS" else [arg])]
         code, _out, err = await memgov("drill", *argv, "--output", str(tmp_path / "bundle"))
         assert code == expected and err.startswith("memgov drill: ")
@@ -106,8 +142,9 @@ async def _drill_on(upstream: Upstream, adapter: str, tmp_path: Path, request: p
     pg_server = request.getfixturevalue("pg_server")
     store_url = None if upstream.real else request.getfixturevalue("pg_url")
     agents = [ref for ref, _ in AGENTS] + [f"{ref}-nomem" for ref, _ in AGENTS]
-    dev = await start_stack(upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=agents,
-                            store_url=store_url, clock=DevClock())
+    dev = await start_stack(
+        upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=agents, store_url=store_url, clock=DevClock()
+    )
     try:
         erasure: dict[str, str] = {"adapter": adapter}
         if adapter == "kagent-db":
@@ -154,10 +191,29 @@ class TestKagentToken:
         key, token = tmp_path / "k", tmp_path / "token"
         key.write_text("a" * 64)
         token.write_text("header.payload.signature\n")
-        argv = ["drill", "--data-url", "http://127.0.0.1:9", "--control-url", "http://127.0.0.1:9",
-                "--bridge-key-file", str(key), "--operator-key-file", str(key), "--session-key-file", str(key),
-                "--server-name", "drill.example", "--bridge-bot", "@bridge:drill.example", "--agent", "ns/agent",
-                "--ghost", "@agent:drill.example", "--kagent-token-file", str(token)]
+        argv = [
+            "drill",
+            "--data-url",
+            "http://127.0.0.1:9",
+            "--control-url",
+            "http://127.0.0.1:9",
+            "--bridge-key-file",
+            str(key),
+            "--operator-key-file",
+            str(key),
+            "--session-key-file",
+            str(key),
+            "--server-name",
+            "drill.example",
+            "--bridge-bot",
+            "@bridge:drill.example",
+            "--agent",
+            "ns/agent",
+            "--ghost",
+            "@agent:drill.example",
+            "--kagent-token-file",
+            str(token),
+        ]
         target = deployment_target(build_parser().parse_args(argv))
         assert target.kagent_auth() == {"Authorization": "Bearer header.payload.signature"}
         assert target.describe()["kagent_bearer"] is True

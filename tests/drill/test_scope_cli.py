@@ -18,8 +18,16 @@ def _base(dep, token_file: Path) -> list[str]:
 
 def _mint_flags(dep) -> list[str]:
     t = dep.target
-    return ["--bridge-key-file", str(dep.keys["bridge"]), "--server-name", t.server_name, "--bridge-bot",
-            t.bridge_bot, "--ghost", t.agents[0].ghost]
+    return [
+        "--bridge-key-file",
+        str(dep.keys["bridge"]),
+        "--server-name",
+        t.server_name,
+        "--bridge-bot",
+        t.bridge_bot,
+        "--ghost",
+        t.agents[0].ghost,
+    ]
 
 
 class TestScopeCommands:
@@ -31,8 +39,17 @@ class TestScopeCommands:
         def base() -> list[str]:  # the bridge signs a fresh, single-use token for each command
             return _base(dep, dep.token_file(tmp_path, dep.run.subject_token(subject)))
 
-        code, out, _ = await memgov(*base(), "--json", "create", "--mxid", subject, "--agent",
-                                    dep.target.agents[0].ref, "--room", dep.run.room())
+        code, out, _ = await memgov(
+            *base(),
+            "--json",
+            "create",
+            "--mxid",
+            subject,
+            "--agent",
+            dep.target.agents[0].ref,
+            "--room",
+            dep.run.room(),
+        )
         assert code == 0
         scope_id = json.loads(out)["scope_id"]
         spent = base()
@@ -73,8 +90,9 @@ class TestScopeCommands:
         contexts = tmp_path / "contexts"
         contexts.write_text("\n".join(dep.run.context(scope.subject, scope.agent, scope.room) for _ in range(lines)))
         base = _base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))
-        code, _, err = await memgov(*base, "inspect", scope.scope_id, "--all", "--limit", "1",
-                                    "--context-file", str(contexts))
+        code, _, err = await memgov(
+            *base, "inspect", scope.scope_id, "--all", "--limit", "1", "--context-file", str(contexts)
+        )
         assert code == expected
         assert ("no context left" in err) == (expected == 2)
 
@@ -116,27 +134,37 @@ class TestScopeCommands:
 
 
 class TestScopeErrors:
-    @pytest.mark.parametrize("who, command, status, reason", [
-        ("nobody", "status", 401, "auth_required"),
-        ("peer", "status", 403, "not_subject"),
-        ("operator", "status", 403, "not_subject"),
-        ("subject", "offboard", 403, "route_denied"),
-        ("subject", "forget", 404, "not_found"),
-        ("subject", "off-wrong-token", 409, "confirmation_required"),
-    ])
-    async def test_refusals_exit_one_with_code_and_decision(self, deployment, memgov, tmp_path, who, command,
-                                                            status, reason):
+    @pytest.mark.parametrize(
+        "who, command, status, reason",
+        [
+            ("nobody", "status", 401, "auth_required"),
+            ("peer", "status", 403, "not_subject"),
+            ("operator", "status", 403, "not_subject"),
+            ("subject", "offboard", 403, "route_denied"),
+            ("subject", "forget", 404, "not_found"),
+            ("subject", "off-wrong-token", 409, "confirmation_required"),
+        ],
+    )
+    async def test_refusals_exit_one_with_code_and_decision(
+        self, deployment, memgov, tmp_path, who, command, status, reason
+    ):
         """A refusal prints its reason code and decision id on stderr, or as JSON, and exits 1."""
         dep = deployment
         scope = await dep.run.new_scope(dep.run.subject("cli"))
-        tokens = {"subject": dep.run.subject_token(scope.subject), "peer": dep.run.subject_token(
-            dep.run.subject("peer")), "operator": dep.run.operator_token()}
+        tokens = {
+            "subject": dep.run.subject_token(scope.subject),
+            "peer": dep.run.subject_token(dep.run.subject("peer")),
+            "operator": dep.run.operator_token(),
+        }
         base = ["scope", "--control-url", dep.target.control_url]
         if who in tokens:
             base += ["--token-file", str(dep.token_file(tmp_path, tokens[who]))]
-        rest = {"status": ["status", scope.scope_id], "offboard": ["offboard", scope.subject],
-                "forget": ["forget", scope.scope_id, "no-such-entry"],
-                "off-wrong-token": ["off", scope.scope_id, "--confirm", "not-the-token"]}[command]
+        rest = {
+            "status": ["status", scope.scope_id],
+            "offboard": ["offboard", scope.subject],
+            "forget": ["forget", scope.scope_id, "no-such-entry"],
+            "off-wrong-token": ["off", scope.scope_id, "--confirm", "not-the-token"],
+        }[command]
         code, out, err = await memgov(*base, *rest)
         assert code == 1 and f"refused: {reason} (HTTP {status}, decision d_" in err and out == ""
         code, out, _ = await memgov(*base, "--json", *rest)
@@ -149,8 +177,9 @@ class TestScopeErrors:
         scope = await dep.run.new_scope(dep.run.subject("cli"))
         await dep.run.remember(scope, 1, "cli")
         dep.local.dev.store.fault = DbFault(times=100)
-        code, _, err = await memgov(*_base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject))),
-                                    "off", scope.scope_id, "--yes")
+        code, _, err = await memgov(
+            *_base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject))), "off", scope.scope_id, "--yes"
+        )
         dep.local.dev.store.fault = None
         assert code == 3 and "failed: upstream_error (HTTP 502" in err and "evidence at /v1/erasures/e" in err
 
@@ -162,11 +191,31 @@ class TestScopeErrors:
         token_file = dep.token_file(tmp_path, token)
         outputs = []
         for argv, expected in [
-            (["scope", "--control-url", dep.target.control_url, "--token-file", str(tmp_path / "missing"),
-              "status", scope.scope_id], 2),
+            (
+                [
+                    "scope",
+                    "--control-url",
+                    dep.target.control_url,
+                    "--token-file",
+                    str(tmp_path / "missing"),
+                    "status",
+                    scope.scope_id,
+                ],
+                2,
+            ),
             ([*_base(dep, token_file), "inspect", scope.scope_id], 2),
-            (["scope", "--control-url", "http://127.0.0.1:9", "--token-file", str(token_file), "status",
-              scope.scope_id], 4),
+            (
+                [
+                    "scope",
+                    "--control-url",
+                    "http://127.0.0.1:9",
+                    "--token-file",
+                    str(token_file),
+                    "status",
+                    scope.scope_id,
+                ],
+                4,
+            ),
             (["scope", "--control-url", dep.target.control_url, "--token", token, "status", scope.scope_id], 0),
         ]:
             code, out, err = await memgov(*argv)

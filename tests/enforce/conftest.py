@@ -62,38 +62,88 @@ class Stack:
         return self.gw.governance
 
     # --- the bridge -------------------------------------------------------------------------
-    def context(self, *, sub: str = ALICE, origin: str = "native", agent: str = AGENT, room_id: str = ROOM,
-                members: list[str] | None = None, invited: list[str] | None = None, servers: list[str] | None = None,
-                classification: str | None = None, encrypted: bool = False, join_rule: str = "invite",
-                history: str = "joined", room_version: str = "12", acl_allow: list[str] | None = None,
-                iat: int | None = None, exp: int | None = None, jti: str | None = None,
-                key: bytes | None = None) -> str:
+    def context(
+        self,
+        *,
+        sub: str = ALICE,
+        origin: str = "native",
+        agent: str = AGENT,
+        room_id: str = ROOM,
+        members: list[str] | None = None,
+        invited: list[str] | None = None,
+        servers: list[str] | None = None,
+        classification: str | None = None,
+        encrypted: bool = False,
+        join_rule: str = "invite",
+        history: str = "joined",
+        room_version: str = "12",
+        acl_allow: list[str] | None = None,
+        iat: int | None = None,
+        exp: int | None = None,
+        jti: str | None = None,
+        key: bytes | None = None,
+    ) -> str:
         now = int(self.clock().timestamp())
         ghost = self.ghosts.get(agent, GHOST)
-        room = control_room(members if members is not None else [sub, BOT, ghost], SERVER, room_version=room_version,
-                            encrypted=encrypted, join_rule=join_rule, history_visibility=history,
-                            invited=invited or [])
+        room = control_room(
+            members if members is not None else [sub, BOT, ghost],
+            SERVER,
+            room_version=room_version,
+            encrypted=encrypted,
+            join_rule=join_rule,
+            history_visibility=history,
+            invited=invited or [],
+        )
         if acl_allow is not None:
             room["server_acl"] = {**room["server_acl"], "allow": acl_allow}
-        return mint_context(key or self.bridge_key, "HS256", sub=sub, origin=origin, agent=agent, room_id=room_id,
-                            room=room, servers=servers if servers is not None else [SERVER],
-                            classification=classification or self.gov.policy.pack.federation.classification,
-                            now=now, iat=iat, exp=exp, jti=jti)
+        return mint_context(
+            key or self.bridge_key,
+            "HS256",
+            sub=sub,
+            origin=origin,
+            agent=agent,
+            room_id=room_id,
+            room=room,
+            servers=servers if servers is not None else [SERVER],
+            classification=classification or self.gov.policy.pack.federation.classification,
+            now=now,
+            iat=iat,
+            exp=exp,
+            jti=jti,
+        )
 
-    async def scope(self, *, mxid: str = ALICE, agent: str = AGENT, room_id: str = ROOM, consent: bool = True,
-                    origin: str = "native") -> Any:
+    async def scope(
+        self,
+        *,
+        mxid: str = ALICE,
+        agent: str = AGENT,
+        room_id: str = ROOM,
+        consent: bool = True,
+        origin: str = "native",
+    ) -> Any:
         store = self.gov.store
         scope, _ = await store.create_scope(mxid, origin, agent, "control_room", room_id, self.clock())
         if consent:
             scope, _ = await store.grant(scope.scope_id, "remember preferences", "v1", self.clock())
         return scope
 
-    async def invoke(self, text: str = "hello there", *, agent: str = AGENT, user: str = ALICE,
-                     context: str | None = None, context_id: str | None = None, path_suffix: str = "/",
-                     query: str = "",
-                     extra_headers: dict[str, str] | None = None) -> tuple[aiohttp.ClientResponse, Any]:
-        message: dict[str, Any] = {"role": "user", "messageId": secrets.token_hex(4),
-                                   "parts": [{"kind": "text", "text": text}]}
+    async def invoke(
+        self,
+        text: str = "hello there",
+        *,
+        agent: str = AGENT,
+        user: str = ALICE,
+        context: str | None = None,
+        context_id: str | None = None,
+        path_suffix: str = "/",
+        query: str = "",
+        extra_headers: dict[str, str] | None = None,
+    ) -> tuple[aiohttp.ClientResponse, Any]:
+        message: dict[str, Any] = {
+            "role": "user",
+            "messageId": secrets.token_hex(4),
+            "parts": [{"kind": "text", "text": text}],
+        }
         if context_id:
             message["contextId"] = context_id
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
@@ -101,22 +151,32 @@ class Stack:
         if context is not None:
             headers["X-Memgov-Context"] = context
         before = len(self.dev.recorder.of_kind("a2a"))
-        async with self.http.post(f"{self.gw.data_url}/api/a2a/{agent}{path_suffix}{query}", json=body,
-                                  headers=headers) as resp:
+        async with self.http.post(
+            f"{self.gw.data_url}/api/a2a/{agent}{path_suffix}{query}", json=body, headers=headers
+        ) as resp:
             await resp.read()
         seen = self.dev.recorder.of_kind("a2a")
         return resp, (seen[-1] if len(seen) > before else None)
 
     async def session_key(self, **kwargs: Any) -> str:
         """Invoke with a valid context and return the key kagent received as X-User-Id."""
-        resp, seen = await self.invoke(context=self.context(**{k: v for k, v in kwargs.items() if k != "text"}),
-                                       **({"text": kwargs["text"]} if "text" in kwargs else {}))
+        resp, seen = await self.invoke(
+            context=self.context(**{k: v for k, v in kwargs.items() if k != "text"}),
+            **({"text": kwargs["text"]} if "text" in kwargs else {}),
+        )
         assert resp.headers["X-Memgov-Decision"].startswith("forward"), resp.headers["X-Memgov-Decision"]
         return seen.user_id_header
 
     # --- the agent runtime ------------------------------------------------------------------
-    async def memory(self, method: str, path: str, body: Any = None, *, user_header: str | None = None,
-                     agent_header: str | None = APP) -> tuple[int, Any, dict[str, str]]:
+    async def memory(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        user_header: str | None = None,
+        agent_header: str | None = APP,
+    ) -> tuple[int, Any, dict[str, str]]:
         headers = runtime_headers(self.upstream, AGENT)
         if user_header is not None:
             headers["X-User-Id"] = user_header
@@ -130,23 +190,35 @@ class Stack:
                 parsed = raw
             return resp.status, parsed, dict(resp.headers)
 
-    async def save(self, key: str, content: str, *, agent_name: str = APP, ttl_days: int | None = None,
-                   **kw: Any) -> tuple[int, Any, dict[str, str]]:
-        body: dict[str, Any] = {"agent_name": agent_name, "user_id": key, "content": content,
-                                "vector": await self.embed_one(content)}
+    async def save(
+        self, key: str, content: str, *, agent_name: str = APP, ttl_days: int | None = None, **kw: Any
+    ) -> tuple[int, Any, dict[str, str]]:
+        body: dict[str, Any] = {
+            "agent_name": agent_name,
+            "user_id": key,
+            "content": content,
+            "vector": await self.embed_one(content),
+        }
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
         return await self.memory("POST", "/api/memories/sessions", body, **kw)
 
-    async def search(self, key: str, query: str, *, agent_name: str = APP, limit: int = 5,
-                     **kw: Any) -> tuple[int, Any, dict[str, str]]:
-        body = {"agent_name": agent_name, "user_id": key, "vector": await self.embed_one(query), "limit": limit,
-                "min_score": 0.0}
+    async def search(
+        self, key: str, query: str, *, agent_name: str = APP, limit: int = 5, **kw: Any
+    ) -> tuple[int, Any, dict[str, str]]:
+        body = {
+            "agent_name": agent_name,
+            "user_id": key,
+            "vector": await self.embed_one(query),
+            "limit": limit,
+            "min_score": 0.0,
+        }
         return await self.memory("POST", "/api/memories/search", body, **kw)
 
     async def embed_one(self, text: str) -> list[float]:
-        async with self.http.post(self.dev.embedding_url + "/embeddings",
-                                  json={"model": "m", "input": [text], "dimensions": 768}) as resp:
+        async with self.http.post(
+            self.dev.embedding_url + "/embeddings", json={"model": "m", "input": [text], "dimensions": 768}
+        ) as resp:
             return (await resp.json())["data"][0]["embedding"]
 
     async def rows(self, user_id: str | None = None) -> list[Any]:
@@ -157,14 +229,19 @@ class Stack:
         return self.dev.kagent_log()
 
 
-def stack_settings(tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upstream = STANDIN,
-                   **overrides: Any) -> Any:
+def stack_settings(
+    tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upstream = STANDIN, **overrides: Any
+) -> Any:
     key_file = tmp_path / "bridge.key"
     key_file.write_bytes(bridge_key)
     session_file = tmp_path / "session.key"
     session_file.write_bytes(secrets.token_hex(32).encode())
-    upstream = {"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
-                "kagent_auth_mode": kagent.auth_mode, **overrides.pop("upstream", {})}
+    upstream = {
+        "controller_url": dev.kagent_url,
+        "embedding_url": dev.embedding_url,
+        "kagent_auth_mode": kagent.auth_mode,
+        **overrides.pop("upstream", {}),
+    }
     return load_settings(
         upstream=upstream,
         listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
@@ -172,8 +249,10 @@ def stack_settings(tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upst
         secrets={"session_key_file": str(session_file)},
         trust={"bridge_key_file": str(key_file)},
         matrix={"server_name": SERVER, "bridge_bot": BOT},
-        agents={AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": GHOST},
-                OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"}},
+        agents={
+            AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": GHOST},
+            OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"},
+        },
         policy=overrides.pop("policy", {"reload_interval_s": 0}),
         **overrides,
     )
@@ -187,8 +266,9 @@ async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureReques
 
     async def build(**overrides: Any) -> Stack:
         clock = DevClock()
-        dev = await start_stack(upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=KNOWN_AGENTS,
-                                clock=clock)
+        dev = await start_stack(
+            upstream, pg_server=pg_server, log_dir=tmp_path / "kagent", agents=KNOWN_AGENTS, clock=clock
+        )
         cleanups.append(dev.stop)
         bridge_key = secrets.token_hex(32).encode()
         settings = stack_settings(tmp_path, dev, bridge_key, upstream, **overrides)
@@ -197,8 +277,15 @@ async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureReques
         cleanups.append(lambda: cm.__aexit__(None, None, None))
         http = aiohttp.ClientSession()
         cleanups.append(http.close)
-        return Stack(dev=dev, gw=gw, http=http, bridge_key=bridge_key, clock=clock,
-                     ghosts={OTHER_AGENT: "@helper:example.org"}, upstream=upstream)
+        return Stack(
+            dev=dev,
+            gw=gw,
+            http=http,
+            bridge_key=bridge_key,
+            clock=clock,
+            ghosts={OTHER_AGENT: "@helper:example.org"},
+            upstream=upstream,
+        )
 
     yield build
     for cleanup in reversed(cleanups):

@@ -49,8 +49,9 @@ class ScriptedLlm(BaseLlm):
     facts: list[str] = []  # noqa: RUF012 - a pydantic field (BaseLlm is a model): copied per instance
     hold: Any = None
 
-    async def generate_content_async(self, llm_request: LlmRequest,
-                                     stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
         last = llm_request.contents[-1]
         text = "".join(p.text or "" for p in last.parts or [])
         if SUMMARY_MARKER in text:
@@ -69,8 +70,11 @@ class ScriptedLlm(BaseLlm):
             yield _call("load_memory", {"query": rest.strip()})
         else:
             instruction = str(llm_request.config.system_instruction or "") if llm_request.config else ""
-            recalled = instruction.split("<PAST_CONVERSATIONS>\n", 1)[1].split("\n</PAST_CONVERSATIONS>")[0] \
-                if "<PAST_CONVERSATIONS>" in instruction else ""
+            recalled = (
+                instruction.split("<PAST_CONVERSATIONS>\n", 1)[1].split("\n</PAST_CONVERSATIONS>")[0]
+                if "<PAST_CONVERSATIONS>" in instruction
+                else ""
+            )
             yield _text("recalled: " + recalled)
 
 
@@ -79,8 +83,9 @@ def _text(text: str) -> LlmResponse:
 
 
 def _call(name: str, args: dict[str, Any]) -> LlmResponse:
-    return LlmResponse(content=types.Content(role="model", parts=[
-        types.Part(function_call=types.FunctionCall(name=name, args=args))]))
+    return LlmResponse(
+        content=types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(name=name, args=args))])
+    )
 
 
 class Captured(logging.Handler):
@@ -102,8 +107,9 @@ class Driver:
         self.tokens = KAgentTokenService(self.app_name)
         self.http = httpx.AsyncClient(base_url=cfg["kagent_url"], event_hooks=self.tokens.event_hooks())
         embedding = EmbeddingConfig(model="text-embedding-3-small", provider="openai", base_url=cfg["embedding_url"])
-        self.memory = KagentMemoryService(agent_name=self.app_name, http_client=self.http,
-                                          embedding_config=embedding, ttl_days=cfg.get("ttl_days", 0))
+        self.memory = KagentMemoryService(
+            agent_name=self.app_name, http_client=self.http, embedding_config=embedding, ttl_days=cfg.get("ttl_days", 0)
+        )
         self.model = ScriptedLlm(model="scripted")
         self.model.facts = cfg.get("facts", [])
         self.model.hold = asyncio.Event() if cfg.get("hold_autosave") else None
@@ -111,8 +117,9 @@ class Driver:
         config = AgentConfig.model_construct(memory=MemoryConfig(ttl_days=cfg.get("ttl_days", 0), embedding=embedding))
         config._configure_memory(agent)  # kagent's own: prefetch/load/save tools and the auto-save callback
         self.sessions = InMemorySessionService()
-        self.runner = Runner(app_name=self.app_name, agent=agent, session_service=self.sessions,
-                             memory_service=self.memory)
+        self.runner = Runner(
+            app_name=self.app_name, agent=agent, session_service=self.sessions, memory_service=self.memory
+        )
 
     async def turn(self, session_id: str, text: str) -> dict[str, Any]:
         """One user turn through ADK's runner, as kagent's A2A executor runs it."""
@@ -134,15 +141,23 @@ class Driver:
             return {}
         if name == "search_memory":
             found = await self.memory.search_memory(app_name=self.app_name, user_id=self.user_id, query=op["query"])
-            return {"memories": [{"id": m.id, "text": "".join(p.text or "" for p in m.content.parts or [])}
-                                 for m in found.memories]}
+            return {
+                "memories": [
+                    {"id": m.id, "text": "".join(p.text or "" for p in m.content.parts or [])} for m in found.memories
+                ]
+            }
         if name == "release":
             assert self.model.hold is not None
             self.model.hold.set()
             return {}
         if name == "drain":
-            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()
-                       and t.get_coro().__qualname__.endswith("_add_session_to_memory_background")]
+            pending = [
+                t
+                for t in asyncio.all_tasks()
+                if t is not asyncio.current_task()
+                and not t.done()
+                and t.get_coro().__qualname__.endswith("_add_session_to_memory_background")
+            ]
             await asyncio.gather(*pending)
             return {"drained": len(pending)}
         raise ValueError(f"unknown op {name!r}")

@@ -10,10 +10,15 @@ ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 
 
 async def embed(stack, inputs, *, path=ROUTE, headers=None):
-    hdrs = {"Authorization": "Bearer sk-provider-key", "X-User-Id": "mg1.whatever", "X-Agent-Name": APP,
-            **(headers or {})}
-    async with stack.http.post(stack.gw.data_url + path, json={"model": "m", "input": inputs, "dimensions": 768},
-                               headers=hdrs) as resp:
+    hdrs = {
+        "Authorization": "Bearer sk-provider-key",
+        "X-User-Id": "mg1.whatever",
+        "X-Agent-Name": APP,
+        **(headers or {}),
+    }
+    async with stack.http.post(
+        stack.gw.data_url + path, json={"model": "m", "input": inputs, "dimensions": 768}, headers=hdrs
+    ) as resp:
         return resp.status, await resp.json(content_type=None), dict(resp.headers)
 
 
@@ -67,8 +72,9 @@ class TestEmbedding:
         pack = tmp_path / "pack"
         shutil.copytree("policies", pack)
         path = pack / "data" / "limits.yaml"
-        path.write_text(path.read_text().replace("embedding_items_per_agent_hour: 600",
-                                                 "embedding_items_per_agent_hour: 3"))
+        path.write_text(
+            path.read_text().replace("embedding_items_per_agent_hour: 600", "embedding_items_per_agent_hour: 3")
+        )
         stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
         await stack.scope()
         assert (await embed(stack, ["a", "b"]))[0] == 200

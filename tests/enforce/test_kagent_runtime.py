@@ -55,12 +55,19 @@ class Runtime:
 
 
 @asynccontextmanager
-async def kagent_runtime(stack: Stack, user_id: str, tmp_path: Path, *, go: bool = False,
-                         **cfg: Any) -> AsyncIterator[Runtime]:
+async def kagent_runtime(
+    stack: Stack, user_id: str, tmp_path: Path, *, go: bool = False, **cfg: Any
+) -> AsyncIterator[Runtime]:
     """Start kagent's Python (or Go) runtime for AGENT with KAGENT_URL = memgov's data plane."""
     ns, name = AGENT.split("/")
-    config = {"kagent_url": stack.gw.data_url, "embedding_url": f"{stack.gw.data_url}/embeddings/{ns}/{name}/v1",
-              "app_name": APP, "agent": name.replace("-", "_"), "user_id": user_id, **cfg}
+    config = {
+        "kagent_url": stack.gw.data_url,
+        "embedding_url": f"{stack.gw.data_url}/embeddings/{ns}/{name}/v1",
+        "app_name": APP,
+        "agent": name.replace("-", "_"),
+        "user_id": user_id,
+        **cfg,
+    }
     if go:
         argv = [await asyncio.to_thread(build, "runtime")]
         config["token"] = sa_token(AGENT)
@@ -70,9 +77,13 @@ async def kagent_runtime(stack: Stack, user_id: str, tmp_path: Path, *, go: bool
         token.write_text(sa_token(AGENT))
         config["token_path"] = str(token)
     with open(tmp_path / "kagent-runtime.stderr", "ab") as stderr:
-        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=stderr,
-                                                    env={**os.environ, "OPENAI_API_KEY": "test-provider-key"})
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "OPENAI_API_KEY": "test-provider-key"},
+        )
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(config) + "\n").encode())
     try:
@@ -107,32 +118,37 @@ class TestKagentRuntime:
             prefetched = await rt("turn", session="s3", text="Does alice still work on the billing service these days?")
         rows = await _scope_rows(stack, scope.scope_id)
         assert sorted(r.content for r in rows) == sorted(
-            ["alice keeps a cat called Miso", "alice plays the cello on sundays", *facts])
+            ["alice keeps a cat called Miso", "alice plays the cello on sundays", *facts]
+        )
         assert len({r.user_id for r in rows}) == 1 and rows[0].user_id not in (key, ALICE)
         assert rows[0].agent_name == APP
         assert "alice keeps a cat called Miso" in [m["text"] for m in found["memories"]]
         assert "cello" in " ".join(loaded["replies"])
         assert "billing service" in " ".join(prefetched["replies"])
 
-    async def test_forget_one_rotates_and_the_runtime_still_finds_the_rest_in_order(self, stack: Stack,
-                                                                                      tmp_path: Path):
+    async def test_forget_one_rotates_and_the_runtime_still_finds_the_rest_in_order(self, stack: Stack, tmp_path: Path):
         """Under rest, forget-one rotates the namespace, re-embedding with the model kagent-adk's own embedding
         calls named (OpenAI SDK: dimensions 768, base64): the runtime's own query then finds the kept
         memories in the order it found them before, and the forgotten one is in no row of kagent's table."""
         scope = await stack.scope()
         key = await stack.session_key()
         # Three: the packaged limits allow a burst of three explicit saves per sender and agent.
-        facts = ["alice drinks green tea every morning", "alice likes green tea with honey",
-                 "alice brews green tea for guests"]
+        facts = [
+            "alice drinks green tea every morning",
+            "alice likes green tea with honey",
+            "alice brews green tea for guests",
+        ]
         query = "what green tea does alice drink"
         async with kagent_runtime(stack, key, tmp_path) as rt:
             for fact in facts:
                 await rt("add_memory", content=fact)
             before = [m["text"] for m in (await rt("search_memory", query=query))["memories"]]
             doomed = next(r.id for r in await _scope_rows(stack, scope.scope_id) if r.content == facts[1])
-            control = ControlClient(stack.gw.control_url, lambda: mint_subject(ALICE, stack.bridge_key, "HS256",
-                                                                               now=int(time.time())),
-                                    session=stack.http)
+            control = ControlClient(
+                stack.gw.control_url,
+                lambda: mint_subject(ALICE, stack.bridge_key, "HS256", now=int(time.time())),
+                session=stack.http,
+            )
             record = await control.forget(scope.scope_id, doomed)
             after = [m["text"] for m in (await rt("search_memory", query=query))["memories"]]
         assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("complete", "verified")

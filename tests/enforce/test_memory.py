@@ -24,8 +24,7 @@ class TestSave:
         status, body, headers = await stack.save(key, "likes green tea", ttl_days=30)
         assert status == 201 and headers["X-Memgov-Decision"].startswith("forward")
         rows = await stack.rows()
-        assert [(r.id, r.user_id, r.agent_name) for r in rows] == [
-            (body["id"], scope.namespace.storage_key, APP)]
+        assert [(r.id, r.user_id, r.agent_name) for r in rows] == [(body["id"], scope.namespace.storage_key, APP)]
         assert rows[0].expires_at - rows[0].created_at <= timedelta(days=7, seconds=1)
         entry = (await stack.gov.store.entries_of_scope(scope.scope_id))[0]
         assert entry.entry_id == body["id"]
@@ -75,9 +74,15 @@ class TestSave:
         status, body, _ = await stack.save(key, "written while consent was withdrawn")
         assert status == 403 and body["error"] == "stale_generation"
         assert await stack.rows() == []
-        assert await store.filter_live(scope.scope_id, scope.generation, [e.entry_id for e in
-                                                                         await store.entries_of_scope(scope.scope_id)],
-                                       stack.clock()) == set()
+        assert (
+            await store.filter_live(
+                scope.scope_id,
+                scope.generation,
+                [e.entry_id for e in await store.entries_of_scope(scope.scope_id)],
+                stack.clock(),
+            )
+            == set()
+        )
 
     @pytest.mark.kagent
     async def test_an_all_zero_vector_is_refused_and_the_namespace_stays_searchable(self, stack):
@@ -104,8 +109,9 @@ class TestSave:
 
 class TestBatch:
     def _batch(self, key, facts, agent_name=APP):
-        return {"items": [{"agent_name": agent_name, "user_id": key, "content": f,
-                           "vector": [0.01] * 768} for f in facts]}
+        return {
+            "items": [{"agent_name": agent_name, "user_id": key, "content": f, "vector": [0.01] * 768} for f in facts]
+        }
 
     @pytest.mark.kagent
     async def test_batch_is_saved_as_single_entries(self, stack):
@@ -122,8 +128,9 @@ class TestBatch:
         """Eleven facts → 403 batch_too_large, nothing written."""
         await stack.scope()
         key = await stack.session_key()
-        status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch",
-                                             self._batch(key, [f"f{i}" for i in range(11)]))
+        status, body, _ = await stack.memory(
+            "POST", "/api/memories/sessions/batch", self._batch(key, [f"f{i}" for i in range(11)])
+        )
         assert (status, body["error"]) == (403, "batch_too_large") and await stack.rows() == []
 
     async def test_partial_failure_leaves_nothing_readable(self, stack):
@@ -156,9 +163,16 @@ class TestSearch:
         """A row written around memgov under the same storage key is never returned."""
         scope = await stack.scope()
         key = await stack.session_key()
-        await stack.dev.store.insert(NewMemory(agent_name=APP, user_id=scope.namespace.storage_key,
-                                               content="planted", embedding=[0.01] * 768, metadata="{}",
-                                               expires_at=stack.clock() + timedelta(days=15)))
+        await stack.dev.store.insert(
+            NewMemory(
+                agent_name=APP,
+                user_id=scope.namespace.storage_key,
+                content="planted",
+                embedding=[0.01] * 768,
+                metadata="{}",
+                expires_at=stack.clock() + timedelta(days=15),
+            )
+        )
         status, rows, _ = await stack.search(key, "planted")
         assert status == 200 and rows == []
 

@@ -70,10 +70,18 @@ JSONISH = st.recursive(
 
 class TestFuzzedBodies:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(path=st.sampled_from(["/api/memories/sessions", "/api/memories/sessions/batch", "/api/memories/search",
-                                 "/embeddings/kagent/k8s-agent/v1/embeddings"]),
-           body=st.one_of(JSONISH.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64)),
-           user=st.sampled_from([None, "mg1.x", "@alice:example.org"]))
+    @given(
+        path=st.sampled_from(
+            [
+                "/api/memories/sessions",
+                "/api/memories/sessions/batch",
+                "/api/memories/search",
+                "/embeddings/kagent/k8s-agent/v1/embeddings",
+            ]
+        ),
+        body=st.one_of(JSONISH.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64)),
+        user=st.sampled_from([None, "mg1.x", "@alice:example.org"]),
+    )
     async def test_hostile_bodies_get_reason_codes_never_500(self, stack, path, body, user):
         """Arbitrary JSON or bytes on governed routes: a reason-code answer or an empty result, never a crash."""
         headers = {"Content-Type": "application/json", "X-Agent-Name": APP}

@@ -20,8 +20,7 @@ ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 async def _audit_text(stack) -> str:
     """Audit rows, the hourly counts of anonymous refusals (R-15) and what kagent logged: all sinks."""
     store = stack.gov.store
-    return (repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()) + "\n"
-            + stack.kagent_log())
+    return repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()) + "\n" + stack.kagent_log()
 
 
 class TestSentinels:
@@ -142,13 +141,15 @@ class TestSentinels:
                 (fact.replace("0.5", "NaN", 1) + "]}").encode(),
             ]
             for raw in bodies:
-                async with stack.http.post(stack.gw.data_url + "/api/memories/sessions", data=raw,
-                                           headers={"Content-Type": "application/json"}) as resp:
+                async with stack.http.post(
+                    stack.gw.data_url + "/api/memories/sessions", data=raw, headers={"Content-Type": "application/json"}
+                ) as resp:
                     sinks.record(resp.status, resp.headers.items(), await resp.read())
                     assert resp.status == 400
             embed = f'{{"model": "m", "input": "a", "INPUT": ["{hidden}"]}}'.encode()
-            async with stack.http.post(stack.gw.data_url + ROUTE, data=embed,
-                                       headers={"Content-Type": "application/json"}) as resp:
+            async with stack.http.post(
+                stack.gw.data_url + ROUTE, data=embed, headers={"Content-Type": "application/json"}
+            ) as resp:
                 sinks.record(resp.status, resp.headers.items(), await resp.read())
                 assert resp.status == 400
             sinks.extra.append(await _audit_text(stack))
@@ -175,8 +176,11 @@ class TestKagentLog:
         key = await stack.session_key()
         assert (await stack.save(key, "a fact for the log check"))[0] == 201
         assert (await stack.search(key, "a fact"))[0] == 200
-        await stack.memory("POST", "/api/memories/sessions/batch", {"items": [
-            {"agent_name": APP, "user_id": key, "content": "batched", "vector": [0.01] * 768}]})
+        await stack.memory(
+            "POST",
+            "/api/memories/sessions/batch",
+            {"items": [{"agent_name": APP, "user_id": key, "content": "batched", "vector": [0.01] * 768}]},
+        )
         resp, _ = await stack.invoke()  # refused: relayed to the memory-disabled variant as the caller
         assert resp.status == 200
         await stack.gov.store.withdraw(scope.scope_id, stack.clock())

@@ -32,12 +32,21 @@ class TestGovernedRequest:
         key = await stack.session_key()
         body = {"agent_name": APP, "user_id": key, "vector": await stack.embed_one("tea"), "limit": 5}
         spans.clear()
-        async with stack.http.post(stack.gw.data_url + "/api/memories/search", json=body,
-                                   headers={"X-Agent-Name": APP, "traceparent": TRACEPARENT}) as resp:
+        async with stack.http.post(
+            stack.gw.data_url + "/api/memories/search",
+            json=body,
+            headers={"X-Agent-Name": APP, "traceparent": TRACEPARENT},
+        ) as resp:
             assert resp.status == 200
             decision_id = resp.headers["X-Memgov-Decision"].rsplit("id=", 1)[1]
-        stages = {"memgov.request", "memgov.classify", "memgov.identify", "memgov.state", "memgov.decide",
-                  "memgov.forward"}
+        stages = {
+            "memgov.request",
+            "memgov.classify",
+            "memgov.identify",
+            "memgov.state",
+            "memgov.decide",
+            "memgov.forward",
+        }
         assert stages <= {s.name for s in spans.get_finished_spans()}
         assert {format(s.context.trace_id, "032x") for s in spans.get_finished_spans()} == {CALLER_TRACE}
         (root,) = _named(spans, "memgov.request")
@@ -69,7 +78,10 @@ class TestErasure:
         """A forget-all runs fenced, quiesced, deleted and verified, each a span naming the erasure and step."""
         scope = await stack.scope()
         erasure = await ErasureEngine(stack.gov).erase(scope, Kind.FORGET_ALL, "subject")
-        steps = [s for s in _named(spans, "memgov.erasure.step")
-                 if (s.attributes or {}).get("erasure_id") == erasure.erasure_id]
+        steps = [
+            s
+            for s in _named(spans, "memgov.erasure.step")
+            if (s.attributes or {}).get("erasure_id") == erasure.erasure_id
+        ]
         assert [(s.attributes or {})["step"] for s in steps] == ["fenced", "quiesced", "deleted", "verified"]
         assert all((s.attributes or {})["adapter"] == erasure.adapter for s in steps)

@@ -35,8 +35,13 @@ async def sh(tmp_path: Path) -> AsyncIterator[Harness]:
 async def kdb(tmp_path: Path, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """A gateway erasing through the kagent-db role on the stand-in's (or the real kagent's) memory table."""
     if upstream.real:
-        async with harness(tmp_path, store_url=None, adapter="kagent-db", upstream=upstream,
-                           pg_server=request.getfixturevalue("pg_server")) as running:
+        async with harness(
+            tmp_path,
+            store_url=None,
+            adapter="kagent-db",
+            upstream=upstream,
+            pg_server=request.getfixturevalue("pg_server"),
+        ) as running:
             yield running
         return
     pg_url: str = request.getfixturevalue("pg_url")
@@ -49,8 +54,13 @@ async def kdb(tmp_path: Path, upstream: Upstream, request: pytest.FixtureRequest
 async def any_adapter(request: pytest.FixtureRequest, tmp_path: Path, upstream: Upstream) -> AsyncIterator[Harness]:
     """The same gateway with either adapter (REST over the SQLite stand-in, kagent-db over PostgreSQL)."""
     if upstream.real:
-        async with harness(tmp_path, store_url=None, adapter=request.param, upstream=upstream,
-                           pg_server=request.getfixturevalue("pg_server")) as running:
+        async with harness(
+            tmp_path,
+            store_url=None,
+            adapter=request.param,
+            upstream=upstream,
+            pg_server=request.getfixturevalue("pg_server"),
+        ) as running:
             yield running
         return
     if request.param == "rest":

@@ -56,10 +56,13 @@ class Gate:
         if self.pretend is not None and self.pretend(request):
             return web.json_response({"status": "deleted"})
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with aiohttp.ClientSession() as session, session.request(
-                request.method, self.upstream + request.path_qs, data=body, headers=headers) as resp:
-            return web.Response(status=resp.status, body=await resp.read(),
-                                content_type=resp.content_type or "application/json")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(request.method, self.upstream + request.path_qs, data=body, headers=headers) as resp,
+        ):
+            return web.Response(
+                status=resp.status, body=await resp.read(), content_type=resp.content_type or "application/json"
+            )
 
 
 @asynccontextmanager
@@ -118,8 +121,17 @@ class GatewayProcess:
         config.write_text(yaml.safe_dump(self.settings))
         log = (self.workdir / "gateway.log").open("ab")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sidecar", "serve", "--config", str(config), cwd=self.workdir,
-            stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--config",
+            str(config),
+            cwd=self.workdir,
+            stdout=log,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
         log.close()
 
         async def ready() -> bool:
@@ -200,8 +212,11 @@ async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dic
     """
     connector = aiohttp.TCPConnector(limit=0)
     second = {**second, "listen": {**second["listen"], "workers": 2}}
-    async with gateway_process(tmp / "a", first) as a, gateway_process(tmp / "b", second) as b, \
-            aiohttp.ClientSession(connector=connector) as http:
+    async with (
+        gateway_process(tmp / "a", first) as a,
+        gateway_process(tmp / "b", second) as b,
+        aiohttp.ClientSession(connector=connector) as http,
+    ):
         api = ControlClient(a.control_url, lambda: subject_token(keys, int(time.time())), session=http)
         scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
         await api.grant(scope_id, "remember my preferences", "v1")
@@ -212,7 +227,8 @@ async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dic
 @asynccontextmanager
 async def governed_like(settings: dict[str, Any]) -> AsyncIterator[Governance]:
     """A governance runtime configured as a gateway process is (no listeners), e.g. to sweep after a race."""
-    local = load_settings(**{**settings, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0",
-                                                   "ops": "127.0.0.1:0"}})
+    local = load_settings(
+        **{**settings, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"}}
+    )
     async with governance(local, Readiness()) as gov:
         yield gov

@@ -79,18 +79,36 @@ class Crash:
 
 
 @asynccontextmanager
-async def crashing(tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest, *,
-                   rotation: bool = False, **extra: Any) -> AsyncIterator[Crash]:
+async def crashing(
+    tmp_path: Path,
+    pg_url: str,
+    upstream: Upstream,
+    request: pytest.FixtureRequest,
+    *,
+    rotation: bool = False,
+    **extra: Any,
+) -> AsyncIterator[Crash]:
     """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent);
     ``rotation``: with the embedding provider and the agent's model pinned."""
     keys = write_keys(tmp_path / "keys")
-    stack = await start_stack(upstream, pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
-                              log_dir=tmp_path / "kagent", stream_delay_s=0)
+    stack = await start_stack(
+        upstream,
+        pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
+        log_dir=tmp_path / "kagent",
+        stream_delay_s=0,
+    )
     store = await open_store(pg_url)
     try:
         async with gate(stack.kagent_url) as g, aiohttp.ClientSession() as http:
-            settings = process_settings(keys, policy_pack(tmp_path), g.url, pg_url, upstream=upstream,
-                                        erasure={"quiesce_timeout_s": 120.0}, **extra)
+            settings = process_settings(
+                keys,
+                policy_pack(tmp_path),
+                g.url,
+                pg_url,
+                upstream=upstream,
+                erasure={"quiesce_timeout_s": 120.0},
+                **extra,
+            )
             if rotation:
                 with_embedding(settings, stack.embedding_url, pinned=True)
             async with gateway_process(tmp_path / "gw", settings) as gp:
@@ -101,8 +119,9 @@ async def crashing(tmp_path: Path, pg_url: str, upstream: Upstream, request: pyt
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
-                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+async def crash(
+    tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest
+) -> AsyncIterator[Crash]:
     """A gateway process on a PostgreSQL state store, in front of a gated SQLite stand-in (or real kagent)."""
     async with crashing(tmp_path, pg_url, upstream, request) as c:
         yield c
@@ -128,8 +147,10 @@ async def locked_scope_row(state_url: str, scope_id: str, lock: str) -> asyncpg.
 
 def _read_after_delete(c: Crash) -> Hold:
     """Hold the verification read of a namespace that was already deleted (the ``deleted`` state)."""
+
     def hold(request: web.Request) -> bool:
         return request.method == "GET" and ("DELETE", request.path_qs) in c.gate.seen[:-1]
+
     return hold
 
 
@@ -155,8 +176,9 @@ class TestKillBetweenSteps:
         withdrawal = asyncio.create_task(c.api().withdraw(scope_id))
 
         async def reached() -> bool:
-            return await c.state_of("withdraw") == stuck_in and (stuck_in not in ("quiesced", "deleted")
-                                                                  or c.gate.arrived.is_set())
+            return await c.state_of("withdraw") == stuck_in and (
+                stuck_in not in ("quiesced", "deleted") or c.gate.arrived.is_set()
+            )
 
         await until(reached)
         await c.gp.kill()

@@ -16,10 +16,17 @@ class TestKagentDbErasure:
         scope_id = await kdb.scope()
         doomed, kept = await kdb.saved(scope_id, "likes green tea"), await kdb.saved(scope_id, "lives in Lisbon")
         record = await kdb.client().forget(scope_id, doomed)
-        assert (record["adapter"], record["state"], record["physical_deletion"]) == ("kagent-db", "verified",
-                                                                                     "complete")
-        assert record["verification"] == {"result": "passed", "readable_through_memgov": False,
-                                          "physically_absent": True, "rechecked_after_possible_write": False}
+        assert (record["adapter"], record["state"], record["physical_deletion"]) == (
+            "kagent-db",
+            "verified",
+            "complete",
+        )
+        assert record["verification"] == {
+            "result": "passed",
+            "readable_through_memgov": False,
+            "physically_absent": True,
+            "rechecked_after_possible_write": False,
+        }
         (entry,) = record["entries"]
         assert entry["physically_deleted_at"] and entry["verified_at"]
         assert "pending_namespace_clear" not in record["residuals"]

@@ -62,8 +62,9 @@ class TestRoleGrants:
             "TRUNCATE memory",
         ],
     )
-    async def test_the_role_can_never_read_or_write_content(self, kagent_db: MemoryStore, pg_url: str,
-                                                             statement: str) -> None:
+    async def test_the_role_can_never_read_or_write_content(
+        self, kagent_db: MemoryStore, pg_url: str, statement: str
+    ) -> None:
         """Every statement that would read or change content fails with permission denied."""
         await _insert(kagent_db, "mgs1.s000000000000000000000001.1", "secret plans for tuesday")
         conn = await asyncpg.connect(role_url(pg_url))
@@ -121,8 +122,9 @@ class TestKagentDbAdapter:
             await adapter.close()
         assert [r.id for r in await kagent_db.rows()] == [foreign]
 
-    async def test_orphan_sweep_takes_only_old_rows_of_memgov_namespaces(self, kagent_db: MemoryStore,
-                                                                        pg_url: str) -> None:
+    async def test_orphan_sweep_takes_only_old_rows_of_memgov_namespaces(
+        self, kagent_db: MemoryStore, pg_url: str
+    ) -> None:
         """Rows past every possible hard expiry go; fresh rows and rows outside memgov's namespaces stay."""
         old = await _insert(kagent_db, "mgs1.s000000000000000000000001.3", "old", age=timedelta(days=9))
         fresh = await _insert(kagent_db, "mgs1.s000000000000000000000001.3", "fresh")

@@ -54,8 +54,9 @@ class TestQuiesce:
         await sh.begin_write(scope_id, 2, 300.0)
         scope = await sh.gov.store.get_scope(scope_id)
         assert scope is not None
-        erasure = await sh.gov.store.create_erasure(scope_id, Kind.FORGET_ALL.value, [], "rest", "subject",
-                                                    sh.gov.now())
+        erasure = await sh.gov.store.create_erasure(
+            scope_id, Kind.FORGET_ALL.value, [], "rest", "subject", sh.gov.now()
+        )
         await sh.gov.store.advance_erasure(erasure.erasure_id, "fenced", sh.gov.now())
         done = await ErasureEngine(sh.gov).run(erasure.erasure_id)
         assert done.state == "verified"
@@ -64,8 +65,9 @@ class TestQuiesce:
 class TestResume:
     @pytest.mark.parametrize("stopped_at", STATES)
     @pytest.mark.parametrize("kind", [Kind.WITHDRAW, Kind.FORGET_ALL, Kind.OFF, Kind.FORGET_ONE])
-    async def test_an_erasure_stopped_after_any_step_completes_on_resume(self, any_adapter: Harness, kind: Kind,
-                                                                          stopped_at: str) -> None:
+    async def test_an_erasure_stopped_after_any_step_completes_on_resume(
+        self, any_adapter: Harness, kind: Kind, stopped_at: str
+    ) -> None:
         """A fresh engine (a restarted process) resumes from the recorded state and ends verified and empty."""
         h = any_adapter
         scope_id = await h.scope()
@@ -92,10 +94,16 @@ class TestResume:
         scope = await h.gov.store.get_scope(scope_id)
         assert scope is not None
         erasure = await ErasureEngine(h.gov).request(scope, Kind.OFF, "subject")
-        results = await asyncio.gather(ErasureEngine(h.gov).run(erasure.erasure_id),
-                                       ErasureEngine(h.gov).run(erasure.erasure_id))
+        results = await asyncio.gather(
+            ErasureEngine(h.gov).run(erasure.erasure_id), ErasureEngine(h.gov).run(erasure.erasure_id)
+        )
         assert {r.state for r in results} == {"verified"}
         final = await h.gov.store.get_erasure(erasure.erasure_id)
-        assert final is not None and [s for s, _ in final.steps] == ["requested", "fenced", "quiesced", "deleted",
-                                                                     "verified"]
+        assert final is not None and [s for s, _ in final.steps] == [
+            "requested",
+            "fenced",
+            "quiesced",
+            "deleted",
+            "verified",
+        ]
         assert await h.rows(scope_id) == []

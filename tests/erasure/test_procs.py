@@ -16,8 +16,9 @@ async def test_a_taken_port_is_replaced_and_the_gateway_serves(tmp_path: Path) -
     """Another process holding the picked data port makes the harness pick fresh ports, not fail."""
     stack = await start_devstack(stream_delay_s=0)
     try:
-        settings = process_settings(write_keys(tmp_path / "keys"), policy_pack(tmp_path), stack.kagent_url,
-                                    f"sqlite:///{tmp_path / 'state.db'}")
+        settings = process_settings(
+            write_keys(tmp_path / "keys"), policy_pack(tmp_path), stack.kagent_url, f"sqlite:///{tmp_path / 'state.db'}"
+        )
         taken = settings["listen"]["data"]
         with socket.socket() as holder:
             host, port = taken.rsplit(":", 1)

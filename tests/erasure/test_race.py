@@ -72,8 +72,16 @@ async def race_setup(tmp_path: Path, pg_server: Any, adapter: str, upstream: Ups
     store = await open_store(state_url)
     try:
         async with gate(stack.kagent_url) as g:
-            yield {"stack": stack, "gate": g, "store": store, "state_url": state_url, "eraser": eraser,
-                   "keys": write_keys(tmp_path / "keys"), "pack": policy_pack(tmp_path), "tmp": tmp_path}
+            yield {
+                "stack": stack,
+                "gate": g,
+                "store": store,
+                "state_url": state_url,
+                "eraser": eraser,
+                "keys": write_keys(tmp_path / "keys"),
+                "pack": policy_pack(tmp_path),
+                "tmp": tmp_path,
+            }
     finally:
         await store.close()
         await stack.stop()
@@ -81,16 +89,19 @@ async def race_setup(tmp_path: Path, pg_server: Any, adapter: str, upstream: Ups
 
 class TestWithdrawalRace:
     @pytest.mark.kagent
-    async def test_nothing_survives_a_withdrawal_during_two_hundred_saves(self, race_setup: dict[str, Any],
-                                                                          adapter: str, upstream: Upstream) -> None:
+    async def test_nothing_survives_a_withdrawal_during_two_hundred_saves(
+        self, race_setup: dict[str, Any], adapter: str, upstream: Upstream
+    ) -> None:
         """Zero rows in kagent's table and zero readable entries after the verified erasure and a sweep."""
         r = race_setup
         # Every save comes from this one test client, far above a real pod's concurrency.
         extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}, "listen": {"max_concurrent_per_client": 1000}}
         if adapter == "kagent-db":
             extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
-        first, second = (process_settings(r["keys"], r["pack"], r["gate"].url, r["state_url"],
-                                          upstream=upstream, **extra) for _ in range(2))
+        first, second = (
+            process_settings(r["keys"], r["pack"], r["gate"].url, r["state_url"], upstream=upstream, **extra)
+            for _ in range(2)
+        )
         async with two_gateways(r["tmp"], r["keys"], first, second) as pair:
             a, b, http, api, scope_id, key = pair.a, pair.b, pair.http, pair.api, pair.scope_id, pair.key
 
@@ -112,11 +123,18 @@ class TestWithdrawalRace:
                 return status
 
             urls = itertools.cycle([a.data_url, b.data_url])
-            saves = [save(next(urls), "/api/memories/sessions", _item(key, f"fact {i} about tea"))
-                     for i in range(SINGLE_SAVES)]
-            saves += [save(next(urls), "/api/memories/sessions/batch",
-                           {"items": [_item(key, f"batch {j} fact {i}") for i in range(BATCH_SIZE)]})
-                      for j in range(BATCHES)]
+            saves = [
+                save(next(urls), "/api/memories/sessions", _item(key, f"fact {i} about tea"))
+                for i in range(SINGLE_SAVES)
+            ]
+            saves += [
+                save(
+                    next(urls),
+                    "/api/memories/sessions/batch",
+                    {"items": [_item(key, f"batch {j} fact {i}") for i in range(BATCH_SIZE)]},
+                )
+                for j in range(BATCHES)
+            ]
             in_flight = [asyncio.create_task(s) for s in saves]
             await enough.wait()
             withdrawing = asyncio.create_task(api.withdraw(scope_id))
@@ -144,11 +162,17 @@ class TestWithdrawalRace:
             assert (await api.inspect(scope_id, context_token(r["keys"], int(time.time()))))["entries"] == []
             search = {"agent_name": APP, "user_id": key, "vector": embed_text("fact about tea"), "limit": 50}
             runtime = runtime_headers(upstream, AGENT)
-            async with http.post(b.data_url + "/api/memories/search", json=search,
-                                 headers={"X-Agent-Name": APP, "X-User-Id": key, **runtime}) as resp:
+            async with http.post(
+                b.data_url + "/api/memories/search",
+                json=search,
+                headers={"X-Agent-Name": APP, "X-User-Id": key, **runtime},
+            ) as resp:
                 assert resp.status == 200 and await resp.json() == []
             fresh = SessionKeys(r["keys"].session_file.read_bytes().strip()).session_key(scope_id, 3)
             search["user_id"] = fresh
-            async with http.post(a.data_url + "/api/memories/search", json=search,
-                                 headers={"X-Agent-Name": APP, "X-User-Id": fresh, **runtime}) as resp:
+            async with http.post(
+                a.data_url + "/api/memories/search",
+                json=search,
+                headers={"X-Agent-Name": APP, "X-User-Id": fresh, **runtime},
+            ) as resp:
                 assert resp.status == 200 and await resp.json() == []

@@ -33,8 +33,11 @@ class TestRuntimeVector:
         assert vector is not None and len(vector) == TARGET_DIM
         assert math.isclose(sum(x * x for x in vector), 1.0) and vector[0] == pytest.approx(1 / math.sqrt(768))
 
-    @pytest.mark.parametrize("raw", [[0.1] * 512, [0.0] * 768, [float("nan")] * 768, [1e39] * 768],
-                             ids=["shorter", "all-zero", "nan", "float32-overflow"])
+    @pytest.mark.parametrize(
+        "raw",
+        [[0.1] * 512, [0.0] * 768, [float("nan")] * 768, [1e39] * 768],
+        ids=["shorter", "all-zero", "nan", "float32-overflow"],
+    )
     def test_what_the_runtime_or_kagent_would_refuse_is_refused(self, raw: list[float]) -> None:
         """Shorter vectors are refused by the runtime; zero and non-finite ones would poison kagent's search."""
         assert runtime_vector(raw) is None
@@ -47,12 +50,18 @@ class TestProviderAnswer:
         answer = {"data": [{"index": 1, "embedding": _b64(second)}, {"index": 0, "embedding": first}]}
         assert _vectors(json.dumps(answer).encode(), 2) == [first, second]
 
-    @pytest.mark.parametrize("answer", [
-        b"not json", b'{"data": []}', b'{"data": [{"index": 0, "embedding": "!!"}]}',
-        json.dumps({"data": [{"index": 0, "embedding": [0.1] * 3}]}).encode(),
-        json.dumps({"data": [{"index": 1, "embedding": [0.1] * 768}]}).encode(),
-        json.dumps({"data": [{"index": True, "embedding": [0.1] * 768}]}).encode(),
-    ], ids=["not-json", "missing-items", "bad-base64", "too-short", "wrong-index", "bool-index"])
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            b"not json",
+            b'{"data": []}',
+            b'{"data": [{"index": 0, "embedding": "!!"}]}',
+            json.dumps({"data": [{"index": 0, "embedding": [0.1] * 3}]}).encode(),
+            json.dumps({"data": [{"index": 1, "embedding": [0.1] * 768}]}).encode(),
+            json.dumps({"data": [{"index": True, "embedding": [0.1] * 768}]}).encode(),
+        ],
+        ids=["not-json", "missing-items", "bad-base64", "too-short", "wrong-index", "bool-index"],
+    )
     def test_a_malformed_answer_is_an_upstream_error(self, answer: bytes) -> None:
         """Nothing half-understood is ever saved: the rotation fails with a code."""
         with pytest.raises(AdapterError) as err:

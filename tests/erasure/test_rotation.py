@@ -27,9 +27,14 @@ from tests.support.upstream import Upstream, runtime_headers
 async def rot(tmp_path: Path, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """A gateway with the REST adapter and an embedding provider, the agent's model pinned in settings, in front
     of the stand-in (or, for tests marked ``kagent``, kagent v0.9.11 itself)."""
-    async with harness(tmp_path, store_url=None, rotation="pinned", upstream=upstream,
-                       pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
-                       upstream_settings={"embedding_timeout_s": 1.0}) as running:
+    async with harness(
+        tmp_path,
+        store_url=None,
+        rotation="pinned",
+        upstream=upstream,
+        pg_server=request.getfixturevalue("pg_server") if upstream.real else None,
+        upstream_settings={"embedding_timeout_s": 1.0},
+    ) as running:
         yield running
 
 
@@ -50,15 +55,15 @@ def _processed(raw: Sequence[float]) -> list[float]:
     return [x / norm for x in cut]
 
 
-async def _save_vector(h: Harness, scope_id: str, text: str, vector: list[float], *,
-                       ttl_days: int | None = None) -> tuple[int, Any]:
+async def _save_vector(
+    h: Harness, scope_id: str, text: str, vector: list[float], *, ttl_days: int | None = None
+) -> tuple[int, Any]:
     """The runtime's save_memory with a vector it embedded itself (and the ttl it asks for)."""
     key = h.session_key(scope_id, 1)
     body: dict[str, Any] = {"agent_name": APP, "user_id": key, "content": text, "vector": vector}
     if ttl_days is not None:
         body["ttl_days"] = ttl_days
-    async with h.http.post(h.gw.data_url + "/api/memories/sessions", json=body,
-                           headers=_runtime(h, key)) as resp:
+    async with h.http.post(h.gw.data_url + "/api/memories/sessions", json=body, headers=_runtime(h, key)) as resp:
         return resp.status, await resp.json(content_type=None)
 
 
@@ -66,8 +71,7 @@ async def _ranked(h: Harness, scope_id: str, query: str) -> list[tuple[str, floa
     """(content, score) of a search by the runtime's own query vector, best first."""
     key = h.session_key(scope_id, 1)
     body = {"agent_name": APP, "user_id": key, "vector": embed_text(query), "limit": 10, "min_score": 0.0}
-    async with h.http.post(h.gw.data_url + "/api/memories/search", json=body,
-                           headers=_runtime(h, key)) as resp:
+    async with h.http.post(h.gw.data_url + "/api/memories/search", json=body, headers=_runtime(h, key)) as resp:
         assert resp.status == 200
         return [(r["content"], r["score"]) for r in await resp.json()]
 
@@ -103,8 +107,11 @@ class TestForgetOne:
         assert record["rotated_by"]["state"] == "verified"
 
         rotation = await rot.client().erasure(record["rotated_by"]["erasure_id"])
-        assert (rotation["kind"], rotation["state"], rotation["physical_deletion"]) == ("rotate", "verified",
-                                                                                       "complete")
+        assert (rotation["kind"], rotation["state"], rotation["physical_deletion"]) == (
+            "rotate",
+            "verified",
+            "complete",
+        )
         (move,) = rotation["rotation"]["moved"]
         assert move["from_entry_id"] == kept and rotation["rotation"]["from_namespace"] == old_ns
         assert rotation["rotation"]["to_namespace"] == await _live_ns(rot, scope_id) != old_ns
@@ -128,8 +135,9 @@ class TestForgetOne:
         original = next(e for e in await rot.gov.store.entries_of_scope(scope_id) if e.entry_id == kept)
         rot.advance(3 * 86400 + 3600)
         await rot.client().forget(scope_id, doomed)
-        (copy,) = [e for e in await rot.gov.store.entries_of_scope(scope_id)
-                   if e.tombstoned_at is None and e.entry_id != kept]
+        (copy,) = [
+            e for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None and e.entry_id != kept
+        ]
         assert (copy.created_at, copy.expires_at) == (original.created_at, original.expires_at)
         (row,) = await rot.rows(scope_id)
         assert row.expires_at is not None and row.created_at is not None
@@ -147,7 +155,6 @@ class TestForgetOne:
         assert all(e["verified_at"] for e in record["entries"])
         assert await rot.rows(scope_id) == []
         assert (await rot.client().inspect(scope_id, rot.context()))["entries"] == []
-
 
     async def test_forgetting_during_an_unfinished_rotation_removes_its_copy_too(self, rot: Harness) -> None:
         """A rotation switched (and copied the entry) but not yet verified when the entry is forgotten by its old
@@ -218,8 +225,9 @@ class TestUnknownOutcome:
 
 class TestFailsSafe:
     @pytest.mark.parametrize("broken", ["provider_error", "provider_down", "kagent_refuses"])
-    async def test_a_failed_rotation_keeps_the_scope_usable_and_the_evidence_pending(self, rot: Harness,
-                                                                                     broken: str) -> None:
+    async def test_a_failed_rotation_keeps_the_scope_usable_and_the_evidence_pending(
+        self, rot: Harness, broken: str
+    ) -> None:
         """Provider or kagent failing: forget-one is verified (tombstoned) but pending with the rotation's reason;
         the scope stays enabled, its old namespace live and writable, re-consent is not blocked; once the
         provider is back, the sweeper's rotation completes the same evidence."""
@@ -233,11 +241,17 @@ class TestFailsSafe:
         else:
             rot.stack.store.fault = DbFault(ops=frozenset({"insert"}))
         record = await rot.client().forget(scope_id, doomed)
-        reason = {"provider_error": "upstream_error", "provider_down": "upstream_unavailable",
-                  "kagent_refuses": "upstream_error"}[broken]
+        reason = {
+            "provider_error": "upstream_error",
+            "provider_down": "upstream_unavailable",
+            "kagent_refuses": "upstream_error",
+        }[broken]
         assert (record["state"], record["physical_deletion"]) == ("verified", "pending_namespace_clear")
-        assert record["rotated_by"] == {"erasure_id": record["rotated_by"]["erasure_id"], "state": "failed",
-                                        "failure_reason": reason}
+        assert record["rotated_by"] == {
+            "erasure_id": record["rotated_by"]["erasure_id"],
+            "state": "failed",
+            "failure_reason": reason,
+        }
         scope = await rot.gov.store.get_scope(scope_id)
         assert scope is not None and scope.enabled and scope.generation == 1
         assert await _live_ns(rot, scope_id) == old_ns
@@ -299,28 +313,47 @@ class TestReembedding:
         provider for exactly that, with memgov's own key, and the copies are the runtime's vectors."""
         key_file = tmp_path / "provider.key"
         key_file.write_text("sk-memgov-" + "k" * 24)
-        async with harness(tmp_path, store_url=None, rotation="recorded",
-                           upstream_settings={"embedding_api_key_file": str(key_file)}) as h:
+        async with harness(
+            tmp_path, store_url=None, rotation="recorded", upstream_settings={"embedding_api_key_file": str(key_file)}
+        ) as h:
             scope_id = await h.scope()
-            async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
-                                   json={"model": "text-embedding-3-small", "input": ["warm up"], "dimensions": 768,
-                                         "encoding_format": "base64"}) as resp:
+            async with h.http.post(
+                h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
+                json={
+                    "model": "text-embedding-3-small",
+                    "input": ["warm up"],
+                    "dimensions": 768,
+                    "encoding_format": "base64",
+                },
+            ) as resp:
                 assert resp.status == 200
             doomed = await h.saved(scope_id, "likes green tea")
             await h.saved(scope_id, "lives in Lisbon")
             record = await h.client().forget(scope_id, doomed)
             assert record["physical_deletion"] == "complete"
             ours = h.stack.embedding.calls[-1]
-            assert (ours.model, ours.inputs, ours.authorization_present) == ("text-embedding-3-small",
-                                                                            ("lives in Lisbon",), True)
+            assert (ours.model, ours.inputs, ours.authorization_present) == (
+                "text-embedding-3-small",
+                ("lives in Lisbon",),
+                True,
+            )
             assert ours.body_keys == {"model", "input", "dimensions", "encoding_format"}
             (row,) = await h.rows(scope_id)
             assert row.embedding is not None and _close(row.embedding, embed_text("lives in Lisbon"))
 
-    @pytest.mark.parametrize("odd", [{"encoding_format": {}}, {"encoding_format": ["float"]},
-                                     {"dimensions": {}}, {"model": ["m"]}, {"dimensions": 2**70}])
-    async def test_model_facts_of_any_json_shape_are_never_noted_nor_a_500(self, tmp_path: Path,
-                                                                           odd: dict[str, object]) -> None:
+    @pytest.mark.parametrize(
+        "odd",
+        [
+            {"encoding_format": {}},
+            {"encoding_format": ["float"]},
+            {"dimensions": {}},
+            {"model": ["m"]},
+            {"dimensions": 2**70},
+        ],
+    )
+    async def test_model_facts_of_any_json_shape_are_never_noted_nor_a_500(
+        self, tmp_path: Path, odd: dict[str, object]
+    ) -> None:
         """An embedding call whose model facts are objects, arrays or huge numbers is relayed as the provider
         answers it; memgov records nothing of it (a later rotation must not trust such a model)."""
         async with harness(tmp_path, store_url=None, rotation="recorded") as h:
@@ -335,8 +368,10 @@ class TestReembedding:
         copy is that same vector."""
         async with harness(tmp_path, store_url=None, rotation="recorded") as h:
             scope_id = await h.scope()
-            async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
-                                   json={"model": "big", "input": ["lives in Lisbon"], "dimensions": 1024}) as resp:
+            async with h.http.post(
+                h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
+                json={"model": "big", "input": ["lives in Lisbon"], "dimensions": 1024},
+            ) as resp:
                 runtime_vector = _processed((await resp.json())["data"][0]["embedding"])
             status, body = await _save_vector(h, scope_id, "lives in Lisbon", runtime_vector)
             assert status == 201
@@ -349,16 +384,23 @@ class TestReembedding:
     async def test_a_search_ranks_rotated_entries_as_it_ranked_the_originals(self, rot: Harness) -> None:
         """The runtime's own query vector finds the copies in the same order with the same scores."""
         scope_id = await rot.scope()
-        for text in ("likes green tea", "drinks green tea every morning", "lives in Lisbon", "has a black cat",
-                     "prefers tea to coffee"):
+        for text in (
+            "likes green tea",
+            "drinks green tea every morning",
+            "lives in Lisbon",
+            "has a black cat",
+            "prefers tea to coffee",
+        ):
             await rot.saved(scope_id, text)
         doomed = await rot.saved(scope_id, "owns a bicycle")
         before = await _ranked(rot, scope_id, "which tea does the user like")
         await rot.client().forget(scope_id, doomed)
         after = await _ranked(rot, scope_id, "which tea does the user like")
         assert [t for t, _ in after] == [t for t, _ in before if t != "owns a bicycle"]
-        assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(after, [p for p in before if p[0] != "owns a bicycle"],
-                                                                strict=True))
+        assert all(
+            abs(a - b) < 1e-6
+            for (_, a), (_, b) in zip(after, [p for p in before if p[0] != "owns a bicycle"], strict=True)
+        )
 
 
 class TestCost:
@@ -461,8 +503,9 @@ class TestKagentPrune:
         for _ in range(10):
             await _ranked(rot, scope_id, "green tea")
         _later(rot, 2 * DAY)
-        status, body = await _save_vector(rot, scope_id, "parks by the river", embed_text("parks by the river"),
-                                          ttl_days=1)
+        status, body = await _save_vector(
+            rot, scope_id, "parks by the river", embed_text("parks by the river"), ttl_days=1
+        )
         assert status == 201
         short = body["id"]
         kept = await rot.saved(scope_id, "lives in Lisbon")
@@ -487,7 +530,6 @@ class TestKagentPrune:
         assert {e["entry_id"] for e in rotation["entries"]} == {popular, short, doomed}
         assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
         assert (await rot.client().status(scope_id))["entries"]["live"] == 1
-
 
     @pytest.mark.kagent
     async def test_whatever_kagents_prune_does_an_expired_row_is_gone_within_a_day(self, rot: Harness) -> None:
@@ -557,9 +599,11 @@ class TestContentStaysInMemory:
             failed = await rot.client().forget(scope_id, first)
             rot.stack.embedding.faults = EmbeddingFaults()
             await sweep_once(rot.gov, ErasureEngine(rot.gov))
-            for record in (failed, await rot.client().erasure(failed["erasure_id"]),
-                           *[await rot.client().erasure(e.erasure_id)
-                             for e in await rot.gov.store.erasures_of_scope(scope_id)]):
+            for record in (
+                failed,
+                await rot.client().erasure(failed["erasure_id"]),
+                *[await rot.client().erasure(e.erasure_id) for e in await rot.gov.store.erasures_of_scope(scope_id)],
+            ):
                 sinks.extra.append(repr(record))
             sinks.extra.append(await rot.audit_text())
             sinks.extra.append(await _state_dump(rot))

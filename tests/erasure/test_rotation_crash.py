@@ -28,20 +28,29 @@ STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 
 
 @pytest.fixture
-async def crash(tmp_path: Path, pg_url: str, upstream: Upstream,
-                request: pytest.FixtureRequest) -> AsyncIterator[Crash]:
+async def crash(
+    tmp_path: Path, pg_url: str, upstream: Upstream, request: pytest.FixtureRequest
+) -> AsyncIterator[Crash]:
     """A gateway process with rotation on and short write leases, on PostgreSQL, in front of a gated stand-in
     (or real kagent)."""
-    async with crashing(tmp_path, pg_url, upstream, request, rotation=True, enforce={"write_lease_s": 2},
-                        upstream_settings={"memory_timeout_s": 1.0}) as c:
+    async with crashing(
+        tmp_path,
+        pg_url,
+        upstream,
+        request,
+        rotation=True,
+        enforce={"write_lease_s": 2},
+        upstream_settings={"memory_timeout_s": 1.0},
+    ) as c:
         yield c
 
 
 def _hold(c: Crash, stuck_in: str) -> None:
     """Make the gate hold the request of a crash point (the others are held in the state store)."""
     if stuck_in == "copying":
-        c.gate.hold = lambda r: r.method == "POST" and r.path == "/api/memories/sessions" and any(
-            m == "GET" for m, _ in c.gate.seen)
+        c.gate.hold = lambda r: (
+            r.method == "POST" and r.path == "/api/memories/sessions" and any(m == "GET" for m, _ in c.gate.seen)
+        )
     elif stuck_in == "switched":
         c.gate.hold = lambda r: r.method == "DELETE"
     elif stuck_in == "deleted":
@@ -73,8 +82,13 @@ class TestKillDuringRotation:
             if not rotations:
                 return False
             state, switched = rotations[0].state, rotations[0].ns_id is not None
-            want = {"requested": ("requested", False), "fenced": ("fenced", False), "copying": ("quiesced", False),
-                    "switched": ("quiesced", True), "deleted": ("deleted", True)}[stuck_in]
+            want = {
+                "requested": ("requested", False),
+                "fenced": ("fenced", False),
+                "copying": ("quiesced", False),
+                "switched": ("quiesced", True),
+                "deleted": ("deleted", True),
+            }[stuck_in]
             held = stuck_in in ("requested", "fenced") or c.gate.arrived.is_set()
             return held and (state, switched) == want
 
@@ -111,8 +125,9 @@ class TestKillDuringRotation:
         rows = [r for r in await c.stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}.")]
         assert [(r.content, r.user_id, r.agent_name) for r in rows] == [("lives in Lisbon", live.storage_key, APP)]
         assert live.ns_id != live_ns.ns_id and live.storage_key != live_ns.storage_key
-        async with c.http.get(memories_url(c.stack.kagent_url, APP, live_ns.storage_key),
-                              headers=runtime_headers(c.upstream, AGENT)) as resp:
+        async with c.http.get(
+            memories_url(c.stack.kagent_url, APP, live_ns.storage_key), headers=runtime_headers(c.upstream, AGENT)
+        ) as resp:
             assert await resp.json() == []
         if stuck_in == "copying":  # the orphaned staged namespace was retired, waited for, cleared and read back
             assert [n.state for n in namespaces if n.ns_id == orphan.ns_id] == ["cleared"]

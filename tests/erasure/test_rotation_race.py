@@ -58,8 +58,15 @@ async def setup(tmp_path: Path, pg_server: Any, upstream: Upstream) -> AsyncIter
     keys, pack = write_keys(tmp_path / "keys"), policy_pack(tmp_path)
 
     def settings() -> dict[str, Any]:
-        one = process_settings(keys, pack, stack.kagent_url, state_url, upstream=upstream,
-                               erasure={"quiesce_timeout_s": 20.0}, listen={"max_concurrent_per_client": 1000})
+        one = process_settings(
+            keys,
+            pack,
+            stack.kagent_url,
+            state_url,
+            upstream=upstream,
+            erasure={"quiesce_timeout_s": 20.0},
+            listen={"max_concurrent_per_client": 1000},
+        )
         return with_embedding(one, stack.embedding_url, pinned=True)
 
     try:
@@ -94,16 +101,18 @@ def _step_time(record: dict[str, Any], state: str) -> float:
 
 class TestRotationRace:
     @pytest.mark.kagent
-    async def test_every_save_is_kept_exactly_once_or_refused_and_leaves_nothing(self, setup: dict[str, Any],
-                                                                                  upstream: Upstream) -> None:
+    async def test_every_save_is_kept_exactly_once_or_refused_and_leaves_nothing(
+        self, setup: dict[str, Any], upstream: Upstream
+    ) -> None:
         """Two processes, 250+ facts saved by 16 concurrent savers, a forget-one rotating the scope meanwhile."""
         s = setup
         stack, first, second = s["stack"], s["settings"](), s["settings"]()
         async with two_gateways(s["tmp"], s["keys"], first, second) as pair:
             a, b, http, api, scope_id, key = pair.a, pair.b, pair.http, pair.api, pair.scope_id, pair.key
             headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(upstream, AGENT)}
-            async with http.post(a.data_url + "/api/memories/sessions", json=_item(key, "owns a red bicycle"),
-                                 headers=headers) as resp:
+            async with http.post(
+                a.data_url + "/api/memories/sessions", json=_item(key, "owns a red bicycle"), headers=headers
+            ) as resp:
                 assert resp.status == 201
                 doomed = (await resp.json())["id"]
 
@@ -117,8 +126,11 @@ class TestRotationRace:
                     n = next(numbers)
                     batch = n % 10 == 9
                     texts = [f"batch {n} fact {i}" for i in range(BATCH_SIZE)] if batch else [f"fact {n} about tea"]
-                    path, body = (("/api/memories/sessions/batch", {"items": [_item(key, t) for t in texts]})
-                                  if len(texts) > 1 else ("/api/memories/sessions", _item(key, texts[0])))
+                    path, body = (
+                        ("/api/memories/sessions/batch", {"items": [_item(key, t) for t in texts]})
+                        if len(texts) > 1
+                        else ("/api/memories/sessions", _item(key, texts[0]))
+                    )
                     async with http.post(url + path, json=body, headers=headers) as resp:
                         await resp.read()
                         outcomes.append((resp.status, texts))
@@ -128,8 +140,13 @@ class TestRotationRace:
             searched: list[tuple[float, list[Any]]] = []  # (when the search was sent, its results)
 
             async def searcher() -> None:
-                body = {"agent_name": APP, "user_id": key, "vector": embed_text("tea bicycle fact"), "limit": 10,
-                        "min_score": 0.0}
+                body = {
+                    "agent_name": APP,
+                    "user_id": key,
+                    "vector": embed_text("tea bicycle fact"),
+                    "limit": 10,
+                    "min_score": 0.0,
+                }
                 while not rotated.is_set():
                     sent = time.time()
                     async with http.post(b.data_url + "/api/memories/search", json=body, headers=headers) as resp:
@@ -150,11 +167,14 @@ class TestRotationRace:
                 # The forget call's rotation may end deferred (a save of unknown outcome) or fail on the
                 # upstream (kagent under load): the evidence must then say so, and the sweeper finish it.
                 async with governed_like(first) as gov:
-                    rotations = [(e.state, e.failure_reason, e.not_before is not None)
-                                 for e in await gov.store.erasures_of_scope(scope_id, kind="rotate")]
+                    rotations = [
+                        (e.state, e.failure_reason, e.not_before is not None)
+                        for e in await gov.store.erasures_of_scope(scope_id, kind="rotate")
+                    ]
                 assert record["physical_deletion"] == "pending_namespace_clear", rotations
-                assert all(state == "verified" or deferred or reason in TRANSIENT
-                           for state, reason, deferred in rotations), rotations
+                assert all(
+                    state == "verified" or deferred or reason in TRANSIENT for state, reason, deferred in rotations
+                ), rotations
                 record = await _swept_until_complete(first, api, record["erasure_id"])
             assert (record["state"], record["physical_deletion"]) == ("verified", "complete")
             statuses = [status for status, _ in outcomes]
@@ -171,8 +191,11 @@ class TestRotationRace:
                 scope = await gov.store.get_scope(scope_id)
                 assert scope is not None and scope.namespace is not None
                 live = scope.namespace
-                ledger = {e.entry_id for e in await gov.store.entries_of_scope(scope_id)
-                          if e.ns_id == live.ns_id and e.tombstoned_at is None}
+                ledger = {
+                    e.entry_id
+                    for e in await gov.store.entries_of_scope(scope_id)
+                    if e.ns_id == live.ns_id and e.tombstoned_at is None
+                }
 
             rows = [r for r in await stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}.")]
             kept = sorted(t for status, texts in outcomes if status == 201 for t in texts)

@@ -127,5 +127,8 @@ class TestAuditRetention:
         await store.audit("decision", "consent_missing", decision_id="d_0000000000000001", now=old)
         await store.audit("decision", "consent_missing", decision_id="d_0000000000000002", now=sh.gov.now())
         await sweep_once(sh.gov)  # the periodic pass may get there first; either way the old row goes
-        assert [r["decision_id"] for r in await store.audit_rows(limit=1000)
-                if r["decision_id"] in {"d_0000000000000001", "d_0000000000000002"}] == ["d_0000000000000002"]
+        assert [
+            r["decision_id"]
+            for r in await store.audit_rows(limit=1000)
+            if r["decision_id"] in {"d_0000000000000001", "d_0000000000000002"}
+        ] == ["d_0000000000000002"]

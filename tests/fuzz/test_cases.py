@@ -13,18 +13,29 @@ from sidecar.dev.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, to_
 from sidecar.dev.fuzz.runner import simpler
 from sidecar.dev.fuzz.stack import AGENT, PLAIN_AGENT
 
-A2A_PATHS = {f"/api/a2a/{AGENT}/", f"/api/a2a/{AGENT}", f"/api/a2a/{PLAIN_AGENT}/", f"/api/a2a-sandboxes/{AGENT}/",
-             f"/api/a2a/{AGENT}/.well-known/agent-card.json"}
+A2A_PATHS = {
+    f"/api/a2a/{AGENT}/",
+    f"/api/a2a/{AGENT}",
+    f"/api/a2a/{PLAIN_AGENT}/",
+    f"/api/a2a-sandboxes/{AGENT}/",
+    f"/api/a2a/{AGENT}/.well-known/agent-card.json",
+}
 ENV = {"KEY": "mg1.s0.1.mac", "S:fact": 'SNTLfact0123456789abü"x'}
 
 
 class TestRender:
     def test_hostile_spellings_survive(self) -> None:
         """Duplicate and escaped keys, NaN, huge integers, deep nesting and trailing bytes are sent as built."""
-        doc = Doc(Obj((("input", "a"), (Str(("input",), escaped=True), Lit("NaN")), ("n", 2**64),
-                       ("d", Deep(3, "array", 1)))), suffix=b" x")
-        assert to_bytes(doc, ENV) == b'{"input":"a","\\u0069\\u006e\\u0070\\u0075\\u0074":NaN,' \
-                                     b'"n":18446744073709551616,"d":[[[1]]]} x'
+        doc = Doc(
+            Obj(
+                (("input", "a"), (Str(("input",), escaped=True), Lit("NaN")), ("n", 2**64), ("d", Deep(3, "array", 1)))
+            ),
+            suffix=b" x",
+        )
+        assert (
+            to_bytes(doc, ENV) == b'{"input":"a","\\u0069\\u006e\\u0070\\u0075\\u0074":NaN,'
+            b'"n":18446744073709551616,"d":[[[1]]]} x'
+        )
 
     def test_placeholders_are_json_escaped(self) -> None:
         """A sentinel with a quote and a non-ASCII letter stays a valid JSON string."""
@@ -43,8 +54,14 @@ class TestRender:
 class TestRequest:
     def test_wire_fills_encodes_and_frames(self) -> None:
         """Placeholders in the target are percent-encoded; gzip and chunked framing apply to the body."""
-        request = Request("POST", ("/api/memories/search?user_id=", Ph("S:fact")), (("X-User-Id", Ph("KEY")),),
-                          Doc(Obj((("a", 1),))), "gzip", chunked=True)
+        request = Request(
+            "POST",
+            ("/api/memories/search?user_id=", Ph("S:fact")),
+            (("X-User-Id", Ph("KEY")),),
+            Doc(Obj((("a", 1),))),
+            "gzip",
+            chunked=True,
+        )
         target, headers, body = request.wire(ENV)
         assert target.startswith(b"/api/memories/search?user_id=SNTLfact") and b"%22x" in target
         assert ("X-User-Id", "mg1.s0.1.mac") in headers and ("Transfer-Encoding", "chunked") in headers
@@ -59,8 +76,12 @@ class TestRequest:
 
     def test_reproducer_is_content_free(self) -> None:
         """The printed case names placeholders, never their values."""
-        request = Request("POST", ("/api/memories/sessions",), (("X-User-Id", Ph("KEY")),),
-                          Doc(Obj((("content", Str((Ph("S:fact"),), "ü", 500)), ("vector", Vec("zeros"))))))
+        request = Request(
+            "POST",
+            ("/api/memories/sessions",),
+            (("X-User-Id", Ph("KEY")),),
+            Doc(Obj((("content", Str((Ph("S:fact"),), "ü", 500)), ("vector", Vec("zeros"))))),
+        )
         text = Case("data", "save", request).show()
         assert "«S:fact»" in text and "KEY" in text and "«vector:zeros»" in text and "×500" in text
         assert "SNTL" not in text and "mg1." not in text
@@ -74,8 +95,10 @@ class TestSimpler:
         variants = list(simpler(case))
         assert any(v.request.headers == (("B", "2"),) for v in variants)
         assert any(v.request.target == ("/x",) for v in variants)
-        assert any(isinstance(v.request.body, Doc) and ("d", Deep(500, "array")) in v.request.body.value.pairs
-                   for v in variants)
+        assert any(
+            isinstance(v.request.body, Doc) and ("d", Deep(500, "array")) in v.request.body.value.pairs
+            for v in variants
+        )
         assert all(len(v.show()) <= len(case.show()) for v in variants)
 
 

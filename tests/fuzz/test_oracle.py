@@ -24,19 +24,22 @@ def reply(body: bytes, *headers: tuple[str, str], status: int = 403) -> Reply:
 
 
 class TestStrictJson:
-    @pytest.mark.parametrize(("raw", "problem"), [
-        (b'{"input":"a"}', ""),
-        (b'{"input":"a","input":"b"}', "duplicate_key"),
-        (b'{"input":"a","INPUT":["b"]}', "case_colliding_key"),
-        (b'{"\\u0069nput":"a","input":"b"}', "duplicate_key"),
-        (b'{"Extra":1,"extra":2}', ""),
-        (b'{"v":NaN}', "nonfinite_literal"),
-        (b'{"v":1e999}', "nonfinite_literal"),
-        (b'{"input":"a"} x', "trailing_bytes"),
-        (b'{"input":"a"}\n', ""),
-        (b"[" * 5000 + b"]" * 5000, "invalid_json"),
-        (b"\xff{}", "not_utf8"),
-    ])
+    @pytest.mark.parametrize(
+        ("raw", "problem"),
+        [
+            (b'{"input":"a"}', ""),
+            (b'{"input":"a","input":"b"}', "duplicate_key"),
+            (b'{"input":"a","INPUT":["b"]}', "case_colliding_key"),
+            (b'{"\\u0069nput":"a","input":"b"}', "duplicate_key"),
+            (b'{"Extra":1,"extra":2}', ""),
+            (b'{"v":NaN}', "nonfinite_literal"),
+            (b'{"v":1e999}', "nonfinite_literal"),
+            (b'{"input":"a"} x', "trailing_bytes"),
+            (b'{"input":"a"}\n', ""),
+            (b"[" * 5000 + b"]" * 5000, "invalid_json"),
+            (b"\xff{}", "not_utf8"),
+        ],
+    )
     def test_problems(self, raw: bytes, problem: str) -> None:
         """Each hostile spelling is named; case collisions count only for fields the peer reads."""
         assert strict_json(raw, frozenset({"input"}))[1] == problem
@@ -48,13 +51,16 @@ class TestReasonBody:
         assert reason_body(reply(b'{"error":"route_denied","decision_id":"d_0123456789abcdef"}'))
         assert reason_body(reply(b'{"error":"upstream_error","decision_id":"d_0123456789abcdef","status":500}'))
 
-    @pytest.mark.parametrize("body", [
-        b'{"error":"route_denied"}',
-        b'{"error":"no such code","decision_id":"d_0123456789abcdef"}',
-        b'{"error":"route_denied","decision_id":"d_0123456789abcdef","detail":"x"}',
-        b'{"error":"route_denied","decision_id":"d_0123456789abcdef","error":"x"}',
-        b"Bad Request",
-    ])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b'{"error":"route_denied"}',
+            b'{"error":"no such code","decision_id":"d_0123456789abcdef"}',
+            b'{"error":"route_denied","decision_id":"d_0123456789abcdef","detail":"x"}',
+            b'{"error":"route_denied","decision_id":"d_0123456789abcdef","error":"x"}',
+            b"Bad Request",
+        ],
+    )
     def test_anything_else_is_not(self, body: bytes) -> None:
         """Extra keys, unknown codes, duplicates and text are not the shape."""
         assert reason_body(reply(body)) is None
@@ -81,10 +87,16 @@ class TestSentinels:
 
 
 class TestVector:
-    @pytest.mark.parametrize(("vector", "good"), [
-        ([0.5] * 768, True), ([0.0] * 768, False), ([0.5] * 767, False), ([float("nan")] + [0.5] * 767, False),
-        ([True] * 768, False),
-    ])
+    @pytest.mark.parametrize(
+        ("vector", "good"),
+        [
+            ([0.5] * 768, True),
+            ([0.0] * 768, False),
+            ([0.5] * 767, False),
+            ([float("nan")] + [0.5] * 767, False),
+            ([True] * 768, False),
+        ],
+    )
     def test_r10(self, vector: list[object], good: bool) -> None:
         """Exactly 768 finite numbers, not all zero."""
         assert is_good_vector(vector) is good

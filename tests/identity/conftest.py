@@ -39,8 +39,9 @@ class Signer:
 
 def pems(private: PrivateKeyTypes) -> tuple[bytes, bytes]:
     """Return (private PEM, public PEM) of a private key."""
-    priv = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
+    priv = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     pub = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return priv, pub
 
@@ -64,8 +65,10 @@ def key_files(tmp_path_factory: pytest.TempPathFactory) -> KeyFiles:
     files: KeyFiles = {}
     (folder / "hs256.key").write_bytes(secret + b"\n")
     files["HS256"] = (folder / "hs256.key", secret, None)
-    for alg, private in (("EdDSA", ed25519.Ed25519PrivateKey.generate()),
-                         ("RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048))):
+    for alg, private in (
+        ("EdDSA", ed25519.Ed25519PrivateKey.generate()),
+        ("RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+    ):
         priv, pub = pems(private)
         (folder / f"{alg}.pub").write_bytes(pub)
         files[alg] = (folder / f"{alg}.pub", priv, pub)

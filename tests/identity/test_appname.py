@@ -37,8 +37,23 @@ class TestAppName:
 
     @pytest.mark.parametrize(
         "ref",
-        ["kagent", "/agent", "kagent/", "kagent/a/b", "Kagent/agent", "kagent/Agent", "team_a/agent", "-ns/agent",
-         "ns/-agent", "ns/agent-", "ns/a b", "ns/аgent", "x" * 64 + "/agent", "ns/" + "a" * 254, None],
+        [
+            "kagent",
+            "/agent",
+            "kagent/",
+            "kagent/a/b",
+            "Kagent/agent",
+            "kagent/Agent",
+            "team_a/agent",
+            "-ns/agent",
+            "ns/-agent",
+            "ns/agent-",
+            "ns/a b",
+            "ns/аgent",
+            "x" * 64 + "/agent",
+            "ns/" + "a" * 254,
+            None,
+        ],
     )
     def test_malformed_refs_are_refused(self, ref: str) -> None:
         """A reference that is not namespace/name in Kubernetes spelling is bad_request."""

@@ -73,20 +73,30 @@ class TestValidContexts:
         claims["audience"]["servers"] = ["Example.Org"]
         ctx = verify_context(hs256.sign(claims), hs256.verifier, now=NOW)
         assert (ctx.sub, ctx.room.members[0], ctx.audience.servers) == (
-            "@alice:example.org", "@alice:example.org", ["example.org"])
+            "@alice:example.org",
+            "@alice:example.org",
+            ["example.org"],
+        )
 
-    @pytest.mark.parametrize(("iat", "exp", "now"), [(NOW, NOW + 120, NOW), (NOW + 5, NOW + 60, NOW),
-                                                     (NOW, NOW + 1, NOW)])
+    @pytest.mark.parametrize(
+        ("iat", "exp", "now"), [(NOW, NOW + 120, NOW), (NOW + 5, NOW + 60, NOW), (NOW, NOW + 1, NOW)]
+    )
     def test_boundaries_that_still_pass(self, hs256: Signer, iat: int, exp: int, now: int) -> None:
         """A 120 s lifetime, 5 s of clock skew and a last valid second are accepted."""
         token = hs256.sign(_with(lambda c: c.update(iat=iat, exp=exp)))
         assert verify_context(token, hs256.verifier, now=now).jti == context_claims()["jti"]
 
     @PROPERTY
-    @given(sub=mxids, members=st.lists(mxids, max_size=5), servers=st.lists(server_names, max_size=5),
-           lifetime=st.integers(1, 120), age=st.integers(0, 119))
-    def test_generated_contexts_round_trip(self, hs256: Signer, sub: str, members: list[str], servers: list[str],
-                                           lifetime: int, age: int) -> None:
+    @given(
+        sub=mxids,
+        members=st.lists(mxids, max_size=5),
+        servers=st.lists(server_names, max_size=5),
+        lifetime=st.integers(1, 120),
+        age=st.integers(0, 119),
+    )
+    def test_generated_contexts_round_trip(
+        self, hs256: Signer, sub: str, members: list[str], servers: list[str], lifetime: int, age: int
+    ) -> None:
         """Any well-formed context verifies to exactly the claims that were signed."""
         claims = _with(lambda c: c.update(sub=sub, iat=NOW, exp=NOW + lifetime))
         claims["room"]["members"], claims["audience"]["servers"] = members, servers
@@ -102,8 +112,15 @@ class TestRefusedContexts:
 
     @pytest.mark.parametrize(
         ("iat", "exp", "max_age_s"),
-        [(NOW + 6, NOW + 60, 120), (NOW + 3600, NOW + 3660, 120), (NOW, NOW + 121, 120), (NOW, NOW + 3600, 120),
-         (NOW, NOW + 31, 30), (NOW + 2, NOW + 2, 120), (NOW + 3, NOW + 2, 120)],
+        [
+            (NOW + 6, NOW + 60, 120),
+            (NOW + 3600, NOW + 3660, 120),
+            (NOW, NOW + 121, 120),
+            (NOW, NOW + 3600, 120),
+            (NOW, NOW + 31, 30),
+            (NOW + 2, NOW + 2, 120),
+            (NOW + 3, NOW + 2, 120),
+        ],
     )
     def test_future_or_long_lived(self, signer: Signer, iat: int, exp: int, max_age_s: int) -> None:
         """iat beyond 5 s of skew, exp <= iat, or exp - iat above max_age_s is context_invalid."""

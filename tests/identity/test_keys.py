@@ -172,9 +172,19 @@ class TestStorageKeys:
 
     @pytest.mark.parametrize(
         "value",
-        [f"mgs1.{SCOPE}.03", f"mgs1.{SCOPE}.-1", f"mgs1.{SCOPE}", f"mgs1.{SCOPE}.1.", f"mg1.{SCOPE}.1",
-         f"mgs1.{SCOPE}.{2**53 + 1}", f"mgs1.{SCOPE}.1\n", "@alice:example.org", "",
-         f"mgs1.{SCOPE}.1.{'A' * 32}", f"mgs1.{SCOPE}.1.{'0' * 31}"],
+        [
+            f"mgs1.{SCOPE}.03",
+            f"mgs1.{SCOPE}.-1",
+            f"mgs1.{SCOPE}",
+            f"mgs1.{SCOPE}.1.",
+            f"mg1.{SCOPE}.1",
+            f"mgs1.{SCOPE}.{2**53 + 1}",
+            f"mgs1.{SCOPE}.1\n",
+            "@alice:example.org",
+            "",
+            f"mgs1.{SCOPE}.1.{'A' * 32}",
+            f"mgs1.{SCOPE}.1.{'0' * 31}",
+        ],
     )
     def test_other_strings_are_not_storage_keys(self, value: str) -> None:
         """Anything but a canonical storage key parses to None."""

@@ -191,8 +191,17 @@ class TestRoomId:
 
     @pytest.mark.parametrize(
         "value",
-        ["abc:example.org", "!:example.org", "!abc:", "!abc", "!" + "A" * 42, "!ab c:example.org", "#alias:example.org",
-         "!abc:example.org.", "!" + "A" * 43 + ":example.org:0"],
+        [
+            "abc:example.org",
+            "!:example.org",
+            "!abc:",
+            "!abc",
+            "!" + "A" * 42,
+            "!ab c:example.org",
+            "#alias:example.org",
+            "!abc:example.org.",
+            "!" + "A" * 43 + ":example.org:0",
+        ],
     )
     def test_malformed_room_ids_are_refused(self, value: str) -> None:
         """Anything but a room ID is principal_invalid."""

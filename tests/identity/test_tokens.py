@@ -44,7 +44,10 @@ class TestLoadVerifier:
     def test_key_type_pins_the_algorithm(self, key_files: KeyFiles) -> None:
         """A secret verifies HS256, an Ed25519 key EdDSA and an RSA key RS256, and nothing else."""
         assert {alg: load_verifier(path).algorithm for alg, (path, _, _) in key_files.items()} == {
-            "HS256": "HS256", "EdDSA": "EdDSA", "RS256": "RS256"}
+            "HS256": "HS256",
+            "EdDSA": "EdDSA",
+            "RS256": "RS256",
+        }
 
     @pytest.mark.parametrize(
         ("content", "says"),
@@ -102,8 +105,9 @@ class TestSubjectToken:
     def test_valid_token_names_the_canonical_subject(self, signer: Signer) -> None:
         """A subject token yields the canonical MXID, its expiry and its jti."""
         token = signer.sign(_subject(sub="@alice:Example.org"), TokenType.SUBJECT)
-        assert verify_subject_token(token, signer.verifier, now=NOW) == SubjectToken("@alice:example.org", NOW + 120,
-                                                                                     "t-1")
+        assert verify_subject_token(token, signer.verifier, now=NOW) == SubjectToken(
+            "@alice:example.org", NOW + 120, "t-1"
+        )
 
     @pytest.mark.parametrize(
         "claims",
@@ -207,10 +211,8 @@ class TestMinting:
 
     def test_every_subject_token_gets_its_own_jti(self, hs256: Signer) -> None:
         """Two tokens minted in the same second are still distinct single-use credentials."""
-        a = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier,
-                                 now=NOW)
-        b = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier,
-                                 now=NOW)
+        a = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier, now=NOW)
+        b = verify_subject_token(mint_subject("@a:x.org", hs256.signing_key, "HS256", now=NOW), hs256.verifier, now=NOW)
         assert a.jti != b.jti
 
 

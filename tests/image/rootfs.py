@@ -101,8 +101,11 @@ def launch_argv(image: Image, argv: list[str], mounts: dict[str, tuple[Path, boo
             target.touch(exist_ok=True)
         else:
             target.mkdir(parents=True, exist_ok=True)
-    steps = [f"mount --bind {root} {root}", f"mount -o remount,bind,ro {root}",
-             f"mount -t tmpfs -o size=64m,mode=1777 tmpfs {root}/tmp"]
+    steps = [
+        f"mount --bind {root} {root}",
+        f"mount -o remount,bind,ro {root}",
+        f"mount -t tmpfs -o size=64m,mode=1777 tmpfs {root}/tmp",
+    ]
     for device in _DEVICES:
         steps.append(f"mount --bind /dev/{device} {root}/dev/{device}")
     for point, (host, writable) in mounts.items():
@@ -112,8 +115,20 @@ def launch_argv(image: Image, argv: list[str], mounts: dict[str, tuple[Path, boo
     uid, gid = image.user
     payload = json.dumps([str(root), image.config.get("WorkingDir") or "/", uid, gid, image.env, argv])
     script = " && ".join(steps) + ' && exec "$0" -c "$1" "$2"'
-    return ["unshare", "--mount", "--propagation", "private", "--fork", "--", "sh", "-c", script,
-            python, _LAUNCH, payload]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--fork",
+        "--",
+        "sh",
+        "-c",
+        script,
+        python,
+        _LAUNCH,
+        payload,
+    ]
 
 
 def executables(root: Path) -> set[str]:

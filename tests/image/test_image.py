@@ -29,8 +29,26 @@ ARCHIVE = REPO / ".tools" / "image" / "memgov-ci.tar"
 CONTAINERFILE = REPO / "Containerfile"
 HADOLINT = Path(sys.executable).parent / "hadolint"
 # What must not be in the image at run time: shells, package managers, pip, compilers and build tools.
-FORBIDDEN = {"sh", "bash", "dash", "ash", "zsh", "busybox", "apt", "apt-get", "dpkg", "pip", "pip3", "gcc", "cc",
-             "make", "ld", "tar", "curl", "wget"}
+FORBIDDEN = {
+    "sh",
+    "bash",
+    "dash",
+    "ash",
+    "zsh",
+    "busybox",
+    "apt",
+    "apt-get",
+    "dpkg",
+    "pip",
+    "pip3",
+    "gcc",
+    "cc",
+    "make",
+    "ld",
+    "tar",
+    "curl",
+    "wget",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +61,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
 class TestContainerfile:
     def test_hadolint_passes(self) -> None:
         """hadolint finds nothing in the Containerfile."""
-        proc = subprocess.run([str(HADOLINT), str(CONTAINERFILE)], capture_output=True, text=True, timeout=60,
-                              check=False)
+        proc = subprocess.run(
+            [str(HADOLINT), str(CONTAINERFILE)], capture_output=True, text=True, timeout=60, check=False
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     def test_hadolint_catches_a_bad_recipe(self, tmp_path: Path) -> None:
@@ -55,8 +74,11 @@ class TestContainerfile:
 
     def test_bases_are_pinned_by_digest(self) -> None:
         """Both default bases name a sha256 digest."""
-        defaults = [line.split("=", 1)[1] for line in CONTAINERFILE.read_text().splitlines()
-                    if line.startswith("ARG ") and "_BASE=" in line]
+        defaults = [
+            line.split("=", 1)[1]
+            for line in CONTAINERFILE.read_text().splitlines()
+            if line.startswith("ARG ") and "_BASE=" in line
+        ]
         assert len(defaults) == 2
         assert all("@sha256:" in base and len(base.rsplit(":", 1)[1]) == 64 for base in defaults)
 
@@ -108,13 +130,18 @@ class TestRunsFromTheImage:
         os.chown(state, uid, gid)
         dev = await start_devstack()
         try:
-            config = gateway_config(etc, dev.kagent_url, state={"url": "sqlite:////var/lib/memgov/state.db"},
-                                    secrets={"session_key_file": "/etc/memgov/session.key"})
+            config = gateway_config(
+                etc,
+                dev.kagent_url,
+                state={"url": "sqlite:////var/lib/memgov/state.db"},
+                secrets={"session_key_file": "/etc/memgov/session.key"},
+            )
             (etc / "session.key").chmod(0o644)
             (etc / "config.yaml").write_text(yaml.safe_dump(config))
             command = pod_spec(render(cases.GATEWAY_DEFAULT))["containers"][0]["command"]
-            argv = launch_argv(image, command, {"/etc/memgov": (etc, False), "/var/lib/memgov": (state, True)},
-                               sys.executable)
+            argv = launch_argv(
+                image, command, {"/etc/memgov": (etc, False), "/var/lib/memgov": (state, True)}, sys.executable
+            )
             log = tmp_path / "memgov.log"
             with serving(argv, log=log) as proc:
                 ready = await wait_ready(proc, url(config, "ops"), log)

@@ -62,9 +62,11 @@ def outside(tmp_path: Path) -> dict[str, object]:
 class TestInstalledWheel:
     def test_memgov_and_its_pack_come_from_the_venv(self, venv: Path, outside: dict[str, object]) -> None:
         """The installed package, not the source tree, is imported; its pack and Regal settings travel with it."""
-        probe = ("import json, sidecar; from sidecar.settings import PACKAGED_POLICY_DIR as p; "
-                 "from sidecar.policy.pack import read_pack; from sidecar.policy.check import regal_config; "
-                 "print(json.dumps([sidecar.__file__, str(p), read_pack(p).revision, str(regal_config(p))]))")
+        probe = (
+            "import json, sidecar; from sidecar.settings import PACKAGED_POLICY_DIR as p; "
+            "from sidecar.policy.pack import read_pack; from sidecar.policy.check import regal_config; "
+            "print(json.dumps([sidecar.__file__, str(p), read_pack(p).revision, str(regal_config(p))]))"
+        )
         proc = _run([str(venv / "bin" / "python"), "-c", probe], **outside)
         assert proc.returncode == 0, proc.stderr
         module, pack, revision, regal = json.loads(proc.stdout)
@@ -112,30 +114,62 @@ class TestInstalledWheel:
         drill = _run([str(venv / "bin" / "memgov"), "drill"], **outside)
         assert drill.returncode == 2 and "--data-url" in drill.stderr
 
-    async def test_drill_passes_against_the_wheels_gateway(self, venv: Path, tmp_path: Path,
-                                                           outside: dict[str, object]) -> None:
+    async def test_drill_passes_against_the_wheels_gateway(
+        self, venv: Path, tmp_path: Path, outside: dict[str, object]
+    ) -> None:
         """`memgov serve` and `memgov drill` from the wheel: consent, inspect, erasure and refusals all pass."""
         keys, pack = write_keys(tmp_path), drill_pack(tmp_path)
         dev = await start_devstack()
         try:
             config = gateway_config(
-                tmp_path, dev.kagent_url, upstream={"embedding_url": dev.embedding_url},
-                policy={"dir": str(pack)}, secrets={"session_key_file": str(keys["session"])},
+                tmp_path,
+                dev.kagent_url,
+                upstream={"embedding_url": dev.embedding_url},
+                policy={"dir": str(pack)},
+                secrets={"session_key_file": str(keys["session"])},
                 trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                 matrix={"server_name": SERVER, "bridge_bot": BOT},
                 # Pinned like the drill's own devstack, so forget-one rotates (exact over REST).
-                agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost,
-                              "embedding_model": EMBEDDING_MODEL, "embedding_dimensions": 768}
-                        for ref, ghost in AGENTS},
+                agents={
+                    ref: {
+                        "disabled_variant": ref.split("/")[1] + "-nomem",
+                        "ghost": ghost,
+                        "embedding_model": EMBEDDING_MODEL,
+                        "embedding_dimensions": 768,
+                    }
+                    for ref, ghost in AGENTS
+                },
             )
             path = write_config(tmp_path / "memgov.yaml", config)
             log = tmp_path / "serve.log"
-            argv = [str(venv / "bin" / "memgov"), "drill", "--data-url", url(config, "data"),
-                    "--control-url", url(config, "control"), "--ops-url", url(config, "ops"),
-                    "--bridge-key-file", str(keys["bridge"]), "--operator-key-file", str(keys["operator"]),
-                    "--session-key-file", str(keys["session"]), "--server-name", SERVER, "--bridge-bot", BOT,
-                    "--agent", AGENTS[0][0], "--ghost", AGENTS[0][1], "--policy-dir", str(pack),
-                    "--output", str(tmp_path / "bundle")]
+            argv = [
+                str(venv / "bin" / "memgov"),
+                "drill",
+                "--data-url",
+                url(config, "data"),
+                "--control-url",
+                url(config, "control"),
+                "--ops-url",
+                url(config, "ops"),
+                "--bridge-key-file",
+                str(keys["bridge"]),
+                "--operator-key-file",
+                str(keys["operator"]),
+                "--session-key-file",
+                str(keys["session"]),
+                "--server-name",
+                SERVER,
+                "--bridge-bot",
+                BOT,
+                "--agent",
+                AGENTS[0][0],
+                "--ghost",
+                AGENTS[0][1],
+                "--policy-dir",
+                str(pack),
+                "--output",
+                str(tmp_path / "bundle"),
+            ]
             with serving([str(venv / "bin" / "memgov"), "--config", str(path), "serve"], log=log, **outside) as proc:
                 await wait_ready(proc, url(config, "ops"), log)
                 drill = await asyncio.to_thread(_run, argv, **outside)

@@ -33,10 +33,14 @@ class TestCompile:
             ('@id("consent-missing")\n@rationale("r")\nforbid (principal, action, resource);', "used twice"),
             ('@id("rate-limited/x_y")\n@rationale("r")\nforbid (principal, action, resource);', "extra.cedar:1: @id"),
             ('@id("rate-limited")\nforbid (principal, action, resource);', "extra.cedar:1: policy needs a @rationale"),
-            ('@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
-             r"extra.cedar:1 \(@id rate-limited/2\): attribute `nope` not found"),
-            ('// first\n\n@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource',
-             "extra.cedar:3: unexpected end of input"),
+            (
+                '@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
+                r"extra.cedar:1 \(@id rate-limited/2\): attribute `nope` not found",
+            ),
+            (
+                '// first\n\n@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource',
+                "extra.cedar:3: unexpected end of input",
+            ),
         ],
         ids=["no-id", "unknown-code", "not-kebab", "duplicate", "bad-suffix", "no-rationale", "schema", "syntax"],
     )

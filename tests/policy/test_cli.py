@@ -36,35 +36,97 @@ class TestPolicyCheck:
         """Every step passes on the shipped pack, both languages."""
         code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
         assert code == 0, out
-        for step in ("cedar parse + schema validation + @id", "cedar format", "rego rules", "rules in both packs",
-                     "opa fmt", "opa check --strict --schema", "opa test", "regal lint"):
+        for step in (
+            "cedar parse + schema validation + @id",
+            "cedar format",
+            "rego rules",
+            "rules in both packs",
+            "opa fmt",
+            "opa check --strict --schema",
+            "opa test",
+            "regal lint",
+        ):
             assert f"ok   {step}" in out
 
     @pytest.mark.parametrize(
         ("rel", "old", "new", "step", "message"),
         [
-            ("cedar/consent.cedar", "when { !resource.exists }", "when { !resource.exists ",
-             "cedar parse", "cedar/consent.cedar:6: unexpected token `unless`"),
-            ("cedar/consent.cedar", "!context.request.keyValid", "!context.request.keyVald",
-             "cedar parse", "cedar/consent.cedar:40 (@id key-invalid): attribute `request.keyVald` not found"),
-            ("cedar/routes.cedar", "permit (principal, action, resource);", "permit(principal,action,resource);",
-             "cedar format", "-permit(principal,action,resource);\n     +permit (principal, action, resource);"),
-            (f"{DECISION}/consent.rego", 'deny contains "agent_mismatch"', 'deny contains "agent_mismatc"',
-             "rego rules", f"{DECISION}/consent.rego:50: 'agent_mismatc' is not a reason code"),
-            (f"{DECISION}/consent.rego", "#   reason: key_invalid", "#   reason: key_invalidd",
-             "rego rules", "deny contains 'key_invalid' but METADATA custom.reason is 'key_invalidd'"),
-            (f"{DECISION}/consent.rego", "is_number(input.request.presented_generation)",
-             "is_number(input.request.presented_generaton)", "opa check --strict --schema", "presented_generaton"),
-            (f"{DECISION}/consent.rego", "\tkeyed\n\tnot key_ok", "\tkeyed\n\tnot key_ok\n\tinput.operation == 1",
-             "opa test", "FAIL: "),
-            (f"{DECISION}/limits.rego", "hourly_ok if {", "weekend if input.now < 0\n\nhourly_ok if {",
-             "regal lint", "missing metadata"),
+            (
+                "cedar/consent.cedar",
+                "when { !resource.exists }",
+                "when { !resource.exists ",
+                "cedar parse",
+                "cedar/consent.cedar:6: unexpected token `unless`",
+            ),
+            (
+                "cedar/consent.cedar",
+                "!context.request.keyValid",
+                "!context.request.keyVald",
+                "cedar parse",
+                "cedar/consent.cedar:40 (@id key-invalid): attribute `request.keyVald` not found",
+            ),
+            (
+                "cedar/routes.cedar",
+                "permit (principal, action, resource);",
+                "permit(principal,action,resource);",
+                "cedar format",
+                "-permit(principal,action,resource);\n     +permit (principal, action, resource);",
+            ),
+            (
+                f"{DECISION}/consent.rego",
+                'deny contains "agent_mismatch"',
+                'deny contains "agent_mismatc"',
+                "rego rules",
+                f"{DECISION}/consent.rego:50: 'agent_mismatc' is not a reason code",
+            ),
+            (
+                f"{DECISION}/consent.rego",
+                "#   reason: key_invalid",
+                "#   reason: key_invalidd",
+                "rego rules",
+                "deny contains 'key_invalid' but METADATA custom.reason is 'key_invalidd'",
+            ),
+            (
+                f"{DECISION}/consent.rego",
+                "is_number(input.request.presented_generation)",
+                "is_number(input.request.presented_generaton)",
+                "opa check --strict --schema",
+                "presented_generaton",
+            ),
+            (
+                f"{DECISION}/consent.rego",
+                "\tkeyed\n\tnot key_ok",
+                "\tkeyed\n\tnot key_ok\n\tinput.operation == 1",
+                "opa test",
+                "FAIL: ",
+            ),
+            (
+                f"{DECISION}/limits.rego",
+                "hourly_ok if {",
+                "weekend if input.now < 0\n\nhourly_ok if {",
+                "regal lint",
+                "missing metadata",
+            ),
         ],
-        ids=["cedar-syntax", "cedar-field-typo", "cedar-format", "rego-reason-typo", "rego-metadata-mismatch",
-             "rego-schema-typo", "rego-test-broken", "regal-metadata"],
+        ids=[
+            "cedar-syntax",
+            "cedar-field-typo",
+            "cedar-format",
+            "rego-reason-typo",
+            "rego-metadata-mismatch",
+            "rego-schema-typo",
+            "rego-test-broken",
+            "regal-metadata",
+        ],
     )
     def test_each_planted_mistake_names_file_line_and_cause(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, rel: str, old: str, new: str, step: str,
+        self,
+        capsys: pytest.CaptureFixture[str],
+        pack_copy: Path,
+        rel: str,
+        old: str,
+        new: str,
+        step: str,
         message: str,
     ) -> None:
         """A planted mistake fails its step with file:line and the tool's message, never a traceback."""
@@ -88,7 +150,7 @@ class TestPolicyCheck:
         code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1
         assert "FAIL rules in both packs" in out
-        assert f"{DECISION}/room.rego:11: deny[\"room_state_invalid\"] has no cedar rule for room_state_invalid" in out
+        assert f'{DECISION}/room.rego:11: deny["room_state_invalid"] has no cedar rule for room_state_invalid' in out
         assert "cedar/: no rule for: room_state_invalid, context_missing" in out
 
 
@@ -154,7 +216,7 @@ class TestPolicyTest:
     def test_engine_disagreement_fails(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """When the Rego pack answers differently from the Cedar pack, the run fails and shows where."""
         (pack_copy / DECISION / "extra.rego").write_text(
-            'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
+            "package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n"
             'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
         code, out = run_cli(capsys, "test", "--dir", str(pack_copy), "--cases", str(CASES_DIR))
@@ -181,8 +243,18 @@ class TestPolicyTest:
 
     def test_selection_by_name(self, capsys: pytest.CaptureFixture[str]) -> None:
         """-k selects cases by name or a part of file::name."""
-        code, out = run_cli(capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR), "-k", "limits::",
-                            "-k", "save into an enabled scope is forwarded")
+        code, out = run_cli(
+            capsys,
+            "test",
+            "--dir",
+            str(PACK_DIR),
+            "--cases",
+            str(CASES_DIR),
+            "-k",
+            "limits::",
+            "-k",
+            "save into an enabled scope is forwarded",
+        )
         assert code == 0, out
         assert "selection)" in out.splitlines()[0]
         assert "consent_missing" in out
@@ -206,8 +278,16 @@ class TestPolicyTest:
 class TestExplain:
     def test_case_on_both_engines_with_rules_trace_and_floor(self, capsys: pytest.CaptureFixture[str]) -> None:
         """explain shows the input, the deciding Cedar policy and Rego rule with its lines, and the floor apart."""
-        code, out = run_cli(capsys, "explain", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR),
-                            "--case", "save into a disabled scope is refused")
+        code, out = run_cli(
+            capsys,
+            "explain",
+            "--dir",
+            str(PACK_DIR),
+            "--cases",
+            str(CASES_DIR),
+            "--case",
+            "save into a disabled scope is refused",
+        )
         assert code == 0, out
         assert "operation: memory.save" in out and "enabled: false" in out
         assert "cedar: deny ['consent_disabled']" in out and "cedar/consent.cedar:16 @id consent-disabled" in out

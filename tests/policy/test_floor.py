@@ -17,7 +17,10 @@ from tests.policy.conftest import CASES_DIR, PACK_DIR, MakeInput, policy_setting
 
 REMOTE_BOB = {
     "principal": {
-        "mxid": "@bob:partner.example", "localpart": "bob", "server_name": "partner.example", "origin": "remote",
+        "mxid": "@bob:partner.example",
+        "localpart": "bob",
+        "server_name": "partner.example",
+        "origin": "remote",
     },
     "scope.principal_mxid": "@bob:partner.example",
     "scope.origin": "remote",
@@ -73,8 +76,13 @@ class TestFloorUnderPermitAll:
 
     @pytest.mark.parametrize(("base", "changes", "action", "reason"), FLOOR_CASES, ids=FLOOR_IDS)
     async def test_floor_case_is_refused(
-        self, permit_all: PolicyRuntime, make_input: MakeInput,
-        base: str, changes: dict[str, Any], action: Action, reason: Reason,
+        self,
+        permit_all: PolicyRuntime,
+        make_input: MakeInput,
+        base: str,
+        changes: dict[str, Any],
+        action: Action,
+        reason: Reason,
     ) -> None:
         """Whatever the pack says, the floor refuses with the operation's deny action and the matching reason."""
         decision = await permit_all.decide(make_input(base, changes))
@@ -86,8 +94,13 @@ class TestFloorUnderPermitAll:
         [("save", {"request.ttl_days": 30}, 7, None), ("search", {"request.limit": 1000}, None, 10)],
     )
     async def test_obligations_never_exceed_limits(
-        self, permit_all: PolicyRuntime, make_input: MakeInput,
-        base: str, changes: dict[str, Any], ttl: int | None, limit: int | None,
+        self,
+        permit_all: PolicyRuntime,
+        make_input: MakeInput,
+        base: str,
+        changes: dict[str, Any],
+        ttl: int | None,
+        limit: int | None,
     ) -> None:
         """A forwarded save keeps at most max_days and a search at most search_max_limit."""
         decision = await permit_all.decide(make_input(base, changes))
@@ -117,9 +130,16 @@ class TestFloorOnlyNarrows:
     def test_floor_uses_the_pack_partners_not_the_input(self, make_input: MakeInput) -> None:
         """A partner record smuggled into the input does not admit a remote principal past the floor."""
         partner = {
-            "server_name": "partner.example", "origins": ["remote"], "controller": "A", "processor": "B",
-            "purpose": "p", "classification": "private", "residency": "eu", "retention_days": 7,
-            "erasure_owner": "A", "principal_binding": "mxid",
+            "server_name": "partner.example",
+            "origins": ["remote"],
+            "controller": "A",
+            "processor": "B",
+            "purpose": "p",
+            "classification": "private",
+            "residency": "eu",
+            "retention_days": 7,
+            "erasure_owner": "A",
+            "principal_binding": "mxid",
         }
         inp = make_input("save", {**REMOTE_BOB, "deployment.federation_partners": [partner]})
         pack = read_pack(PACK_DIR)

@@ -125,8 +125,11 @@ class TestFailClosed:
         runtime = await PolicyRuntime.start(policy_settings(pack_copy), engine="opa", opa_url=url)
         try:
             assert not runtime.ready
-            for base, action in [("invoke", Action.REWRITE_DISABLED), ("search", Action.EMPTY_RESULT),
-                                 ("save", Action.DENY)]:
+            for base, action in [
+                ("invoke", Action.REWRITE_DISABLED),
+                ("search", Action.EMPTY_RESULT),
+                ("save", Action.DENY),
+            ]:
                 decision = await runtime.decide(make_input(base))
                 assert (decision.action, decision.reasons) == (action, [Reason.POLICY_UNAVAILABLE])
         finally:
@@ -148,7 +151,9 @@ class TestBundle:
         write_folder(pack, tmp_path / "bundle")
         assert read_pack(tmp_path / "bundle").revision == pack.revision
         assert json.loads((tmp_path / "bundle" / ".manifest").read_text()) == {
-            "revision": pack.revision, "roots": ["memgov"]}
+            "revision": pack.revision,
+            "roots": ["memgov"],
+        }
         write_folder(pack, tmp_path / "bundle")  # an init container that runs again replaces it
         (tmp_path / "mine").mkdir()
         (tmp_path / "mine" / "notes.txt").write_text("keep")
@@ -161,9 +166,13 @@ class TestBundle:
         tarball = tmp_path / "memgov.tar.gz"
         write_tarball(pack, tarball)
         port = _port()
-        proc = subprocess.Popen([tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS,
-                                 "--bundle", str(tarball)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS, "--bundle", str(tarball)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
+
             async def check() -> None:
                 engine = OpaEngine(f"http://127.0.0.1:{port}", 5.0)
                 try:
@@ -233,8 +242,10 @@ class TestRevision:
             before = _sample("memgov_policy_engine_failures_total", {"engine": "opa", "kind": "revision_mismatch"})
             decision = await runtime.decide(make_input("save"))
             assert decision.reasons == [Reason.POLICY_UNAVAILABLE] and not runtime.ready
-            assert _sample("memgov_policy_engine_failures_total",
-                           {"engine": "opa", "kind": "revision_mismatch"}) == before + 1
+            assert (
+                _sample("memgov_policy_engine_failures_total", {"engine": "opa", "kind": "revision_mismatch"})
+                == before + 1
+            )
             assert _sample("memgov_policy_opa_bundle_info", {"revision": fingerprint(other)}) == 1.0
         finally:
             await runtime.close()

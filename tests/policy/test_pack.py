@@ -11,8 +11,16 @@ from sidecar.policy.pack import PackError, fingerprint, is_complete, load_federa
 from tests.policy.conftest import PACK_DIR
 
 COMPLETE = PartnerRecord(
-    server_name="partner.example", origins=[Origin.REMOTE], controller="A", processor="B", purpose="p",
-    classification="private", residency="eu", retention_days=7, erasure_owner="A", principal_binding="mxid",
+    server_name="partner.example",
+    origins=[Origin.REMOTE],
+    controller="A",
+    processor="B",
+    purpose="p",
+    classification="private",
+    residency="eu",
+    retention_days=7,
+    erasure_owner="A",
+    principal_binding="mxid",
 )
 
 

@@ -82,8 +82,11 @@ class TestStart:
     async def test_loaded_pack_is_ready_and_reports_its_revision(self, runtime: PolicyRuntime, pack_copy: Path) -> None:
         """/readyz sees ready with the engine and the pack's content hash."""
         revision = fingerprint(pack_copy)
-        expected: dict[str, object] = {"engine": runtime.engine.name, "revision": revision,
-                                       "last_reload": {"outcome": "loaded", "revision": revision}}
+        expected: dict[str, object] = {
+            "engine": runtime.engine.name,
+            "revision": revision,
+            "last_reload": {"outcome": "loaded", "revision": revision},
+        }
         if runtime.engine.name == "opa":
             expected["opa_revision"] = revision
         assert await runtime.ready_check() == (True, expected)
@@ -96,8 +99,13 @@ class TestStart:
 
     @pytest.mark.parametrize(
         ("base", "action"),
-        [("invoke", Action.REWRITE_DISABLED), ("search", Action.EMPTY_RESULT), ("save", Action.DENY),
-         ("embedding", Action.DENY), ("inspect", Action.DENY)],
+        [
+            ("invoke", Action.REWRITE_DISABLED),
+            ("search", Action.EMPTY_RESULT),
+            ("save", Action.DENY),
+            ("embedding", Action.DENY),
+            ("inspect", Action.DENY),
+        ],
     )
     async def test_broken_pack_at_start_fails_closed(
         self, pack_copy: Path, make_input: MakeInput, base: str, action: Action
@@ -184,8 +192,12 @@ class TestReload:
         assert runtime.revision == before
         ready, detail = await runtime.ready_check()
         assert ready and detail["revision"] == before
-        assert detail["last_reload"] == {"outcome": "rejected", "revision": fingerprint(pack_copy), "step": step,
-                                         "file": rel}
+        assert detail["last_reload"] == {
+            "outcome": "rejected",
+            "revision": fingerprint(pack_copy),
+            "step": step,
+            "file": rel,
+        }
         (line,) = _events(log_lines, "policy.reload_failed")
         assert (line["step"], line["pack_file"]) == (step, rel)
 
@@ -251,8 +263,11 @@ class TestReload:
     async def test_sighup_reloads(self, runtime: PolicyRuntime, pack_copy: Path, roll_out: Any) -> None:
         """SIGHUP makes the runtime re-read the pack."""
         runtime.install_sighup()
-        roll_out(lambda pack: (pack / "data" / "federation.yaml").write_text(
-            (pack / "data" / "federation.yaml").read_text() + "\n"))
+        roll_out(
+            lambda pack: (pack / "data" / "federation.yaml").write_text(
+                (pack / "data" / "federation.yaml").read_text() + "\n"
+            )
+        )
         reloaded = runtime.next_reload()
         os.kill(os.getpid(), signal.SIGHUP)
         assert await asyncio.wait_for(reloaded, 30) is True
@@ -268,8 +283,12 @@ class TestObservability:
 
     async def test_decisions_are_counted_by_reason(self, runtime: PolicyRuntime, make_input: MakeInput) -> None:
         """Each reason of a decision is counted with bounded labels."""
-        labels = {"operation": "memory.search", "action": "empty_result", "reason": "consent_missing",
-                  "engine": runtime.engine.name}
+        labels = {
+            "operation": "memory.search",
+            "action": "empty_result",
+            "reason": "consent_missing",
+            "engine": runtime.engine.name,
+        }
         before = _sample("memgov_policy_decisions_total", labels)
         await runtime.decide(make_input("search", {"scope": None}))
         assert _sample("memgov_policy_decisions_total", labels) == before + 1
@@ -292,7 +311,7 @@ class TestShadow:
     async def shadow(self, pack_copy: Path, opa: OpaServers) -> AsyncIterator[PolicyRuntime]:
         """Cedar enforcing, Rego on OPA compared; the Rego copy also denies memory.list."""
         (pack_copy / "rego" / "memgov" / "decision" / "extra.rego").write_text(
-            'package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n'
+            "package memgov.decision\n\n# METADATA\n# custom:\n#   reason: rate_limited\n"
             'deny contains "rate_limited" if input.operation == "memory.list"\n'
         )
         rt = await PolicyRuntime.start(policy_settings(pack_copy), engine="shadow", opa_url=opa.serve(pack_copy))

@@ -52,10 +52,12 @@ class TestWorkedExample:
         """A prefix match in Rego passes check, every case and opa test, and fails the differential run."""
         pack, tables = apply_example(tmp_path)
         rego = pack / "rego" / "memgov" / "decision" / "org.rego"
-        rego.write_text(rego.read_text().replace(
-            "input.agent.ref in input.deployment.org.memory_denied_agents",
-            'startswith(input.agent.ref, "kagent/finance")',
-        ))
+        rego.write_text(
+            rego.read_text().replace(
+                "input.agent.ref in input.deployment.org.memory_denied_agents",
+                'startswith(input.agent.ref, "kagent/finance")',
+            )
+        )
         table = tables / "org.yaml"
         doc = yaml.safe_load(table.read_text())
         doc["cases"] = [c for c in doc["cases"] if c["kind"] != "bypass"]

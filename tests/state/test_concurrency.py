@@ -25,8 +25,9 @@ class TestConsentRaces:
         assert (await store.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]  # the scope exists
         assert [r.generation_after for r in await store.receipts(scope.scope_id)] == produced
 
-    @pytest.mark.parametrize("job", [workers.write_until_fenced, workers.admit_until_fenced],
-                             ids=["begin_write", "admit"])
+    @pytest.mark.parametrize(
+        "job", [workers.write_until_fenced, workers.admit_until_fenced], ids=["begin_write", "admit"]
+    )
     async def test_no_stale_write_is_recorded_after_withdrawal(
         self, store: StateStore, state_url: str, pool: Pool, job: workers.Job
     ) -> None:

@@ -18,13 +18,30 @@ class TestAudit:
         """Audit rows carry a kind, a reason code, ids, a revision and a time — nothing else."""
         scope = await new_scope(store)
         await store.audit("consent", "allowed", scope_id=scope.scope_id, policy_revision="ab12", now=NOW)
-        await store.audit("denial", "stale_generation", decision_id="d_0123", operation="memory.save",
-                          scope_id=scope.scope_id, now=NOW + timedelta(seconds=1))
+        await store.audit(
+            "denial",
+            "stale_generation",
+            decision_id="d_0123",
+            operation="memory.save",
+            scope_id=scope.scope_id,
+            now=NOW + timedelta(seconds=1),
+        )
         rows = await store.audit_rows(scope_id=scope.scope_id)
         assert [(r["kind"], r["reason"], r["at"]) for r in rows] == [
-            ("denial", "stale_generation", NOW + timedelta(seconds=1)), ("consent", "allowed", NOW)]
-        assert set(rows[0]) == {"at", "kind", "reason", "decision_id", "scope_id", "entry_id", "erasure_id",
-                                "operation", "policy_revision"}
+            ("denial", "stale_generation", NOW + timedelta(seconds=1)),
+            ("consent", "allowed", NOW),
+        ]
+        assert set(rows[0]) == {
+            "at",
+            "kind",
+            "reason",
+            "decision_id",
+            "scope_id",
+            "entry_id",
+            "erasure_id",
+            "operation",
+            "policy_revision",
+        }
 
     @pytest.mark.parametrize(
         "kwargs",
@@ -99,7 +116,9 @@ class TestErasure:
         for state in PATH:
             await store.advance_erasure(done.erasure_id, state, NOW)
         assert [(e.erasure_id, e.state) for e in await store.unfinished_erasures()] == [
-            (first.erasure_id, "fenced"), (second.erasure_id, "requested")]
+            (first.erasure_id, "fenced"),
+            (second.erasure_id, "requested"),
+        ]
         assert await store.get_erasure("e" + "0" * 24) is None
 
     async def test_a_scope_lists_its_own_erasures_newest_first(self, store: StateStore) -> None:
@@ -110,5 +129,7 @@ class TestErasure:
         newer = await store.create_erasure(scope.scope_id, "off", [], "rest", "subject", NOW + timedelta(seconds=1))
         await store.create_erasure(other.scope_id, "off", [], "rest", "subject", NOW)
         assert [e.erasure_id for e in await store.erasures_of_scope(scope.scope_id)] == [
-            newer.erasure_id, older.erasure_id]
+            newer.erasure_id,
+            older.erasure_id,
+        ]
         assert [e.erasure_id for e in await store.erasures_of_scope(scope.scope_id, limit=1)] == [newer.erasure_id]

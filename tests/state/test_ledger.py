@@ -11,8 +11,9 @@ from sidecar.state import CapReached, Fenced, StateError, StateStore
 from tests.state.conftest import NOW, WEEK, new_scope, ns_of
 
 
-async def save(store: StateStore, scope_id: str, entry_id: str, *, generation: int = 1,
-               created: timedelta = timedelta(0)) -> None:
+async def save(
+    store: StateStore, scope_id: str, entry_id: str, *, generation: int = 1, created: timedelta = timedelta(0)
+) -> None:
     """Reserve one slot and fill it, the way the gateway records a save."""
     (slot,) = await store.reserve_entries(scope_id, generation, await ns_of(store, scope_id), 1, 100, NOW + created)
     await store.fill_entry(slot, entry_id, NOW + created, NOW + created + WEEK)

@@ -28,8 +28,9 @@ async def _copied(store: StateStore, scope_id: str, erasure_id: str, *entry_ids:
     """Stage and record a copy of each entry (``c-<id>``), as the copy step does."""
     staged = await store.stage_namespace(scope_id, erasure_id, NOW)
     live = {e.entry_id: e for e in await store.entries_of_scope(scope_id)}
-    await store.record_moves(erasure_id, staged.ns_id, [(e, f"c-{e}", live[e].created_at, live[e].expires_at)
-                                                        for e in entry_ids])
+    await store.record_moves(
+        erasure_id, staged.ns_id, [(e, f"c-{e}", live[e].created_at, live[e].expires_at) for e in entry_ids]
+    )
     return staged
 
 
@@ -41,8 +42,10 @@ class TestFreeze:
         rotation = await _rotation(store, scope.scope_id)
         frozen = await store.freeze_namespace(scope.scope_id, rotation)
         assert frozen is not None and frozen.ns_id == ns and frozen.frozen_by == rotation
-        for write in (store.begin_write(scope.scope_id, 1, ns, 30, NOW),
-                      store.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW)):
+        for write in (
+            store.begin_write(scope.scope_id, 1, ns, 30, NOW),
+            store.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW),
+        ):
             with pytest.raises(Fenced) as err:
                 await write
             assert err.value.reason is Reason.STALE_GENERATION
@@ -101,9 +104,11 @@ class TestSwitch:
             await store.tombstone_forgotten(scope.scope_id, "e" + "0" * 24, ["a"], NOW)
         elif since_copy == "saved":  # a slot reserved before the freeze, filled after the copy
             async with store.db.tx() as tx:
-                await tx.execute("INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us,"
-                                 " ns_id) SELECT 'lz', scope_id, 1, 'late', created_us, expires_us, ns_id FROM ledger"
-                                 " WHERE entry_id = 'a'")
+                await tx.execute(
+                    "INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us,"
+                    " ns_id) SELECT 'lz', scope_id, 1, 'late', created_us, expires_us, ns_id FROM ledger"
+                    " WHERE entry_id = 'a'"
+                )
         assert await store.switch_rotation(rotation, LATER) == "retry"
         assert await ns_of(store, scope.scope_id) == ns
         restaged = await _copied(store, scope.scope_id, rotation)
@@ -170,7 +175,9 @@ class TestCandidates:
         found = await store.rotation_candidates(LATER, LATER, 100)
         assert set(found) == {expired.scope_id, forgotten.scope_id, legacy.scope_id}
         assert set(await store.rotation_candidates(LATER, NOW - timedelta(seconds=1), 100)) == {
-            forgotten.scope_id, legacy.scope_id}
+            forgotten.scope_id,
+            legacy.scope_id,
+        }
         await store.withdraw(forgotten.scope_id, NOW)
         assert forgotten.scope_id not in await store.rotation_candidates(LATER, LATER, 100)
 

@@ -67,8 +67,11 @@ class TestContentFree:
         assert len({t for t, _ in cols}) >= 12
         unbounded = {k: v for k, v in cols.items() if v[0] not in ("int", "float", "str")}
         assert unbounded == {}
-        too_long = {k: n for k, (kind, n) in cols.items() if kind == "str" and (n > MAX_BOUND or (
-            n > 64 and k[1] not in LONG_COLUMNS))}
+        too_long = {
+            k: n
+            for k, (kind, n) in cols.items()
+            if kind == "str" and (n > MAX_BOUND or (n > 64 and k[1] not in LONG_COLUMNS))
+        }
         assert too_long == {}
 
     async def test_both_backends_have_the_same_schema(self, tmp_path: Path, pg_url: str) -> None:
@@ -128,11 +131,22 @@ class TestMigrations:
                     await tx.execute(
                         "INSERT INTO scopes (scope_id, principal_mxid, origin, agent, kind, room_id, enabled,"
                         " generation, created_us, updated_us) VALUES ($1, $2, 'native', 'ns/a', 'control_room',"
-                        " $3, $4, $5, 0, 0)", sid, f"@{sid}:example.org", f"!{sid}:example.org", enabled, gen)
+                        " $3, $4, $5, 0, 0)",
+                        sid,
+                        f"@{sid}:example.org",
+                        f"!{sid}:example.org",
+                        enabled,
+                        gen,
+                    )
                 for slot, gen in (("l1", 1), ("l3", 3)):
                     await tx.execute(
                         "INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us)"
-                        " VALUES ($1, $2, $3, $4, 0, 1)", slot, "s" + "a" * 24, gen, "e-" + slot)
+                        " VALUES ($1, $2, $3, $4, 0, 1)",
+                        slot,
+                        "s" + "a" * 24,
+                        gen,
+                        "e-" + slot,
+                    )
         finally:
             await db.close()
         store = await open_store(state_url)
@@ -142,11 +156,17 @@ class TestMigrations:
             assert (live.namespace.generation, live.namespace.legacy) == (3, True)
             assert live.namespace.storage_key == f"mgs1.{'s' + 'a' * 24}.3"
             spaces = await store.namespaces_of_scope("s" + "a" * 24)
-            assert sorted((n.generation, n.state) for n in spaces) == [(0, "retired"), (1, "retired"), (2, "retired"),
-                                                                       (3, "live")]
+            assert sorted((n.generation, n.state) for n in spaces) == [
+                (0, "retired"),
+                (1, "retired"),
+                (2, "retired"),
+                (3, "live"),
+            ]
             by_gen = {n.generation: n.ns_id for n in spaces}
             assert {e.entry_id: e.ns_id for e in await store.entries_of_scope("s" + "a" * 24)} == {
-                "e-l1": by_gen[1], "e-l3": by_gen[3]}
+                "e-l1": by_gen[1],
+                "e-l3": by_gen[3],
+            }
             disabled = await store.namespaces_of_scope("s" + "b" * 24)
             assert {n.state for n in disabled} == {"retired"} and len(disabled) == 3
             assert (await store.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]  # the scope exists
@@ -192,11 +212,18 @@ async def _apply_only(db: Database, version: int) -> None:
     """Bring an empty database to one old schema version, the way a released gateway left it."""
     dialect = Dialect(db.dialect)
     async with db.tx("write") as tx:
-        await tx.execute(dialect.table("schema_migrations", dialect.i("version") + " PRIMARY KEY",
-                                       dialect.s("name", 64), dialect.i("applied_us")))
+        await tx.execute(
+            dialect.table(
+                "schema_migrations",
+                dialect.i("version") + " PRIMARY KEY",
+                dialect.s("name", 64),
+                dialect.i("applied_us"),
+            )
+        )
         for m in MIGRATIONS:
             if m.version <= version:
                 for stmt in m.statements(dialect):
                     await tx.execute(stmt)
-                await tx.execute("INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, 0)",
-                                 m.version, m.name)
+                await tx.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, 0)", m.version, m.name
+                )

@@ -88,10 +88,19 @@ class TestConsent:
         later = NOW + timedelta(minutes=5)
         granted, receipt = await store.grant(scope.scope_id, "remember preferences", "v3", later)
         assert (granted.enabled, granted.generation, granted.purpose, granted.policy_version) == (
-            True, 1, "remember preferences", "v3")
+            True,
+            1,
+            "remember preferences",
+            "v3",
+        )
         assert granted.consented_at == later
         assert (receipt.action, receipt.generation_after, receipt.purpose, receipt.policy_version, receipt.at) == (
-            "grant", 1, "remember preferences", "v3", later)
+            "grant",
+            1,
+            "remember preferences",
+            "v3",
+            later,
+        )
         assert await store.get_scope(scope.scope_id) == granted
 
     async def test_withdraw_disables_advances_and_records_a_receipt(self, store: StateStore) -> None:
@@ -112,8 +121,11 @@ class TestConsent:
     @pytest.mark.parametrize("op", ["grant", "withdraw", "disable"])
     async def test_unknown_scope_is_not_found(self, store: StateStore, op: str) -> None:
         """Consent changes on a scope that does not exist fail with not_found."""
-        args = {"grant": ("s" + "0" * 24, "p", "v1", NOW), "withdraw": ("s" + "0" * 24, NOW),
-                "disable": ("s" + "0" * 24, NOW)}[op]
+        args = {
+            "grant": ("s" + "0" * 24, "p", "v1", NOW),
+            "withdraw": ("s" + "0" * 24, NOW),
+            "disable": ("s" + "0" * 24, NOW),
+        }[op]
         with pytest.raises(StateError) as err:
             await getattr(store, op)(*args)
         assert err.value.reason is Reason.NOT_FOUND

@@ -80,8 +80,9 @@ async def admit_until_fenced(
     for scope_id in scope_ids:
         successes, reason = 0, None
         for _ in range(MAX_ATTEMPTS):
-            adm = await store.admit(scope_id, generation, lambda _scope, _window: [], NOW,
-                                    write=WriteAsk(1, 10**6, 600))
+            adm = await store.admit(
+                scope_id, generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 10**6, 600)
+            )
             if adm.op_id is None:
                 stale = adm.scope is not None and adm.scope.generation != generation
                 reason = "stale_generation" if stale else "consent_disabled"

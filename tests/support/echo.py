@@ -36,8 +36,12 @@ async def _echo(request: web.Request) -> web.StreamResponse:
     headers = {"X-Upstream": "echo", "Set-Cookie": "a=b; Path=/"}
     if reply is not None:
         return web.Response(status=status, text=reply, headers=headers, content_type="application/json")
-    return web.Response(status=status, body=body or b"{}", headers=headers,
-                        content_type=request.content_type or "application/octet-stream")
+    return web.Response(
+        status=status,
+        body=body or b"{}",
+        headers=headers,
+        content_type=request.content_type or "application/octet-stream",
+    )
 
 
 async def _sse(request: web.Request) -> web.StreamResponse:

@@ -90,8 +90,9 @@ def serving(argv: Sequence[str], *, log: Path, **popen: Any) -> Iterator[subproc
     have changed user, is stopped too.
     """
     with log.open("wb") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, **popen)
+        proc = subprocess.Popen(
+            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **popen
+        )
     try:
         yield proc
     finally:
@@ -119,8 +120,11 @@ async def wait_ready(proc: subprocess.Popen[bytes], ops_url: str, log: Path, tim
 
 def _engine_decisions(metrics: str, engine: str) -> float:
     prefix = "memgov_policy_decisions_total{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith(prefix) and f'engine="{engine}"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(prefix) and f'engine="{engine}"' in line
+    )
 
 
 async def smoke(data_url: str, ops_url: str, engine: str) -> Smoke:

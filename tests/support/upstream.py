@@ -57,8 +57,12 @@ UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
 
 def upstream_params(upstreams: tuple[Upstream, ...], value: Any = None) -> list[Any]:
     """``pytest.param`` per upstream, named by its id; real ones carry the ``real_kagent`` marker."""
-    return [pytest.param(u if value is None else value(u), id=u.id,
-                         marks=[getattr(pytest.mark, REAL_MARKER)] if u.real else []) for u in upstreams]
+    return [
+        pytest.param(
+            u if value is None else value(u), id=u.id, marks=[getattr(pytest.mark, REAL_MARKER)] if u.real else []
+        )
+        for u in upstreams
+    ]
 
 
 def marked_upstreams(definition: pytest.Function) -> tuple[Upstream, ...]:
@@ -99,8 +103,15 @@ def a2a_agents(refs: Iterable[str], standin_port: int) -> dict[str, str]:
     return {ref: f"http://127.0.0.1:{standin_port}/api/a2a/{ref}/" for ref in refs}
 
 
-async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir: Path, agents: Iterable[str] = (),
-                      store_url: str | None = None, **devstack: Any) -> Devstack:
+async def start_stack(
+    upstream: Upstream,
+    *,
+    pg_server: PgServer | None,
+    log_dir: Path,
+    agents: Iterable[str] = (),
+    store_url: str | None = None,
+    **devstack: Any,
+) -> Devstack:
     """Start the stand-ins, or the hybrid around a real kagent on a fresh database of ``pg_server``."""
     if not upstream.real:
         return await start_devstack(store_url=store_url, **devstack)
@@ -109,9 +120,15 @@ async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir
     dev = await start_devstack(**devstack)  # the agents kagent proxies to; its store is replaced below
     try:
         standin_port = int(dev.kagent_url.rsplit(":", 1)[1])
-        kagent = await asyncio.to_thread(functools.partial(
-            start_real_kagent, db_url, log_dir, auth_mode=upstream.auth_mode,
-            agents=a2a_agents(agents, standin_port)))
+        kagent = await asyncio.to_thread(
+            functools.partial(
+                start_real_kagent,
+                db_url,
+                log_dir,
+                auth_mode=upstream.auth_mode,
+                agents=a2a_agents(agents, standin_port),
+            )
+        )
         try:
             await dev.attach_real_kagent(kagent, await open_memory_store(db_url, now=dev.clock))
         except BaseException:
@@ -121,4 +138,3 @@ async def start_stack(upstream: Upstream, *, pg_server: PgServer | None, log_dir
         await dev.stop()
         raise
     return dev
-

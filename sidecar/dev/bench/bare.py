@@ -16,8 +16,17 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 _HOP: Final = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-     "transfer-encoding", "upgrade", "host"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
 )
 UPSTREAM: Final = web.AppKey("bare_upstream", str)
 SESSION: Final = web.AppKey("bare_session", aiohttp.ClientSession)
@@ -31,7 +40,11 @@ async def _relay(request: web.Request) -> web.StreamResponse:
     url = URL(request.app[UPSTREAM] + request.raw_path, encoded=True)
     data = request.content if request.body_exists else None
     async with request.app[SESSION].request(
-        request.method, url, headers=_end_to_end(request.headers), data=data, allow_redirects=False,
+        request.method,
+        url,
+        headers=_end_to_end(request.headers),
+        data=data,
+        allow_redirects=False,
         skip_auto_headers=("Accept", "Accept-Encoding", "Content-Type", "User-Agent"),
     ) as upstream:
         headers = _end_to_end(upstream.headers)
@@ -52,8 +65,12 @@ def create_bare_app(upstream_url: str) -> web.Application:
 
     async def session(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=30)
-        app[SESSION] = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(None))
+        app[SESSION] = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(None),
+        )
         yield
         await app[SESSION].close()
 

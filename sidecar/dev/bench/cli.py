@@ -18,7 +18,10 @@ from sidecar.dev.bench.wrk import wrk_version
 
 #: Sibling benchmarks that register themselves under ``memgov bench`` when present.
 OPTIONAL_BENCHES: tuple[str, ...] = (
-    "sidecar.dev.bench.state", "sidecar.dev.bench.decisions", "sidecar.dev.bench.sweep")
+    "sidecar.dev.bench.state",
+    "sidecar.dev.bench.decisions",
+    "sidecar.dev.bench.sweep",
+)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -33,9 +36,25 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 def _command_line(opts: BenchOptions, out: str) -> str:
     """The full command that reproduces a run, every option spelled out."""
-    argv = ["memgov", "bench", "proxy", "--duration", f"{opts.duration_s:g}", "--rounds", str(opts.rounds),
-            "--concurrency", str(opts.concurrency), "--rate", f"{opts.rate:g}", "--warmup", f"{opts.warmup_s:g}",
-            "--mode", opts.modes[0] if len(opts.modes) == 1 else "both", "--generator", opts.generator]
+    argv = [
+        "memgov",
+        "bench",
+        "proxy",
+        "--duration",
+        f"{opts.duration_s:g}",
+        "--rounds",
+        str(opts.rounds),
+        "--concurrency",
+        str(opts.concurrency),
+        "--rate",
+        f"{opts.rate:g}",
+        "--warmup",
+        f"{opts.warmup_s:g}",
+        "--mode",
+        opts.modes[0] if len(opts.modes) == 1 else "both",
+        "--generator",
+        opts.generator,
+    ]
     for name in opts.scenarios:
         argv += ["--scenario", name]
     return shlex.join([*argv, *([] if opts.pin else ["--no-pin"]), "--out", out])
@@ -46,17 +65,34 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     chosen = args.scenario or list(BenchOptions().scenarios)
     names = tuple(SCENARIOS) if "all" in chosen else tuple(dict.fromkeys(chosen))
     modes: tuple[Mode, ...] = ("closed", "open") if args.mode == "both" else (args.mode,)
-    opts = BenchOptions(duration_s=args.duration, rounds=args.rounds, concurrency=args.concurrency, rate=args.rate,
-                        scenarios=names, modes=modes, warmup_s=args.warmup, generator=args.generator,
-                        pin=not args.no_pin, workers=args.workers)
+    opts = BenchOptions(
+        duration_s=args.duration,
+        rounds=args.rounds,
+        concurrency=args.concurrency,
+        rate=args.rate,
+        scenarios=names,
+        modes=modes,
+        warmup_s=args.warmup,
+        generator=args.generator,
+        pin=not args.no_pin,
+        workers=args.workers,
+    )
     machine = machine_info()
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    print(f"memgov bench proxy: {len(names)} scenario(s) x {len(modes)} mode(s) x {args.rounds} round(s) x "
-          f"3 targets, {args.duration:g} s each; {machine['cores']} cores", flush=True)
+    print(
+        f"memgov bench proxy: {len(names)} scenario(s) x {len(modes)} mode(s) x {args.rounds} round(s) x "
+        f"3 targets, {args.duration:g} s each; {machine['cores']} cores",
+        flush=True,
+    )
     body = run_proxy_bench(opts, machine["usable_cores"], progress=lambda line: print(f"  {line}", flush=True))
-    report = {"command": _command_line(opts, args.out),
-              "started": stamp, "machine": machine, "machine_after": {"loadavg": load_average()},
-              "versions": versions(wrk_version()), **body}
+    report = {
+        "command": _command_line(opts, args.out),
+        "started": stamp,
+        "machine": machine,
+        "machine_after": {"loadavg": load_average()},
+        "versions": versions(wrk_version()),
+        **body,
+    }
     for section in body["sections"]:
         print()
         print(render(section))
@@ -72,24 +108,43 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
 def _register_proxy(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = bench.add_parser("proxy", help="Stand-in direct vs bare aiohttp proxy vs memgov, same load, one run.")
     d = BenchOptions()
-    p.add_argument("--duration", type=_positive(float), default=d.duration_s,
-                   help="Seconds measured per target per round.")
-    p.add_argument("--rounds", type=_positive(int), default=d.rounds,
-                   help="Interleaved a→b→c rounds; medians are reported.")
-    p.add_argument("--concurrency", type=_positive(int), default=d.concurrency,
-                   help="Connections (closed loop: senders).")
+    p.add_argument(
+        "--duration", type=_positive(float), default=d.duration_s, help="Seconds measured per target per round."
+    )
+    p.add_argument(
+        "--rounds", type=_positive(int), default=d.rounds, help="Interleaved a→b→c rounds; medians are reported."
+    )
+    p.add_argument(
+        "--concurrency", type=_positive(int), default=d.concurrency, help="Connections (closed loop: senders)."
+    )
     p.add_argument("--rate", type=_positive(float), default=d.rate, help="Requests per second of the open-loop mode.")
-    p.add_argument("--scenario", action="append", choices=[*SCENARIOS, "all"],
-                   help=f"Request mix (repeatable; default {d.scenarios[0]}).")
-    p.add_argument("--mode", choices=("closed", "open", "both"), default="both",
-                   help="closed: maximum throughput; open: fixed rate, latency from the scheduled send time.")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=[*SCENARIOS, "all"],
+        help=f"Request mix (repeatable; default {d.scenarios[0]}).",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("closed", "open", "both"),
+        default="both",
+        help="closed: maximum throughput; open: fixed rate, latency from the scheduled send time.",
+    )
     p.add_argument("--warmup", type=float, default=d.warmup_s, help="Unmeasured seconds before each run.")
-    p.add_argument("--generator", choices=("auto", "python"), default=d.generator,
-                   help="auto uses wrk for closed-loop GET when installed; python always uses the Python generator.")
+    p.add_argument(
+        "--generator",
+        choices=("auto", "python"),
+        default=d.generator,
+        help="auto uses wrk for closed-loop GET when installed; python always uses the Python generator.",
+    )
     p.add_argument("--no-pin", action="store_true", help="Do not pin the generator and servers to separate cores.")
-    p.add_argument("--workers", type=_positive(int), default=d.workers,
-                   help="Above 1, also measure memgov with this many workers as target (d) (use with --no-pin on "
-                        "two cores: pinned, every worker shares the proxies' one core).")
+    p.add_argument(
+        "--workers",
+        type=_positive(int),
+        default=d.workers,
+        help="Above 1, also measure memgov with this many workers as target (d) (use with --no-pin on "
+        "two cores: pinned, every worker shares the proxies' one core).",
+    )
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")
     p.set_defaults(func=_cmd_proxy)
 

@@ -52,9 +52,7 @@ async def _measure(call: Callable[[], Awaitable[Any]], iterations: int, warmup: 
     return _stats(samples)
 
 
-async def _bench_engine(
-    engine: str, url: str | None, pack_dir: Path, iterations: int, warmup: int
-) -> dict[str, Any]:
+async def _bench_engine(engine: str, url: str | None, pack_dir: Path, iterations: int, warmup: int) -> dict[str, Any]:
     pack = read_pack(pack_dir)
     bases = load_bases(pack_dir.parent / "policy-tests", pack)
     settings = PolicySettings(dir=pack_dir, reload_interval_s=0, opa_timeout_s=5.0)
@@ -113,11 +111,28 @@ def _cmd(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    argv = ["memgov", "bench", "decisions", "--engine", args.engine, "--iterations", str(args.iterations),
-            "--warmup", str(args.warmup), "--out", args.out]
+    argv = [
+        "memgov",
+        "bench",
+        "decisions",
+        "--engine",
+        args.engine,
+        "--iterations",
+        str(args.iterations),
+        "--warmup",
+        str(args.warmup),
+        "--out",
+        args.out,
+    ]
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
-              "targets_p50_us": TARGETS_US, "results": results}
+    report = {
+        "command": shlex.join(argv),
+        "started": stamp,
+        "machine": machine_info(),
+        "versions": versions(None),
+        "targets_p50_us": TARGETS_US,
+        "results": results,
+    }
     print(_render(results))
     print(f"\nresults: {write_json(report, Path(args.out), 'decisions-' + stamp)}")
     return 0

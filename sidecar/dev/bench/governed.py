@@ -37,9 +37,14 @@ SEARCH_ROOM: Final = f"!bench-search:{SERVER}"
 #: would grow without bound, which no scope can under a real cap (limits.yaml: 100 entries).
 SAVE_SCOPES: Final = 32
 # Every budget and cap far above what a run can reach, so the decision is always "forward".
-_UNBOUNDED: Final = {"max_entries": 10**9, "rate_per_minute": 10**9, "rate_burst": 10**9,
-                     "hourly_operations": 10**9, "embedding_items_per_agent_hour": 10**9,
-                     "embedding_items_per_source_hour": 10**9}
+_UNBOUNDED: Final = {
+    "max_entries": 10**9,
+    "rate_per_minute": 10**9,
+    "rate_burst": 10**9,
+    "hourly_operations": 10**9,
+    "embedding_items_per_agent_hour": 10**9,
+    "embedding_items_per_source_hour": 10**9,
+}
 _JSON: Final = (("Content-Type", "application/json"), ("X-Agent-Name", APP))
 
 
@@ -90,23 +95,37 @@ class GovernedScenario(Scenario):
         # search, so a namespace that grows with the saves would measure the stand-in, not memgov.
         try:
             search_key = self._consent(urls["memgov"]["control_url"], SEARCH_ROOM)
-            save_keys = [self._consent(urls["memgov"]["control_url"], f"!bench-save-{i}:{SERVER}")
-                         for i in range(SAVE_SCOPES)]
+            save_keys = [
+                self._consent(urls["memgov"]["control_url"], f"!bench-save-{i}:{SERVER}") for i in range(SAVE_SCOPES)
+            ]
             upstream = urls[self.upstream]["url"]
             for i in range(5):
-                fact = {"agent_name": APP, "user_id": search_key, "content": f"seed fact {i}",
-                        "vector": _vector(10 + i)}
+                fact = {
+                    "agent_name": APP,
+                    "user_id": search_key,
+                    "content": f"seed fact {i}",
+                    "vector": _vector(10 + i),
+                }
                 # Through memgov (stored under the storage key) and straight into the namespace (a) and (b)
                 # search (the session key as user_id), so all three targets rank and count the same five rows.
                 self._post(urls["memgov"]["url"], "/api/memories/sessions", fact)
                 self._post(upstream, "/api/memories/sessions", fact)
-            search = json.dumps({"agent_name": APP, "user_id": search_key, "vector": _vector(1), "limit": 5,
-                                 "min_score": 0.0}).encode()
-            saves = [json.dumps({"agent_name": APP, "user_id": key, "content": "prefers short answers",
-                                 "vector": _vector(2)}).encode() for key in save_keys]
-            mix = (RequestSpec("memory-search", "POST", "/api/memories/search", _JSON, search, weight=3 * SAVE_SCOPES),
-                   *(RequestSpec("memory-save", "POST", "/api/memories/sessions", _JSON, save, weight=1)
-                     for save in saves))
+            search = json.dumps(
+                {"agent_name": APP, "user_id": search_key, "vector": _vector(1), "limit": 5, "min_score": 0.0}
+            ).encode()
+            saves = [
+                json.dumps(
+                    {"agent_name": APP, "user_id": key, "content": "prefers short answers", "vector": _vector(2)}
+                ).encode()
+                for key in save_keys
+            ]
+            mix = (
+                RequestSpec("memory-search", "POST", "/api/memories/search", _JSON, search, weight=3 * SAVE_SCOPES),
+                *(
+                    RequestSpec("memory-save", "POST", "/api/memories/sessions", _JSON, save, weight=1)
+                    for save in saves
+                ),
+            )
             yield tuple(spec for spec in mix if self.only in (None, spec.name))
         finally:
             server = self._files.pop("pg", None)
@@ -115,43 +134,72 @@ class GovernedScenario(Scenario):
 
     @staticmethod
     def _post(base: str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
-        req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "X-Agent-Name": APP,
-                                              **(headers or {})})
+        req = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "X-Agent-Name": APP, **(headers or {})},
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             answer: dict[str, Any] = json.loads(resp.read())
             return answer
 
     def _consent(self, control_url: str, room: str) -> str:
         """Create and consent one bench scope through the control API; return its session key."""
+
         def call(method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
             token = mint_subject(SUBJECT, self._files["bridge"], "HS256", now=int(time.time()))
             headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-            req = urllib.request.Request(control_url + path, data=json.dumps(body).encode(), method=method,
-                                         headers=headers)
+            req = urllib.request.Request(
+                control_url + path, data=json.dumps(body).encode(), method=method, headers=headers
+            )
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answer: dict[str, Any] = json.loads(resp.read())
                 return answer
 
-        scope = call("POST", "/v1/scopes", {"principal": {"mxid": SUBJECT, "origin": "native"}, "agent": AGENT,
-                                            "scope": {"kind": "control_room", "room_id": room}})
-        granted = call("PUT", f"/v1/scopes/{scope['scope_id']}/consent",
-                       {"purpose": "benchmark", "policy_version": "bench-1"})
+        scope = call(
+            "POST",
+            "/v1/scopes",
+            {
+                "principal": {"mxid": SUBJECT, "origin": "native"},
+                "agent": AGENT,
+                "scope": {"kind": "control_room", "room_id": room},
+            },
+        )
+        granted = call(
+            "PUT", f"/v1/scopes/{scope['scope_id']}/consent", {"purpose": "benchmark", "policy_version": "bench-1"}
+        )
         return SessionKeys(self._files["session"]).session_key(scope["scope_id"], granted["generation"])
 
 
 GOVERNED: Final[tuple[Scenario, ...]] = (
-    GovernedScenario("governed-sqlite", "memory.search/save 3:1 through the full pipeline, Cedar, SQLite state",
-                     (), state="sqlite"),
-    GovernedScenario("governed-postgresql", "memory.search/save 3:1, Cedar, PostgreSQL state",
-                     (), state="postgresql"),
-    GovernedScenario("governed-kagent", "memory.search/save 3:1, Cedar, SQLite state, kagent v0.9.11 itself upstream",
-                     (), upstream="kagent", state="sqlite"),
+    GovernedScenario(
+        "governed-sqlite", "memory.search/save 3:1 through the full pipeline, Cedar, SQLite state", (), state="sqlite"
+    ),
+    GovernedScenario("governed-postgresql", "memory.search/save 3:1, Cedar, PostgreSQL state", (), state="postgresql"),
+    GovernedScenario(
+        "governed-kagent",
+        "memory.search/save 3:1, Cedar, SQLite state, kagent v0.9.11 itself upstream",
+        (),
+        upstream="kagent",
+        state="sqlite",
+    ),
     # Apart: kagent v0.9.11 deadlocks under concurrent searches and saves of one namespace
     # (docs/conformance.md), which would measure its deadlock detector rather than memgov.
-    GovernedScenario("governed-kagent-search",
-                     "memory.search only, Cedar, SQLite state, kagent v0.9.11 itself upstream",
-                     (), upstream="kagent", state="sqlite", only="memory-search"),
-    GovernedScenario("governed-kagent-save", "memory.save only, Cedar, SQLite state, kagent v0.9.11 itself upstream",
-                     (), upstream="kagent", state="sqlite", only="memory-save"),
+    GovernedScenario(
+        "governed-kagent-search",
+        "memory.search only, Cedar, SQLite state, kagent v0.9.11 itself upstream",
+        (),
+        upstream="kagent",
+        state="sqlite",
+        only="memory-search",
+    ),
+    GovernedScenario(
+        "governed-kagent-save",
+        "memory.save only, Cedar, SQLite state, kagent v0.9.11 itself upstream",
+        (),
+        upstream="kagent",
+        state="sqlite",
+        only="memory-save",
+    ),
 )

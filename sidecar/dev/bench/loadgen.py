@@ -77,8 +77,15 @@ class LoadJob:
     def from_json(cls, raw: dict[str, Any]) -> LoadJob:
         """Decode what :meth:`to_json` produced."""
         mix = tuple(RequestSpec.from_json(spec) for spec in raw["mix"])
-        return cls(raw["url"], mix, raw["mode"], float(raw["duration_s"]), float(raw["warmup_s"]),
-                   int(raw["concurrency"]), float(raw["rate"]))
+        return cls(
+            raw["url"],
+            mix,
+            raw["mode"],
+            float(raw["duration_s"]),
+            float(raw["warmup_s"]),
+            int(raw["concurrency"]),
+            float(raw["rate"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +131,15 @@ def weighted_cycle(mix: Sequence[RequestSpec]) -> list[RequestSpec]:
     return [mix[i] for _, i in slots]
 
 
-def summarize(generator: str, latencies_s: list[float], errors: int, elapsed_s: float, cpu_s: float, *,
-              lag_p99_ms: float | None = None) -> LoadResult:
+def summarize(
+    generator: str,
+    latencies_s: list[float],
+    errors: int,
+    elapsed_s: float,
+    cpu_s: float,
+    *,
+    lag_p99_ms: float | None = None,
+) -> LoadResult:
     """Turn raw latencies (seconds) into a result; saturated means the generator used most of its core."""
     ordered = sorted(latencies_s)
     ms = [v * 1000 for v in ordered] or [math.nan]
@@ -133,18 +147,28 @@ def summarize(generator: str, latencies_s: list[float], errors: int, elapsed_s: 
     late = lag_p99_ms is not None and lag_p99_ms > LATE_MS
     notes = (f"behind schedule: p99 send lag {lag_p99_ms:.1f} ms",) if late else ()
     return LoadResult(
-        generator=generator, requests=len(ordered), errors=errors, elapsed_s=elapsed_s,
+        generator=generator,
+        requests=len(ordered),
+        errors=errors,
+        elapsed_s=elapsed_s,
         rps=len(ordered) / elapsed_s if elapsed_s > 0 else 0.0,
-        p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), p999_ms=percentile(ms, 99.9), max_ms=ms[-1],
-        cpu_s=cpu_s, saturated=share >= SATURATED_CPU, lag_p99_ms=lag_p99_ms, notes=notes,
+        p50_ms=percentile(ms, 50),
+        p99_ms=percentile(ms, 99),
+        p999_ms=percentile(ms, 99.9),
+        max_ms=ms[-1],
+        cpu_s=cpu_s,
+        saturated=share >= SATURATED_CPU,
+        lag_p99_ms=lag_p99_ms,
+        notes=notes,
     )
 
 
 async def _send(session: aiohttp.ClientSession, base: str, spec: RequestSpec) -> bool:
     """Send one request and read the whole answer (an SSE stream to its end); True on 2xx."""
     try:
-        async with session.request(spec.method, base + spec.path, headers=list(spec.headers),
-                                   data=spec.body or None) as resp:
+        async with session.request(
+            spec.method, base + spec.path, headers=list(spec.headers), data=spec.body or None
+        ) as resp:
             await resp.read()
             return 200 <= resp.status < 300
     except (TimeoutError, aiohttp.ClientError, OSError):
@@ -153,8 +177,12 @@ async def _send(session: aiohttp.ClientSession, base: str, spec: RequestSpec) ->
 
 def _session(concurrency: int) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=DRAIN_S),
-                                 auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=DRAIN_S),
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
 
 
 async def closed_loop(job: LoadJob) -> LoadResult:
@@ -240,8 +268,9 @@ async def open_loop(job: LoadJob) -> LoadResult:
         errors += len(late)
         cpu_s = time.process_time() - cpu_at
     lag_ms = sorted(v * 1000 for v in lags)
-    return summarize("python", latencies, errors, job.duration_s, cpu_s,
-                     lag_p99_ms=percentile(lag_ms, 99) if lag_ms else None)
+    return summarize(
+        "python", latencies, errors, job.duration_s, cpu_s, lag_p99_ms=percentile(lag_ms, 99) if lag_ms else None
+    )
 
 
 def run_python(job: LoadJob, cpus: Sequence[int] | None = None) -> LoadResult:

@@ -102,8 +102,9 @@ async def _kagent(params: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
 
     pg = await asyncio.to_thread(start_pg)
     try:
-        kagent = await asyncio.to_thread(start_real_kagent, pg.create_database("kagent"),
-                                         Path(params["workdir"]) / "kagent")
+        kagent = await asyncio.to_thread(
+            start_real_kagent, pg.create_database("kagent"), Path(params["workdir"]) / "kagent"
+        )
         try:
             yield {"url": kagent.url}
         finally:
@@ -169,8 +170,9 @@ class ServerProcess:
         self.kind = kind
         self._conn, child_conn = ctx.Pipe()
         # A daemonic process may not start processes of its own, which memgov's workers are.
-        self._proc = ctx.Process(target=_child, args=(kind, params, list(cpus), child_conn),
-                                 daemon=int(params.get("workers", 1)) == 1)
+        self._proc = ctx.Process(
+            target=_child, args=(kind, params, list(cpus), child_conn), daemon=int(params.get("workers", 1)) == 1
+        )
         self._proc.start()
         child_conn.close()
         if not self._conn.poll(_START_TIMEOUT_S):

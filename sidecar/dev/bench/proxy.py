@@ -77,8 +77,9 @@ def preflight(urls: Mapping[str, str], mix: Sequence[RequestSpec]) -> None:
     """Send each request of the mix once to every target; refuse to measure a target that fails it."""
     for key, base in urls.items():
         for spec in mix:
-            req = urllib.request.Request(base + spec.path, data=spec.body or None, method=spec.method,
-                                         headers=dict(spec.headers))
+            req = urllib.request.Request(
+                base + spec.path, data=spec.body or None, method=spec.method, headers=dict(spec.headers)
+            )
             try:
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     resp.read()
@@ -100,12 +101,18 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus: Sequence[int],
-             generator: Generator) -> dict[str, Any]:
+def _measure(
+    servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus: Sequence[int], generator: Generator
+) -> dict[str, Any]:
     """One load run against one target, with the CPU each process and the rest of the machine used."""
     target, upstream = servers[key], servers["a"]
-    cpu0, up0, busy0, gen0, wall0 = (target.cpu_seconds(), upstream.cpu_seconds(), busy_cpu_seconds(),
-                                     _children_cpu_seconds(), time.perf_counter())
+    cpu0, up0, busy0, gen0, wall0 = (
+        target.cpu_seconds(),
+        upstream.cpu_seconds(),
+        busy_cpu_seconds(),
+        _children_cpu_seconds(),
+        time.perf_counter(),
+    )
     result = _generate(job, cpus, generator)
     wall = time.perf_counter() - wall0
     server_cpu = target.cpu_seconds() - cpu0
@@ -113,9 +120,14 @@ def _measure(servers: Mapping[str, ServerProcess], key: str, job: LoadJob, cpus:
     # What neither the generator nor our servers used went to other work on a shared machine.
     other = busy_cpu_seconds() - busy0 - server_cpu - up_cpu - (_children_cpu_seconds() - gen0)
     loaded_s = job.warmup_s + result.elapsed_s  # the servers idle while the generator starts
-    return {"target": key, "result": asdict(result), "server_cpu_s": server_cpu, "upstream_cpu_s": up_cpu,
-            "servers_cores": (server_cpu + up_cpu) / loaded_s if loaded_s else 0.0,
-            "other_load_cores": max(other, 0.0) / wall}
+    return {
+        "target": key,
+        "result": asdict(result),
+        "server_cpu_s": server_cpu,
+        "upstream_cpu_s": up_cpu,
+        "servers_cores": (server_cpu + up_cpu) / loaded_s if loaded_s else 0.0,
+        "other_load_cores": max(other, 0.0) / wall,
+    }
 
 
 @contextmanager
@@ -137,12 +149,15 @@ def _servers(scenario: Scenario, workdir: Path, plan: CpuPlan, workers: int = 1)
             proc.stop()
 
 
-def run_scenario(scenario: Scenario, opts: BenchOptions, plan: CpuPlan,
-                 progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+def run_scenario(
+    scenario: Scenario, opts: BenchOptions, plan: CpuPlan, progress: Callable[[str], None] = lambda _: None
+) -> list[dict[str, Any]]:
     """Run every round of every mode of one scenario on fresh servers; one report section per mode."""
     runs: dict[Mode, list[dict[str, Any]]] = {mode: [] for mode in opts.modes}
-    with tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp, \
-            _servers(scenario, Path(tmp), plan, opts.workers) as servers:
+    with (
+        tempfile.TemporaryDirectory(prefix="memgov-bench-") as tmp,
+        _servers(scenario, Path(tmp), plan, opts.workers) as servers,
+    ):
         urls = {key: proc.urls["url"] for key, proc in servers.items()}
         labels = target_labels(scenario.upstream, opts.workers)
         with scenario.prepared({proc.kind: proc.urls for proc in servers.values()}) as mix:
@@ -158,18 +173,30 @@ def _section(scenario: Scenario, mode: Mode, opts: BenchOptions, runs: list[dict
     load = f"{opts.concurrency} connections"
     if mode == "open":
         load = f"{opts.rate:g} rps, {load}"
-    return {"scenario": scenario.name, "summary_text": scenario.summary, "mode": mode, "load": load,
-            "duration_s": opts.duration_s, "rounds": opts.rounds,
-            "summary": aggregate(runs, target_labels(scenario.upstream, opts.workers)), "runs": runs}
+    return {
+        "scenario": scenario.name,
+        "summary_text": scenario.summary,
+        "mode": mode,
+        "load": load,
+        "duration_s": opts.duration_s,
+        "rounds": opts.rounds,
+        "summary": aggregate(runs, target_labels(scenario.upstream, opts.workers)),
+        "runs": runs,
+    }
 
 
-def run_proxy_bench(opts: BenchOptions, available: Sequence[int],
-                    progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_proxy_bench(
+    opts: BenchOptions, available: Sequence[int], progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Run every chosen scenario and return the report body (without machine facts)."""
     plan = plan_cpus(available, opts.pin)
     started = time.time()
     sections = []
     for name in opts.scenarios:
         sections += run_scenario(SCENARIOS[name], opts, plan, progress)
-    return {"options": asdict(opts), "cpu_plan": asdict(plan), "wall_s": round(time.time() - started, 1),
-            "sections": sections}
+    return {
+        "options": asdict(opts),
+        "cpu_plan": asdict(plan),
+        "wall_s": round(time.time() - started, 1),
+        "sections": sections,
+    }

@@ -94,10 +94,15 @@ def _fmt(value: float, digits: int = 2) -> str:
 def render(section: Mapping[str, Any]) -> str:
     """A plain-text table for one scenario and load mode."""
     agg = section["summary"]
-    head = (f"{section['scenario']} ({section['mode']} loop, {section['load']}, "
-            f"{section['duration_s']:g} s x {section['rounds']} rounds, medians) - {section['summary_text']}")
-    lines = [head, f"  {'target':<27}{'rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
-                   f"{'cpu us/req':>12}{'srv cores':>11}  generator"]
+    head = (
+        f"{section['scenario']} ({section['mode']} loop, {section['load']}, "
+        f"{section['duration_s']:g} s x {section['rounds']} rounds, medians) - {section['summary_text']}"
+    )
+    lines = [
+        head,
+        f"  {'target':<27}{'rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
+        f"{'cpu us/req':>12}{'srv cores':>11}  generator",
+    ]
     for key, t in agg["targets"].items():
         gen = f"{t['generator']} cpu {t['generator_cpu_share']:.0%}"
         if math.isfinite(t["generator_lag_p99_ms"]):
@@ -108,14 +113,18 @@ def render(section: Mapping[str, Any]) -> str:
             gen += f", BEHIND SCHEDULE in {t['generator_late_rounds']} round(s)"
         if t["errors"]:
             gen += f", {t['errors']} errors"
-        lines.append(f"  ({key}) {t['label']:<23}{_fmt(t['rps'], 1):>9}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
-                     f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}"
-                     f"{_fmt(t['servers_cores']):>11}  {gen}")
+        lines.append(
+            f"  ({key}) {t['label']:<23}{_fmt(t['rps'], 1):>9}{_fmt(t['p50_ms']):>9}{_fmt(t['p99_ms']):>9}"
+            f"{_fmt(t['p999_ms']):>10}{_fmt(t['server_cpu_us_per_request'], 0):>12}"
+            f"{_fmt(t['servers_cores']):>11}  {gen}"
+        )
     for name, r in agg["ratios"].items():
         add = agg["added_ms"][name.replace("/", "-")]
-        lines.append(f"  ratio ({name[0]})/({name[2]}): rps {_fmt(r['rps'])}  p50 {_fmt(r['p50_ms'])}  "
-                     f"p99 {_fmt(r['p99_ms'])}  p99.9 {_fmt(r['p999_ms'])}   added ms: p50 {_fmt(add['p50_ms'], 3)}  "
-                     f"p99 {_fmt(add['p99_ms'], 3)}")
+        lines.append(
+            f"  ratio ({name[0]})/({name[2]}): rps {_fmt(r['rps'])}  p50 {_fmt(r['p50_ms'])}  "
+            f"p99 {_fmt(r['p99_ms'])}  p99.9 {_fmt(r['p999_ms'])}   added ms: p50 {_fmt(add['p50_ms'], 3)}  "
+            f"p99 {_fmt(add['p99_ms'], 3)}"
+        )
     lines.append(f"  other processes on the machine used {_fmt(agg['other_load_cores'])} cores during a run (median)")
     return "\n".join(lines)
 
@@ -131,8 +140,13 @@ def _cpu_model() -> str:
 
 
 def _git_revision() -> str | None:
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False,
-                         cwd=Path(__file__).resolve().parent)
+    out = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent,
+    )
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
@@ -144,21 +158,31 @@ def load_average() -> list[float]:
 def machine_info() -> dict[str, Any]:
     """Cores, CPU model, kernel and load average at the time of the call."""
     return {
-        "cores": os.cpu_count(), "usable_cores": sorted(os.sched_getaffinity(0)), "cpu_model": _cpu_model(),
-        "platform": platform.platform(), "loadavg": load_average(),
+        "cores": os.cpu_count(),
+        "usable_cores": sorted(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "platform": platform.platform(),
+        "loadavg": load_average(),
     }
 
 
 def versions(wrk: str | None) -> dict[str, Any]:
     """Versions of what was measured and what measured it."""
+
     def version(dist: str) -> str | None:
         try:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    return {"python": sys.version.split()[0], "aiohttp": version("aiohttp"), "memgov": version("memgov"),
-            "git": _git_revision(), "wrk": wrk, "event_loop": evloop.name()}
+    return {
+        "python": sys.version.split()[0],
+        "aiohttp": version("aiohttp"),
+        "memgov": version("memgov"),
+        "git": _git_revision(),
+        "wrk": wrk,
+        "event_loop": evloop.name(),
+    }
 
 
 def _finite(value: Any) -> Any:
@@ -182,8 +206,13 @@ def write_json(report: Mapping[str, Any], out_dir: Path, stamp: str) -> Path:
 def publish(name: str, argv: list[str], runs: list[dict[str, Any]], table: str, out_dir: Path) -> Path:
     """Print a bench's table and write its JSON report (command, machine, versions, runs) as ``<name>-<time>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {"command": shlex.join(argv), "started": stamp, "machine": machine_info(), "versions": versions(None),
-              "runs": runs}
+    report = {
+        "command": shlex.join(argv),
+        "started": stamp,
+        "machine": machine_info(),
+        "versions": versions(None),
+        "runs": runs,
+    }
     print(table)
     path = write_json(report, out_dir, f"{name}-{stamp}")
     print(f"\nresults: {path}")

@@ -61,18 +61,32 @@ def session_body(size: int = 1024) -> bytes:
 def stream_body() -> bytes:
     """An A2A JSON-RPC ``message/stream`` request with one short text part."""
     message = {
-        "kind": "message", "messageId": "bench-0001", "role": "user",
+        "kind": "message",
+        "messageId": "bench-0001",
+        "role": "user",
         "parts": [{"kind": "text", "text": "Summarise the benchmark setup in one sentence."}],
     }
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": message}}).encode()
 
 
 PASSTHROUGH: Final[tuple[Scenario, ...]] = (
-    Scenario("health", "GET /health, a small JSON answer",
-             (RequestSpec("health", "GET", "/health"),)),
-    Scenario("sessions", "POST /api/sessions with a 1 KiB JSON body",
-             (RequestSpec("create-session", "POST", "/api/sessions", _JSON, session_body()),)),
-    Scenario("a2a-stream", "POST /api/a2a/{ns}/{name}/ message/stream, an SSE answer read to its end",
-             (RequestSpec("message-stream", "POST", "/api/a2a/bench/assistant/",
-                          (*_JSON, ("Accept", "text/event-stream")), stream_body()),)),
+    Scenario("health", "GET /health, a small JSON answer", (RequestSpec("health", "GET", "/health"),)),
+    Scenario(
+        "sessions",
+        "POST /api/sessions with a 1 KiB JSON body",
+        (RequestSpec("create-session", "POST", "/api/sessions", _JSON, session_body()),),
+    ),
+    Scenario(
+        "a2a-stream",
+        "POST /api/a2a/{ns}/{name}/ message/stream, an SSE answer read to its end",
+        (
+            RequestSpec(
+                "message-stream",
+                "POST",
+                "/api/a2a/bench/assistant/",
+                (*_JSON, ("Accept", "text/event-stream")),
+                stream_body(),
+            ),
+        ),
+    ),
 )

@@ -54,17 +54,23 @@ SELECT 'n' || substr(s.scope_id, 2), s.scope_id, 1, substr(s.scope_id, 2) || '00
 WHERE NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.scope_id = s.scope_id)
 """
 _SQLITE_SEQ = "WITH RECURSIVE seq(i) AS (SELECT $1 WHERE $1 < $2 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < $2) "
-_SQLITE_SCOPES = _SQLITE_SEQ + """
+_SQLITE_SCOPES = (
+    _SQLITE_SEQ
+    + """
 INSERT INTO scopes (scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation, purpose,
                     policy_version, created_us, updated_us, consented_us)
 SELECT printf('s%024x', i), '@user' || i || ':bench.example', 'native', 'bench/agent' || (i % 10),
        'control_room', '!room' || i || ':bench.example', 1, 1, 'benchmark', 'v1', $3, $3, $3 FROM seq
 """
-_SQLITE_LEDGER = _SQLITE_SEQ + """
+)
+_SQLITE_LEDGER = (
+    _SQLITE_SEQ
+    + """
 INSERT INTO ledger (slot_id, scope_id, generation, entry_id, created_us, expires_us, ns_id)
 SELECT printf('k%024x', i), printf('s%024x', min(i / $3, $4 - 1)), 1, 'bench-' || i,
        $5 - (i % 86400) * 1000000, $5 - (i % 86400) * 1000000 + $6, printf('n%024x', min(i / $3, $4 - 1)) FROM seq
 """
+)
 
 
 def _scope_id(i: int) -> str:
@@ -89,8 +95,9 @@ async def grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) ->
     async with store.db.tx("write") as tx:
         await tx.execute(_PG_SCOPES if pg else _SQLITE_SCOPES, have_scopes, scopes, now_us)
         await tx.execute(_NAMESPACES, now_us)
-        await tx.execute(_PG_LEDGER if pg else _SQLITE_LEDGER, have_rows, ledger_rows, per_scope, scopes, now_us,
-                         _WEEK_US)
+        await tx.execute(
+            _PG_LEDGER if pg else _SQLITE_LEDGER, have_rows, ledger_rows, per_scope, scopes, now_us, _WEEK_US
+        )
     async with store.db.tx("read") as tx:
         await tx.execute("ANALYZE")
     return time.perf_counter() - start
@@ -145,15 +152,20 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
             await store.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(10)], now)
 
         async def budget(i: int) -> None:
-            claims = [BudgetClaim("bucket", f"@user{i % 1000}:bench.example|bench/agent", _HUGE, refill_per_s=1.0),
-                      BudgetClaim("window", picks[i % len(picks)], _HUGE, reason="hourly_budget_exhausted")]
+            claims = [
+                BudgetClaim("bucket", f"@user{i % 1000}:bench.example|bench/agent", _HUGE, refill_per_s=1.0),
+                BudgetClaim("window", picks[i % len(picks)], _HUGE, reason="hourly_budget_exhausted"),
+            ]
             if await store.reserve_budget(claims, now) is not None:
                 raise RuntimeError("benchmark budget refused")
 
         def claims(scope: Scope, _window: str | None) -> list[BudgetClaim]:
-            return [BudgetClaim("bucket", f"rate:{scope.principal_mxid}:{scope.agent}", _HUGE, refill_per_s=1.0),
-                    BudgetClaim("window", f"hour:{scope.scope_id}", _HUGE, cost=2, window_s=3600,
-                                reason="hourly_budget_exhausted")]
+            return [
+                BudgetClaim("bucket", f"rate:{scope.principal_mxid}:{scope.agent}", _HUGE, refill_per_s=1.0),
+                BudgetClaim(
+                    "window", f"hour:{scope.scope_id}", _HUGE, cost=2, window_s=3600, reason="hourly_budget_exhausted"
+                ),
+            ]
 
         async def governed_save(i: int) -> None:
             sid = picks[i % len(picks)]
@@ -191,8 +203,10 @@ def _render(runs: list[dict[str, Any]]) -> str:
     lines = [f"{'backend':<11}{'scopes':>8}{'ledger':>10}  {'operation':<34}{'p50 µs':>9}{'p99 µs':>9}{'n':>7}"]
     for run in runs:
         for name, s in run["ops"].items():
-            lines.append(f"{run['backend']:<11}{run['scopes']:>8}{run['ledger_rows']:>10}  {name:<34}"
-                         f"{s['p50_us']:>9.0f}{s['p99_us']:>9.0f}{s['n']:>7}")
+            lines.append(
+                f"{run['backend']:<11}{run['scopes']:>8}{run['ledger_rows']:>10}  {name:<34}"
+                f"{s['p50_us']:>9.0f}{s['p99_us']:>9.0f}{s['n']:>7}"
+            )
     lines.append("bulk load: " + ", ".join(f"{r['backend']} {r['scopes']} scopes {r['load_s']:.1f} s" for r in runs))
     return "\n".join(lines)
 
@@ -239,8 +253,19 @@ def _cmd(args: argparse.Namespace) -> int:
             for scopes, rows in sizes:
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows …", flush=True)
                 runs.append(asyncio.run(run_state_bench(database, scopes, rows, args.ops)))
-    argv = ["memgov", "bench", "state", "--backend", args.backend, "--ops", str(args.ops), "--out", args.out,
-            *(["--large"] if args.large else []), *(["--pg-url", "URL"] if args.pg_url else [])]
+    argv = [
+        "memgov",
+        "bench",
+        "state",
+        "--backend",
+        args.backend,
+        "--ops",
+        str(args.ops),
+        "--out",
+        args.out,
+        *(["--large"] if args.large else []),
+        *(["--pg-url", "URL"] if args.pg_url else []),
+    ]
     publish("state", argv, runs, _render(runs), Path(args.out))
     return 0
 

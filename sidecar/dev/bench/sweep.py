@@ -43,10 +43,18 @@ def _settings(folder: Path, state_url: str, kagent_url: str, embedding_url: str)
     return load_settings(
         upstream={"controller_url": kagent_url, "embedding_url": embedding_url},
         listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-        state={"url": state_url}, policy={"dir": str(PACKAGED_POLICY_DIR), "reload_interval_s": 0},
-        secrets={"session_key_file": str(key)}, matrix={"server_name": "bench.example"},
-        agents={AGENT: {"disabled_variant": "rotating-nomem", "ghost": "@rotating:bench.example",
-                        "embedding_model": _MODEL, "embedding_dimensions": 768}},
+        state={"url": state_url},
+        policy={"dir": str(PACKAGED_POLICY_DIR), "reload_interval_s": 0},
+        secrets={"session_key_file": str(key)},
+        matrix={"server_name": "bench.example"},
+        agents={
+            AGENT: {
+                "disabled_variant": "rotating-nomem",
+                "ghost": "@rotating:bench.example",
+                "embedding_model": _MODEL,
+                "embedding_dimensions": 768,
+            }
+        },
     )
 
 
@@ -55,8 +63,9 @@ async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, no
     store, app = gov.store, app_name(*AGENT.split("/"))
     prepared = set()
     for i in range(rotations):
-        scope, _ = await store.create_scope(f"@rot{i}:bench.example", "native", AGENT, "control_room",
-                                            f"!rot{i}:bench.example", now)
+        scope, _ = await store.create_scope(
+            f"@rot{i}:bench.example", "native", AGENT, "control_room", f"!rot{i}:bench.example", now
+        )
         scope, _ = await store.grant(scope.scope_id, "benchmark", "v1", now)
         ns = scope.namespace
         assert ns is not None  # a granted scope has its live namespace
@@ -72,8 +81,9 @@ async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, no
     return prepared
 
 
-async def run_sweep_bench(state_url: str, scopes: int, ledger_rows: int, rotations: int, entries: int,
-                          ops: int, folder: Path) -> dict[str, Any]:
+async def run_sweep_bench(
+    state_url: str, scopes: int, ledger_rows: int, rotations: int, entries: int, ops: int, folder: Path
+) -> dict[str, Any]:
     """Grow the store, prepare the rotating scopes, and time the candidate query and two sweep passes."""
     now = datetime.now(UTC)
     stack = await start_devstack(stream_delay_s=0)
@@ -103,21 +113,35 @@ async def run_sweep_bench(state_url: str, scopes: int, ledger_rows: int, rotatio
         embedded = sum(len(c.inputs) for c in stack.embedding.calls)
     finally:
         await stack.stop()
-    return {"backend": backend, "scopes": scopes + rotations, "ledger_rows": ledger_rows + rotations * entries,
-            "rotations": rotations, "entries_per_scope": entries, "load_s": load_s,
-            "candidates_query": percentiles(samples), "sweep_with_rotations_s": busy_s,
-            "per_rotation_ms": busy_s * 1000 / max(rotations, 1), "idle_sweep_s": idle_s,
-            "embedding_items": embedded}
+    return {
+        "backend": backend,
+        "scopes": scopes + rotations,
+        "ledger_rows": ledger_rows + rotations * entries,
+        "rotations": rotations,
+        "entries_per_scope": entries,
+        "load_s": load_s,
+        "candidates_query": percentiles(samples),
+        "sweep_with_rotations_s": busy_s,
+        "per_rotation_ms": busy_s * 1000 / max(rotations, 1),
+        "idle_sweep_s": idle_s,
+        "embedding_items": embedded,
+    }
 
 
 def _render(runs: list[dict[str, Any]]) -> str:
-    lines = [(f"{'backend':<11}{'scopes':>8}{'ledger':>10}{'cand p50 µs':>13}{'cand p99 µs':>13}"
-              f"{'rotations':>10}{'pass s':>8}{'ms/rot':>8}{'idle s':>8}")]
+    lines = [
+        (
+            f"{'backend':<11}{'scopes':>8}{'ledger':>10}{'cand p50 µs':>13}{'cand p99 µs':>13}"
+            f"{'rotations':>10}{'pass s':>8}{'ms/rot':>8}{'idle s':>8}"
+        )
+    ]
     for r in runs:
         q = r["candidates_query"]
-        lines.append(f"{r['backend']:<11}{r['scopes']:>8}{r['ledger_rows']:>10}{q['p50_us']:>13.0f}{q['p99_us']:>13.0f}"
-                     f"{r['rotations']:>10}{r['sweep_with_rotations_s']:>8.2f}{r['per_rotation_ms']:>8.1f}"
-                     f"{r['idle_sweep_s']:>8.3f}")
+        lines.append(
+            f"{r['backend']:<11}{r['scopes']:>8}{r['ledger_rows']:>10}{q['p50_us']:>13.0f}{q['p99_us']:>13.0f}"
+            f"{r['rotations']:>10}{r['sweep_with_rotations_s']:>8.2f}{r['per_rotation_ms']:>8.1f}"
+            f"{r['idle_sweep_s']:>8.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -129,11 +153,35 @@ def _cmd(args: argparse.Namespace) -> int:
         for backend in backends(args.backend):
             for n, (scopes, rows) in enumerate(sizes):
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows, {args.rotations} to rotate …", flush=True)
-                runs.append(asyncio.run(run_sweep_bench(url(backend, f"memgov_bench_sweep_{n}"), scopes, rows,
-                                                        args.rotations, args.entries, args.ops, Path(keys))))
-    argv = ["memgov", "bench", "sweep", "--backend", args.backend, "--rotations", str(args.rotations),
-            "--entries", str(args.entries), "--ops", str(args.ops), "--out", args.out,
-            *(["--large"] if args.large else [])]
+                runs.append(
+                    asyncio.run(
+                        run_sweep_bench(
+                            url(backend, f"memgov_bench_sweep_{n}"),
+                            scopes,
+                            rows,
+                            args.rotations,
+                            args.entries,
+                            args.ops,
+                            Path(keys),
+                        )
+                    )
+                )
+    argv = [
+        "memgov",
+        "bench",
+        "sweep",
+        "--backend",
+        args.backend,
+        "--rotations",
+        str(args.rotations),
+        "--entries",
+        str(args.entries),
+        "--ops",
+        str(args.ops),
+        "--out",
+        args.out,
+        *(["--large"] if args.large else []),
+    ]
     publish("sweep", argv, runs, _render(runs), Path(args.out))
     return 0
 
@@ -143,8 +191,9 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p = bench.add_parser("sweep", help="Sweeper cost with namespace rotation at 1,000 and 100,000 scopes.")
     p.add_argument("--large", action="store_true", help="Also measure at 100,000 scopes and 1,000,000 ledger rows.")
     p.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both", help="Backend(s) to measure.")
-    p.add_argument("--rotations", type=int, default=100,
-                   help="Scopes prepared to need a rotation (one forgotten entry).")
+    p.add_argument(
+        "--rotations", type=int, default=100, help="Scopes prepared to need a rotation (one forgotten entry)."
+    )
     p.add_argument("--entries", type=int, default=10, help="Entries per prepared scope.")
     p.add_argument("--ops", type=int, default=200, help="Measured candidate queries per size.")
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")

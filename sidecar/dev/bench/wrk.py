@@ -70,18 +70,36 @@ def run_wrk(job: LoadJob, cpus: Sequence[int] | None = None) -> LoadResult:
         script = Path(tmp) / "report.lua"
         script.write_text(_SCRIPT)
         if job.warmup_s > 0:
-            subprocess.run(_command(path, job, script, max(1, math.ceil(job.warmup_s))), capture_output=True,
-                           preexec_fn=pin, check=True)
+            subprocess.run(
+                _command(path, job, script, max(1, math.ceil(job.warmup_s))),
+                capture_output=True,
+                preexec_fn=pin,
+                check=True,
+            )
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds = max(1, round(job.duration_s))
-        out = subprocess.run(_command(path, job, script, seconds), capture_output=True, text=True,
-                             preexec_fn=pin, check=True, timeout=seconds + 60)
+        out = subprocess.run(
+            _command(path, job, script, seconds),
+            capture_output=True,
+            text=True,
+            preexec_fn=pin,
+            check=True,
+            timeout=seconds + 60,
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     requests, elapsed, errors, (p50, p99, p999, top) = parse_done_line(out.stdout)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     ok = max(requests - errors, 0)
     return LoadResult(
-        generator="wrk", requests=ok, errors=errors, elapsed_s=elapsed, rps=ok / elapsed if elapsed else 0.0,
-        p50_ms=p50, p99_ms=p99, p999_ms=p999, max_ms=top, cpu_s=cpu_s,
+        generator="wrk",
+        requests=ok,
+        errors=errors,
+        elapsed_s=elapsed,
+        rps=ok / elapsed if elapsed else 0.0,
+        p50_ms=p50,
+        p99_ms=p99,
+        p999_ms=p999,
+        max_ms=top,
+        cpu_s=cpu_s,
         saturated=elapsed > 0 and cpu_s / elapsed >= SATURATED_CPU,
     )

@@ -16,7 +16,21 @@ from sidecar.dev.devstack.store import DbFault, MemoryRow, MemoryStore
 from sidecar.dev.devstack.stores import open_memory_store
 
 __all__ = [
-    "EMBEDDING", "RECORDER", "STATE", "DbFault", "DevClock", "Devstack", "EmbeddingFaults", "MemoryRow", "MemoryStore",
-    "RecordedRequest", "Recorder", "RuntimeConfig", "app_name", "create_embedding_app", "create_kagent_app",
-    "open_memory_store", "start_devstack",
+    "EMBEDDING",
+    "RECORDER",
+    "STATE",
+    "DbFault",
+    "DevClock",
+    "Devstack",
+    "EmbeddingFaults",
+    "MemoryRow",
+    "MemoryStore",
+    "RecordedRequest",
+    "Recorder",
+    "RuntimeConfig",
+    "app_name",
+    "create_embedding_app",
+    "create_kagent_app",
+    "open_memory_store",
+    "start_devstack",
 ]

@@ -53,10 +53,16 @@ def card(request: web.Request) -> dict[str, Any]:
     params = request[PARAMS]
     base = f"{request.scheme}://{request.host}{request.path.removesuffix(CARD_SUFFIX).rstrip('/')}/"
     return {
-        "name": params["name"], "description": f"Stand-in for agent {params['namespace']}/{params['name']}",
-        "url": base, "version": "v0.9.11", "protocolVersion": "0.3.0", "preferredTransport": "JSONRPC",
+        "name": params["name"],
+        "description": f"Stand-in for agent {params['namespace']}/{params['name']}",
+        "url": base,
+        "version": "v0.9.11",
+        "protocolVersion": "0.3.0",
+        "preferredTransport": "JSONRPC",
         "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": False},
-        "defaultInputModes": ["text"], "defaultOutputModes": ["text"], "skills": [],
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [],
     }
 
 
@@ -67,8 +73,11 @@ async def _reply(request: web.Request, state: KagentState, text: str, context_id
     cfg = state.runtime
     if cfg is not None and state.http is not None and agent in cfg.memory_agents:
         # Like kagent's unsecure authn: the user_id query wins over X-User-Id, else the default admin.
-        user = (go_query_get(request.rel_url.raw_query_string, "user_id") or request.headers.get("X-User-Id")
-                or DEFAULT_USER)
+        user = (
+            go_query_get(request.rel_url.raw_query_string, "user_id")
+            or request.headers.get("X-User-Id")
+            or DEFAULT_USER
+        )
         first = (agent, context_id) not in state.seen_contexts
         state.seen_contexts.add((agent, context_id))
         turn = await run_turn(state.http, cfg, params["namespace"], params["name"], user, text, first_turn=first)
@@ -78,8 +87,13 @@ async def _reply(request: web.Request, state: KagentState, text: str, context_id
 
 
 def _agent_message(text: str, context_id: str, task_id: str | None = None) -> dict[str, Any]:
-    message = {"kind": "message", "messageId": str(uuid.uuid4()), "role": "agent",
-               "parts": [{"kind": "text", "text": text}], "contextId": context_id}
+    message = {
+        "kind": "message",
+        "messageId": str(uuid.uuid4()),
+        "role": "agent",
+        "parts": [{"kind": "text", "text": text}],
+        "contextId": context_id,
+    }
     if task_id:
         message["taskId"] = task_id
     return message
@@ -116,8 +130,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return await _stream(request, state, rpc_id, message, text, context_id)
 
 
-async def _stream(request: web.Request, state: KagentState, rpc_id: Any, message: dict[str, Any], text: str,
-                  context_id: str) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, state: KagentState, rpc_id: Any, message: dict[str, Any], text: str, context_id: str
+) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     task_id = str(uuid.uuid4())
@@ -133,16 +148,24 @@ async def _stream(request: web.Request, state: KagentState, rpc_id: Any, message
         if pause:
             await asyncio.sleep(state.stream_delay_s)  # paces the stream like a model producing tokens
 
-    await send({"kind": "task", "id": task_id, "contextId": context_id, "status": {"state": "submitted"},
-                "history": [message]})
+    await send(
+        {"kind": "task", "id": task_id, "contextId": context_id, "status": {"state": "submitted"}, "history": [message]}
+    )
     await send(status("working", False))
     reply = await _reply(request, state, text, context_id)
     half = len(reply) // 2
     artifact_id = str(uuid.uuid4())
     for index, chunk in enumerate((reply[:half], reply[half:])):
-        await send({"kind": "artifact-update", "taskId": task_id, "contextId": context_id,
-                    "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": chunk}]},
-                    "append": index > 0, "lastChunk": index == 1})
+        await send(
+            {
+                "kind": "artifact-update",
+                "taskId": task_id,
+                "contextId": context_id,
+                "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": chunk}]},
+                "append": index > 0,
+                "lastChunk": index == 1,
+            }
+        )
     await send(status("completed", True, reply), pause=False)
     await resp.write_eof()
     return resp

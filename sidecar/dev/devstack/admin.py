@@ -29,9 +29,17 @@ def _iso(value: datetime | None) -> str | None:
 
 def row_json(row: MemoryRow) -> dict[str, Any]:
     """A row as JSON; the embedding is reduced to its length."""
-    return {"id": row.id, "agent_name": row.agent_name, "user_id": row.user_id, "content": row.content,
-            "metadata": row.metadata, "created_at": _iso(row.created_at), "expires_at": _iso(row.expires_at),
-            "access_count": row.access_count, "embedding_dims": None if row.embedding is None else len(row.embedding)}
+    return {
+        "id": row.id,
+        "agent_name": row.agent_name,
+        "user_id": row.user_id,
+        "content": row.content,
+        "metadata": row.metadata,
+        "created_at": _iso(row.created_at),
+        "expires_at": _iso(row.expires_at),
+        "access_count": row.access_count,
+        "embedding_dims": None if row.embedding is None else len(row.embedding),
+    }
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -80,8 +88,9 @@ async def set_db_fault(request: web.Request) -> web.Response:
     ops = frozenset(body.get("ops") or ())
     if not ops <= OPS:
         return web.json_response({"error": f"ops must be among {sorted(OPS)}"}, status=400)
-    request.app[STATE].store.fault = DbFault(str(body.get("message", DEFAULT_DB_ERROR)), ops,
-                                             int(body.get("after", 0)), body.get("times"))
+    request.app[STATE].store.fault = DbFault(
+        str(body.get("message", DEFAULT_DB_ERROR)), ops, int(body.get("after", 0)), body.get("times")
+    )
     return web.json_response({"status": "set"})
 
 
@@ -95,8 +104,12 @@ async def set_runtime(request: web.Request) -> web.Response:
     """Point the simulated runtime: ``{"memory_base_url", "embedding_base_url", "memory_agents": [...]}``."""
     body = await _body(request)
     try:
-        cfg = RuntimeConfig(str(body["memory_base_url"]), str(body["embedding_base_url"]),
-                            frozenset(body.get("memory_agents") or ()), ttl_days=int(body.get("ttl_days", 0)))
+        cfg = RuntimeConfig(
+            str(body["memory_base_url"]),
+            str(body["embedding_base_url"]),
+            frozenset(body.get("memory_agents") or ()),
+            ttl_days=int(body.get("ttl_days", 0)),
+        )
     except (KeyError, TypeError, ValueError):
         return web.json_response({"error": "memory_base_url and embedding_base_url are required"}, status=400)
     request.app[STATE].runtime = cfg

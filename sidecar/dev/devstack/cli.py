@@ -14,20 +14,32 @@ from sidecar.logs import configure_logging, get_logger
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``devstack`` command."""
     parser = subparsers.add_parser(
-        "devstack", help="Run the kagent v0.9.11 and embedding stand-ins (tests, demo).",
+        "devstack",
+        help="Run the kagent v0.9.11 and embedding stand-ins (tests, demo).",
         description="Serve a kagent v0.9.11 controller stand-in and an OpenAI-compatible embedding stand-in.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="Listen address (default 127.0.0.1).")
     parser.add_argument("--kagent-port", type=int, default=8083, help="kagent stand-in port (default 8083).")
     parser.add_argument("--embedding-port", type=int, default=8090, help="Embedding stand-in port (default 8090).")
-    parser.add_argument("--store", default=None,
-                        help="Memory table: sqlite:///path, sqlite:// (in memory, default) or postgresql://...")
-    parser.add_argument("--agent", action="append", dest="agents", metavar="NS/NAME",
-                        help="Only these A2A agents exist (repeatable; default: every name answers).")
+    parser.add_argument(
+        "--store", default=None, help="Memory table: sqlite:///path, sqlite:// (in memory, default) or postgresql://..."
+    )
+    parser.add_argument(
+        "--agent",
+        action="append",
+        dest="agents",
+        metavar="NS/NAME",
+        help="Only these A2A agents exist (repeatable; default: every name answers).",
+    )
     parser.add_argument("--runtime-memory-url", help="Where simulated agents send memory calls (kagent or gateway).")
     parser.add_argument("--runtime-embedding-url", help="Embedding base URL simulated agents call (.../v1).")
-    parser.add_argument("--runtime-agent", action="append", default=[], metavar="NS/NAME",
-                        help="Agent with memory enabled in the simulated runtime (repeatable).")
+    parser.add_argument(
+        "--runtime-agent",
+        action="append",
+        default=[],
+        metavar="NS/NAME",
+        help="Agent with memory enabled in the simulated runtime (repeatable).",
+    )
     parser.add_argument("--stream-delay", type=float, default=0.05, help="Seconds between A2A stream events.")
     parser.set_defaults(func=run)
 
@@ -41,9 +53,15 @@ def _runtime(args: argparse.Namespace) -> RuntimeConfig | None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    stack = await start_devstack(store_url=args.store, host=args.host, kagent_port=args.kagent_port,
-                                 embedding_port=args.embedding_port, agents=args.agents, runtime=_runtime(args),
-                                 stream_delay_s=args.stream_delay)
+    stack = await start_devstack(
+        store_url=args.store,
+        host=args.host,
+        kagent_port=args.kagent_port,
+        embedding_port=args.embedding_port,
+        agents=args.agents,
+        runtime=_runtime(args),
+        stream_delay_s=args.stream_delay,
+    )
     log = get_logger("devstack")
     log.info("devstack.started", listener="kagent", port=int(stack.kagent_url.rsplit(":", 1)[1]))
     print(f"kagent v0.9.11 stand-in:  {stack.kagent_url}", flush=True)

@@ -86,10 +86,16 @@ async def embeddings(request: web.Request) -> web.Response:
         body = None
     inputs = _inputs(body.get("input")) if isinstance(body, dict) else None
     model = body.get("model") if isinstance(body, dict) else None
-    state.calls.append(EmbeddingCall(request.path, model if isinstance(model, str) else None, tuple(inputs or ()),
-                                     "Authorization" in request.headers,
-                                     frozenset(k.lower() for k in request.headers),
-                                     frozenset(body) if isinstance(body, dict) else frozenset()))
+    state.calls.append(
+        EmbeddingCall(
+            request.path,
+            model if isinstance(model, str) else None,
+            tuple(inputs or ()),
+            "Authorization" in request.headers,
+            frozenset(k.lower() for k in request.headers),
+            frozenset(body) if isinstance(body, dict) else frozenset(),
+        )
+    )
     faults = state.faults
     if faults.delay_s > 0:
         await asyncio.sleep(faults.delay_s)  # simulates a slow provider
@@ -108,11 +114,19 @@ async def embeddings(request: web.Request) -> web.Response:
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         return _openai_error(400, "'encoding_format' must be float or base64")
-    data = [{"object": "embedding", "index": i, "embedding": _encode(embed_text(text, dims), encoding)}
-            for i, text in enumerate(inputs)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(embed_text(text, dims), encoding)}
+        for i, text in enumerate(inputs)
+    ]
     tokens = sum(max(1, len(text.split())) for text in inputs)
-    return web.json_response({"object": "list", "data": data, "model": model or "devstack-embedding",
-                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": model or "devstack-embedding",
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
 
 
 async def set_faults(request: web.Request) -> web.Response:
@@ -129,8 +143,9 @@ async def set_faults(request: web.Request) -> web.Response:
     return web.json_response({"status": "set"})
 
 
-def create_embedding_app(*, dim: int = 768, faults: EmbeddingFaults | None = None,
-                         middlewares: Iterable[Middleware] = ()) -> web.Application:
+def create_embedding_app(
+    *, dim: int = 768, faults: EmbeddingFaults | None = None, middlewares: Iterable[Middleware] = ()
+) -> web.Application:
     """Build the provider stand-in; ``app[EMBEDDING]`` holds its faults and recorded calls."""
     app = web.Application(client_max_size=1 << 30, middlewares=list(middlewares))
     app[EMBEDDING] = EmbeddingState(dim, faults if faults is not None else EmbeddingFaults())

@@ -48,8 +48,9 @@ class Route(Generic[T]):
     regex: re.Pattern[str] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        body = _VAR.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)", re.escape(self.template).replace(r"\{", "{")
-                        .replace(r"\}", "}"))
+        body = _VAR.sub(
+            lambda m: f"(?P<{m.group(1)}>[^/]+)", re.escape(self.template).replace(r"\{", "{").replace(r"\}", "}")
+        )
         object.__setattr__(self, "regex", re.compile("^" + body + ("" if self.prefix else "$")))
 
 

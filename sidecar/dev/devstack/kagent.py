@@ -60,37 +60,59 @@ async def echo(request: web.Request) -> web.Response:
     status = int(forced) if forced.isdigit() and 200 <= int(forced) <= 599 else 200
     if status >= 400:
         return go_error(status, request.headers.get("X-Devstack-Error", f"forced status {status}"))
-    data = {"method": request.method, "path": request.path, "raw_path": request.raw_path,
-            "query": request.rel_url.raw_query_string, "body": body.decode("utf-8", "replace"),
-            "body_b64": base64.b64encode(body).decode()}
+    data = {
+        "method": request.method,
+        "path": request.path,
+        "raw_path": request.raw_path,
+        "query": request.rel_url.raw_query_string,
+        "body": body.decode("utf-8", "replace"),
+        "body_b64": base64.b64encode(body).decode(),
+    }
     return go_json(status, {"error": False, "data": data, "message": "devstack echo"})
 
 
 _ECHO_ROUTES: tuple[tuple[str, Iterable[str]], ...] = (
     ("/api/me", ["GET"]),
-    ("/api/modelconfigs", ["GET"]), ("/api/modelconfigs/{namespace}/{name}", ["GET"]),
-    ("/api/modelconfigs", ["POST"]), ("/api/modelconfigs/{namespace}/{name}", ["DELETE", "PUT"]),
-    ("/api/sessions", ["GET", "POST"]), ("/api/sessions/agent/{namespace}/{name}", ["GET"]),
-    ("/api/sessions/{session_id}", ["GET"]), ("/api/sessions/{session_id}/tasks", ["GET"]),
-    ("/api/sessions/{session_id}", ["DELETE", "PUT"]), ("/api/sessions/{session_id}/events", ["POST"]),
-    ("/api/tasks/{task_id}", ["GET"]), ("/api/tasks", ["POST"]), ("/api/tasks/{task_id}", ["DELETE"]),
-    ("/api/tools", ["GET"]), ("/api/toolservers", ["GET", "POST"]),
-    ("/api/toolservers/{namespace}/{name}", ["DELETE"]), ("/api/toolservertypes", ["GET"]),
-    ("/api/agents", ["GET", "POST", "PUT"]), ("/api/agents/{namespace}/{name}", ["GET", "DELETE"]),
-    ("/api/sandboxagents", ["POST"]), ("/api/agentharnesses", ["POST"]),
+    ("/api/modelconfigs", ["GET"]),
+    ("/api/modelconfigs/{namespace}/{name}", ["GET"]),
+    ("/api/modelconfigs", ["POST"]),
+    ("/api/modelconfigs/{namespace}/{name}", ["DELETE", "PUT"]),
+    ("/api/sessions", ["GET", "POST"]),
+    ("/api/sessions/agent/{namespace}/{name}", ["GET"]),
+    ("/api/sessions/{session_id}", ["GET"]),
+    ("/api/sessions/{session_id}/tasks", ["GET"]),
+    ("/api/sessions/{session_id}", ["DELETE", "PUT"]),
+    ("/api/sessions/{session_id}/events", ["POST"]),
+    ("/api/tasks/{task_id}", ["GET"]),
+    ("/api/tasks", ["POST"]),
+    ("/api/tasks/{task_id}", ["DELETE"]),
+    ("/api/tools", ["GET"]),
+    ("/api/toolservers", ["GET", "POST"]),
+    ("/api/toolservers/{namespace}/{name}", ["DELETE"]),
+    ("/api/toolservertypes", ["GET"]),
+    ("/api/agents", ["GET", "POST", "PUT"]),
+    ("/api/agents/{namespace}/{name}", ["GET", "DELETE"]),
+    ("/api/sandboxagents", ["POST"]),
+    ("/api/agentharnesses", ["POST"]),
     ("/api/agentharnesses/{namespace}/{name}", ["GET", "DELETE"]),
     ("/api/sandboxagents/{namespace}/{name}", ["GET", "PUT", "DELETE"]),
-    ("/api/modelproviderconfigs/models", ["GET"]), ("/api/modelproviderconfigs/memories", ["GET"]),
+    ("/api/modelproviderconfigs/models", ["GET"]),
+    ("/api/modelproviderconfigs/memories", ["GET"]),
     ("/api/modelproviderconfigs/configured", ["GET"]),
-    ("/api/modelproviderconfigs/configured/{name}/models", ["GET"]), ("/api/models", ["GET"]),
+    ("/api/modelproviderconfigs/configured/{name}/models", ["GET"]),
+    ("/api/models", ["GET"]),
 )
 _LATE_ECHO_ROUTES: tuple[tuple[str, Iterable[str]], ...] = (
-    ("/api/namespaces", ["GET"]), ("/api/substrate/status", ["GET"]),
-    ("/api/prompttemplates", ["GET", "POST"]), ("/api/prompttemplates/{namespace}/{name}", ["GET", "PUT", "DELETE"]),
+    ("/api/namespaces", ["GET"]),
+    ("/api/substrate/status", ["GET"]),
+    ("/api/prompttemplates", ["GET", "POST"]),
+    ("/api/prompttemplates/{namespace}/{name}", ["GET", "PUT", "DELETE"]),
     ("/api/feedback", ["POST", "GET"]),
-    ("/api/langgraph/checkpoints", ["POST", "GET"]), ("/api/langgraph/checkpoints/writes", ["POST"]),
+    ("/api/langgraph/checkpoints", ["POST", "GET"]),
+    ("/api/langgraph/checkpoints/writes", ["POST"]),
     ("/api/langgraph/checkpoints/{thread_id}", ["DELETE"]),
-    ("/api/crewai/memory", ["POST", "GET", "DELETE"]), ("/api/crewai/flows/state", ["POST", "GET"]),
+    ("/api/crewai/memory", ["POST", "GET", "DELETE"]),
+    ("/api/crewai/flows/state", ["POST", "GET"]),
     ("/api/sandbox/ssh", ["GET"]),
 )
 
@@ -157,9 +179,15 @@ async def _http_client(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
-def create_kagent_app(store: MemoryStore, *, clock: Callable[[], datetime] | None = None,
-                      agents: Iterable[str] | None = None, stream_delay_s: float = 0.05,
-                      runtime: RuntimeConfig | None = None, middlewares: Iterable[Middleware] = ()) -> web.Application:
+def create_kagent_app(
+    store: MemoryStore,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    agents: Iterable[str] | None = None,
+    stream_delay_s: float = 0.05,
+    runtime: RuntimeConfig | None = None,
+    middlewares: Iterable[Middleware] = (),
+) -> web.Application:
     """Build the stand-in controller app over an opened store.
 
     ``clock`` is the controller's clock (TTL arithmetic; default: the store's clock); ``agents``
@@ -168,8 +196,13 @@ def create_kagent_app(store: MemoryStore, *, clock: Callable[[], datetime] | Non
     router (fault injection and wire capture).
     """
     app = web.Application(client_max_size=_MAX_BODY, middlewares=list(middlewares))
-    app[STATE] = KagentState(store, clock if clock is not None else store.now,
-                             frozenset(agents) if agents is not None else None, stream_delay_s, runtime)
+    app[STATE] = KagentState(
+        store,
+        clock if clock is not None else store.now,
+        frozenset(agents) if agents is not None else None,
+        stream_delay_s,
+        runtime,
+    )
     app[RECORDER] = Recorder()
     app.router.add_route("*", "/{tail:.*}", _dispatcher(controller_mux(), admin_mux()))
     app.cleanup_ctx.append(_http_client)

@@ -31,12 +31,20 @@ MISSING_QUERY = "Missing required query parameters (agent_name, user_id)"
 MARSHAL_FAILED = "Error marshalling JSON response"
 
 SAVE_FIELDS: Mapping[str, Kind] = {
-    "agent_name": "string", "user_id": "string", "content": "string", "vector": "float32s", "metadata": "raw",
+    "agent_name": "string",
+    "user_id": "string",
+    "content": "string",
+    "vector": "float32s",
+    "metadata": "raw",
     "ttl_days": "int",
 }
 BATCH_FIELDS: Mapping[str, Kind] = {"items": (SAVE_FIELDS,)}
 SEARCH_FIELDS: Mapping[str, Kind] = {
-    "agent_name": "string", "user_id": "string", "vector": "float32s", "limit": "int", "min_score": "float64",
+    "agent_name": "string",
+    "user_id": "string",
+    "vector": "float32s",
+    "limit": "int",
+    "min_score": "float64",
 }
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -46,8 +54,7 @@ def rfc3339(value: datetime | None, *, nano: bool = False) -> str:
     if value is None:
         return _ZERO_TIME
     value = value.astimezone(UTC)
-    text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T"
-            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
     if nano and value.microsecond:
         text += "." + f"{value.microsecond:06d}".rstrip("0")
     return text + "Z"
@@ -72,8 +79,11 @@ def _new_memory(fields: Mapping[str, Any], clock: Callable[[], datetime]) -> New
     ttl = fields.get("ttl_days", 0)
     metadata = fields.get("metadata")
     return NewMemory(
-        agent_name=fields["agent_name"], user_id=fields["user_id"], content=fields.get("content", ""),
-        embedding=fields["vector"], metadata=metadata.text if isinstance(metadata, Raw) else "{}",
+        agent_name=fields["agent_name"],
+        user_id=fields["user_id"],
+        content=fields.get("content", ""),
+        embedding=fields["vector"],
+        metadata=metadata.text if isinstance(metadata, Raw) else "{}",
         expires_at=clock() + ttl_delta(ttl if ttl > 0 else DEFAULT_TTL_DAYS),
     )
 
@@ -99,8 +109,15 @@ async def add_session(request: web.Request) -> web.Response:
         new_id = await state.store.insert(_new_memory(fields, state.clock))
     except StoreError as exc:
         return go_error(500, f"failed to save memory: {exc}")
-    state.log.info("http", "added memory", method=request.method, path=request.path, id=new_id,
-                   userID=fields["user_id"], agentName=fields["agent_name"])
+    state.log.info(
+        "http",
+        "added memory",
+        method=request.method,
+        path=request.path,
+        id=new_id,
+        userID=fields["user_id"],
+        agentName=fields["agent_name"],
+    )
     return go_json(201, {"id": new_id})
 
 
@@ -134,19 +151,29 @@ async def search(request: web.Request) -> web.Response:
     limit = fields.get("limit", 0)
     min_score = fields.get("min_score", 0.0)
     try:
-        hits = await state.store.search(fields["agent_name"], fields["user_id"], fields["vector"],
-                                        limit if limit > 0 else DEFAULT_LIMIT)
+        hits = await state.store.search(
+            fields["agent_name"], fields["user_id"], fields["vector"], limit if limit > 0 else DEFAULT_LIMIT
+        )
     except StoreError as exc:
         return go_error(500, f"search failed: {exc}")
     if any(math.isnan(hit.score) for hit in hits):
         # A NaN score survives the min_score filter (NaN < x is false) and json.Marshal refuses it,
         # after the rows were already counted as accessed.
         return go_error(500, MARSHAL_FAILED)
-    return go_json(200, [
-        {"id": hit.row.id, "content": hit.row.content or "", "score": hit.score,
-         "metadata": Raw(hit.row.metadata or "{}"), "created_at": rfc3339(hit.row.created_at, nano=True)}
-        for hit in hits if not (min_score > 0 and hit.score < min_score)
-    ])
+    return go_json(
+        200,
+        [
+            {
+                "id": hit.row.id,
+                "content": hit.row.content or "",
+                "score": hit.score,
+                "metadata": Raw(hit.row.metadata or "{}"),
+                "created_at": rfc3339(hit.row.created_at, nano=True),
+            }
+            for hit in hits
+            if not (min_score > 0 and hit.score < min_score)
+        ],
+    )
 
 
 def _identity(request: web.Request) -> tuple[str, str]:
@@ -165,8 +192,12 @@ async def list_memories(request: web.Request) -> web.Response:
         return go_error(500, f"failed to list memories: {exc}")
     out = []
     for row in rows:
-        item: dict[str, Any] = {"id": row.id, "content": row.content or "", "access_count": row.access_count,
-                                "created_at": rfc3339(row.created_at)}
+        item: dict[str, Any] = {
+            "id": row.id,
+            "content": row.content or "",
+            "access_count": row.access_count,
+            "created_at": rfc3339(row.created_at),
+        }
         if row.expires_at is not None:
             item["expires_at"] = rfc3339(row.expires_at)
         out.append(item)

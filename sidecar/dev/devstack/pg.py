@@ -46,9 +46,24 @@ class PgServer:
 
     def psql(self, sql: str, db: str = "postgres") -> str:
         out = subprocess.run(
-            [_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", db, "-v", "ON_ERROR_STOP=1",
-             "-Atqc", sql],
-            check=True, capture_output=True, text=True,
+            [
+                _bin("psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-Atqc",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return out.stdout
 
@@ -57,8 +72,11 @@ class PgServer:
         return self.url(name)
 
     def stop(self) -> None:
-        subprocess.run([*self._as_user, _bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop"],
-                       capture_output=True, check=False)
+        subprocess.run(
+            [*self._as_user, _bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop"],
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(self.datadir.parent, ignore_errors=True)
 
 
@@ -71,8 +89,11 @@ def _ensure_postgres_user() -> None:
         pwd.getpwnam("postgres")
         grp.getgrnam("postgres")
     except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        "postgres"], check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"],
+            check=True,
+            capture_output=True,
+        )
 
 
 def start_pg(max_connections: int = 200) -> PgServer:
@@ -84,13 +105,21 @@ def start_pg(max_connections: int = 200) -> PgServer:
         _ensure_postgres_user()
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_user, _bin("initdb"), "-D", str(datadir), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-                    "--no-sync"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, _bin("initdb"), "-D", str(datadir), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
-    opts = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
-            f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-    subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(datadir), "-o", opts, "-l", str(root / "log"), "-w", "-t", "60",
-                    "start"], check=True, capture_output=True)
+    opts = (
+        f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
+        f"-c max_connections={max_connections} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
+    subprocess.run(
+        [*as_user, _bin("pg_ctl"), "-D", str(datadir), "-o", opts, "-l", str(root / "log"), "-w", "-t", "60", "start"],
+        check=True,
+        capture_output=True,
+    )
     server = PgServer(datadir=datadir, port=port, _as_user=as_user)
     deadline = time.monotonic() + 30
     while True:

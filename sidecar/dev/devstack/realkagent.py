@@ -85,9 +85,16 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_real_kagent(db_url: str, log_dir: Path, *, auth_mode: AuthMode = "unsecure", vector: bool = True,
-                      agents: Mapping[str, str] | None = None, cleanup_interval_s: float | None = None,
-                      port: int = 0) -> RealKagent:
+def start_real_kagent(
+    db_url: str,
+    log_dir: Path,
+    *,
+    auth_mode: AuthMode = "unsecure",
+    vector: bool = True,
+    agents: Mapping[str, str] | None = None,
+    cleanup_interval_s: float | None = None,
+    port: int = 0,
+) -> RealKagent:
     """Start the server on free loopback ports against ``db_url`` (kagent migrates it on start).
 
     ``agents`` maps ``namespace/name`` to the A2A endpoint kagent proxies that agent's invocations to.
@@ -100,9 +107,15 @@ def start_real_kagent(db_url: str, log_dir: Path, *, auth_mode: AuthMode = "unse
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"kagent-{port}.log"
     sep = "&" if "?" in db_url else "?"
-    argv = [binary, f"--http-server-address=127.0.0.1:{port}", f"--admin-address=127.0.0.1:{admin_port}",
-            f"--postgres-database-url={db_url}{sep}sslmode=disable", f"--auth-mode={auth_mode}",
-            f"--database-vector-enabled={'true' if vector else 'false'}", "--zap-time-encoding=rfc3339"]
+    argv = [
+        binary,
+        f"--http-server-address=127.0.0.1:{port}",
+        f"--admin-address=127.0.0.1:{admin_port}",
+        f"--postgres-database-url={db_url}{sep}sslmode=disable",
+        f"--auth-mode={auth_mode}",
+        f"--database-vector-enabled={'true' if vector else 'false'}",
+        "--zap-time-encoding=rfc3339",
+    ]
     if cleanup_interval_s is not None:
         argv.append(f"--cleanup-interval={cleanup_interval_s}s")
     argv += [f"--a2a-agent={ref}={url}" for ref, url in (agents or {}).items()]
@@ -110,8 +123,7 @@ def start_real_kagent(db_url: str, log_dir: Path, *, auth_mode: AuthMode = "unse
         # KUBECONFIG is irrelevant (no Kubernetes client is ever built) but kept out of the child anyway.
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-    kagent = RealKagent(f"http://127.0.0.1:{port}", db_url, f"http://127.0.0.1:{admin_port}", auth_mode, log_path,
-                        proc)
+    kagent = RealKagent(f"http://127.0.0.1:{port}", db_url, f"http://127.0.0.1:{admin_port}", auth_mode, log_path, proc)
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not _healthy(kagent.url):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -119,4 +131,3 @@ def start_real_kagent(db_url: str, log_dir: Path, *, auth_mode: AuthMode = "unse
             raise RealKagentError(f"kagent did not start:\n{kagent.log_text()[-4000:]}")
         time.sleep(0.05)
     return kagent
-

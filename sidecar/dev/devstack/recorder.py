@@ -66,8 +66,9 @@ class Recorder:
 
     async def record(self, request: web.Request, kind: str, agent: str | None = None) -> RecordedRequest:
         """Read the request body and record the request."""
-        item = RecordedRequest(kind, request.method, request.raw_path, tuple(request.headers.items()),
-                               await request.read(), agent)
+        item = RecordedRequest(
+            kind, request.method, request.raw_path, tuple(request.headers.items()), await request.read(), agent
+        )
         self.add(item)
         return item
 
@@ -84,8 +85,9 @@ class Recorder:
         """Forget everything recorded so far."""
         self._items.clear()
 
-    async def wait_for(self, predicate: Callable[[RecordedRequest], bool], count: int = 1,
-                       timeout: float = 10.0) -> list[RecordedRequest]:
+    async def wait_for(
+        self, predicate: Callable[[RecordedRequest], bool], count: int = 1, timeout: float = 10.0
+    ) -> list[RecordedRequest]:
         """Wait until ``count`` recorded requests satisfy ``predicate``; return them."""
         async with asyncio.timeout(timeout):
             while True:

@@ -85,8 +85,9 @@ def _decode_embedding(value: Any) -> list[float]:
 class AgentTurn:
     """One turn of a memory-enabled agent for one user."""
 
-    def __init__(self, http: aiohttp.ClientSession, cfg: RuntimeConfig, namespace: str, name: str,
-                 user_id: str) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, cfg: RuntimeConfig, namespace: str, name: str, user_id: str
+    ) -> None:
         self._http, self._cfg, self._user = http, cfg, user_id
         self._app = app_name(namespace, name)
         self.turn = Turn()
@@ -110,10 +111,13 @@ class AgentTurn:
     async def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
         """One embeddings call for all texts (OpenAI SDK shape, base64 answers)."""
         headers = {"Authorization": f"Bearer {self._cfg.embedding_api_key}"} if self._cfg.embedding_api_key else {}
-        body = {"model": self._cfg.embedding_model, "input": list(texts), "dimensions": TARGET_DIM,
-                "encoding_format": "base64"}
-        answer = await self._post("embeddings", self._cfg.embedding_base_url.rstrip("/") + "/embeddings", body,
-                                  headers)
+        body = {
+            "model": self._cfg.embedding_model,
+            "input": list(texts),
+            "dimensions": TARGET_DIM,
+            "encoding_format": "base64",
+        }
+        answer = await self._post("embeddings", self._cfg.embedding_base_url.rstrip("/") + "/embeddings", body, headers)
         try:
             data = sorted(answer["data"], key=lambda d: d["index"])
             vectors = [_fit(_decode_embedding(d["embedding"])) for d in data]
@@ -154,8 +158,9 @@ class AgentTurn:
         """The save_memory tool: one embedding call, one POST /api/memories/sessions."""
         vectors = await self.embed([content])
         if vectors is not None:
-            await self._post("save", self._memory_url("/api/memories/sessions"), self._item(content, vectors[0]),
-                             self._headers())
+            await self._post(
+                "save", self._memory_url("/api/memories/sessions"), self._item(content, vectors[0]), self._headers()
+            )
 
     async def autosave(self, facts: Sequence[str]) -> None:
         """The auto-save: one embedding call for all facts, one POST /api/memories/sessions/batch."""
@@ -165,8 +170,16 @@ class AgentTurn:
             await self._post("save_batch", self._memory_url("/api/memories/sessions/batch"), body, self._headers())
 
 
-async def run_turn(http: aiohttp.ClientSession, cfg: RuntimeConfig, namespace: str, name: str, user_id: str,
-                   text: str, *, first_turn: bool) -> Turn:
+async def run_turn(
+    http: aiohttp.ClientSession,
+    cfg: RuntimeConfig,
+    namespace: str,
+    name: str,
+    user_id: str,
+    text: str,
+    *,
+    first_turn: bool,
+) -> Turn:
     """Make the memory calls the runtime would make for ``text``; never raises for HTTP failures."""
     agent = AgentTurn(http, cfg, namespace, name, user_id)
     if first_turn:

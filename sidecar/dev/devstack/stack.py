@@ -82,18 +82,27 @@ class Devstack:
             self.real.stop()
 
 
-async def start_devstack(*, store_url: str | None = None, host: str = "127.0.0.1", kagent_port: int = 0,
-                         embedding_port: int = 0, clock: Callable[[], datetime] | None = None,
-                         agents: Iterable[str] | None = None, runtime: RuntimeConfig | None = None,
-                         stream_delay_s: float = 0.05, embedding_faults: EmbeddingFaults | None = None,
-                         middlewares: Iterable[Middleware] = ()) -> Devstack:
+async def start_devstack(
+    *,
+    store_url: str | None = None,
+    host: str = "127.0.0.1",
+    kagent_port: int = 0,
+    embedding_port: int = 0,
+    clock: Callable[[], datetime] | None = None,
+    agents: Iterable[str] | None = None,
+    runtime: RuntimeConfig | None = None,
+    stream_delay_s: float = 0.05,
+    embedding_faults: EmbeddingFaults | None = None,
+    middlewares: Iterable[Middleware] = (),
+) -> Devstack:
     """Open the store and serve both stand-ins; port 0 picks free ports; ``middlewares`` wrap both."""
     now = clock if clock is not None else DevClock()
     middlewares = tuple(middlewares)
     store = await open_memory_store(store_url, now=now)
     try:
-        kagent_app = create_kagent_app(store, clock=now, agents=agents, stream_delay_s=stream_delay_s,
-                                       runtime=runtime, middlewares=middlewares)
+        kagent_app = create_kagent_app(
+            store, clock=now, agents=agents, stream_delay_s=stream_delay_s, runtime=runtime, middlewares=middlewares
+        )
         embedding_app = create_embedding_app(faults=embedding_faults, middlewares=middlewares)
         kagent_runner, kagent_port = await _serve(kagent_app, host, kagent_port)
         try:
@@ -104,5 +113,12 @@ async def start_devstack(*, store_url: str | None = None, host: str = "127.0.0.1
     except BaseException:
         await store.close()
         raise
-    return Devstack(f"http://{host}:{kagent_port}", f"http://{host}:{embedding_port}/v1", store, now, kagent_app,
-                    embedding_app, (kagent_runner, embedding_runner))
+    return Devstack(
+        f"http://{host}:{kagent_port}",
+        f"http://{host}:{embedding_port}/v1",
+        store,
+        now,
+        kagent_app,
+        embedding_app,
+        (kagent_runner, embedding_runner),
+    )

@@ -33,8 +33,10 @@ CREATE INDEX IF NOT EXISTS idx_memory_agent_user ON memory(agent_name, user_id);
 CREATE INDEX IF NOT EXISTS idx_memory_expires_at ON memory(expires_at);
 """
 _COLUMNS = "id, agent_name, user_id, content, embedding, metadata, created_at, expires_at, access_count"
-_INSERT = ("INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at, expires_at, "
-           "access_count) VALUES ($1, $2, $3, $4, $5, $6, $7, 0) RETURNING id")
+_INSERT = (
+    "INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at, expires_at, "
+    "access_count) VALUES ($1, $2, $3, $4, $5, $6, $7, 0) RETURNING id"
+)
 
 
 def _pgx_text(exc: Exception) -> str:
@@ -56,14 +58,24 @@ def _vector_values(text: str) -> list[float]:
 async def _vector_codec(conn: asyncpg.Connection) -> None:
     """Where pgvector is installed (kagent's own table), exchange ``vector`` as a list of floats."""
     if await conn.fetchval("SELECT to_regtype('vector') IS NOT NULL"):
-        await conn.set_type_codec("vector", schema="public", encoder=_vector_text, decoder=_vector_values,
-                                  format="text")
+        await conn.set_type_codec(
+            "vector", schema="public", encoder=_vector_text, decoder=_vector_values, format="text"
+        )
 
 
 def _row(r: asyncpg.Record) -> MemoryRow:
     embedding = None if r["embedding"] is None else tuple(r["embedding"])
-    return MemoryRow(r["id"], r["agent_name"], r["user_id"], r["content"], embedding, r["metadata"],
-                     r["created_at"], r["expires_at"], int(r["access_count"] or 0))
+    return MemoryRow(
+        r["id"],
+        r["agent_name"],
+        r["user_id"],
+        r["content"],
+        embedding,
+        r["metadata"],
+        r["created_at"],
+        r["expires_at"],
+        int(r["access_count"] or 0),
+    )
 
 
 class PgMemoryStore(MemoryStore):
@@ -108,8 +120,18 @@ class PgMemoryStore(MemoryStore):
         try:
             async with self._p.acquire() as conn, conn.transaction():
                 for m in items:
-                    ids.append(await conn.fetchval(_INSERT, m.agent_name, m.user_id, m.content, list(m.embedding),
-                                                   m.metadata, created_at, m.expires_at))
+                    ids.append(
+                        await conn.fetchval(
+                            _INSERT,
+                            m.agent_name,
+                            m.user_id,
+                            m.content,
+                            list(m.embedding),
+                            m.metadata,
+                            created_at,
+                            m.expires_at,
+                        )
+                    )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise DbError(_pgx_text(exc)) from None
         return ids
@@ -122,8 +144,10 @@ class PgMemoryStore(MemoryStore):
         await self._execute("UPDATE memory SET access_count = access_count + 1 WHERE id = ANY($1::text[])", list(ids))
 
     async def _list(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
-        sql = (f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = $1 OR agent_name = $2) AND user_id = $3 "
-               "ORDER BY access_count DESC, created_at, id")
+        sql = (
+            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = $1 OR agent_name = $2) AND user_id = $3 "
+            "ORDER BY access_count DESC, created_at, id"
+        )
         return await self._fetch(sql, agent_name, normalized, user_id)
 
     async def _delete(self, agent_name: str, user_id: str) -> None:
@@ -135,14 +159,20 @@ class PgMemoryStore(MemoryStore):
             async with self._p.acquire() as conn, conn.transaction():
                 await conn.execute(
                     "UPDATE memory SET expires_at = $1, access_count = 0 WHERE expires_at < $2 AND access_count >= $3",
-                    now + EXTENSION, now, POPULAR_ACCESS_COUNT)
+                    now + EXTENSION,
+                    now,
+                    POPULAR_ACCESS_COUNT,
+                )
                 step = 1
-                await conn.execute("DELETE FROM memory WHERE expires_at < $1 AND access_count < $2",
-                                   now, POPULAR_ACCESS_COUNT)
+                await conn.execute(
+                    "DELETE FROM memory WHERE expires_at < $1 AND access_count < $2", now, POPULAR_ACCESS_COUNT
+                )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise DbError(_pgx_text(exc), step) from None
 
     async def _rows(self, agent_name: str | None, user_id: str | None) -> list[MemoryRow]:
-        sql = (f"SELECT {_COLUMNS} FROM memory WHERE ($1::text IS NULL OR agent_name = $1) "
-               "AND ($2::text IS NULL OR user_id = $2) ORDER BY created_at, id")
+        sql = (
+            f"SELECT {_COLUMNS} FROM memory WHERE ($1::text IS NULL OR agent_name = $1) "
+            "AND ($2::text IS NULL OR user_id = $2) ORDER BY created_at, id"
+        )
         return await self._fetch(sql, agent_name, user_id)

@@ -104,8 +104,17 @@ class SqliteMemoryStore(MemoryStore):
         statements = []
         for new_id, m in zip(ids, items, strict=True):
             _no_nul(m.agent_name, m.user_id, m.content, m.metadata)
-            args = (new_id, m.agent_name, m.user_id, m.content, json.dumps(list(m.embedding)), m.metadata,
-                    _ts(created_at), _ts(m.expires_at), 0)
+            args = (
+                new_id,
+                m.agent_name,
+                m.user_id,
+                m.content,
+                json.dumps(list(m.embedding)),
+                m.metadata,
+                _ts(created_at),
+                _ts(m.expires_at),
+                0,
+            )
             statements.append((f"INSERT INTO memory ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args))
         await self._write(statements)
         return ids
@@ -121,8 +130,10 @@ class SqliteMemoryStore(MemoryStore):
 
     async def _list(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
         _no_nul(agent_name, user_id)
-        sql = (f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? "
-               "ORDER BY access_count DESC, created_at, rowid")
+        sql = (
+            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? "
+            "ORDER BY access_count DESC, created_at, rowid"
+        )
         return await self._select(sql, (agent_name, normalized, user_id))
 
     async def _delete(self, agent_name: str, user_id: str) -> None:
@@ -131,13 +142,19 @@ class SqliteMemoryStore(MemoryStore):
 
     async def _prune(self, now: datetime) -> None:
         stamp = _ts(now)
-        await self._write([
-            ("UPDATE memory SET expires_at = ?, access_count = 0 WHERE expires_at < ? AND access_count >= ?",
-             (_ts(now + EXTENSION), stamp, POPULAR_ACCESS_COUNT)),
-            ("DELETE FROM memory WHERE expires_at < ? AND access_count < ?", (stamp, POPULAR_ACCESS_COUNT)),
-        ])
+        await self._write(
+            [
+                (
+                    "UPDATE memory SET expires_at = ?, access_count = 0 WHERE expires_at < ? AND access_count >= ?",
+                    (_ts(now + EXTENSION), stamp, POPULAR_ACCESS_COUNT),
+                ),
+                ("DELETE FROM memory WHERE expires_at < ? AND access_count < ?", (stamp, POPULAR_ACCESS_COUNT)),
+            ]
+        )
 
     async def _rows(self, agent_name: str | None, user_id: str | None) -> list[MemoryRow]:
-        sql = (f"SELECT {_COLUMNS} FROM memory WHERE (? IS NULL OR agent_name = ?) AND (? IS NULL OR user_id = ?) "
-               "ORDER BY created_at, rowid")
+        sql = (
+            f"SELECT {_COLUMNS} FROM memory WHERE (? IS NULL OR agent_name = ?) AND (? IS NULL OR user_id = ?) "
+            "ORDER BY created_at, rowid"
+        )
         return await self._select(sql, (agent_name, agent_name, user_id, user_id))

@@ -104,8 +104,7 @@ class Case:
         lines.append(f"setup: {self.setup}")
         if self.fault is not None:
             f = self.fault
-            lines.append(f"upstream fault: {f.upstream} {f.kind} prefix={f.prefix} status={f.status} "
-                         "text=«S:fault»")
+            lines.append(f"upstream fault: {f.upstream} {f.kind} prefix={f.prefix} status={f.status} text=«S:fault»")
         if self.epilogue:
             lines.append("epilogue: withdraw consent, then compare the evidence with kagent's table")
         return "\n".join(lines + ["  " + line for line in self.request.show()])

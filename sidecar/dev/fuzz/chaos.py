@@ -82,8 +82,9 @@ class Chaos:
             body: bytes | None = await request.read()
         except Exception:  # noqa: BLE001 - a body the content encoding cannot decode is itself the finding
             body = None
-        seen = Seen(upstream, request.method, request.raw_path, request.path, tuple(request.headers.items()), body,
-                    None)
+        seen = Seen(
+            upstream, request.method, request.raw_path, request.path, tuple(request.headers.items()), body, None
+        )
         self.seen.append(seen)
         fault = self.fault
         try:
@@ -104,8 +105,9 @@ class Chaos:
 
     async def _misbehave(self, fault: Fault, request: web.Request, handler: Handler) -> web.StreamResponse:
         if fault.kind == "status":
-            resp = web.Response(status=fault.status, text=json.dumps({"error": fault.text}),
-                                content_type="application/json")
+            resp = web.Response(
+                status=fault.status, text=json.dumps({"error": fault.text}), content_type="application/json"
+            )
             resp.set_status(fault.status, "E " + fault.text.encode("ascii", "ignore").decode())
             return resp
         if fault.kind == "garbage":

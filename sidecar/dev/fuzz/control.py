@@ -24,22 +24,44 @@ from sidecar.dev.fuzz.stack import AGENT, AGENT2, PLAIN_AGENT
 
 S = st.SearchStrategy
 #: Credential classes; only the first three are valid, every other one must get 401.
-CALLERS = ("subject", "other_subject", "operator", "none", "garbage", "basic", "forged", "expired", "untyped",
-           "context", "wrong_kind", "alg_none")
+CALLERS = (
+    "subject",
+    "other_subject",
+    "operator",
+    "none",
+    "garbage",
+    "basic",
+    "forged",
+    "expired",
+    "untyped",
+    "context",
+    "wrong_kind",
+    "alg_none",
+)
 VALID_CALLERS = frozenset(CALLERS[:3])
-_HOSTILE_SEGMENTS: S[Value] = st.sampled_from([
-    Str((Ph("S:path"),)), "..", "%2e%2e", "s" + "0" * 24 + "%2Fx", "%00", "x" * 300, "s" + "A" * 24,
-    Str(("@", Ph("S:path"), ":fuzz.example")),
-])
+_HOSTILE_SEGMENTS: S[Value] = st.sampled_from(
+    [
+        Str((Ph("S:path"),)),
+        "..",
+        "%2e%2e",
+        "s" + "0" * 24 + "%2Fx",
+        "%00",
+        "x" * 300,
+        "s" + "A" * 24,
+        Str(("@", Ph("S:path"), ":fuzz.example")),
+    ]
+)
 _PARAMS: dict[str, S[Value]] = {
     "scope_id": weighted((8, Ph("SCOPE_ID")), (1, Ph("OTHER_SCOPE_ID")), (1, "s" + "0" * 24)),
     "entry_id": weighted((6, Ph("ENTRY_ID")), (1, "e" + "0" * 24), (1, Ph("OTHER_SCOPE_ID"))),
     "erasure_id": weighted((6, Ph("ERASURE_ID")), (1, "e" + "1" * 24)),
-    "mxid": weighted((4, Ph("PRINCIPAL")), (1, Ph("OTHER_PRINCIPAL")), (1, "@nobody:fuzz.example"),
-                     (1, "@x:elsewhere.example")),
+    "mxid": weighted(
+        (4, Ph("PRINCIPAL")), (1, Ph("OTHER_PRINCIPAL")), (1, "@nobody:fuzz.example"), (1, "@x:elsewhere.example")
+    ),
 }
-_LIMITS: S[Value] = st.sampled_from([quote(v, safe="") for v in ("0", "51", "-1", "1e3", "9" * 30, " 5", "5 ", "",
-                                                                  "٣")] + [Str((Ph("S:path"),))])
+_LIMITS: S[Value] = st.sampled_from(
+    [quote(v, safe="") for v in ("0", "51", "-1", "1e3", "9" * 30, " 5", "5 ", "", "٣")] + [Str((Ph("S:path"),))]
+)
 _HINTS: dict[str, S[Node]] = {
     "mxid": weighted((4, Ph("PRINCIPAL")), (1, Ph("OTHER_PRINCIPAL"))),
     "agent": st.sampled_from([AGENT, AGENT, AGENT2, PLAIN_AGENT]),
@@ -55,11 +77,13 @@ _HINTS: dict[str, S[Node]] = {
 def _param(doc: Mapping[str, Any], param: Mapping[str, Any]) -> S[Value]:
     name = param["name"]
     # A drawn value is data, so it travels percent-encoded; the hostile segments are spelled raw on purpose.
-    schema_value = strategy(doc, param.get("schema", {})).map(lambda v: quote(v if isinstance(v, str) else str(v),
-                                                                              safe=""))
+    schema_value = strategy(doc, param.get("schema", {})).map(
+        lambda v: quote(v if isinstance(v, str) else str(v), safe="")
+    )
     hinted = _PARAMS.get(name, schema_value)
     return weighted((6, "hint"), (2, "schema"), (1, "hostile")).flatmap(
-        lambda k: {"hint": hinted, "schema": schema_value, "hostile": _HOSTILE_SEGMENTS}[k])
+        lambda k: {"hint": hinted, "schema": schema_value, "hostile": _HOSTILE_SEGMENTS}[k]
+    )
 
 
 def _query_value(doc: Mapping[str, Any], param: Mapping[str, Any]) -> S[Value]:
@@ -96,20 +120,41 @@ def _body(doc: Mapping[str, Any], op: Mapping[str, Any]) -> S[Doc | bytes | None
     optional = not op["requestBody"].get("required", True)
     empty = [None, b"", b" \n", b"{}"] if optional else [None]
     return weighted((5, "valid"), (3, "hostile"), (2 if optional else 1, "empty")).flatmap(
-        lambda k: valid.map(Doc) if k == "valid" else body_document(False, valid, keys) if k == "hostile"
-        else st.sampled_from(empty))
+        lambda k: (
+            valid.map(Doc)
+            if k == "valid"
+            else body_document(False, valid, keys)
+            if k == "hostile"
+            else st.sampled_from(empty)
+        )
+    )
 
 
 def _operation(doc: Mapping[str, Any], method: str, path: str, op: Mapping[str, Any]) -> S[Case]:
     params = op.get("parameters", [])
     path_params = {p["name"]: _param(doc, p) for p in params if p["in"] == "path"}
     query = _query(doc, [p for p in params if p["in"] == "query"])
-    context = weighted((6, Ph("CTX")), (1, Ph("CTX_EXPIRED")), (1, Ph("CTX_MEMBERS")), (1, Ph("CTX_OTHER_ROOM")),
-                       (1, Ph("CTX_SUBJECT")), (1, None), (1, Str((Ph("S:hdr"),))))
+    context = weighted(
+        (6, Ph("CTX")),
+        (1, Ph("CTX_EXPIRED")),
+        (1, Ph("CTX_MEMBERS")),
+        (1, Ph("CTX_OTHER_ROOM")),
+        (1, Ph("CTX_SUBJECT")),
+        (1, None),
+        (1, Str((Ph("S:hdr"),))),
+    )
     wants_context = any(p["name"] == "X-Memgov-Context" for p in params)
 
-    def build(values: dict[str, Value], q: tuple[Value, ...], body: Doc | bytes | None, caller: str,
-              ctx: Value | None, ctx_elsewhere: bool, setup: Setup, fault: Fault | None) -> Case:
+    def build(
+        values: dict[str, Value],
+        q: tuple[Value, ...],
+        body: Doc | bytes | None,
+        caller: str,
+        ctx: Value | None,
+        ctx_elsewhere: bool,
+        setup: Setup,
+        fault: Fault | None,
+    ) -> Case:
         target: list[Value] = []
         for piece in path.split("/")[1:]:
             target.append("/")
@@ -124,18 +169,43 @@ def _operation(doc: Mapping[str, Any], method: str, path: str, op: Mapping[str, 
         request = Request(method, (*target, *q), tuple(headers), body)
         return Case("control", op["operationId"], request, setup, fault, caller=caller)
 
-    setups = st.builds(lambda scope, consent, preseed, confirm, erasure: Setup(
-        scope=scope, consent=consent, preseed=preseed if scope and consent else 0, confirm=confirm if scope else "",
-        erasure=erasure and scope and consent),
-        weighted((8, True), (1, False)), weighted((4, True), (1, False)), st.sampled_from([0, 1, 1, 2]),
+    setups = st.builds(
+        lambda scope, consent, preseed, confirm, erasure: Setup(
+            scope=scope,
+            consent=consent,
+            preseed=preseed if scope and consent else 0,
+            confirm=confirm if scope else "",
+            erasure=erasure and scope and consent,
+        ),
+        weighted((8, True), (1, False)),
+        weighted((4, True), (1, False)),
+        st.sampled_from([0, 1, 1, 2]),
         weighted((3, ""), (2, "forget_all" if path.endswith("forget-all") else "off"), (1, "forget_all")),
-        weighted((4, False), (1, True)))
-    faults = weighted((12, None), (1, "fault")).flatmap(lambda k: st.none() if k is None else st.builds(
-        lambda kind, status: Fault("kagent", kind, "/api/memories", status),
-        weighted((4, "status"), (1, "drop"), (1, "delay"), (1, "garbage")), st.sampled_from([500, 400, 404, 503])))
+        weighted((4, False), (1, True)),
+    )
+    faults = weighted((12, None), (1, "fault")).flatmap(
+        lambda k: (
+            st.none()
+            if k is None
+            else st.builds(
+                lambda kind, status: Fault("kagent", kind, "/api/memories", status),
+                weighted((4, "status"), (1, "drop"), (1, "delay"), (1, "garbage")),
+                st.sampled_from([500, 400, 404, 503]),
+            )
+        )
+    )
     callers = weighted((12, "subject"), *((1, c) for c in CALLERS[1:]))
-    return st.builds(build, st.fixed_dictionaries(path_params), query, _body(doc, op), callers, context,
-                     weighted((6, False), (1, True)), setups, faults)
+    return st.builds(
+        build,
+        st.fixed_dictionaries(path_params),
+        query,
+        _body(doc, op),
+        callers,
+        context,
+        weighted((6, False), (1, True)),
+        setups,
+        faults,
+    )
 
 
 def control_cases(doc: Mapping[str, Any]) -> S[Case]:

@@ -64,8 +64,23 @@ class Deep:
     leaf: Node = None
 
 
-VectorRecipe = Literal["valid", "zeros", "neg_zeros", "nan", "inf", "overflow", "short", "long", "empty",
-                       "strings", "bools", "ints", "nested", "null_item", "float32_overflow"]
+VectorRecipe = Literal[
+    "valid",
+    "zeros",
+    "neg_zeros",
+    "nan",
+    "inf",
+    "overflow",
+    "short",
+    "long",
+    "empty",
+    "strings",
+    "bools",
+    "ints",
+    "nested",
+    "null_item",
+    "float32_overflow",
+]
 
 
 @dataclass(frozen=True)
@@ -117,8 +132,16 @@ def _vector(node: Vec, env: Env | None) -> str:
     if recipe in ("zeros", "neg_zeros"):
         items = ["0" if recipe == "zeros" else "-0.0"] * DIM
     elif recipe in ("nan", "inf", "overflow", "float32_overflow", "strings", "bools", "nested", "null_item"):
-        items[at] = {"nan": "NaN", "inf": "Infinity", "overflow": "1e999", "float32_overflow": "3.5e38",
-                     "strings": '"0.5"', "bools": "true", "nested": "[0.5]", "null_item": "null"}[recipe]
+        items[at] = {
+            "nan": "NaN",
+            "inf": "Infinity",
+            "overflow": "1e999",
+            "float32_overflow": "3.5e38",
+            "strings": '"0.5"',
+            "bools": "true",
+            "nested": "[0.5]",
+            "null_item": "null",
+        }[recipe]
     elif recipe == "ints":
         items = [str((node.seed + i) % 3 - 1) for i in range(DIM)]
     elif recipe in ("short", "long", "empty"):

@@ -48,10 +48,12 @@ class CaseRun:
         key_of = scope if scope.key else stack.neighbours[AGENT]
         _, sid, gen, mac = key_of.key.split(".")
         return {
-            "KEY": key_of.key, "KEY_NEIGHBOUR": stack.neighbours[AGENT].key,
+            "KEY": key_of.key,
+            "KEY_NEIGHBOUR": stack.neighbours[AGENT].key,
             "KEY_OTHER_AGENT": stack.neighbours[AGENT2].key,
             "KEY_FORGED": f"mg1.{sid}.{gen}.{mac[:-4]}{'BBBB' if mac.endswith('AAAA') else 'AAAA'}",
-            "KEY_STALE": key_of.keys[0], "STORAGE_KEY": f"mgs1.{sid}.{gen}",
+            "KEY_STALE": key_of.keys[0],
+            "STORAGE_KEY": f"mgs1.{sid}.{gen}",
         }
 
     def contexts(self, scope: Scope) -> dict[str, str]:
@@ -63,8 +65,9 @@ class CaseRun:
         return {
             "CTX": stack.token("context", claims(scope)),
             "CTX_EXPIRED": stack.token("context", claims(scope, iat=now - 100, exp=now - 10)),
-            "CTX_OTHER_ROOM": stack.token("context", claims(scope, scope={"kind": "control_room",
-                                                                         "room_id": f"!elsewhere:{SERVER}"})),
+            "CTX_OTHER_ROOM": stack.token(
+                "context", claims(scope, scope={"kind": "control_room", "room_id": f"!elsewhere:{SERVER}"})
+            ),
             "CTX_OTHER_AGENT": stack.token("context", claims(scope, agent=AGENT2)),
             "CTX_MEMBERS": stack.token("context", members),
             "CTX_UNTYPED": stack.token("context", claims(scope), headers={"typ": None}),
@@ -102,8 +105,11 @@ class CaseRun:
         """No sentinel, of this case or any other, in a log line, a metric label or an audit row."""
         stack = self.stack
         audit = "\n".join(stack.audit_since(self.audit_mark))
-        for sink, text in (("logs", stack.logs.take()), ("metrics", "\n".join(stack.new_metric_labels())),
-                           ("audit", audit)):
+        for sink, text in (
+            ("logs", stack.logs.take()),
+            ("metrics", "\n".join(stack.new_metric_labels())),
+            ("audit", audit),
+        ):
             tags = leaked(self.sentinels, [text]) + foreign_markers(text, set())
             if tags:
                 self.fail(f"sentinel_in_{sink}", ",".join(sorted(set(tags))))
@@ -125,12 +131,19 @@ class CaseRun:
         current = body.get("generation") if status == 200 and isinstance(body, dict) else None
         rows = await self.stack.kagent_rows(scope)
         if record.get("kind") == "forget_one":
-            gone = {e.get("entry_id") for e in record.get("entries", []) if isinstance(e, dict)
-                    and (e.get("physically_deleted_at") or record.get("physical_deletion") == "complete")}
+            gone = {
+                e.get("entry_id")
+                for e in record.get("entries", [])
+                if isinstance(e, dict)
+                and (e.get("physically_deleted_at") or record.get("physical_deletion") == "complete")
+            }
             if any(r.id in gone for r in rows):
                 self.fail("evidence_claims_absent", "forget_one: a row said deleted is still in kagent")
-        elif claims_absent(record) and isinstance(current, int) and any(
-                _generation(r.user_id or "") < current for r in rows):
+        elif (
+            claims_absent(record)
+            and isinstance(current, int)
+            and any(_generation(r.user_id or "") < current for r in rows)
+        ):
             self.fail("evidence_claims_absent", f"{record.get('kind')}: rows of a fenced generation remain")
 
 

@@ -39,8 +39,7 @@ class ControlRun(CaseRun):
     def __init__(self, stack: FuzzStack, case: Case, doc: Mapping[str, Any]) -> None:
         super().__init__(stack, case)
         self.doc = doc
-        self.op = next(op for ops in doc["paths"].values() for op in ops.values()
-                       if op["operationId"] == case.route)
+        self.op = next(op for ops in doc["paths"].values() for op in ops.values() if op["operationId"] == case.route)
         self.scope: Scope = stack.stranger()
         self.other: Scope | None = None
 
@@ -60,17 +59,26 @@ class ControlRun(CaseRun):
             entries = [await stack.seed(scope, self.plant(tag)) for tag in ("seeda", "seedb")[: setup.preseed]]
         confirm = secrets.token_hex(32)
         if setup.confirm:
-            _, first = await stack.control("POST", f"/v1/scopes/{scope.scope_id}/{setup.confirm.replace('_', '-')}",
-                                           scope.principal)
+            _, first = await stack.control(
+                "POST", f"/v1/scopes/{scope.scope_id}/{setup.confirm.replace('_', '-')}", scope.principal
+            )
             confirm = str(first.get("confirm_token", confirm)) if isinstance(first, dict) else confirm
         if self.names & {"OTHER_PRINCIPAL", "OTHER_ROOM", "OTHER_SCOPE_ID"} or self.case.caller == "other_subject":
             self.other = await stack.new_scope()
         other = self.other or stack.stranger()
         self.env = {
-            "PRINCIPAL": scope.principal, "ROOM": scope.room, "SCOPE_ID": scope.scope_id,
-            "OTHER_PRINCIPAL": other.principal, "OTHER_ROOM": other.room, "OTHER_SCOPE_ID": other.scope_id,
-            "ENTRY_ID": entries[0] if entries else "e" + secrets.token_hex(12), "ERASURE_ID": erasure_id,
-            "CONFIRM": confirm, "OTHER_CONFIRM": secrets.token_hex(32), **self.keys(scope), **self.contexts(scope),
+            "PRINCIPAL": scope.principal,
+            "ROOM": scope.room,
+            "SCOPE_ID": scope.scope_id,
+            "OTHER_PRINCIPAL": other.principal,
+            "OTHER_ROOM": other.room,
+            "OTHER_SCOPE_ID": other.scope_id,
+            "ENTRY_ID": entries[0] if entries else "e" + secrets.token_hex(12),
+            "ERASURE_ID": erasure_id,
+            "CONFIRM": confirm,
+            "OTHER_CONFIRM": secrets.token_hex(32),
+            **self.keys(scope),
+            **self.contexts(scope),
         }
         if self.case.caller != "none":
             self.env["AUTH"] = self.authorization(other)
@@ -139,7 +147,8 @@ class ControlRun(CaseRun):
         if status >= 500:
             armed = self.case.fault is not None
             documented = (status == 500 and reason in ERASURE_REASONS and reply.header("Location")) or (
-                status == 502 and reason in UPSTREAM_REASONS)
+                status == 502 and reason in UPSTREAM_REASONS
+            )
             if not (armed and documented):
                 self.fail("5xx", f"{status} {reason}")
         if 200 <= status < 300 and schema is not None:
@@ -147,8 +156,9 @@ class ControlRun(CaseRun):
             if body is _INVALID:
                 error = "not JSON"
             elif schema:
-                found = next(iter(Draft202012Validator({**schema, "components": self.doc["components"]})
-                                  .iter_errors(body)), None)
+                found = next(
+                    iter(Draft202012Validator({**schema, "components": self.doc["components"]}).iter_errors(body)), None
+                )
                 error = "/".join(str(p) for p in found.absolute_path) or found.validator if found else None
             if error:
                 self.fail("response_schema", f"{status} at {error}")
@@ -169,8 +179,12 @@ class ControlRun(CaseRun):
             return
         success = 200 <= status < 300
         sub = {"subject": self.scope.principal, "other_subject": self.env["OTHER_PRINCIPAL"]}.get(caller)
-        if op == "offboardPrincipal" and caller != "operator" and not self.unrouted(status) and not (
-                status == 403 and err is not None and err["error"] == "route_denied"):
+        if (
+            op == "offboardPrincipal"
+            and caller != "operator"
+            and not self.unrouted(status)
+            and not (status == 403 and err is not None and err["error"] == "route_denied")
+        ):
             self.fail("offboard_without_operator", f"{caller} answered {status}")
         if success and op not in ("offboardPrincipal", "getErasure") and (sub is None or sub != self.owner()):
             self.fail("foreign_caller_allowed", f"{caller} answered {status}")
@@ -198,16 +212,25 @@ class ControlRun(CaseRun):
         """A subject's first forget-all/off call on its own consented scope, with no confirmation yet."""
         request, setup = self.case.request, self.case.setup
         body = request.body
-        empty = body in _EMPTY_BODIES or (isinstance(body, Doc) and body.value is not None
-                                          and request.plain_body(self.env).strip() == b"{}")
-        return (self.case.caller == "subject" and setup.scope and setup.consent and empty
-                and Ph("SCOPE_ID") in request.target and self.case.fault is None)
+        empty = body in _EMPTY_BODIES or (
+            isinstance(body, Doc) and body.value is not None and request.plain_body(self.env).strip() == b"{}"
+        )
+        return (
+            self.case.caller == "subject"
+            and setup.scope
+            and setup.consent
+            and empty
+            and Ph("SCOPE_ID") in request.target
+            and self.case.fault is None
+        )
 
     def unrouted(self, status: int) -> bool:
         """A hostile path segment (empty, an encoded slash, a dot segment) made a path no operation has: the
         router's 404/405 is then the right answer, before any handler or credential check runs."""
-        odd = any(isinstance(p, Str) or (isinstance(p, str) and (p == "" or "%" in p or ".." in p or len(p) > 200))
-                  for p in self.case.request.target)
+        odd = any(
+            isinstance(p, Str) or (isinstance(p, str) and (p == "" or "%" in p or ".." in p or len(p) > 200))
+            for p in self.case.request.target
+        )
         return odd and status in (404, 405)
 
     async def erasure_records(self, reply: Reply) -> list[Any]:
@@ -220,8 +243,10 @@ class ControlRun(CaseRun):
             records.append(body["erasure"])
         for item in body.get("scopes", []) if self.case.route == "offboardPrincipal" else []:
             token = self.stack.token("operator", self.stack.operator_claims())
-            async with self.stack.http.get(f"{self.stack.gw.control_url}/v1/erasures/{item.get('erasure_id')}",
-                                           headers={"Authorization": "Bearer " + token}) as resp:
+            async with self.stack.http.get(
+                f"{self.stack.gw.control_url}/v1/erasures/{item.get('erasure_id')}",
+                headers={"Authorization": "Bearer " + token},
+            ) as resp:
                 records.append(await resp.json(content_type=None))
         return records
 

@@ -40,8 +40,20 @@ from sidecar.dev.fuzz.stack import AGENT, AGENT2, FuzzStack, Scope, canonical_ap
 from sidecar.dev.fuzz.wire import Reply
 
 CASE_SCOPE = frozenset({"KEY", "KEY_FORGED", "KEY_STALE", "STORAGE_KEY", *CONTEXTS})
-GENUINE = frozenset({"KEY", "KEY_NEIGHBOUR", "KEY_OTHER_AGENT", "KEY_STALE", "CTX", "CTX_EXPIRED",
-                     "CTX_OTHER_ROOM", "CTX_OTHER_AGENT", "CTX_MEMBERS", "CTX_UNTYPED"})
+GENUINE = frozenset(
+    {
+        "KEY",
+        "KEY_NEIGHBOUR",
+        "KEY_OTHER_AGENT",
+        "KEY_STALE",
+        "CTX",
+        "CTX_EXPIRED",
+        "CTX_OTHER_ROOM",
+        "CTX_OTHER_AGENT",
+        "CTX_MEMBERS",
+        "CTX_UNTYPED",
+    }
+)
 GOVERNED = frozenset({"save", "batch", "search", "list", "delete_all", "embedding", "invoke"})
 REFUSED = frozenset({"lookalike", "fragment", "absolute", "odd", "ungoverned", "list", "delete_all"})
 RELAYED = frozenset({"passthrough", "a2a_other", "card"})
@@ -88,8 +100,12 @@ class DataRun(CaseRun):
         await stack.chaos.settle()
         # A target the HTTP parser refuses (asterisk or authority form) is answered before any header
         # is read, so there is no context to spend: only requests the application saw are replayed.
-        if (self.first_context() == Ph("CTX") and reply is not None and case.route != "odd"
-                and self.reached(reply, seen)):
+        if (
+            self.first_context() == Ph("CTX")
+            and reply is not None
+            and case.route != "odd"
+            and self.reached(reply, seen)
+        ):
             await self.replay_context()
         self.sweep_sinks()
         return Outcome(case, reply.status if reply is not None else None, self.failures)
@@ -171,8 +187,12 @@ class DataRun(CaseRun):
 
     def named_scopes(self) -> list[Scope]:
         stack = self.stack
-        pairs = {"KEY": self.scope, "KEY_STALE": self.scope, "KEY_NEIGHBOUR": stack.neighbours[AGENT],
-                 "KEY_OTHER_AGENT": stack.neighbours[AGENT2]}
+        pairs = {
+            "KEY": self.scope,
+            "KEY_STALE": self.scope,
+            "KEY_NEIGHBOUR": stack.neighbours[AGENT],
+            "KEY_OTHER_AGENT": stack.neighbours[AGENT2],
+        }
         return [s for name, s in pairs.items() if name in self.names and s is not None]
 
     # --- what the upstreams received --------------------------------------------------------------
@@ -272,8 +292,10 @@ class DataRun(CaseRun):
         if request.body is None:
             return
         plain = request.plain_body(self.env)
-        encoders: dict[str, Callable[[bytes], bytes]] = {"gzip": lambda b: gzip.compress(b, mtime=0),
-                                                         "deflate": zlib.compress}
+        encoders: dict[str, Callable[[bytes], bytes]] = {
+            "gzip": lambda b: gzip.compress(b, mtime=0),
+            "deflate": zlib.compress,
+        }
         encode = encoders.get(request.encoding)
         raw = encode(plain) if encode is not None else plain
         label = next((v for k, v in request.headers if k.lower() == "content-encoding"), None)
@@ -316,18 +338,21 @@ class DataRun(CaseRun):
             self.fail("withdraw_failed", f"status {status} with a healthy upstream")
             return
         await self.check_evidence(body["erasure"])
-        status, record = await stack.control("GET", f"/v1/erasures/{body['erasure']['erasure_id']}",
-                                             scope.principal)
+        status, record = await stack.control("GET", f"/v1/erasures/{body['erasure']['erasure_id']}", scope.principal)
         await self.check_evidence(record)
 
     async def replay_context(self) -> None:
         """The same context on a real invocation must now be refused as replayed (SPEC §5)."""
         stack = self.stack
-        async with stack.http.post(f"{stack.gw.data_url}/api/a2a/{AGENT}/", headers={
-                "X-Memgov-Context": self.env["CTX"]}, json={"jsonrpc": "2.0", "id": 1, "method": "message/send",
-                                                            "params": {"message": {"role": "user", "messageId": "m",
-                                                                                   "parts": [{"kind": "text",
-                                                                                              "text": "again"}]}}}
+        async with stack.http.post(
+            f"{stack.gw.data_url}/api/a2a/{AGENT}/",
+            headers={"X-Memgov-Context": self.env["CTX"]},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "message/send",
+                "params": {"message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "again"}]}},
+            },
         ) as resp:
             await resp.read()
             reason = resp.headers.get("X-Memgov-Decision", "")

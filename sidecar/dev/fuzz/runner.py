@@ -87,14 +87,20 @@ def strategy_for(target: Target, doc: Mapping[str, Any]) -> st.SearchStrategy[Ca
     if target == "control":
         return control_cases(doc)
     return weighted((3, "data"), (1, "control")).flatmap(
-        lambda plane: data_cases() if plane == "data" else control_cases(doc))
+        lambda plane: data_cases() if plane == "data" else control_cases(doc)
+    )
 
 
 class Fuzzer:
     """One target, one seed; a fresh stack every :data:`STACK_CASES` cases keeps tables and memory small."""
 
-    def __init__(self, open_stack: Callable[[], AbstractAsyncContextManager[FuzzStack]], target: Target,
-                 seed_value: int, progress: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        open_stack: Callable[[], AbstractAsyncContextManager[FuzzStack]],
+        target: Target,
+        seed_value: int,
+        progress: Callable[[str], None] = print,
+    ) -> None:
         self.open_stack, self.target, self.seed = open_stack, target, seed_value
         self.progress = progress
         self.report = Report()
@@ -161,12 +167,19 @@ class Fuzzer:
             done += self.report.total - before
             self._say(offset + done, end)
 
-    def _batch(self, strategy: st.SearchStrategy[Case], size: int, batch_seed: int,
-               loop: asyncio.AbstractEventLoop) -> None:
+    def _batch(
+        self, strategy: st.SearchStrategy[Case], size: int, batch_seed: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         report = self.report
 
-        @settings(max_examples=size, database=None, deadline=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+        @settings(
+            max_examples=size,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+        )
         @seed(batch_seed)
         @given(strategy)
         def one(case: Case) -> None:
@@ -181,8 +194,9 @@ class Fuzzer:
         report = self.report
         rate = (done - self._start) / max(time.perf_counter() - self._started, 1e-9)
         failing = sum(report.failed.values())
-        self.progress(f"fuzz: {done}/{cases} cases, {failing} failing, {len(report.failures)} failure classes, "
-                      f"{rate:.1f} cases/s")
+        self.progress(
+            f"fuzz: {done}/{cases} cases, {failing} failing, {len(report.failures)} failure classes, {rate:.1f} cases/s"
+        )
 
     def scan_state(self) -> None:
         """The state store holds ids, codes and counts only: no sentinel of any case may be in it."""
@@ -217,6 +231,7 @@ class Fuzzer:
 
 # --- reduction ---------------------------------------------------------------------------------
 
+
 def simpler(case: Case) -> Iterator[Case]:
     """Variants of a case that are one step simpler, most promising first."""
     if case.fault is not None:
@@ -228,13 +243,19 @@ def simpler(case: Case) -> Iterator[Case]:
     for request in _simpler_request(case.request):
         # The Authorization header is what the control case's caller class means; it stays.
         if case.plane == "data" or request.headers.count(("Authorization", Ph("AUTH"))) == case.request.headers.count(
-                ("Authorization", Ph("AUTH"))):
+            ("Authorization", Ph("AUTH"))
+        ):
             yield replace(case, request=request)
 
 
 def _simpler_setup(setup: Setup) -> Iterator[Setup]:
-    for name, plain in (("preseed", 0), ("regrant", False), ("new_conversation", True), ("confirm", ""),
-                        ("erasure", False)):
+    for name, plain in (
+        ("preseed", 0),
+        ("regrant", False),
+        ("new_conversation", True),
+        ("confirm", ""),
+        ("erasure", False),
+    ):
         if getattr(setup, name) != plain:
             change: dict[str, Any] = {name: plain}
             yield replace(setup, **change)
@@ -242,7 +263,7 @@ def _simpler_setup(setup: Setup) -> Iterator[Setup]:
 
 def _simpler_request(request: Request) -> Iterator[Request]:
     for i in range(len(request.headers)):
-        yield replace(request, headers=request.headers[:i] + request.headers[i + 1:])
+        yield replace(request, headers=request.headers[:i] + request.headers[i + 1 :])
     if request.chunked:
         yield replace(request, chunked=False)
     if request.encoding != "identity":
@@ -263,18 +284,18 @@ def _simpler_request(request: Request) -> Iterator[Request]:
 def _simpler_node(node: Node) -> Iterator[Node]:
     if isinstance(node, Obj):
         for i in range(len(node.pairs)):
-            yield Obj(node.pairs[:i] + node.pairs[i + 1:])
+            yield Obj(node.pairs[:i] + node.pairs[i + 1 :])
         for i, (key, value) in enumerate(node.pairs):
             for simpler_value in _simpler_node(value):
-                yield Obj((*node.pairs[:i], (key, simpler_value), *node.pairs[i + 1:]))
+                yield Obj((*node.pairs[:i], (key, simpler_value), *node.pairs[i + 1 :]))
     elif isinstance(node, Arr):
         if len(node.items) > 1:
             yield Arr(node.items[: len(node.items) // 2])
         for i in range(len(node.items)):
-            yield Arr(node.items[:i] + node.items[i + 1:])
+            yield Arr(node.items[:i] + node.items[i + 1 :])
         for i, value in enumerate(node.items):
             for simpler_value in _simpler_node(value):
-                yield Arr((*node.items[:i], simpler_value, *node.items[i + 1:]))
+                yield Arr((*node.items[:i], simpler_value, *node.items[i + 1 :]))
     elif isinstance(node, Deep):
         if node.depth > 1:
             yield replace(node, depth=node.depth // 2)
@@ -285,4 +306,3 @@ def _simpler_node(node: Node) -> Iterator[Node]:
             yield replace(node, pad_n=node.pad_n // 2)
         if node.escaped:
             yield replace(node, escaped=False)
-

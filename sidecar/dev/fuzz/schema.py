@@ -42,8 +42,9 @@ def _string(schema: Mapping[str, Any]) -> S[str]:
     return base.filter(lambda s: lo <= len(s) <= hi and _MARK not in s)
 
 
-def strategy(doc: Mapping[str, Any], schema: Mapping[str, Any], hints: Mapping[str, S[Node]] | None = None,
-             name: str = "") -> S[Node]:
+def strategy(
+    doc: Mapping[str, Any], schema: Mapping[str, Any], hints: Mapping[str, S[Node]] | None = None, name: str = ""
+) -> S[Node]:
     """Values valid for ``schema`` (``hints`` offer meaningful values for properties by name)."""
     schema = resolve(doc, schema)
     own = st.deferred(lambda: _valid(doc, schema, hints or {}))
@@ -85,8 +86,11 @@ def _object(doc: Mapping[str, Any], schema: Mapping[str, Any], hints: Mapping[st
     def build(present: list[str], drawn: dict[str, Node]) -> Obj:
         return Obj(tuple((n, drawn[n]) for n in names if n in required or n in present))
 
-    return st.builds(build, st.lists(st.sampled_from(optional), unique=True) if optional else st.just([]),
-                     st.fixed_dictionaries(values))
+    return st.builds(
+        build,
+        st.lists(st.sampled_from(optional), unique=True) if optional else st.just([]),
+        st.fixed_dictionaries(values),
+    )
 
 
 def operations(doc: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -112,8 +112,15 @@ async def _exchange(host: str, port: int, raw: bytes, method: str) -> Reply:
             pass
 
 
-async def send(base_url: str, method: str, target: bytes, headers: list[tuple[str, str]], body: bytes = b"",
-               *, timeout_s: float = TIMEOUT_S) -> Reply:
+async def send(
+    base_url: str,
+    method: str,
+    target: bytes,
+    headers: list[tuple[str, str]],
+    body: bytes = b"",
+    *,
+    timeout_s: float = TIMEOUT_S,
+) -> Reply:
     """Send one request to ``http://host:port`` and read its answer."""
     hostport = base_url.removeprefix("http://").rstrip("/")
     host, _, port = hostport.rpartition(":")
