@@ -91,10 +91,11 @@ image-ci: image-tools
 test-py: venv pg tools kagent image-ci
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
-# Style, types and layers: ruff (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
+# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
 # contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
