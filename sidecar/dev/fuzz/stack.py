@@ -106,12 +106,14 @@ class FuzzStack:
     def now(self) -> int:
         return int(self.clock().timestamp())
 
-    def token(self, kind: str, claims: dict[str, Any], *, key: bytes | None = None,
-              headers: dict[str, Any] | None = None) -> str:
+    def token(
+        self, kind: str, claims: dict[str, Any], *, key: bytes | None = None, headers: dict[str, Any] | None = None
+    ) -> str:
         """A JWT of one kind, typed as SPEC §5 says unless ``headers`` overrides it."""
         secret = key if key is not None else (self.operator_key if kind == "operator" else self.bridge_key)
-        return jwt.encode(claims, secret, algorithm="HS256", headers=headers if headers is not None else
-                          {"typ": TYP[kind]})
+        return jwt.encode(
+            claims, secret, algorithm="HS256", headers=headers if headers is not None else {"typ": TYP[kind]}
+        )
 
     def subject_claims(self, sub: str) -> dict[str, Any]:
         now = self.now()
@@ -125,20 +127,31 @@ class FuzzStack:
         """A fresh delegation context for a scope's principal, agent and control room; ``over`` replaces claims."""
         now = self.now()
         claims: dict[str, Any] = {
-            "sub": of.principal, "origin": "native", "agent": of.agent,
+            "sub": of.principal,
+            "origin": "native",
+            "agent": of.agent,
             "scope": {"kind": "control_room", "room_id": of.room},
-            "room": {"room_version": "12", "encrypted": False, "join_rule": "invite", "history_visibility": "joined",
-                     "members": [of.principal, BOT, AGENTS[of.agent]], "invited": [],
-                     "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False}},
+            "room": {
+                "room_version": "12",
+                "encrypted": False,
+                "join_rule": "invite",
+                "history_visibility": "joined",
+                "members": [of.principal, BOT, AGENTS[of.agent]],
+                "invited": [],
+                "server_acl": {"allow": [SERVER], "deny": [], "allow_ip_literals": False},
+            },
             "audience": {"servers": [SERVER], "classification": self.classification},
-            "iat": now, "exp": now + 60, "jti": secrets.token_hex(8),
+            "iat": now,
+            "exp": now + 60,
+            "jti": secrets.token_hex(8),
         }
         claims.update(over)
         return claims
 
     # --- state through the gateway's interfaces --------------------------------------------------
-    async def control(self, method: str, path: str, sub: str, body: Any = None,
-                      headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async def control(
+        self, method: str, path: str, sub: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         auth = {"Authorization": "Bearer " + self.token("subject", self.subject_claims(sub)), **(headers or {})}
         async with self.http.request(method, self.gw.control_url + path, json=body, headers=auth) as resp:
             return resp.status, await resp.json(content_type=None)
@@ -151,9 +164,16 @@ class FuzzStack:
     async def new_scope(self, *, agent: str = AGENT, consent: bool = True) -> Scope:
         """A fresh principal, control room and scope; consented unless told otherwise."""
         principal, room = (s := self.stranger(agent)).principal, s.room
-        status, body = await self.control("POST", "/v1/scopes", principal, {
-            "principal": {"mxid": principal, "origin": "native"}, "agent": agent,
-            "scope": {"kind": "control_room", "room_id": room}})
+        status, body = await self.control(
+            "POST",
+            "/v1/scopes",
+            principal,
+            {
+                "principal": {"mxid": principal, "origin": "native"},
+                "agent": agent,
+                "scope": {"kind": "control_room", "room_id": room},
+            },
+        )
         if status != 201:
             raise SetupFailed(f"scope creation answered {status}")
         scope = Scope(body["scope_id"], principal, agent, room)
@@ -163,22 +183,31 @@ class FuzzStack:
         return scope
 
     async def grant(self, scope: Scope) -> None:
-        status, _ = await self.control("PUT", f"/v1/scopes/{scope.scope_id}/consent", scope.principal,
-                                       {"purpose": "fuzzing the gateway", "policy_version": "v1"})
+        status, _ = await self.control(
+            "PUT",
+            f"/v1/scopes/{scope.scope_id}/consent",
+            scope.principal,
+            {"purpose": "fuzzing the gateway", "policy_version": "v1"},
+        )
         if status != 200:
             raise SetupFailed(f"consent answered {status}")
 
     async def session_key(self, scope: Scope, *, new_conversation: bool = True) -> str:
         """Invoke the agent as the bridge would and keep the session key kagent received."""
-        message: dict[str, Any] = {"role": "user", "messageId": secrets.token_hex(4),
-                                   "parts": [{"kind": "text", "text": "hello"}]}
+        message: dict[str, Any] = {
+            "role": "user",
+            "messageId": secrets.token_hex(4),
+            "parts": [{"kind": "text", "text": "hello"}],
+        }
         if not new_conversation:
             message["contextId"] = secrets.token_hex(8)
         context = self.token("context", self.context_claims(scope))
         mark = len(self.chaos.seen)
-        async with self.http.post(f"{self.gw.data_url}/api/a2a/{scope.agent}/", headers={"X-Memgov-Context": context},
-                                  json={"jsonrpc": "2.0", "id": 1, "method": "message/send",
-                                        "params": {"message": message}}) as resp:
+        async with self.http.post(
+            f"{self.gw.data_url}/api/a2a/{scope.agent}/",
+            headers={"X-Memgov-Context": context},
+            json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}},
+        ) as resp:
             await resp.read()
         keys = [s.header("X-User-Id") for s in self.chaos.since(mark) if s.upstream == "kagent"]
         if resp.headers.get("X-Memgov-Decision", "").split(";")[0] != "forward" or not keys or not keys[-1]:
@@ -190,10 +219,15 @@ class FuzzStack:
     async def seed(self, scope: Scope, sentinel: str) -> str:
         """Save one fact through the gateway, as the agent runtime would; its entry id."""
         content = f"fuzz fact {sentinel}"
-        body = {"agent_name": canonical_app(scope.agent), "user_id": scope.key, "content": content,
-                "vector": embed_text(content)}
-        async with self.http.post(self.gw.data_url + "/api/memories/sessions", json=body,
-                                  headers={"X-Agent-Name": canonical_app(scope.agent)}) as resp:
+        body = {
+            "agent_name": canonical_app(scope.agent),
+            "user_id": scope.key,
+            "content": content,
+            "vector": embed_text(content),
+        }
+        async with self.http.post(
+            self.gw.data_url + "/api/memories/sessions", json=body, headers={"X-Agent-Name": canonical_app(scope.agent)}
+        ) as resp:
             answer = await resp.json(content_type=None)
             if resp.status != 201:
                 raise SetupFailed(f"seeding a fact answered {resp.status}")
@@ -229,7 +263,7 @@ class FuzzStack:
             start, end = line.find("{"), line.rfind("}")
             if start > 0 and end > start and line[start:end] not in self._labels:
                 self._labels.add(line[start:end])
-                fresh.append(line[:end + 1])
+                fresh.append(line[: end + 1])
         return fresh
 
     def learn_storage_keys(self) -> None:
@@ -276,25 +310,38 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
             dev = await start_devstack(clock=clock, middlewares=[chaos.middleware])
             try:
                 settings = load_settings(
-                    upstream={"controller_url": dev.kagent_url, "embedding_url": dev.embedding_url,
-                              "read_timeout_s": READ_TIMEOUT_S, "memory_timeout_s": READ_TIMEOUT_S,
-                              "embedding_timeout_s": READ_TIMEOUT_S},
+                    upstream={
+                        "controller_url": dev.kagent_url,
+                        "embedding_url": dev.embedding_url,
+                        "read_timeout_s": READ_TIMEOUT_S,
+                        "memory_timeout_s": READ_TIMEOUT_S,
+                        "embedding_timeout_s": READ_TIMEOUT_S,
+                    },
                     listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
                     state={"url": f"sqlite:///{folder}/state.db"},
                     policy={"reload_interval_s": 0},
                     secrets={"session_key_file": str(keys["session"])},
                     trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                     matrix={"server_name": SERVER, "bridge_bot": BOT},
-                    agents={ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
-                            for ref, ghost in AGENTS.items()},
+                    agents={
+                        ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
+                        for ref, ghost in AGENTS.items()
+                    },
                     enforce={"write_lease_s": 1},
                     erasure={"quiesce_timeout_s": 2},
                 )
                 async with running_gateway(settings, clock=clock) as gw, aiohttp.ClientSession() as http:
                     stack = FuzzStack(
-                        gw=gw, dev=dev, chaos=chaos, clock=clock, logs=logs, http=http,
-                        bridge_key=keys["bridge"].read_bytes(), operator_key=keys["operator"].read_bytes(),
-                        state_path=folder / "state.db", limits=load_limits(PACKAGED_POLICY_DIR),
+                        gw=gw,
+                        dev=dev,
+                        chaos=chaos,
+                        clock=clock,
+                        logs=logs,
+                        http=http,
+                        bridge_key=keys["bridge"].read_bytes(),
+                        operator_key=keys["operator"].read_bytes(),
+                        state_path=folder / "state.db",
+                        limits=load_limits(PACKAGED_POLICY_DIR),
                         classification=load_federation(PACKAGED_POLICY_DIR).classification,
                     )
                     for agent in AGENTS:
