@@ -44,8 +44,13 @@ AGENT2 = "kagent/helper"
 PLAIN_AGENT = "kagent/plain"  # exists in kagent, has no memory
 AGENTS = {AGENT: "@k8s-agent:" + SERVER, AGENT2: "@helper:" + SERVER}
 #: The gateway gives up on a silent upstream after this long (every pool); a "delay" fault outlasts it.
-READ_TIMEOUT_S = 0.5
-DELAY_S = 0.8
+#: The stand-ins share the gateway's event loop (and the generator's GIL), so a busy machine slows
+#: an honest answer too: the timeout leaves room for that, or a healthy upstream would read as a
+#: silent one and the oracle would see a fault no case armed.
+READ_TIMEOUT_S = 1.5
+DELAY_S = 1.8
+#: An erasure waits this long for writes still under way (a delayed write holds one for READ_TIMEOUT_S).
+QUIESCE_TIMEOUT_S = 4
 TYP = {"context": "memgov-context+jwt", "subject": "memgov-subject+jwt", "operator": "memgov-operator+jwt"}
 
 
@@ -328,7 +333,7 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
                         for ref, ghost in AGENTS.items()
                     },
                     enforce={"write_lease_s": 1},
-                    erasure={"quiesce_timeout_s": 2},
+                    erasure={"quiesce_timeout_s": QUIESCE_TIMEOUT_S},
                 )
                 async with running_gateway(settings, clock=clock) as gw, aiohttp.ClientSession() as http:
                     stack = FuzzStack(
