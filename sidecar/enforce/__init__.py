@@ -9,14 +9,14 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sidecar.decide.context import spend_contexts
-from sidecar.decide.respond import CREDENTIALED, Denied, error, json_answer, refuse
+from sidecar.decide.respond import CREDENTIALED, Denied, error, json_answer, refuse, stamp
 from sidecar.enforce.embedding import handle_embedding
 from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_search
 from sidecar.policy.model import Action, Operation
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Reason, Refusal
-from sidecar.relay import ClassHandler
+from sidecar.relay import ClassHandler, refusal_answer
 from sidecar.routes import RouteClass, RouteMatch
 from sidecar.state.types import StateError
 
@@ -48,7 +48,13 @@ async def answer(request: web.Request, match: RouteMatch, operation: Operation, 
     if degrade is Action.DENY or refusal.reason in _FAILED_EXCHANGE:
         return error(request, refusal, decision)
     if degrade is Action.REWRITE_DISABLED:
-        return await rewrite_disabled(request, match, decision)
+        try:
+            return await rewrite_disabled(request, match, decision)
+        except Refusal as failed:
+            # The decision stands (the memory-free variant); the exchange with it then failed.
+            resp = refusal_answer(request, failed)
+            stamp(resp, decision)
+            return resp
     return json_answer(HTTPStatus.OK, [], decision)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import jwt
 import pytest
 
@@ -191,3 +193,32 @@ class TestDegraded:
         status, body, _ = await stack.save(ALICE, text)
         assert status == 403 and body["error"] == "key_invalid"
         assert await stack.rows() == []
+
+
+class TestUnreachableAgent:
+    """The agent cannot be reached: the answer still names the decision that was taken."""
+
+    @staticmethod
+    async def _unreachable(make_stack):
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        return await make_stack(upstream={"controller_url": f"http://127.0.0.1:{port}"})
+
+    async def test_refused_invocation_whose_variant_is_unreachable(self, make_stack):
+        stack = await self._unreachable(make_stack)
+        resp, _ = await stack.invoke(context="not.a.jwt")
+        body = await resp.json()
+        assert resp.status == 502
+        assert decision(resp) == ("rewrite_disabled", "context_invalid")
+        assert body["error"] == "upstream_unavailable"
+        assert body["decision_id"] == resp.headers["X-Memgov-Decision"].rsplit("id=", 1)[1]
+
+    async def test_forwarded_invocation_whose_agent_is_unreachable(self, make_stack):
+        stack = await self._unreachable(make_stack)
+        await stack.scope()
+        resp, _ = await stack.invoke(context=stack.context())
+        body = await resp.json()
+        assert resp.status == 502
+        assert body["error"] == "upstream_unavailable"
+        assert decision(resp)[1] == "upstream_unavailable"

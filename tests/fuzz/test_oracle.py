@@ -66,13 +66,19 @@ class TestReasonBody:
         assert reason_body(reply(body)) is None
 
     def test_header_must_name_the_same_decision(self) -> None:
-        """The decision header carries the body's id, and its reason unless an allowed call failed upstream."""
+        """The decision header carries the body's id, and its reason unless a call sent on failed upstream."""
         body = {"error": "key_invalid", "decision_id": "d_0123456789abcdef"}
         same = reply(b"", ("X-Memgov-Decision", "deny; reason=key_invalid; id=d_0123456789abcdef"))
         other = reply(b"", ("X-Memgov-Decision", "deny; reason=key_invalid; id=d_ffffffffffffffff"))
         forwarded = reply(b"", ("X-Memgov-Decision", "forward; reason=allowed; id=d_0123456789abcdef"))
         assert header_agrees(same, body) and not header_agrees(other, body)
         assert header_agrees(forwarded, {**body, "error": "upstream_error"}) and not header_agrees(forwarded, body)
+        # A refused invocation went to the memory-free variant, which then could not be reached.
+        rewritten = reply(b"", ("X-Memgov-Decision", "rewrite_disabled; reason=context_invalid; id=d_0123456789abcdef"))
+        assert header_agrees(rewritten, {**body, "error": "upstream_unavailable"})
+        assert not header_agrees(rewritten, body)
+        denied = reply(b"", ("X-Memgov-Decision", "deny; reason=key_invalid; id=d_0123456789abcdef"))
+        assert not header_agrees(denied, {**body, "error": "upstream_unavailable"})
         assert decision_of(reply(b"", ("X-Memgov-Decision", "maybe; reason=allowed; id=d_0123456789abcdef"))) is None
 
 

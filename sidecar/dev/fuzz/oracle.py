@@ -82,11 +82,13 @@ def reason_body(reply: Reply) -> dict[str, Any] | None:
 
 def header_agrees(reply: Reply, body: dict[str, Any]) -> bool:
     """The decision header and the error body name one decision: the same id and, unless the
-    decision was to forward and the upstream then failed, the same reason."""
+    decision sent the request on (to the agent or its memory-free variant) and that upstream then
+    failed, the same reason."""
     decision = decision_of(reply)
     if decision is None or decision.decision_id != body["decision_id"]:
         return False
-    return decision.reason == body["error"] or (decision.action == "forward" and body["error"] in UPSTREAM_REASONS)
+    sent_on = decision.action in ("forward", "rewrite_disabled")
+    return decision.reason == body["error"] or (sent_on and body["error"] in UPSTREAM_REASONS)
 
 
 class _Strict(ValueError):
