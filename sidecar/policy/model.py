@@ -173,7 +173,15 @@ class Budget(_Model):
 class Entries(_Model):
     """Ledger count for the scope."""
 
-    count: int = Field(0, ge=0, le=_BIG, description="Live entries of the scope.")
+    count: int = Field(
+        0,
+        ge=0,
+        le=_BIG,
+        description=(
+            "Live entries of the scope: on a save counted only up to the cap + 1 (enough to compare"
+            " with the cap), exact on an inspection, 0 on operations that do not count them."
+        ),
+    )
     cap: int = Field(..., ge=0, le=_BIG, description="Entry cap of the scope.")
 
 
