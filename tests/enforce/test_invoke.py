@@ -8,6 +8,7 @@ import jwt
 import pytest
 
 from tests.enforce.conftest import AGENT, ALICE, BOB, BOT, GHOST, ROOM_B, SERVER
+from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import bridge_headers
 
 
@@ -222,3 +223,17 @@ class TestUnreachableAgent:
         assert resp.status == 502
         assert body["error"] == "upstream_unavailable"
         assert decision(resp)[1] == "upstream_unavailable"
+
+    async def test_message_text_reaches_no_sink_when_the_agent_is_unreachable(self, make_stack):
+        """Neither failed exchange (refused → variant, allowed → agent) echoes the message anywhere."""
+        stack = await self._unreachable(make_stack)
+        text = make_sentinel("invoke")
+        with capture_sinks() as sinks:
+            await stack.scope()
+            for context in ("not.a.jwt", stack.context()):
+                resp, _ = await stack.invoke(f"remember {text}", context=context)
+                assert resp.status == 502
+                sinks.record(resp.status, resp.headers.items(), await resp.text())  # read inside invoke()
+            store = stack.gov.store
+            sinks.extra.append(repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()))
+        sinks.assert_clean(text)
