@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -102,20 +102,45 @@ async def running_gateway(
 
 
 async def serve(settings: Settings, started: Callable[[], object] | None = None, *, resume: bool = True) -> None:
-    """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open."""
+    """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open.
+
+    A signal that arrives while the gateway is still starting (a state store that does not answer,
+    a long erasure resume) cancels the start-up, whose clean-up then runs as on any error: the
+    orchestrator's SIGTERM is never held up by a start-up that may not finish.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     tracing.configure(settings.tracing)
-    try:
+    serving = asyncio.Event()
+
+    async def run() -> None:
         async with running_gateway(settings, resume=resume) as gw:
             if gw.governance is not None:
                 gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            serving.set()
             if started is not None:
                 started()
             await stop.wait()
+
+    gateway = asyncio.ensure_future(run())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([gateway, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not gateway.done() and not serving.is_set():
+            gateway.cancel()
+            with suppress(asyncio.CancelledError):
+                await gateway
+            log.info("server.start_aborted")
+        else:
+            await gateway  # serving: its own stop.wait() ends it with a graceful shutdown
     finally:
+        stopping.cancel()
+        if not gateway.done():
+            gateway.cancel()
+            with suppress(asyncio.CancelledError):
+                await gateway
         await asyncio.to_thread(tracing.shutdown)  # flushes spans still queued: a blocking export
     log.info("server.stopped")
 

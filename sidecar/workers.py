@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -89,9 +90,24 @@ class Workers:
     processes: list[BaseProcess]
 
 
+class WorkerExited(RuntimeError):
+    """A worker ended (or never started) while the gateway needed it."""
+
+
+class StartAborted(RuntimeError):
+    """SIGTERM/SIGINT arrived before every worker was up."""
+
+
 @asynccontextmanager
-async def running_workers(settings: Settings, count: int, serve: Serve) -> AsyncIterator[Workers]:
-    """Start ``count`` workers running ``serve`` with ``settings`` on shared ports; stop them all on exit."""
+async def running_workers(
+    settings: Settings, count: int, serve: Serve, *, abort: asyncio.Event | None = None
+) -> AsyncIterator[Workers]:
+    """Start ``count`` workers running ``serve`` with ``settings`` on shared ports; stop them all on exit.
+
+    Raises :class:`WorkerExited` when a worker ends before every worker is up (or does not come up
+    within the start timeout) and :class:`StartAborted` when ``abort`` is set meanwhile; either
+    way the workers already started are stopped first.
+    """
     held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
     listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
     config = settings.model_dump(mode="json")
@@ -102,7 +118,7 @@ async def running_workers(settings: Settings, count: int, serve: Serve) -> Async
         os.environ[MULTIPROC_ENV] = metrics_dir
         processes: list[BaseProcess] = []
         try:
-            readiness = []
+            readiness: list[Connection] = []
             for index in range(count):  # all at once: only one start-up long do some serve and others not
                 parent, child = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_worker, args=(serve, config, child, os.getpid(), index), daemon=False)
@@ -110,10 +126,7 @@ async def running_workers(settings: Settings, count: int, serve: Serve) -> Async
                 child.close()
                 processes.append(proc)
                 readiness.append(parent)
-            for parent in readiness:
-                if not await asyncio.to_thread(parent.poll, _START_TIMEOUT_S):
-                    raise RuntimeError("a worker did not start")
-                parent.recv()
+            await _until_ready(processes, readiness, abort)
             log.info("workers.started", count=count)
             shown = {name: "http://" + (value.replace("0.0.0.0", "127.0.0.1", 1)) for name, value in listen.items()}
             yield Workers(shown, processes)
@@ -123,44 +136,93 @@ async def running_workers(settings: Settings, count: int, serve: Serve) -> Async
                 sock.close()
 
 
+async def _until_ready(processes: list[BaseProcess], readiness: list[Connection], abort: asyncio.Event | None) -> None:
+    """Wait for every worker's "serving" message, waking on each message, each exit and ``abort``.
+
+    Nothing here blocks the loop: a worker that dies while another is still starting, or a SIGTERM
+    to the supervisor, is acted on at once instead of after the start timeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _START_TIMEOUT_S
+    waiting = list(readiness)
+    while waiting:
+        if abort is not None and abort.is_set():
+            raise StartAborted("stopped during start-up")
+        if any(proc.exitcode is not None for proc in processes):
+            raise WorkerExited("a worker exited during start-up")
+        for conn in [conn for conn in waiting if conn.poll(0)]:
+            try:
+                conn.recv()
+            except EOFError:
+                raise WorkerExited("a worker exited during start-up") from None
+            waiting.remove(conn)
+        if not waiting:
+            return
+        woke = asyncio.Event()
+        fds = [conn.fileno() for conn in waiting] + [proc.sentinel for proc in processes]
+        for fd in fds:
+            loop.add_reader(fd, woke.set)
+        aborted = asyncio.ensure_future(abort.wait()) if abort is not None else None
+        try:
+            awaited = [asyncio.ensure_future(woke.wait())] + ([aborted] if aborted is not None else [])
+            done, _ = await asyncio.wait(awaited, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED)
+            for future in awaited:
+                future.cancel()
+            if not done:
+                raise WorkerExited("a worker did not start in time")
+        finally:
+            for fd in fds:
+                loop.remove_reader(fd)
+
+
 def _stop(processes: list[BaseProcess]) -> None:
+    """SIGTERM every live worker, give them all one shared grace period, then SIGKILL what is left."""
     for proc in processes:
         if proc.is_alive() and proc.pid is not None:
             with suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
     for proc in processes:
-        proc.join(_STOP_TIMEOUT_S)
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in processes:
         if proc.is_alive():
             proc.kill()
             proc.join()
 
 
 async def supervise(settings: Settings, count: int, serve: Serve) -> int:
-    """Run ``count`` workers until SIGTERM/SIGINT (0) or until one dies (1)."""
+    """Run ``count`` workers until SIGTERM/SIGINT (0) or until one dies (1), start-up included."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     died = asyncio.Event()
-    # Before any worker starts: a SIGTERM during start-up stops the gateway once the workers are up.
+    # Before any worker starts: a SIGTERM during start-up stops the workers already started.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # A reload asked for during start-up is passed on once every worker can take it.
     reload_asked = asyncio.Event()
     loop.add_signal_handler(signal.SIGHUP, reload_asked.set)
-    async with running_workers(settings, count, serve) as workers:
-        loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
-        if reload_asked.is_set():
-            _signal_all(workers.processes, signal.SIGHUP)
-        for proc in workers.processes:
-            loop.add_reader(proc.sentinel, died.set)
-        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-        for proc in workers.processes:
-            loop.remove_reader(proc.sentinel)
-        if died.is_set() and not stop.is_set():
-            log.error("workers.worker_exited", count=count)
-    return 1 if died.is_set() and not stop.is_set() else 0
+    try:
+        async with running_workers(settings, count, serve, abort=stop) as workers:
+            loop.add_signal_handler(signal.SIGHUP, lambda: _signal_all(workers.processes, signal.SIGHUP))
+            if reload_asked.is_set():
+                _signal_all(workers.processes, signal.SIGHUP)
+            for proc in workers.processes:
+                loop.add_reader(proc.sentinel, died.set)
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            for proc in workers.processes:
+                loop.remove_reader(proc.sentinel)
+    except StartAborted:
+        return 0
+    except WorkerExited:
+        log.error("workers.worker_exited", count=count, step="start")
+        return 1
+    if died.is_set() and not stop.is_set():
+        log.error("workers.worker_exited", count=count, step="serve")
+        return 1
+    return 0
 
 
 def _signal_all(processes: list[BaseProcess], sig: int) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -109,48 +112,142 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.fixture
-def two_workers(tmp_path: Path):
+def _logged(log: Path, event: str) -> list[dict]:
+    """The supervisor's (and its workers') JSON log lines carrying ``event``."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("event") == event:
+                found.append(record)
+    return found
+
+
+def _start_supervisor(tmp_path: Path, state_url: str) -> tuple[subprocess.Popen, Path, int]:
     ops = free_port()
     config = tmp_path / "memgov.yaml"
     config.write_text(
         f"listen:\n  data: 127.0.0.1:{free_port()}\n  control: 127.0.0.1:{free_port()}\n  ops: 127.0.0.1:{ops}\n"
-        f"  workers: 2\nstate:\n  url: sqlite:///{tmp_path}/state.db\npolicy:\n  reload_interval_s: 0\n"
+        f"  workers: 2\nstate:\n  url: {state_url}\npolicy:\n  reload_interval_s: 0\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ},
-    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+        )
+    return proc, log, ops
+
+
+def _exit_code(proc: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> int:
+    """The supervisor's exit code; if it does not end in time, it is killed and its log shown."""
     try:
-        _wait(lambda: _ready(f"http://127.0.0.1:{ops}").get("ready") and len(_workers_of(proc.pid)) == 2)
-        yield proc, _workers_of(proc.pid)
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        shown = f"the supervisor did not exit within {timeout_s:.0f} s; its log ends with:\n{tail}"
+        raise AssertionError(shown) from None
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path):
+    """A supervisor whose two workers both said they serve (its ``workers.started`` line is logged)."""
+    proc, log, _ = _start_supervisor(tmp_path, f"sqlite:///{tmp_path}/state.db")
+    try:
+        _wait(lambda: _logged(log, "workers.started") and len(_workers_of(proc.pid)) == 2, timeout_s=120)
+        yield proc, _workers_of(proc.pid), log
     finally:
         if proc.poll() is None:
             proc.terminate()
-        proc.wait(timeout=30)
+        _exit_code(proc, log)
+
+
+@pytest.fixture
+def silent_store():
+    """A PostgreSQL address that accepts connections and never answers: workers hang in start-up."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def hold() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(server.accept()[0])
+
+    threading.Thread(target=hold, daemon=True).start()
+    try:
+        yield f"postgresql://memgov@127.0.0.1:{server.getsockname()[1]}/memgov", accepted
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
 
 
 class TestWorkers:
     def test_a_dead_worker_stops_the_whole_gateway(self, two_workers):
         """When one worker dies the supervisor stops the other and exits 1, for the orchestrator to restart."""
-        proc, (first, second) = two_workers
+        proc, (first, second), log = two_workers
         os.kill(first, signal.SIGKILL)
-        assert proc.wait(timeout=60) == 1
+        assert _exit_code(proc, log) == 1
         _wait(lambda: _gone(second))
+        assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["serve"]
 
     def test_workers_die_with_a_killed_supervisor(self, two_workers):
         """A supervisor killed outright leaves no worker behind holding the ports."""
-        proc, workers = two_workers
+        proc, workers, _ = two_workers
         proc.kill()
         proc.wait(timeout=10)
         _wait(lambda: all(_gone(w) for w in workers))
 
     def test_sigterm_stops_every_worker_cleanly(self, two_workers):
         """SIGTERM to the supervisor is passed on; every worker shuts down and the supervisor exits 0."""
-        proc, workers = two_workers
+        proc, workers, log = two_workers
         proc.terminate()
-        assert proc.wait(timeout=60) == 0
+        assert _exit_code(proc, log) == 0
         assert all(_gone(w) for w in workers)
+
+
+class TestStartUp:
+    """Start-up that does not finish (here: a state store that never answers) never holds the gateway up."""
+
+    def test_a_worker_dying_during_start_up_stops_the_other_at_once(self, tmp_path: Path, silent_store):
+        """The supervisor does not wait for the other worker's start-up: it stops it and exits 1.
+
+        The survivor's start-up is cancelled (``server.start_aborted``) rather than left to fail on
+        the store's connect timeout."""
+        url, accepted = silent_store
+        proc, log, _ = _start_supervisor(tmp_path, url)
+        try:
+            _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)  # both connecting
+            first, second = _workers_of(proc.pid)
+            os.kill(first, signal.SIGKILL)
+            assert _exit_code(proc, log) == 1
+            _wait(lambda: _gone(second))
+            assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["start"]
+            assert len(_logged(log, "server.start_aborted")) == 1
+            assert not _logged(log, "workers.started")
+            assert "Traceback" not in log.read_text(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    def test_sigterm_during_start_up_stops_every_worker_and_exits_0(self, tmp_path: Path, silent_store):
+        """The orchestrator's SIGTERM is honoured while the workers are still starting."""
+        url, accepted = silent_store
+        proc, log, _ = _start_supervisor(tmp_path, url)
+        try:
+            _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)
+            workers = _workers_of(proc.pid)
+            proc.terminate()
+            assert _exit_code(proc, log) == 0
+            assert all(_gone(w) for w in workers)
+            assert len(_logged(log, "server.start_aborted")) == 2
+            assert not _logged(log, "workers.worker_exited")
+            assert "Traceback" not in log.read_text(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
