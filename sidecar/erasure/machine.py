@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import secrets
 from collections.abc import Iterable
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 from sidecar import metrics, tracing
@@ -34,9 +36,13 @@ from sidecar.erasure.rotation import RotationSteps
 from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
-from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, Scope, StateError
+from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, RunTaken, Scope, StateError
 
 log = get_logger("erasure")
+#: How long a runner's claim on an erasure lasts unless renewed (every third of it) while it runs.
+RUN_LEASE_S = 10.0
+#: How often a caller that must wait for another process's run looks again.
+_CLAIM_POLL_S = 0.25
 
 
 class Kind(enum.StrEnum):
@@ -68,6 +74,10 @@ class ErasureEngine:
         self._gov = gov
         self._running: dict[str, asyncio.Task[Erasure]] = {}
         self._waking: dict[str, asyncio.Task[None]] = {}
+        # One drive of an erasure at a time in this process (a lock), and one runner across processes
+        # (the run lease in the store, held under this engine's runner id).
+        self._runner = "r" + secrets.token_hex(12)
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
         # Rotation makes the REST adapter exact; it needs an embedding provider (build.py decides).
         self._rotation = RotationSteps(gov, gov.rotator) if gov.rotator is not None else None
 
@@ -147,13 +157,17 @@ class ErasureEngine:
             return await self.run(newest[0].erasure_id)
         return await self.run((await self.request(scope, Kind.ROTATE, requested_by)).erasure_id)
 
-    async def run(self, erasure_id: str, until: str | None = None) -> Erasure:
-        """Drive an erasure to a terminal state (or just to ``until``); survives the caller's cancellation."""
+    async def run(self, erasure_id: str, until: str | None = None, *, wait: bool = True) -> Erasure:
+        """Drive an erasure to a terminal state (or just to ``until``); survives the caller's cancellation.
+
+        While another process runs it, ``wait`` waits for that run (taking over if its lease lapses);
+        without ``wait`` the erasure is left to it and returned as it stands.
+        """
         if until is not None:
-            return await self._drive(erasure_id, until)
+            return await self._drive(erasure_id, until, wait)
         task = self._running.get(erasure_id)
         if task is None:
-            task = asyncio.create_task(self._drive(erasure_id, None))
+            task = asyncio.create_task(self._drive(erasure_id, None, wait))
             self._running[erasure_id] = task
             task.add_done_callback(lambda _t: self._running.pop(erasure_id, None))
         # A client that hangs up must not stop an erasure halfway; the task finishes on its own.
@@ -164,6 +178,7 @@ class ErasureEngine:
         unfinished = await self._gov.store.unfinished_erasures()
         if unfinished:
             log.info("erasure.resuming", count=len(unfinished))
+        # A run a process died in holds its lease until it lapses (RUN_LEASE_S): waited for, then taken over.
         return list(await asyncio.gather(*(self.run(e.erasure_id) for e in unfinished)))
 
     async def resume_stale(self, older_than: timedelta) -> int:
@@ -177,7 +192,8 @@ class ErasureEngine:
             if e.erasure_id not in self._running
             and ((e.not_before is None and e.updated_at < cutoff) or (e.not_before is not None and e.not_before <= now))
         ]
-        await asyncio.gather(*(self.run(e.erasure_id) for e in due))
+        # Another live process may be running one of them: it is left to that process.
+        await asyncio.gather(*(self.run(e.erasure_id, wait=False) for e in due))
         return len(due)
 
     def _wake_at(self, erasure_id: str, until: datetime) -> None:
@@ -189,7 +205,7 @@ class ErasureEngine:
             while (left := (until - self._now()).total_seconds()) > 0:
                 await asyncio.sleep(min(1.0, left))
             self._waking.pop(erasure_id, None)
-            await self.run(erasure_id)
+            await self.run(erasure_id, wait=False)  # another process's sweeper may have woken it first
 
         self._waking[erasure_id] = asyncio.create_task(wake())
 
@@ -220,12 +236,66 @@ class ErasureEngine:
     def _now(self) -> datetime:
         return self._gov.now()
 
-    async def _drive(self, erasure_id: str, until: str | None) -> Erasure:
+    async def _drive(self, erasure_id: str, until: str | None, wait: bool) -> Erasure:
+        """One drive at a time per erasure in this process; see ``_claimed`` across processes."""
+        lock, users = self._turns.get(erasure_id, (asyncio.Lock(), 0))
+        self._turns[erasure_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._claimed(erasure_id, until, wait)
+        finally:
+            lock, users = self._turns[erasure_id]
+            if users == 1:
+                del self._turns[erasure_id]
+            else:
+                self._turns[erasure_id] = (lock, users - 1)
+
+    async def _claimed(self, erasure_id: str, until: str | None, wait: bool) -> Erasure:
+        """Run the erasure's steps under its run lease, so one process works an erasure at a time.
+
+        Two runners of one erasure would each do a step's work (a rotation's copy, above all) from
+        what they read before the other wrote; the state's compare-and-set only orders the steps.
+        """
+        store = self._gov.store
+        while not await store.claim_erasure(erasure_id, self._runner, self._lease_end(), self._now()):
+            current = await store.get_erasure(erasure_id)
+            if current is None:
+                raise StateError(Reason.NOT_FOUND)
+            if not wait or current.state in ERASURE_TERMINAL or current.state == until:
+                return current
+            await asyncio.sleep(_CLAIM_POLL_S)
+        lost = asyncio.Event()
+        keeper = asyncio.create_task(self._keep_lease(erasure_id, lost))
+        try:
+            return await self._steps(erasure_id, until, lost)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            with suppress(StateError):  # unreleased, it lapses after RUN_LEASE_S
+                await store.release_erasure(erasure_id, self._runner)
+
+    def _lease_end(self) -> datetime:
+        return self._now() + timedelta(seconds=RUN_LEASE_S)
+
+    async def _keep_lease(self, erasure_id: str, lost: asyncio.Event) -> None:
+        """Renew the run lease while the steps run; set ``lost`` once another runner holds it."""
+        while True:
+            await asyncio.sleep(RUN_LEASE_S / 3)
+            try:
+                if not await self._gov.store.renew_erasure(erasure_id, self._runner, self._lease_end()):
+                    lost.set()
+                    return
+            except StateError:
+                continue  # the store is away: the steps fail on it too, and the lease lapses on its own
+
+    async def _steps(self, erasure_id: str, until: str | None, lost: asyncio.Event) -> Erasure:
         store = self._gov.store
         erasure = await store.get_erasure(erasure_id)
         if erasure is None:
             raise StateError(Reason.NOT_FOUND)
         while erasure.state not in ERASURE_TERMINAL and erasure.state != until:
+            if lost.is_set():
+                return self._taken(erasure)
             target = NEXT_STATE[erasure.state]
             try:
                 await self._work(erasure, target)
@@ -236,6 +306,8 @@ class ErasureEngine:
                 return await store.get_erasure(erasure_id) or erasure
             except AdapterError as exc:
                 return await self._fail(erasure, exc.reason)
+            except RunTaken:
+                return self._taken(await store.get_erasure(erasure_id) or erasure)
             except StateError as exc:
                 if exc.reason is Reason.STATE_UNAVAILABLE:
                     raise  # left unfinished; resumed once the store answers again
@@ -250,6 +322,12 @@ class ErasureEngine:
                 state=erasure.state,
                 adapter=erasure.adapter,
             )
+        return erasure
+
+    @staticmethod
+    def _taken(erasure: Erasure) -> Erasure:
+        """Another runner holds the erasure now: stop here, changing nothing; it finishes the erasure."""
+        log.warning("erasure.run_taken", erasure_id=erasure.erasure_id, scope_id=erasure.scope_id, step=erasure.state)
         return erasure
 
     async def _step(self, erasure: Erasure, target: str, failure_reason: str | None = None) -> tuple[Erasure, bool]:

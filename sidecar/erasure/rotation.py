@@ -30,7 +30,7 @@ from sidecar.contentstore.rotator import Rotator, UnknownOutcome
 from sidecar.erasure.readback import Deferred, quiesce, read_back
 from sidecar.governance import Governance
 from sidecar.reasons import Reason
-from sidecar.state.types import Erasure, LedgerEntry, Namespace, Scope, StateError
+from sidecar.state.types import Erasure, LedgerEntry, Namespace, RunTaken, Scope, StateError
 
 #: Copies made under one in-flight lease (each bounded by the memory timeout).
 _SAVES_PER_LEASE = 10
@@ -100,7 +100,7 @@ class RotationSteps:
             except StateError:
                 raise AdapterError(Reason.STALE_GENERATION) from None
             await self._copy(scope, erasure, frozen, staged)
-            outcome = await store.switch_rotation(erasure.erasure_id, gov.now())
+            outcome = await store.switch_rotation(erasure.erasure_id, staged.ns_id, gov.now())
             if outcome == "switched":
                 return
             if outcome == "superseded":
@@ -139,16 +139,26 @@ class RotationSteps:
         ]
         pairs = list(zip(present, vectors, strict=True))
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
-            moves.extend(await self._save_chunk(scope, erasure, pairs[start : start + _SAVES_PER_LEASE], texts))
+            chunk = pairs[start : start + _SAVES_PER_LEASE]
+            moves.extend(await self._save_chunk(scope, erasure, staged, chunk, texts))
         await store.record_moves(erasure.erasure_id, staged.ns_id, moves)
 
     async def _save_chunk(
-        self, scope: Scope, erasure: Erasure, pairs: list[tuple[LedgerEntry, list[float]]], texts: dict[str, str]
+        self,
+        scope: Scope,
+        erasure: Erasure,
+        staged: Namespace,
+        pairs: list[tuple[LedgerEntry, list[float]]],
+        texts: dict[str, str],
     ) -> list[tuple[str, str | None, datetime, datetime]]:
         gov, store = self._gov, self._gov.store
         lease = gov.settings.enforce.write_lease_s + len(pairs) * gov.settings.upstream.memory_timeout_s
         try:
-            op_id, staged = await store.begin_copy(erasure.erasure_id, lease, gov.now())
+            # SECURITY: into the namespace this runner staged, or not at all: a copy lands only where
+            # the moves recorded for it say (another runner that restaged takes over; RunTaken).
+            op_id, staged = await store.begin_copy(erasure.erasure_id, staged.ns_id, lease, gov.now())
+        except RunTaken:
+            raise
         except StateError:
             raise AdapterError(Reason.STALE_GENERATION) from None
         app = gov.app_name(scope.agent)

@@ -198,6 +198,45 @@ class AuditOps:
                 erasure_id,
             )
 
+    async def claim_erasure(self, erasure_id: str, runner: str, until: datetime, now: datetime) -> bool:
+        """Take (or keep) the erasure's run lease for ``runner`` until ``until``: True when it is now ours.
+
+        False while another runner's lease is unexpired, or once the erasure is verified or failed.
+        The conditional update is the compare-and-set, so of two processes claiming at once one wins.
+        """
+        codec.check_id(runner, "runner")
+        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
+        async with self._db.tx("write") as tx:
+            changed = await tx.execute(
+                "UPDATE erasures SET runner = $2, runner_until_us = $3 WHERE erasure_id = $1"
+                f" AND state NOT IN ({terminal}) AND (runner IS NULL OR runner = $2 OR runner_until_us <= $4)",
+                erasure_id,
+                runner,
+                to_us(until),
+                to_us(now),
+            )
+        return bool(changed == 1)
+
+    async def renew_erasure(self, erasure_id: str, runner: str, until: datetime) -> bool:
+        """Extend a run lease ``runner`` still holds; False when another runner took it (or it was released)."""
+        async with self._db.tx("write") as tx:
+            changed = await tx.execute(
+                "UPDATE erasures SET runner_until_us = $3 WHERE erasure_id = $1 AND runner = $2",
+                erasure_id,
+                codec.check_id(runner, "runner"),
+                to_us(until),
+            )
+        return bool(changed == 1)
+
+    async def release_erasure(self, erasure_id: str, runner: str) -> None:
+        """Give up ``runner``'s run lease (a deferred or finished run); another runner may claim it at once."""
+        async with self._db.tx("write") as tx:
+            await tx.execute(
+                "UPDATE erasures SET runner = NULL, runner_until_us = NULL WHERE erasure_id = $1 AND runner = $2",
+                erasure_id,
+                codec.check_id(runner, "runner"),
+            )
+
     async def defer_erasure(self, erasure_id: str, until: datetime | None) -> None:
         """Set (or clear) the time before which an erasure's verification must not run."""
         async with self._db.tx("single") as tx:

@@ -391,6 +391,14 @@ def _v3(d: Dialect) -> list[str]:
     ]
 
 
+def _v4(d: Dialect) -> list[str]:
+    """Who runs an erasure: one runner (a gateway process) at a time, for as long as it renews its lease."""
+    return [
+        f"ALTER TABLE erasures ADD COLUMN {d.s('runner', 25, null=True)}",
+        f"ALTER TABLE erasures ADD COLUMN {d.i('runner_until_us', null=True)}",
+    ]
+
+
 def _now_sql(d: Dialect) -> str:
     """Microseconds since the epoch, computed by the database."""
     if d.pg:
@@ -402,6 +410,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _v1),
     Migration(2, "storage_namespaces", _v2),
     Migration(3, "namespace_rotation", _v3),
+    Migration(4, "erasure_run_lease", _v4),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -27,7 +27,7 @@ from sidecar.state.db import Database, Tx
 from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
-from sidecar.state.types import ERASURE_TERMINAL, Fenced, Namespace
+from sidecar.state.types import ERASURE_TERMINAL, Fenced, Namespace, RunTaken
 
 SwitchOutcome = Literal["switched", "superseded", "retry"]
 #: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
@@ -55,6 +55,14 @@ async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
         at,
     )
     await tx.execute("DELETE FROM erasure_moves WHERE erasure_id = $1", erasure_id)
+
+
+async def _staged(tx: Tx, erasure_id: str, ns_id: str) -> bool:
+    """Whether ``ns_id`` is (still) the namespace this rotation has staged."""
+    row = await tx.fetchrow(
+        "SELECT 1 FROM namespaces WHERE ns_id = $1 AND rotation_id = $2 AND state = 'staged'", ns_id, erasure_id
+    )
+    return row is not None
 
 
 async def _frozen(tx: Tx, erasure_id: str, lock: str) -> tuple[str, str, int] | None:
@@ -123,10 +131,12 @@ class RotationOps:
         assert row is not None
         return namespace_of(row)
 
-    async def begin_copy(self, erasure_id: str, lease_s: float, now: datetime) -> tuple[str, Namespace]:
-        """Record an in-flight copy into the rotation's staged namespace: (op id, namespace).
+    async def begin_copy(self, erasure_id: str, ns_id: str, lease_s: float, now: datetime) -> tuple[str, Namespace]:
+        """Record an in-flight copy into the namespace ``ns_id`` this runner staged: (op id, namespace).
 
         Fenced while the scope changed since the freeze: a withdrawal then never misses the copy.
+        RunTaken when ``ns_id`` is no longer the rotation's staged namespace (another runner restaged):
+        a copy is only ever made into the namespace whose moves its runner records.
         """
         at, op_id = to_us(now), codec.new_id("w")
         async with self._db.tx("write") as tx:
@@ -134,9 +144,11 @@ class RotationOps:
             staged = await tx.fetchrow(
                 f"SELECT {NS_COLS} FROM namespaces WHERE rotation_id = $1 AND state = 'staged'", erasure_id
             )
-            if frozen is None or staged is None:
+            if frozen is None:
                 raise Fenced(Reason.STALE_GENERATION)
-            ns = namespace_of(staged)
+            ns = None if staged is None else namespace_of(staged)
+            if ns is None or ns.ns_id != ns_id:
+                raise RunTaken()
             await tx.execute(
                 "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
                 " VALUES ($1, $2, $3, $4, $5, $6)",
@@ -150,7 +162,11 @@ class RotationOps:
         return op_id, ns
 
     async def record_moves(self, erasure_id: str, ns_id: str, moves: Iterable[Move]) -> None:
-        """Remember copies made into the staged namespace (they enter the ledger only at the switch)."""
+        """Remember copies made into the staged namespace (they enter the ledger only at the switch).
+
+        RunTaken when ``ns_id`` is no longer staged for this rotation: its copies are then abandoned
+        with it (the sweeper clears the namespace) and never recorded as moves.
+        """
         rows = [
             (
                 erasure_id,
@@ -163,17 +179,20 @@ class RotationOps:
             for old, new, created, expires in moves
         ]
         async with self._db.tx("write") as tx:
+            if not await _staged(tx, erasure_id, ns_id):
+                raise RunTaken()
             await tx.executemany(
                 "INSERT INTO erasure_moves (erasure_id, old_entry_id, new_entry_id, ns_id, created_us, expires_us)"
                 " VALUES ($1, $2, $3, $4, $5, $6)",
                 rows,
             )
 
-    async def switch_rotation(self, erasure_id: str, now: datetime) -> SwitchOutcome:
-        """Switch the scope to the staged namespace in one transaction.
+    async def switch_rotation(self, erasure_id: str, ns_id: str, now: datetime) -> SwitchOutcome:
+        """Switch the scope to ``ns_id``, the namespace this runner staged and copied into, in one transaction.
 
         ``superseded`` when the scope moved on (consent changed, rotation released); ``retry`` when an
-        entry was forgotten, or a save landed, since the copy began (the copy must be redone).
+        entry was forgotten, or a save landed, since the copy began (the copy must be redone). RunTaken
+        when ``ns_id`` is no longer the staged one. Only the moves recorded into ``ns_id`` count.
         """
         at = to_us(now)
         async with self._db.tx("write") as tx:
@@ -181,7 +200,11 @@ class RotationOps:
             staged = await tx.fetchrow(
                 "SELECT ns_id, generation FROM namespaces WHERE rotation_id = $1 AND state = 'staged'", erasure_id
             )
-            if frozen is None or staged is None or int(staged[1]) != frozen[2]:
+            if frozen is None:
+                return "superseded"
+            if staged is None or staged[0] != ns_id:
+                raise RunTaken()
+            if int(staged[1]) != frozen[2]:
                 return "superseded"
             old, scope_id, new = frozen[0], frozen[1], staged[0]
             running = await _count(
@@ -190,18 +213,20 @@ class RotationOps:
             forgotten = await _count(
                 tx,
                 "SELECT COUNT(*) FROM erasure_moves m JOIN ledger l ON l.entry_id = m.old_entry_id"
-                " WHERE m.erasure_id = $1 AND l.tombstoned_us IS NOT NULL",
+                " WHERE m.erasure_id = $1 AND m.ns_id = $2 AND l.tombstoned_us IS NOT NULL",
                 erasure_id,
+                new,
             )
             # SECURITY: a live entry the copy did not carry over would be lost while its save said 201.
             missed = await _count(
                 tx,
                 "SELECT COUNT(*) FROM ledger l WHERE l.ns_id = $1 AND l.tombstoned_us IS NULL"
                 " AND l.deleted_us IS NULL AND l.expires_us > $2 AND NOT EXISTS (SELECT 1 FROM erasure_moves m"
-                " WHERE m.erasure_id = $3 AND m.old_entry_id = l.entry_id)",
+                " WHERE m.erasure_id = $3 AND m.ns_id = $4 AND m.old_entry_id = l.entry_id)",
                 old,
                 at,
                 erasure_id,
+                new,
             )
             if running or forgotten or missed:
                 return "retry"
@@ -209,8 +234,9 @@ class RotationOps:
             await tx.execute("UPDATE namespaces SET state = 'live' WHERE ns_id = $1", new)
             copies = await tx.fetch(
                 "SELECT new_entry_id, created_us, expires_us FROM erasure_moves WHERE erasure_id = $1"
-                " AND new_entry_id IS NOT NULL",
+                " AND ns_id = $2 AND new_entry_id IS NOT NULL",
                 erasure_id,
+                new,
             )
             # The copies keep their original creation time and hard expiry: a rotation never extends one.
             await tx.executemany(
@@ -222,11 +248,12 @@ class RotationOps:
             await tx.execute(
                 "INSERT INTO erasure_entries (erasure_id, entry_id) SELECT $3, l.entry_id FROM ledger l"
                 " WHERE l.ns_id = $2 AND l.expires_us IS NOT NULL AND l.deleted_us IS NULL AND NOT EXISTS"
-                " (SELECT 1 FROM erasure_moves m WHERE m.erasure_id = $1 AND m.old_entry_id = l.entry_id"
-                " AND m.new_entry_id IS NOT NULL)",
+                " (SELECT 1 FROM erasure_moves m WHERE m.erasure_id = $1 AND m.ns_id = $4"
+                " AND m.old_entry_id = l.entry_id AND m.new_entry_id IS NOT NULL)",
                 erasure_id,
                 old,
                 erasure_id,
+                new,
             )
             await tx.execute(
                 "UPDATE ledger SET tombstoned_us = $2 WHERE ns_id = $1 AND tombstoned_us IS NULL"

@@ -46,6 +46,14 @@ class Fenced(StateError):
     """The scope is missing, disabled, or at another generation than the caller's."""
 
 
+class RunTaken(StateError):
+    """Another runner holds this erasure now (its run lease), or replaced the rotation's staged namespace:
+    the caller stops without changing anything more; the other runner finishes the erasure."""
+
+    def __init__(self) -> None:
+        super().__init__(Reason.ERASURE_PENDING)
+
+
 class CapReached(StateError):
     """The scope already holds as many live entries as its cap allows."""
 

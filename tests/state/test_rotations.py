@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import Fenced, StateStore
-from sidecar.state.types import Namespace
+from sidecar.state.types import Namespace, RunTaken
 from tests.state.conftest import NOW, WEEK, new_scope, ns_of
 from tests.state.test_ledger import save
 
@@ -76,7 +76,7 @@ class TestSwitch:
         old = (await store.freeze_namespace(scope.scope_id, rotation)).ns_id  # type: ignore[union-attr]  # the scope is live: freezing succeeds
         staged = await _copied(store, scope.scope_id, rotation, "kept")
         assert await _states(store, scope.scope_id) == ["live", "staged"]  # sorted
-        assert await store.switch_rotation(rotation, LATER) == "switched"
+        assert await store.switch_rotation(rotation, staged.ns_id, LATER) == "switched"
         assert await _states(store, scope.scope_id) == ["live", "retired"]
         assert await ns_of(store, scope.scope_id) == staged.ns_id
         ledger = {e.entry_id: e for e in await store.entries_of_scope(scope.scope_id)}
@@ -99,7 +99,7 @@ class TestSwitch:
         if since_copy == "writing":
             await store.begin_write(scope.scope_id, 1, ns, 7200, NOW)
         await store.freeze_namespace(scope.scope_id, rotation)
-        await _copied(store, scope.scope_id, rotation, "a")
+        staged = await _copied(store, scope.scope_id, rotation, "a")
         if since_copy == "forgotten":
             await store.tombstone_forgotten(scope.scope_id, "e" + "0" * 24, ["a"], NOW)
         elif since_copy == "saved":  # a slot reserved before the freeze, filled after the copy
@@ -109,7 +109,7 @@ class TestSwitch:
                     " ns_id) SELECT 'lz', scope_id, 1, 'late', created_us, expires_us, ns_id FROM ledger"
                     " WHERE entry_id = 'a'"
                 )
-        assert await store.switch_rotation(rotation, LATER) == "retry"
+        assert await store.switch_rotation(rotation, staged.ns_id, LATER) == "retry"
         assert await ns_of(store, scope.scope_id) == ns
         restaged = await _copied(store, scope.scope_id, rotation)
         states = await _states(store, scope.scope_id)
@@ -125,8 +125,8 @@ class TestSwitch:
         assert await store.inflight_count(scope.scope_id, NOW, ns_id=ns, running=True) == 0
         rotation = await _rotation(store, scope.scope_id)
         await store.freeze_namespace(scope.scope_id, rotation)
-        await _copied(store, scope.scope_id, rotation)
-        assert await store.switch_rotation(rotation, LATER) == "switched"
+        staged = await _copied(store, scope.scope_id, rotation)
+        assert await store.switch_rotation(rotation, staged.ns_id, LATER) == "switched"
         (old,) = [n for n in await store.namespaces_of_scope(scope.scope_id) if n.ns_id == ns]
         assert old.possibly_until == NOW + timedelta(minutes=5)
 
@@ -135,14 +135,67 @@ class TestSwitch:
         scope = await new_scope(store)
         rotation = await _rotation(store, scope.scope_id)
         await store.freeze_namespace(scope.scope_id, rotation)
-        await _copied(store, scope.scope_id, rotation)
+        staged = await _copied(store, scope.scope_id, rotation)
         await store.withdraw(scope.scope_id, NOW)
-        assert await store.switch_rotation(rotation, LATER) == "superseded"
+        assert await store.switch_rotation(rotation, staged.ns_id, LATER) == "superseded"
         with pytest.raises(Fenced):
-            await store.begin_copy(rotation, 30, NOW)
+            await store.begin_copy(rotation, staged.ns_id, 30, NOW)
         with pytest.raises(Fenced):
             await store.stage_namespace(scope.scope_id, rotation, NOW)
         assert set(await _states(store, scope.scope_id)) == {"retired"}
+
+
+class TestOneRunner:
+    async def test_a_runner_whose_namespace_was_restaged_can_neither_copy_record_nor_switch(
+        self, store: StateStore
+    ) -> None:
+        """Another runner restaged the rotation: the first runner's copies, moves and switch are refused
+        (RunTaken), and only the moves into the namespace staged now enter the ledger at the switch."""
+        scope = await new_scope(store)
+        await save(store, scope.scope_id, "kept")
+        rotation = await _rotation(store, scope.scope_id)
+        await store.freeze_namespace(scope.scope_id, rotation)
+        first = await store.stage_namespace(scope.scope_id, rotation, NOW)
+        op, into = await store.begin_copy(rotation, first.ns_id, 30, NOW)
+        assert into.ns_id == first.ns_id
+        await store.end_write(op)
+        second = await _copied(store, scope.scope_id, rotation, "kept")  # the other runner, from the start
+        live = {e.entry_id: e for e in await store.entries_of_scope(scope.scope_id)}
+        late = [("kept", "c-late", live["kept"].created_at, live["kept"].expires_at)]
+        for refused in (
+            store.begin_copy(rotation, first.ns_id, 30, NOW),
+            store.record_moves(rotation, first.ns_id, late),
+            store.switch_rotation(rotation, first.ns_id, LATER),
+        ):
+            with pytest.raises(RunTaken):
+                await refused
+        assert await store.switch_rotation(rotation, second.ns_id, LATER) == "switched"
+        ledger = {e.entry_id: e.ns_id for e in await store.entries_of_scope(scope.scope_id)}
+        assert ledger["c-kept"] == second.ns_id and "c-late" not in ledger
+        (retired,) = [n for n in await store.namespaces_of_scope(scope.scope_id) if n.ns_id == first.ns_id]
+        assert retired.state == "retired"  # cleared whole by the sweeper, copies and all
+
+    async def test_one_runner_holds_an_erasure_until_it_releases_or_its_lease_lapses(self, store: StateStore) -> None:
+        """Claims are a compare-and-set: a second runner is refused while the lease runs, renewing needs the
+        lease, a released or lapsed lease can be taken, and a finished erasure is never claimed."""
+        scope = await new_scope(store)
+        rotation = await _rotation(store, scope.scope_id)
+        a, b = "r" + "a" * 24, "r" + "b" * 24
+        assert await store.claim_erasure(rotation, a, NOW + timedelta(seconds=10), NOW)
+        assert await store.claim_erasure(rotation, a, NOW + timedelta(seconds=20), NOW)  # its own: kept
+        assert not await store.claim_erasure(rotation, b, NOW + timedelta(seconds=10), NOW + timedelta(seconds=19))
+        assert not await store.renew_erasure(rotation, b, NOW + timedelta(seconds=30))
+        assert await store.renew_erasure(rotation, a, NOW + timedelta(seconds=30))
+        assert await store.claim_erasure(rotation, b, NOW + timedelta(seconds=40), NOW + timedelta(seconds=30))
+        assert not await store.renew_erasure(rotation, a, NOW + timedelta(seconds=50))  # lapsed and taken
+        await store.release_erasure(rotation, a)  # not a's to release: b keeps it
+        assert not await store.claim_erasure(rotation, a, NOW + timedelta(seconds=50), NOW + timedelta(seconds=31))
+        await store.release_erasure(rotation, b)
+        assert await store.claim_erasure(rotation, a, NOW + timedelta(seconds=50), NOW + timedelta(seconds=31))
+        for state in ("fenced", "quiesced", "deleted", "verified"):
+            await store.advance_erasure(rotation, state, NOW)
+        await store.release_erasure(rotation, a)
+        assert not await store.claim_erasure(rotation, b, NOW + timedelta(seconds=60), NOW + timedelta(seconds=60))
 
 
 class TestLineage:
@@ -152,8 +205,8 @@ class TestLineage:
         await save(store, scope.scope_id, "a")
         rotation = await _rotation(store, scope.scope_id)
         await store.freeze_namespace(scope.scope_id, rotation)
-        await _copied(store, scope.scope_id, rotation, "a")
-        assert await store.switch_rotation(rotation, NOW) == "switched"
+        staged = await _copied(store, scope.scope_id, rotation, "a")
+        assert await store.switch_rotation(rotation, staged.ns_id, NOW) == "switched"
         forget = await store.create_erasure(scope.scope_id, "forget_one", ["a"], "rest", "subject", NOW)
         assert await store.tombstone_forgotten(scope.scope_id, forget.erasure_id, ["a"], LATER) == ["a", "c-a"]
         assert (await store.get_erasure(forget.erasure_id)).entry_ids == ["a", "c-a"]  # type: ignore[union-attr]  # the erasure exists
