@@ -17,11 +17,36 @@ result := {"allow": allow, "reasons": sort(deny)}
 
 # METADATA
 # title: allow
-# description: Allowed when no rule denies.
+# description: |
+#   Allowed when no rule denies and the operation is one the pack knows. An input without a
+#   known operation matches no deny rule, so "nothing denies" alone would let it through; it is
+#   refused instead (memgov reads a denial without a reason as route_denied, and Cedar
+#   refuses such an input structurally: its schema declares every action).
 # scope: document
 default allow := false
 
-allow if count(deny) == 0
+allow if {
+	count(deny) == 0
+	known_operation
+}
+
+# METADATA
+# description: The operation is one of the classes the decision input schema declares.
+known_operation if input.operation in known_operations
+
+# METADATA
+# description: Every operation class of the decision input (docs/schema/decision-input.schema.json).
+known_operations := {
+	"a2a.invoke",
+	"memory.save",
+	"memory.save_batch",
+	"memory.search",
+	"memory.list",
+	"memory.delete_all",
+	"memory.ungoverned",
+	"embedding",
+	"control.inspect",
+}
 
 # METADATA
 # description: The memory calls that carry a session key as user_id.

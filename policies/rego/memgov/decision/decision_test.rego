@@ -128,3 +128,17 @@ test_reasons_are_sorted if {
 	both := object.union(save, {"scope": null, "request": {"key_valid": false}})
 	decision.result.reasons == ["consent_missing", "key_invalid"] with input as both
 }
+
+test_an_input_without_an_operation_is_never_allowed if {
+	not decision.allow with input as object.remove(save, {"operation"})
+}
+
+test_an_unknown_operation_is_never_allowed if {
+	not decision.allow with input as object.union(save, {"operation": "memory.rename"})
+}
+
+test_every_known_operation_can_be_allowed if {
+	every operation in decision.known_operations {
+		decision.known_operation with input as object.union(save, {"operation": operation})
+	}
+}
