@@ -2,7 +2,7 @@
 
 Starts the scenario's upstream (the stand-in or kagent v0.9.11 itself) and memgov as the bench
 does, prepares the scenario, drives memgov with the Python load generator and samples memgov's
-process with py-spy (``pip install py-spy``) meanwhile. Writes ``<out>/<scenario>.svg`` and prints
+process with py-spy (``pip install -e '.[profile]'``) meanwhile. Writes ``<out>/<scenario>.svg`` and prints
 memgov's CPU per request.
 
     .venv/bin/python benchmarks/flame_scenario.py --scenario governed-kagent-search --out benchmarks/flamegraphs
