@@ -15,7 +15,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
-from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL, Erasure, StateError
+from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
 
 _AUDIT_COLS = (
     "at",
@@ -205,11 +205,11 @@ class AuditOps:
         The conditional update is the compare-and-set, so of two processes claiming at once one wins.
         """
         codec.check_id(runner, "runner")
-        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
         async with self._db.tx("write") as tx:
             changed = await tx.execute(
                 "UPDATE erasures SET runner = $2, runner_until_us = $3 WHERE erasure_id = $1"
-                f" AND state NOT IN ({terminal}) AND (runner IS NULL OR runner = $2 OR runner_until_us <= $4)",
+                f" AND state NOT IN ({ERASURE_TERMINAL_SQL})"
+                " AND (runner IS NULL OR runner = $2 OR runner_until_us <= $4)",
                 erasure_id,
                 runner,
                 to_us(until),
@@ -271,10 +271,10 @@ class AuditOps:
 
     async def unfinished_erasures(self) -> list[Erasure]:
         """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
-        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
         async with self._db.tx("snapshot") as tx:
             rows = await tx.fetch(
-                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({terminal}) ORDER BY created_us, erasure_id"
+                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})"
+                " ORDER BY created_us, erasure_id"
             )
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]

@@ -10,11 +10,10 @@ from datetime import datetime
 
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, Row
-from sidecar.state.types import ERASURE_STATES, ERASURE_TERMINAL
+from sidecar.state.types import ERASURE_STATES, ERASURE_TERMINAL_SQL
 
-_TERMINAL = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
 _BY_STATE = "SELECT state, COUNT(*) FROM erasures GROUP BY state"
-_OLDEST_UNFINISHED = f"SELECT MIN(created_us) FROM erasures WHERE state NOT IN ({_TERMINAL})"
+_OLDEST_UNFINISHED = f"SELECT MIN(created_us) FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})"
 # Entries past their hard expiry that are not physically deleted yet (the sweeper's backlog).
 _OLDEST_OVERDUE = "SELECT MIN(expires_us) FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
 

@@ -27,7 +27,7 @@ from sidecar.state.db import Database, Tx
 from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
-from sidecar.state.types import ERASURE_TERMINAL, Fenced, Namespace, RunTaken
+from sidecar.state.types import ERASURE_TERMINAL_SQL, Fenced, Namespace, RunTaken
 
 SwitchOutcome = Literal["switched", "superseded", "retry"]
 #: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
@@ -276,10 +276,9 @@ class RotationOps:
 
     async def touch_erasure(self, erasure_id: str, now: datetime) -> None:
         """Show that a long step is still being worked on (the sweeper resumes only stalled erasures)."""
-        terminal = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
         async with self._db.tx("single") as tx:
             await tx.execute(
-                f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({terminal})",
+                f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({ERASURE_TERMINAL_SQL})",
                 erasure_id,
                 to_us(now),
             )

@@ -32,6 +32,8 @@ ERASURE_NEXT: dict[str, frozenset[str]] = {
     "failed": frozenset(),
 }
 ERASURE_TERMINAL: frozenset[str] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
+#: The terminal states as an SQL list, for ``state NOT IN (...)`` (fixed names, never input).
+ERASURE_TERMINAL_SQL: str = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
 
 
 class StateError(Exception):

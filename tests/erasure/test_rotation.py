@@ -18,6 +18,7 @@ from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
+from sidecar.state.types import Erasure
 from tests.control.harness import AGENT, APP, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
@@ -197,20 +198,43 @@ class TestEngine:
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
 
 
+async def _rotation_with_kept_facts(rot: Harness) -> tuple[str, list[str], Erasure]:
+    """24 kept facts and one forgotten (tombstoned) in a new scope, its rotation requested: (scope, kept, rotation)."""
+    scope_id = await rot.scope()
+    kept = [f"kept fact {n} about tea" for n in range(24)]
+    for text in kept:
+        await rot.saved(scope_id, text)
+    doomed = await rot.saved(scope_id, "likes green tea")
+    await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
+    scope = await rot.gov.store.get_scope(scope_id)
+    assert scope is not None
+    return scope_id, kept, await ErasureEngine(rot.gov).request(scope, Kind.ROTATE, "sweeper")
+
+
+async def _kept_exactly_once(rot: Harness, scope_id: str, kept: list[str]) -> None:
+    """Each kept fact is in kagent once, the forgotten one not at all, all under the live namespace's storage key
+    and the ids the ledger holds live there; one live namespace, none staged."""
+    live = await _live_ns(rot, scope_id)
+    namespaces = await rot.gov.store.namespaces_of_scope(scope_id)
+    states = [n.state for n in namespaces]
+    assert states.count("live") == 1 and "staged" not in states
+    rows = await rot.rows(scope_id)
+    assert sorted(r.content for r in rows) == sorted(kept)
+    ledger = {
+        e.entry_id
+        for e in await rot.gov.store.entries_of_scope(scope_id)
+        if e.ns_id == live and e.tombstoned_at is None
+    }
+    assert {r.id for r in rows} == ledger
+    assert {r.user_id for r in rows} == {n.storage_key for n in namespaces if n.ns_id == live}
+
+
 class TestConcurrentRunners:
     async def test_runners_of_one_rotation_in_several_processes_lose_no_kept_entry(self, rot: Harness) -> None:
         """Three engines (three processes: the one that deferred it, two sweepers) resume the same rotation at
         once while its copy is slow: one of them runs it, the others wait or stand aside; every kept entry is
         in kagent exactly once, in the live namespace, under the id the ledger holds, and nothing is staged."""
-        scope_id = await rot.scope()
-        kept = [f"kept fact {n} about tea" for n in range(24)]
-        for text in kept:
-            await rot.saved(scope_id, text)
-        doomed = await rot.saved(scope_id, "likes green tea")
-        await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
-        scope = await rot.gov.store.get_scope(scope_id)
-        assert scope is not None
-        erasure = await ErasureEngine(rot.gov).request(scope, Kind.ROTATE, "sweeper")
+        scope_id, kept, erasure = await _rotation_with_kept_facts(rot)
         rot.stack.embedding.faults = EmbeddingFaults(delay_s=0.3)  # the copy takes a while: the runners overlap
         engines = [ErasureEngine(rot.gov) for _ in range(3)]
         ends = await asyncio.gather(*(engine.run(erasure.erasure_id) for engine in engines))
@@ -224,34 +248,14 @@ class TestConcurrentRunners:
             "deleted",
             "verified",
         ]
-        live = await _live_ns(rot, scope_id)
-        states = [n.state for n in await rot.gov.store.namespaces_of_scope(scope_id)]
-        assert states.count("live") == 1 and "staged" not in states
-        rows = await rot.rows(scope_id)
-        assert sorted(r.content for r in rows) == sorted(kept)  # each kept fact exactly once, the forgotten gone
-        ledger = {
-            e.entry_id
-            for e in await rot.gov.store.entries_of_scope(scope_id)
-            if e.ns_id == live and e.tombstoned_at is None
-        }
-        assert {r.id for r in rows} == ledger
-        namespaces = {n.ns_id: n.storage_key for n in await rot.gov.store.namespaces_of_scope(scope_id)}
-        assert {r.user_id for r in rows} == {namespaces[live]}
+        await _kept_exactly_once(rot, scope_id, kept)
 
     async def test_a_runner_that_lost_its_lease_mid_copy_stops_without_harm(self, rot: Harness) -> None:
         """A runner stalled past its lease while copying (here: the lease is made to lapse) and another took over:
         the first one's remaining copies, its moves and its switch are refused, it fails nothing, and the
         rotation the second one finished keeps every entry exactly once."""
-        scope_id = await rot.scope()
-        kept = [f"kept fact {n} about tea" for n in range(24)]
-        for text in kept:
-            await rot.saved(scope_id, text)
-        doomed = await rot.saved(scope_id, "likes green tea")
-        await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
-        scope = await rot.gov.store.get_scope(scope_id)
-        assert scope is not None
+        scope_id, kept, erasure = await _rotation_with_kept_facts(rot)
         stalled, other = ErasureEngine(rot.gov), ErasureEngine(rot.gov)
-        erasure = await stalled.request(scope, Kind.ROTATE, "sweeper")
         await stalled.run(erasure.erasure_id, until="quiesced")
         rot.stack.embedding.faults = EmbeddingFaults(delay_s=0.3)
         first = asyncio.create_task(stalled.run(erasure.erasure_id))
@@ -268,15 +272,7 @@ class TestConcurrentRunners:
         assert taken.state == "verified" and stopped.state != "failed", stopped  # it stood aside, failing nothing
         done = await rot.gov.store.get_erasure(erasure.erasure_id)
         assert done is not None and done.state == "verified" and done.failure_reason is None
-        live = await _live_ns(rot, scope_id)
-        rows = await rot.rows(scope_id)
-        assert sorted(r.content for r in rows) == sorted(kept)
-        ledger = {
-            e.entry_id
-            for e in await rot.gov.store.entries_of_scope(scope_id)
-            if e.ns_id == live and e.tombstoned_at is None
-        }
-        assert {r.id for r in rows} == ledger
+        await _kept_exactly_once(rot, scope_id, kept)
 
 
 class TestUnknownOutcome:
