@@ -108,12 +108,8 @@ async def serve(settings: Settings, started: Callable[[], object] | None = None,
     a long erasure resume) cancels the start-up, whose clean-up then runs as on any error: the
     orchestrator's SIGTERM is never held up by a start-up that may not finish.
     """
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop, serving = asyncio.Event(), asyncio.Event()
     tracing.configure(settings.tracing)
-    serving = asyncio.Event()
 
     async def run() -> None:
         async with running_gateway(settings, resume=resume) as gw:
@@ -122,21 +118,26 @@ async def serve(settings: Settings, started: Callable[[], object] | None = None,
             serving.set()
             if started is not None:
                 started()
-            await stop.wait()
+            await stop.wait()  # then a graceful shutdown, requests in flight included
 
     gateway = asyncio.ensure_future(run())
-    stopping = asyncio.ensure_future(stop.wait())
+
+    def on_signal() -> None:
+        stop.set()
+        if not serving.is_set():
+            gateway.cancel()  # still starting: nothing is served yet, so nothing to drain
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
     try:
-        await asyncio.wait([gateway, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if not gateway.done() and not serving.is_set():
-            gateway.cancel()
-            with suppress(asyncio.CancelledError):
-                await gateway
-            log.info("server.start_aborted")
-        else:
-            await gateway  # serving: its own stop.wait() ends it with a graceful shutdown
+        await gateway
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if serving.is_set() or (current is not None and current.cancelling()):
+            raise  # not a start-up the signal cancelled
+        log.info("server.start_aborted")
     finally:
-        stopping.cancel()
         if not gateway.done():
             gateway.cancel()
             with suppress(asyncio.CancelledError):

@@ -162,17 +162,24 @@ async def _until_ready(processes: list[BaseProcess], readiness: list[Connection]
         fds = [conn.fileno() for conn in waiting] + [proc.sentinel for proc in processes]
         for fd in fds:
             loop.add_reader(fd, woke.set)
-        aborted = asyncio.ensure_future(abort.wait()) if abort is not None else None
         try:
-            awaited = [asyncio.ensure_future(woke.wait())] + ([aborted] if aborted is not None else [])
-            done, _ = await asyncio.wait(awaited, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED)
-            for future in awaited:
-                future.cancel()
-            if not done:
+            events = [woke] if abort is None else [woke, abort]
+            if not await _any_of(events, timeout=deadline - loop.time()):
                 raise WorkerExited("a worker did not start in time")
         finally:
             for fd in fds:
                 loop.remove_reader(fd)
+
+
+async def _any_of(events: list[asyncio.Event], timeout: float | None = None) -> bool:
+    """Wait until one of ``events`` is set (True) or ``timeout`` passes (False)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return bool(done)
 
 
 def _stop(processes: list[BaseProcess]) -> None:
@@ -208,10 +215,7 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
                 _signal_all(workers.processes, signal.SIGHUP)
             for proc in workers.processes:
                 loop.add_reader(proc.sentinel, died.set)
-            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(died.wait())]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in waiters:
-                waiter.cancel()
+            await _any_of([stop, died])
             for proc in workers.processes:
                 loop.remove_reader(proc.sentinel)
     except StartAborted:

@@ -211,43 +211,43 @@ class TestWorkers:
         assert all(_gone(w) for w in workers)
 
 
+@pytest.fixture
+def starting(tmp_path: Path, silent_store):
+    """A supervisor whose two workers are both still starting: each is connecting to the silent store."""
+    url, accepted = silent_store
+    proc, log, _ = _start_supervisor(tmp_path, url)
+    try:
+        _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)
+        yield proc, _workers_of(proc.pid), log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class TestStartUp:
     """Start-up that does not finish (here: a state store that never answers) never holds the gateway up."""
 
-    def test_a_worker_dying_during_start_up_stops_the_other_at_once(self, tmp_path: Path, silent_store):
+    def test_a_worker_dying_during_start_up_stops_the_other_at_once(self, starting):
         """The supervisor does not wait for the other worker's start-up: it stops it and exits 1.
 
         The survivor's start-up is cancelled (``server.start_aborted``) rather than left to fail on
         the store's connect timeout."""
-        url, accepted = silent_store
-        proc, log, _ = _start_supervisor(tmp_path, url)
-        try:
-            _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)  # both connecting
-            first, second = _workers_of(proc.pid)
-            os.kill(first, signal.SIGKILL)
-            assert _exit_code(proc, log) == 1
-            _wait(lambda: _gone(second))
-            assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["start"]
-            assert len(_logged(log, "server.start_aborted")) == 1
-            assert not _logged(log, "workers.started")
-            assert "Traceback" not in log.read_text(errors="replace")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        proc, (first, second), log = starting
+        os.kill(first, signal.SIGKILL)
+        assert _exit_code(proc, log) == 1
+        _wait(lambda: _gone(second))
+        assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["start"]
+        assert len(_logged(log, "server.start_aborted")) == 1
+        assert not _logged(log, "workers.started")
+        assert "Traceback" not in log.read_text(errors="replace")
 
-    def test_sigterm_during_start_up_stops_every_worker_and_exits_0(self, tmp_path: Path, silent_store):
+    def test_sigterm_during_start_up_stops_every_worker_and_exits_0(self, starting):
         """The orchestrator's SIGTERM is honoured while the workers are still starting."""
-        url, accepted = silent_store
-        proc, log, _ = _start_supervisor(tmp_path, url)
-        try:
-            _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)
-            workers = _workers_of(proc.pid)
-            proc.terminate()
-            assert _exit_code(proc, log) == 0
-            assert all(_gone(w) for w in workers)
-            assert len(_logged(log, "server.start_aborted")) == 2
-            assert not _logged(log, "workers.worker_exited")
-            assert "Traceback" not in log.read_text(errors="replace")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        proc, workers, log = starting
+        proc.terminate()
+        assert _exit_code(proc, log) == 0
+        assert all(_gone(w) for w in workers)
+        assert len(_logged(log, "server.start_aborted")) == 2
+        assert not _logged(log, "workers.worker_exited")
+        assert "Traceback" not in log.read_text(errors="replace")
