@@ -22,7 +22,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -51,16 +51,20 @@ check-rules-promtool: venv tools promtool
 	  > .tools/memgov-rules.yaml
 	promtool check rules .tools/memgov-rules.yaml
 
+# Every system prerequisite of `make test` (PostgreSQL server and headers, a C compiler, Go, buildah,
+# mmdebstrap, ...), each detected by the file that is used and installed with apt when missing.
+prereqs:
+	scripts/prereqs.sh
+
 # The tests start their own PostgreSQL cluster; this only makes sure the server binaries exist.
 pg:
-	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  (echo "installing the PostgreSQL server" && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+	scripts/prereqs.sh initdb
 
 # kagent v0.9.11's own controller server and Go runtime driver, pgvector for the local PostgreSQL, and a
 # venv with kagent's Python runtime: built once from ../shared/vendor and PyPI, cached in
 # ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh).
 kagent: pg
-	@command -v go >/dev/null || { echo "go is required for the real-kagent conformance build"; exit 1; }
+	scripts/prereqs.sh go cc make flock postgres.h
 	conformance/kagent/build.sh all >/dev/null
 
 # Only the conformance part: every test that runs kagent v0.9.11 itself or kagent's own runtime code.
@@ -81,15 +85,13 @@ image:
 	$(CONTAINER_TOOL) build -f Containerfile -t $(IMAGE) .
 
 image-tools:
-	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
-	  (echo "installing buildah and mmdebstrap" && apt-get update -qq && \
-	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >/dev/null)
+	scripts/prereqs.sh buildah mmdebstrap
 
 image-ci: image-tools
 	scripts/image-ci.sh $(IMAGE_CI)
 
 test-py: venv pg tools kagent image-ci
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25
 
 # Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
 # contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
@@ -99,7 +101,8 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: lint test-rego test-py
+test: prereqs
+	$(MAKE) lint test-rego test-py
 
 demo: venv
 	$(VENV)/bin/memgov demo

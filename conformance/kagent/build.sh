@@ -94,17 +94,13 @@ pg_bindir() {
   dirname "$initdb"
 }
 
-# pg_config of the installed server's exact version: apt's postgresql-server-dev-N pinned to it.
+# pg_config of the installed server's major version. pgvector compiles against postgres.h, which only
+# postgresql-server-dev-N ships (pgxs.mk and pg_config come with the client package): scripts/prereqs.sh
+# detects it by that file and installs the headers pinned to the server's exact version.
 ensure_pg_config() {
-  local bindir=$1 major server_version
+  local bindir=$1 major
   major=$("$bindir/postgres" --version | sed -E 's/.* ([0-9]+)\..*/\1/')
-  if [ ! -f "/usr/lib/postgresql/$major/lib/pgxs/src/makefiles/pgxs.mk" ]; then
-    server_version=$(dpkg-query -W -f='${Version}' "postgresql-$major")
-    log "installing postgresql-server-dev-$major=$server_version"
-    apt-get install -y -qq --no-install-recommends "postgresql-server-dev-$major=$server_version" >/dev/null 2>&1 \
-      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-             "postgresql-server-dev-$major=$server_version" >/dev/null; }
-  fi
+  "$repo/scripts/prereqs.sh" postgres.h >&2 || exit 2
   echo "/usr/lib/postgresql/$major/bin/pg_config"
 }
 
