@@ -226,6 +226,12 @@ class ErasureSettings(_Section):
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
     quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
+    history_grace_s: float = Field(
+        86400.0,
+        ge=0,
+        description="How long a final ledger row or cleared namespace stays before the sweeper compacts it (each"
+        " erasure keeps its own evidence of them; the erasure runbook keeps terminal records at least a day).",
+    )
     rotate: bool = Field(
         True,
         description="With the rest adapter and an embedding provider: make forget-one and hard expiry exact by"

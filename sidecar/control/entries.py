@@ -24,7 +24,7 @@ from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, s
 from sidecar.decide.respond import Denied, decide, record, stamp
 from sidecar.erasure.evidence import iso
 from sidecar.erasure.machine import Kind
-from sidecar.governance import GOVERNANCE
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.policy.model import ContextScope, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.state import codec
@@ -136,17 +136,26 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     return stamp(ok(body), decision)
 
 
+async def forgettable(gov: Governance, scope: Scope, entry_id: str) -> list[str]:
+    """The entry and every copy a rotation made of it that the ledger still holds, current copy last;
+    not_found unless that copy is live."""
+    # An id shown before a rotation re-saved the entry still names it: follow it to the current copy,
+    # and erase every copy (the evidence then covers them all). A copy whose row was compacted was
+    # erased and verified long ago, with its own evidence; it is no part of this erasure.
+    chain = await gov.store.lineage(scope.scope_id, entry_id)
+    held = {e.entry_id: e for e in await gov.store.entries_by_id(scope.scope_id, chain)}
+    entry = held.get(chain[-1])
+    if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
+        raise Refusal(Reason.NOT_FOUND, scope_id=scope.scope_id)
+    return [e for e in chain if e in held]
+
+
 async def forget_one(request: web.Request) -> web.Response:
     """DELETE /v1/scopes/{scope_id}/entries/{entry_id}: erase exactly one ledger entry, with evidence."""
     operation(request, "scope.forget_one")
     gov = request.app[GOVERNANCE]
     caller, scope = await subject_scope(request)
-    # An id shown before a rotation re-saved the entry still names it: follow it to the current copy,
-    # and erase every copy (the evidence then covers them all).
-    chain = await gov.store.lineage(scope.scope_id, request.match_info["entry_id"])
-    entry = next((e for e in await gov.store.entries_of_scope(scope.scope_id) if e.entry_id == chain[-1]), None)
-    if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
-        raise Refusal(Reason.NOT_FOUND, scope_id=scope.scope_id)
+    chain = await forgettable(gov, scope, request.match_info["entry_id"])
     await spend(request, caller)
     erasure = await request.app[ERASURE].erase(scope, Kind.FORGET_ONE, "subject", chain)
     return ok(await erasure_answer(gov, erasure))

@@ -20,14 +20,12 @@ _UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.
 
 
 async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
-    """The evidence record of an erasure, built from its row, the scope's ledger and namespaces."""
-    ledger = await gov.store.entries_of_scope(erasure.scope_id)
-    namespaces = await gov.store.namespaces_of_scope(erasure.scope_id)
-    rotations = (
-        await gov.store.erasures_of_scope(erasure.scope_id, limit=20, kind=Kind.ROTATE.value)
-        if erasure.kind == Kind.FORGET_ONE
-        else []
-    )
+    """The evidence record of an erasure, built from its rows, its entries' ledger stamps and, for a whole-scope
+    erasure or a rotation, the scope's namespaces; a forget-one also names the rotations since it."""
+    ledger = await gov.store.evidence_entries(erasure.erasure_id)
+    forget_one = erasure.kind == Kind.FORGET_ONE
+    namespaces = [] if forget_one else await gov.store.namespaces_of_scope(erasure.scope_id)
+    rotations = await gov.store.rotations_after(erasure) if forget_one else []
     return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces, rotations))
 
 

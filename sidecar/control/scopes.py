@@ -23,7 +23,7 @@ from sidecar.control.models import (
 )
 from sidecar.erasure.evidence import iso
 from sidecar.erasure.machine import Kind
-from sidecar.governance import GOVERNANCE
+from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import parse_agent_ref
 from sidecar.identity.mxid import Origin, check_principal, parse_room_id
@@ -133,22 +133,26 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     )
 
 
-async def _counts(request: web.Request, scope: Scope) -> EntryCounts:
-    gov = request.app[GOVERNANCE]
-    now = gov.now()
-    live = pending = 0
+async def entry_counts(gov: Governance, scope: Scope) -> EntryCounts:
+    """The status's entry counts: what the scope's live namespace serves, and what awaits physical deletion."""
     live_ns = scope.namespace.ns_id if scope.namespace is not None else None
-    for e in await gov.store.entries_of_scope(scope.scope_id):
-        readable = (
-            live_ns is not None
-            and e.ns_id == live_ns
-            and e.tombstoned_at is None
-            and e.physically_deleted_at is None
-            and e.expires_at > now
-        )
-        live += readable
-        pending += not readable and e.physically_deleted_at is None
+    live, pending = await gov.store.entry_counts(scope.scope_id, live_ns, gov.now())
     return EntryCounts(live=live, cap=gov.limits.max_entries, pending_physical_deletion=pending)
+
+
+async def last_erasure(gov: Governance, scope: Scope) -> LastErasure | None:
+    """The scope's newest erasure, as status shows it."""
+    history = await gov.store.erasures_of_scope(scope.scope_id, limit=1)
+    if not history:
+        return None
+    e = history[0]
+    return LastErasure(
+        erasure_id=e.erasure_id,
+        kind=e.kind,
+        state=e.state,
+        failure_reason=e.failure_reason,
+        updated_at=iso(e.updated_at) or "",
+    )
 
 
 async def scope_status(request: web.Request) -> web.Response:
@@ -156,17 +160,6 @@ async def scope_status(request: web.Request) -> web.Response:
     operation(request, "scope.status")
     gov = request.app[GOVERNANCE]
     _, scope = await subject_scope(request)
-    history = await gov.store.erasures_of_scope(scope.scope_id, limit=1)
-    last = None
-    if history:
-        e = history[0]
-        last = LastErasure(
-            erasure_id=e.erasure_id,
-            kind=e.kind,
-            state=e.state,
-            failure_reason=e.failure_reason,
-            updated_at=iso(e.updated_at) or "",
-        )
     return ok(
         ScopeStatus(
             scope_id=scope.scope_id,
@@ -179,8 +172,8 @@ async def scope_status(request: web.Request) -> web.Response:
             policy_version=scope.policy_version,
             consented_at=iso(scope.consented_at),
             hard_expiry_days=gov.limits.max_days,
-            entries=await _counts(request, scope),
+            entries=await entry_counts(gov, scope),
             erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]  # an adapter's name; pydantic checks it
-            last_erasure=last,
+            last_erasure=await last_erasure(gov, scope),
         )
     )

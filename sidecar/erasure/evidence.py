@@ -65,18 +65,25 @@ def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namesp
         return wanted <= read
     if erasure.kind == Kind.ROTATE:
         # The namespace it rotated away from (and every entry it erased was stamped from that read-back).
-        frozen = {n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id}
+        frozen = _frozen(erasure, namespaces)
         return bool(frozen) and frozen <= read and all(e is not None and e.verified_at is not None for e in entries)
     # A forgotten entry is stamped verified only after a read-back found it gone (this erasure's
     # own, or the sweeper's when its namespace was cleared later).
     return bool(entries) and all(e is not None and e.verified_at is not None for e in entries)
 
 
+def _frozen(erasure: Erasure, namespaces: list[Namespace]) -> set[str]:
+    """The namespace a rotation moved away from, as the rotation recorded it (its row may be compacted)."""
+    if erasure.from_ns_id is not None:
+        return {erasure.from_ns_id}
+    return {n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id}
+
+
 def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, Any] | None:
     """What a rotation moved where: both namespaces and every old -> new entry id."""
     if erasure.kind != Kind.ROTATE:
         return None
-    frozen = next((n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id), None)
+    frozen = min(_frozen(erasure, namespaces), default=None)
     return {
         "from_namespace": frozen,
         "to_namespace": erasure.ns_id,
@@ -112,7 +119,8 @@ def build_evidence(
     residuals = list(ALWAYS_RESIDUAL)
     if physical == "pending_namespace_clear":
         residuals.insert(0, "pending_namespace_clear")
-    generation = {n.ns_id: n for n in namespaces}
+    # A read-back keeps its namespace's facts; the namespace row itself may be compacted since.
+    facts = {**erasure.ns_facts, **{n.ns_id: (n.generation, n.legacy) for n in namespaces}}
     return {
         "format": FORMAT,
         "erasure_id": erasure.erasure_id,
@@ -130,8 +138,8 @@ def build_evidence(
         "read_back": [
             {
                 "namespace_id": ns_id,
-                "generation": generation[ns_id].generation if ns_id in generation else None,
-                "legacy": generation[ns_id].legacy if ns_id in generation else None,
+                "generation": facts[ns_id][0] if ns_id in facts else None,
+                "legacy": facts[ns_id][1] if ns_id in facts else None,
                 "check": check,
                 "at": iso(at),
                 "rows_found": found,

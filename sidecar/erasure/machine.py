@@ -113,7 +113,7 @@ class ErasureEngine:
         store = self._gov.store
         ids = list(entry_ids)
         if kind in WHOLE_SCOPE:
-            ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.physically_deleted_at is None]
+            ids = [e.entry_id for e in await store.unswept_entries(scope.scope_id) if e.physically_deleted_at is None]
         erasure = await store.create_erasure(scope.scope_id, kind.value, ids, self.adapter, requested_by, self._now())
         await self._audit(erasure, Reason.ALLOWED)
         log.info(
@@ -143,12 +143,8 @@ class ErasureEngine:
     async def _gone(self, erasure: Erasure) -> bool:
         """Whether every entry of the erasure (copies included) is stamped physically deleted."""
         current = await self._gov.store.get_erasure(erasure.erasure_id) or erasure
-        wanted = set(current.entry_ids)
-        return all(
-            e.physically_deleted_at is not None
-            for e in await self._gov.store.entries_of_scope(erasure.scope_id)
-            if e.entry_id in wanted
-        )
+        entries = await self._gov.store.entries_by_id(erasure.scope_id, current.entry_ids)
+        return all(e.physically_deleted_at is not None for e in entries)
 
     async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
         """Rotate the scope's live namespace, joining a rotation of it that is already under way."""
@@ -495,11 +491,9 @@ class ErasureEngine:
         await read_back(self._gov, scope, erasure, await self._retired(scope))
 
     async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
-        wanted = set(erasure.entry_ids)
-        groups = _by_namespace(
-            e for e in await self._gov.store.entries_of_scope(scope.scope_id) if e.entry_id in wanted
-        )
-        by_id = {n.ns_id: n for n in await self._gov.store.namespaces_of_scope(scope.scope_id)}
+        store = self._gov.store
+        groups = _by_namespace(await store.entries_by_id(scope.scope_id, erasure.entry_ids))
+        by_id = {n.ns_id: n for n in await store.namespaces_by_id(scope.scope_id, [g for g in groups if g])}
         return {by_id[ns_id]: ids for ns_id, ids in groups.items() if ns_id in by_id}
 
     async def _delete_entries(self, scope: Scope, erasure: Erasure) -> None:

@@ -75,7 +75,7 @@ async def read_back(gov: Governance, scope: Scope, erasure: Erasure, namespaces:
             raise AdapterError(Reason.VERIFICATION_FAILED)
     now = gov.now()
     read = {n.ns_id for n in namespaces}
-    ids = [e.entry_id for e in await store.entries_of_scope(scope.scope_id) if e.ns_id in read]
+    ids = [e.entry_id for e in await store.unswept_entries(scope.scope_id, sorted(read))]
     await store.tombstone(scope.scope_id, ids, now)
     await store.mark_physically_deleted(ids, now)
     await store.mark_verified(ids, now)

@@ -114,11 +114,8 @@ class RotationSteps:
         now = gov.now()
         live = [
             e
-            for e in await store.entries_of_scope(scope.scope_id)
-            if e.ns_id == frozen.ns_id
-            and e.tombstoned_at is None
-            and e.physically_deleted_at is None
-            and e.expires_at > now
+            for e in await store.unswept_entries(scope.scope_id, [frozen.ns_id])
+            if e.tombstoned_at is None and e.physically_deleted_at is None and e.expires_at > now
         ]
         if len(live) > gov.limits.max_entries:
             # SECURITY: re-embedding is bounded per rotation (cost), whatever the ledger holds.
@@ -186,7 +183,9 @@ class RotationSteps:
     async def verify(self, scope: Scope, erasure: Erasure) -> None:
         """The old namespace and every retired one read back empty; the copies read back present."""
         gov, store = self._gov, self._gov.store
-        namespaces = await store.namespaces_of_scope(scope.scope_id)
+        # The namespaces not yet cleared, and the one this rotation froze even if a sweep cleared it since.
+        mine = await store.rotation_namespaces(erasure.erasure_id)
+        namespaces = list({n.ns_id: n for n in [*await store.open_namespaces(scope.scope_id), *mine]}.values())
         await read_back(
             gov, scope, erasure, [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id]
         )

@@ -14,7 +14,9 @@ One pass (:func:`sweep_once`) runs, in order:
    a forgotten or rolled-back entry, an entry expired for about half of R-9's 24 h, or that is
    legacy (unsalted), is rotated (``rotation.py``); no other scope is;
 5. stalled erasures whose runner died, and deferred ones whose wait is over, are resumed;
-   lapsed leases and tokens are purged, finished rotations after the audit retention window.
+   lapsed leases and tokens are purged; final ledger rows and cleared namespaces once they have
+   been final for ``erasure.history_grace_s`` (a day; ``compact_history``, each erasure keeps its
+   own evidence of them); finished rotations and complete forget-ones after the audit retention.
 
 Every step is idempotent, so several replicas may sweep at once. ``Sweepers`` runs a pass at
 start and then every ``erasure.sweep_interval_s``.
@@ -44,6 +46,8 @@ _MAX_BATCHES = 20
 ORPHAN_GRACE = timedelta(days=1)
 #: R-9: expired memory is physically deleted within this long of its hard expiry.
 EXPIRY_DEADLINE = timedelta(hours=24)
+#: Scopes compacted per batch, and batches per pass.
+_COMPACT_SCOPES = 500
 #: Rotations started by one pass, and how many run at once (each re-embeds at most max_entries).
 _ROTATIONS_PER_PASS = 10_000
 _ROTATING_AT_ONCE = 4
@@ -63,6 +67,7 @@ class SweepReport:
     rotations_waiting: int = 0
     erasures_resumed: int = 0
     audit_purged: int = 0
+    history_compacted: int = 0
     failures: int = 0
 
 
@@ -88,11 +93,8 @@ class _Pass:
         await store.mark_verified(ids, self.now)
 
     async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
-        return [
-            e
-            for e in await self.gov.store.entries_of_scope(scope.scope_id)
-            if e.ns_id == ns_id and e.physically_deleted_at is None
-        ]
+        entries = await self.gov.store.unswept_entries(scope.scope_id, [ns_id])
+        return [e for e in entries if e.physically_deleted_at is None]
 
     async def retired(self) -> None:
         for ns in await self.gov.store.sweepable_namespaces(self.now, _BATCH):
@@ -114,7 +116,7 @@ class _Pass:
                 groups.setdefault((e.scope_id, e.ns_id), []).append(e.entry_id)
             for (scope_id, ns_id), ids in groups.items():
                 scope = await self.gov.store.get_scope(scope_id)
-                ns = next((n for n in await self.gov.store.namespaces_of_scope(scope_id) if n.ns_id == ns_id), None)
+                ns = next(iter(await self.gov.store.namespaces_by_id(scope_id, [ns_id] if ns_id else [])), None)
                 if scope is not None and ns is not None:
                     expire = self.expire_exact if exact else self.expire_rest
                     await self.guard(expire(scope, ns, ids), scope_id)
@@ -208,10 +210,16 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
     await gov.store.purge_expired(gov.now())
+    for _ in range(_MAX_BATCHES):
+        grace = timedelta(seconds=gov.settings.erasure.history_grace_s)
+        compacted = await gov.store.compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
+        report.history_compacted += compacted.ledger_rows + compacted.namespaces
+        if compacted.scopes + compacted.skipped_unfinished < _COMPACT_SCOPES:
+            break
     # Audit rows have their own retention window (R-15), independent of memory expiry.
     retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
     report.audit_purged = await gov.store.purge_audit(retention)
-    await gov.store.purge_rotations(retention)
+    await gov.store.purge_erasures(retention)
     log.info(
         "sweep.done",
         deleted=report.dead_cleared + report.expired_deleted,

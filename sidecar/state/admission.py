@@ -24,22 +24,13 @@ from sidecar.state import codec
 from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, Script, execute, executemany, fetchrow
-from sidecar.state.ledger import SLOT_LEASE_S
+from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import current_window
 from sidecar.state.scopes import SCOPE_SELECT, scope_of_row, valid_scope_id
 from sidecar.state.types import BudgetClaim, Scope, StateError
 
 #: Budget claims of a live scope, given its prefetch window id (None outside a window).
 Claims = Callable[[Scope, str | None], list[BudgetClaim]]
-
-#: Live entries, and live entries plus unexpired pending slots, each counted up to $3 (the cap + 1):
-#: every comparison with the cap comes out the same, and a scope's rows past it cost nothing.
-_COUNTS = (
-    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
-    " AND deleted_us IS NULL AND expires_us > $2 LIMIT $3) AS live),"
-    " (SELECT COUNT(*) FROM (SELECT 1 FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL"
-    " AND deleted_us IS NULL AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2)) LIMIT $3) AS held)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +85,9 @@ def _admit(
         yield from reserve(claims(scope, window_id), now_us)
     if write is None:
         return Admission(scope, live=True, window=window_id)
-    counts = yield fetchrow(_COUNTS, scope_id, now_us, write.cap + 1)
-    live_count, held = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
+    counts = yield fetchrow(COUNTS, scope_id, now_us)
+    # Reported up to the cap + 1: every comparison with the cap comes out the same.
+    live_count, held = (min(int(counts[0]), write.cap + 1), int(counts[1])) if counts is not None else (0, 0)
     if not reserving:
         return Admission(scope, live=True, live_count=live_count)
     ns = scope.namespace

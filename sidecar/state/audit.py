@@ -15,6 +15,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
+from sidecar.state.scopes import share_lock
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
 
 _AUDIT_COLS = (
@@ -30,7 +31,7 @@ _AUDIT_COLS = (
 )
 _ERASURE_COLS = (
     "erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
-    " updated_us, not_before_us, ns_id"
+    " updated_us, not_before_us, ns_id, from_ns_id"
 )
 _HOUR_US = 3600 * 1_000_000
 
@@ -126,9 +127,11 @@ class AuditOps:
         ids = sorted({codec.check_id(e, "entry_id") for e in entry_ids})
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
+            # History compaction holds the scope row while it runs: an erasure starts before or after it.
+            await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{share_lock(tx)}", scope_id)
             await tx.execute(
                 f"INSERT INTO erasures ({_ERASURE_COLS})"
-                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL)",
+                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL, NULL)",
                 erasure_id,
                 scope_id,
                 kind,
@@ -187,15 +190,20 @@ class AuditOps:
         """Keep one read-back of an erasure as evidence: the namespace, when, and how many rows were found."""
         codec.check_code(what, "what")
         async with self._db.tx("write") as tx:
+            # The namespace's generation and kind are kept with the read-back: evidence outlives the namespace row.
             await tx.execute(
-                "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check)"
-                " SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5 FROM erasure_readbacks WHERE erasure_id = $6",
+                "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check,"
+                " generation, legacy) SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5,"
+                " (SELECT n.generation FROM namespaces n WHERE n.ns_id = $7),"
+                " (SELECT n.salt = '' FROM namespaces n WHERE n.ns_id = $7)"
+                " FROM erasure_readbacks WHERE erasure_id = $6",
                 erasure_id,
                 codec.check_id(ns_id, "ns_id"),
                 to_us(now),
                 int(remaining),
                 what,
                 erasure_id,
+                ns_id,
             )
 
     async def claim_erasure(self, erasure_id: str, runner: str, until: datetime, now: datetime) -> bool:
@@ -269,6 +277,24 @@ class AuditOps:
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]
 
+    async def rotations_after(self, erasure: Erasure) -> list[Erasure]:
+        """For a forget-one's evidence, newest first: the rotations that erased one of its entries, and the
+        newest rotation of its scope since it (whatever the scope's history since, a handful of rows)."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                "SELECT e.erasure_id, e.created_us FROM erasures e WHERE e.kind = 'rotate' AND e.erasure_id IN"
+                " (SELECT r.erasure_id FROM erasure_entries f JOIN erasure_entries r ON r.entry_id = f.entry_id"
+                " WHERE f.erasure_id = $1 AND r.erasure_id <> $1) AND e.scope_id = $2"
+                " UNION SELECT n.erasure_id, n.created_us FROM (SELECT erasure_id, created_us FROM erasures"
+                " WHERE scope_id = $2 AND kind = 'rotate' AND created_us >= $3"
+                " ORDER BY created_us DESC, erasure_id DESC LIMIT 1) n",
+                erasure.erasure_id,
+                erasure.scope_id,
+                to_us(erasure.created_at),
+            )
+            loaded = [await _load(tx, r[0]) for r in sorted(rows, key=lambda r: (int(r[1]), r[0]), reverse=True)]
+        return [e for e in loaded if e is not None]
+
     async def unfinished_erasures(self) -> list[Erasure]:
         """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
         async with self._db.tx("snapshot") as tx:
@@ -287,7 +313,8 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
     entries = await tx.fetch("SELECT entry_id FROM erasure_entries WHERE erasure_id = $1 ORDER BY entry_id", erasure_id)
     steps = await tx.fetch("SELECT state, at_us FROM erasure_steps WHERE erasure_id = $1 ORDER BY seq", erasure_id)
     readbacks = await tx.fetch(
-        "SELECT ns_id, at_us, remaining, scope_of_check FROM erasure_readbacks WHERE erasure_id = $1 ORDER BY seq",
+        "SELECT ns_id, at_us, remaining, scope_of_check, generation, legacy FROM erasure_readbacks"
+        " WHERE erasure_id = $1 ORDER BY seq",
         erasure_id,
     )
     moves = (
@@ -315,4 +342,6 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         readbacks=[(r[0], from_us(r[1]), int(r[2]), r[3]) for r in readbacks],
         ns_id=row[10],
         moves=[(r[0], r[1]) for r in moves],
+        ns_facts={r[0]: (int(r[4]), bool(r[5])) for r in readbacks if r[4] is not None and r[5] is not None},
+        from_ns_id=row[11],
     )

@@ -20,11 +20,22 @@ from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
 #: How long a reserved, not yet filled slot counts against the cap before it lapses.
 SLOT_LEASE_S = 300
 _CHUNK = 500
-_ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us, ns_id"
+ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us, ns_id"
 _LIVE = "tombstoned_us IS NULL AND deleted_us IS NULL AND expires_us > $2"
+_FILTER_COLS = "entry_id, scope_id, ns_id, tombstoned_us, deleted_us, expires_us"
+_OPEN = "scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
+#: (live entries, live entries + unexpired pending slots) of scope $1 at time $2, from the trigger-kept
+#: counts minus what expired or lapsed since (rows the sweeper removes): the same cost at any number of
+#: live entries, where counting them cost a save about 0.4 ms per 1,000.
+COUNTS = (
+    "SELECT c.open_filled - x.n, c.open_rows - x.n - p.n FROM ledger_counts c,"
+    f" (SELECT COUNT(*) AS n FROM ledger WHERE {_OPEN} AND expires_us <= $2) x,"
+    f" (SELECT COUNT(*) AS n FROM ledger WHERE {_OPEN} AND expires_us IS NULL AND lease_us <= $2) p"
+    " WHERE c.scope_id = $1"
+)
 
 
-def _entry(r: Row) -> LedgerEntry:
+def entry_of(r: Row) -> LedgerEntry:
     return LedgerEntry(
         entry_id=r[0],
         scope_id=r[1],
@@ -41,6 +52,13 @@ def _entry(r: Row) -> LedgerEntry:
 def placeholders(first: int, n: int) -> str:
     """``$first, …`` for ``n`` values of an ``IN (…)`` list."""
     return ", ".join(f"${i}" for i in range(first, first + n))
+
+
+def by_entry_ids(cols: str, first: int, n: int) -> str:
+    """The ledger rows of ``n`` entry ids (``$first, …``) as a derived table ``l``, found by the unique id
+    index alone: the LIMIT keeps the planner from folding the caller's scope conditions in and walking a
+    per-scope index over every live entry (SQLite has no statistics to tell it better)."""
+    return f"(SELECT {cols} FROM ledger WHERE entry_id IN ({placeholders(first, n)}) LIMIT {n}) l"
 
 
 def _chunks(ids: Iterable[str]) -> Iterator[list[str]]:
@@ -61,8 +79,8 @@ def _filter_live(scope_id: str, ns_id: str, entry_ids: list[str], now_us: int) -
     live: set[str] = set()
     for chunk in _chunks(entry_ids):
         rows = yield fetch(
-            f"SELECT entry_id FROM ledger WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3"
-            f" AND entry_id IN ({placeholders(4, len(chunk))})",
+            f"SELECT entry_id FROM {by_entry_ids(_FILTER_COLS, 4, len(chunk))}"
+            f" WHERE scope_id = $1 AND {_LIVE} AND ns_id = $3",
             scope_id,
             now_us,
             ns_id,
@@ -98,13 +116,8 @@ class LedgerOps:
         async with self._db.tx("write") as tx:
             # The scope row lock serializes reservers of one scope; other scopes proceed in parallel.
             await fence(tx, scope_id, generation, ns_id, update_lock(tx))
-            row = await tx.fetchrow(
-                "SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
-                " AND (expires_us > $2 OR (expires_us IS NULL AND lease_us > $2))",
-                scope_id,
-                at,
-            )
-            if row is None or int(row[0]) + n > cap:
+            row = await tx.fetchrow(COUNTS, scope_id, at)
+            if (int(row[1]) if row is not None else 0) + n > cap:
                 raise CapReached()
             await tx.executemany(
                 "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
@@ -155,7 +168,7 @@ class LedgerOps:
         """One page of live entries ordered by (created_at, entry_id), after the entry id ``after``."""
         if not valid_scope_id(scope_id) or limit <= 0:
             return []
-        sql = f"SELECT {_ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND {_LIVE}"
+        sql = f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND {_LIVE}"
         args: list[object] = [scope_id, to_us(now)]
         if after is not None:
             if not _is_id(after):
@@ -168,25 +181,24 @@ class LedgerOps:
         sql += f" ORDER BY created_us, entry_id LIMIT ${len(args) + 1}"
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(sql, *args, limit)
-        return [_entry(r) for r in rows]
+        return [entry_of(r) for r in rows]
 
     async def live_count(self, scope_id: str, now: datetime) -> int:
         """Count live (filled, not erased, not expired) entries of the scope."""
         async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                f"SELECT COUNT(*) FROM ledger WHERE scope_id = $1 AND {_LIVE}", scope_id, to_us(now)
-            )
+            row = await tx.fetchrow(COUNTS, scope_id, to_us(now))
         return int(row[0]) if row else 0
 
     async def entries_of_scope(self, scope_id: str) -> list[LedgerEntry]:
-        """Every filled entry of the scope, erased and expired ones included (erasure, evidence)."""
+        """Every filled entry the scope still has a row of, erased and expired ones included (its whole
+        uncompacted history: for inspection tools and tests, never a request path)."""
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"SELECT {_ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
+                f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
                 " ORDER BY created_us, entry_id",
                 scope_id,
             )
-        return [_entry(r) for r in rows]
+        return [entry_of(r) for r in rows]
 
     async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int:
         """Mark entries of the scope erased (unreadable from now on); return how many were newly marked."""
@@ -224,9 +236,9 @@ class LedgerOps:
         """Entries past their hard expiry that the sweeper has not yet physically deleted."""
         async with self._db.tx("read") as tx:
             rows = await tx.fetch(
-                f"SELECT {_ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
+                f"SELECT {ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
                 " ORDER BY expires_us LIMIT $2",
                 to_us(now),
                 limit,
             )
-        return [_entry(r) for r in rows]
+        return [entry_of(r) for r in rows]

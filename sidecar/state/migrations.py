@@ -399,6 +399,114 @@ def _v4(d: Dialect) -> list[str]:
     ]
 
 
+def _v5(d: Dialect) -> list[str]:
+    """Bounded history: per-scope reads touch only rows still in play, and final rows can be compacted.
+
+    Partial indexes hold a scope's entries not yet erased, its entries not yet physically deleted
+    and its namespaces not yet cleared, so status, inspect, forget-one and admission never walk the
+    scope's history. The evidence an erasure shows is kept on the erasure itself (each entry's
+    stamps, each read-back's generation, a rotation's source namespace), so the ledger rows and
+    cleared namespaces it was read from can be compacted once they are final.
+    """
+    flag = "legacy BOOLEAN" if d.pg else "legacy INTEGER CHECK (legacy IN (0, 1))"
+    snapshot = [f"ALTER TABLE erasure_entries ADD COLUMN {col}" for col in _entry_snapshot(d)]
+    return [
+        "CREATE INDEX ledger_scope_held ON ledger (scope_id, created_us, entry_id)"
+        " WHERE tombstoned_us IS NULL AND deleted_us IS NULL",
+        "CREATE INDEX ledger_scope_unswept ON ledger (scope_id, ns_id) WHERE verified_us IS NULL",
+        "CREATE INDEX ledger_final ON ledger (verified_us) WHERE deleted_us IS NOT NULL AND verified_us IS NOT NULL",
+        "CREATE INDEX namespaces_open ON namespaces (scope_id, created_us) WHERE state <> 'cleared'",
+        "CREATE INDEX namespaces_cleared ON namespaces (cleared_us) WHERE state = 'cleared'",
+        "CREATE INDEX namespaces_rotation ON namespaces (rotation_id) WHERE rotation_id IS NOT NULL",
+        "CREATE INDEX erasures_scope ON erasures (scope_id, created_us)",
+        "CREATE INDEX erasures_scope_unfinished ON erasures (scope_id) WHERE state NOT IN ('verified', 'failed')",
+        "CREATE INDEX erasure_entries_entry ON erasure_entries (entry_id)",
+        *snapshot,
+        f"ALTER TABLE erasure_readbacks ADD COLUMN {d.i('generation', null=True)}",
+        f"ALTER TABLE erasure_readbacks ADD COLUMN {flag}",
+        f"ALTER TABLE erasures ADD COLUMN {d.s('from_ns_id', 25, null=True)}",
+        "CREATE INDEX ledger_scope_expiry ON ledger (scope_id, expires_us) WHERE tombstoned_us IS NULL"
+        " AND deleted_us IS NULL",
+        d.table(
+            # A scope's ledger rows neither tombstoned nor deleted (slots included), and the filled ones among
+            # them, kept by triggers: a save's cap check costs the same with 10 or 10,000 entries.
+            "ledger_counts",
+            d.s("scope_id", 25) + " PRIMARY KEY",
+            d.i("open_rows"),
+            d.i("open_filled"),
+        ),
+        "INSERT INTO ledger_counts (scope_id, open_rows, open_filled) SELECT scope_id, COUNT(*),"
+        " SUM(CASE WHEN expires_us IS NOT NULL THEN 1 ELSE 0 END) FROM ledger"
+        " WHERE tombstoned_us IS NULL AND deleted_us IS NULL GROUP BY scope_id",
+        *(_pg_counters() if d.pg else _sqlite_counters()),
+        "UPDATE erasure_readbacks SET (generation, legacy) = (SELECT n.generation, n.salt = ''"
+        " FROM namespaces n WHERE n.ns_id = erasure_readbacks.ns_id)",
+        "UPDATE erasures SET from_ns_id = (SELECT MIN(n.ns_id) FROM namespaces n"
+        " WHERE n.frozen_by = erasures.erasure_id) WHERE kind = 'rotate'",
+    ]
+
+
+_OPEN = "{r}.tombstoned_us IS NULL AND {r}.deleted_us IS NULL"
+
+
+def _pg_counters() -> list[str]:
+    def delta(r: str, sign: str) -> str:
+        return (
+            f"IF {_OPEN.format(r=r)} THEN d_open := d_open {sign} 1;"
+            f" IF {r}.expires_us IS NOT NULL THEN d_filled := d_filled {sign} 1; END IF; END IF;"
+        )
+
+    return [
+        "CREATE FUNCTION memgov_ledger_count() RETURNS trigger LANGUAGE plpgsql AS $f$"
+        " DECLARE d_open BIGINT := 0; d_filled BIGINT := 0; BEGIN"
+        f" IF TG_OP <> 'INSERT' THEN {delta('OLD', '-')} END IF;"
+        f" IF TG_OP <> 'DELETE' THEN {delta('NEW', '+')} END IF;"
+        " IF d_open <> 0 OR d_filled <> 0 THEN"
+        " INSERT INTO ledger_counts AS c (scope_id, open_rows, open_filled)"
+        " VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.scope_id ELSE NEW.scope_id END, d_open, d_filled)"
+        " ON CONFLICT (scope_id) DO UPDATE SET open_rows = c.open_rows + excluded.open_rows,"
+        " open_filled = c.open_filled + excluded.open_filled; END IF; RETURN NULL; END $f$",
+        "CREATE TRIGGER ledger_counted AFTER INSERT OR UPDATE OR DELETE ON ledger"
+        " FOR EACH ROW EXECUTE FUNCTION memgov_ledger_count()",
+    ]
+
+
+def _sqlite_counters() -> list[str]:
+    def counted(r: str) -> tuple[str, str]:
+        return f"({_OPEN.format(r=r)})", f"({_OPEN.format(r=r)} AND {r}.expires_us IS NOT NULL)"
+
+    def apply(sid: str, d_open: str, d_filled: str) -> str:
+        return (
+            f"INSERT OR IGNORE INTO ledger_counts (scope_id, open_rows, open_filled) VALUES ({sid}, 0, 0);"
+            f" UPDATE ledger_counts SET open_rows = open_rows + {d_open}, open_filled = open_filled + {d_filled}"
+            f" WHERE scope_id = {sid};"
+        )
+
+    (old_open, old_filled), (new_open, new_filled) = counted("OLD"), counted("NEW")
+    return [
+        f"CREATE TRIGGER ledger_count_insert AFTER INSERT ON ledger WHEN {new_open}"
+        f" BEGIN {apply('NEW.scope_id', '1', new_filled)} END",
+        f"CREATE TRIGGER ledger_count_delete AFTER DELETE ON ledger WHEN {old_open}"
+        f" BEGIN {apply('OLD.scope_id', '-1', f'-{old_filled}')} END",
+        "CREATE TRIGGER ledger_count_update AFTER UPDATE OF tombstoned_us, deleted_us, expires_us ON ledger"
+        f" WHEN {old_open} <> {new_open} OR {old_filled} <> {new_filled}"
+        f" BEGIN {apply('NEW.scope_id', f'{new_open} - {old_open}', f'{new_filled} - {old_filled}')} END",
+    ]
+
+
+def _entry_snapshot(d: Dialect) -> list[str]:
+    """The ledger columns an erasure keeps of each of its entries once the ledger row is compacted."""
+    return [
+        d.i("generation", null=True),
+        d.i("created_us", null=True),
+        d.i("expires_us", null=True),
+        d.i("tombstoned_us", null=True),
+        d.i("deleted_us", null=True),
+        d.i("verified_us", null=True),
+        d.s("ns_id", 25, null=True),
+    ]
+
+
 def _now_sql(d: Dialect) -> str:
     """Microseconds since the epoch, computed by the database."""
     if d.pg:
@@ -411,6 +519,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "storage_namespaces", _v2),
     Migration(3, "namespace_rotation", _v3),
     Migration(4, "erasure_run_lease", _v4),
+    Migration(5, "bounded_history", _v5),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -53,6 +53,32 @@ class NamespaceOps:
             )
         return [namespace_of(r) for r in rows]
 
+    async def open_namespaces(self, scope_id: str) -> list[Namespace]:
+        """The scope's namespaces not yet cleared (live, staged, retired), oldest first."""
+        if not valid_scope_id(scope_id):
+            return []
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 AND state <> 'cleared'"
+                " ORDER BY created_us, ns_id",
+                scope_id,
+            )
+        return [namespace_of(r) for r in rows]
+
+    async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]:
+        """The scope's namespaces of these ids (a compacted one is left out)."""
+        ids = sorted(set(ns_ids))
+        if not valid_scope_id(scope_id) or not ids:
+            return []
+        async with self._db.tx("read") as tx:
+            rows = await tx.fetch(
+                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1"
+                f" AND ns_id IN ({', '.join(f'${i + 2}' for i in range(len(ids)))})",
+                scope_id,
+                *ids,
+            )
+        return [namespace_of(r) for r in rows]
+
     async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]:
         """Namespaces to clear, oldest first: retired ones, and cleared ones a late write reached since.
 

@@ -40,6 +40,12 @@ _MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
 ENCODINGS = frozenset({"float", "base64"})
 #: Longest chain of rotations followed from a forgotten id to its current copy.
 _MAX_HOPS = 64
+#: The copies a switched rotation of scope $1 made (the moves of one not yet switched are not copies yet).
+#: Read from the rotation's own records, so a chain survives the compaction of the ledger rows in between.
+_SWITCHED_MOVES = (
+    "erasure_moves m JOIN erasures e ON e.erasure_id = m.erasure_id"
+    " WHERE e.scope_id = $1 AND e.ns_id = m.ns_id AND m.new_entry_id IS NOT NULL"
+)
 
 
 async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
@@ -98,6 +104,9 @@ class RotationOps:
                 scope_id,
                 erasure_id,
             )
+            if frozen is not None:
+                # Kept on the rotation itself: its evidence names the source after the namespace row is compacted.
+                await tx.execute("UPDATE erasures SET from_ns_id = $2 WHERE erasure_id = $1", erasure_id, frozen[0])
         return None if frozen is None else namespace_of(frozen)
 
     async def rotation_namespaces(self, erasure_id: str) -> list[Namespace]:
@@ -299,9 +308,9 @@ class RotationOps:
             for _ in range(_MAX_HOPS):
                 if not frontier:
                     break
+                follow = placeholders(2, len(frontier))
                 rows = await tx.fetch(
-                    "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
-                    f" WHERE l.scope_id = $1 AND m.old_entry_id IN ({placeholders(2, len(frontier))})",
+                    f"SELECT m.new_entry_id FROM {_SWITCHED_MOVES} AND m.old_entry_id IN ({follow})",
                     scope_id,
                     *frontier,
                 )
@@ -328,8 +337,7 @@ class RotationOps:
         async with self._db.tx("read") as tx:
             for _ in range(_MAX_HOPS):
                 row = await tx.fetchrow(
-                    "SELECT m.new_entry_id FROM erasure_moves m JOIN ledger l ON l.entry_id = m.new_entry_id"
-                    " WHERE l.scope_id = $1 AND m.old_entry_id = $2",
+                    f"SELECT m.new_entry_id FROM {_SWITCHED_MOVES} AND m.old_entry_id = $2",
                     scope_id,
                     chain[-1],
                 )
@@ -356,9 +364,16 @@ class RotationOps:
             )
         return [r[0] for r in rows]
 
-    async def purge_rotations(self, older_than: datetime) -> int:
-        """Delete finished rotations (and their steps, read-backs, moves) older than the cut-off."""
-        done = "kind = 'rotate' AND state IN ('verified', 'failed') AND updated_us < $1"
+    async def purge_erasures(self, older_than: datetime) -> int:
+        """Delete evidence past its retention: finished rotations, and verified forget-ones whose every entry
+        was physically deleted (with their steps, read-backs, moves). Whole-scope erasures and failed
+        forget-ones stay: they decide whether a scope may be consented again."""
+        done = (
+            "updated_us < $1 AND ((kind = 'rotate' AND state IN ('verified', 'failed'))"
+            " OR (kind = 'forget_one' AND state = 'verified' AND NOT EXISTS (SELECT 1 FROM erasure_entries ee"
+            " LEFT JOIN ledger l ON l.entry_id = ee.entry_id WHERE ee.erasure_id = erasures.erasure_id"
+            " AND COALESCE(l.deleted_us, ee.deleted_us) IS NULL)))"
+        )
         async with self._db.tx("write") as tx:
             for table in ("erasure_moves", "erasure_steps", "erasure_readbacks", "erasure_entries"):
                 await tx.execute(

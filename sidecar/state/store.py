@@ -13,6 +13,7 @@ from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, connect
+from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
 from sidecar.state.namespaces import NamespaceOps
@@ -52,7 +53,16 @@ _EXPIRED = {
 
 
 class StateStore(
-    AdmissionOps, ScopeOps, NamespaceOps, LedgerOps, BudgetOps, SingleUseOps, AuditOps, PrefetchOps, RotationOps
+    AdmissionOps,
+    ScopeOps,
+    NamespaceOps,
+    LedgerOps,
+    HistoryOps,
+    BudgetOps,
+    SingleUseOps,
+    AuditOps,
+    PrefetchOps,
+    RotationOps,
 ):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 

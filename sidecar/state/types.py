@@ -170,6 +170,10 @@ class Erasure:
     ns_id: str | None = None
     #: A rotation: every entry it copied, (old id, new id or None when kagent no longer held it).
     moves: list[tuple[str, str | None]] = field(default_factory=list)
+    #: What each read-back's namespace was when it was read: ns_id -> (generation, legacy).
+    ns_facts: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    #: A rotation: the live namespace it froze and moved away from (None until frozen).
+    from_ns_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
