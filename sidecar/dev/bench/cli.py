@@ -21,6 +21,7 @@ OPTIONAL_BENCHES: tuple[str, ...] = (
     "sidecar.dev.bench.state",
     "sidecar.dev.bench.decisions",
     "sidecar.dev.bench.sweep",
+    "sidecar.dev.bench.history",
 )
 
 

@@ -31,13 +31,14 @@ from sidecar.identity.appname import app_name
 from sidecar.logs import configure_logging
 from sidecar.ops import Readiness
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.state import Scope
 
 SIZES: Final = {"small": (1_000, 10_000), "large": (100_000, 1_000_000)}
 AGENT: Final = "bench/rotating"
 _MODEL: Final = "bench-embedding"
 
 
-def _settings(folder: Path, state_url: str, kagent_url: str, embedding_url: str) -> Any:
+def bench_settings(folder: Path, state_url: str, kagent_url: str, embedding_url: str) -> Any:
     key = folder / "session.key"
     key.write_text(os.urandom(32).hex())
     return load_settings(
@@ -60,25 +61,37 @@ def _settings(folder: Path, state_url: str, kagent_url: str, embedding_url: str)
 
 async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, now: datetime) -> set[str]:
     """Scopes that need a rotation: ``entries`` rows each in kagent and the ledger, the first one forgotten."""
-    store, app = gov.store, app_name(*AGENT.split("/"))
+    store = gov.store
     prepared = set()
     for i in range(rotations):
-        scope, _ = await store.create_scope(
-            f"@rot{i}:bench.example", "native", AGENT, "control_room", f"!rot{i}:bench.example", now
-        )
-        scope, _ = await store.grant(scope.scope_id, "benchmark", "v1", now)
-        ns = scope.namespace
-        assert ns is not None  # a granted scope has its live namespace
-        slots = await store.reserve_entries(scope.scope_id, 1, ns.ns_id, entries, 10**9, now)
-        ids = []
-        for n, slot in enumerate(slots):
-            text = f"bench scope {i} fact {n}"
-            entry_id = await stack.store.insert(NewMemory(app, ns.storage_key, text, embed_text(text), "{}", None))
-            await store.fill_entry(slot, entry_id, now, now + timedelta(days=7))
-            ids.append(entry_id)
+        scope = await bench_scope(gov, f"rot{i}", now)
+        ids = await seed_entries(gov, stack, scope, [f"bench scope {i} fact {n}" for n in range(entries)], now)
         await store.tombstone(scope.scope_id, ids[:1], now)
         prepared.add(scope.scope_id)
     return prepared
+
+
+async def bench_scope(gov: Governance, name: str, now: datetime) -> Scope:
+    """A granted scope of the bench's rotating agent."""
+    scope, _ = await gov.store.create_scope(
+        f"@{name}:bench.example", "native", AGENT, "control_room", f"!{name}:bench.example", now
+    )
+    scope, _ = await gov.store.grant(scope.scope_id, "benchmark", "v1", now)
+    return scope
+
+
+async def seed_entries(gov: Governance, stack: Any, scope: Scope, texts: list[str], now: datetime) -> list[str]:
+    """Save ``texts`` into the scope's live namespace in the kagent stand-in and the ledger, as a save does."""
+    ns = scope.namespace
+    assert ns is not None  # a granted scope has its live namespace
+    app = app_name(*AGENT.split("/"))
+    slots = await gov.store.reserve_entries(scope.scope_id, scope.generation, ns.ns_id, len(texts), 10**9, now)
+    ids = []
+    for slot, text in zip(slots, texts, strict=True):
+        entry_id = await stack.store.insert(NewMemory(app, ns.storage_key, text, embed_text(text), "{}", None))
+        await gov.store.fill_entry(slot, entry_id, now, now + timedelta(days=7))
+        ids.append(entry_id)
+    return ids
 
 
 async def run_sweep_bench(
@@ -88,7 +101,7 @@ async def run_sweep_bench(
     now = datetime.now(UTC)
     stack = await start_devstack(stream_delay_s=0)
     try:
-        settings = _settings(folder, state_url, stack.kagent_url, stack.embedding_url)
+        settings = bench_settings(folder, state_url, stack.kagent_url, stack.embedding_url)
         async with governance(settings, Readiness()) as gov:
             load_s = await grow(gov.store, scopes, ledger_rows, int(now.timestamp() * 1_000_000))
             prepared = await _prepare(gov, stack, rotations, entries, now)
