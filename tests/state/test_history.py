@@ -170,6 +170,20 @@ class TestBoundedHistory:
         assert all(kept == full for kept, full in checks), checks
         assert [c[0] for c in checks] == [(LIVE, LIVE), (LIVE, LIVE + 2), (LIVE, LIVE), (4, 4), (LIVE, LIVE)]
 
+    async def test_evidence_past_its_retention_goes_unless_it_still_decides_something(self, store: StateStore) -> None:
+        """Past the audit retention, complete forget-ones and finished rotations are purged; a forget-one still
+        waiting for physical deletion, a failed erasure and a whole-scope erasure stay."""
+        scope_id, erasures, last = await _history(store, 2)
+        waiting = await _forget(store, scope_id, (await store.live_entries(scope_id, last, None, 1))[0].entry_id, last)
+        whole = await store.create_erasure(scope_id, "forget_all", [], "rest", "subject", last)
+        await _finish(store, whole.erasure_id, last)
+        failed = await store.create_erasure(scope_id, "off", [], "rest", "subject", last)
+        await store.advance_erasure(failed.erasure_id, "failed", last, failure_reason="erasure_failed")
+        await store.compact_history(last + DAY, last, 500)
+        assert await store.purge_erasures(last + DAY) == len(erasures)
+        kept = {e.erasure_id for e in await store.erasures_of_scope(scope_id)}
+        assert kept == {waiting, whole.erasure_id, failed.erasure_id}
+
 
 class TestUnfinishedErasures:
     async def test_a_scope_with_an_unfinished_erasure_is_left_whole(self, store: StateStore) -> None:
