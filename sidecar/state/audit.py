@@ -15,7 +15,6 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
-from sidecar.state.scopes import share_lock
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
 
 _AUDIT_COLS = (
@@ -127,8 +126,10 @@ class AuditOps:
         ids = sorted({codec.check_id(e, "entry_id") for e in entry_ids})
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
-            # History compaction holds the scope row while it runs: an erasure starts before or after it.
-            await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{share_lock(tx)}", scope_id)
+            # History compaction holds the scope row (FOR UPDATE) while it runs: an erasure starts before or
+            # after it. KEY SHARE, the lock the erasure row's foreign key takes anyway, waits for nothing else.
+            key_share = " FOR KEY SHARE OF s" if tx.dialect == "postgresql" else ""
+            await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{key_share}", scope_id)
             await tx.execute(
                 f"INSERT INTO erasures ({_ERASURE_COLS})"
                 " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL, NULL)",

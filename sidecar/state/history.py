@@ -10,7 +10,7 @@ complete for as long as the erasure record is kept.
 
 Safe with several replicas sweeping at once: each scope is compacted in one transaction that
 takes the scope's row lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock) and checks that no
-erasure of it is unfinished; ``create_erasure`` takes the same row's share lock, so an erasure
+erasure of it is unfinished; ``create_erasure`` takes the same row's key-share lock, so an erasure
 either sees the compacted scope or holds compaction off until it is finished. A namespace is
 never compacted while a ledger row (a pending slot included) or an in-flight record names it,
 or while a write of unknown outcome may still reach it.
