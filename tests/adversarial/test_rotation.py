@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlencode
 
-from tests.adversarial.conftest import AGENTS, Launch, Target
-from tests.control.harness import AGENT, APP, MODEL
+from tests.support.adversarial import AGENTS, Launch, Target
+from tests.support.harness import AGENT, APP, MODEL
 from tests.support.sentinel import make_sentinel
 
 PINNED = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768} for ref, agent in AGENTS.items()}

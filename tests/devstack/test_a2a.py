@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from sidecar.dev.devstack import Devstack, start_devstack
-from tests.devstack.conftest import Api
+from tests.support.devstack import Api
 
 
 def rpc(text: str, method: str = "message/send", context_id: str | None = None, rpc_id: Any = 7) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from sidecar.drill.bundle import report_json
 from sidecar.drill.cli import deployment_target
 from sidecar.drill.runner import CHECKS, Report, run_drill
 from sidecar.drill.sentinels import find_leaks
-from tests.control.harness import install_role, role_url
+from tests.support.harness import install_role, role_url
 from tests.support.upstream import Upstream, sa_token, start_stack
 
 

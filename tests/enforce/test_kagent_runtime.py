@@ -25,8 +25,8 @@ import pytest
 from sidecar.control.client import ControlClient
 from sidecar.dev.devstack.realkagent import build
 from sidecar.identity.tokens import mint_subject
-from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel
+from tests.support.stack import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.upstream import sa_token
 
 #: kagent's own runtime code is exercised on every upstream, so all of this belongs to ``make conformance``.

@@ -19,7 +19,7 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.state.types import Erasure
-from tests.control.harness import AGENT, APP, Harness, harness, until
+from tests.support.harness import AGENT, APP, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
 

@@ -24,7 +24,7 @@ from sidecar.policy.opa_server import RUN_FLAGS, start_opa, tool_binary
 from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput, OpaServers, policy_settings
+from tests.support.policy import MakeInput, OpaServers, policy_settings
 
 FAKE_REVISION = "0123456789abcdef"
 

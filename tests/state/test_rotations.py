@@ -9,8 +9,8 @@ import pytest
 from sidecar.reasons import Reason
 from sidecar.state import Fenced, StateStore
 from sidecar.state.types import Namespace, RunTaken
-from tests.state.conftest import NOW, WEEK, new_scope, ns_of
 from tests.state.test_ledger import save
+from tests.support.state import NOW, WEEK, new_scope, ns_of
 
 LATER = NOW + timedelta(hours=1)
 
