@@ -226,6 +226,13 @@ class ErasureSettings(_Section):
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
     quiesce_timeout_s: float = Field(10.0, gt=0, description="Longest wait for in-flight writes before deleting.")
+    run_lease_s: float = Field(
+        10.0,
+        ge=1,
+        le=300,
+        description="How long one process's claim on a running erasure lasts unless renewed (every third of it):"
+        " after a crash, another process takes the erasure over once it lapses.",
+    )
     rotate: bool = Field(
         True,
         description="With the rest adapter and an embedding provider: make forget-one and hard expiry exact by"

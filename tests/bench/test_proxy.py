@@ -14,6 +14,9 @@ from sidecar.cli import main
 from sidecar.dev.bench.catalog import SCENARIOS
 from sidecar.dev.bench.proxy import CpuPlan, plan_cpus
 
+# Its module-scoped build runs once: every test of this module goes to one parallel worker.
+pytestmark = pytest.mark.xdist_group("bench-proxy")
+
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:

@@ -22,6 +22,9 @@ from sidecar.dev.drill_devstack import AGENTS, BOT, EMBEDDING_MODEL, SERVER, dri
 from sidecar.policy.pack import read_pack
 from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
 
+# Its module-scoped build runs once: every test of this module goes to one parallel worker.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_REVISION = read_pack(REPO / "policies").revision
 
