@@ -107,3 +107,10 @@ class TestLinks:
             if not dest.exists() or (fragment and dest.suffix == ".md" and fragment not in anchors(dest)):
                 broken.append(target)
         assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+    def test_docs_index_lists_every_document(self) -> None:
+        """docs/README.md links every page in docs/, so no document is buried."""
+        index = ROOT / "docs" / "README.md"
+        linked = {(index.parent / t.partition("#")[0]).resolve() for t in LINK.findall(index.read_text())}
+        unlisted = sorted(p.name for p in index.parent.glob("*.md") if p != index and p.resolve() not in linked)
+        assert not unlisted, f"docs/README.md does not list: {unlisted}"
