@@ -41,6 +41,39 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[PORT_RANGE_ENV] = f"{low}-{low + 999}"
     config.addinivalue_line("markers", f"{MARKER}: also run against kagent v0.9.11 itself, in both auth modes")
     config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent v0.9.11 itself (selected by make conformance)")
+    config.addinivalue_line("markers", f"{SLOW}: left out of `make check` (see SLOW_FIXTURES and SLOW_MODULES)")
+
+
+#: ``make check`` leaves out the tests marked ``slow``: every test that uses one of these fixtures (each
+#: starts a gateway process, or builds or unpacks the wheel, the image or a benchmark run) ...
+SLOW = "slow"
+SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke"})
+#: ... and every test of these modules (processes killed and restarted, races between processes, the
+#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill).
+SLOW_MODULES = frozenset(
+    {
+        "tests/erasure/test_crash.py",
+        "tests/erasure/test_rotation_crash.py",
+        "tests/erasure/test_race.py",
+        "tests/erasure/test_rotation_race.py",
+        "tests/erasure/test_procs.py",
+        "tests/fuzz/test_sample.py",
+        "tests/test_serve.py",
+        "tests/test_shutdown.py",
+        "tests/test_demo.py",
+        "tests/chart/test_opa_run.py",
+        "tests/policy/test_worked_example.py",
+        "tests/drill/test_drill.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        module = item.path.relative_to(root).as_posix()
+        if module in SLOW_MODULES or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(SLOW)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

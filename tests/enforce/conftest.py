@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from sidecar.control.http import SWEEPERS
 from sidecar.dev.devstack.clock import DevClock
 from sidecar.server import running_gateway
 from tests.support.stack import (
@@ -43,6 +44,9 @@ async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureReques
         cm = running_gateway(settings, clock=clock)
         gw = await cm.__aenter__()
         cleanups.append(lambda: cm.__aexit__(None, None, None))
+        # The start-up sweep runs in the background: let it finish, so its spans, logs and audit rows
+        # never land in a test's window.
+        await next(r.app[SWEEPERS] for r in gw.runners if SWEEPERS in r.app).swept.wait()
         http = aiohttp.ClientSession()
         cleanups.append(http.close)
         return Stack(

@@ -24,9 +24,6 @@ from tests.chart.helm import pod_spec, render
 from tests.image.rootfs import Image, executables, launch_argv, unpack
 from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready
 
-# Its module-scoped build runs once: every test of this module goes to one parallel worker.
-pytestmark = pytest.mark.xdist_group("image")
-
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / ".tools" / "image" / "memgov-ci.tar"
 CONTAINERFILE = REPO / "Containerfile"
