@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import Action
-from sidecar.policy.opa import OpaEngine, parse_verdict
+from sidecar.policy.opa import RETRIES, OpaEngine, parse_verdict
 from sidecar.policy.opa_bundle import check_layout, write_folder, write_tarball
 from sidecar.policy.opa_server import RUN_FLAGS, start_opa, tool_binary
 from sidecar.policy.pack import PackError, fingerprint, read_pack
@@ -29,13 +29,20 @@ from tests.policy.conftest import MakeInput, OpaServers, policy_settings
 FAKE_REVISION = "0123456789abcdef"
 
 
-def _fake_opa(answer: Any, status: int = 200, provenance: bool = True) -> web.Application:
-    """An OPA stand-in holding one memgov bundle; its decision answers name that bundle's revision."""
+def _fake_opa(
+    answer: Any, status: int = 200, provenance: bool = True, asked: list[int] | None = None
+) -> web.Application:
+    """An OPA stand-in holding one memgov bundle; its decision answers name that bundle's revision.
+
+    ``asked`` collects one entry per decision query received.
+    """
 
     async def bundles(request: web.Request) -> web.Response:
         return web.json_response({"result": {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}})
 
     async def decide(request: web.Request) -> web.Response:
+        if asked is not None:
+            asked.append(status)
         body = answer
         if isinstance(answer, dict) and provenance:
             body = {**answer, "provenance": {"bundles": {"b": {"revision": FAKE_REVISION}}}}
@@ -116,6 +123,54 @@ class TestFailClosed:
             await engine.decide(make_input("save"))
         await engine.close()
         assert err.value.kind == ("undefined" if status == 200 else "error")
+
+    async def test_a_503_is_not_retried(self, aiohttp_server: Any, make_input: MakeInput) -> None:
+        """An OPA answering 503 (not ready) is asked once and the decision fails closed straight away."""
+        asked: list[int] = []
+        server = await aiohttp_server(_fake_opa({"code": "unavailable"}, 503, asked=asked))
+        engine = OpaEngine(str(server.make_url("/")), 5.0)
+        try:
+            await engine.commit(FAKE_REVISION)
+            with pytest.raises(EngineUnavailable) as err:
+                await engine.decide(make_input("save"))
+        finally:
+            await engine.close()
+        assert (err.value.kind, asked) == ("error", [503])
+
+    async def test_a_502_is_retried_the_set_number_of_times(self, aiohttp_server: Any, make_input: MakeInput) -> None:
+        """A gateway error is asked again RETRIES times within the budget, then fails closed."""
+        asked: list[int] = []
+        server = await aiohttp_server(_fake_opa({"code": "bad_gateway"}, 502, asked=asked))
+        engine = OpaEngine(str(server.make_url("/")), 5.0)
+        try:
+            await engine.commit(FAKE_REVISION)
+            with pytest.raises(EngineUnavailable) as err:
+                await engine.decide(make_input("save"))
+        finally:
+            await engine.close()
+        assert (err.value.kind, asked) == ("error", [502] * (1 + RETRIES))
+
+    async def test_retry_back_off_never_outlasts_the_budget(self, aiohttp_server: Any, make_input: MakeInput) -> None:
+        """With a budget shorter than the client's back-off, the decision ends at the budget, unretried."""
+        asked: list[int] = []
+        server = await aiohttp_server(_fake_opa({"code": "bad_gateway"}, 502, asked=asked))
+        engine = OpaEngine(str(server.make_url("/")), 0.25)
+        try:
+            with pytest.raises(EngineUnavailable) as err:
+                await engine.decide(make_input("save"))
+        finally:
+            await engine.close()
+        assert (err.value.kind, asked) == ("timeout", [502])
+
+    @pytest.mark.parametrize(
+        "url",
+        ["ftp://opa:8181", "http://opa:8181/prefix", "http://opa:8181/?x=1", "http://user:pw@opa:8181", "http://:8181"],
+        ids=["scheme", "path", "query", "credentials", "no-host"],
+    )
+    def test_opa_url_names_the_server_only(self, url: str) -> None:
+        """The client reaches OPA's API at the server's root, so anything else in opa_url is refused."""
+        with pytest.raises(ValueError, match="opa_url"):
+            OpaEngine(url, 1.0)
 
     async def test_unreachable_opa_leaves_the_runtime_unready_and_closed(
         self, pack_copy: Path, make_input: MakeInput, unused_tcp_port: int
