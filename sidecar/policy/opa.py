@@ -32,7 +32,10 @@ from sidecar.policy.pack import Pack
 
 PACKAGE: Final = "memgov.decision"
 RULE: Final = "result"
-BUNDLES: Final = "system/bundles"
+#: OPA's own document: its ``bundles`` are the loaded bundles' status. ``system/bundles`` itself is
+#: undefined while no bundle is loaded, which the client reports like an error; ``system`` always
+#: holds OPA's ``version``, so "no bundle" stays a revision mismatch.
+SYSTEM: Final = "system"
 #: One retry, for a pooled connection that a restarted OPA closed. The client also retries a 500,
 #: 502 or 504 once, 0.3 s later (never a 503); the decision budget bounds the whole call either way.
 RETRIES: Final = 1
@@ -126,10 +129,11 @@ class OpaEngine:
     async def commit(self, revision: str) -> None:
         """Accept the pack once OPA serves its revision; memgov never changes what OPA holds."""
         try:
-            body = await self._ask(lambda opa: opa.get_data(BUNDLES))
+            body = await self._ask(lambda opa: opa.get_data(SYSTEM))
         except _FAILURES:
             raise EngineUnavailable("error") from None
-        found = memgov_bundle(body.get("result") if isinstance(body, dict) else None)
+        system = body.get("result") if isinstance(body, dict) else None
+        found = memgov_bundle(system.get("bundles") if isinstance(system, dict) else None)
         self._bundle, served = found if found else (None, "")
         self._saw(served)
         if served != revision:

@@ -37,8 +37,9 @@ def _fake_opa(
     ``asked`` collects one entry per decision query received.
     """
 
-    async def bundles(request: web.Request) -> web.Response:
-        return web.json_response({"result": {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}})
+    async def system(request: web.Request) -> web.Response:
+        bundles = {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}
+        return web.json_response({"result": {"bundles": bundles, "version": {"version": "1.22.3"}}})
 
     async def decide(request: web.Request) -> web.Response:
         if asked is not None:
@@ -49,7 +50,7 @@ def _fake_opa(
         return web.json_response(body, status=status)
 
     app = web.Application()
-    app.router.add_get("/v1/data/system/bundles", bundles)
+    app.router.add_get("/v1/data/system", system)
     app.router.add_post("/v1/data/memgov/decision/result", decide)
     return app
 
@@ -304,6 +305,35 @@ class TestRevision:
             assert _sample("memgov_policy_opa_bundle_info", {"revision": fingerprint(other)}) == 1.0
         finally:
             await runtime.close()
+
+    def test_opa_without_a_bundle_is_a_mismatch(self, pack_copy: Path) -> None:
+        """An OPA that holds no bundle at all serves no revision: memgov's pack is refused and the engine stale."""
+        port = _port()
+        proc = subprocess.Popen(
+            [tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+
+            async def check() -> tuple[str, bool, str]:
+                engine = OpaEngine(f"http://127.0.0.1:{port}", 5.0)
+                try:
+                    for _ in range(200):  # OPA answers once it has started; bounded wait
+                        try:
+                            await engine.commit(read_pack(pack_copy).revision)
+                        except EngineUnavailable as exc:
+                            if exc.kind != "error":
+                                return exc.kind, engine.stale, engine.served
+                        await asyncio.sleep(0.05)
+                    raise AssertionError("OPA never answered")
+                finally:
+                    await engine.close()
+
+            assert asyncio.run(check()) == ("revision_mismatch", True, "")
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
     async def test_restarted_opa_answers_again(self, opa: OpaServers, pack_copy: Path, make_input: MakeInput) -> None:
         """While OPA is down decisions fail closed; once it is back with the same bundle they flow again."""
