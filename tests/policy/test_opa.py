@@ -125,43 +125,29 @@ class TestFailClosed:
         await engine.close()
         assert err.value.kind == ("undefined" if status == 200 else "error")
 
-    async def test_a_503_is_not_retried(self, aiohttp_server: Any, make_input: MakeInput) -> None:
-        """An OPA answering 503 (not ready) is asked once and the decision fails closed straight away."""
-        asked: list[int] = []
-        server = await aiohttp_server(_fake_opa({"code": "unavailable"}, 503, asked=asked))
-        engine = OpaEngine(str(server.make_url("/")), 5.0)
+    @pytest.mark.parametrize(
+        ("status", "budget_s", "kind", "asked"),
+        [
+            (503, 5.0, "error", [503]),
+            (502, 5.0, "error", [502] * (1 + RETRIES)),
+            (502, 0.25, "timeout", [502]),
+        ],
+        ids=["503-not-retried", "502-retried-as-set", "back-off-past-the-budget"],
+    )
+    async def test_opa_errors_are_retried_only_within_the_budget(
+        self, aiohttp_server: Any, make_input: MakeInput, status: int, budget_s: float, kind: str, asked: list[int]
+    ) -> None:
+        """A 503 is asked once, a gateway error RETRIES more times, and never past the budget (0.3 s back-off)."""
+        seen: list[int] = []
+        server = await aiohttp_server(_fake_opa({"code": "unavailable"}, status, asked=seen))
+        engine = OpaEngine(str(server.make_url("/")), budget_s)
         try:
             await engine.commit(FAKE_REVISION)
             with pytest.raises(EngineUnavailable) as err:
                 await engine.decide(make_input("save"))
         finally:
             await engine.close()
-        assert (err.value.kind, asked) == ("error", [503])
-
-    async def test_a_502_is_retried_the_set_number_of_times(self, aiohttp_server: Any, make_input: MakeInput) -> None:
-        """A gateway error is asked again RETRIES times within the budget, then fails closed."""
-        asked: list[int] = []
-        server = await aiohttp_server(_fake_opa({"code": "bad_gateway"}, 502, asked=asked))
-        engine = OpaEngine(str(server.make_url("/")), 5.0)
-        try:
-            await engine.commit(FAKE_REVISION)
-            with pytest.raises(EngineUnavailable) as err:
-                await engine.decide(make_input("save"))
-        finally:
-            await engine.close()
-        assert (err.value.kind, asked) == ("error", [502] * (1 + RETRIES))
-
-    async def test_retry_back_off_never_outlasts_the_budget(self, aiohttp_server: Any, make_input: MakeInput) -> None:
-        """With a budget shorter than the client's back-off, the decision ends at the budget, unretried."""
-        asked: list[int] = []
-        server = await aiohttp_server(_fake_opa({"code": "bad_gateway"}, 502, asked=asked))
-        engine = OpaEngine(str(server.make_url("/")), 0.25)
-        try:
-            with pytest.raises(EngineUnavailable) as err:
-                await engine.decide(make_input("save"))
-        finally:
-            await engine.close()
-        assert (err.value.kind, asked) == ("timeout", [502])
+        assert (err.value.kind, seen) == (kind, asked)
 
     @pytest.mark.parametrize(
         "url",
