@@ -104,13 +104,15 @@ test-py: venv pg tools kagent image-ci
 check: lint test-rego
 	$(PYTEST) -m "not slow and not real_kagent"
 
-# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
-# contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
+# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/), the import
+# contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md), and no declared dependency
+# that nothing imports (scripts/unused_deps.py).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/unused_deps.py pyproject.toml
 
 test: prereqs
 	$(MAKE) lint test-rego test-py
