@@ -185,8 +185,9 @@ class AgentSettings(_Section):
     ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
     embedding_model: str | None = Field(
         None,
-        description="The agent's embedding model, pinned for namespace rotation; unset: the model its own"
-        " embedding calls through memgov last named.",
+        description="The embedding model the agent's runtime uses (the chart takes it from the agent's declared"
+        " memory ModelConfig); namespace rotation re-embeds with it. Unset: that agent's forget-one and hard"
+        " expiry stay pending until the namespace is cleared (never a model named by traffic).",
     )
     embedding_dimensions: int | None = Field(
         None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."

@@ -399,6 +399,11 @@ def _v4(d: Dialect) -> list[str]:
     ]
 
 
+def _v5(d: Dialect) -> list[str]:
+    """Model facts learnt from embedding traffic are not trusted: rotation takes the model from configuration."""
+    return ["DROP TABLE embedding_models"]
+
+
 def _now_sql(d: Dialect) -> str:
     """Microseconds since the epoch, computed by the database."""
     if d.pg:
@@ -411,6 +416,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "storage_namespaces", _v2),
     Migration(3, "namespace_rotation", _v3),
     Migration(4, "erasure_run_lease", _v4),
+    Migration(5, "untrusted_model_facts_dropped", _v5),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -244,6 +244,10 @@ class Stack:
         return self.dev.kagent_log()
 
 
+#: The embedding model kagent's runtime under test is configured with (tests/enforce/kagent_runtime_driver.py).
+RUNTIME_EMBEDDING_MODEL = "text-embedding-3-small"
+
+
 def stack_settings(
     tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upstream = STANDIN, **overrides: Any
 ) -> Any:
@@ -265,7 +269,13 @@ def stack_settings(
         trust={"bridge_key_file": str(key_file)},
         matrix={"server_name": SERVER, "bridge_bot": BOT},
         agents={
-            AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": GHOST},
+            # The model its runtime embeds with, as the chart renders an Agent's declared memory ModelConfig.
+            AGENT: {
+                "disabled_variant": "k8s-agent-nomem",
+                "ghost": GHOST,
+                "embedding_model": RUNTIME_EMBEDDING_MODEL,
+                "embedding_dimensions": 768,
+            },
             OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"},
         },
         policy=overrides.pop("policy", {"reload_interval_s": 0}),
