@@ -22,7 +22,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: prereqs venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs check venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -90,16 +90,29 @@ image-tools:
 image-ci: image-tools
 	scripts/image-ci.sh $(IMAGE_CI)
 
-test-py: venv pg tools kagent image-ci
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25
+# The suite runs on PYTEST_WORKERS parallel workers (pytest-xdist): most tests wait on processes
+# (PostgreSQL, kagent, OPA, gateways), so more workers than cores pays. A build several tests share
+# (the wheel, the bench run) runs once for all workers (tests/support/once.py).
+PYTEST_WORKERS ?= 4
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
 
-# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/) and the import
-# contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md).
+test-py: venv pg tools kagent image-ci
+	$(PYTEST) --durations=25
+
+# The inner loop (about 3 minutes): lint, types, import contracts, and every test not marked slow
+# (tests/conftest.py says which are: real kagent, gateway processes, image, wheel, long runs).
+check: lint test-rego
+	$(PYTEST) -m "not slow and not real_kagent"
+
+# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/), the import
+# contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md), and no declared dependency
+# that nothing imports (scripts/unused_deps.py).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/unused_deps.py pyproject.toml
 
 test: prereqs
 	$(MAKE) lint test-rego test-py

@@ -9,6 +9,11 @@ tags=${GO_TOOL_TAGS:-}
 cache=${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}
 bin="$cache/$name-$version${tags:++$tags}"
 mkdir -p "$cache" .tools/bin
+# Two checkouts may build the same tool at once: the second waits for the first and reuses its result.
+if [ ! -x "$bin" ]; then
+  exec 9>"$bin.lock"
+  flock 9
+fi
 if [ ! -x "$bin" ]; then
   command -v go >/dev/null || { echo "go is required to build $name $version" >&2; exit 1; }
   echo "building $name $version (cached in $cache)"

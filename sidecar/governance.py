@@ -17,13 +17,14 @@ from typing import Final
 import aiohttp
 from aiohttp import web
 
+from sidecar import metrics
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.contentstore.rotator import Rotator
 from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier, load_verifier
-from sidecar.ops import Readiness
+from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime, load_limits
 from sidecar.policy.model import Deployment, Limits
 from sidecar.settings import Settings
@@ -133,6 +134,23 @@ def make_rotator(
     )
 
 
+def rotation_check(gov: Governance) -> ReadyCheck:
+    """A readiness detail naming the agents whose erasures rotation cannot make exact (no configured model).
+
+    It never makes the pod unready: memory keeps working, only physical deletion waits for the
+    namespace to be cleared. The same count is the ``memgov_rotation_agents_without_model`` gauge.
+    """
+    rotator = gov.rotator
+    missing = sorted(ref for ref in gov.settings.agents if rotator is not None and not rotator.knows_model(ref))
+    metrics.ROTATION_AGENTS_WITHOUT_MODEL.set(len(missing))
+    detail: dict[str, object] = {"enabled": rotator is not None, "agents_without_model": missing}
+
+    async def check() -> tuple[bool, dict[str, object]]:
+        return True, detail
+
+    return check
+
+
 @asynccontextmanager
 async def governance(
     settings: Settings, readiness: Readiness, *, clock: Callable[[], datetime] | None = None
@@ -164,11 +182,12 @@ async def governance(
 
     readiness.checks["policy"] = policy.ready_check
     readiness.checks["state"] = state_ready
+    readiness.checks["rotation"] = rotation_check(gov)
     try:
         yield gov
     finally:
-        readiness.checks.pop("policy", None)
-        readiness.checks.pop("state", None)
+        for name in ("policy", "state", "rotation"):
+            readiness.checks.pop(name, None)
         await eraser.close()
         if gov.rotator is not None:
             await gov.rotator.close()

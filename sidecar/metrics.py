@@ -70,6 +70,14 @@ EXPIRY_OVERDUE = Gauge(
     multiprocess_mode="livemax",
 )
 
+# Set once at start-up from the configuration (the same in every worker).
+ROTATION_AGENTS_WITHOUT_MODEL = Gauge(
+    "memgov_rotation_agents_without_model",
+    "Memory-enabled agents with rotation on but no configured embedding model: forget-one and hard expiry of"
+    " their scopes stay pending until the namespace is cleared (0: every agent is exact).",
+    multiprocess_mode="livemax",
+)
+
 
 _REQUEST_CHILDREN: dict[tuple[str, int], tuple[Any, Any]] = {}
 

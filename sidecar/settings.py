@@ -185,8 +185,9 @@ class AgentSettings(_Section):
     ghost: str = Field(..., description="MXID of the agent's Matrix ghost (allowed control-room member).")
     embedding_model: str | None = Field(
         None,
-        description="The agent's embedding model, pinned for namespace rotation; unset: the model its own"
-        " embedding calls through memgov last named.",
+        description="The embedding model the agent's runtime uses (the chart takes it from the agent's declared"
+        " memory ModelConfig); namespace rotation re-embeds with it. Unset: that agent's forget-one and hard"
+        " expiry stay pending until the namespace is cleared (never a model named by traffic).",
     )
     embedding_dimensions: int | None = Field(
         None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."
@@ -231,6 +232,13 @@ class ErasureSettings(_Section):
         ge=0,
         description="How long a final ledger row or cleared namespace stays before the sweeper compacts it (each"
         " erasure keeps its own evidence of them; the erasure runbook keeps terminal records at least a day).",
+    )
+    run_lease_s: float = Field(
+        10.0,
+        ge=1,
+        le=300,
+        description="How long one process's claim on a running erasure lasts unless renewed (every third of it):"
+        " after a crash, another process takes the erasure over once it lapses.",
     )
     rotate: bool = Field(
         True,

@@ -7,8 +7,11 @@ could otherwise disagree with ours about what a body *is*:
 - duplicate keys in an object are refused (Go's ``encoding/json`` takes the last, others the first);
 - two keys equal except for letter case, or a key equal to a field the upstream reads except for
   letter case, are refused (Go matches struct fields case-insensitively);
-- bytes after the value, invalid UTF-8, ``NaN``/``Infinity`` literals and integers outside
-  int64 are refused; nesting too deep for the parser is refused, not crashed on.
+- bytes after the value, invalid UTF-8, ``NaN``/``Infinity`` literals, numbers beyond float range
+  and integers outside int64 are refused; nesting too deep for the parser is refused, not crashed on;
+- whatever is accepted, :func:`dumps` can write back: a string holding an unpaired UTF-16
+  surrogate (``"\\ud800"``, which orjson refuses and the stdlib decoder reads), or nesting deeper
+  than the serializer writes, is refused in the parse, before any check spends a budget on it.
 
 Every refusal is :class:`BadBody`, whose message is a fixed code word (never the input).
 
@@ -64,6 +67,13 @@ def _constant(name: str) -> float:
     raise BadBody("non_finite")
 
 
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise BadBody("non_finite")  # `1e400`: the serializer would write it as null
+    return value
+
+
 def _int(text: str) -> int:
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
@@ -74,7 +84,10 @@ def _int(text: str) -> int:
 def _decoder(fields: Iterable[str]) -> json.JSONDecoder:
     folded = frozenset(f.casefold() for f in fields)
     return json.JSONDecoder(
-        object_pairs_hook=_pairs(folded | frozenset(fields)), parse_constant=_constant, parse_int=_int
+        object_pairs_hook=_pairs(folded | frozenset(fields)),
+        parse_constant=_constant,
+        parse_float=_float,
+        parse_int=_int,
     )
 
 
@@ -155,6 +168,12 @@ class StrictJSON:
             raise BadBody("malformed") from None
         if _skip_ws(text, end) != len(text):
             raise BadBody("trailing_bytes")
+        try:
+            # Only the authority's values can hold what orjson would not have read; this path is rare.
+            dumps(value)
+        except orjson.JSONEncodeError:
+            # SECURITY: a value memgov accepted but cannot forward would fail after budgets were spent.
+            raise BadBody("unencodable") from None
         return value
 
     def parse_object(self, body: bytes) -> dict[str, Any]:

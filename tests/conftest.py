@@ -9,6 +9,7 @@ stand-in and against the real kagent in both auth modes (see tests/support/upstr
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,16 +17,63 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar import tracing
+from sidecar.dev.devstack.pg import PORT_RANGE_ENV
 from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
 from tests.support.pg import PgServer, start_pg
-from tests.support.upstream import MARKER, REAL_MARKER, STANDIN, Upstream, marked_upstreams, upstream_params
+from tests.support.upstream import (
+    MARKER,
+    REAL_MARKER,
+    STANDIN,
+    Upstream,
+    kagent_database,
+    marked_upstreams,
+    upstream_params,
+)
 
 _db_names = itertools.count(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each parallel worker (pytest-xdist) picks its servers' ports from its own slice, below the kernel's
+    # ephemeral range: no worker, and no outgoing connection, can take a port between its pick and its bind.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    low = 20_000 + 1_000 * worker
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + 999}"
     config.addinivalue_line("markers", f"{MARKER}: also run against kagent v0.9.11 itself, in both auth modes")
     config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent v0.9.11 itself (selected by make conformance)")
+    config.addinivalue_line("markers", f"{SLOW}: left out of `make check` (see SLOW_FIXTURES and SLOW_MODULES)")
+
+
+#: ``make check`` leaves out the tests marked ``slow``: every test that uses one of these fixtures (each
+#: starts a gateway process, or builds or unpacks the wheel, the image or a benchmark run) ...
+SLOW = "slow"
+SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke"})
+#: ... and every test of these modules (processes killed and restarted, races between processes, the
+#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill).
+SLOW_MODULES = frozenset(
+    {
+        "tests/erasure/test_crash.py",
+        "tests/erasure/test_rotation_crash.py",
+        "tests/erasure/test_race.py",
+        "tests/erasure/test_rotation_race.py",
+        "tests/erasure/test_procs.py",
+        "tests/fuzz/test_sample.py",
+        "tests/test_serve.py",
+        "tests/test_shutdown.py",
+        "tests/test_demo.py",
+        "tests/chart/test_opa_run.py",
+        "tests/policy/test_worked_example.py",
+        "tests/drill/test_drill.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        module = item.path.relative_to(root).as_posix()
+        if module in SLOW_MODULES or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(SLOW)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -64,9 +112,10 @@ def kagent_auth_mode(request: pytest.FixtureRequest) -> AuthMode:
 
 
 @pytest.fixture
-def real_kagent(pg_url: str, tmp_path: Path, kagent_auth_mode: AuthMode) -> Iterator[RealKagent]:
-    """kagent's own server (pgvector, migrations, a 1 s cleanup loop) on a fresh database; its log is a sink."""
-    kagent = start_real_kagent(pg_url, tmp_path / "kagent", auth_mode=kagent_auth_mode, cleanup_interval_s=1)
+def real_kagent(pg_server: PgServer, tmp_path: Path, kagent_auth_mode: AuthMode) -> Iterator[RealKagent]:
+    """kagent's own server (pgvector, a 1 s cleanup loop) on a fresh, migrated database; its log is a sink."""
+    db_url = kagent_database(pg_server)
+    kagent = start_real_kagent(db_url, tmp_path / "kagent", auth_mode=kagent_auth_mode, cleanup_interval_s=1)
     try:
         yield kagent
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from sidecar.wire import BadBody, StrictJSON, dumps
 
 PARSER = StrictJSON(("agent_name", "user_id", "content", "vector"))
+#: A parser with no upstream field names, so a generated key never collides with one.
+FREE = StrictJSON(())
 
 
 def outcome(parse: Any, body: bytes) -> tuple[str, Any]:
@@ -93,6 +96,77 @@ def test_generated_bodies_agree(value: Any) -> None:
     """Random bodies with repeated, case-colliding and odd keys and numbers at every size agree."""
     body = render(value).encode()
     assert outcome(PARSER.parse, body) == outcome(PARSER._strict, body)
+
+
+#: Every escape JSON has: the short ones, any UTF-16 code unit as \\uXXXX (so lone high and low
+#: surrogates, in either hex case) and supplementary characters as a surrogate pair.
+ESCAPES = st.one_of(
+    st.sampled_from(['\\"', "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t"]),
+    st.integers(0, 0xFFFF).map(lambda u: f"\\u{u:04x}"),
+    st.integers(0xD800, 0xDFFF).map(lambda u: f"\\u{u:04X}"),
+    st.integers(0x10000, 0x10FFFF).map(lambda c: json.dumps(chr(c))[1:-1]),  # the stdlib writes a pair
+)
+#: Characters a JSON string may hold unescaped (UTF-8 cannot carry a surrogate, so none is here).
+UNESCAPED = st.characters(min_codepoint=0x20, exclude_categories=("Cs",), exclude_characters='"\\')
+STRING = st.lists(ESCAPES | UNESCAPED, max_size=6).map(lambda parts: '"' + "".join(parts) + '"')
+NUMBER = st.integers(-(2**63), 2**63 - 1).map(str) | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+#: Object keys that never collide, each letter spelled as itself or as an escape.
+KEY = st.sampled_from(["k0", "k1", "k2", "k3"]).flatmap(
+    lambda k: st.tuples(*(st.sampled_from([c, f"\\u{ord(c):04x}"]) for c in k)).map(
+        lambda cs: (k, '"' + "".join(cs) + '"')
+    )
+)
+TEXT = st.recursive(
+    STRING | NUMBER | st.sampled_from(["true", "false", "null"]),
+    lambda inner: (
+        st.lists(inner, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]")
+        | st.lists(st.tuples(KEY, inner), max_size=4, unique_by=lambda kv: kv[0][0]).map(
+            lambda kvs: "{" + ",".join(f"{k[1]}:{v}" for k, v in kvs) + "}"
+        )
+        | st.tuples(STRING, inner).map(lambda kv: "{" + f"{kv[0]}:{kv[1]}" + "}")
+    ),
+    max_leaves=12,
+)
+
+
+def surrogate_in(value: Any) -> bool:
+    """Whether a decoded value holds a UTF-16 surrogate code point in a string or key."""
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, list):
+        return any(map(surrogate_in, value))
+    if isinstance(value, dict):
+        return any(surrogate_in(k) or surrogate_in(v) for k, v in value.items())
+    return False
+
+
+@settings(max_examples=600, deadline=None)
+@given(TEXT)
+def test_what_the_parse_accepts_the_serializer_writes(text: str) -> None:
+    """Every escape form: a value accepted is written back as itself; a lone surrogate is refused in the parse."""
+    read = json.loads(text)  # the stdlib's own reading, which keeps lone surrogates
+    try:
+        value = FREE.parse(text.encode())
+    except BadBody as refused:
+        assert str(refused) == "unencodable" and surrogate_in(read)
+    else:
+        assert not surrogate_in(read) and value == read
+        assert orjson.loads(dumps(value)) == value
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'"\\ud800"', b'"\\udfff"', b'"a\\udc00b"', b'"\\ude00\\ud83d"', b'{"\\ud800":1}', b'["\\uD83D"]'],
+)
+def test_an_unpaired_surrogate_is_refused(body: bytes) -> None:
+    """A lone or reversed surrogate escape is refused, wherever it sits (orjson and the authority agree)."""
+    assert outcome(PARSER.parse, body) == ("refused", "unencodable")
+
+
+@pytest.mark.parametrize("body", [b"1e400", b"[-1e999]", b"[" * 300 + b"]" * 300])
+def test_what_the_serializer_would_not_write_faithfully_is_refused(body: bytes) -> None:
+    """A number beyond float range (written back as null) and nesting beyond the serializer's depth are refused."""
+    assert outcome(PARSER.parse, body)[0] == "refused"
 
 
 def test_dumps_is_compact_utf8() -> None:

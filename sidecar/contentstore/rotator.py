@@ -1,23 +1,21 @@
 """Rotation's handles on the content store: kagent's List and save, and the agent's embedding provider.
 
 One :class:`Rotator` per gateway process (``Governance.rotator``, when an embedding provider is
-set). ``erasure/rotation.py`` drives it step by step; the data plane notes the model an agent's
-own embedding calls name. Texts and vectors pass through memory only; error bodies are dropped.
+set). ``erasure/rotation.py`` drives it step by step. The model it re-embeds with comes from the
+operator's configuration only (``agents.<ref>.embedding_model``, which the chart fills from the
+agent's declared memory ModelConfig), never from traffic: the embedding route is open to any
+in-cluster caller. Texts and vectors pass through memory only; error bodies are dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import Any
 
 import aiohttp
 
 from sidecar.contentstore.adapters import AdapterError, list_namespace
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.reasons import Reason
-from sidecar.state import StateStore
-from sidecar.state.rotations import ModelFacts, valid_model_facts
 from sidecar.wire import dumps
 
 
@@ -41,29 +39,17 @@ class Rotator:
         self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
         self.reembedder = reembedder
         self._pinned = dict(pinned)
-        self._noted: dict[str, ModelFacts] = {}
 
-    async def model(self, store: StateStore, agent: str) -> EmbeddingModel:
-        """The agent's model: pinned in settings, else the one its own embedding calls last named."""
-        if agent in self._pinned:
-            return self._pinned[agent]
-        facts = await store.embedding_model(agent)
-        if facts is None:
-            # SECURITY: a guessed model would store vectors later searches miss; fail closed instead.
+    def model(self, agent: str) -> EmbeddingModel:
+        """The agent's model as the operator configured it."""
+        if agent not in self._pinned:
+            # SECURITY: a guessed or caller-named model would store vectors later searches miss; fail closed.
             raise AdapterError(Reason.EMBEDDING_MODEL_UNKNOWN)
-        return EmbeddingModel(*facts)
+        return self._pinned[agent]
 
-    async def knows_model(self, store: StateStore, agent: str) -> bool:
-        """Whether a rotation of this agent's scopes can know which model to embed with."""
-        return agent in self._pinned or await store.embedding_model(agent) is not None
-
-    async def note_model(self, store: StateStore, agent: str, body: Mapping[str, Any], now: datetime) -> None:
-        """Record the model an agent's own embedding call used (once per change and process)."""
-        facts = valid_model_facts(body.get("model"), body.get("dimensions"), body.get("encoding_format"))
-        if agent in self._pinned or facts is None or self._noted.get(agent) == facts:
-            return
-        await store.record_embedding_model(agent, facts, now)
-        self._noted[agent] = facts
+    def knows_model(self, agent: str) -> bool:
+        """Whether a rotation of this agent's scopes knows which model to embed with."""
+        return agent in self._pinned
 
     async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
         """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from sidecar.contentstore.reembed import TARGET_DIM
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.runtime import RuntimeConfig
@@ -109,7 +110,15 @@ def _settings(tmp: Path, kagent_url: str, embedding_url: str, bridge_key: bytes)
         secrets={"session_key_file": str(tmp / "session.key")},
         trust={"bridge_key_file": str(tmp / "bridge.key")},
         matrix={"server_name": SERVER, "bridge_bot": BOT},
-        agents={AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": GHOST}},
+        # The model the stand-in runtime embeds with, declared as the chart renders an Agent's memory ModelConfig.
+        agents={
+            AGENT: {
+                "disabled_variant": "k8s-agent-nomem",
+                "ghost": GHOST,
+                "embedding_model": RuntimeConfig.embedding_model,
+                "embedding_dimensions": TARGET_DIM,
+            }
+        },
         policy={"reload_interval_s": 0},
     )
 

@@ -86,12 +86,17 @@ def write_keys(folder: Path) -> dict[str, Path]:
 
 @asynccontextmanager
 async def devstack_target(
-    dev: Devstack | None = None, *, erasure: Mapping[str, Any] | None = None, kagent_token: str | None = None
+    dev: Devstack | None = None,
+    *,
+    erasure: Mapping[str, Any] | None = None,
+    kagent_token: str | None = None,
+    agents: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AsyncIterator[tuple[Target, LocalStack]]:
     """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all.
 
     A caller may bring its own ``dev`` (e.g. with kagent v0.9.11 itself attached, whose clock must be
-    a DevClock), the gateway's erasure settings, and ``kagent_token`` for kagent's trusted-proxy mode.
+    a DevClock), the gateway's erasure settings, ``kagent_token`` for kagent's trusted-proxy mode,
+    and the agents' settings (for :data:`AGENTS`; by default each with the stand-in's model pinned).
     """
     own = dev is None
     clock, logs = dev.clock if dev is not None else DevClock(), io.StringIO()
@@ -117,7 +122,9 @@ async def devstack_target(
                     trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                     matrix={"server_name": SERVER, "bridge_bot": BOT},
                     # The stand-in provider serves any model; pinning one lets forget-one rotate (exact over REST).
-                    agents={
+                    agents=agents
+                    if agents is not None
+                    else {
                         ref: {
                             "disabled_variant": ref.split("/")[1] + "-nomem",
                             "ghost": ghost,

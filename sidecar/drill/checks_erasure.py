@@ -7,6 +7,7 @@ from typing import Any
 from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
+from sidecar.reasons import Reason
 
 
 def physical_after_forget(record: dict[str, Any]) -> str:
@@ -60,10 +61,17 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
     record = await control.forget(scope.scope_id, forgotten)
     ev["erasure"] = _record(record)
     adapter = record.get("adapter")
-    expect(record.get("state") == "verified" and record["verification"]["result"] == "passed", "erasure_not_verified")
-    expect(ev["erasure"]["entries"] == [forgotten], "erasure_not_exactly_one_entry")
     rotation = record.get("rotated_by")
     ev["rotation"] = rotation
+    if isinstance(rotation, dict) and rotation.get("failure_reason") == Reason.EMBEDDING_MODEL_UNKNOWN.value:
+        ev.note(
+            "The rotation knew no embedding model for this agent, and memgov takes it only from its configuration: "
+            "declare agents.<namespace/name>.memory.modelConfig in the chart values (with its modelConfigs entry) "
+            "as the Agent declares it in kagent, or set embedding_model in the agent's settings."
+        )
+        expect(False, "embedding_model_not_configured", agent=scope.agent.ref)
+    expect(record.get("state") == "verified" and record["verification"]["result"] == "passed", "erasure_not_verified")
+    expect(ev["erasure"]["entries"] == [forgotten], "erasure_not_exactly_one_entry")
     if rotation is not None:
         # The deployment rotates namespaces: a rotation that did not finish is a failure, with its reason shown.
         expect(rotation.get("state") == "verified", "rotation_not_verified")

@@ -11,7 +11,6 @@ passes through untouched and is never logged; kagent's identity headers stop her
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web
@@ -24,7 +23,7 @@ from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.rotations import ENCODINGS
-from sidecar.state.types import BudgetClaim, StateError
+from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
@@ -111,7 +110,7 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     if not decision.allowed:
         raise Denied(decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
-    answer = await forward(
+    return await forward(
         request,
         request.app[EMBEDDING],
         path="/embeddings",
@@ -121,10 +120,3 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
         response_headers=decision_headers(decision),
         replace_errors=True,
     )
-    if answer.status == HTTPStatus.OK and gov.rotator is not None:
-        # Rotation re-embeds with the model the agent's runtime uses; only a model the provider served is kept.
-        try:
-            await gov.rotator.note_model(gov.store, ref, body, gov.now())
-        except StateError:
-            pass  # the answer is already sent; a rotation meanwhile fails closed on an unknown or older model
-    return answer

@@ -152,15 +152,15 @@ def _upstream_headers(request: web.Request, key: str, app_name: str) -> CIMultiD
     return headers
 
 
-async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], payload: object) -> tuple[int, Any]:
-    """POST JSON memgov built to kagent; (status, parsed body or None). Error bodies are never kept.
+async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], body: bytes) -> tuple[int, Any]:
+    """POST a JSON body memgov encoded to kagent; (status, parsed body or None). Error bodies are never kept.
 
     Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
     request may have reached kagent).
     """
     async with (
         tracing.span("memgov.forward", upstream=upstream.name),
-        upstream.request("POST", path, headers=headers, data=dumps(payload)) as resp,
+        upstream.request("POST", path, headers=headers, data=body) as resp,
     ):
         try:
             raw = await resp.read()
@@ -200,14 +200,16 @@ async def _write(
         for index, fact in enumerate(facts):
             # SECURITY: memgov serializes the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
-            body = {
-                "agent_name": app,
-                "user_id": ns.storage_key,
-                "content": fact.get("content", ""),
-                "vector": fact["vector"],
-                "ttl_days": ttl,
-            }
-            in_doubt = True
+            body = dumps(
+                {
+                    "agent_name": app,
+                    "user_id": ns.storage_key,
+                    "content": fact.get("content", ""),
+                    "vector": fact["vector"],
+                    "ttl_days": ttl,
+                }
+            )
+            in_doubt = True  # encoded: from here on the save may be sent
             try:
                 status, answer = await _post(request.app[MEMORY], SAVE_PATH, headers, body)
             except UpstreamUnavailable as exc:
@@ -392,7 +394,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
             "min_score": payload.get("min_score", 0),
         }
         status, rows = await _post(
-            request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), body
+            request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), dumps(body)
         )
         if status >= HTTPStatus.BAD_REQUEST or not isinstance(rows, list):
             raise Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status)

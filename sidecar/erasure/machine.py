@@ -39,8 +39,6 @@ from sidecar.reasons import Reason
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, RunTaken, Scope, StateError
 
 log = get_logger("erasure")
-#: How long a runner's claim on an erasure lasts unless renewed (every third of it) while it runs.
-RUN_LEASE_S = 10.0
 #: How often a caller that must wait for another process's run looks again.
 _CLAIM_POLL_S = 0.25
 
@@ -77,6 +75,7 @@ class ErasureEngine:
         # One drive of an erasure at a time in this process (a lock), and one runner across processes
         # (the run lease in the store, held under this engine's runner id).
         self._runner = "r" + secrets.token_hex(12)
+        self._lease_s = gov.settings.erasure.run_lease_s
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
         # Rotation makes the REST adapter exact; it needs an embedding provider (build.py decides).
         self._rotation = RotationSteps(gov, gov.rotator) if gov.rotator is not None else None
@@ -174,7 +173,7 @@ class ErasureEngine:
         unfinished = await self._gov.store.unfinished_erasures()
         if unfinished:
             log.info("erasure.resuming", count=len(unfinished))
-        # A run a process died in holds its lease until it lapses (RUN_LEASE_S): waited for, then taken over.
+        # A run a process died in holds its lease until it lapses (erasure.run_lease_s): waited for, then taken over.
         return list(await asyncio.gather(*(self.run(e.erasure_id) for e in unfinished)))
 
     async def resume_stale(self, older_than: timedelta) -> int:
@@ -267,16 +266,16 @@ class ErasureEngine:
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-            with suppress(StateError):  # unreleased, it lapses after RUN_LEASE_S
+            with suppress(StateError):  # unreleased, it lapses after erasure.run_lease_s
                 await store.release_erasure(erasure_id, self._runner)
 
     def _lease_end(self) -> datetime:
-        return self._now() + timedelta(seconds=RUN_LEASE_S)
+        return self._now() + timedelta(seconds=self._lease_s)
 
     async def _keep_lease(self, erasure_id: str, lost: asyncio.Event) -> None:
         """Renew the run lease while the steps run; set ``lost`` once another runner holds it."""
         while True:
-            await asyncio.sleep(RUN_LEASE_S / 3)
+            await asyncio.sleep(self._lease_s / 3)
             try:
                 if not await self._gov.store.renew_erasure(erasure_id, self._runner, self._lease_end()):
                     lost.set()

@@ -124,7 +124,7 @@ class RotationSteps:
         present = [e for e in live if e.entry_id in texts]
         vectors: list[list[float]] = []
         if present:  # nothing kept, nothing to embed: no model needed
-            model = await rot.model(store, scope.agent)
+            model = rot.model(scope.agent)
             for start in range(0, len(present), BATCH):
                 batch = [texts[e.entry_id] for e in present[start : start + BATCH]]
                 vectors += await rot.reembedder.embed(model, batch)

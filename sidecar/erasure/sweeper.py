@@ -162,7 +162,6 @@ class _Pass:
         """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
         record each pass; after a few failures in a row (provider or kagent down) the rest wait for the next pass."""
         store, busy = self.gov.store, asyncio.Semaphore(_ROTATING_AT_ONCE)
-        models: dict[str, bool] = {}
         failed_in_a_row = 0
 
         async def rotate(scope_id: str) -> None:
@@ -171,9 +170,7 @@ class _Pass:
                 scope = await store.get_scope(scope_id)
                 if scope is None or scope.namespace is None:
                     return
-                if scope.agent not in models:
-                    models[scope.agent] = await rotator.knows_model(store, scope.agent)
-                if failed_in_a_row >= _PAUSE_AFTER_FAILURES or not models[scope.agent]:
+                if failed_in_a_row >= _PAUSE_AFTER_FAILURES or not rotator.knows_model(scope.agent):
                     self.report.rotations_waiting += 1
                     return
                 done = await engine.rotate(scope, "sweeper")

@@ -400,6 +400,11 @@ def _v4(d: Dialect) -> list[str]:
 
 
 def _v5(d: Dialect) -> list[str]:
+    """Model facts learnt from embedding traffic are not trusted: rotation takes the model from configuration."""
+    return ["DROP TABLE embedding_models"]
+
+
+def _v6(d: Dialect) -> list[str]:
     """Bounded history: per-scope reads touch only rows still in play, and final rows can be compacted.
 
     Partial indexes hold a scope's entries not yet erased, its entries not yet physically deleted
@@ -519,7 +524,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "storage_namespaces", _v2),
     Migration(3, "namespace_rotation", _v3),
     Migration(4, "erasure_run_lease", _v4),
-    Migration(5, "bounded_history", _v5),
+    Migration(5, "untrusted_model_facts_dropped", _v5),
+    Migration(6, "bounded_history", _v6),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -14,7 +14,6 @@ be deleted whole over kagent's REST API. What must be atomic happens here:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
@@ -22,7 +21,7 @@ from typing import Literal
 from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.codec import AGENT_MAX, MODEL_MAX, to_us
+from sidecar.state.codec import to_us
 from sidecar.state.db import Database, Tx
 from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
@@ -32,10 +31,6 @@ from sidecar.state.types import ERASURE_TERMINAL_SQL, Fenced, Namespace, RunTake
 SwitchOutcome = Literal["switched", "superseded", "retry"]
 #: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
 Move = tuple[str, str | None, datetime, datetime]
-#: (model, dimensions, encoding_format) an agent's runtime sends its provider.
-ModelFacts = tuple[str, int | None, str | None]
-
-_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
 #: The encodings an OpenAI-compatible provider answers in (and the only ones memgov relays or records).
 ENCODINGS = frozenset({"float", "base64"})
 #: Longest chain of rotations followed from a forgotten id to its current copy.
@@ -381,44 +376,3 @@ class RotationOps:
                     to_us(older_than),
                 )
             return await tx.execute(f"DELETE FROM erasures WHERE {done}", to_us(older_than))
-
-    async def record_embedding_model(self, agent: str, facts: ModelFacts, now: datetime) -> None:
-        """Remember the model (and its options) an agent's own embedding call used; content-free."""
-        codec.check_bounded(agent, "agent", AGENT_MAX)
-        checked = valid_model_facts(*facts)
-        if checked is None:
-            raise ValueError("embedding model facts have an invalid shape")
-        model, dimensions, encoding = checked
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                "INSERT INTO embedding_models AS m (agent, model, dimensions, encoding_format, seen_us)"
-                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent) DO UPDATE SET model = excluded.model,"
-                " dimensions = excluded.dimensions, encoding_format = excluded.encoding_format,"
-                " seen_us = excluded.seen_us",
-                agent,
-                model,
-                dimensions,
-                encoding,
-                to_us(now),
-            )
-
-    async def embedding_model(self, agent: str) -> ModelFacts | None:
-        """The model facts last recorded for an agent, or None."""
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                "SELECT model, dimensions, encoding_format FROM embedding_models WHERE agent = $1", agent
-            )
-        return None if row is None else (row[0], None if row[1] is None else int(row[1]), row[2])
-
-
-def valid_model_facts(model: object, dimensions: object, encoding: object) -> ModelFacts | None:
-    """The facts as stored, or None when any of them has a shape the store would refuse."""
-    if not isinstance(model, str) or len(model) > MODEL_MAX or _MODEL.fullmatch(model) is None:
-        return None
-    if dimensions is not None and (
-        isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= 65536
-    ):
-        return None
-    if encoding is not None and (not isinstance(encoding, str) or encoding not in ENCODINGS):
-        return None
-    return model, dimensions, encoding

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.adversarial.conftest import SUBJECT, Target
-from tests.control.harness import AGENT, ALICE, ROOM
+from tests.support.adversarial import SUBJECT, Target
+from tests.support.harness import AGENT, ALICE, ROOM
 
 
 class TestContextIsNotABearer:

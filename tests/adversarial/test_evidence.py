@@ -12,8 +12,8 @@ import pytest
 
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
-from tests.adversarial.conftest import CANONICAL, K8S_AGENT, RAW, Launch, Target
-from tests.control.harness import install_role, role_url
+from tests.support.adversarial import CANONICAL, K8S_AGENT, RAW, Launch, Target
+from tests.support.harness import install_role, role_url
 
 
 @pytest.fixture(params=["rest", "kagent-db"])

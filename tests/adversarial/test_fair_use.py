@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from tests.adversarial.conftest import Launch, Target
+from tests.support.adversarial import Launch, Target
 
 STREAM = {
     "jsonrpc": "2.0",

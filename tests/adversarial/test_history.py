@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.erasure.sweeper import sweep_once
-from tests.adversarial.conftest import Launch, Target
+from tests.support.adversarial import Launch, Target
 from tests.adversarial.test_rotation import PINNED, _entries
 from tests.erasure.procs import governed_like
 

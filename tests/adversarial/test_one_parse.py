@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.adversarial.conftest import Target
-from tests.control.harness import APP
+from tests.support.adversarial import Target
+from tests.support.harness import APP
 
 BIG = "x" * 4000
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.adversarial.conftest import Launch, Target
-from tests.control.harness import APP
+from tests.support.adversarial import Launch, Target
+from tests.support.harness import APP
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

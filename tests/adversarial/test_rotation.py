@@ -10,10 +10,13 @@ search so that it straddles the switch.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from urllib.parse import urlencode
 
-from tests.adversarial.conftest import AGENTS, Launch, Target
-from tests.control.harness import AGENT, APP, MODEL
+import pytest
+
+from tests.support.adversarial import AGENTS, Launch, Target
+from tests.support.harness import AGENT, APP, MODEL
 from tests.support.sentinel import make_sentinel
 
 PINNED = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768} for ref, agent in AGENTS.items()}
@@ -73,6 +76,53 @@ class TestRotation:
         assert [c.model for c in t.dev.embedding.calls[calls:]] == [MODEL]
         dump = t.state_dump()
         assert "attacker-model" not in dump and "PIN is 1234" not in dump
+
+    @pytest.mark.parametrize("workers", [1, 2])
+    async def test_a_poisoning_embedding_call_changes_no_rotation(self, launch: Launch, workers: int) -> None:
+        """Anonymous calls naming another model, 8 dimensions or base64 (to any worker) change nothing: forget-one
+        re-embeds with the configured model and erases exactly, its evidence complete and verified."""
+        t = await launch(agents=PINNED, listen={"workers": workers})
+        scope_id, _, doomed = await _scope_of_two(t, "lives in Lisbon", "likes green tea")
+        poison: list[dict[str, Any]] = [
+            {"model": "attacker-model", "input": ["hello"], "dimensions": 8},
+            {"model": MODEL, "input": ["hello"], "dimensions": 8, "encoding_format": "base64"},
+        ]
+        for body in poison * 3:
+            status, _, _ = await t.post(EMBED, body)
+            assert status == 200
+        calls = len(t.dev.embedding.calls)
+        status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
+        assert (status, record["physical_deletion"]) == (200, "complete"), record
+        assert record["rotated_by"]["state"] == "verified"
+        assert record["verification"]["physically_absent"] is True
+        assert [(c.model, c.body_keys) for c in t.dev.embedding.calls[calls:]] == [
+            (MODEL, {"model", "input", "dimensions"})
+        ]
+        assert [r.content for r in await t.rows()] == ["lives in Lisbon"]
+        async with t.http.get(t.gw.ops_url + "/readyz") as resp:
+            assert (await resp.json())["checks"]["rotation"]["agents_without_model"] == []
+
+    async def test_without_a_configured_model_traffic_never_supplies_one(self, launch: Launch) -> None:
+        """No model configured: a model an anonymous call names is never used to re-embed; forget-one names
+        embedding_model_unknown, and /readyz and the metrics name what is missing."""
+        t = await launch()
+        scope_id, _, doomed = await _scope_of_two(t, "lives in Lisbon", "likes green tea")
+        status, _, _ = await t.post(EMBED, {"model": MODEL, "input": ["hello"], "dimensions": 768})
+        assert status == 200
+        calls = len(t.dev.embedding.calls)
+        status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
+        assert (status, record["physical_deletion"]) == (200, "pending_namespace_clear"), record
+        assert record["rotated_by"]["failure_reason"] == "embedding_model_unknown"
+        assert t.dev.embedding.calls[calls:] == []
+        async with t.http.get(t.gw.ops_url + "/readyz") as resp:
+            ready = await resp.json()
+        assert resp.status == 200 and ready["checks"]["rotation"] == {
+            "ok": True,
+            "enabled": True,
+            "agents_without_model": sorted(AGENTS),
+        }
+        async with t.http.get(t.gw.ops_url + "/metrics") as resp:
+            assert f"memgov_rotation_agents_without_model {float(len(AGENTS))}" in await resp.text()
 
     async def test_a_delete_kagent_only_pretends_never_completes_the_evidence(self, launch: Launch) -> None:
         """kagent answers 200 to the old namespace's delete but keeps the rows: the rotation's read-back fails

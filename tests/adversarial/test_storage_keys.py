@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from tests.adversarial.conftest import Target
-from tests.control.harness import APP
+from tests.support.adversarial import Target
+from tests.support.harness import APP
 
 
 class TestStorageKeys:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.adversarial.conftest import Launch
+from tests.support.adversarial import Launch
 from tests.support.sentinel import assert_absent, make_sentinel
 
 

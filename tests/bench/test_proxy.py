@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +14,11 @@ import pytest
 from sidecar.cli import main
 from sidecar.dev.bench.catalog import SCENARIOS
 from sidecar.dev.bench.proxy import CpuPlan, plan_cpus
+from tests.support.once import once
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
-    """Exit code, printed output and JSON result of one tiny run of every scenario in both modes."""
-    out = tmp_path_factory.mktemp("bench")
+def _smoke_run(out: Path) -> None:
+    """One tiny run of every scenario in both modes: its JSON result and what it printed, in ``out``."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         # One connection and a slow open loop: kagent v0.9.11 itself deadlocks on concurrent searches of the
@@ -43,8 +43,16 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str,
                 str(out),
             ]
         )
+    (out / "printed.txt").write_text(printed.getvalue())
+    (out / "exit-code").write_text(str(code))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
+    """Exit code, printed output and JSON result of the smoke run (once per test run)."""
+    out = once(tmp_path_factory, "bench-proxy", _smoke_run)
     (path,) = out.glob("*.json")
-    return code, printed.getvalue(), json.loads(path.read_text())
+    return int((out / "exit-code").read_text()), (out / "printed.txt").read_text(), json.loads(path.read_text())
 
 
 class TestBenchProxy:

@@ -171,7 +171,7 @@ class TestAlerts:
         """Prometheus's rule parser (rulecheck) accepts the rendered groups: PromQL, templates, durations."""
         checked = _rulecheck(_rule()["spec"]["groups"], tmp_path)
         assert checked.returncode == 0, checked.stderr
-        assert "SUCCESS: 9 rules found" in checked.stdout
+        assert "SUCCESS: 10 rules found" in checked.stdout
 
     def test_rule_parser_refuses_a_broken_rule(self, tmp_path: Path) -> None:
         """The same check fails on a PromQL error, so the passing check above means something."""
@@ -188,10 +188,12 @@ class TestAlerts:
             "MemgovPolicyReloadFailed",
             "MemgovShadowDisagreement",
             "MemgovExpirySweepBehind",
+            "MemgovRotationModelMissing",
         ],
     )
     def test_alerts_cover_what_an_operator_must_act_on(self, alert: str) -> None:
-        """Erasure failed or stuck, store unavailable, reload failure, shadow disagreement, sweeper behind."""
+        """Erasure failed or stuck, store unavailable, reload failure, shadow disagreement, sweeper behind, an agent
+        rotation cannot re-embed for."""
         assert alert in {r["alert"] for g in _rule()["spec"]["groups"] for r in g["rules"]}
 
     def test_erasure_slo_is_configurable(self) -> None:

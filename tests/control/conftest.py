@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.control.harness import Harness, harness
+from tests.support.harness import Harness, harness
 from tests.support.upstream import STANDIN, UPSTREAMS, marked_upstreams, upstream_params
 
 STANDIN_STORES = ("sqlite", "postgresql")

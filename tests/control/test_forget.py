@@ -6,7 +6,7 @@ import pytest
 
 from sidecar.control.client import ControlError
 from sidecar.dev.devstack import DbFault
-from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
+from tests.support.harness import ALICE, BOB, BOB_ROOM, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 
 

@@ -11,7 +11,7 @@ from sidecar.dev.devstack import DbFault
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.tokens import TokenType, mint_token
-from tests.control.harness import ALICE, APP, BOB, BOT, GHOST, SERVER, Harness
+from tests.support.harness import ALICE, APP, BOB, BOT, GHOST, SERVER, Harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 
 

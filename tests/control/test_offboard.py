@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.control.client import ControlError
-from tests.control.harness import ALICE, BOB, BOB_ROOM, Harness
+from tests.support.harness import ALICE, BOB, BOB_ROOM, Harness
 
 
 class TestOffboard:

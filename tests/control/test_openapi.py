@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sidecar.control.app import ROUTES
 from sidecar.control.openapi import openapi_text
-from tests.control.harness import Harness
+from tests.support.harness import Harness
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 

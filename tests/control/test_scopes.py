@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.control.client import ControlError
 from sidecar.identity.tokens import TokenType, mint_token
-from tests.control.harness import AGENT, ALICE, BOB, ROOM, Harness
+from tests.support.harness import AGENT, ALICE, BOB, ROOM, Harness
 
 
 def _create_body(**changes: Any) -> dict[str, Any]:

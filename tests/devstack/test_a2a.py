@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from sidecar.dev.devstack import Devstack, start_devstack
-from tests.devstack.conftest import Api
+from tests.support.devstack import Api
 
 
 def rpc(text: str, method: str = "message/send", context_id: str | None = None, rpc_id: Any = 7) -> dict[str, Any]:
@@ -87,6 +87,15 @@ class TestStream:
         chunks = "".join(r["artifact"]["parts"][0]["text"] for r in results if r["kind"] == "artifact-update")
         assert chunks == "kagent/helper received: stream me"
         assert all(e["id"] == 7 for e in events)
+
+    async def test_a_lone_surrogate_is_read_as_go_reads_it(self, sqlite_api: Api) -> None:
+        """An unpaired surrogate escape in the text becomes U+FFFD, as Go's decoder makes it; the stream completes."""
+        _, events = await stream_events(
+            sqlite_api, "/api/a2a/kagent/helper/", rpc("half \ud800 pair", "message/stream")
+        )
+        final = events[-1]["result"]
+        assert final["final"] is True
+        assert final["status"]["message"]["parts"][0]["text"] == "kagent/helper received: half \ufffd pair"
 
 
 class TestCard:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sidecar.dev.devstack import DevClock, Devstack
-from tests.devstack.conftest import START, Api, axis, save_body, vec
+from tests.support.devstack import START, Api, axis, save_body, vec
 
 MISSING = "Missing required fields (agent_name, user_id, vector)"
 INVALID = "Invalid request body"

@@ -11,7 +11,7 @@ from yarl import URL
 
 from sidecar.dev.devstack import Devstack
 from sidecar.dev.devstack.gomux import Mux, clean_path
-from tests.devstack.conftest import Api
+from tests.support.devstack import Api
 
 
 class TestMux:

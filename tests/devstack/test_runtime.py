@@ -10,8 +10,8 @@ import pytest
 from sidecar.dev.devstack import Devstack, RuntimeConfig, app_name
 from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.runtime import prefetch_queries
-from tests.devstack.conftest import Api
 from tests.devstack.test_a2a import reply_text, rpc
+from tests.support.devstack import Api
 
 AGENT = "kagent/k8s-agent"
 APP = "kagent__NS__k8s_agent"

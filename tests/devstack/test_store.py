@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.dev.devstack import DbFault, DevClock, open_memory_store
 from sidecar.dev.devstack.store import MemoryRow, NewMemory, StoreError, cosine_similarity, rank
-from tests.devstack.conftest import START, axis
+from tests.support.devstack import START, axis
 
 COLUMNS = [
     "id",

@@ -9,32 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sidecar import cli
-from sidecar.dev.drill_devstack import LocalStack, devstack_target
+from sidecar.dev.drill_devstack import devstack_target
 from sidecar.drill import actors
 from sidecar.drill.actors import DrillRun
-from sidecar.drill.target import Target
 from sidecar.drill.wire import Recorder, open_session
-
-
-@dataclass
-class Deployment:
-    """A running gateway, the drill's view of it, and its secrets as files."""
-
-    target: Target
-    local: LocalStack
-    run: DrillRun
-    keys: dict[str, Path]
-
-    def token_file(self, folder: Path, token: str, name: str = "token") -> Path:
-        path = folder / name
-        path.write_text(token)
-        return path
+from tests.support.drill import Deployment
 
 
 @pytest.fixture

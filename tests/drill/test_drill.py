@@ -10,13 +10,31 @@ import pytest
 
 from sidecar.cli import build_parser
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.drill_devstack import AGENTS, CAP, devstack_target
+from sidecar.dev.drill_devstack import AGENTS, CAP, EMBEDDING_MODEL, devstack_target
 from sidecar.drill.bundle import report_json
 from sidecar.drill.cli import deployment_target
 from sidecar.drill.runner import CHECKS, Report, run_drill
 from sidecar.drill.sentinels import find_leaks
-from tests.control.harness import install_role, role_url
+from tests.chart.helm import config_file, render
+from tests.support.harness import install_role, role_url
 from tests.support.upstream import Upstream, sa_token, start_stack
+
+EXACT = [c for c in CHECKS if c.id == "exact_one_entry_erase"]
+
+
+def declared_agents() -> dict:
+    """The drill agents' settings as the chart renders them: its defaults, rotation on (an embedding provider),
+    and each Agent's memory ModelConfig declared the way kagent declares it."""
+    values = {
+        "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
+        "networkPolicy": {"embedding": {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}},
+        "agents": {
+            ref: {"disabledVariant": ref.split("/")[1] + "-nomem", "ghost": ghost, "memory": {"modelConfig": "embed"}}
+            for ref, ghost in AGENTS
+        },
+        "modelConfigs": {"drill/embed": {"provider": "OpenAI", "model": EMBEDDING_MODEL}},
+    }
+    return config_file(render(values))["agents"]
 
 
 def _bundle(folder: Path) -> tuple[dict, str]:
@@ -49,6 +67,16 @@ class TestDrillDevstack:
         (check,) = report.checks
         assert check.passed and check.evidence["bypass"] == {"reachable": True, "entries_seen": 0}
         assert any("around memgov" in note for note in check.notes)
+
+    async def test_exact_erase_names_a_missing_model_as_its_cause(self, tmp_path):
+        """With rotation on and no model configured for the agent, the exact-erase check fails naming that cause."""
+        bare = {ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost} for ref, ghost in AGENTS}
+        async with devstack_target(agents=bare) as (target, local):
+            report = await run_drill(target, local=local, clock=local.clock, checks=EXACT)
+        (check,) = report.checks
+        assert check.outcome == "failed" and check.evidence["failed_expectation"] == "embedding_model_not_configured"
+        assert check.evidence["agent"] in dict(AGENTS)
+        assert any("memory.modelConfig" in note for note in check.notes)
 
     async def test_cap_beyond_the_hourly_budget_is_not_provable(self, tmp_path):
         """When the budget cannot fill a scope to its cap the check says so instead of passing (exit 3)."""
@@ -137,8 +165,10 @@ class TestDrillUsage:
         assert not (tmp_path / "bundle").exists()
 
 
-async def _drill_on(upstream: Upstream, adapter: str, tmp_path: Path, request: pytest.FixtureRequest) -> Report:
-    """The devstack drill with the given kagent behind the gateway and the given erasure adapter."""
+async def _drill_on(
+    upstream: Upstream, adapter: str, tmp_path: Path, request: pytest.FixtureRequest, settings: dict | None = None
+) -> Report:
+    """The devstack drill with the given kagent behind the gateway, the given erasure adapter and agents' settings."""
     pg_server = request.getfixturevalue("pg_server")
     store_url = None if upstream.real else request.getfixturevalue("pg_url")
     agents = [ref for ref, _ in AGENTS] + [f"{ref}-nomem" for ref, _ in AGENTS]
@@ -153,7 +183,7 @@ async def _drill_on(upstream: Upstream, adapter: str, tmp_path: Path, request: p
             await install_role(owner)
             erasure["kagent_db_url"] = role_url(owner)
         token = sa_token(AGENTS[0][0]) if upstream.auth_mode == "trusted-proxy" else None
-        async with devstack_target(dev, erasure=erasure, kagent_token=token) as (target, local):
+        async with devstack_target(dev, erasure=erasure, kagent_token=token, agents=settings) as (target, local):
             return await run_drill(target, local=local, clock=local.clock)
     finally:
         await dev.stop()
@@ -183,6 +213,15 @@ class TestDrillAgainstKagent:
     async def test_rest_adapter(self, upstream, planted, tmp_path, request):
         """With the REST adapter (kagent's own list and delete routes) every check passes, in both auth modes."""
         self._assert_passed(await _drill_on(upstream, "rest", tmp_path, request), planted, "rest")
+
+    @pytest.mark.kagent
+    async def test_rest_adapter_with_the_agents_declared_model(self, upstream, planted, tmp_path, request):
+        """The chart's defaults plus each Agent's declared memory ModelConfig are enough: every check passes over
+        REST, the exact erase by a verified rotation."""
+        agents = declared_agents()
+        assert {a["embedding_model"] for a in agents.values()} == {EMBEDDING_MODEL}
+        report = await _drill_on(upstream, "rest", tmp_path, request, settings=agents)
+        self._assert_passed(report, planted, "rest")
 
 
 class TestKagentToken:

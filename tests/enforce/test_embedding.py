@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.enforce.conftest import APP
+from tests.support.stack import APP
 
 ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 

@@ -7,8 +7,8 @@ import socket
 import jwt
 import pytest
 
-from tests.enforce.conftest import AGENT, ALICE, BOB, BOT, GHOST, ROOM_B, SERVER
 from tests.support.sentinel import capture_sinks, make_sentinel
+from tests.support.stack import AGENT, ALICE, BOB, BOT, GHOST, ROOM_B, SERVER
 from tests.support.upstream import bridge_headers
 
 

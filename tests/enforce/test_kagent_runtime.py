@@ -25,8 +25,8 @@ import pytest
 from sidecar.control.client import ControlClient
 from sidecar.dev.devstack.realkagent import build
 from sidecar.identity.tokens import mint_subject
-from tests.enforce.conftest import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.sentinel import assert_absent, make_sentinel
+from tests.support.stack import AGENT, ALICE, APP, BOB, ROOM_B, Stack
 from tests.support.upstream import sa_token
 
 #: kagent's own runtime code is exercised on every upstream, so all of this belongs to ``make conformance``.
@@ -127,8 +127,8 @@ class TestKagentRuntime:
         assert "billing service" in " ".join(prefetched["replies"])
 
     async def test_forget_one_rotates_and_the_runtime_still_finds_the_rest_in_order(self, stack: Stack, tmp_path: Path):
-        """Under rest, forget-one rotates the namespace, re-embedding with the model kagent-adk's own embedding
-        calls named (OpenAI SDK: dimensions 768, base64): the runtime's own query then finds the kept
+        """Under rest, forget-one rotates the namespace, re-embedding with the model declared for the agent (the
+        one kagent-adk embeds with, at 768 dimensions): the runtime's own query then finds the kept
         memories in the order it found them before, and the forgotten one is in no row of kagent's table."""
         scope = await stack.scope()
         key = await stack.session_key()

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.dev.devstack.store import DbFault, NewMemory
-from tests.enforce.conftest import ALICE, APP, BOB, OTHER_APP, ROOM_B
+from tests.support.stack import ALICE, APP, BOB, OTHER_APP, ROOM_B
 
 
 def reason(headers) -> str:

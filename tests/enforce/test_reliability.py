@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.reasons import REASON_VALUES
-from tests.enforce.conftest import APP
 from tests.support.pg import start_pg
+from tests.support.stack import APP
 
 
 def reason(headers) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from sidecar.dev.devstack.store import DbFault
-from tests.enforce.conftest import ALICE, APP
 from tests.support.sentinel import assert_absent, capture_sinks, make_sentinel
+from tests.support.stack import ALICE, APP
 
 ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 

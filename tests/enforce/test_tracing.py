@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar.erasure.machine import ErasureEngine, Kind
-from tests.enforce.conftest import APP
+from tests.support.stack import APP
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"

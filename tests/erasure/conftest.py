@@ -11,17 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.dev.devstack import open_memory_store
-from tests.control.harness import Harness, harness, install_role, role_url
+from tests.support.erasure import kagent_table
+from tests.support.harness import Harness, harness
 from tests.support.upstream import Upstream
-
-
-async def kagent_table(pg_url: str) -> str:
-    """Create kagent's memory table (as kagent does at start), install the role; the role's URL."""
-    table = await open_memory_store(pg_url)
-    await table.close()
-    await install_role(pg_url)
-    return role_url(pg_url)
 
 
 @pytest.fixture

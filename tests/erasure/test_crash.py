@@ -29,7 +29,7 @@ from sidecar.dev.devstack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
-from tests.control.harness import (
+from tests.support.harness import (
     AGENT,
     ALICE,
     APP,
@@ -41,7 +41,7 @@ from tests.control.harness import (
     with_embedding,
     write_keys,
 )
-from tests.erasure.procs import Gate, GatewayProcess, Hold, gate, gateway_process, process_settings
+from tests.support.procs import Gate, GatewayProcess, Hold, gate, gateway_process, process_settings
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 

@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from sidecar.control.client import ControlError
-from tests.control.harness import ALICE, Harness
+from tests.support.harness import ALICE, Harness
 
 
 class TestKagentDbErasure:

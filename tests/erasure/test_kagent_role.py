@@ -18,7 +18,7 @@ from sidecar.dev.devstack import MemoryStore, open_memory_store
 from sidecar.dev.devstack.realkagent import start_real_kagent
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
-from tests.control.harness import APP, install_role, role_url
+from tests.support.harness import APP, install_role, role_url
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

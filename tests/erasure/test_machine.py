@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.erasure.machine import ErasureEngine, Kind
-from tests.control.harness import Harness, harness, until
+from tests.support.harness import Harness, harness, until
 
 STATES = ["requested", "fenced", "quiesced", "deleted"]
 

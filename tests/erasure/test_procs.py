@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 
 from sidecar.dev.devstack import start_devstack
-from tests.control.harness import policy_pack, write_keys
-from tests.erasure.procs import gateway_process, process_settings
+from tests.support.harness import policy_pack, write_keys
+from tests.support.procs import gateway_process, process_settings
 
 
 async def test_a_taken_port_is_replaced_and_the_gateway_serves(tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import open_store
-from tests.control.harness import AGENT, APP, context_token, install_role, policy_pack, role_url, until, write_keys
-from tests.erasure.conftest import kagent_table
-from tests.erasure.procs import gate, governed_like, process_settings, two_gateways
+from tests.support.erasure import kagent_table
+from tests.support.harness import AGENT, APP, context_token, install_role, policy_pack, role_url, until, write_keys
+from tests.support.procs import gate, governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 SINGLE_SAVES = 160

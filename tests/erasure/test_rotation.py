@@ -19,7 +19,7 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.state.types import Erasure
-from tests.control.harness import AGENT, APP, Harness, harness, until
+from tests.support.harness import AGENT, APP, MODEL, Harness, harness, until
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
 
@@ -355,9 +355,9 @@ class TestFailsSafe:
         assert later["rotated_by"]["state"] == "verified"
         assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
 
-    async def test_a_model_nobody_named_is_never_guessed(self, tmp_path: Path) -> None:
-        """No pinned model and no embedding call seen for the agent: the rotation fails with its own reason."""
-        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+    async def test_a_model_nobody_configured_is_never_guessed(self, tmp_path: Path) -> None:
+        """No model configured for the agent: the rotation fails with its own reason, asking no provider."""
+        async with harness(tmp_path, store_url=None, rotation="unpinned") as h:
             scope_id = await h.scope()
             doomed = await h.saved(scope_id, "likes green tea")
             await h.saved(scope_id, "lives in Lisbon")
@@ -386,23 +386,18 @@ class TestFailsSafe:
 
 
 class TestReembedding:
-    async def test_the_model_the_agent_used_is_recorded_and_used(self, tmp_path: Path) -> None:
-        """The agent's own embedding call names its model, dimensions and encoding; the rotation asks the
-        provider for exactly that, with memgov's own key, and the copies are the runtime's vectors."""
+    async def test_the_configured_model_is_used_whatever_the_traffic_named(self, tmp_path: Path) -> None:
+        """After an embedding call naming another model, dimensions and encoding, the rotation asks the provider
+        for exactly the configured model, with memgov's own key, and the copies are the runtime's vectors."""
         key_file = tmp_path / "provider.key"
         key_file.write_text("sk-memgov-" + "k" * 24)
         async with harness(
-            tmp_path, store_url=None, rotation="recorded", upstream_settings={"embedding_api_key_file": str(key_file)}
+            tmp_path, store_url=None, rotation="pinned", upstream_settings={"embedding_api_key_file": str(key_file)}
         ) as h:
             scope_id = await h.scope()
             async with h.http.post(
                 h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
-                json={
-                    "model": "text-embedding-3-small",
-                    "input": ["warm up"],
-                    "dimensions": 768,
-                    "encoding_format": "base64",
-                },
+                json={"model": "other-model", "input": ["warm up"], "dimensions": 8, "encoding_format": "base64"},
             ) as resp:
                 assert resp.status == 200
             doomed = await h.saved(scope_id, "likes green tea")
@@ -410,12 +405,8 @@ class TestReembedding:
             record = await h.client().forget(scope_id, doomed)
             assert record["physical_deletion"] == "complete"
             ours = h.stack.embedding.calls[-1]
-            assert (ours.model, ours.inputs, ours.authorization_present) == (
-                "text-embedding-3-small",
-                ("lives in Lisbon",),
-                True,
-            )
-            assert ours.body_keys == {"model", "input", "dimensions", "encoding_format"}
+            assert (ours.model, ours.inputs, ours.authorization_present) == (MODEL, ("lives in Lisbon",), True)
+            assert ours.body_keys == {"model", "input", "dimensions"}
             (row,) = await h.rows(scope_id)
             assert row.embedding is not None and _close(row.embedding, embed_text("lives in Lisbon"))
 
@@ -429,26 +420,24 @@ class TestReembedding:
             {"dimensions": 2**70},
         ],
     )
-    async def test_model_facts_of_any_json_shape_are_never_noted_nor_a_500(
+    async def test_model_facts_of_any_json_shape_are_refused_not_a_500(
         self, tmp_path: Path, odd: dict[str, object]
     ) -> None:
-        """An embedding call whose model facts are objects, arrays or huge numbers is relayed as the provider
-        answers it; memgov records nothing of it (a later rotation must not trust such a model)."""
-        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+        """An embedding call whose model facts are objects, arrays or huge numbers gets a reasoned answer."""
+        async with harness(tmp_path, store_url=None, rotation="unpinned") as h:
             await h.scope()
             body = {"model": "text-embedding-3-small", "input": ["warm up"], **odd}
             async with h.http.post(h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings", json=body) as resp:
                 assert resp.status < 500 and "X-Memgov-Decision" in resp.headers
-            assert await h.gov.store.embedding_model(AGENT) is None
 
     async def test_a_longer_vector_is_cut_and_normalised_as_the_runtime_does(self, tmp_path: Path) -> None:
         """An agent asking for 1024 dimensions stores the first 768, L2-normalised (kagent-adk, go/adk): the
         copy is that same vector."""
-        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+        async with harness(tmp_path, store_url=None, rotation="pinned", dimensions=1024) as h:
             scope_id = await h.scope()
             async with h.http.post(
                 h.gw.data_url + f"/embeddings/{AGENT}/v1/embeddings",
-                json={"model": "big", "input": ["lives in Lisbon"], "dimensions": 1024},
+                json={"model": MODEL, "input": ["lives in Lisbon"], "dimensions": 1024},
             ) as resp:
                 runtime_vector = _processed((await resp.json())["data"][0]["embedding"])
             status, body = await _save_vector(h, scope_id, "lives in Lisbon", runtime_vector)
@@ -699,7 +688,7 @@ async def _state_dump(h: Harness) -> str:
 class TestSweeperUnderFailure:
     async def test_a_model_nobody_named_leaves_scopes_waiting_without_failed_records(self, tmp_path: Path) -> None:
         """No rotation can succeed without a model: the sweeper leaves the candidates waiting and records nothing."""
-        async with harness(tmp_path, store_url=None, rotation="recorded") as h:
+        async with harness(tmp_path, store_url=None, rotation="unpinned") as h:
             scope_id = await h.scope()
             doomed = await h.saved(scope_id, "likes green tea")
             await h.gov.store.tombstone(scope_id, [doomed], h.gov.now())

@@ -29,8 +29,8 @@ from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
-from tests.control.harness import AGENT, APP, policy_pack, with_embedding, write_keys
-from tests.erasure.procs import governed_like, process_settings, two_gateways
+from tests.support.harness import AGENT, APP, policy_pack, with_embedding, write_keys
+from tests.support.procs import governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 
 #: Facts saved in all (single saves, and every tenth call an auto-save batch), by this many concurrent savers.

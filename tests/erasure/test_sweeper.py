@@ -10,7 +10,7 @@ import pytest
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
-from tests.control.harness import APP, Harness, harness
+from tests.support.harness import APP, Harness, harness
 
 DAY = 86400
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+from collections.abc import Callable
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis.strategies import SearchStrategy
 
+from sidecar.dev.fuzz.bodies import batch_body, embedding_body, save_body
 from sidecar.dev.fuzz.cases import Case, Request
 from sidecar.dev.fuzz.data import CANONICAL, data_cases
-from sidecar.dev.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, to_bytes
+from sidecar.dev.fuzz.jsondoc import Arr, Deep, Doc, Lit, Obj, Ph, Str, Vec, display, to_bytes
 from sidecar.dev.fuzz.runner import simpler
 from sidecar.dev.fuzz.stack import AGENT, PLAIN_AGENT
 
@@ -21,6 +26,10 @@ A2A_PATHS = {
     f"/api/a2a/{AGENT}/.well-known/agent-card.json",
 }
 ENV = {"KEY": "mg1.s0.1.mac", "S:fact": 'SNTLfact0123456789abü"x'}
+#: A high surrogate escape not followed by a low one, or a low one with no high one before it.
+UNPAIRED = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<![0-9a-fA-F]{4})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 class TestRender:
@@ -41,6 +50,13 @@ class TestRender:
         """A sentinel with a quote and a non-ASCII letter stays a valid JSON string."""
         body = to_bytes(Doc(Obj((("user_id", Ph("KEY")), ("content", Str(("said ", Ph("S:fact")), "x", 3))))), ENV)
         assert json.loads(body) == {"user_id": "mg1.s0.1.mac", "content": 'said SNTLfact0123456789abü"xxxx'}
+
+    def test_escapes_are_written_verbatim(self) -> None:
+        """A string's escapes, an unpaired surrogate included, reach the wire as spelled."""
+        body = to_bytes(
+            Doc(Obj(((Str(("k",), escape="\\udc00"), Str(("said ", Ph("S:fact")), escape="\\ud800\\/")),))), ENV
+        )
+        assert body == '{"k\\udc00":"said SNTLfact0123456789abü\\"x\\ud800\\/"}'.encode()
 
     def test_vectors_by_recipe(self) -> None:
         """A recipe spells a 768-vector (valid, all zero, NaN inside, wrong length) without drawing 768 numbers."""
@@ -110,6 +126,15 @@ class TestGeneratedCases:
         if case.route == "lookalike":
             target, method = case.request.target[0], case.request.method
             assert not (isinstance(target, str) and ((method, target) in CANONICAL or target in A2A_PATHS))
+
+    @pytest.mark.parametrize("body", [embedding_body, save_body, batch_body])
+    def test_unpaired_surrogates_are_drawn(self, body: Callable[[], SearchStrategy[Doc | bytes]]) -> None:
+        """The grammar reaches bodies with an unpaired surrogate escape on every route that forwards text."""
+        limits = settings(
+            max_examples=5000, database=None, phases=(Phase.generate,), suppress_health_check=list(HealthCheck)
+        )
+        found = find(body(), lambda b: isinstance(b, Doc) and UNPAIRED.search(display(b)) is not None, settings=limits)
+        assert isinstance(found, Doc)
 
     @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(data_cases())

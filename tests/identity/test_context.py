@@ -15,8 +15,8 @@ from sidecar.identity import IdentityError
 from sidecar.identity.mxid import Origin
 from sidecar.identity.tokens import DelegationContext, ScopeKind, TokenType, load_verifier, mint_token, verify_context
 from sidecar.reasons import Reason
-from tests.identity.conftest import NOW, KeyFiles, Signer, hs256_forge
 from tests.identity.strategies import PROPERTY, SENTINEL, mxids, server_names
+from tests.support.identity import NOW, KeyFiles, Signer, hs256_forge
 
 ROOM_V12 = "!" + "Ab3_-" * 8 + "xyz"
 

@@ -12,8 +12,8 @@ from sidecar.identity.keys import SessionKeys
 from sidecar.identity.mxid import check_principal, parse_mxid, parse_room_id
 from sidecar.identity.tokens import verify_context, verify_subject_token
 from sidecar.reasons import Reason
-from tests.identity.conftest import NOW, Signer
 from tests.identity.strategies import SENTINEL
+from tests.support.identity import NOW, Signer
 
 KEYS = SessionKeys(b"0123456789abcdef0123456789abcdef")
 

@@ -28,8 +28,8 @@ from sidecar.identity.tokens import (
 )
 from sidecar.reasons import Reason
 from sidecar.secretfile import SecretError
-from tests.identity.conftest import NOW, KeyFiles, Signer, pems
 from tests.identity.strategies import SENTINEL
+from tests.support.identity import NOW, KeyFiles, Signer, pems
 
 
 def _public_pem(private: PrivateKeyTypes) -> bytes:

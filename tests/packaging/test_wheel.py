@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from sidecar.dev.devstack.stack import start_devstack
 from sidecar.dev.drill_devstack import AGENTS, BOT, EMBEDDING_MODEL, SERVER, drill_pack, write_keys
 from sidecar.policy.pack import read_pack
+from tests.support.once import once
 from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,25 +30,29 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]  # the caller's keyword arguments
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """memgov's wheel, built from this tree."""
-    work = tmp_path_factory.mktemp("dist")
+def _build_wheel(work: Path) -> None:
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work), str(REPO)])
     assert built.returncode == 0, built.stderr
-    (found,) = work.glob("memgov-*.whl")
-    return found
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[Path]:
-    """A fresh venv with memgov installed from that wheel (dependencies from the index)."""
-    work = tmp_path_factory.mktemp("wheel")
+def _install(work: Path, wheel: Path) -> None:
     made = _run([sys.executable, "-m", "venv", str(work / "venv")])
     assert made.returncode == 0, made.stderr
     installed = _run([str(work / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)])
     assert installed.returncode == 0, installed.stderr
-    yield work / "venv"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """memgov's wheel, built from this tree (once per test run)."""
+    (found,) = once(tmp_path_factory, "wheel", _build_wheel).glob("memgov-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A fresh venv with memgov installed from that wheel, dependencies from the index (once per test run)."""
+    return once(tmp_path_factory, "wheel-venv", lambda work: _install(work, wheel)) / "venv"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.dev.bench.decisions import FAN_OUT, SCENARIOS, _bench_engine, register_bench
-from tests.policy.conftest import PACK_DIR, OpaServers
+from tests.support.policy import PACK_DIR, OpaServers
 
 
 def _run(*argv: str) -> int:

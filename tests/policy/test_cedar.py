@@ -9,7 +9,7 @@ import pytest
 from sidecar.policy.cedar import CedarEngine, CedarEvalError, compile_pack
 from sidecar.policy.model import Operation
 from sidecar.policy.pack import PackError, read_pack
-from tests.policy.conftest import MakeInput
+from tests.support.policy import MakeInput
 
 
 def _with_policy(pack: Path, text: str) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.policy import cli
 from sidecar.policy.pack import fingerprint
-from tests.policy.conftest import CASES_DIR, PACK_DIR, OpaServers
+from tests.support.policy import CASES_DIR, PACK_DIR, OpaServers
 
 DECISION = "rego/memgov/decision"
 

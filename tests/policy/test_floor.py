@@ -13,7 +13,7 @@ from sidecar.policy.model import Action, Decision, Federation, Obligations
 from sidecar.policy.pack import read_pack
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.reasons import Reason
-from tests.policy.conftest import CASES_DIR, PACK_DIR, MakeInput, policy_settings
+from tests.support.policy import CASES_DIR, PACK_DIR, MakeInput, policy_settings
 
 REMOTE_BOB = {
     "principal": {

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sidecar.policy import schema
 from sidecar.policy.model import Action, Decision, Obligations
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput
+from tests.support.policy import MakeInput
 
 
 class TestSchemaExport:

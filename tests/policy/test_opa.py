@@ -18,31 +18,39 @@ from prometheus_client import REGISTRY
 
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import Action
-from sidecar.policy.opa import OpaEngine, parse_verdict
+from sidecar.policy.opa import RETRIES, OpaEngine, parse_verdict
 from sidecar.policy.opa_bundle import check_layout, write_folder, write_tarball
 from sidecar.policy.opa_server import RUN_FLAGS, start_opa, tool_binary
 from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput, OpaServers, policy_settings
+from tests.support.policy import MakeInput, OpaServers, policy_settings
 
 FAKE_REVISION = "0123456789abcdef"
 
 
-def _fake_opa(answer: Any, status: int = 200, provenance: bool = True) -> web.Application:
-    """An OPA stand-in holding one memgov bundle; its decision answers name that bundle's revision."""
+def _fake_opa(
+    answer: Any, status: int = 200, provenance: bool = True, asked: list[int] | None = None
+) -> web.Application:
+    """An OPA stand-in holding one memgov bundle; its decision answers name that bundle's revision.
 
-    async def bundles(request: web.Request) -> web.Response:
-        return web.json_response({"result": {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}})
+    ``asked`` collects one entry per decision query received.
+    """
+
+    async def system(request: web.Request) -> web.Response:
+        bundles = {"b": {"manifest": {"revision": FAKE_REVISION, "roots": ["memgov"]}}}
+        return web.json_response({"result": {"bundles": bundles, "version": {"version": "1.22.3"}}})
 
     async def decide(request: web.Request) -> web.Response:
+        if asked is not None:
+            asked.append(status)
         body = answer
         if isinstance(answer, dict) and provenance:
             body = {**answer, "provenance": {"bundles": {"b": {"revision": FAKE_REVISION}}}}
         return web.json_response(body, status=status)
 
     app = web.Application()
-    app.router.add_get("/v1/data/system/bundles", bundles)
+    app.router.add_get("/v1/data/system", system)
     app.router.add_post("/v1/data/memgov/decision/result", decide)
     return app
 
@@ -116,6 +124,40 @@ class TestFailClosed:
             await engine.decide(make_input("save"))
         await engine.close()
         assert err.value.kind == ("undefined" if status == 200 else "error")
+
+    @pytest.mark.parametrize(
+        ("status", "budget_s", "kind", "asked"),
+        [
+            (503, 5.0, "error", [503]),
+            (502, 5.0, "error", [502] * (1 + RETRIES)),
+            (502, 0.25, "timeout", [502]),
+        ],
+        ids=["503-not-retried", "502-retried-as-set", "back-off-past-the-budget"],
+    )
+    async def test_opa_errors_are_retried_only_within_the_budget(
+        self, aiohttp_server: Any, make_input: MakeInput, status: int, budget_s: float, kind: str, asked: list[int]
+    ) -> None:
+        """A 503 is asked once, a gateway error RETRIES more times, and never past the budget (0.3 s back-off)."""
+        seen: list[int] = []
+        server = await aiohttp_server(_fake_opa({"code": "unavailable"}, status, asked=seen))
+        engine = OpaEngine(str(server.make_url("/")), budget_s)
+        try:
+            await engine.commit(FAKE_REVISION)
+            with pytest.raises(EngineUnavailable) as err:
+                await engine.decide(make_input("save"))
+        finally:
+            await engine.close()
+        assert (err.value.kind, seen) == (kind, asked)
+
+    @pytest.mark.parametrize(
+        "url",
+        ["ftp://opa:8181", "http://opa:8181/prefix", "http://opa:8181/?x=1", "http://user:pw@opa:8181", "http://:8181"],
+        ids=["scheme", "path", "query", "credentials", "no-host"],
+    )
+    def test_opa_url_names_the_server_only(self, url: str) -> None:
+        """The client reaches OPA's API at the server's root, so anything else in opa_url is refused."""
+        with pytest.raises(ValueError, match="opa_url"):
+            OpaEngine(url, 1.0)
 
     async def test_unreachable_opa_leaves_the_runtime_unready_and_closed(
         self, pack_copy: Path, make_input: MakeInput, unused_tcp_port: int
@@ -249,6 +291,35 @@ class TestRevision:
             assert _sample("memgov_policy_opa_bundle_info", {"revision": fingerprint(other)}) == 1.0
         finally:
             await runtime.close()
+
+    def test_opa_without_a_bundle_is_a_mismatch(self, pack_copy: Path) -> None:
+        """An OPA that holds no bundle at all serves no revision: memgov's pack is refused and the engine stale."""
+        port = _port()
+        proc = subprocess.Popen(
+            [tool_binary("opa"), "run", "--server", f"--addr=127.0.0.1:{port}", *RUN_FLAGS],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+
+            async def check() -> tuple[str, bool, str]:
+                engine = OpaEngine(f"http://127.0.0.1:{port}", 5.0)
+                try:
+                    for _ in range(200):  # OPA answers once it has started; bounded wait
+                        try:
+                            await engine.commit(read_pack(pack_copy).revision)
+                        except EngineUnavailable as exc:
+                            if exc.kind != "error":
+                                return exc.kind, engine.stale, engine.served
+                        await asyncio.sleep(0.05)
+                    raise AssertionError("OPA never answered")
+                finally:
+                    await engine.close()
+
+            assert asyncio.run(check()) == ("revision_mismatch", True, "")
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
     async def test_restarted_opa_answers_again(self, opa: OpaServers, pack_copy: Path, make_input: MakeInput) -> None:
         """While OPA is down decisions fail closed; once it is back with the same bundle they flow again."""

@@ -9,7 +9,7 @@ import pytest
 from sidecar.policy.model import Action, Operation
 from sidecar.policy.outcome import Verdict, assemble, deny_action
 from sidecar.reasons import Reason
-from tests.policy.conftest import MakeInput
+from tests.support.policy import MakeInput
 
 
 class TestDenyAction:

@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.policy.model import Origin, PartnerRecord
 from sidecar.policy.pack import PackError, fingerprint, is_complete, load_federation, load_limits, read_pack
-from tests.policy.conftest import PACK_DIR
+from tests.support.policy import PACK_DIR
 
 COMPLETE = PartnerRecord(
     server_name="partner.example",

@@ -23,7 +23,7 @@ from sidecar.policy.pack import fingerprint
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.policy.shadow import ShadowEngine
 from sidecar.reasons import Reason, error_body, primary
-from tests.policy.conftest import MakeInput, OpaServers, policy_settings
+from tests.support.policy import MakeInput, OpaServers, policy_settings
 
 BROKEN = {
     "cedar": ("cedar/consent.cedar", "forbid (principal, action, resource"),

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.policy.conftest import CASES_DIR, PACK_DIR, REPO
 from tests.policy.test_cli import run_cli
+from tests.support.policy import CASES_DIR, PACK_DIR, REPO
 
 _BLOCK = re.compile(r"^```\w+ file=(\S+)\n(.*?)^```$", re.M | re.S)
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.state import BudgetClaim, StateStore
-from tests.state.conftest import NOW, new_scope
+from tests.support.state import NOW, new_scope
 
 RATE = BudgetClaim("bucket", "sender+agent", limit=3, refill_per_s=0.1, reason="rate_limited")
 HOURLY = BudgetClaim("window", "scope", limit=2, window_s=3600, reason="hourly_budget_exhausted")

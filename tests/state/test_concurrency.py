@@ -8,8 +8,8 @@ import pytest
 
 from sidecar.state import BudgetClaim, StateStore
 from tests.state import workers
-from tests.state.conftest import NOW, new_scope, ns_of
 from tests.state.workers import Pool
+from tests.support.state import NOW, new_scope, ns_of
 
 
 class TestConsentRaces:

@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore
-from tests.state.conftest import NOW, new_scope
+from tests.support.state import NOW, new_scope
 
 PATH = ["fenced", "quiesced", "deleted", "verified"]
 

@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY
 from sidecar.sampler import sample_once
 from sidecar.state import StateStore, open_store
 from sidecar.state.gauges import read_gauges
-from tests.state.conftest import NOW, new_scope, ns_of
 from tests.support.pg import start_pg
+from tests.support.state import NOW, new_scope, ns_of
 
 
 def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:

@@ -11,7 +11,7 @@ from sidecar.state import StateStore, open_store
 from sidecar.state.codec import to_us
 from sidecar.state.ledger import COUNTS
 from sidecar.state.types import Erasure
-from tests.state.conftest import NOW, WEEK, new_scope, ns_of
+from tests.support.state import NOW, WEEK, new_scope, ns_of
 
 #: The grace the sweeper gives a final row before compacting it.
 DAY = timedelta(hours=24)

@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import CapReached, Fenced, StateError, StateStore
-from tests.state.conftest import NOW, WEEK, new_scope, ns_of
+from tests.support.state import NOW, WEEK, new_scope, ns_of
 
 
 async def save(

@@ -9,8 +9,8 @@ import pytest
 from sidecar.reasons import Reason
 from sidecar.state import Fenced, StateStore
 from sidecar.state.types import Namespace, RunTaken
-from tests.state.conftest import NOW, WEEK, new_scope, ns_of
 from tests.state.test_ledger import save
+from tests.support.state import NOW, WEEK, new_scope, ns_of
 
 LATER = NOW + timedelta(hours=1)
 
@@ -233,14 +233,3 @@ class TestCandidates:
         }
         await store.withdraw(forgotten.scope_id, NOW)
         assert forgotten.scope_id not in await store.rotation_candidates(LATER, LATER, 100)
-
-
-class TestModelFacts:
-    async def test_the_latest_model_an_agent_named_is_kept(self, store: StateStore) -> None:
-        """One row per agent, overwritten by the newest call's facts; a malformed model is refused."""
-        await store.record_embedding_model("team/helper", ("text-embedding-3-small", 768, "base64"), NOW)
-        await store.record_embedding_model("team/helper", ("nomic-embed-text:latest", None, None), LATER)
-        assert await store.embedding_model("team/helper") == ("nomic-embed-text:latest", None, None)
-        assert await store.embedding_model("team/other") is None
-        with pytest.raises(ValueError):
-            await store.record_embedding_model("team/helper", ("remember: my PIN is 1234", None, None), NOW)

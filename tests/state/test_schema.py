@@ -12,8 +12,8 @@ from sidecar.state import StateError, StateStore, open_store
 from sidecar.state.db import Database, connect
 from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, migrate
 from tests.state import workers
-from tests.state.conftest import NOW, new_scope
 from tests.state.workers import Pool
+from tests.support.state import NOW, new_scope
 
 #: Longest string any column may hold; only these columns may exceed the 64 of ids and codes.
 MAX_BOUND = 320

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import Fenced, StateError, StateStore
-from tests.state.conftest import NOW, new_scope, ns_of
+from tests.support.state import NOW, new_scope, ns_of
 
 TRIPLE = ("@alice:example.org", "native", "team/helper", "control_room", "!room:example.org")
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.state import StateStore
-from tests.state.conftest import NOW, new_scope
+from tests.support.state import NOW, new_scope
 
 TOKEN = hashlib.sha256(b"confirm-token").hexdigest()
 

@@ -16,6 +16,7 @@ import base64
 import functools
 import itertools
 import json
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,26 @@ class Upstream:
 
 STANDIN = Upstream("standin")
 UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
+
+
+_templates: dict[int, str] = {}
+_template_lock = threading.Lock()
+
+
+def kagent_database(pg_server: PgServer) -> str:
+    """A fresh database as kagent v0.9.11 leaves it after its migrations, copied from a template.
+
+    kagent migrates the template once per PostgreSQL server (and test worker); every later database
+    is a file copy of it, so a test's kagent starts without running its migrations again.
+    """
+    with _template_lock:
+        template = _templates.get(pg_server.port)
+        if template is None:
+            template = f"kagent_template_{pg_server.port}"
+            url = pg_server.create_database(template)
+            start_real_kagent(url, pg_server.datadir.parent / "kagent-template").stop()
+            _templates[pg_server.port] = template
+    return pg_server.create_database(f"kagent_{next(_databases)}", template=template)
 
 
 def upstream_params(upstreams: tuple[Upstream, ...], value: Any = None) -> list[Any]:
@@ -116,7 +137,7 @@ async def start_stack(
     if not upstream.real:
         return await start_devstack(store_url=store_url, **devstack)
     assert pg_server is not None, "the real kagent needs the session's PostgreSQL server"
-    db_url = pg_server.create_database(f"kagent_{next(_databases)}")
+    db_url = await asyncio.to_thread(kagent_database, pg_server)
     dev = await start_devstack(**devstack)  # the agents kagent proxies to; its store is replaced below
     try:
         standin_port = int(dev.kagent_url.rsplit(":", 1)[1])

@@ -113,3 +113,14 @@ app.kubernetes.io/part-of: memgov
 {{- include "memgov.selectorLabels" . }}
 {{- end }}
 {{- end }}
+
+{{/*
+The ModelConfig an agent declares for its memory, as kagent resolves it: agents.<ns/name>.memory.modelConfig
+names a ModelConfig in the agent's namespace, described under modelConfigs.<ns>/<name>. JSON of
+that spec, or "{}" when the agent declares none or it is not described.
+*/}}
+{{- define "memgov.declaredModel" -}}
+{{- $name := dig "memory" "modelConfig" "" .agent }}
+{{- $key := printf "%s/%s" (first (splitList "/" .ref)) $name }}
+{{- if and $name (hasKey .modelConfigs $key) }}{{- index .modelConfigs $key | toJson }}{{- else }}{{- "{}" }}{{- end }}
+{{- end }}

@@ -60,6 +60,10 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- range $ref, $agent := $v.agents }}
 {{- $entry := dict "disabled_variant" $agent.disabledVariant "ghost" $agent.ghost }}
 {{- with $agent.embeddingModel }}{{- $_ := set $entry "embedding_model" . }}{{- end }}
+{{- with include "memgov.declaredModel" (dict "ref" $ref "agent" $agent "modelConfigs" $v.modelConfigs) | fromJson }}
+{{- /* kagent's runtimes ask an OpenAI provider for 768 dimensions (go/adk embedding.TargetDimension). */}}
+{{- $_ := set $entry "embedding_model" .model }}{{- $_ := set $entry "embedding_dimensions" 768 }}
+{{- end }}
 {{- $_ := set $agents $ref $entry }}
 {{- end }}
 {{- $listen := dict

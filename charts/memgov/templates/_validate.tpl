@@ -35,6 +35,28 @@ mode renders.
 {{- $errors = append $errors (list "erasure.adapter=kagent-db needs the least-privilege role's URL:"
   "set erasure.kagentDb.existingSecret (a Secret holding a postgresql:// URL)." | join " ") }}
 {{- end }}
+{{- $rotates := and (eq $v.erasure.adapter "rest") $v.erasure.rotate $v.upstream.embeddingUrl }}
+{{- range $ref, $agent := $v.agents }}
+{{- $declared := dig "memory" "modelConfig" "" $agent }}
+{{- $spec := include "memgov.declaredModel" (dict "ref" $ref "agent" $agent "modelConfigs" $v.modelConfigs) | fromJson }}
+{{- if and $declared (not $spec) }}
+{{- $errors = append $errors (printf "agents.%s.memory.modelConfig=%s names no modelConfigs entry: describe %s"
+  $ref $declared (printf "modelConfigs.%s/%s (provider, model) as kagent's ModelConfig of that name." (first (splitList "/" $ref)) $declared)) }}
+{{- end }}
+{{- if and $spec (ne (default "OpenAI" $spec.provider) "OpenAI") }}
+{{- $errors = append $errors (printf "agents.%s uses a ModelConfig with provider %s: %s" $ref $spec.provider
+  "memgov's embedding route and its re-embedding speak the OpenAI embeddings API; use an OpenAI(-compatible) ModelConfig.") }}
+{{- end }}
+{{- if and $declared $agent.embeddingModel }}
+{{- $errors = append $errors (printf "agents.%s sets both memory.modelConfig and embeddingModel: keep one." $ref) }}
+{{- end }}
+{{- if and $rotates (not $declared) (not $agent.embeddingModel) }}
+{{- $errors = append $errors (printf "agents.%s has no embedding model while rotation is on (%s): %s %s" $ref
+  "erasure.adapter=rest, erasure.rotate=true, upstream.embeddingUrl set"
+  "its forget-one and hard expiry would stay pending. Declare agents.<ref>.memory.modelConfig (and modelConfigs.<ns>/<name>)"
+  "as the Agent declares it in kagent, set agents.<ref>.embeddingModel, or set erasure.rotate=false.") }}
+{{- end }}
+{{- end }}
 {{- if and $v.tracing.enabled (not $v.tracing.endpoint) }}
 {{- $errors = append $errors "tracing.enabled=true needs tracing.endpoint (the collector's OTLP/HTTP traces URL)." }}
 {{- end }}

@@ -9,7 +9,6 @@ configured, memory-enabled agents make the calls kagent's Python runtime would m
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -18,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from sidecar.dev.devstack.gohttp import go_json, http_error, method_not_allowed
-from sidecar.dev.devstack.gojson import go_dumps, go_query_get
+from sidecar.dev.devstack.gojson import go_dumps, go_loads, go_query_get
 from sidecar.dev.devstack.runtime import run_turn
 from sidecar.dev.devstack.state import PARAMS, STATE, KagentState
 
@@ -110,7 +109,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if request.method != "POST":
         return method_not_allowed()
     try:
-        rpc = json.loads(await request.read())
+        rpc = go_loads(await request.read())
     except (ValueError, RecursionError):  # a too-deep document is a parse error to the A2A server as well
         return go_json(200, _rpc(None, code=-32700, message="Parse error"))
     if not isinstance(rpc, dict) or rpc.get("jsonrpc") != "2.0" or not isinstance(rpc.get("method"), str):

@@ -47,6 +47,21 @@ def _clean_str(value: str) -> str:
     return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def go_loads(body: bytes) -> Any:
+    """Decode a whole document into plain values as Go fills an ``any``: a lone surrogate becomes U+FFFD."""
+    return _cleaned(json.loads(body))
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return _clean_str(value)
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean_str(k): _cleaned(v) for k, v in value.items()}
+    return value
+
+
 def _string_end(text: str, i: int) -> int:
     """Index just past the JSON string whose opening quote is at ``i``."""
     i += 1

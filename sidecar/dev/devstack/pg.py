@@ -27,10 +27,35 @@ def _bin(name: str) -> str:
     raise RuntimeError(f"PostgreSQL binary {name!r} not found; run `make pg` (apt-get install postgresql)")
 
 
+#: ``LOW-HIGH``: pick test ports from this range instead of asking the kernel (the test runner gives each of
+#: its parallel workers its own slice below the kernel's ephemeral range, so a port picked here is never
+#: taken meanwhile by an outgoing connection or by another worker).
+PORT_RANGE_ENV = "MEMGOV_DEV_PORT_RANGE"
+_next_in_range: dict[str, int] = {}
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port that is free now, for a server started next."""
+    span = os.environ.get(PORT_RANGE_ENV, "")
+    if not span:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    low, high = (int(x) for x in span.split("-"))
+    size = high - low + 1
+    # A process starts at its own offset, so two processes of one slice rarely probe the same ports.
+    start = _next_in_range.get(span, low + (os.getpid() * 7919) % size)
+    for i in range(size):
+        port = low + (start - low + i) % size
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _next_in_range[span] = port + 1
+        return port
+    raise RuntimeError(f"no free port in {span}")
 
 
 @dataclass
@@ -67,8 +92,9 @@ class PgServer:
         )
         return out.stdout
 
-    def create_database(self, name: str) -> str:
-        self.psql(f'CREATE DATABASE "{name}"')
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """A new database (a copy of ``template`` when given: PostgreSQL copies its files, no SQL replays)."""
+        self.psql(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         return self.url(name)
 
     def stop(self) -> None:

@@ -4,7 +4,8 @@ Most bodies are clean, so cases reach the deep paths (a consented scope, a valid
 vector); the rest are bent the ways an attacker would: duplicate keys, keys that collide
 case-insensitively or through escapes with a field the upstream reads, bytes after the value,
 deep nesting, integers beyond int64, NaN/Infinity, all-zero, non-finite or wrong-length vectors,
-wrong types, oversized texts. Free text only ever holds sentinels and padding.
+wrong types, oversized texts, every escape form in strings and keys (unpaired surrogates included).
+Free text only ever holds sentinels, padding and escapes.
 """
 
 from __future__ import annotations
@@ -113,16 +114,31 @@ vectors: S[Node] = st.builds(
     st.integers(0, 10_000),
 )
 pads = st.sampled_from(["x", "ü", "😀", "\u0000", "\\"])
+#: Escapes written at the end of a hostile string: the short forms, code units, a surrogate pair,
+#: and unpaired, reversed or half-paired surrogates (orjson refuses those, the stdlib decoder reads them).
+escapes = weighted(
+    (8, ""),
+    (1, "\\ud800"),
+    (1, "\\udfff"),
+    (1, "\\uDBFF"),
+    (1, "\\udc00\\ud800"),
+    (1, "\\ud800\\u0041"),
+    (1, "\\ud83d\\ude00"),
+    (1, '\\/\\b\\f\\n\\r\\t\\"\\\\'),
+    (1, "\\u0000\\u001f"),
+    (1, "\\u00fc\\uFFFF"),
+)
 pad_counts = st.sampled_from([0, 0, 0, 1, 40, 243, 244, 245, 487, 488, 489, 490, 600, 4000])
 
 
 def text_with(tag: str) -> S[Str]:
-    """Text holding a sentinel, padded towards (and past) the byte limits."""
+    """Text holding a sentinel, padded towards (and past) the byte limits, sometimes ending in escapes."""
     return st.builds(
-        lambda pad, n, lead: Str(((lead,) if lead else ()) + (Ph(f"S:{tag}"),), pad, n),
+        lambda pad, n, lead, esc: Str(((lead,) if lead else ()) + (Ph(f"S:{tag}"),), pad, n, escape=esc),
         pads,
         pad_counts,
         st.sampled_from(["", "user said ", "remember: "]),
+        escapes,
     )
 
 
@@ -189,7 +205,7 @@ def fact(clean: bool, ttl: bool = True) -> S[Obj]:
 def mutate(obj: Obj, keys: tuple[str, ...]) -> S[Obj]:
     """Apply up to three hostile edits to an object: duplicates, collisions, drops, retypes, extras."""
     edit = st.tuples(
-        st.sampled_from(["dup", "dup_first", "case", "escaped", "drop", "retype", "extra", "deep"]),
+        st.sampled_from(["dup", "dup_first", "case", "escaped", "surrogate", "drop", "retype", "extra", "deep"]),
         st.sampled_from(keys),
         hostile,
         st.sampled_from(
@@ -208,6 +224,8 @@ def mutate(obj: Obj, keys: tuple[str, ...]) -> S[Obj]:
                 pairs.append((key.upper() if key.islower() else key.lower(), value))
             elif kind == "escaped":
                 pairs.append((Str((key,), escaped=True), value))
+            elif kind == "surrogate":
+                pairs.append((Str((key,), escape="\\udc00"), value))  # a key no serializer can write
             elif kind == "drop":
                 pairs = [p for p in pairs if p[0] != key]
             elif kind == "retype":
@@ -294,9 +312,9 @@ def search_body() -> S[Doc | bytes]:
 def embedding_body() -> S[Doc | bytes]:
     many = Arr(tuple(Str((Ph("S:query"),), "x", 4000) for _ in range(40)))
 
-    def build(inp: Node, fmt: Node, extra: str) -> Obj:
+    def build(inp: Node, fmt: Node, extra: str, model: Node = "text-embedding-3-small") -> Obj:
         pairs: list[tuple[str | Str, Node]] = [
-            ("model", "text-embedding-3-small"),
+            ("model", model),
             ("input", inp),
             ("dimensions", 768),
             ("encoding_format", fmt),
@@ -325,6 +343,7 @@ def embedding_body() -> S[Doc | bytes]:
                 inputs,
                 st.sampled_from(["float", "base64", 7]),
                 weighted((4, ""), (1, "INPUT"), (1, "Input"), (1, "input")),
+                escapes.map(lambda esc: Str(("text-embedding-3-small",), escape=esc)),
             )
         return document(clean, obj, ("input", "model", "dimensions", "encoding_format"))
 

@@ -1,7 +1,8 @@
 """JSON documents as the fuzzer builds them: a small tree that can also spell hostile JSON.
 
-Python's ``json`` cannot write duplicate keys, keys that differ only by escapes, ``NaN``, numbers
-beyond float range, nesting deeper than the recursion limit or bytes after the value, yet those
+Python's ``json`` cannot write duplicate keys, keys that differ only by escapes, unpaired
+surrogate escapes, ``NaN``, numbers beyond float range, nesting deeper than the recursion limit or
+bytes after the value, yet those
 are exactly what a gateway must refuse or re-serialize (SPEC R-18). The tree keeps such spellings
 and renders them verbatim. Secrets and sentinels appear as :class:`Ph` placeholders: the bytes
 sent hold the real values, the printed reproducer only their names.
@@ -34,6 +35,9 @@ class Str:
     pad: str = ""
     pad_n: int = 0
     escaped: bool = False  # every character as a \\uXXXX escape: the same value, another spelling
+    #: Escape sequences written verbatim before the closing quote (``\\ud800``, ``\\/``, ``\\b``…),
+    #: including those no value spells, such as an unpaired surrogate.
+    escape: str = ""
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,10 @@ def _string(node: Str | str, env: Env | None) -> str:
         return json.dumps(node, ensure_ascii=False)
     text = _text(node, env)
     if node.escaped:
-        return '"' + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else json.dumps(c)[1:-1] for c in text) + '"'
-    return json.dumps(text, ensure_ascii=False)
+        spelled = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else json.dumps(c)[1:-1] for c in text)
+    else:
+        spelled = json.dumps(text, ensure_ascii=False)[1:-1]
+    return '"' + spelled + node.escape + '"'
 
 
 def _vector(node: Vec, env: Env | None) -> str:

@@ -43,6 +43,8 @@ AGENT = "kagent/k8s-agent"
 AGENT2 = "kagent/helper"
 PLAIN_AGENT = "kagent/plain"  # exists in kagent, has no memory
 AGENTS = {AGENT: "@k8s-agent:" + SERVER, AGENT2: "@helper:" + SERVER}
+#: The embedding model the agents' runtimes use (the stand-in provider answers for any name).
+EMBEDDING_MODEL = "text-embedding-3-small"
 #: The gateway gives up on a silent upstream after this long (every pool); a "delay" fault outlasts it.
 #: The stand-ins share the gateway's event loop (and the generator's GIL), so a busy machine slows
 #: an honest answer too: the timeout leaves room for that, or a healthy upstream would read as a
@@ -328,8 +330,14 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
                     secrets={"session_key_file": str(keys["session"])},
                     trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
                     matrix={"server_name": SERVER, "bridge_bot": BOT},
+                    # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
                     agents={
-                        ref: {"disabled_variant": ref.split("/")[1] + "-nomem", "ghost": ghost}
+                        ref: {
+                            "disabled_variant": ref.split("/")[1] + "-nomem",
+                            "ghost": ghost,
+                            "embedding_model": EMBEDDING_MODEL,
+                            "embedding_dimensions": 768,
+                        }
                         for ref, ghost in AGENTS.items()
                     },
                     enforce={"write_lease_s": 1},

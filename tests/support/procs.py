@@ -25,7 +25,7 @@ from sidecar.governance import Governance, governance
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
-from tests.control.harness import AGENT, ALICE, ROOM, Keys, overrides, subject_token, until
+from tests.support.harness import AGENT, ALICE, ROOM, Keys, overrides, subject_token, until
 from tests.support.pg import free_port
 
 Hold = Callable[[web.Request], bool]

@@ -112,6 +112,8 @@ def overrides(
         "adapter": adapter,
         "kagent_db_url": kagent_db_url,
         "quiesce_timeout_s": 10.0,
+        # A killed process's erasure is taken over once its run lease lapses: 3 s instead of 10 s.
+        "run_lease_s": 3.0,
         **extra.pop("erasure", {}),
     }
     return {
@@ -262,12 +264,14 @@ class Harness:
 MODEL = "devstack-embedding"
 
 
-def with_embedding(settings: dict[str, Any], embedding_url: str, *, pinned: bool) -> dict[str, Any]:
-    """Settings with the embedding provider configured (rotation on), the test agent's model pinned or not."""
+def with_embedding(
+    settings: dict[str, Any], embedding_url: str, *, pinned: bool, dimensions: int = 768
+) -> dict[str, Any]:
+    """Settings with the embedding provider configured (rotation on), the test agent's model configured or not."""
     settings["upstream"] = {**settings["upstream"], "embedding_url": embedding_url}
     if pinned:
         settings["agents"] = {
-            ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768}
+            ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": dimensions}
             for ref, agent in settings["agents"].items()
         }
     return settings
@@ -284,14 +288,15 @@ async def harness(
     upstream: Upstream = STANDIN,
     pg_server: PgServer | None = None,
     rotation: str | None = None,
+    dimensions: int = 768,
     **extra: Any,
 ) -> AsyncIterator[Harness]:
     """Start the stand-in (over ``store_url``) or the real kagent, then a gateway in front of it.
 
     With the real kagent and the ``kagent-db`` adapter, the erasure role is installed on kagent's
     own database and the gateway connects as that role. ``rotation`` configures the embedding
-    provider: ``pinned`` (the agent's model in settings) or ``recorded`` (learnt from the agent's own
-    embedding calls).
+    provider: ``pinned`` (the agent's model, with ``dimensions``, in settings) or ``unpinned`` (no
+    model configured, so rotation cannot re-embed).
     """
     keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
@@ -318,7 +323,7 @@ async def harness(
             **extra,
         )
         if rotation is not None:
-            config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned")
+            config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned", dimensions=dimensions)
         settings = load_settings(**config)
         async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
             running = Harness(gw, stack, keys, http, upstream=upstream)
