@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.erasure.sweeper import sweep_once
-from tests.support.adversarial import Launch, Target
-from tests.adversarial.test_rotation import PINNED, _entries
-from tests.erasure.procs import governed_like
+from tests.support.adversarial import PINNED, Launch, Target, listed_entries
+from tests.support.procs import governed_like
 
 LIVE = 3
 FORGETS = 40
@@ -39,7 +38,7 @@ class TestBoundedHistory:
         answered: list[dict[str, Any]] = []
         first_seen: dict[str, str] = {}
         for i in range(FORGETS):
-            listed = await _entries(t, scope_id)
+            listed = await listed_entries(t, scope_id)
             first_seen.update({e["text"]: e["id"] for e in listed if e["text"] not in first_seen})
             oldest = listed[0]["id"]
             status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{oldest}")
@@ -55,12 +54,12 @@ class TestBoundedHistory:
         assert _scope_rows(t, scope_id) == (LIVE, 1)
         status, body = await t.control("GET", f"/v1/scopes/{scope_id}")
         assert status == 200 and body["entries"]["live"] == LIVE and body["entries"]["pending_physical_deletion"] == 0
-        assert [e["text"] for e in await _entries(t, scope_id)] == [f"fact {FORGETS + i}" for i in range(LIVE)]
+        assert [e["text"] for e in await listed_entries(t, scope_id)] == [f"fact {FORGETS + i}" for i in range(LIVE)]
         # An id shown before the rotations in between (whose rows are compacted) still forgets the entry.
         status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{first_seen[f'fact {FORGETS}']}")
         assert (status, record["physical_deletion"]) == (200, "complete"), record
         assert record["verification"]["physically_absent"] is True
-        assert [e["text"] for e in await _entries(t, scope_id)] == [f"fact {FORGETS + i}" for i in range(1, LIVE)]
+        assert [e["text"] for e in await listed_entries(t, scope_id)] == [f"fact {FORGETS + i}" for i in range(1, LIVE)]
         for record in answered:
             status, again = await t.control("GET", f"/v1/erasures/{record['erasure_id']}")
             assert status == 200

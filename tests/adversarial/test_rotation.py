@@ -15,11 +15,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.support.adversarial import AGENTS, Launch, Target
+from tests.support.adversarial import AGENTS, PINNED, Launch, Target, listed_entries
 from tests.support.harness import AGENT, APP, MODEL
 from tests.support.sentinel import make_sentinel
 
-PINNED = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768} for ref, agent in AGENTS.items()}
 EMBED = f"/embeddings/{AGENT}/v1/embeddings"
 
 
@@ -30,14 +29,7 @@ async def _scope_of_two(t: Target, kept: str, doomed: str) -> tuple[str, str, st
     for text in (kept, doomed):
         status, _, _ = await t.save(key, text)
         assert status == 201
-    return scope_id, key, next(e["id"] for e in await _entries(t, scope_id) if e["text"] == doomed)
-
-
-async def _entries(t: Target, scope_id: str) -> list[dict[str, str]]:
-    status, page = await t.control("GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": t.context()})
-    assert status == 200, page
-    entries: list[dict[str, str]] = page["entries"]
-    return entries
+    return scope_id, key, next(e["id"] for e in await listed_entries(t, scope_id) if e["text"] == doomed)
 
 
 class TestRotation:
@@ -69,7 +61,7 @@ class TestRotation:
             assert status == 200
         for text in ("lives in Lisbon", "likes green tea"):
             await t.save(key, text)
-        doomed = next(e["id"] for e in await _entries(t, scope_id) if e["text"] == "likes green tea")
+        doomed = next(e["id"] for e in await listed_entries(t, scope_id) if e["text"] == "likes green tea")
         calls = len(t.dev.embedding.calls)
         status, record = await t.control("DELETE", f"/v1/scopes/{scope_id}/entries/{doomed}")
         assert status == 200 and record["physical_deletion"] == "complete"
@@ -141,7 +133,7 @@ class TestRotation:
         )
         assert doomed in {r.id for r in await t.rows()}
 
-    async def test_a_search_straddling_the_switch_still_finds_the_kept_entries(self, launch: Launch) -> None:
+    async def test_a_search_straddling_the_switch_still_finds_the_keptlisted_entries(self, launch: Launch) -> None:
         """A search that reaches kagent only after the rotation deleted the namespace it was sent for answers
         from the new one: never empty for a live scope, never the forgotten entry."""
         t = await launch(agents=PINNED, gated=True)

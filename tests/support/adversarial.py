@@ -20,7 +20,7 @@ import jwt
 
 from sidecar.dev.devstack import Devstack, MemoryRow, start_devstack
 from sidecar.dev.devstack.vectors import embed_text
-from tests.support.harness import AGENT, ALICE, APP, BOT, GHOST, ROOM, SERVER, Keys, policy_pack, write_keys
+from tests.support.harness import AGENT, ALICE, APP, BOT, GHOST, MODEL, ROOM, SERVER, Keys, policy_pack, write_keys
 from tests.support.procs import Gate, GatewayProcess, gate, gateway_process, process_settings
 
 CONTEXT, SUBJECT, OPERATOR = "memgov-context+jwt", "memgov-subject+jwt", "memgov-operator+jwt"
@@ -256,3 +256,15 @@ async def launched(
             yield Target(gw, dev, keys, http, g)
     finally:
         await dev.stop()
+
+
+# The agents with their embedding model pinned in configuration, as a rotation needs it.
+PINNED = {ref: {**agent, "embedding_model": MODEL, "embedding_dimensions": 768} for ref, agent in AGENTS.items()}
+
+
+async def listed_entries(t: Target, scope_id: str) -> list[dict[str, str]]:
+    """The scope's live entries as the control API lists them to its user."""
+    status, page = await t.control("GET", f"/v1/scopes/{scope_id}/entries", headers={"X-Memgov-Context": t.context()})
+    assert status == 200, page
+    entries: list[dict[str, str]] = page["entries"]
+    return entries
