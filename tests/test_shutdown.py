@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.dev.devstack.stack import start_devstack
-from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
+from tests.support.smoke import production_config, serving, url, wait_ready, write_config
 
 STREAM = {
     "jsonrpc": "2.0",
@@ -26,7 +26,7 @@ async def test_sigterm_lets_a_stream_finish(tmp_path: Path, timeout_s: float, fi
     """An A2A stream started before SIGTERM ends with its final event; a too short shutdown timeout cuts it."""
     dev = await start_devstack(stream_delay_s=0.5)
     try:
-        config = gateway_config(tmp_path, dev.kagent_url, listen={"shutdown_timeout_s": timeout_s})
+        config = production_config(tmp_path, dev.kagent_url, listen={"shutdown_timeout_s": timeout_s})
         path = write_config(tmp_path / "memgov.yaml", config)
         log = tmp_path / "serve.log"
         events: list[dict[str, object]] = []

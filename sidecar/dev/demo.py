@@ -21,13 +21,13 @@ import aiohttp
 from sidecar.contentstore.reembed import TARGET_DIM
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.deployment import gateway_config, memory_agents, serving, write_keys
 from sidecar.dev.devstack.runtime import RuntimeConfig
 from sidecar.dev.devstack.stack import start_devstack
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.policy import load_federation
-from sidecar.server import running_gateway
-from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.settings import PACKAGED_POLICY_DIR
 
 SERVER = "demo.example"
 ALICE = f"@alice:{SERVER}"
@@ -100,38 +100,25 @@ async def _say_to_agent(
     return decision, reply
 
 
-def _settings(tmp: Path, kagent_url: str, embedding_url: str, bridge_key: bytes) -> Any:
-    (tmp / "bridge.key").write_bytes(bridge_key)
-    (tmp / "session.key").write_text(secrets.token_hex(32))
-    return load_settings(
-        upstream={"controller_url": kagent_url, "embedding_url": embedding_url},
-        listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-        state={"url": f"sqlite:///{tmp}/state.db"},
-        secrets={"session_key_file": str(tmp / "session.key")},
-        trust={"bridge_key_file": str(tmp / "bridge.key")},
-        matrix={"server_name": SERVER, "bridge_bot": BOT},
-        # The model the stand-in runtime embeds with, declared as the chart renders an Agent's memory ModelConfig.
-        agents={
-            AGENT: {
-                "disabled_variant": "k8s-agent-nomem",
-                "ghost": GHOST,
-                "embedding_model": RuntimeConfig.embedding_model,
-                "embedding_dimensions": TARGET_DIM,
-            }
-        },
-        policy={"reload_interval_s": 0},
-    )
-
-
 async def run_demo() -> int:
     story = Story()
     clock = DevClock()
-    bridge = Bridge(secrets.token_hex(32).encode(), clock, load_federation(PACKAGED_POLICY_DIR).classification)
     with tempfile.TemporaryDirectory(prefix="memgov-demo-") as tmpdir:
+        keys = write_keys(Path(tmpdir))
+        bridge = Bridge(keys.bridge, clock, load_federation(PACKAGED_POLICY_DIR).classification)
         dev = await start_devstack(clock=clock)
         try:
-            settings = _settings(Path(tmpdir), dev.kagent_url, dev.embedding_url, bridge.key)
-            async with running_gateway(settings, clock=clock) as gw, aiohttp.ClientSession() as http:
+            config = gateway_config(
+                keys,
+                kagent_url=dev.kagent_url,
+                embedding_url=dev.embedding_url,
+                state_url=f"sqlite:///{tmpdir}/state.db",
+                server=SERVER,
+                bridge_bot=BOT,
+                # The stand-in runtime's model, declared as the chart renders an Agent's memory ModelConfig.
+                agents=memory_agents([(AGENT, GHOST)], model=RuntimeConfig.embedding_model, dimensions=TARGET_DIM),
+            )
+            async with serving(config, clock) as gw, aiohttp.ClientSession() as http:
                 dev.set_runtime(
                     RuntimeConfig(
                         memory_base_url=gw.data_url,

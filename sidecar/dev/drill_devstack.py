@@ -11,23 +11,19 @@ logs, audit rows and the controller's log (scanned for sentinels).
 from __future__ import annotations
 
 import io
-import secrets
-import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.deployment import gateway_config, memory_agents, pack_with_limits, serving, write_keys
 from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.drill.target import Agent, Target, load_signing_key
 from sidecar.logs import configure_logging
 from sidecar.policy.pack import load_federation, load_limits
-from sidecar.server import Gateway, running_gateway
-from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.server import Gateway
 
 SERVER = "drill.example"
 SUBJECT = f"@drill:{SERVER}"
@@ -64,26 +60,6 @@ class LocalStack:
         return {"logs": self.logs.getvalue(), "audit_rows": audit, "kagent_log": self.dev.kagent_log()}
 
 
-def drill_pack(folder: Path) -> Path:
-    """A copy of the packaged pack whose only change is the small entry cap :data:`CAP`."""
-    target = folder / "policies"
-    shutil.copytree(PACKAGED_POLICY_DIR, target)
-    path = target / "data" / "limits.yaml"
-    limits = yaml.safe_load(path.read_text())
-    limits["max_entries"] = CAP
-    path.write_text(yaml.safe_dump(limits))
-    return target
-
-
-def write_keys(folder: Path) -> dict[str, Path]:
-    """Fresh bridge, operator and session secrets as private files (also used by ``memgov fuzz``)."""
-    paths = {name: folder / f"{name}.key" for name in ("bridge", "operator", "session")}
-    for path in paths.values():
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
-    return paths
-
-
 @asynccontextmanager
 async def devstack_target(
     dev: Devstack | None = None,
@@ -105,45 +81,32 @@ async def devstack_target(
     try:
         with tempfile.TemporaryDirectory(prefix="memgov-drill-") as tmp:
             folder = Path(tmp)
-            keys, pack = write_keys(folder), drill_pack(folder)
+            keys, pack = write_keys(folder), pack_with_limits(folder, {"max_entries": CAP})
             dev = dev if dev is not None else await start_devstack(clock=clock)
             try:
-                settings = load_settings(
-                    upstream={
-                        "controller_url": dev.kagent_url,
-                        "embedding_url": dev.embedding_url,
-                        "kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure",
-                    },
-                    erasure=dict(erasure or {}),
-                    listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-                    state={"url": f"sqlite:///{folder}/state.db"},
-                    policy={"dir": str(pack), "reload_interval_s": 0},
-                    secrets={"session_key_file": str(keys["session"])},
-                    trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
-                    matrix={"server_name": SERVER, "bridge_bot": BOT},
+                config = gateway_config(
+                    keys,
+                    kagent_url=dev.kagent_url,
+                    embedding_url=dev.embedding_url,
+                    state_url=f"sqlite:///{folder}/state.db",
+                    server=SERVER,
+                    bridge_bot=BOT,
+                    pack=pack,
                     # The stand-in provider serves any model; pinning one lets forget-one rotate (exact over REST).
-                    agents=agents
-                    if agents is not None
-                    else {
-                        ref: {
-                            "disabled_variant": ref.split("/")[1] + "-nomem",
-                            "ghost": ghost,
-                            "embedding_model": EMBEDDING_MODEL,
-                            "embedding_dimensions": 768,
-                        }
-                        for ref, ghost in AGENTS
-                    },
+                    agents=agents if agents is not None else memory_agents(AGENTS, model=EMBEDDING_MODEL),
+                    upstream={"kagent_auth_mode": "trusted-proxy" if kagent_token else "unsecure"},
+                    erasure=dict(erasure or {}),
                 )
-                async with running_gateway(settings, clock=clock) as gw:
+                async with serving(config, clock) as gw:
                     target = Target(
                         mode="devstack",
                         data_url=gw.data_url,
                         control_url=gw.control_url,
                         ops_url=gw.ops_url,
                         kagent_url=None,
-                        bridge_key=load_signing_key(keys["bridge"], "bridge key"),
-                        operator_key=load_signing_key(keys["operator"], "operator key"),
-                        session_secret=keys["session"].read_text().strip().encode(),
+                        bridge_key=load_signing_key(keys.bridge_file, "bridge key"),
+                        operator_key=load_signing_key(keys.operator_file, "operator key"),
+                        session_secret=keys.session,
                         server_name=SERVER,
                         bridge_bot=BOT,
                         subject=SUBJECT,

@@ -26,23 +26,15 @@ from aiohttp import web
 
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.dev.devstack import Devstack
+from sidecar.dev.devstack.deployment import Keys, write_keys
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import StateStore, open_store
-from tests.support.harness import (
-    AGENT,
-    ALICE,
-    APP,
-    ROOM,
-    Keys,
-    policy_pack,
-    subject_token,
-    until,
-    with_embedding,
-    write_keys,
-)
-from tests.support.procs import Gate, GatewayProcess, Hold, gate, gateway_process, process_settings
+from tests.support.harness import AGENT, ALICE, APP, ROOM, policy_pack, subject_token, with_embedding
+from tests.support.process import Gate, GatewayProcess, Hold, gate, gateway_process
+from tests.support.procs import process_settings
 from tests.support.upstream import Upstream, runtime_headers, start_stack
+from tests.support.wait import until
 
 
 @dataclass

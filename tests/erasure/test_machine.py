@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sidecar.erasure.machine import ErasureEngine, Kind
-from tests.support.harness import Harness, harness, until
+from tests.support.harness import Harness, harness
+from tests.support.wait import until
 
 STATES = ["requested", "fenced", "quiesced", "deleted"]
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import aiohttp
 
 from sidecar.dev.devstack import start_devstack
-from tests.support.harness import policy_pack, write_keys
-from tests.support.procs import gateway_process, process_settings
+from sidecar.dev.devstack.deployment import write_keys
+from tests.support.harness import policy_pack
+from tests.support.process import gateway_process
+from tests.support.procs import process_settings
 
 
 async def test_a_taken_port_is_replaced_and_the_gateway_serves(tmp_path: Path) -> None:

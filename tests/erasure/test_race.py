@@ -22,14 +22,17 @@ import pytest
 from aiohttp import web
 
 from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import open_store
 from tests.support.erasure import kagent_table
-from tests.support.harness import AGENT, APP, context_token, install_role, policy_pack, role_url, until, write_keys
-from tests.support.procs import gate, governed_like, process_settings, two_gateways
+from tests.support.harness import AGENT, APP, context_token, install_role, policy_pack, role_url
+from tests.support.process import gate
+from tests.support.procs import governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
+from tests.support.wait import until
 
 SINGLE_SAVES = 160
 BATCHES = 10

@@ -19,9 +19,10 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine, Kind
 from sidecar.erasure.sweeper import sweep_once
 from sidecar.state.types import Erasure
-from tests.support.harness import AGENT, APP, MODEL, Harness, harness, until
+from tests.support.harness import AGENT, APP, MODEL, Harness, harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
+from tests.support.wait import until
 
 
 @pytest.fixture

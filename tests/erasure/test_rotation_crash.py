@@ -21,8 +21,9 @@ import pytest
 
 from sidecar.contentstore.adapters import memories_url
 from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
-from tests.support.harness import AGENT, APP, until
+from tests.support.harness import AGENT, APP
 from tests.support.upstream import Upstream, runtime_headers
+from tests.support.wait import until
 
 STUCK = ["requested", "fenced", "copying", "switched", "deleted"]
 

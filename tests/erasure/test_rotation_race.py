@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 
 from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
-from tests.support.harness import AGENT, APP, policy_pack, with_embedding, write_keys
+from tests.support.harness import AGENT, APP, policy_pack, with_embedding
 from tests.support.procs import governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
 

@@ -22,7 +22,7 @@ from sidecar.policy.pack import read_pack
 from tests.chart import cases
 from tests.chart.helm import pod_spec, render
 from tests.image.rootfs import Image, executables, launch_argv, unpack
-from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready
+from tests.support.smoke import production_config, serving, smoke, url, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / ".tools" / "image" / "memgov-ci.tar"
@@ -130,7 +130,7 @@ class TestRunsFromTheImage:
         os.chown(state, uid, gid)
         dev = await start_devstack()
         try:
-            config = gateway_config(
+            config = production_config(
                 etc,
                 dev.kagent_url,
                 state={"url": "sqlite:////var/lib/memgov/state.db"},

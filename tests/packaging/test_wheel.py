@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.dev.devstack.deployment import memory_agents, pack_with_limits, write_keys
 from sidecar.dev.devstack.stack import start_devstack
-from sidecar.dev.drill_devstack import AGENTS, BOT, EMBEDDING_MODEL, SERVER, drill_pack, write_keys
+from sidecar.dev.drill_devstack import AGENTS, BOT, CAP, EMBEDDING_MODEL, SERVER
 from sidecar.policy.pack import read_pack
 from tests.support.once import once
-from tests.support.smoke import gateway_config, serving, smoke, url, wait_ready, write_config
+from tests.support.smoke import production_config, serving, smoke, url, wait_ready, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_REVISION = read_pack(REPO / "policies").revision
@@ -95,7 +96,7 @@ class TestInstalledWheel:
         """`memgov serve` from the venv gets ready on the packaged pack, governs a search and relays a call."""
         dev = await start_devstack()
         try:
-            config = gateway_config(tmp_path, dev.kagent_url)
+            config = production_config(tmp_path, dev.kagent_url)
             path = write_config(tmp_path / "memgov.yaml", config)
             log = tmp_path / "serve.log"
             with serving([str(venv / "bin" / "memgov"), "--config", str(path), "serve"], log=log, **outside) as proc:
@@ -122,27 +123,19 @@ class TestInstalledWheel:
         self, venv: Path, tmp_path: Path, outside: dict[str, object]
     ) -> None:
         """`memgov serve` and `memgov drill` from the wheel: consent, inspect, erasure and refusals all pass."""
-        keys, pack = write_keys(tmp_path), drill_pack(tmp_path)
+        keys, pack = write_keys(tmp_path), pack_with_limits(tmp_path, {"max_entries": CAP})
         dev = await start_devstack()
         try:
-            config = gateway_config(
+            config = production_config(
                 tmp_path,
                 dev.kagent_url,
                 upstream={"embedding_url": dev.embedding_url},
                 policy={"dir": str(pack)},
-                secrets={"session_key_file": str(keys["session"])},
-                trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
+                secrets={"session_key_file": str(keys.session_file)},
+                trust={"bridge_key_file": str(keys.bridge_file), "operator_key_file": str(keys.operator_file)},
                 matrix={"server_name": SERVER, "bridge_bot": BOT},
                 # Pinned like the drill's own devstack, so forget-one rotates (exact over REST).
-                agents={
-                    ref: {
-                        "disabled_variant": ref.split("/")[1] + "-nomem",
-                        "ghost": ghost,
-                        "embedding_model": EMBEDDING_MODEL,
-                        "embedding_dimensions": 768,
-                    }
-                    for ref, ghost in AGENTS
-                },
+                agents=memory_agents(AGENTS, model=EMBEDDING_MODEL),
             )
             path = write_config(tmp_path / "memgov.yaml", config)
             log = tmp_path / "serve.log"
@@ -156,11 +149,11 @@ class TestInstalledWheel:
                 "--ops-url",
                 url(config, "ops"),
                 "--bridge-key-file",
-                str(keys["bridge"]),
+                str(keys.bridge_file),
                 "--operator-key-file",
-                str(keys["operator"]),
+                str(keys.operator_file),
                 "--session-key-file",
-                str(keys["session"]),
+                str(keys.session_file),
                 "--server-name",
                 SERVER,
                 "--bridge-bot",

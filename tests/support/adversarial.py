@@ -18,10 +18,13 @@ from typing import Any
 import aiohttp
 import jwt
 
-from sidecar.dev.devstack import Devstack, MemoryRow, start_devstack
+from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack.deployment import Keys
 from sidecar.dev.devstack.vectors import embed_text
-from tests.support.harness import AGENT, ALICE, APP, BOT, GHOST, MODEL, ROOM, SERVER, Keys, policy_pack, write_keys
-from tests.support.procs import Gate, GatewayProcess, gate, gateway_process, process_settings
+from tests.support.deployment import deploy
+from tests.support.harness import AGENT, ALICE, APP, BOT, GHOST, MODEL, ROOM, SERVER, policy_pack
+from tests.support.process import Gate, GatewayProcess
+from tests.support.procs import process_settings
 
 CONTEXT, SUBJECT, OPERATOR = "memgov-context+jwt", "memgov-subject+jwt", "memgov-operator+jwt"
 
@@ -241,21 +244,19 @@ async def launched(
     ``gated`` puts a gate (which can hold, fail or fake requests) between the gateway and kagent;
     ``store_url`` gives the stand-in a PostgreSQL table (for the kagent-db adapter).
     """
-    keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp, **(limits or {}))
     upstream = settings.pop("upstream", {})
     settings.setdefault("agents", AGENTS)
-    dev = await start_devstack(stream_delay_s=stream_delay_s, store_url=store_url)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            g = await stack.enter_async_context(gate(dev.kagent_url)) if gated else None
-            cfg = process_settings(keys, pack, g.url if g else dev.kagent_url, f"sqlite:///{tmp}/state.db", **settings)
-            cfg["upstream"].update({"embedding_url": dev.embedding_url, **upstream})
-            gw = await stack.enter_async_context(gateway_process(tmp / "gw", cfg))
-            http = await stack.enter_async_context(aiohttp.ClientSession())
-            yield Target(gw, dev, keys, http, g)
-    finally:
-        await dev.stop()
+
+    async def config_of(keys: Keys, kagent_url: str, dev: Devstack) -> dict[str, Any]:
+        cfg = process_settings(keys, pack, kagent_url, f"sqlite:///{tmp}/state.db", **settings)
+        cfg["upstream"].update({"embedding_url": dev.embedding_url, **upstream})
+        return cfg
+
+    async with deploy(
+        tmp, config_of, process=True, gated=gated, stream_delay_s=stream_delay_s, store_url=store_url
+    ) as d:
+        yield Target(d.gateway_process, d.dev, d.keys, d.http, d.gate)
 
 
 # The agents with their embedding model pinned in configuration, as a rotation needs it.

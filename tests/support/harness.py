@@ -9,11 +9,8 @@ gateway sits in front of kagent v0.9.11 itself and ``rows`` reads kagent's own t
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import secrets
-import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,20 +19,20 @@ from typing import Any
 
 import aiohttp
 import asyncpg
-import yaml
 
 from sidecar.control.client import ControlClient, Token
 from sidecar.control.http import SWEEPERS
 from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack.deployment import Keys, gateway_config, pack_with_limits
 from sidecar.dev.devstack.pg import PgServer
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import utcnow
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
-from sidecar.server import Gateway, running_gateway
-from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.server import Gateway
 from sidecar.state.types import Namespace
-from tests.support.upstream import STANDIN, Upstream, runtime_headers, start_stack
+from tests.support.deployment import deploy
+from tests.support.upstream import STANDIN, Upstream, runtime_headers
 
 SERVER = "example.org"
 ALICE = "@alice:example.org"
@@ -51,47 +48,9 @@ ROLE_SQL = Path(__file__).resolve().parents[2] / "docs" / "erasure-role.sql"
 TEST_LIMITS = {"max_entries": 1000, "rate_per_minute": 100_000, "rate_burst": 100_000, "hourly_operations": 1_000_000}
 
 
-@dataclass(frozen=True)
-class Keys:
-    """Key files of a test deployment and the secrets that sign for them."""
-
-    folder: Path
-    bridge: bytes
-    operator: bytes
-
-    @property
-    def bridge_file(self) -> Path:
-        return self.folder / "bridge.key"
-
-    @property
-    def operator_file(self) -> Path:
-        return self.folder / "operator.key"
-
-    @property
-    def session_file(self) -> Path:
-        return self.folder / "session.key"
-
-
-def write_keys(folder: Path) -> Keys:
-    """Fresh random secrets as files."""
-    folder.mkdir(parents=True, exist_ok=True)
-    keys = Keys(folder, secrets.token_hex(32).encode(), secrets.token_hex(32).encode())
-    keys.bridge_file.write_bytes(keys.bridge)
-    keys.operator_file.write_bytes(keys.operator)
-    keys.session_file.write_bytes(secrets.token_hex(32).encode())
-    return keys
-
-
 def policy_pack(folder: Path, **limits: int) -> Path:
-    """A copy of the packaged pack with some limits changed."""
-    target = folder / "policies"
-    if not target.exists():
-        shutil.copytree(PACKAGED_POLICY_DIR, target)
-    path = target / "data" / "limits.yaml"
-    data = yaml.safe_load(path.read_text())
-    data.update(TEST_LIMITS, **limits)
-    path.write_text(yaml.safe_dump(data))
-    return target
+    """A copy of the packaged pack whose limits are the test ones (:data:`TEST_LIMITS`) and ``limits``."""
+    return pack_with_limits(folder, {**TEST_LIMITS, **limits})
 
 
 def overrides(
@@ -106,8 +65,7 @@ def overrides(
     upstream_settings: dict[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Settings of a test gateway (every listener on a free loopback port); ``upstream_settings`` adds to
-    the ``upstream`` section."""
+    """Settings of a control-test gateway; ``upstream_settings`` adds to the ``upstream`` section."""
     erasure = {
         "adapter": adapter,
         "kagent_db_url": kagent_db_url,
@@ -116,18 +74,18 @@ def overrides(
         "run_lease_s": 3.0,
         **extra.pop("erasure", {}),
     }
-    return {
-        "upstream": {"controller_url": kagent_url, "kagent_auth_mode": upstream.auth_mode, **(upstream_settings or {})},
-        "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-        "state": {"url": state_url},
-        "policy": {"dir": str(pack), "reload_interval_s": 0},
-        "secrets": {"session_key_file": str(keys.session_file)},
-        "trust": {"bridge_key_file": str(keys.bridge_file), "operator_key_file": str(keys.operator_file)},
-        "matrix": {"server_name": SERVER, "bridge_bot": BOT},
-        "agents": {AGENT: {"disabled_variant": "helper-nomem", "ghost": GHOST}},
-        "erasure": erasure,
+    return gateway_config(
+        keys,
+        kagent_url=kagent_url,
+        state_url=state_url,
+        server=SERVER,
+        bridge_bot=BOT,
+        agents=extra.pop("agents", {AGENT: {"disabled_variant": "helper-nomem", "ghost": GHOST}}),
+        pack=pack,
+        upstream={"kagent_auth_mode": upstream.auth_mode, **(upstream_settings or {})},
+        erasure=erasure,
         **extra,
-    }
+    )
 
 
 async def install_role(owner_url: str) -> None:
@@ -298,44 +256,35 @@ async def harness(
     provider: ``pinned`` (the agent's model, with ``dimensions``, in settings) or ``unpinned`` (no
     model configured, so rotation cannot re-embed).
     """
-    keys = write_keys(tmp / "keys")
     pack = policy_pack(tmp)
-    stack = await start_stack(
-        upstream,
-        pg_server=pg_server,
-        log_dir=tmp / "kagent",
-        agents=(AGENT, "team/helper-nomem"),
-        store_url=store_url,
-        stream_delay_s=0,
-    )
-    try:
-        if stack.real is not None and adapter == "kagent-db" and kagent_db_url is None:
-            await install_role(stack.real.db_url)
-            kagent_db_url = role_url(stack.real.db_url)
+
+    async def config_of(keys: Keys, kagent_url: str, dev: Devstack) -> dict[str, Any]:
+        role = kagent_db_url
+        if dev.real is not None and adapter == "kagent-db" and role is None:
+            # kagent has migrated its database: the erasure role can be installed on it.
+            await install_role(dev.real.db_url)
+            role = role_url(dev.real.db_url)
         config = overrides(
             keys,
             pack,
-            stack.kagent_url,
+            kagent_url,
             state_url or f"sqlite:///{tmp}/state.db",
             adapter=adapter,
-            kagent_db_url=kagent_db_url,
+            kagent_db_url=role,
             upstream=upstream,
             **extra,
         )
         if rotation is not None:
-            config = with_embedding(config, stack.embedding_url, pinned=rotation == "pinned", dimensions=dimensions)
-        settings = load_settings(**config)
-        async with running_gateway(settings) as gw, aiohttp.ClientSession() as http:
-            running = Harness(gw, stack, keys, http, upstream=upstream)
-            # The start-up sweep pass runs in the background: let it finish, so a test's own pass is the only one.
-            await running.sweepers.swept.wait()
-            yield running
-    finally:
-        await stack.stop()
+            config = with_embedding(config, dev.embedding_url, pinned=rotation == "pinned", dimensions=dimensions)
+        return config
 
-
-async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
-    """Wait for an observable condition (a state another task or process reaches), within a bound."""
-    async with asyncio.timeout(timeout_s):
-        while not await condition():
-            await asyncio.sleep(0.01)
+    async with deploy(
+        tmp,
+        config_of,
+        upstream=upstream,
+        pg_server=pg_server,
+        agents=(AGENT, "team/helper-nomem"),
+        store_url=store_url,
+        stream_delay_s=0,
+    ) as d:
+        yield Harness(d.gateway, d.dev, d.keys, d.http, upstream=upstream)

@@ -1,172 +1,26 @@
-"""Real gateway processes (``memgov serve --config``) and a gate in front of the stand-in that can hold requests.
-
-The crash and race tests need what an in-process gateway cannot give: a process that is
-SIGKILLed mid-erasure and restarted, and several processes sharing one PostgreSQL state store.
-"""
+"""Gateway processes configured as the control tests' gateway: their settings, two racing on one store,
+and a governance runtime configured like them (the processes themselves: tests/support/process.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
-from aiohttp import web
 
 from sidecar.control.client import ControlClient
+from sidecar.dev.devstack.deployment import Keys
 from sidecar.governance import Governance, governance
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
 from sidecar.settings import load_settings
-from tests.support.harness import AGENT, ALICE, ROOM, Keys, overrides, subject_token, until
+from tests.support.harness import AGENT, ALICE, ROOM, overrides, subject_token
 from tests.support.pg import free_port
-
-Hold = Callable[[web.Request], bool]
-
-
-@dataclass
-class Gate:
-    """A relay in front of the kagent stand-in; requests matching ``hold`` wait until ``release``."""
-
-    upstream: str
-    hold: Hold | None = None
-    fail: Hold | None = None
-    pretend: Hold | None = None  # answered 200 as kagent's delete would, without forwarding
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-    seen: list[tuple[str, str]] = field(default_factory=list)  # (method, path with query)
-    url: str = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.seen.append((request.method, request.path_qs))
-        # Read first, as kagent would: a held request still commits after its client has given up.
-        body = await request.read()
-        if self.hold is not None and self.hold(request):
-            self.arrived.set()
-            await self.release.wait()
-        if self.fail is not None and self.fail(request):
-            return web.json_response({"error": "failed to delete memory: unavailable"}, status=500)
-        if self.pretend is not None and self.pretend(request):
-            return web.json_response({"status": "deleted"})
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with (
-            aiohttp.ClientSession() as session,
-            session.request(request.method, self.upstream + request.path_qs, data=body, headers=headers) as resp,
-        ):
-            return web.Response(
-                status=resp.status, body=await resp.read(), content_type=resp.content_type or "application/json"
-            )
-
-
-@asynccontextmanager
-async def gate(upstream: str) -> AsyncIterator[Gate]:
-    """Serve a gate on a free loopback port."""
-    g = Gate(upstream)
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", g.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    g.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        yield g
-    finally:
-        g.release.set()
-        await runner.cleanup()
-
-
-@dataclass
-class GatewayProcess:
-    """One ``memgov serve`` process with fixed loopback ports; restartable after a kill."""
-
-    workdir: Path
-    settings: dict[str, Any]
-    proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def data_url(self) -> str:
-        return "http://" + self.settings["listen"]["data"]
-
-    @property
-    def control_url(self) -> str:
-        return "http://" + self.settings["listen"]["control"]
-
-    @property
-    def ops_url(self) -> str:
-        return "http://" + self.settings["listen"]["ops"]
-
-    async def start(self) -> None:
-        """Start and wait until it is ready (erasures are resumed before the listeners open).
-
-        A free port picked before the process binds it can be taken meanwhile by another process on the
-        machine: a start that ends on "address already in use" is retried on fresh ports, and any other
-        early exit fails with the tail of the gateway's own (content-free) log.
-        """
-        for _ in range(3):
-            if await self._start_once():
-                return
-            self.settings["listen"].update({name: f"127.0.0.1:{free_port()}" for name in ("data", "control", "ops")})
-        raise AssertionError("the gateway found no free ports three times")
-
-    async def _start_once(self) -> bool:
-        config = self.workdir / "memgov.yaml"
-        config.write_text(yaml.safe_dump(self.settings))
-        log = (self.workdir / "gateway.log").open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "sidecar",
-            "serve",
-            "--config",
-            str(config),
-            cwd=self.workdir,
-            stdout=log,
-            stderr=log,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        log.close()
-
-        async def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.returncode is not None:
-                return True
-            try:
-                async with aiohttp.ClientSession() as s, s.get(self.ops_url + "/readyz") as resp:
-                    return resp.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await until(ready, timeout_s=60)
-        if self.proc.returncode is None:
-            return True
-        tail = (self.workdir / "gateway.log").read_text(errors="replace")[-2000:]
-        if "address already in use" in tail.lower():
-            return False
-        raise AssertionError(f"the gateway exited ({self.proc.returncode}):\n{tail}")
-
-    async def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, exactly like a crashed pod."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(15):
-                    await self.proc.wait()
-            except TimeoutError:
-                self.proc.send_signal(signal.SIGKILL)
-                await self.proc.wait()
+from tests.support.process import GatewayProcess, gateway_process
 
 
 def process_settings(keys: Keys, pack: Path, kagent_url: str, state_url: str, **extra: Any) -> dict[str, Any]:
@@ -177,18 +31,6 @@ def process_settings(keys: Keys, pack: Path, kagent_url: str, state_url: str, **
     settings["policy"]["reload_interval_s"] = 0
     settings["log"] = {"level": "info"}
     return settings
-
-
-@asynccontextmanager
-async def gateway_process(workdir: Path, settings: dict[str, Any]) -> AsyncIterator[GatewayProcess]:
-    """A started gateway process, stopped (or already killed) at the end."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    gp = GatewayProcess(workdir, settings)
-    await gp.start()
-    try:
-        yield gp
-    finally:
-        await gp.stop()
 
 
 @dataclass

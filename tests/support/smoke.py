@@ -37,7 +37,7 @@ class Smoke:
     decisions_by_engine: float
 
 
-def gateway_config(workdir: Path, kagent_url: str, **sections: Any) -> dict[str, Any]:
+def production_config(workdir: Path, kagent_url: str, **sections: Any) -> dict[str, Any]:
     """A production config on fresh loopback ports with a generated session key, SQLite state in workdir."""
     key = workdir / "session.key"
     key.write_text(os.urandom(32).hex())

@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 
 from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.deployment import Keys, gateway_config
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.identity.tokens import control_room, mint_context
 from sidecar.server import Gateway
-from sidecar.settings import load_settings
 from tests.support.upstream import STANDIN, Upstream, bridge_headers, runtime_headers
 
 SERVER = "example.org"
@@ -248,26 +248,15 @@ class Stack:
 RUNTIME_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
-def stack_settings(
-    tmp_path: Any, dev: Devstack, bridge_key: bytes, kagent: Upstream = STANDIN, **overrides: Any
-) -> Any:
-    key_file = tmp_path / "bridge.key"
-    key_file.write_bytes(bridge_key)
-    session_file = tmp_path / "session.key"
-    session_file.write_bytes(secrets.token_hex(32).encode())
-    upstream = {
-        "controller_url": dev.kagent_url,
-        "embedding_url": dev.embedding_url,
-        "kagent_auth_mode": kagent.auth_mode,
-        **overrides.pop("upstream", {}),
-    }
-    return load_settings(
-        upstream=upstream,
-        listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-        state=overrides.pop("state", {"url": f"sqlite:///{tmp_path}/state.db"}),
-        secrets={"session_key_file": str(session_file)},
-        trust={"bridge_key_file": str(key_file)},
-        matrix={"server_name": SERVER, "bridge_bot": BOT},
+def stack_settings(keys: Keys, kagent_url: str, dev: Devstack, kagent: Upstream = STANDIN, **overrides: Any) -> Any:
+    """Settings of a data-plane test gateway: the packaged pack, the two memory agents, ``overrides`` merged in."""
+    return gateway_config(
+        keys,
+        kagent_url=kagent_url,
+        embedding_url=dev.embedding_url,
+        state_url=f"sqlite:///{keys.folder.parent}/state.db",
+        server=SERVER,
+        bridge_bot=BOT,
         agents={
             # The model its runtime embeds with, as the chart renders an Agent's declared memory ModelConfig.
             AGENT: {
@@ -278,7 +267,7 @@ def stack_settings(
             },
             OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"},
         },
-        policy=overrides.pop("policy", {"reload_interval_s": 0}),
+        upstream={"kagent_auth_mode": kagent.auth_mode, **overrides.pop("upstream", {})},
         **overrides,
     )
 

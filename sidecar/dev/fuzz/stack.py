@@ -23,19 +23,19 @@ import aiohttp
 import jwt
 
 from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.deployment import gateway_config, memory_agents, serving, write_keys
 from sidecar.dev.devstack.gojson import go_query
 from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.dev.devstack.store import MemoryRow
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.dev.drill_devstack import write_keys
 from sidecar.dev.fuzz.chaos import Chaos
 from sidecar.identity.appname import app_name, parse_agent_ref
 from sidecar.logs import configure_logging
 from sidecar.metrics import exposition
 from sidecar.policy.model import Limits
 from sidecar.policy.pack import load_federation, load_limits
-from sidecar.server import Gateway, running_gateway
-from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
+from sidecar.server import Gateway
+from sidecar.settings import PACKAGED_POLICY_DIR
 
 SERVER = "fuzz.example"
 BOT = f"@bridge:{SERVER}"
@@ -316,34 +316,24 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
             keys = write_keys(folder)
             dev = await start_devstack(clock=clock, middlewares=[chaos.middleware])
             try:
-                settings = load_settings(
+                config = gateway_config(
+                    keys,
+                    kagent_url=dev.kagent_url,
+                    embedding_url=dev.embedding_url,
+                    state_url=f"sqlite:///{folder}/state.db",
+                    server=SERVER,
+                    bridge_bot=BOT,
+                    # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
+                    agents=memory_agents(AGENTS.items(), model=EMBEDDING_MODEL),
                     upstream={
-                        "controller_url": dev.kagent_url,
-                        "embedding_url": dev.embedding_url,
                         "read_timeout_s": READ_TIMEOUT_S,
                         "memory_timeout_s": READ_TIMEOUT_S,
                         "embedding_timeout_s": READ_TIMEOUT_S,
                     },
-                    listen={"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"},
-                    state={"url": f"sqlite:///{folder}/state.db"},
-                    policy={"reload_interval_s": 0},
-                    secrets={"session_key_file": str(keys["session"])},
-                    trust={"bridge_key_file": str(keys["bridge"]), "operator_key_file": str(keys["operator"])},
-                    matrix={"server_name": SERVER, "bridge_bot": BOT},
-                    # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
-                    agents={
-                        ref: {
-                            "disabled_variant": ref.split("/")[1] + "-nomem",
-                            "ghost": ghost,
-                            "embedding_model": EMBEDDING_MODEL,
-                            "embedding_dimensions": 768,
-                        }
-                        for ref, ghost in AGENTS.items()
-                    },
                     enforce={"write_lease_s": 1},
                     erasure={"quiesce_timeout_s": QUIESCE_TIMEOUT_S},
                 )
-                async with running_gateway(settings, clock=clock) as gw, aiohttp.ClientSession() as http:
+                async with serving(config, clock) as gw, aiohttp.ClientSession() as http:
                     stack = FuzzStack(
                         gw=gw,
                         dev=dev,
@@ -351,8 +341,8 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
                         clock=clock,
                         logs=logs,
                         http=http,
-                        bridge_key=keys["bridge"].read_bytes(),
-                        operator_key=keys["operator"].read_bytes(),
+                        bridge_key=keys.bridge,
+                        operator_key=keys.operator,
                         state_path=folder / "state.db",
                         limits=load_limits(PACKAGED_POLICY_DIR),
                         classification=load_federation(PACKAGED_POLICY_DIR).classification,
