@@ -21,7 +21,7 @@ import aiohttp
 from sidecar.contentstore.reembed import TARGET_DIM
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.deployment import gateway_config, memory_agents, serving, write_keys
+from sidecar.dev.devstack.deployment import devstack_config, memory_agents, serving, write_keys
 from sidecar.dev.devstack.runtime import RuntimeConfig
 from sidecar.dev.devstack.stack import start_devstack
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
@@ -108,11 +108,9 @@ async def run_demo() -> int:
         bridge = Bridge(keys.bridge, clock, load_federation(PACKAGED_POLICY_DIR).classification)
         dev = await start_devstack(clock=clock)
         try:
-            config = gateway_config(
+            config = devstack_config(
+                dev,
                 keys,
-                kagent_url=dev.kagent_url,
-                embedding_url=dev.embedding_url,
-                state_url=f"sqlite:///{tmpdir}/state.db",
                 server=SERVER,
                 bridge_bot=BOT,
                 # The stand-in runtime's model, declared as the chart renders an Agent's memory ModelConfig.

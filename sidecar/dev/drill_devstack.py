@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.deployment import gateway_config, memory_agents, pack_with_limits, serving, write_keys
+from sidecar.dev.devstack.deployment import devstack_config, memory_agents, pack_with_limits, serving, write_keys
 from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.drill.target import Agent, Target, load_signing_key
 from sidecar.logs import configure_logging
@@ -84,11 +84,9 @@ async def devstack_target(
             keys, pack = write_keys(folder), pack_with_limits(folder, {"max_entries": CAP})
             dev = dev if dev is not None else await start_devstack(clock=clock)
             try:
-                config = gateway_config(
+                config = devstack_config(
+                    dev,
                     keys,
-                    kagent_url=dev.kagent_url,
-                    embedding_url=dev.embedding_url,
-                    state_url=f"sqlite:///{folder}/state.db",
                     server=SERVER,
                     bridge_bot=BOT,
                     pack=pack,

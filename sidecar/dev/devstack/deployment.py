@@ -20,6 +20,7 @@ import yaml
 
 from sidecar.control.http import SWEEPERS
 from sidecar.dev.devstack.clock import DevClock
+from sidecar.dev.devstack.stack import Devstack
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, Settings, load_settings
 
@@ -127,6 +128,28 @@ def gateway_config(
     for name, section in sections.items():
         config[name] = {**config.get(name, {}), **section}
     return config
+
+
+def devstack_config(
+    dev: Devstack,
+    keys: Keys,
+    *,
+    server: str,
+    bridge_bot: str,
+    agents: Mapping[str, Mapping[str, Any]],
+    **sections: Any,
+) -> dict[str, Any]:
+    """:func:`gateway_config` in front of ``dev``'s stand-ins, with SQLite state beside the key files."""
+    return gateway_config(
+        keys,
+        kagent_url=dev.kagent_url,
+        embedding_url=dev.embedding_url,
+        state_url=f"sqlite:///{keys.folder}/state.db",
+        server=server,
+        bridge_bot=bridge_bot,
+        agents=agents,
+        **sections,
+    )
 
 
 @asynccontextmanager

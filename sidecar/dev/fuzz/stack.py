@@ -23,7 +23,7 @@ import aiohttp
 import jwt
 
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.deployment import gateway_config, memory_agents, serving, write_keys
+from sidecar.dev.devstack.deployment import devstack_config, memory_agents, serving, write_keys
 from sidecar.dev.devstack.gojson import go_query
 from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.dev.devstack.store import MemoryRow
@@ -316,11 +316,9 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
             keys = write_keys(folder)
             dev = await start_devstack(clock=clock, middlewares=[chaos.middleware])
             try:
-                config = gateway_config(
+                config = devstack_config(
+                    dev,
                     keys,
-                    kagent_url=dev.kagent_url,
-                    embedding_url=dev.embedding_url,
-                    state_url=f"sqlite:///{folder}/state.db",
                     server=SERVER,
                     bridge_bot=BOT,
                     # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
