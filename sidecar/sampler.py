@@ -1,8 +1,8 @@
 """Publishes content-free figures of the state store as metrics, read every few seconds.
 
-Erasures by state and the age of the oldest unfinished one, the sweeper's expiry backlog, and
-whether the store answers at all. A reading that fails sets the store down and keeps the last
-figures: an alert on the store fires, the other figures do not jump to zero.
+Erasures by state and the age of the oldest unfinished one, and the sweeper's expiry backlog. A
+reading that fails keeps the last figures, so they do not jump to zero while the store is down
+(``memgov_state_available``, set by the store's health check, says so).
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ async def sample_once(store: Any, now: datetime) -> bool:
     try:
         gauges = await read_gauges(store.db, now)
     except StateError:
-        metrics.STATE_UP.set(0)
         log.warning("state.sample_failed", backend=store.backend)
         return False
-    metrics.STATE_UP.set(1)
     for state, count in gauges.erasures.items():
         metrics.ERASURES.labels(state).set(count)
     metrics.ERASURE_OLDEST_UNFINISHED.set(gauges.oldest_unfinished_erasure_s)

@@ -44,6 +44,19 @@ class StateError(Exception):
         self.reason = reason
 
 
+class SchemaMismatch(Exception):
+    """The database's schema is not one this binary runs on: migrated by a newer release that this
+    one cannot follow, or (when this process does not migrate) not yet migrated to this release."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(f"state schema version {found}, this release runs on {supported}")
+        self.found, self.supported = found, supported
+
+    @property
+    def newer(self) -> bool:
+        return self.found > self.supported
+
+
 class Fenced(StateError):
     """The scope is missing, disabled, or at another generation than the caller's."""
 
