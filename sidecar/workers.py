@@ -48,6 +48,8 @@ def _hold(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as asyncio's listeners: [::]:P beside 0.0.0.0:P
     sock.bind((host, port))
     return sock
 
@@ -108,8 +110,8 @@ async def running_workers(
     within the start timeout) and :class:`StartAborted` when ``abort`` is set meanwhile; either
     way the workers already started are stopped first.
     """
-    held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
-    listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
+    held = {name: [_hold(*a) for a in settings.listen.addresses(name)] for name in _LISTENERS}  # type: ignore[arg-type]
+    listen = {name: ",".join(_hostport(*sock.getsockname()[:2]) for sock in socks) for name, socks in held.items()}
     config = settings.model_dump(mode="json")
     config["listen"] = {**config["listen"], **listen, "workers": count}
     ctx = multiprocessing.get_context("spawn")
@@ -128,12 +130,14 @@ async def running_workers(
                 readiness.append(parent)
             await _until_ready(processes, readiness, abort)
             log.info("workers.started", count=count)
-            shown = {name: "http://" + (value.replace("0.0.0.0", "127.0.0.1", 1)) for name, value in listen.items()}
+            first = {name: value.split(",")[0] for name, value in listen.items()}
+            shown = {name: "http://" + value.replace("0.0.0.0", "127.0.0.1", 1) for name, value in first.items()}
             yield Workers(shown, processes)
         finally:
             await asyncio.to_thread(_stop, processes)
-            for sock in held.values():
-                sock.close()
+            for socks in held.values():
+                for sock in socks:
+                    sock.close()
 
 
 async def _until_ready(processes: list[BaseProcess], readiness: list[Connection], abort: asyncio.Event | None) -> None:

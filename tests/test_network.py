@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +16,7 @@ from sidecar.settings import SettingsError, parse_listen
 from tests.support.echo import create_echo_app
 from tests.support.gateway import gateway, gateway_settings
 from tests.support.pg import free_port
+from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
 
 
 class TestListenAddresses:
@@ -48,6 +51,22 @@ class TestListenAddresses:
             for host in ("127.0.0.1", "[::1]"):
                 async with http.get(f"http://{host}:{port}/version") as resp:
                     assert resp.status == 200
+
+    async def test_workers_bind_every_address(self, tmp_path: Path, aiohttp_server: Any) -> None:
+        """`memgov serve --workers 2` serves each listed address, not only the first."""
+        echo = await aiohttp_server(create_echo_app())
+        port = free_port()
+        config = gateway_config(tmp_path, str(echo.make_url("")).rstrip("/"))
+        config["listen"]["data"] = f"127.0.0.1:{port},[::1]:{port}"
+        path = write_config(tmp_path / "memgov.yaml", config)
+        log = tmp_path / "serve.log"
+        argv = [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", "2"]
+        with serving(argv, log=log, cwd=tmp_path) as proc:
+            await wait_ready(proc, url(config, "ops"), log)
+            async with aiohttp.ClientSession() as http:
+                for host in ("127.0.0.1", "[::1]"):
+                    async with http.get(f"http://{host}:{port}/version") as resp:
+                        assert resp.status == 200
 
 
 class TestEmbeddingEgress:
