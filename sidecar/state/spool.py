@@ -48,6 +48,10 @@ class AuditSpool:
     def __len__(self) -> int:
         return len(self._rows) + sum(self._counts.values())
 
+    def snapshot(self) -> tuple[list[tuple[Any, ...]], dict[CountKey, int]]:
+        """A copy of what waits: the audit rows and the refusal counts (for inspection; nothing is taken)."""
+        return list(self._rows), dict(self._counts)
+
     def _publish(self) -> None:
         metrics.AUDIT_SPOOLED.set(len(self))
 
