@@ -30,7 +30,7 @@ log = get_logger("server")
 
 #: Exit codes of `memgov serve` (stable; the orchestrator and operators read them).
 EXIT_CONFIG: Final = 2  # the configuration is invalid
-EXIT_SCHEMA: Final = 3  # the state schema is not one this release runs on (newer, or not migrated)
+EXIT_SCHEMA: Final = SchemaMismatch.EXIT_CODE  # the state schema is not one this release runs on
 EXIT_START: Final = 1  # anything else that stopped the start-up (a policy pack that does not load, …)
 
 
@@ -176,11 +176,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except SchemaMismatch as exc:
         # A rolled-back release on a schema a newer one migrated (or an unmigrated one with
         # auto_migrate off): refuse before serving anything, and say which versions.
-        log.error(
-            "state.schema_unknown" if exc.newer else "state.schema_not_migrated",
-            schema_version=exc.found,
-            supported=exc.supported,
-        )
+        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
         return EXIT_SCHEMA
     except (SettingsError, SecretError) as exc:
         log.error("server.start_failed", error_type=type(exc).__name__)

@@ -28,11 +28,11 @@ def _lines(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().split("\n")[:-1]]
 
 
-def _serve(config: dict[str, Any], workdir: Path, log: Path) -> subprocess.Popen[bytes]:
+def _serve(config: dict[str, Any], workdir: Path, log: Path, workers: int = 1) -> subprocess.Popen[bytes]:
     path = write_config(workdir / "memgov.yaml", config)
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "sidecar", "--config", str(path), "serve"],
+            [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", str(workers)],
             cwd=workdir,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -111,26 +111,39 @@ def _newer_release() -> tuple[Migration, ...]:
     return (*MIGRATIONS, Migration(LATEST + 1, "next_release", breaking))
 
 
+async def _newer_schema(db_file: Path) -> None:
+    db = await connect(f"sqlite:///{db_file}")
+    try:
+        await migrate(db, migrations=_newer_release())
+    finally:
+        await db.close()
+
+
 class TestSchema:
-    async def test_a_newer_schema_is_refused_with_its_own_exit_code(self, tmp_path: Path) -> None:
-        """A rolled-back release on a schema it cannot follow exits 3 with one JSON line naming both versions."""
-        db_file = tmp_path / "state.db"
-        db = await connect(f"sqlite:///{db_file}")
-        try:
-            await migrate(db, migrations=_newer_release())
-        finally:
-            await db.close()
+    @pytest.mark.parametrize("workers", [1, 2])
+    async def test_a_newer_schema_is_refused_with_its_own_exit_code(self, tmp_path: Path, workers: int) -> None:
+        """A rolled-back release on a schema it cannot follow exits 3 with a JSON line naming both versions
+        (with several workers, each says so and the supervisor ends with the same code)."""
+        await _newer_schema(tmp_path / "state.db")
         config = gateway_config(tmp_path, "http://127.0.0.1:9")
         log = tmp_path / "serve.log"
-        proc = _serve(config, tmp_path, log)
+        proc = _serve(config, tmp_path, log, workers)
         assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
-        (line,) = [x for x in _lines(log) if x["level"] == "error"]
-        assert (line["event"], line["schema_version"], line["supported"]) == (
-            "state.schema_unknown",
-            LATEST + 1,
-            LATEST,
-        )
+        refusals = [x for x in _lines(log) if x["event"] == "state.schema_unknown"]
+        assert refusals and all((x["schema_version"], x["supported"]) == (LATEST + 1, LATEST) for x in refusals)
         assert "Traceback" not in log.read_text()
+
+    def test_migrate_refuses_a_newer_schema_too(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`memgov state migrate` of an older release changes nothing on a newer schema and exits 3."""
+        asyncio.run(_newer_schema(tmp_path / "state.db"))
+        capsys.readouterr()  # what the newer release's migration logged
+        monkeypatch.setenv("MEMGOV_STATE__URL", f"sqlite:///{tmp_path / 'state.db'}")
+        assert main(["state", "migrate"]) == EXIT_SCHEMA
+        (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        found = (line["event"], line["schema_version"], line["supported"])
+        assert found == ("state.schema_unknown", LATEST + 1, LATEST)
 
     async def test_without_auto_migrate_an_unmigrated_store_is_refused(self, tmp_path: Path) -> None:
         """With state.auto_migrate false, serve does not migrate: a fresh store stops it with exit 3."""

@@ -23,8 +23,6 @@ from sidecar.state.store import StateStore, open_store
 from sidecar.state.types import SchemaMismatch, StateError
 
 _log = get_logger("state")
-#: ``memgov state migrate`` found a schema newer than this release runs on (as ``memgov serve``).
-EXIT_SCHEMA = 3
 
 
 def _run(action: Callable[[str], Coroutine[Any, Any, int]]) -> int:
@@ -71,8 +69,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         _log.error("state.migrate_failed", reason=exc.reason.value)
         return 1
     except SchemaMismatch as exc:
-        _log.error("state.schema_unknown", schema_version=exc.found, supported=exc.supported)
-        return EXIT_SCHEMA
+        _log.error(exc.event, schema_version=exc.found, supported=exc.supported)
+        return SchemaMismatch.EXIT_CODE
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
