@@ -8,13 +8,12 @@ reading that fails keeps the last figures, so they do not jump to zero while the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final
 
-from sidecar import metrics
+from sidecar import evloop, metrics
 from sidecar.logs import get_logger
 from sidecar.state.gauges import read_gauges
 from sidecar.state.types import StateError
@@ -46,10 +45,5 @@ async def sampling(store: Any, clock: Callable[[], datetime], interval_s: float 
             await sample_once(store, clock())
             await asyncio.sleep(interval_s)
 
-    task = asyncio.get_running_loop().create_task(loop())
-    try:
+    async with evloop.background(loop()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

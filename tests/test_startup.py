@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, Migration, mig
 from tests.support.harness import until
 from tests.support.pg import PgServer, start_pg
 from tests.support.sentinel import assert_absent, make_sentinel
-from tests.support.smoke import gateway_config, url, wait_ready, write_config
+from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
@@ -28,16 +27,11 @@ def _lines(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().split("\n")[:-1]]
 
 
-def _serve(config: dict[str, Any], workdir: Path, log: Path, workers: int = 1) -> subprocess.Popen[bytes]:
+def _serve(config: dict[str, Any], workdir: Path, log: Path, workers: int = 1) -> Any:
+    """`memgov serve` with this config, stopped (its whole process group) when the block ends."""
     path = write_config(workdir / "memgov.yaml", config)
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", str(workers)],
-            cwd=workdir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    argv = [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", str(workers)]
+    return serving(argv, log=log, cwd=workdir)
 
 
 @pytest.fixture
@@ -58,8 +52,7 @@ class TestStateDownAtStart:
         becomes ready once PostgreSQL answers."""
         config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
         log = tmp_path / "serve.log"
-        proc = _serve(config, tmp_path, log)
-        try:
+        with _serve(config, tmp_path, log) as proc:
 
             async def retried_twice() -> bool:
                 assert proc.poll() is None, log.read_text()
@@ -70,10 +63,6 @@ class TestStateDownAtStart:
             await wait_ready(proc, url(config, "ops"), log)
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(proc.wait, 30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         text = log.read_text()
         assert "Traceback" not in text and "127.0.0.1:" + str(halted_pg.port) not in text
         retries = [line for line in _lines(log) if line["event"] == "state.connect_failed"]
@@ -85,19 +74,14 @@ class TestStateDownAtStart:
         """SIGTERM while the store is still down stops the start-up cleanly: exit 0, JSON only."""
         config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
         log = tmp_path / "serve.log"
-        proc = _serve(config, tmp_path, log)
 
         async def retried() -> bool:
             return any(line["event"] == "state.connect_failed" for line in _lines(log))
 
-        try:
+        with _serve(config, tmp_path, log) as proc:
             await until(retried, timeout_s=60)
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(proc.wait, 30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         events = [line["event"] for line in _lines(log)]
         assert events[-2:] == ["server.start_aborted", "server.stopped"]
 
@@ -127,8 +111,8 @@ class TestSchema:
         await _newer_schema(tmp_path / "state.db")
         config = gateway_config(tmp_path, "http://127.0.0.1:9")
         log = tmp_path / "serve.log"
-        proc = _serve(config, tmp_path, log, workers)
-        assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
+        with _serve(config, tmp_path, log, workers) as proc:
+            assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
         refusals = [x for x in _lines(log) if x["event"] == "state.schema_unknown"]
         assert refusals and all((x["schema_version"], x["supported"]) == (LATEST + 1, LATEST) for x in refusals)
         assert "Traceback" not in log.read_text()
@@ -149,8 +133,8 @@ class TestSchema:
         """With state.auto_migrate false, serve does not migrate: a fresh store stops it with exit 3."""
         config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"auto_migrate": False})
         log = tmp_path / "serve.log"
-        proc = _serve(config, tmp_path, log)
-        assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
+        with _serve(config, tmp_path, log) as proc:
+            assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
         (line,) = [x for x in _lines(log) if x["level"] == "error"]
         assert (line["event"], line["schema_version"]) == ("state.schema_not_migrated", 0)
 

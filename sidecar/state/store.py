@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+from sidecar import evloop
 from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
@@ -87,13 +88,8 @@ class StateStore(
     @asynccontextmanager
     async def watched(self, interval_s: float) -> AsyncIterator[None]:
         """Check the store's health in the background while the context is open (see ``health.py``)."""
-        task = asyncio.get_running_loop().create_task(self.health.watch(self.ping, interval_s, self._recovered))
-        try:
+        async with evloop.background(self.health.watch(self.ping, interval_s, self._recovered)):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def close(self) -> None:
         """Replay what is spooled when the store answers, count what cannot be, close every connection."""

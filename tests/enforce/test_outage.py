@@ -9,7 +9,7 @@ nothing was dropped from a spool.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +21,10 @@ from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
 from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, until, write_keys
-from tests.support.pg import PgServer, start_pg
+from tests.support.pg import PgServer
 from tests.support.procs import GatewayProcess, Pair, process_settings, two_gateways
 
 NOMEM = AGENT.split("/")[0] + "/helper-nomem"  # the harness's disabled_variant
-
-
-@pytest.fixture
-def own_pg() -> Iterator[PgServer]:
-    """A PostgreSQL server of this test alone: the test stops it and starts it again."""
-    server = start_pg(max_connections=60)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -150,7 +140,8 @@ class TestStateStoreOutage:
         audited = [d for d in refusals if d in rows]
         assert len(audited) + counted == len(refusals) == 6
         # And memory works again.
-        assert (await save(pair.b, "likes coffee")).status == 201
+        again = await save(pair.b, "likes coffee")
+        assert again.status == 201, again.headers["X-Memgov-Decision"]
 
     @staticmethod
     async def _down(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -11,23 +10,13 @@ from prometheus_client import REGISTRY
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore, open_store
 from sidecar.state.spool import AuditSpool
-from tests.support.pg import PgServer, start_pg
+from tests.support.pg import PgServer
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.state import NOW, new_scope
 
 
 def _sample(name: str, labels: dict[str, str] | None = None) -> float:
     return REGISTRY.get_sample_value(name, labels or {}) or 0.0
-
-
-@pytest.fixture
-def own_pg() -> Iterator[PgServer]:
-    """A PostgreSQL server of this test alone, since the test stops and restarts it."""
-    server = start_pg(max_connections=30)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class TestOutage:
