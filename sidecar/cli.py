@@ -16,6 +16,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+import structlog
+
+from sidecar.logs import configure_logging, get_logger
+
 #: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
 COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.server",
@@ -48,12 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit code of a command that failed in a way it does not report itself (never a traceback).
+EXIT_FAILED = 70
+#: Exit code after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = getattr(args, "config_after", None) or args.config
     if config:
         os.environ["MEMGOV_CONFIG"] = config
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - SECURITY: a traceback can quote configuration, requests or upstream text
+        if not structlog.is_configured():
+            configure_logging()
+        get_logger("cli").error("command.failed", error_type=type(exc).__name__)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

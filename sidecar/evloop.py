@@ -1,9 +1,12 @@
-"""The event loop memgov runs on: uvloop when it is installed (``memgov[fast]``), asyncio's own otherwise."""
+"""The event loop memgov runs on: uvloop when it is installed (``memgov[fast]``), asyncio's own otherwise;
+and the one way a long-lived background loop is tied to a ``with`` block."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,3 +30,15 @@ def name() -> str:
         return "asyncio"
     version: str = getattr(uvloop, "__version__", "?")
     return f"uvloop {version}"
+
+
+@asynccontextmanager
+async def background(coro: Coroutine[Any, Any, object]) -> AsyncIterator[None]:
+    """Run ``coro`` as a task while the block runs; cancel it and wait for it on the way out."""
+    task = asyncio.get_running_loop().create_task(coro)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -8,6 +8,8 @@ this module knows how it is built.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,12 +26,18 @@ from sidecar.contentstore.rotator import Rotator
 from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier, load_verifier
+from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime, load_limits
 from sidecar.policy.model import Deployment, Limits
+from sidecar.reasons import Reason
 from sidecar.settings import Settings
-from sidecar.state import StateStore, open_store
+from sidecar.state import StateError, StateStore, open_store
 from sidecar.upstream import MEMGOV_USER, KagentBearer, make_session
+
+log = get_logger("governance")
+#: Longest wait between two attempts to reach a state store that does not answer at start-up.
+_CONNECT_BACKOFF_MAX_S = 30.0
 
 
 def utcnow() -> datetime:
@@ -124,7 +132,7 @@ def make_rotator(
         for ref, a in settings.agents.items()
         if a.embedding_model is not None
     }
-    provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s)
+    provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s, trust_env=up.embedding_trust_env)
     return Rotator(
         session,
         up.controller_url,
@@ -151,13 +159,49 @@ def rotation_check(gov: Governance) -> ReadyCheck:
     return check
 
 
+async def open_state(settings: Settings) -> StateStore:
+    """Open (and migrate, unless told not to) the state store, waiting with backoff while it does not answer.
+
+    Nothing is served meanwhile; a signal ends the wait (``server.serve``). A schema this release
+    cannot run on is not waited for: SchemaMismatch is raised at once.
+    """
+    url = settings.state_url()
+    backend = "postgresql" if url.startswith("postgres") else "sqlite"
+    delay, attempt = 0.5, 0
+    while True:
+        attempt += 1
+        try:
+            return await open_store(
+                url,
+                pool_size=settings.state.pool_size,
+                auto_migrate=settings.state.auto_migrate,
+                spool_rows=settings.audit.spool_records,
+            )
+        except StateError as exc:
+            if exc.reason is not Reason.STATE_UNAVAILABLE:
+                raise
+        # Jitter, so replicas restarted together do not knock in step.
+        wait = delay * random.uniform(0.75, 1.25)
+        log.warning("state.connect_failed", backend=backend, attempt=attempt, retry_in_ms=round(wait * 1000))
+        await asyncio.sleep(wait)
+        delay = min(delay * 2, _CONNECT_BACKOFF_MAX_S)
+
+
 @asynccontextmanager
 async def governance(
     settings: Settings, readiness: Readiness, *, clock: Callable[[], datetime] | None = None
 ) -> AsyncIterator[Governance]:
-    """Open the state store, start the policy runtime, load keys; register readiness checks."""
-    store = await open_store(settings.state_url(), pool_size=settings.state.pool_size)
-    policy = await PolicyRuntime.start(settings.policy)
+    """Open the state store, start the policy runtime, load keys; register readiness checks.
+
+    Readiness means "can serve traffic": a state store that stops answering degrades memory (SPEC
+    D6) but leaves the gateway ready; the check reports whether the store answers.
+    """
+    store = await open_state(settings)
+    try:
+        policy = await PolicyRuntime.start(settings.policy)
+    except BaseException:
+        await store.close()
+        raise
     # Erasure calls are memgov's own, short and bounded like governed memory calls.
     cfg = settings.upstream
     session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
@@ -177,14 +221,14 @@ async def governance(
     )
 
     async def state_ready() -> tuple[bool, dict[str, object]]:
-        await store.ping()
-        return True, {"backend": store.backend}
+        return True, {"backend": store.backend, "available": store.health.available}
 
     readiness.checks["policy"] = policy.ready_check
     readiness.checks["state"] = state_ready
     readiness.checks["rotation"] = rotation_check(gov)
     try:
-        yield gov
+        async with store.watched(settings.state.check_interval_s):
+            yield gov
     finally:
         for name in ("policy", "state", "rotation"):
             readiness.checks.pop(name, None)

@@ -4,6 +4,9 @@ Only known keys survive, and each known key only with a value of its declared sh
 opaque ids, counts, durations, route templates. Unknown keys are dropped; a malformed event name
 or any failure inside the sanitizer drops the whole event. Library log records (aiohttp, asyncio)
 are reduced to their logger name and level; their message and traceback never pass.
+
+A line emitted inside an OpenTelemetry span carries that span's ``trace_id`` and ``span_id``, so
+a log line leads to its trace and back.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, MutableMapping, Set
 from typing import Any, Final, TextIO
 
 import structlog
+from opentelemetry.trace import get_current_span
 from structlog.typing import EventDict, WrappedLogger
 
 from sidecar.reasons import REASON_VALUES
@@ -101,6 +105,11 @@ ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
     "pid": _int,
     "duration_ms": _num,
     "upstream_ms": _num,
+    "retry_in_ms": _num,
+    "schema_version": _int,
+    "supported": _int,
+    "trace_id": _match(re.compile(r"^[0-9a-f]{32}$")),
+    "span_id": _match(re.compile(r"^[0-9a-f]{16}$")),
     "error_type": _match(_TYPE_NAME),
     "listener": _code,
 }
@@ -140,6 +149,23 @@ class AllowListSanitizer:
             raise structlog.DropEvent from None
 
 
+class TraceIds:
+    """Adds the current span's ``trace_id`` and ``span_id`` (W3C hex) to an event emitted inside one.
+
+    Args:
+        none.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        ctx = get_current_span().get_span_context()
+        if ctx.is_valid:
+            event_dict["trace_id"] = format(ctx.trace_id, "032x")
+            event_dict["span_id"] = format(ctx.span_id, "016x")
+        return event_dict
+
+
 class ForeignRecordReducer:
     """Turns a stdlib log record into ``library_log`` with its logger name; the message is dropped.
 
@@ -161,6 +187,7 @@ def _shared_processors() -> list[Any]:
     return [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        TraceIds(),
     ]
 
 
@@ -177,7 +204,8 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
             structlog.processors.JSONRenderer(sort_keys=True),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.WriteLoggerFactory(file=out),
+        # None: each logger writes to sys.stdout as it is when the logger is made, not as it was now.
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(out)

@@ -47,15 +47,28 @@ ROTATIONS = Counter(
     "memgov_rotations_total", "Namespace rotations (exact erasure over REST) that ended, by outcome.", ["outcome"]
 )
 AUDIT_WRITES = Counter("memgov_audit_records_total", "Content-free audit records written.", ["kind"])
+AUDIT_SPOOLED = Gauge(
+    "memgov_audit_spool_records",
+    "Audit records and counted refusals kept locally while the state store is down, waiting to be replayed.",
+    multiprocess_mode="livesum",
+)
+AUDIT_SPOOL_DROPPED = Counter(
+    "memgov_audit_spool_dropped_total",
+    "Audit records (kind audit) and counted refusals (kind refusal_count) lost: the spool was full, or the"
+    " process stopped before the state store came back.",
+    ["kind"],
+)
 
-# Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.
-# With several workers (sidecar/workers.py) a gauge is merged over the live ones: the store is down
-# when any worker found it down, a backlog is the largest any worker read.
-STATE_UP = Gauge(
-    "memgov_state_store_up",
-    "1 when the state store answered the last reading, 0 when it did not.",
+# Set by the state store's health check (sidecar/state/health.py). With several workers
+# (sidecar/workers.py) it is merged over the live ones: the store is down when any worker found it down.
+STATE_AVAILABLE = Gauge(
+    "memgov_state_available",
+    "1 while the state store answers its health check, 0 while it does not (memory degrades, chat goes on).",
     multiprocess_mode="livemin",
 )
+
+# Read from the state store every few seconds (sidecar/sampler.py); every replica reports the same store.
+# A backlog is the largest any worker read.
 ERASURES = Gauge(
     "memgov_erasures", "Erasure records in the state store by state.", ["state"], multiprocess_mode="livemax"
 )

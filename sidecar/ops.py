@@ -1,7 +1,9 @@
 """Operations listener: ``/metrics``, ``/healthz`` (process alive) and ``/readyz``.
 
-Readiness is the conjunction of registered checks (policy pack loaded and validated, state store
-answering, …); each check reports a short code and, for the policy, the pack revision.
+Readiness means "can serve traffic": the conjunction of registered checks (the policy pack loaded
+and validated, …); each check reports a short code and, for the policy, the pack revision. The
+state store's check reports whether it answers without failing readiness: without it memory
+degrades (SPEC D6) and everything else is still served.
 """
 
 from __future__ import annotations

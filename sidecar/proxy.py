@@ -92,9 +92,9 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Classify, time, count and log every request; turn failures into content-free errors."""
     started = time.perf_counter()
-    with tracing.span("memgov.classify") as traced:
+    with tracing.span("memgov.classify"):
         match = classify(request.method, request.raw_path)
-        traced.set(route_class=match.cls.value, route=match.template)
+    tracing.annotate(route_class=match.cls.value, route=match.template)  # on the request's SERVER span
     request[MATCH] = match
     request[DECISION_ID] = new_decision_id()
     resp: web.StreamResponse
@@ -206,7 +206,12 @@ def create_data_app(
         app[MEMORY] = Upstream("memory", cfg.controller_url, sessions[1])
         if cfg.embedding_url:
             sessions.append(
-                make_session(cfg, pool_size=cfg.embedding_pool_size, total_timeout_s=cfg.embedding_timeout_s)
+                make_session(
+                    cfg,
+                    pool_size=cfg.embedding_pool_size,
+                    total_timeout_s=cfg.embedding_timeout_s,
+                    trust_env=cfg.embedding_trust_env,
+                )
             )
             app[EMBEDDING] = Upstream("embedding", cfg.embedding_url, sessions[2])
         yield

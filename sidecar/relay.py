@@ -14,7 +14,6 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar import tracing
 from sidecar.reasons import Reason, Refusal, error_body
 from sidecar.routes import RouteMatch
 from sidecar.settings import Settings
@@ -131,10 +130,7 @@ async def forward(
         data = _request_body(request)
     else:
         out.popall("Content-Length", None)
-    async with (
-        tracing.span("memgov.forward", upstream=upstream.name),
-        upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp,
-    ):
+    async with upstream.request(request.method, path or request.raw_path, headers=out, data=data) as resp:
         if replace_errors and resp.status >= 400:
             # SECURITY: kagent and provider error texts can carry DB errors or memory text.
             resp.release()

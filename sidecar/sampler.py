@@ -1,20 +1,19 @@
 """Publishes content-free figures of the state store as metrics, read every few seconds.
 
-Erasures by state and the age of the oldest unfinished one, the sweeper's expiry backlog, and
-whether the store answers at all. A reading that fails sets the store down and keeps the last
-figures: an alert on the store fires, the other figures do not jump to zero.
+Erasures by state and the age of the oldest unfinished one, and the sweeper's expiry backlog. A
+reading that fails keeps the last figures, so they do not jump to zero while the store is down
+(``memgov_state_available``, set by the store's health check, says so).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final
 
-from sidecar import metrics
+from sidecar import evloop, metrics
 from sidecar.logs import get_logger
 from sidecar.state.gauges import read_gauges
 from sidecar.state.types import StateError
@@ -28,10 +27,8 @@ async def sample_once(store: Any, now: datetime) -> bool:
     try:
         gauges = await read_gauges(store.db, now)
     except StateError:
-        metrics.STATE_UP.set(0)
         log.warning("state.sample_failed", backend=store.backend)
         return False
-    metrics.STATE_UP.set(1)
     for state, count in gauges.erasures.items():
         metrics.ERASURES.labels(state).set(count)
     metrics.ERASURE_OLDEST_UNFINISHED.set(gauges.oldest_unfinished_erasure_s)
@@ -48,10 +45,5 @@ async def sampling(store: Any, clock: Callable[[], datetime], interval_s: float 
             await sample_once(store, clock())
             await asyncio.sleep(interval_s)
 
-    task = asyncio.get_running_loop().create_task(loop())
-    try:
+    async with evloop.background(loop()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final, Literal
 
 from aiohttp import web
 
@@ -21,9 +22,16 @@ from sidecar.logs import configure_logging, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
 from sidecar.sampler import sampling
+from sidecar.secretfile import SecretError
 from sidecar.settings import Settings, SettingsError, load_settings
+from sidecar.state.types import SchemaMismatch
 
 log = get_logger("server")
+
+#: Exit codes of `memgov serve` (stable; the orchestrator and operators read them).
+EXIT_CONFIG: Final = 2  # the configuration is invalid
+EXIT_SCHEMA: Final = SchemaMismatch.EXIT_CODE  # the state schema is not one this release runs on
+EXIT_START: Final = 1  # anything else that stopped the start-up (a policy pack that does not load, …)
 
 
 @dataclass
@@ -48,7 +56,8 @@ class Gateway:
         return self.urls["control"]
 
 
-async def _start(app: web.Application, host: str, port: int, name: str, gw: Gateway) -> None:
+async def _start(app: web.Application, name: Literal["data", "control", "ops"], gw: Gateway) -> None:
+    """Serve ``app`` on every address of one listener (``0.0.0.0:8080,[::]:8080`` binds both families)."""
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
     runner = ContentFreeRunner(
@@ -59,17 +68,21 @@ async def _start(app: web.Application, host: str, port: int, name: str, gw: Gate
         auto_decompress=False,
     )
     await runner.setup()
-    # Workers of `memgov serve --workers N` bind the same ports; the kernel spreads connections.
-    site = web.TCPSite(
-        runner, host, port, backlog=1024, reuse_address=True, reuse_port=gw.settings.listen.workers > 1 or None
-    )
-    await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]  # the bound port when port=0
-    bound_host, bound_port = sock.getsockname()[:2]
-    shown = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
     gw.runners.append(runner)
-    gw.urls[name] = f"http://{shown}:{bound_port}"
-    log.info("listener.started", listener=name, port=int(bound_port))
+    for host, port in gw.settings.listen.addresses(name):
+        # Workers of `memgov serve --workers N` bind the same ports; the kernel spreads connections.
+        # asyncio sets IPV6_V6ONLY on an IPv6 socket, so [::]:P and 0.0.0.0:P bind side by side.
+        site = web.TCPSite(
+            runner, host, port, backlog=1024, reuse_address=True, reuse_port=gw.settings.listen.workers > 1 or None
+        )
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]  # the bound port when port=0
+        bound_host, bound_port = sock.getsockname()[:2]
+        if name not in gw.urls:
+            shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bound_host, bound_host)
+            shown = f"[{shown}]" if ":" in shown else shown
+            gw.urls[name] = f"http://{shown}:{bound_port}"
+        log.info("listener.started", listener=name, port=int(bound_port))
 
 
 @asynccontextmanager
@@ -92,9 +105,9 @@ async def running_gateway(
         data = create_data_app(settings, handlers=governed_handlers(), middlewares=governed_middlewares())
         data[GOVERNANCE] = gov
         try:
-            await _start(data, *settings.listen.address("data"), "data", gw)
-            await _start(control, *settings.listen.address("control"), "control", gw)
-            await _start(create_ops_app(readiness), *settings.listen.address("ops"), "ops", gw)
+            await _start(data, "data", gw)
+            await _start(control, "control", gw)
+            await _start(create_ops_app(readiness), "ops", gw)
             yield gw
         finally:
             for runner in reversed(gw.runners):
@@ -151,14 +164,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
     except SettingsError as exc:
         print(f"memgov: {exc}")
-        return 2
+        return EXIT_CONFIG
     configure_logging(settings.log.level)
     workers = args.workers or settings.listen.workers
-    if workers > 1:
-        from sidecar.workers import supervise
+    try:
+        if workers > 1:
+            from sidecar.workers import supervise
 
-        return evloop.run(supervise(settings, workers, serve))
-    evloop.run(serve(settings))
+            return evloop.run(supervise(settings, workers, serve))
+        evloop.run(serve(settings))
+    except SchemaMismatch as exc:
+        # A rolled-back release on a schema a newer one migrated (or an unmigrated one with
+        # auto_migrate off): refuse before serving anything, and say which versions.
+        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
+        return EXIT_SCHEMA
+    except (SettingsError, SecretError) as exc:
+        log.error("server.start_failed", error_type=type(exc).__name__)
+        return EXIT_CONFIG
     return 0
 
 

@@ -35,10 +35,20 @@ class SettingsError(Exception):
 
 
 def _parse_hostport(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
+    host, sep, port = value.strip().rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("expected HOST:PORT or :PORT")
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise ValueError("an IPv6 address is written in brackets: [::]:8080")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_listen(value: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT…]`` → the addresses to bind (``[::]:8080`` for IPv6), at least one, no repeats."""
+    addresses = [_parse_hostport(part) for part in value.split(",")]
+    if len(set(addresses)) != len(addresses):
+        raise ValueError("an address is listed twice")
+    return addresses
 
 
 class _Section(BaseModel):
@@ -70,6 +80,11 @@ class UpstreamSettings(_Section):
         " entries for a namespace rotation (agents' own calls keep their key).",
     )
     embedding_pool_size: int = Field(32, ge=1, description="Separate connection pool for embedding calls.")
+    embedding_trust_env: bool = Field(
+        False,
+        description="Reach the embedding provider through the proxy named by HTTPS_PROXY/HTTP_PROXY/NO_PROXY (and"
+        " netrc credentials), as aiohttp's trust_env does; kagent is always reached directly.",
+    )
     embedding_timeout_s: float = Field(30.0, gt=0, le=300, description="Whole-request embedding timeout, seconds.")
     kagent_auth_mode: Literal["unsecure", "trusted-proxy"] = Field(
         "unsecure", description="kagent's --auth-mode; decides how the session key is carried on an invocation."
@@ -85,9 +100,15 @@ class UpstreamSettings(_Section):
 
 
 class ListenSettings(_Section):
-    data: str = Field("0.0.0.0:8080", description="Data-plane listener (kagent controller API in front).")
-    control: str = Field("0.0.0.0:8081", description="Control API listener.")
-    ops: str = Field("0.0.0.0:9090", description="Operations listener: /metrics, /healthz, /readyz.")
+    data: str = Field(
+        "0.0.0.0:8080",
+        description="Data-plane listener (kagent controller API in front); a comma-separated list binds each"
+        " address, e.g. 0.0.0.0:8080,[::]:8080 for both address families.",
+    )
+    control: str = Field("0.0.0.0:8081", description="Control API listener (one address or a comma-separated list).")
+    ops: str = Field(
+        "0.0.0.0:9090", description="Operations listener: /metrics, /healthz, /readyz (one address or a list)."
+    )
     max_body_bytes: int = Field(
         4 * 1024 * 1024, ge=1024, description="Largest request body accepted on the data plane (413 above)."
     )
@@ -114,18 +135,34 @@ class ListenSettings(_Section):
     @field_validator("data", "control", "ops")
     @classmethod
     def _hostport(cls, v: str) -> str:
-        _parse_hostport(v)
+        parse_listen(v)
         return v
 
+    def addresses(self, name: Literal["data", "control", "ops"]) -> list[tuple[str, int]]:
+        """Every (host, port) one listener binds."""
+        return parse_listen(getattr(self, name))
+
     def address(self, name: Literal["data", "control", "ops"]) -> tuple[str, int]:
-        """Return (host, port) of one listener."""
-        return _parse_hostport(getattr(self, name))
+        """The first (host, port) of one listener: where a local client reaches it."""
+        return self.addresses(name)[0]
 
 
 class StateSettings(_Section):
     url: str = Field("sqlite:///./.memgov/state.db", description="State store: sqlite:///path or postgresql://…")
     url_file: Path | None = Field(None, description="File holding the state URL (overrides url; for credentials).")
     pool_size: int = Field(10, ge=1, description="PostgreSQL connection pool size.")
+    auto_migrate: bool = Field(
+        True,
+        description="`memgov serve` applies pending schema migrations as it starts; false: it only checks the"
+        " schema and refuses to start on one that is not migrated (`memgov state migrate` runs them).",
+    )
+    check_interval_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="How often a running gateway checks that the state store answers (every second while it"
+        " does not, and at once when a call failed as if it were gone).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -262,6 +299,13 @@ class EnforceSettings(_Section):
 class AuditSettings(_Section):
     retention_days: int = Field(
         90, ge=1, le=3650, description="Audit records older than this are purged by the sweeper (own window, R-15)."
+    )
+    spool_records: int = Field(
+        10_000,
+        ge=0,
+        le=1_000_000,
+        description="Audit records kept in memory while the state store is down and written when it is back;"
+        " beyond this they are counted in memgov_audit_spool_dropped_total.",
     )
 
 

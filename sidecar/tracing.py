@@ -6,6 +6,13 @@ query, token or upstream body can reach a collector. Exceptions are recorded as 
 an error status, never their message or traceback. From a caller only ``traceparent`` is read
 (trace and span ids, the sampled flag); ``tracestate`` and baggage, which are free text, are not.
 
+What an SRE's tools expect: the request span is a SERVER span, each upstream call a CLIENT span,
+and attributes with an OpenTelemetry semantic convention carry its name (``http.request.method``,
+``http.response.status_code``, ``http.route``, ``server.address``, ``server.port``,
+``error.type``). ``url.path`` is not recorded: a raw path is caller-chosen text, ``http.route`` is
+the classified template. The resource takes ``OTEL_RESOURCE_ATTRIBUTES`` (the chart sets
+``k8s.*`` there from the downward API) under memgov's ``service.name``.
+
     with span("memgov.decide", operation=op.value) as s:      # also `async with`
         ...
         s.set(action=decision.action.value)
@@ -29,7 +36,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Span, Status, StatusCode, Tracer, get_current_span
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar.logs import ALLOWED
@@ -47,15 +54,41 @@ class _State:
     provider: TracerProvider | None = None
 
 
+#: Allow-listed keys recorded under their OpenTelemetry semantic-convention name.
+SEMCONV: Final = {
+    "method": "http.request.method",
+    "status": "http.response.status_code",
+    "route": "http.route",
+    "server_address": "server.address",
+    "server_port": "server.port",
+    "error_type": "error.type",
+}
+_SERVER_ADDRESS: Final = re.compile(r"^[A-Za-z0-9.\-:\[\]]{1,253}$")
+
+
 def _clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attrs.items():
-        check = ALLOWED.get(key)
+        check = _SERVER_KEYS.get(key) or ALLOWED.get(key)
         # SECURITY: only allow-listed keys with values of their declared shape reach a collector.
         if value is None or key == "event" or check is None or not check(value):
             continue
-        out[key] = list(value) if isinstance(value, (list, tuple)) else value
+        if key == "method" and value == "OTHER":
+            value = "_OTHER"  # the convention's name for a method outside the known set
+        out[SEMCONV.get(key, key)] = list(value) if isinstance(value, (list, tuple)) else value
     return out
+
+
+def _server_address(value: Any) -> bool:
+    # An upstream's configured host name (operator configuration, never request text).
+    return isinstance(value, str) and _SERVER_ADDRESS.fullmatch(value) is not None
+
+
+def _server_port(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
+_SERVER_KEYS: Final[dict[str, Callable[[Any], bool]]] = {"server_address": _server_address, "server_port": _server_port}
 
 
 class SpanHandle:
@@ -77,10 +110,17 @@ _OFF: Final = SpanHandle(None)
 class span:
     """A span around a block, child of the current span (or of ``parent``'s traceparent header)."""
 
-    __slots__ = ("_attrs", "_cm", "_name", "_parent", "_span")
+    __slots__ = ("_attrs", "_cm", "_kind", "_name", "_parent", "_span")
 
-    def __init__(self, name: str, *, parent: Mapping[str, str] | None = None, **attrs: Any) -> None:
-        self._name, self._parent, self._attrs = name, parent, attrs
+    def __init__(
+        self,
+        name: str,
+        *,
+        parent: Mapping[str, str] | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        **attrs: Any,
+    ) -> None:
+        self._name, self._parent, self._kind, self._attrs = name, parent, kind, attrs
         self._cm: Any = None
         self._span: Span | None = None
 
@@ -94,6 +134,7 @@ class span:
         self._cm = tracer.start_as_current_span(
             self._name,
             context=context,
+            kind=self._kind,
             attributes=_clean(self._attrs),
             record_exception=False,
             set_status_on_exception=False,
@@ -151,7 +192,7 @@ def annotate(**attrs: Any) -> None:
 async def trace_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The root span of each data-plane request, continuing the caller's trace when it sent one."""
     method = request.method if ALLOWED["method"](request.method) else "OTHER"
-    with span("memgov.request", parent=request.headers, method=method) as root:
+    with span("memgov.request", parent=request.headers, kind=SpanKind.SERVER, method=method) as root:
         response = await handler(request)
         root.set(status=response.status)
         return response

@@ -18,6 +18,7 @@ import aiohttp
 import jwt
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+from opentelemetry.trace import SpanKind
 from yarl import URL
 
 from sidecar import metrics, tracing
@@ -125,35 +126,46 @@ class Upstream:
         headers: CIMultiDict[str],
         data: object = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """Send one request; yield the response once headers arrive; map failures to UpstreamUnavailable."""
-        tracing.inject(headers)  # W3C traceparent: kagent and providers join memgov's trace (tracing on)
-        skip = [h for h in _AUTO_HEADERS if h not in headers]
-        started = time.perf_counter()
-        try:
-            cm = self.session.request(
-                method,
-                self.url(raw_path_and_query),
-                headers=headers,
-                data=data,
-                skip_auto_headers=skip,
-                allow_redirects=False,
-            )
-            resp = await cm.__aenter__()
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            if (refused := _refusal_in_chain(exc)) is not None:
-                raise refused from None
-            metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()
-            raise UpstreamUnavailable(timeout=True) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            if (refused := _refusal_in_chain(exc)) is not None:
-                raise refused from None
-            metrics.UPSTREAM_FAILURES.labels(self.name, "connect").inc()
-            raise UpstreamUnavailable(timeout=False, sent=not isinstance(exc, aiohttp.ClientConnectorError)) from None
-        metrics.UPSTREAM_SECONDS.labels(self.name).observe(time.perf_counter() - started)
-        try:
-            yield resp
-        finally:
-            await cm.__aexit__(None, None, None)
+        """Send one request; yield the response once headers arrive; map failures to UpstreamUnavailable.
+
+        The exchange is a CLIENT span (memgov.forward) naming the upstream, its host and port, the
+        method and the status; kagent and providers join it through ``traceparent``.
+        """
+        url = self.url(raw_path_and_query)
+        async with tracing.span(
+            "memgov.forward",
+            kind=SpanKind.CLIENT,
+            upstream=self.name,
+            method=method,
+            server_address=url.host,
+            server_port=url.port,
+        ) as client:
+            tracing.inject(headers)  # W3C traceparent: kagent and providers join memgov's trace (tracing on)
+            skip = [h for h in _AUTO_HEADERS if h not in headers]
+            started = time.perf_counter()
+            try:
+                cm = self.session.request(
+                    method, url, headers=headers, data=data, skip_auto_headers=skip, allow_redirects=False
+                )
+                resp = await cm.__aenter__()
+            except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+                if (refused := _refusal_in_chain(exc)) is not None:
+                    raise refused from None
+                metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()
+                raise UpstreamUnavailable(timeout=True) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                if (refused := _refusal_in_chain(exc)) is not None:
+                    raise refused from None
+                metrics.UPSTREAM_FAILURES.labels(self.name, "connect").inc()
+                raise UpstreamUnavailable(
+                    timeout=False, sent=not isinstance(exc, aiohttp.ClientConnectorError)
+                ) from None
+            metrics.UPSTREAM_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+            client.set(status=resp.status)
+            try:
+                yield resp
+            finally:
+                await cm.__aexit__(None, None, None)
 
 
 class KagentBearer:
@@ -180,9 +192,16 @@ MEMGOV_USER: Final = "memgov"
 
 
 def make_session(
-    cfg: UpstreamSettings, *, pool_size: int | None = None, total_timeout_s: float | None = None
+    cfg: UpstreamSettings,
+    *,
+    pool_size: int | None = None,
+    total_timeout_s: float | None = None,
+    trust_env: bool = False,
 ) -> aiohttp.ClientSession:
-    """Create one pooled client session; each traffic group gets its own (see docs/boundary.md)."""
+    """Create one pooled client session; each traffic group gets its own (see docs/boundary.md).
+
+    ``trust_env`` (the embedding provider's sessions, when configured) follows the proxy environment.
+    """
     timeout = aiohttp.ClientTimeout(
         total=total_timeout_s or cfg.total_timeout_s, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
     )
@@ -193,6 +212,7 @@ def make_session(
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent",),
+        trust_env=trust_env,
     )
 
 

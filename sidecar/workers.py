@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -32,6 +33,7 @@ from typing import Any
 from sidecar import evloop
 from sidecar.logs import configure_logging, get_logger
 from sidecar.settings import Settings, load_settings
+from sidecar.state.types import SchemaMismatch
 
 log = get_logger("workers")
 _LISTENERS = ("data", "control", "ops")
@@ -48,6 +50,8 @@ def _hold(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as asyncio's listeners: [::]:P beside 0.0.0.0:P
     sock.bind((host, port))
     return sock
 
@@ -71,7 +75,14 @@ def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     settings = load_settings(**config)
     configure_logging(settings.log.level)
-    evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
+    try:
+        evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
+    except SchemaMismatch as exc:
+        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
+        sys.exit(exc.EXIT_CODE)  # the supervisor ends with the same code
+    except Exception as exc:  # noqa: BLE001 - SECURITY: a traceback can quote configuration or upstream text
+        log.error("server.start_failed", error_type=type(exc).__name__)
+        sys.exit(1)
 
 
 def _die_with(supervisor: int) -> None:
@@ -91,7 +102,11 @@ class Workers:
 
 
 class WorkerExited(RuntimeError):
-    """A worker ended (or never started) while the gateway needed it."""
+    """A worker ended (or never started) while the gateway needed it; ``exitcode`` is its own, when known."""
+
+    def __init__(self, message: str, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
 
 
 class StartAborted(RuntimeError):
@@ -108,8 +123,8 @@ async def running_workers(
     within the start timeout) and :class:`StartAborted` when ``abort`` is set meanwhile; either
     way the workers already started are stopped first.
     """
-    held = {name: _hold(*settings.listen.address(name)) for name in _LISTENERS}  # type: ignore[arg-type]
-    listen = {name: _hostport(sock.getsockname()[0], sock.getsockname()[1]) for name, sock in held.items()}
+    held = {name: [_hold(*a) for a in settings.listen.addresses(name)] for name in _LISTENERS}  # type: ignore[arg-type]
+    listen = {name: ",".join(_hostport(*sock.getsockname()[:2]) for sock in socks) for name, socks in held.items()}
     config = settings.model_dump(mode="json")
     config["listen"] = {**config["listen"], **listen, "workers": count}
     ctx = multiprocessing.get_context("spawn")
@@ -128,12 +143,14 @@ async def running_workers(
                 readiness.append(parent)
             await _until_ready(processes, readiness, abort)
             log.info("workers.started", count=count)
-            shown = {name: "http://" + (value.replace("0.0.0.0", "127.0.0.1", 1)) for name, value in listen.items()}
+            first = {name: value.split(",")[0] for name, value in listen.items()}
+            shown = {name: "http://" + value.replace("0.0.0.0", "127.0.0.1", 1) for name, value in first.items()}
             yield Workers(shown, processes)
         finally:
             await asyncio.to_thread(_stop, processes)
-            for sock in held.values():
-                sock.close()
+            for socks in held.values():
+                for sock in socks:
+                    sock.close()
 
 
 async def _until_ready(processes: list[BaseProcess], readiness: list[Connection], abort: asyncio.Event | None) -> None:
@@ -148,13 +165,15 @@ async def _until_ready(processes: list[BaseProcess], readiness: list[Connection]
     while waiting:
         if abort is not None and abort.is_set():
             raise StartAborted("stopped during start-up")
-        if any(proc.exitcode is not None for proc in processes):
-            raise WorkerExited("a worker exited during start-up")
+        if exited := [proc.exitcode for proc in processes if proc.exitcode is not None]:
+            raise WorkerExited("a worker exited during start-up", exited[0])
         for conn in [conn for conn in waiting if conn.poll(0)]:
             try:
                 conn.recv()
             except EOFError:
-                raise WorkerExited("a worker exited during start-up") from None
+                proc = processes[readiness.index(conn)]
+                await asyncio.to_thread(proc.join, 5)
+                raise WorkerExited("a worker exited during start-up", proc.exitcode) from None
             waiting.remove(conn)
         if not waiting:
             return
@@ -220,9 +239,10 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
                 loop.remove_reader(proc.sentinel)
     except StartAborted:
         return 0
-    except WorkerExited:
+    except WorkerExited as exc:
         log.error("workers.worker_exited", count=count, step="start")
-        return 1
+        # A schema this release cannot run on ends the gateway with its own code, as with one process.
+        return SchemaMismatch.EXIT_CODE if exc.exitcode == SchemaMismatch.EXIT_CODE else 1
     if died.is_set() and not stop.is_set():
         log.error("workers.worker_exited", count=count, step="serve")
         return 1

@@ -99,6 +99,16 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
+def own_pg() -> Iterator[PgServer]:
+    """A PostgreSQL server of one test alone, for a test that stops it and starts it again."""
+    server = start_pg(max_connections=60)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def pg_url(pg_server: PgServer) -> str:
     """URL of a fresh, empty database on the session's PostgreSQL server."""
     return pg_server.create_database(f"t{next(_db_names)}")

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from typing import Any
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, web
+from multidict import CIMultiDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from sidecar import tracing
+from sidecar.logs import configure_logging, get_logger
 from sidecar.settings import TracingSettings
+from sidecar.upstream import Upstream
 from tests.support.sentinel import assert_absent, make_sentinel
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -52,7 +57,7 @@ class TestSpans:
             raise RuntimeError(f"kagent said {secret}")
         (span,) = spans.get_finished_spans()
         assert span.status.status_code is StatusCode.ERROR and span.status.description is None
-        assert span.attributes == {"error_type": "RuntimeError"} and not span.events
+        assert span.attributes == {"error.type": "RuntimeError"} and not span.events
         assert_absent(secret, span.to_json())
 
     def test_names_are_fixed_codes(self, spans: InMemorySpanExporter) -> None:
@@ -102,7 +107,8 @@ class TestHelpers:
         resp = await client.request("PROPFIND", "/x", headers={"traceparent": PARENT})
         assert resp.status == 204
         child, root = spans.get_finished_spans()
-        assert (root.name, dict(root.attributes or {})) == ("memgov.request", {"method": "OTHER", "status": 204})
+        attributes = {"http.request.method": "_OTHER", "http.response.status_code": 204}
+        assert (root.name, root.kind, dict(root.attributes or {})) == ("memgov.request", SpanKind.SERVER, attributes)
         assert format(root.context.trace_id, "032x") == PARENT.split("-")[1]
         assert child.parent is not None and child.parent.span_id == root.context.span_id
 
@@ -136,6 +142,73 @@ class TestPropagation:
         version, trace_id, span_id, flags = headers["traceparent"].split("-")
         assert (version, trace_id, span_id) == ("00", f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}")
         assert int(flags, 16) & 1  # sampled
+
+
+class TestWhatAnSreSees:
+    async def test_upstream_calls_are_client_spans(self, spans: InMemorySpanExporter, aiohttp_server: Any) -> None:
+        """An upstream exchange is a CLIENT span with the semantic-convention names, and the upstream joins it."""
+        seen: list[str] = []
+
+        async def kagent(request: web.Request) -> web.Response:
+            seen.append(request.headers["traceparent"])
+            return web.Response(status=201)
+
+        app = web.Application()
+        app.router.add_post("/api/x", kagent)
+        server = await aiohttp_server(app)
+        async with ClientSession() as session:
+            upstream = Upstream("controller", str(server.make_url("")).rstrip("/"), session)
+            with tracing.span("memgov.request", kind=SpanKind.SERVER):
+                async with upstream.request("POST", "/api/x?user_id=secret", headers=CIMultiDict()) as resp:
+                    assert resp.status == 201
+        client, root = spans.get_finished_spans()
+        assert (client.name, client.kind, client.parent.span_id) == (
+            "memgov.forward",
+            SpanKind.CLIENT,
+            root.context.span_id,
+        )  # type: ignore[union-attr]
+        assert dict(client.attributes or {}) == {
+            "upstream": "controller",
+            "http.request.method": "POST",
+            "server.address": "127.0.0.1",
+            "server.port": server.port,
+            "http.response.status_code": 201,
+        }
+        assert [h.split("-")[:3] for h in seen] == [
+            ["00", f"{client.context.trace_id:032x}", f"{client.context.span_id:016x}"]
+        ]
+
+    def test_resource_takes_the_downward_api_attributes(
+        self, monkeypatch: pytest.MonkeyPatch, spans: InMemorySpanExporter
+    ) -> None:
+        """OTEL_RESOURCE_ATTRIBUTES (k8s.* from the chart) lands on the resource; service.name stays memgov's."""
+        monkeypatch.setenv(
+            "OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=memgov-7d9f,k8s.namespace.name=kagent,service.name=x"
+        )
+        exporter = InMemorySpanExporter()
+        tracing.export_to(exporter)
+        with tracing.span("memgov.classify"):
+            pass
+        (span,) = exporter.get_finished_spans()
+        resource = dict(span.resource.attributes)
+        assert (resource["k8s.pod.name"], resource["k8s.namespace.name"]) == ("memgov-7d9f", "kagent")
+        assert resource["service.name"] == "memgov"
+
+    def test_log_lines_inside_a_span_carry_its_ids(self, spans: InMemorySpanExporter) -> None:
+        """A log line emitted inside a span names its trace_id and span_id; one outside names none."""
+        out = io.StringIO()
+        configure_logging("info", out)
+        log = get_logger("test")
+        with tracing.span("memgov.decide"):
+            log.info("inside")
+        log.info("outside")
+        inside, outside = (json.loads(line) for line in out.getvalue().splitlines())
+        (span,) = spans.get_finished_spans()
+        assert (inside["trace_id"], inside["span_id"]) == (
+            f"{span.context.trace_id:032x}",
+            f"{span.context.span_id:016x}",
+        )
+        assert "trace_id" not in outside and "span_id" not in outside
 
 
 class TestOtlpExport:

@@ -102,8 +102,8 @@ async def record(
     Every refusal or rewrite is audited (R-15). One that carried a genuine credential (a session
     key that verified, or a valid delegation context) gets its own audit row; one that did not
     is only counted per hour, operation and reason, so an anonymous caller cannot grow the store.
-    A refusal because the state store is down is logged and counted in metrics only: the audit
-    write would fail too.
+    While the state store is down the row or count waits in the store's audit spool and is written
+    when it answers again.
     """
     gov = gov_of(request)
     reason = primary_reason(decision)
@@ -130,7 +130,7 @@ async def record(
         revision=decision.revision or None,
         scope_id=scope_id,
     )
-    if decision.action is Action.FORWARD or reason is Reason.STATE_UNAVAILABLE:
+    if decision.action is Action.FORWARD:
         return
     try:
         if credentialed:

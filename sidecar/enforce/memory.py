@@ -158,10 +158,7 @@ async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], body: 
     Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
     request may have reached kagent).
     """
-    async with (
-        tracing.span("memgov.forward", upstream=upstream.name),
-        upstream.request("POST", path, headers=headers, data=body) as resp,
-    ):
+    async with upstream.request("POST", path, headers=headers, data=body) as resp:
         try:
             raw = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError):

@@ -15,6 +15,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Tx
+from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
 
 _AUDIT_COLS = (
@@ -39,10 +40,15 @@ def _opt(value: str | None, check: Any, field: str) -> str | None:
     return None if value is None else check(value, field)
 
 
+def _outage(exc: StateError) -> bool:
+    return exc.reason is Reason.STATE_UNAVAILABLE and type(exc) is StateError
+
+
 class AuditOps:
-    """Audit records and erasure records."""
+    """Audit records and erasure records; audit records the store cannot take now wait in the spool."""
 
     _db: Database
+    spool: AuditSpool
 
     async def audit(
         self,
@@ -57,7 +63,7 @@ class AuditOps:
         policy_revision: str | None = None,
         now: datetime,
     ) -> None:
-        """Append one content-free audit record."""
+        """Append one content-free audit record; while the store is down it waits in the spool."""
         values = (
             to_us(now),
             codec.check_code(kind, "kind"),
@@ -69,23 +75,27 @@ class AuditOps:
             _opt(operation, codec.check_code, "operation"),
             _opt(policy_revision, codec.check_id, "policy_revision"),
         )
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                "INSERT INTO audit (at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation,"
-                " policy_revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                *values,
-            )
+        try:
+            async with self._db.tx("single") as tx:
+                await tx.execute(INSERT_AUDIT, *values)
+        except StateError as exc:
+            if not _outage(exc):
+                raise
+            self.spool.add_row(values)
 
     async def count_refusal(self, operation: str, reason: str, now: datetime) -> None:
-        """Count one refusal that carried no valid credential (R-15): one row per hour, operation and reason."""
+        """Count one refusal that carried no valid credential (R-15): one row per hour, operation and reason.
+
+        While the store is down the count waits in the spool."""
         hour = to_us(now) // _HOUR_US * _HOUR_US
-        values = (hour, codec.check_code(operation, "operation"), codec.check_reason(reason))
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                "INSERT INTO audit_counts AS c (hour_us, operation, reason, n) VALUES ($1, $2, $3, 1)"
-                " ON CONFLICT (hour_us, operation, reason) DO UPDATE SET n = c.n + 1",
-                *values,
-            )
+        key = (hour, codec.check_code(operation, "operation"), codec.check_reason(reason))
+        try:
+            async with self._db.tx("single") as tx:
+                await tx.execute(UPSERT_COUNT, *key, 1)
+        except StateError as exc:
+            if not _outage(exc):
+                raise
+            self.spool.add_count(key)
 
     async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
         """Counted refusals: (hour, operation, reason, count), newest first."""

@@ -1,4 +1,9 @@
-"""``memgov state migrate | stats | purge-audit``: operate the configured state store."""
+"""``memgov state migrate | stats | purge-audit``: operate the configured state store.
+
+``migrate`` speaks JSON log lines only (it runs as the chart's pre-install/pre-upgrade Job): exit 0
+when the schema is current, 1 when the store does not answer, 3 when the schema is newer than this
+release can run on (the same code as ``memgov serve``), 2 for a configuration error.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sidecar.logs import configure_logging, get_logger
 from sidecar.secretfile import SecretError
 from sidecar.settings import SettingsError, load_settings
 from sidecar.state.db import connect
 from sidecar.state.migrations import LATEST, migrate
 from sidecar.state.store import StateStore, open_store
-from sidecar.state.types import StateError
+from sidecar.state.types import SchemaMismatch, StateError
+
+_log = get_logger("state")
 
 
 def _run(action: Callable[[str], Coroutine[Any, Any, int]]) -> int:
@@ -44,12 +52,25 @@ async def _migrate(url: str) -> int:
         applied = await migrate(db)
     finally:
         await db.close()
-    print(f"state schema at version {LATEST} ({applied} migration(s) applied)")
+    _log.info("state.schema_current", backend=db.dialect, schema_version=LATEST, count=applied)
     return 0
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    return _run(_migrate)
+    configure_logging()
+    try:
+        url = load_settings().state_url()
+    except (SettingsError, SecretError) as exc:
+        _log.error("state.migrate_failed", error_type=type(exc).__name__)
+        return 2
+    try:
+        return asyncio.run(_migrate(url))
+    except StateError as exc:
+        _log.error("state.migrate_failed", reason=exc.reason.value)
+        return 1
+    except SchemaMismatch as exc:
+        _log.error(exc.event, schema_version=exc.found, supported=exc.supported)
+        return SchemaMismatch.EXIT_CODE
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:

@@ -7,6 +7,12 @@ No column exists that could hold memory text, a query, a vector or a request bod
 Safe when several processes start at once: the whole run is one transaction that first takes a
 migration lock (PostgreSQL advisory lock; SQLite ``BEGIN IMMEDIATE``), then reads the applied
 versions. DDL is transactional on both backends, so a crash leaves the previous version intact.
+
+Rollback: each migration records ``compatible_from``, the oldest schema version whose binary still
+runs correctly on the schema it leaves (the previous one for an additive change: a new table, a
+new nullable column). A binary that finds applied versions it does not know runs only when every
+one of them names a ``compatible_from`` no newer than its own latest version; otherwise it refuses
+(:class:`~sidecar.state.types.SchemaMismatch`) and changes nothing. See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
 from sidecar.state.db import Database
+from sidecar.state.types import SchemaMismatch
 
 _log = get_logger("state")
 #: Arbitrary constant naming memgov's migration lock among PostgreSQL advisory locks.
@@ -225,11 +232,17 @@ def _sqlite_guards() -> list[str]:
 
 @dataclass(frozen=True)
 class Migration:
-    """One schema version: its number, a short name, and its statements per dialect."""
+    """One schema version: its number, a short name, its statements per dialect, and the oldest
+    schema version whose binary still runs on the result (``None``: only this one and newer)."""
 
     version: int
     name: str
     statements: Callable[[Dialect], list[str]]
+    compatible_from: int | None = None
+
+    @property
+    def oldest_binary(self) -> int:
+        return self.version if self.compatible_from is None else self.compatible_from
 
 
 def _v2(d: Dialect) -> list[str]:
@@ -512,6 +525,15 @@ def _entry_snapshot(d: Dialect) -> list[str]:
     ]
 
 
+def _v7(d: Dialect) -> list[str]:
+    """Each migration names the oldest binary that still runs on its result, so a rolled-back one can tell."""
+    return [f"ALTER TABLE schema_migrations ADD COLUMN {d.i('compatible_from', null=True)}"]
+
+
+#: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
+_COMPAT_RECORDED = 7
+
+
 def _now_sql(d: Dialect) -> str:
     """Microseconds since the epoch, computed by the database."""
     if d.pg:
@@ -526,13 +548,19 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "erasure_run_lease", _v4),
     Migration(5, "untrusted_model_facts_dropped", _v5),
     Migration(6, "bounded_history", _v6),
+    Migration(7, "schema_compatibility", _v7, compatible_from=6),
 )
 LATEST: int = MIGRATIONS[-1].version
 
 
-async def migrate(db: Database) -> int:
-    """Apply every pending migration; return how many were applied (0 when up to date)."""
+async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Apply every pending migration; return how many were applied (0 when up to date).
+
+    Raises SchemaMismatch, changing nothing, when a newer binary left the schema in a state this one
+    cannot run on, or (``apply`` False: check only) when migrations are pending.
+    """
     dialect = Dialect(db.dialect)
+    latest = migrations[-1].version
     async with db.tx("write") as tx:
         if dialect.pg:
             await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
@@ -546,18 +574,26 @@ async def migrate(db: Database) -> int:
             )
         )
         applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
-        pending = [m for m in MIGRATIONS if m.version not in applied]
+        known = {m.version for m in migrations}
+        if applied - known:
+            # A newer binary migrated this database: run only where every change it made says we still can.
+            rows = await tx.fetch("SELECT version, compatible_from FROM schema_migrations WHERE version > $1", latest)
+            if any(r[1] is None or int(r[1]) > latest for r in rows) or min(applied - known) < latest:
+                raise SchemaMismatch(max(applied), latest)
+            _log.warning("state.schema_newer", backend=db.dialect, schema_version=max(applied), supported=latest)
+        pending = [m for m in migrations if m.version not in applied]
+        if pending and not apply:
+            raise SchemaMismatch(max(applied, default=0), latest)
         for m in pending:
             for stmt in m.statements(dialect):
                 await tx.execute(stmt)
-            await tx.execute(
-                "INSERT INTO schema_migrations (version, name, applied_us) VALUES ($1, $2, $3)",
-                m.version,
-                m.name,
-                codec.to_us(datetime.now(UTC)),
-            )
+            cols, args = "version, name, applied_us", [m.version, m.name, codec.to_us(datetime.now(UTC))]
+            if m.version >= _COMPAT_RECORDED:
+                cols, args = cols + ", compatible_from", [*args, m.oldest_binary]
+            marks = ", ".join(f"${i}" for i in range(1, len(args) + 1))
+            await tx.execute(f"INSERT INTO schema_migrations ({cols}) VALUES ({marks})", *args)
     if pending:
-        _log.info("state.migrated", backend=db.dialect, count=len(pending))
+        _log.info("state.migrated", backend=db.dialect, count=len(pending), schema_version=latest)
     return len(pending)
 
 

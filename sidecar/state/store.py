@@ -6,13 +6,19 @@ joins them over one :class:`~sidecar.state.db.Database` and adds lifecycle and h
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 
+from sidecar import evloop
 from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, connect
+from sidecar.state.health import GuardedDatabase, StoreHealth
 from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.migrations import migrate, schema_version
@@ -21,6 +27,8 @@ from sidecar.state.prefetch import PrefetchOps
 from sidecar.state.rotations import RotationOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.single_use import SingleUseOps
+from sidecar.state.spool import AuditSpool
+from sidecar.state.types import StateError
 
 _STATS = {
     "scopes": "SELECT COUNT(*) FROM scopes",
@@ -66,10 +74,13 @@ class StateStore(
 ):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, db: Database, *, spool_rows: int = 10_000) -> None:
+        self.health = StoreHealth()
+        self._raw = db
+        self._db: Database = GuardedDatabase(db, self.health)
         self._jti_calls = 0
         self.backend: str = db.dialect
+        self.spool = AuditSpool(spool_rows)
 
     @property
     def db(self) -> Database:
@@ -77,13 +88,26 @@ class StateStore(
         return self._db
 
     async def ping(self) -> None:
-        """Raise StateError(state_unavailable) unless the backend answers."""
-        async with self._db.tx("read") as tx:
+        """Raise StateError(state_unavailable) unless the backend answers (asked even while known down)."""
+        async with self._raw.tx("read") as tx:
             await tx.fetchrow("SELECT 1")
 
+    async def _recovered(self) -> None:
+        await self.spool.flush(self._raw)
+
+    @asynccontextmanager
+    async def watched(self, interval_s: float) -> AsyncIterator[None]:
+        """Check the store's health in the background while the context is open (see ``health.py``)."""
+        async with evloop.background(self.health.watch(self.ping, interval_s, self._recovered)):
+            yield
+
     async def close(self) -> None:
-        """Close every connection."""
-        await self._db.close()
+        """Replay what is spooled when the store answers, count what cannot be, close every connection."""
+        if len(self.spool):
+            with contextlib.suppress(StateError, TimeoutError):
+                await asyncio.wait_for(self.spool.flush(self._raw), 5.0)
+            self.spool.lose()
+        await self._raw.close()
 
     async def schema_version(self) -> int:
         """The highest applied migration."""
@@ -107,12 +131,19 @@ class StateStore(
         return out
 
 
-async def open_store(url: str, pool_size: int = 10) -> StateStore:
-    """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate."""
+async def open_store(
+    url: str, pool_size: int = 10, *, auto_migrate: bool = True, spool_rows: int = 10_000
+) -> StateStore:
+    """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate.
+
+    With ``auto_migrate`` False the schema is only checked (another process migrates it). Raises
+    StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its schema
+    is not one this release runs on.
+    """
     db = await connect(url, pool_size)
     try:
-        await migrate(db)
+        await migrate(db, apply=auto_migrate)
     except BaseException:
         await db.close()
         raise
-    return StateStore(db)
+    return StateStore(db, spool_rows=spool_rows)

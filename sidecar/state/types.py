@@ -44,6 +44,27 @@ class StateError(Exception):
         self.reason = reason
 
 
+class SchemaMismatch(Exception):
+    """The database's schema is not one this binary runs on: migrated by a newer release that this
+    one cannot follow, or (when this process does not migrate) not yet migrated to this release."""
+
+    #: The exit code of a command that stops on it (`memgov serve`, `memgov state migrate`).
+    EXIT_CODE = 3
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(f"state schema version {found}, this release runs on {supported}")
+        self.found, self.supported = found, supported
+
+    @property
+    def newer(self) -> bool:
+        return self.found > self.supported
+
+    @property
+    def event(self) -> str:
+        """The log event that reports it."""
+        return "state.schema_unknown" if self.newer else "state.schema_not_migrated"
+
+
 class Fenced(StateError):
     """The scope is missing, disabled, or at another generation than the caller's."""
 

@@ -64,7 +64,11 @@ PROMETHEUS_RULE_SPEC = {
                                     "type": "object",
                                     "required": ["summary", "description"],
                                     "additionalProperties": False,
-                                    "properties": {"summary": {"type": "string"}, "description": {"type": "string"}},
+                                    "properties": {
+                                        "summary": {"type": "string"},
+                                        "description": {"type": "string"},
+                                        "runbook_url": {"type": "string"},
+                                    },
                                 },
                             },
                         },
@@ -171,7 +175,7 @@ class TestAlerts:
         """Prometheus's rule parser (rulecheck) accepts the rendered groups: PromQL, templates, durations."""
         checked = _rulecheck(_rule()["spec"]["groups"], tmp_path)
         assert checked.returncode == 0, checked.stderr
-        assert "SUCCESS: 10 rules found" in checked.stdout
+        assert "SUCCESS: 11 rules found" in checked.stdout
 
     def test_rule_parser_refuses_a_broken_rule(self, tmp_path: Path) -> None:
         """The same check fails on a PromQL error, so the passing check above means something."""
@@ -184,7 +188,8 @@ class TestAlerts:
         [
             "MemgovErasureFailed",
             "MemgovErasureStuck",
-            "MemgovStateStoreUnavailable",
+            "MemgovStateUnavailable",
+            "MemgovAuditRecordsDropped",
             "MemgovPolicyReloadFailed",
             "MemgovShadowDisagreement",
             "MemgovExpirySweepBehind",
@@ -217,7 +222,7 @@ class TestMetricsExist:
         exported = _exported()
         used = _METRIC.findall(query)
         assert used, query
-        labels: set[str] = {"le"}
+        labels: set[str] = {"le", "namespace"}  # namespace: the target label Prometheus adds on scrape
         for name, matchers in used:
             assert name in exported, f"{name} is not a metric memgov exports"
             labels |= set(exported[name])

@@ -20,7 +20,7 @@ def reason(headers) -> str:
 class TestStateStoreDown:
     async def test_everything_fails_closed_and_chat_still_answers(self, make_stack):
         """With PostgreSQL stopped: invocations go to the memory-disabled agent, searches answer [],
-        saves 503 state_unavailable — never a forward, never a 500."""
+        saves 503 state_unavailable — never a forward, never a 500; the gateway stays ready."""
         pg = start_pg(max_connections=50)
         try:
             stack = await make_stack(state={"url": pg.create_database("state")})
@@ -35,8 +35,10 @@ class TestStateStoreDown:
         assert (status, rows, reason(headers)) == (200, [], "state_unavailable")
         status, body, _ = await stack.save(key, "a fact")
         assert (status, body["error"]) == (503, "state_unavailable")
+        await stack.gov.store.health.wait_for(False)  # the failed calls started the check at once
         async with stack.http.get(stack.gw.ops_url + "/readyz") as ready:
-            assert ready.status == 503
+            assert ready.status == 200
+            assert (await ready.json())["checks"]["state"] == {"ok": True, "backend": "postgresql", "available": False}
 
 
 class TestGarbageUpstream:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.dev.devstack.store import DbFault
+from tests.support.pg import start_pg
 from tests.support.sentinel import assert_absent, capture_sinks, make_sentinel
 from tests.support.stack import ALICE, APP
 
@@ -24,6 +25,37 @@ async def _audit_text(stack) -> str:
 
 
 class TestSentinels:
+    async def test_refusals_spooled_during_an_outage(self, make_stack):
+        """With PostgreSQL down, refusals of requests that carry content wait in the audit spool as
+        content-free rows, and land as such once it is back; no sink holds the content meanwhile."""
+        fact = make_sentinel("outage")
+        pg = start_pg(max_connections=50)
+        try:
+            stack = await make_stack(state={"url": pg.create_database("state")})
+            await stack.scope()
+            key = await stack.session_key()
+            with capture_sinks() as sinks:
+                pg.halt()
+                status, body, headers = await stack.save(key, f"user said {fact}")
+                assert status == 503
+                sinks.record(status, headers.items(), repr(body))
+                status, rows, headers = await stack.search(key, f"what did the user say about {fact}")
+                assert (status, rows) == (200, [])
+                sinks.record(status, headers.items(), repr(rows))
+                resp, seen = await stack.invoke(f"remember that {fact}", context=stack.context())
+                assert resp.status == 200 and seen.agent == "kagent/k8s-agent-nomem"
+                sinks.record(resp.status, resp.headers.items(), "")
+                spool = stack.gov.store.spool
+                assert len(spool) == 3
+                sinks.extra.append(repr(spool.snapshot()))
+                pg.resume()
+                await stack.gov.store.health.wait_for(True)
+                assert len(spool) == 0
+                sinks.extra.append(await _audit_text(stack))
+            sinks.assert_clean(fact)
+        finally:
+            pg.stop()
+
     @pytest.mark.kagent
     async def test_saved_fact_and_search(self, stack):
         """A saved fact comes back only in its own search result; logs, metrics and audit never hold it."""

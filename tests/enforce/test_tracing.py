@@ -7,6 +7,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from sidecar.erasure.machine import ErasureEngine, Kind
 from tests.support.stack import APP
@@ -65,6 +66,16 @@ class TestGovernedRequest:
         (forward,) = _named(spans, "memgov.forward")
         seen = stack.dev.recorder.of_kind("api")[-1]
         assert _ids(seen.header("traceparent")) == (CALLER_TRACE, format(forward.context.span_id, "016x"))
+        (root,) = _named(spans, "memgov.request")
+        assert (root.kind, forward.kind) == (SpanKind.SERVER, SpanKind.CLIENT)
+        assert {
+            k: (root.attributes or {})[k] for k in ("http.request.method", "http.route", "http.response.status_code")
+        } == {
+            "http.request.method": "GET",
+            "http.route": "/api/{collection}",
+            "http.response.status_code": 200,
+        }
+        assert (forward.attributes or {})["server.address"] == "127.0.0.1"
 
     async def test_tracing_off_relays_the_callers_header_untouched(self, stack: Any) -> None:
         """Without tracing memgov adds nothing: the caller's traceparent reaches kagent as sent."""

@@ -25,6 +25,11 @@ async def _seed(url: str) -> None:
         await store.close()
 
 
+def _json_lines(out: str) -> list[dict[str, object]]:
+    """Every line of the output, each of which must be one JSON object."""
+    return [json.loads(line) for line in out.splitlines()]
+
+
 class TestStateCli:
     def test_migrate_stats_and_purge(
         self, state_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -32,10 +37,18 @@ class TestStateCli:
         """An operator migrates, reads counts, and purges audit records past the window."""
         monkeypatch.setenv("MEMGOV_STATE__URL", state_url)
         assert main(["state", "migrate"]) == 0
-        assert f"{LATEST} migration(s) applied" in capsys.readouterr().out
+        assert _json_lines(capsys.readouterr().out)[-1] | {"timestamp": None} == {
+            "event": "state.schema_current",
+            "level": "info",
+            "component": "state",
+            "backend": state_url.split(":")[0],
+            "schema_version": LATEST,
+            "count": LATEST,
+            "timestamp": None,
+        }
         asyncio.run(_seed(state_url))
         assert main(["state", "migrate"]) == 0
-        assert "0 migration(s) applied" in capsys.readouterr().out
+        assert _json_lines(capsys.readouterr().out)[-1]["count"] == 0
 
         assert main(["state", "stats", "--json"]) == 0
         stats = json.loads(capsys.readouterr().out)
@@ -55,6 +68,17 @@ class TestStateCli:
         assert main(["state", "stats"]) == 1
         out = capsys.readouterr().out
         assert out.strip() == "memgov state: state_unavailable"
+
+    def test_migrate_speaks_json_only_when_the_store_is_down(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The migration Job's output is JSON lines naming the code, exit 1, no driver text."""
+        monkeypatch.setenv("MEMGOV_STATE__URL", "postgresql://u:secretpw@127.0.0.1:1/x")
+        assert main(["state", "migrate"]) == 1
+        out = capsys.readouterr().out
+        (line,) = _json_lines(out)
+        assert (line["event"], line["reason"]) == ("state.migrate_failed", "state_unavailable")
+        assert "secretpw" not in out
 
 
 class TestSqliteFileMode:

@@ -65,6 +65,7 @@ class PgServer:
     datadir: Path
     port: int
     _as_user: list[str]
+    _opts: str = ""
 
     def url(self, db: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{db}"
@@ -96,6 +97,40 @@ class PgServer:
         """A new database (a copy of ``template`` when given: PostgreSQL copies its files, no SQL replays)."""
         self.psql(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         return self.url(name)
+
+    def halt(self) -> None:
+        """Stop the server and keep its data (an outage): ``resume()`` brings it back on the same port.
+
+        A fast shutdown: every client is disconnected, and what was committed stays (with this
+        server's ``synchronous_commit=off`` an immediate stop would lose the last commits)."""
+        subprocess.run(
+            [*self._as_user, _bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+            check=True,
+        )
+
+    def resume(self) -> None:
+        """Start a halted server again and wait until it answers."""
+        log = self.datadir.parent / "log"
+        subprocess.run(
+            [
+                *self._as_user,
+                _bin("pg_ctl"),
+                "-D",
+                str(self.datadir),
+                "-o",
+                self._opts,
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        _wait_answering(self)
 
     def stop(self) -> None:
         subprocess.run(
@@ -146,12 +181,17 @@ def start_pg(max_connections: int = 200) -> PgServer:
         check=True,
         capture_output=True,
     )
-    server = PgServer(datadir=datadir, port=port, _as_user=as_user)
+    server = PgServer(datadir=datadir, port=port, _as_user=as_user, _opts=opts)
+    _wait_answering(server)
+    return server
+
+
+def _wait_answering(server: PgServer) -> None:
     deadline = time.monotonic() + 30
     while True:
         try:
             server.psql("SELECT 1")
-            return server
+            return
         except subprocess.CalledProcessError:
             if time.monotonic() > deadline:
                 raise

@@ -1,0 +1,160 @@
+"""PostgreSQL stops under two gateway processes (three with the second's two workers): degraded, not down (D6).
+
+Agents' ungoverned calls keep answering, invocations go to the memory-disabled agent, searches
+answer ``[]`` and saves are refused by reason code, never forwarded; readiness stays 200. Every
+refusal taken during the outage is audited once PostgreSQL is back (spooled, then replayed), and
+nothing was dropped from a spool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.stack import Devstack
+from sidecar.dev.devstack.vectors import embed_text
+from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, until, write_keys
+from tests.support.pg import PgServer
+from tests.support.procs import GatewayProcess, Pair, process_settings, two_gateways
+
+NOMEM = AGENT.split("/")[0] + "/helper-nomem"  # the harness's disabled_variant
+
+
+@pytest.fixture
+async def kagent() -> AsyncIterator[Devstack]:
+    stack = await start_devstack(agents=[AGENT, NOMEM], stream_delay_s=0)
+    try:
+        yield stack
+    finally:
+        await stack.stop()
+
+
+def _decision(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    action, reason, ident = (p.strip() for p in resp.headers["X-Memgov-Decision"].split(";"))
+    return {"action": action, "reason": reason.removeprefix("reason="), "id": ident.removeprefix("id=")}
+
+
+async def _metric(http: aiohttp.ClientSession, gw: GatewayProcess, name: str) -> float:
+    async with http.get(gw.ops_url + "/metrics") as resp:
+        text = await resp.text()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def _state_available(http: aiohttp.ClientSession, gw: GatewayProcess) -> tuple[int, bool]:
+    async with http.get(gw.ops_url + "/readyz") as resp:
+        body = await resp.json()
+        return resp.status, bool(body["checks"]["state"]["available"])
+
+
+class TestStateStoreOutage:
+    async def test_two_replicas_degrade_stay_ready_and_lose_no_audit_record(
+        self, tmp_path: Path, own_pg: PgServer, kagent: Devstack
+    ) -> None:
+        """Stop PostgreSQL under both gateways: chat and ungoverned calls answer, memory degrades by
+        reason code, /readyz stays 200, and every refusal is audited after PostgreSQL returns."""
+        state_url = own_pg.create_database("state")
+        keys = write_keys(tmp_path / "keys")
+        pack = policy_pack(tmp_path)
+
+        def settings() -> dict[str, Any]:
+            s = process_settings(keys, pack, kagent.kagent_url, state_url)
+            s["state"] = {"url": state_url, "check_interval_s": 0.5}
+            return s
+
+        async with two_gateways(tmp_path, keys, settings(), settings()) as pair:
+            await self._outage(pair, own_pg, kagent, keys, state_url)
+
+    async def _outage(self, pair: Pair, pg: PgServer, kagent: Devstack, keys: Any, state_url: str) -> None:
+        http, key = pair.http, pair.key
+        saved_before = len(kagent.recorder.of_kind("memory"))
+        refusals: list[str] = []
+
+        async def save(gw: GatewayProcess, text: str) -> aiohttp.ClientResponse:
+            body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
+            headers = {"X-Agent-Name": APP, "X-User-Id": key}
+            async with http.post(gw.data_url + "/api/memories/sessions", json=body, headers=headers) as resp:
+                await resp.read()
+                return resp
+
+        # Memory works before the outage.
+        assert (await save(pair.a, "likes tea")).status == 201
+        pg.halt()
+        for gw in (pair.a, pair.b):
+            # Ungoverned traffic of agents and the UI: relayed as before.
+            async with http.get(gw.data_url + "/api/sessions", params={"user_id": ALICE}) as resp:
+                assert resp.status == 200
+            async with http.get(gw.data_url + "/version") as resp:
+                assert resp.status == 200
+            # An invocation answers from the memory-disabled agent.
+            before = len(kagent.recorder.of_kind("a2a"))
+            message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}
+            headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+            async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
+                await resp.read()
+                assert resp.status == 200
+                decision = _decision(resp)
+            assert (decision["action"], decision["reason"]) == ("rewrite_disabled", "state_unavailable")
+            (seen,) = kagent.recorder.of_kind("a2a")[before:]
+            assert seen.agent == NOMEM
+            refusals.append(decision["id"])
+            # A search answers empty, a save is refused and never forwarded.
+            search = {"agent_name": APP, "user_id": key, "vector": embed_text("tea"), "limit": 5, "min_score": 0.0}
+            async with http.post(
+                gw.data_url + "/api/memories/search", json=search, headers={"X-Agent-Name": APP, "X-User-Id": key}
+            ) as resp:
+                assert (resp.status, await resp.json()) == (200, [])
+                decision = _decision(resp)
+            assert (decision["action"], decision["reason"]) == ("empty_result", "state_unavailable")
+            refusals.append(decision["id"])
+            refused = await save(gw, "likes coffee")
+            assert refused.status == 503 and _decision(refused)["reason"] == "state_unavailable"
+            refusals.append(_decision(refused)["id"])
+            # Ready: it serves traffic; the check says the store does not answer.
+            await until(lambda gw=gw: self._down(http, gw), timeout_s=30)
+            assert await _metric(http, gw, "memgov_state_available") == 0.0
+            assert await _metric(http, gw, "memgov_audit_spool_records") >= 1.0
+        assert len(kagent.recorder.of_kind("memory")) == saved_before + 1  # only the save before the outage
+
+        pg.resume()
+        for gw in (pair.a, pair.b):
+            await until(lambda gw=gw: self._up(http, gw), timeout_s=60)
+            await until(lambda gw=gw: self._drained(http, gw), timeout_s=60)  # every worker replayed its spool
+            assert await _metric(http, gw, "memgov_audit_spool_dropped_total") == 0.0
+        # Every refusal of the outage landed: its own audit row, or counted with its reason (R-15).
+        con = await asyncpg.connect(state_url)
+        try:
+            rows = {r["decision_id"] for r in await con.fetch("SELECT decision_id FROM audit")}
+            counted = await con.fetchval(
+                "SELECT COALESCE(SUM(n), 0) FROM audit_counts WHERE reason = 'state_unavailable'"
+            )
+        finally:
+            await con.close()
+        audited = [d for d in refusals if d in rows]
+        assert len(audited) + counted == len(refusals) == 6
+        # And memory works again.
+        again = await save(pair.b, "likes coffee")
+        assert again.status == 201, again.headers["X-Memgov-Decision"]
+
+    @staticmethod
+    async def _down(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:
+        status, available = await _state_available(http, gw)
+        assert status == 200
+        return not available
+
+    @staticmethod
+    async def _drained(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:
+        return await _metric(http, gw, "memgov_audit_spool_records") == 0.0
+
+    @staticmethod
+    async def _up(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:
+        status, available = await _state_available(http, gw)
+        assert status == 200
+        return available
