@@ -11,6 +11,8 @@ export PATH := $(CURDIR)/$(TOOLS):$(PATH)
 OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
+# cyclonus evaluates NetworkPolicies offline: the connectivity model and `memgov doctor` (docs/boundary.md).
+CYCLONUS_VERSION := v0.5.6
 # Prometheus 3.16.0 (its Go module versions are v0.3xx). scripts/rulecheck/go.mod pins the same.
 PROMETHEUS_VERSION := v0.316.0
 RULECHECK := scripts/rulecheck
@@ -37,6 +39,7 @@ tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+	scripts/go-tool.sh cyclonus github.com/mattfenwick/cyclonus $(CYCLONUS_VERSION) github.com/mattfenwick/cyclonus/cmd/cyclonus
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
