@@ -168,6 +168,9 @@ class Install:
     ui: Peer
     ui_gateway_access: str
     neighbours: tuple[Peer, ...]
+    #: The labels the chart selects memgov's pods (gateway mode) and kagent's UI pods by.
+    memgov_selector: Labels | None = None
+    ui_selector: Labels = field(default_factory=dict)
 
     @classmethod
     def from_values(
@@ -210,7 +213,9 @@ class Install:
             Peer(f"{ELSEWHERE}/attacker", ips.take(), ELSEWHERE, {"app": "attacker"}),
         ]
         extra = tuple(p for p in (*callers, *neighbours) if p is not None)
-        return cls(namespace, mode, stage, memgov, controller, ui, access, (*extra, *attackers))
+        memgov_selector = memgov.labels if memgov else None
+        neighbours = (*extra, *attackers)
+        return cls(namespace, mode, stage, memgov, controller, ui, access, neighbours, memgov_selector, ui_sel)
 
     @property
     def sources(self) -> tuple[Peer, ...]:
@@ -221,14 +226,12 @@ class Install:
         """Whether memgov's design allows this flow: memgov's pods (or, in gateway mode, the UI) to the API."""
         if flow.target != self.controller or flow.port != KAGENT_API_PORT:
             return False
-        return self.is_memgov(flow.source) or (self.mode == "gateway" and self._is(flow.source, self.ui))
+        ui = self.mode == "gateway" and self._selected(flow.source, self.ui_selector)
+        return ui or (self.memgov_selector is not None and self._selected(flow.source, self.memgov_selector))
 
-    def is_memgov(self, peer: Peer) -> bool:
-        """Whether a peer carries memgov's pod labels in memgov's namespace (any such pod is memgov)."""
-        return self.memgov is not None and self._is(peer, self.memgov)
-
-    def _is(self, peer: Peer, pod: Peer) -> bool:
-        return peer.namespace == pod.namespace and selects({"matchLabels": pod.labels}, peer.labels)
+    def _selected(self, peer: Peer, selector: Labels) -> bool:
+        """Whether the chart's selector picks this peer (any pod it picks is, to the policies, that pod)."""
+        return peer.namespace == self.namespace and selects({"matchLabels": selector}, peer.labels)
 
 
 def _selected_pod(role: str, peer: Mapping[str, Any], namespace: str, ips: _Addresses) -> Peer | None:
