@@ -67,7 +67,13 @@ class TestEnforced:
 
     def test_other_ports_switch_reopens_pprof(self, pods: dict[str, dict[str, str]]) -> None:
         """allowOtherControllerPorts=true opens pprof to the whole cluster, and the doctor names the chart's policy."""
-        c = case("gateway", "enforce", pods, networkPolicy={"allowOtherControllerPorts": True})
+        c = case(
+            "gateway",
+            "enforce",
+            pods,
+            networkPolicy={"allowOtherControllerPorts": True},
+            admissionPolicy={"enabled": False},
+        )
         found = bypasses(c.install, c.policies, cyclonus())
         assert found and {b.flow.port for b in found} == {6060}
         assert all(b.openers == ("NetworkPolicy kagent/memgov-kagent-controller",) for b in found)

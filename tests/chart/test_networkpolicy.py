@@ -116,7 +116,11 @@ class TestControllerIngress:
     @pytest.mark.parametrize(("allow_other", "expected"), [(True, True), (False, False)], ids=["opened", "closed"])
     def test_other_controller_ports_follow_the_switch(self, allow_other: bool, expected: bool) -> None:
         """The controller's other ports (probes, pprof) are reachable only with allowOtherControllerPorts."""
-        values = {"rollout": cases.ENFORCE, "networkPolicy": {"allowOtherControllerPorts": allow_other}}
+        values = {
+            "rollout": cases.ENFORCE,
+            "networkPolicy": {"allowOtherControllerPorts": allow_other},
+            "admissionPolicy": {"enabled": not allow_other},
+        }
         assert allows(policies(values), RANDOM, CONTROLLER, 8082) is expected
         assert not allows(policies(values), RANDOM, CONTROLLER, 8083)
 

@@ -92,6 +92,11 @@ mode renders.
   "but policy.pack.files has no rego/ files for OPA to load." | join " ") }}
 {{- end }}
 {{- end }}
+{{- if and $v.admissionPolicy.enabled $np.enabled $np.allowOtherControllerPorts (eq $v.rollout.stage "enforce") }}
+{{- $errors = append $errors (list "networkPolicy.allowOtherControllerPorts=true opens the controller's other ports to anyone,"
+  "which admissionPolicy refuses, the chart's own policy included. Open the one port a peer needs with a policy"
+  "labelled memgov/boundary-exception=true, or set admissionPolicy.enabled=false." | join " ") }}
+{{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if eq $v.kagent.ui.gatewayAccess "port-forward" }}
 {{- $errors = append $errors (list "kagent.ui.gatewayAccess=port-forward applies to gateway mode only:"
