@@ -76,7 +76,13 @@ def bypasses(install: Install, policies: Sequence[Policy], binary: str) -> list[
     found = [
         (f, f.target == install.ui)
         for f in open_flows
-        if (f.target == install.controller and not install.legitimate(f)) or (f.target == install.ui and ui_reaches_api)
+        if (f.target == install.controller and not install.legitimate(f))
+        # memgov itself never calls the UI; any other pod that reaches it reaches the API through it.
+        or (
+            f.target == install.ui
+            and ui_reaches_api
+            and not install.legitimate(Flow(f.source, install.controller, KAGENT_API_PORT))
+        )
     ]
     openers = _openers(policies, [f for f, _ in found], binary)
     return [Bypass(f, via_ui, openers[f]) for f, via_ui in found]
@@ -149,8 +155,26 @@ def _pods(path: Path | None, namespace: str) -> list[Peer]:
         status = item.get("status")
         ip = status.get("podIP") if isinstance(status, Mapping) else None
         ip = str(ip or f"10.246.{len(pods) // 250}.{len(pods) % 250 + 1}")
-        pods.append(Peer(f"{ns}/{meta['name']}", ip, ns, {str(k): str(v) for k, v in labels.items()}))
+        labels = {str(k): str(v) for k, v in labels.items()}
+        pods.append(Peer(f"{ns}/{meta['name']}", ip, ns, labels, port_names=_port_names(item)))
     return pods
+
+
+def _port_names(pod: Mapping[str, Any]) -> dict[int, str]:
+    """Container port number -> name of a Pod object; malformed entries are refused."""
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or [] if isinstance(spec, Mapping) else None
+    if not isinstance(containers, list):
+        raise BoundaryInputError("--pods: a Pod has a malformed spec.containers")
+    names: dict[int, str] = {}
+    for container in containers:
+        ports = container.get("ports") or [] if isinstance(container, Mapping) else None
+        if not isinstance(ports, list) or not all(isinstance(p, Mapping) for p in ports):
+            raise BoundaryInputError("--pods: a Pod has malformed container ports")
+        for port in ports:
+            if isinstance(port.get("containerPort"), int) and isinstance(port.get("name"), str):
+                names[port["containerPort"]] = port["name"]
+    return names
 
 
 def build(args: argparse.Namespace) -> tuple[Install, list[Policy]]:
@@ -165,12 +189,7 @@ def build(args: argparse.Namespace) -> tuple[Install, list[Policy]]:
         p for p in pods if p not in (controller, ui) and (probe.memgov is None or p.labels != probe.memgov.labels)
     ]
     install = Install.from_values(
-        values,
-        namespace=args.namespace,
-        release=args.release,
-        controller_labels=controller.labels if controller else None,
-        ui_labels=ui.labels if ui else None,
-        neighbours=others,
+        values, namespace=args.namespace, release=args.release, controller=controller, ui=ui, neighbours=others
     )
     return install, policies
 

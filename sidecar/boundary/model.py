@@ -21,6 +21,9 @@ Policy = dict[str, Any]
 KAGENT_API_PORT = 8083
 PPROF_PORT = 6060
 UI_PORT = 8080
+#: The container port names kagent v0.9.11's chart gives the controller's API and the UI.
+CONTROLLER_PORT_NAMES = {KAGENT_API_PORT: "http"}
+UI_PORT_NAMES = {UI_PORT: "http"}
 NAME_LABEL = "kubernetes.io/metadata.name"
 #: The namespace the attacker "elsewhere" lives in; no policy names it.
 ELSEWHERE = "memgov-doctor-elsewhere"
@@ -40,6 +43,8 @@ class Peer:
     # Left out of the hash (mappings are not hashable); still compared for equality.
     labels: Labels = field(default_factory=dict, hash=False)
     namespace_labels: Labels = field(default_factory=dict, hash=False)
+    #: Container port number -> name, so a policy that names a port ("http") matches it.
+    port_names: Mapping[int, str] = field(default_factory=dict, hash=False)
 
     def traffic_peer(self) -> dict[str, Any]:
         """This peer in cyclonus's traffic format (``matcher.TrafficPeer``)."""
@@ -65,7 +70,7 @@ class Flow:
             "Destination": self.target.traffic_peer(),
             "Protocol": "TCP",
             "ResolvedPort": self.port,
-            "ResolvedPortName": "",
+            "ResolvedPortName": self.target.port_names.get(self.port, ""),
         }
 
     def describe(self) -> str:
@@ -179,11 +184,15 @@ class Install:
         *,
         namespace: str = "kagent",
         release: str = "memgov",
-        controller_labels: Labels | None = None,
-        ui_labels: Labels | None = None,
+        controller: Peer | None = None,
+        ui: Peer | None = None,
         neighbours: Sequence[Peer] = (),
     ) -> Install:
-        """The install the chart values describe; pod labels default to what the selectors name."""
+        """The install the chart values describe.
+
+        The controller and UI pods default to what the chart's selectors name, with kagent's port
+        names; pass the real pods (labels, port names) when they are known.
+        """
         v = merged(CHART_DEFAULTS, values)
         try:
             mode, stage = str(v["mode"]), str(v["rollout"]["stage"])
@@ -201,8 +210,10 @@ class Install:
         if mode == "gateway":
             labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": release}
             memgov = Peer(f"{namespace}/memgov", ips.take(), namespace, labels)
-        controller = Peer(f"{namespace}/kagent-controller", ips.take(), namespace, controller_labels or controller_sel)
-        ui = Peer(f"{namespace}/kagent-ui", ips.take(), namespace, ui_labels or ui_sel)
+        controller = controller or Peer(
+            f"{namespace}/kagent-controller", ips.take(), namespace, controller_sel, port_names=CONTROLLER_PORT_NAMES
+        )
+        ui = ui or Peer(f"{namespace}/kagent-ui", ips.take(), namespace, ui_sel, port_names=UI_PORT_NAMES)
         callers = [
             _selected_pod("agent", agents, namespace, ips),
             _selected_pod("bridge", bridge, namespace, ips),

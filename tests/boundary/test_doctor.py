@@ -31,7 +31,13 @@ ENFORCE = {"rollout": {"stage": "enforce"}}
 
 
 def run(
-    tmp_path: Path, policies: Any, values: Any = ENFORCE, *, path: str | None = None, raw: str | None = None
+    tmp_path: Path,
+    policies: Any,
+    values: Any = ENFORCE,
+    *,
+    path: str | None = None,
+    raw: str | None = None,
+    extra: tuple[str, ...] | list[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run `memgov doctor` on exported files, with cyclonus on PATH unless path says otherwise."""
     exported = tmp_path / "netpol.yaml"
@@ -40,16 +46,8 @@ def run(
     )
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     env = {**os.environ, "PATH": path if path is not None else f"{CYCLONUS.parent}:{os.environ['PATH']}"}
-    args = [
-        sys.executable,
-        "-m",
-        "sidecar",
-        "doctor",
-        "--policies",
-        str(exported),
-        "--values",
-        str(tmp_path / "values.yaml"),
-    ]
+    doctor = ["doctor", "--policies", str(exported), "--values", str(tmp_path / "values.yaml"), *extra]
+    args = [sys.executable, "-m", "sidecar", *doctor]
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
@@ -93,6 +91,40 @@ class TestDoctor:
     def test_egress_only_policy_opens_nothing(self, tmp_path: Path) -> None:
         """An egress-only policy admits no ingress, so it is not a path."""
         assert run(tmp_path, [CONTROLLER_POLICY, HOSTILE["egress-only"]]).returncode == 0
+
+    def test_real_pods_bring_their_labels_and_port_names(self, tmp_path: Path) -> None:
+        """With --pods the controller's real labels and port names count: a policy naming either is caught."""
+        pods = {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": "kagent-controller-7d9",
+                        "namespace": "kagent",
+                        "labels": {**CONTROLLER_POLICY["spec"]["podSelector"]["matchLabels"], "team": "ml"},
+                    },
+                    "spec": {"containers": [{"name": "controller", "ports": [{"name": "api", "containerPort": 8083}]}]},
+                    "status": {"podIP": "10.1.2.3"},
+                }
+            ],
+        }
+        (tmp_path / "pods.yaml").write_text(yaml.safe_dump(pods))
+        by_team = {
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "team-ml", "namespace": "kagent"},
+            "spec": {"podSelector": {"matchLabels": {"team": "ml"}}, "ingress": [{"ports": [{"port": "api"}]}]},
+        }
+        without = run(tmp_path, [CONTROLLER_POLICY, by_team])
+        assert without.returncode == 0, without.stdout  # the chart's selector alone does not carry team=ml
+        proc = run(tmp_path, [CONTROLLER_POLICY, by_team], extra=["--pods", str(tmp_path / "pods.yaml")])
+        assert proc.returncode == 1
+        assert (
+            "kagent/attacker -> kagent/kagent-controller-7d9:8083  opened by NetworkPolicy kagent/team-ml"
+            in proc.stdout
+        )
 
     def test_missing_cyclonus_says_what_it_needs(self, tmp_path: Path) -> None:
         """Without cyclonus on PATH: exit 3 and one line naming what to install, no traceback."""

@@ -123,6 +123,20 @@ class TestHostileNeighbours:
         found = bypasses(c.install, [*c.policies, HOSTILE["ui-open"]], cyclonus())
         assert found and all(b.via_ui and b.openers == ("NetworkPolicy kagent/kagent-ui-public",) for b in found)
 
+    @pytest.mark.parametrize("mode", MODES)
+    def test_a_port_named_instead_of_numbered_is_caught(self, mode: str, pods: dict[str, dict[str, str]]) -> None:
+        """A rule that opens kagent's container port by its name ("http") reopens 8083, and is reported."""
+        c = case(mode, "enforce", pods)
+        named = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "open-http-by-name", "namespace": "kagent"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"ports": [{"port": "http"}]}]},
+        }
+        found = bypasses(c.install, [*c.policies, named], cyclonus())
+        assert {b.flow.port for b in found if not b.via_ui} == {8083}
+        assert all(b.openers == ("NetworkPolicy kagent/open-http-by-name",) for b in found)
+
 
 class TestDocumentedMatrix:
     def test_doc_matrix_is_what_cyclonus_computes(self, pods: dict[str, dict[str, str]]) -> None:

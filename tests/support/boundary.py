@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.boundary.cyclonus import allowed
-from sidecar.boundary.model import KAGENT_API_PORT, PPROF_PORT, UI_PORT, Flow, Install, Peer, Policy
+from sidecar.boundary.model import (
+    CONTROLLER_PORT_NAMES,
+    KAGENT_API_PORT,
+    PPROF_PORT,
+    UI_PORT,
+    UI_PORT_NAMES,
+    Flow,
+    Install,
+    Peer,
+    Policy,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CYCLONUS = REPO / ".tools" / "bin" / "cyclonus"
@@ -49,7 +59,11 @@ def install_for(values: Mapping[str, Any], kagent_pods: Mapping[str, Mapping[str
         for i, (name, labels) in enumerate(sorted(kagent_pods.items()))
         if labels not in (CONTROLLER_LABELS, UI_LABELS)
     ]
-    return Install.from_values(values, controller_labels=CONTROLLER_LABELS, ui_labels=UI_LABELS, neighbours=others)
+    controller = Peer(
+        "kagent/kagent-controller", "10.244.0.2", "kagent", CONTROLLER_LABELS, port_names=CONTROLLER_PORT_NAMES
+    )
+    ui = Peer("kagent/kagent-ui", "10.244.0.3", "kagent", UI_LABELS, port_names=UI_PORT_NAMES)
+    return Install.from_values(values, controller=controller, ui=ui, neighbours=others)
 
 
 def _np(name: str, spec: dict[str, Any]) -> Policy:
