@@ -11,9 +11,20 @@ export PATH := $(CURDIR)/$(TOOLS):$(PATH)
 OPA_VERSION := v1.22.3
 REGAL_VERSION := v0.39.0
 HELM_VERSION := v3.22.0
+# cyclonus evaluates NetworkPolicies offline: the connectivity model and `memgov doctor` (docs/boundary.md).
+CYCLONUS_VERSION := v0.5.6
 # Prometheus 3.16.0 (its Go module versions are v0.3xx). scripts/rulecheck/go.mod pins the same.
 PROMETHEUS_VERSION := v0.316.0
 RULECHECK := scripts/rulecheck
+# The real API server the chart tests install into (tests/support/kube.py): k8s.io/kubernetes at this
+# version, its staging modules at the matching v0.x (scripts/kube-apiserver/go.mod pins both). It
+# reports this version, as helm refuses a server that says v0.0.0-master.
+KUBE_VERSION := v1.36.3
+KUBE_APISERVER := scripts/kube-apiserver
+KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
+	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
+	-X $(p).buildDate=1970-01-01T00:00:00Z)
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= memgov:$(VERSION)
@@ -37,7 +48,10 @@ tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+	scripts/go-tool.sh cyclonus github.com/mattfenwick/cyclonus $(CYCLONUS_VERSION) github.com/mattfenwick/cyclonus/cmd/cyclonus
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
+	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
+	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
 # modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.

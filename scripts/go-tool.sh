@@ -2,7 +2,8 @@
 # Build one pinned Go tool into the shared cache (once per version) and link it into .tools/bin.
 # usage: scripts/go-tool.sh NAME MODULE VERSION PACKAGE
 #   MODULE may be a folder of this repository (./scripts/…) holding its own go.mod; VERSION then
-#   names its content so an edit rebuilds it. GO_TOOL_TAGS adds Go build tags (part of the cache name).
+#   names its content so an edit rebuilds it. GO_TOOL_TAGS adds Go build tags (part of the cache name);
+#   GO_TOOL_LDFLAGS passes linker flags (derive them from VERSION, which names the cached binary).
 set -euo pipefail
 name=$1 module=$2 version=$3 pkg=$4
 tags=${GO_TOOL_TAGS:-}
@@ -21,6 +22,7 @@ if [ ! -x "$bin" ]; then
   trap 'rm -rf "$work"' EXIT
   flags=()
   [ -n "$tags" ] && flags=(-tags "$tags")
+  [ -n "${GO_TOOL_LDFLAGS:-}" ] && flags+=(-ldflags "$GO_TOOL_LDFLAGS")
   if [[ $module == ./* ]]; then
     (cd "$module" && go build "${flags[@]}" -o "$work/$name" "$pkg")
   elif ! GOBIN="$work" go install "${flags[@]}" "$pkg@$version" 2>"$work/err"; then

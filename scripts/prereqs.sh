@@ -5,14 +5,14 @@
 #
 #   scripts/prereqs.sh [--check] [NAME...]
 #
-# NAME is any of: python-venv cc make flock initdb postgres.h go buildah mmdebstrap (default: all).
+# NAME is any of: python-venv cc make flock initdb postgres.h go etcd buildah mmdebstrap (default: all).
 # --check only reports; it never installs, and exits 1 when anything is missing.
 # `make demo` needs none of this: it runs on Python alone.
 set -euo pipefail
 
 check_only=0
 if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
-all=(python-venv cc make flock initdb postgres.h go buildah mmdebstrap)
+all=(python-venv cc make flock initdb postgres.h go etcd buildah mmdebstrap)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -97,6 +97,9 @@ check() {
         say "MISSING  go: install Go 1.24 or newer from go.dev and put it on PATH"
         missing=1
       fi ;;
+    etcd)
+      # The store of the real kube-apiserver the chart tests start (tests/support/kube.py).
+      need etcd "etcd, the store of the tests' kube-apiserver" 'command -v etcd >/dev/null' etcd-server ;;
     buildah)
       need buildah "buildah, which builds the image from the Containerfile" 'command -v buildah >/dev/null' buildah ;;
     mmdebstrap)

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.dev.demo",
     "sidecar.control.cli",
     "sidecar.drill.cli",
+    "sidecar.boundary.doctor",
     "sidecar.dev.fuzz.cli",
 )
 

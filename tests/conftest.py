@@ -4,6 +4,7 @@
 mode. Tests marked ``@pytest.mark.kagent`` that use the ``upstream`` fixture run against the
 stand-in and against the real kagent in both auth modes (see tests/support/upstream.py).
 ``spans`` records every finished trace span in memory (traces are a sink, R-14).
+``kube`` is a real Kubernetes API server (etcd and kube-apiserver, no kubelet) per worker session.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sidecar import tracing
 from sidecar.dev.devstack.pg import PORT_RANGE_ENV
 from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
+from tests.support.kube import KubeApi, kube_api
 from tests.support.pg import PgServer, start_pg
 from tests.support.upstream import (
     MARKER,
@@ -45,11 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: ``make check`` leaves out the tests marked ``slow``: every test that uses one of these fixtures (each
-#: starts a gateway process, or builds or unpacks the wheel, the image or a benchmark run) ...
+#: starts a gateway process or an API server, or builds or unpacks the wheel, the image or a benchmark run) ...
 SLOW = "slow"
-SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke"})
+SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke", "kube"})
 #: ... and every test of these modules (processes killed and restarted, races between processes, the
-#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill).
+#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill, the doctor's CLI).
 SLOW_MODULES = frozenset(
     {
         "tests/erasure/test_crash.py",
@@ -64,6 +66,7 @@ SLOW_MODULES = frozenset(
         "tests/chart/test_opa_run.py",
         "tests/policy/test_worked_example.py",
         "tests/drill/test_drill.py",
+        "tests/boundary/test_doctor.py",
     }
 )
 
@@ -96,6 +99,13 @@ def pg_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
+    """A real Kubernetes API server for the whole session: admission and defaulting, nothing runs."""
+    with kube_api(tmp_path_factory.mktemp("kube")) as api:
+        yield api
 
 
 @pytest.fixture

@@ -34,6 +34,20 @@ def _helm_binary() -> Path:
     return HELM
 
 
+#: The chart refuses values that choose no state store. Tests about something else render the
+#: evaluation choice; tests about the state store set one (or none) themselves.
+EPHEMERAL_STATE: dict[str, Any] = {"ephemeral": True}
+
+
+def with_state(values: dict[str, Any]) -> dict[str, Any]:
+    """values, with state.ephemeral=true when they choose no state store."""
+    state = values.get("state") or {}
+    chosen = (state.get("postgresql") or {}).get("existingSecret") or (state.get("persistence") or {}).get("enabled")
+    if chosen or "ephemeral" in state:
+        return values
+    return {**values, "state": {**state, **EPHEMERAL_STATE}}
+
+
 def run_helm(
     command: str,
     values: dict[str, Any],
@@ -42,11 +56,15 @@ def run_helm(
     chart: Path = CHART,
     kube_version: str = KUBE_VERSION,
     extra: tuple[str, ...] = (),
+    choose_state: bool = True,
 ) -> str:
-    """Run `helm lint` or `helm template` with values; return stdout or raise HelmFailed(stderr)."""
+    """Run `helm lint` or `helm template` with values; return stdout or raise HelmFailed(stderr).
+
+    Unless ``choose_state`` is false, values that choose no state store get ``state.ephemeral``.
+    """
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="memgov-values-") as fh:
         # JSON is YAML, and it keeps keys such as "kagent/helper" or "data/limits.yaml" intact.
-        json.dump(values, fh)
+        json.dump(with_state(values) if choose_state else values, fh)
         fh.flush()
         args = [str(_helm_binary()), command]
         if command == "template":
@@ -71,10 +89,10 @@ def render(values: dict[str, Any], namespace: str = NAMESPACE) -> list[Manifest]
     return copy.deepcopy(list(_render(json.dumps(values, sort_keys=True), namespace)))
 
 
-def render_error(values: dict[str, Any], namespace: str = NAMESPACE) -> str:
+def render_error(values: dict[str, Any], namespace: str = NAMESPACE, *, choose_state: bool = True) -> str:
     """Render values that must be refused and return helm's message."""
     try:
-        run_helm("template", values, namespace)
+        run_helm("template", values, namespace, choose_state=choose_state)
     except HelmFailed as exc:
         return str(exc)
     raise AssertionError("helm rendered values that should have been refused")

@@ -116,16 +116,32 @@ class TestRenderedKinds:
                 [
                     "ConfigMap",
                     "ConfigMap",
+                    "ConfigMap",
                     "Deployment",
                     "NetworkPolicy",
                     "NetworkPolicy",
+                    "Pod",
                     "PodDisruptionBudget",
                     "Service",
                     "ServiceAccount",
                     "ServiceMonitor",
+                    "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding",
                 ],
             ),
-            (cases.SIDECAR, ["ConfigMap", "ConfigMap", "NetworkPolicy", "Service"]),
+            (
+                cases.SIDECAR,
+                [
+                    "ConfigMap",
+                    "ConfigMap",
+                    "ConfigMap",
+                    "NetworkPolicy",
+                    "Pod",
+                    "Service",
+                    "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding",
+                ],
+            ),
             ({"mode": "sidecar"}, ["ConfigMap", "ConfigMap", "Service"]),
         ],
         ids=["gateway", "gateway-production", "sidecar", "sidecar-prepare"],
@@ -133,8 +149,8 @@ class TestRenderedKinds:
     def test_each_mode_renders_its_objects(self, values: dict[str, Any], expected: list[str]) -> None:
         """Gateway mode owns a Deployment, PDB and ServiceAccount; sidecar mode only patches kagent's pod.
 
-        The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies
-        only at the enforce stage.
+        The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies,
+        the admission policy and the `helm test` pod (and its script's ConfigMap) only at the enforce stage.
         """
         assert kinds(render(values)) == expected
 

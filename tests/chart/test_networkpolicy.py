@@ -113,12 +113,14 @@ class TestControllerIngress:
         for values in (cases.GATEWAY_PRODUCTION, cases.GATEWAY_UI_PORT_FORWARD):
             assert not allows(policies(values), agent, CONTROLLER, 8083)
 
-    @pytest.mark.parametrize(
-        ("allow_other", "expected"), [(True, True), (False, False)], ids=["open-by-default", "closed"]
-    )
+    @pytest.mark.parametrize(("allow_other", "expected"), [(True, True), (False, False)], ids=["opened", "closed"])
     def test_other_controller_ports_follow_the_switch(self, allow_other: bool, expected: bool) -> None:
-        """The controller's probe port stays reachable unless allowOtherControllerPorts is turned off."""
-        values = {"rollout": cases.ENFORCE, "networkPolicy": {"allowOtherControllerPorts": allow_other}}
+        """The controller's other ports (probes, pprof) are reachable only with allowOtherControllerPorts."""
+        values = {
+            "rollout": cases.ENFORCE,
+            "networkPolicy": {"allowOtherControllerPorts": allow_other},
+            "admissionPolicy": {"enabled": not allow_other},
+        }
         assert allows(policies(values), RANDOM, CONTROLLER, 8082) is expected
         assert not allows(policies(values), RANDOM, CONTROLLER, 8083)
 

@@ -124,3 +124,54 @@ that spec, or "{}" when the agent declares none or it is not described.
 {{- $key := printf "%s/%s" (first (splitList "/" .ref)) $name }}
 {{- if and $name (hasKey .modelConfigs $key) }}{{- index .modelConfigs $key | toJson }}{{- else }}{{- "{}" }}{{- end }}
 {{- end }}
+
+{{/*
+memgov.stateStore: the state store the values chose - postgresql, persistent (SQLite on a claim) or
+ephemeral (SQLite in an emptyDir) - or nothing when they chose none (memgov.validate refuses that).
+*/}}
+{{- define "memgov.stateStore" -}}
+{{- $s := .Values.state }}
+{{- if $s.postgresql.existingSecret }}postgresql
+{{- else if $s.persistence.enabled }}persistent
+{{- else if $s.ephemeral }}ephemeral
+{{- end }}
+{{- end }}
+
+{{/* memgov.migrationJob: "true" when a hook Job migrates PostgreSQL state before install and upgrade. */}}
+{{- define "memgov.migrationJob" -}}
+{{- if and .Values.state.migrationJob.enabled (eq (include "memgov.stateStore" .) "postgresql") }}true{{- end }}
+{{- end }}
+
+{{/* memgov.stateClaim: the PersistentVolumeClaim holding SQLite state. */}}
+{{- define "memgov.stateClaim" -}}
+{{- default (printf "%s-state" (include "memgov.fullname" .)) .Values.state.persistence.existingClaim }}
+{{- end }}
+
+{{/* memgov.listen: one listener's comma-separated addresses, every listen.hosts entry on port. */}}
+{{- define "memgov.listen" -}}
+{{- $port := .port }}
+{{- $addresses := list }}
+{{- range .hosts }}
+{{- $addresses = append $addresses (ternary (printf "[%s]:%s" . $port) (printf "%s:%s" . $port) (contains ":" .)) }}
+{{- end }}
+{{- join "," $addresses }}
+{{- end }}
+
+{{/* memgov.podSecurityContext: the pod's security context without the ids left null (OpenShift). */}}
+{{- define "memgov.podSecurityContext" -}}
+{{- $context := dict }}
+{{- range $key, $value := .Values.podSecurityContext }}
+{{- if not (kindIs "invalid" $value) }}{{- $_ := set $context $key $value }}{{- end }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{/* memgov.opaImage: the OPA image, by digest when one is set. */}}
+{{- define "memgov.opaImage" -}}
+{{- $image := .Values.policy.opa.container.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $image.tag }}
+{{- end }}
+{{- end }}

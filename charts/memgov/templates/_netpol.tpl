@@ -34,3 +34,18 @@ restrict the ports it governs and leave the pod's other listeners as they were.
 {{- end }}
 {{- toYaml (append $ranges (dict "port" $start "endPort" 65535 "protocol" "TCP")) }}
 {{- end }}
+
+{{/*
+memgov.agentLabels: labels that networkPolicy.agents' podSelector selects (matchLabels, and a value
+for every In or Exists expression), for the `helm test` pod that stands in for an agent.
+*/}}
+{{- define "memgov.agentLabels" -}}
+{{- $labels := dict }}
+{{- $selector := .Values.networkPolicy.agents.podSelector }}
+{{- range $k, $v := $selector.matchLabels }}{{- $_ := set $labels $k $v }}{{- end }}
+{{- range $e := $selector.matchExpressions }}
+{{- if and (eq $e.operator "In") (not (hasKey $labels $e.key)) }}{{- $_ := set $labels $e.key (first $e.values) }}{{- end }}
+{{- if and (eq $e.operator "Exists") (not (hasKey $labels $e.key)) }}{{- $_ := set $labels $e.key "memgov-boundary-test" }}{{- end }}
+{{- end }}
+{{- toYaml $labels }}
+{{- end }}

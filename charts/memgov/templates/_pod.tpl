@@ -41,9 +41,14 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- $v := .Values }}
 {{- $upstream := dict "controller_url" (include "memgov.controllerUrl" .) }}
 {{- with $v.upstream.embeddingUrl }}{{- $_ := set $upstream "embedding_url" . }}{{- end }}
+{{- if $v.upstream.embeddingTrustEnv }}{{- $_ := set $upstream "embedding_trust_env" true }}{{- end }}
 {{- $state := dict }}
-{{- if not $v.state.postgresql.existingSecret }}
+{{- if ne (include "memgov.stateStore" .) "postgresql" }}
 {{- $_ := set $state "url" "sqlite:////var/lib/memgov/state.db" }}
+{{- end }}
+{{- if include "memgov.migrationJob" . }}
+{{- /* The hook Job migrated before this release's pods start; serve only checks the schema. */}}
+{{- $_ := set $state "auto_migrate" false }}
 {{- end }}
 {{- $policy := dict "engine" $v.policy.engine }}
 {{- with include "memgov.packDir" . }}{{- $_ := set $policy "dir" . }}{{- end }}
@@ -66,10 +71,11 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- end }}
 {{- $_ := set $agents $ref $entry }}
 {{- end }}
+{{- $hosts := $v.listen.hosts }}
 {{- $listen := dict
-  "data" (printf "0.0.0.0:%s" (include "memgov.port.data" .))
-  "control" (printf "0.0.0.0:%s" (include "memgov.port.control" .))
-  "ops" (printf "0.0.0.0:%s" (include "memgov.port.ops" .))
+  "data" (include "memgov.listen" (dict "hosts" $hosts "port" (include "memgov.port.data" .)))
+  "control" (include "memgov.listen" (dict "hosts" $hosts "port" (include "memgov.port.control" .)))
+  "ops" (include "memgov.listen" (dict "hosts" $hosts "port" (include "memgov.port.ops" .)))
   "shutdown_timeout_s" (include "memgov.shutdownTimeout" . | int)
   "workers" ($v.workers | int) }}
 {{- $tracing := dict "enabled" false }}
@@ -101,8 +107,32 @@ The user and group are repeated on each container because in sidecar mode the po
 security context is kagent's, not ours.
 */}}
 {{- define "memgov.containerSecurityContext" -}}
-{{- $pod := .Values.podSecurityContext }}
-{{- toYaml (merge (dict "runAsUser" $pod.runAsUser "runAsGroup" $pod.runAsGroup) .Values.securityContext) }}
+{{- $ids := pick (include "memgov.podSecurityContext" . | fromYaml) "runAsUser" "runAsGroup" }}
+{{- toYaml (merge $ids .Values.securityContext) }}
+{{- end }}
+
+{{/*
+memgov.env: the memgov container's environment: the pod, namespace and node from the downward API
+as OpenTelemetry resource attributes of every span, then the operator's extraEnv.
+*/}}
+{{- define "memgov.env" -}}
+- name: OTEL_K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: OTEL_K8S_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: OTEL_K8S_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: k8s.pod.name=$(OTEL_K8S_POD_NAME),k8s.namespace.name=$(OTEL_K8S_NAMESPACE),k8s.node.name=$(OTEL_K8S_NODE_NAME)
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -171,6 +201,8 @@ containers: the API server does not add the token to a container that already mo
   image: {{ include "memgov.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   command: ["memgov", "--config", "/etc/memgov/config.yaml", "serve"]
+  env:
+    {{- include "memgov.env" . | nindent 4 }}
   ports:
     {{- if eq .Values.mode "gateway" }}
     - name: data
@@ -184,7 +216,16 @@ containers: the API server does not add the token to a container that already mo
     - name: ops
       containerPort: {{ include "memgov.port.ops" . }}
       protocol: TCP
-  # Ready only once policies are loaded and validated and the state store answers.
+  # Liveness counts only once the process answers: start-up may wait for the state store (and
+  # migrate SQLite) for up to periodSeconds x failureThreshold.
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: {{ include "memgov.port.ops" . }}
+    periodSeconds: {{ .Values.startupProbe.periodSeconds }}
+    timeoutSeconds: 3
+    failureThreshold: {{ .Values.startupProbe.failureThreshold }}
+  # Ready once policies are loaded and validated: memgov can serve traffic.
   readinessProbe:
     httpGet:
       path: /readyz
@@ -196,7 +237,6 @@ containers: the API server does not add the token to a container that already mo
     httpGet:
       path: /healthz
       port: {{ include "memgov.port.ops" . }}
-    initialDelaySeconds: 10
     periodSeconds: 20
     timeoutSeconds: 3
     failureThreshold: 3
@@ -214,7 +254,7 @@ containers: the API server does not add the token to a container that already mo
       readOnly: true
     - name: memgov-tmp
       mountPath: /tmp
-    {{- if not .Values.state.postgresql.existingSecret }}
+    {{- if ne (include "memgov.stateStore" .) "postgresql" }}
     - name: memgov-state
       mountPath: /var/lib/memgov
     {{- end }}
@@ -223,11 +263,14 @@ containers: the API server does not add the token to a container that already mo
       mountPath: {{ include "memgov.opaDir" . }}
       readOnly: true
     {{- end }}
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
     {{- include "memgov.noTokenMount" . | nindent 4 }}
 {{- if .Values.policy.opa.container.enabled }}
 {{- $opa := .Values.policy.opa.container }}
 - name: opa
-  image: {{ printf "%s:%s" $opa.image.repository $opa.image.tag | quote }}
+  image: {{ include "memgov.opaImage" . | quote }}
   imagePullPolicy: {{ $opa.image.pullPolicy }}
   # OPA owns the Rego: it loads the bundle the init container wrote and names its revision in every
   # answer. Loopback only: memgov is OPA's one client. Diagnostics (/health) serve the kubelet's
@@ -301,11 +344,20 @@ containers: the API server does not add the token to a container that already mo
 - name: memgov-tmp
   emptyDir:
     sizeLimit: 64Mi
-{{- if not .Values.state.postgresql.existingSecret }}
-# SQLite state: lost when the pod is replaced, which is why replicaCount>1 requires PostgreSQL.
+{{- $store := include "memgov.stateStore" . }}
+{{- if eq $store "persistent" }}
+# SQLite state on a claim: it outlives the pod (one pod at a time: replicas 1, Recreate).
+- name: memgov-state
+  persistentVolumeClaim:
+    claimName: {{ include "memgov.stateClaim" . }}
+{{- else if ne $store "postgresql" }}
+# SQLite state in an emptyDir (state.ephemeral): lost whenever the pod is replaced.
 - name: memgov-state
   emptyDir:
     sizeLimit: 1Gi
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- if .Values.policy.opa.container.enabled }}
 # The OPA bundle of this pod, written once by the init container.

@@ -14,10 +14,40 @@ mode renders.
   "and the sidecar patch mounts ConfigMaps of that namespace."
   (printf "Use --namespace %s or set kagent.namespace." $v.kagent.namespace)) }}
 {{- end }}
-{{- if and (eq $v.mode "gateway") (gt (int $v.replicaCount) 1) (not $v.state.postgresql.existingSecret) }}
+{{- $chosen := list }}
+{{- if $v.state.postgresql.existingSecret }}{{- $chosen = append $chosen "state.postgresql.existingSecret" }}{{- end }}
+{{- if $v.state.persistence.enabled }}{{- $chosen = append $chosen "state.persistence.enabled" }}{{- end }}
+{{- if $v.state.ephemeral }}{{- $chosen = append $chosen "state.ephemeral" }}{{- end }}
+{{- if not $chosen }}
+{{- $errors = append $errors (list "no state store chosen: memgov keeps consent, ledger, budgets, pending erasures and expiry"
+  "there. Set state.postgresql.existingSecret (production, any replica count), state.persistence.enabled=true"
+  "(SQLite on a PersistentVolumeClaim, one pod) or, to evaluate only, state.ephemeral=true (lost with every pod)."
+  | join " ") }}
+{{- else if gt (len $chosen) 1 }}
+{{- $errors = append $errors (printf "%s are all set: choose one state store." (join ", " $chosen)) }}
+{{- end }}
+{{- $sqlite := and $chosen (not $v.state.postgresql.existingSecret) }}
+{{- if and (eq $v.mode "gateway") (gt (int $v.replicaCount) 1) $sqlite }}
 {{- $errors = append $errors (printf "replicaCount=%d %s %s" (int $v.replicaCount)
   "needs PostgreSQL state: SQLite state lives inside one pod, so replicas would not share consent, ledger or budgets."
   "Set state.postgresql.existingSecret or replicaCount=1.") }}
+{{- end }}
+{{- if and $v.autoscaling.enabled (or (ne $v.mode "gateway") (not $v.state.postgresql.existingSecret)) }}
+{{- $errors = append $errors (list "autoscaling.enabled=true needs gateway mode and PostgreSQL state"
+  "(state.postgresql.existingSecret): autoscaled replicas must share one state store." | join " ") }}
+{{- end }}
+{{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- $errors = append $errors (printf "autoscaling.minReplicas=%d is above autoscaling.maxReplicas=%d."
+  (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- if and (eq $v.mode "sidecar") $sqlite (gt (int $v.kagent.controller.replicas) 1) }}
+{{- $errors = append $errors (printf "kagent.controller.replicas=%d %s %s" (int $v.kagent.controller.replicas)
+  "with SQLite state in sidecar mode: each kagent controller pod would keep its own memgov state."
+  "Set state.postgresql.existingSecret, or run kagent's controller with replicas 1 (and say so here).") }}
+{{- end }}
+{{- if and $v.state.migrationJob.enabled $sqlite }}
+{{- $errors = append $errors (list "state.migrationJob.enabled=true needs PostgreSQL state: a Job cannot open"
+  "the pod's SQLite file, and memgov serve migrates SQLite as it starts. Set it to false." | join " ") }}
 {{- end }}
 {{- if and (include "memgov.usesOpa" .) (not $v.policy.opa.container.enabled) (not $v.policy.opa.url) }}
 {{- $errors = append $errors (printf "policy.engine=%s %s" $v.policy.engine
@@ -91,6 +121,11 @@ mode renders.
 {{- $errors = append $errors (list "policy.opa.container.enabled=true"
   "but policy.pack.files has no rego/ files for OPA to load." | join " ") }}
 {{- end }}
+{{- end }}
+{{- if and $v.admissionPolicy.enabled $np.enabled $np.allowOtherControllerPorts (eq $v.rollout.stage "enforce") }}
+{{- $errors = append $errors (list "networkPolicy.allowOtherControllerPorts=true opens the controller's other ports to anyone,"
+  "which admissionPolicy refuses, the chart's own policy included. Open the one port a peer needs with a policy"
+  "labelled memgov/boundary-exception=true, or set admissionPolicy.enabled=false." | join " ") }}
 {{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if eq $v.kagent.ui.gatewayAccess "port-forward" }}

@@ -1,0 +1,150 @@
+"""No silent loss of state: the chart makes the state store a choice, keeps SQLite on a claim when asked,
+keeps SQLite pods single, warns about emptyDir state, and migrates PostgreSQL in a hook Job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart import cases
+from tests.chart.helm import RELEASE, config_file, find, kagent_files, kinds, notes, pod_spec, render, render_error
+
+POSTGRES: dict[str, Any] = {
+    "state": {"postgresql": {"existingSecret": "memgov-state"}},
+    "networkPolicy": {"postgresql": {"to": [cases.POSTGRES_PEER]}},
+}
+PERSISTENT: dict[str, Any] = {"state": {"persistence": {"enabled": True}}}
+MIGRATION_JOB: dict[str, Any] = {**POSTGRES, "state": {**POSTGRES["state"], "migrationJob": {"enabled": True}}}
+
+
+def _state_volume(values: dict[str, Any]) -> dict[str, Any]:
+    (volume,) = [v for v in pod_spec(render(values))["volumes"] if v["name"] == "memgov-state"]
+    return volume
+
+
+class TestChoice:
+    @pytest.mark.parametrize("mode", ["gateway", "sidecar"])
+    def test_values_that_choose_no_store_are_refused(self, mode: str) -> None:
+        message = render_error({"mode": mode}, choose_state=False)
+        assert "no state store chosen" in message
+        for option in ("state.postgresql.existingSecret", "state.persistence.enabled=true", "state.ephemeral=true"):
+            assert option in message
+
+    def test_two_stores_at_once_are_refused(self) -> None:
+        values = {"state": {"persistence": {"enabled": True}, "ephemeral": True}}
+        assert "state.persistence.enabled, state.ephemeral are all set: choose one state store." in render_error(
+            values, choose_state=False
+        )
+
+    def test_ephemeral_state_is_an_empty_dir_and_the_notes_say_it_is_lost(self) -> None:
+        assert set(_state_volume({"state": {"ephemeral": True}})) == {"name", "emptyDir"}
+        text = notes({"state": {"ephemeral": True}})
+        assert "WARNING: state.ephemeral=true" in text and "Every pod replacement loses it" in text
+        sidecar = notes({**cases.SIDECAR, "state": {"ephemeral": True}})
+        assert "(every kagent controller rollout too)" in sidecar
+
+    @pytest.mark.parametrize("values", [POSTGRES, PERSISTENT], ids=["postgresql", "persistent"])
+    def test_durable_stores_do_not_warn(self, values: dict[str, Any]) -> None:
+        assert "state.ephemeral" not in notes(values)
+
+
+class TestPersistentSqlite:
+    def test_state_lives_on_a_claim_the_chart_keeps(self) -> None:
+        manifests = render(PERSISTENT)
+        claim = find(manifests, "PersistentVolumeClaim", f"{RELEASE}-state")
+        assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        assert _state_volume(PERSISTENT)["persistentVolumeClaim"] == {"claimName": f"{RELEASE}-state"}
+        assert config_file(manifests)["state"]["url"] == "sqlite:////var/lib/memgov/state.db"
+        mounts = {m["name"]: m["mountPath"] for m in pod_spec(manifests)["containers"][0]["volumeMounts"]}
+        assert mounts["memgov-state"] == "/var/lib/memgov"
+
+    def test_the_old_pod_lets_go_before_the_new_one_starts(self) -> None:
+        deployment = find(render(PERSISTENT), "Deployment")
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        assert deployment["spec"]["replicas"] == 1
+
+    def test_an_existing_claim_is_used_and_none_is_created(self) -> None:
+        values = {"state": {"persistence": {"enabled": True, "existingClaim": "memgov-data"}}}
+        assert "PersistentVolumeClaim" not in kinds(render(values))
+        assert _state_volume(values)["persistentVolumeClaim"] == {"claimName": "memgov-data"}
+
+    def test_storage_class_size_and_annotations_reach_the_claim(self) -> None:
+        persistence = {"enabled": True, "storageClassName": "fast", "size": "5Gi", "annotations": {"a.example/b": "c"}}
+        claim = find(render({"state": {"persistence": persistence}}), "PersistentVolumeClaim")
+        assert claim["spec"]["storageClassName"] == "fast"
+        assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+        assert claim["metadata"]["annotations"]["a.example/b"] == "c"
+
+    @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
+    def test_sqlite_refuses_more_than_one_gateway_pod(self, state: dict[str, Any]) -> None:
+        assert "replicaCount=2 needs PostgreSQL state" in render_error({"replicaCount": 2, "state": state})
+
+    def test_postgresql_state_has_no_local_volume(self) -> None:
+        manifests = render(POSTGRES)
+        assert "memgov-state" not in {v["name"] for v in pod_spec(manifests)["volumes"]}
+        assert "PersistentVolumeClaim" not in kinds(manifests)
+        assert find(manifests, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+
+
+class TestSidecarSqlite:
+    @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
+    def test_kagent_controller_replicas_above_one_are_refused(self, state: dict[str, Any]) -> None:
+        values = {**cases.SIDECAR, "state": state, "kagent": {"controller": {"replicas": 2}}}
+        message = render_error(values)
+        assert "kagent.controller.replicas=2 with SQLite state in sidecar mode" in message
+
+    def test_postgresql_lets_kagent_run_several_controllers(self) -> None:
+        values = {**cases.SIDECAR, **POSTGRES, "kagent": {"controller": {"replicas": 3}}}
+        files = kagent_files(render(values))
+        assert "replicas" not in files["controller-patch.yaml"]["spec"]
+        assert "replicas" not in files["kagent-values.yaml"]["controller"]
+
+    def test_the_patch_and_kagent_values_keep_one_controller_pod_on_the_claim(self) -> None:
+        files = kagent_files(render({**cases.SIDECAR, **PERSISTENT}))
+        spec = files["controller-patch.yaml"]["spec"]
+        assert spec["replicas"] == 1
+        assert spec["strategy"] == {"type": "Recreate", "rollingUpdate": None}
+        assert files["kagent-values.yaml"]["controller"]["replicas"] == 1
+        (volume,) = [v for v in spec["template"]["spec"]["volumes"] if v["name"] == "memgov-state"]
+        assert volume["persistentVolumeClaim"] == {"claimName": f"{RELEASE}-state"}
+
+
+class TestMigrationJob:
+    def test_the_job_is_a_pre_install_and_pre_upgrade_hook(self) -> None:
+        job = find(render(MIGRATION_JOB), "Job", f"{RELEASE}-migrate")
+        annotations = job["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["memgov", "state", "migrate"]
+        assert {"name": "MEMGOV_STATE__URL_FILE", "value": "/var/run/memgov/secrets/state-url"} in container["env"]
+
+    def test_the_job_reads_only_the_state_url_and_has_no_token(self) -> None:
+        spec = find(render(MIGRATION_JOB), "Job")["spec"]["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        secrets = [v["secret"] for v in spec["volumes"] if "secret" in v]
+        assert secrets == [
+            {
+                "secretName": "memgov-state",
+                "defaultMode": 0o440,
+                "items": [{"key": "url", "path": "state-url"}],
+            }
+        ]
+
+    def test_the_job_pod_is_not_an_endpoint_of_memgovs_service(self) -> None:
+        manifests = render(MIGRATION_JOB)
+        selector = find(manifests, "Service", RELEASE)["spec"]["selector"]
+        labels = find(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
+        assert not all(labels.get(k) == v for k, v in selector.items())
+
+    def test_serve_only_checks_the_schema_the_job_migrated(self) -> None:
+        assert config_file(render(MIGRATION_JOB))["state"]["auto_migrate"] is False
+        # Without the Job, serve migrates as it starts (the setting's default).
+        assert "auto_migrate" not in config_file(render(POSTGRES))["state"]
+
+    @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
+    def test_sqlite_refuses_the_job(self, state: dict[str, Any]) -> None:
+        values = {"state": {**state, "migrationJob": {"enabled": True}}}
+        assert "state.migrationJob.enabled=true needs PostgreSQL state" in render_error(values)
