@@ -1,4 +1,4 @@
-"""``memgov policy check | fmt | test | explain | diff | revision | bundle | schema``: authoring and review tools."""
+"""``memgov policy check | fmt | test | prove | explain | diff | revision | bundle | schema``: authoring tools."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sidecar.policy import fmt, schema
+from sidecar.policy import fmt, prove, schema
 from sidecar.policy.cases import CaseError
 from sidecar.policy.check import check_pack
 from sidecar.policy.opa_bundle import write_folder, write_tarball
 from sidecar.policy.opa_server import OpaServer, ToolNotFound, start_opa
 from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.review import diff, explain, find_case, read_input, render_diff
-from sidecar.policy.suite import render, run_suite
+from sidecar.policy.suite import load, render, run_suite
 from sidecar.settings import SettingsError, load_settings
 
 #: What the authoring commands can fail on without it being a bug: each prints one line, no traceback.
@@ -91,6 +91,20 @@ def _cmd_test(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_prove(args: argparse.Namespace) -> int:
+    try:
+        root = _pack_dir(args)
+        props = prove.load_properties(root)
+        pack = load(root)
+        results, findings = asyncio.run(prove.prove(pack, props))
+        files = prove.write_counterexamples(findings, Path(args.out)) if args.out else {}
+    except _EXPECTED as exc:
+        return _fail("prove", exc)
+    print(f"prove {root} (revision {pack.revision})")
+    print(prove.render_proof(props, results, findings, files))
+    return 0 if all(v.proved for v in results) else 1
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     try:
         root = _pack_dir(args)
@@ -109,10 +123,20 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         old, new = Path(args.old), Path(args.new)
         cases = _cases(args, new)
         changes, compared = asyncio.run(diff(old, new, cases))
+        semantic = ""
+        changed = 0
+        if args.semantic:
+            props = prove.load_properties(new) if (new / prove.PROPERTIES_FILE).is_file() else prove.Properties()
+            results, findings = asyncio.run(prove.semantic_diff(load(old), load(new), props))
+            semantic = prove.render_semantic(results, findings)
+            changed = sum(1 for v in results if not v.proved)
     except _EXPECTED as exc:
         return _fail("diff", exc)
+    if semantic:
+        print(f"semantic diff {old} -> {new} (Cedar, every request the new pack's data admits):")
+        print(semantic)
     print(render_diff(changes, compared, old, new))
-    return 1 if changes and args.exit_code else 0
+    return 1 if (changes or changed) and args.exit_code else 0
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
@@ -190,6 +214,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _case_args(test)
     test.set_defaults(func=_cmd_test)
 
+    prv = policy.add_parser(
+        "prove", help="Prove properties.yaml and never-errors for every request (Cedar symbolic compiler)."
+    )
+    prv.add_argument("--out", help="Write each counterexample as a decision input file into this folder.")
+    _dir(prv)
+    prv.set_defaults(func=_cmd_prove)
+
     exp = policy.add_parser("explain", help="One input on both engines: rules that decided, Rego trace, the floor.")
     which = exp.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", help="A case by name (or a unique part of file::name).")
@@ -202,6 +233,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dif.add_argument("old", help="The pack before the change.")
     dif.add_argument("new", help="The pack after the change.")
     dif.add_argument("--exit-code", action="store_true", help="Exit 1 when anything changes.")
+    dif.add_argument(
+        "--semantic",
+        action="store_true",
+        help="Also prove, per action, that the Cedar packs decide every request alike, or show one they do not.",
+    )
     _case_args(dif)
     dif.set_defaults(func=_cmd_diff)
 

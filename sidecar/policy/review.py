@@ -118,7 +118,8 @@ class Change:
     after: str
 
 
-async def _answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
+async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
+    """Per engine, ``{label: "action [reasons]"}`` for each input, without the floor."""
     tools = Engines(pack)
     try:
         out = {}
@@ -149,8 +150,8 @@ async def diff(old_dir: Path, new_dir: Path, cases_path: Path) -> tuple[list[Cha
     rules = tuple(dict.fromkeys(rule_codes(old) + rule_codes(new)))
     both = load_cases(cases_path, old, rules) + load_cases(cases_path, new, rules)
     data = list(dict.fromkeys(data_strings(old.org) + data_strings(new.org)))
-    before = await _answers(old, _inputs(old, cases_path, rules, both, data))
-    after = await _answers(new, _inputs(new, cases_path, rules, both, data))
+    before = await answers(old, _inputs(old, cases_path, rules, both, data))
+    after = await answers(new, _inputs(new, cases_path, rules, both, data))
     changes = []
     for engine in ENGINES:
         for label in sorted(set(before[engine]) | set(after[engine])):
