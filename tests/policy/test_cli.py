@@ -259,6 +259,14 @@ class TestPolicyTest:
         assert "selection)" in out.splitlines()[0]
         assert "consent_missing" in out
 
+    def test_a_selector_matching_nothing_is_an_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A -k typo runs nothing: it fails and names the selector instead of passing."""
+        code, out = run_cli(
+            capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR), "-k", "limits::", "-k", "cosnent"
+        )
+        assert code == 2
+        assert out.strip() == f"memgov policy test: -k 'cosnent' matches no case in {CASES_DIR}"
+
     def test_tables_beside_a_copied_pack_or_in_the_working_folder(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
