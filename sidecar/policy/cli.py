@@ -122,7 +122,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     try:
         old, new = Path(args.old), Path(args.new)
         cases = _cases(args, new)
-        changes, compared = asyncio.run(diff(old, new, cases))
+        beside_old = old.resolve().parent / "policy-tests"
+        old_cases = Path(args.old_cases) if args.old_cases else beside_old if beside_old.is_dir() else None
+        report = asyncio.run(diff(old, new, cases, old_cases))
         semantic = ""
         changed = 0
         if args.semantic:
@@ -135,8 +137,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if semantic:
         print(f"semantic diff {old} -> {new} (Cedar, every request the new pack's data admits):")
         print(semantic)
-    print(render_diff(changes, compared, old, new))
-    return 1 if (changes or changed) and args.exit_code else 0
+    print(render_diff(report, old, new))
+    return 1 if (report.changes or changed) and args.exit_code else 0
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
@@ -232,7 +234,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dif = policy.add_parser("diff", help="Every case and mutated input whose decision changes between two packs.")
     dif.add_argument("old", help="The pack before the change.")
     dif.add_argument("new", help="The pack after the change.")
-    dif.add_argument("--exit-code", action="store_true", help="Exit 1 when anything changes.")
+    dif.add_argument(
+        "--old-cases",
+        help="The old pack's tables, also decided (default: policy-tests/ beside OLD when there is one).",
+    )
+    dif.add_argument("--exit-code", action="store_true", help="Exit 1 when a decision changes.")
     dif.add_argument(
         "--semantic",
         action="store_true",

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sidecar.policy.cases import Case, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import Action, DecisionInput
-from sidecar.policy.mutate import data_strings, mutants, vocabulary
+from sidecar.policy.mutate import data_strings, mutants, null_variants, vocabulary
 from sidecar.policy.outcome import assemble, unavailable
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import Site, rule_codes
@@ -134,38 +134,69 @@ async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, d
 
 
 def _inputs(
-    pack: Pack, cases_path: Path, rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
+    pack: Pack, tables: list[Path], rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
 ) -> dict[str, DecisionInput]:
-    folder = cases_path if cases_path.is_dir() else cases_path.parent
-    labelled = {f"case {c.id}": c.inp for c in load_cases(cases_path, pack, rules)}
+    """Every table row with its null variants, and the mutated base inputs, labelled alike for both packs.
+
+    A row the old tables hold differently from the new ones is kept as its own input.
+    """
+    labelled: dict[str, DecisionInput] = {}
+    for path in tables:
+        for c in load_cases(path, pack, rules):
+            label = f"case {c.id}"
+            if label in labelled and labelled[label] != c.inp:
+                label += " (old table)"
+            labelled.setdefault(label, c.inp)
+            for m in null_variants(label, c.inp.model_dump(mode="json")):
+                labelled.setdefault(m.label, m.inp)
+    folder = tables[0] if tables[0].is_dir() else tables[0].parent
     variants = mutants(load_bases(folder, pack), vocabulary([c.changes for c in vocab_from]), data)
     labelled.update({f"mutant {m.label}": m.inp for m in variants})
     return labelled
 
 
-async def diff(old_dir: Path, new_dir: Path, cases_path: Path) -> tuple[list[Change], int]:
-    """Every case and mutated input whose decision changes from the old pack to the new one."""
+@dataclass(frozen=True)
+class DiffReport:
+    """What changed between two packs: per engine, and how many inputs were compared or one-sided."""
+
+    changes: list[Change]
+    compared: int
+    one_sided: int
+
+
+async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path | None = None) -> DiffReport:
+    """Every case (of the new and the old tables) and mutated input whose decision changes between the packs."""
     old, new = load(old_dir), load(new_dir)
     # A row may name a code only one of the two packs declares: the tables are read against both.
     rules = tuple(dict.fromkeys(rule_codes(old) + rule_codes(new)))
-    both = load_cases(cases_path, old, rules) + load_cases(cases_path, new, rules)
+    # A change that also deletes the row showing it must not hide it: the old tables count too.
+    tables = [cases_path, *([old_cases] if old_cases is not None and old_cases != cases_path else [])]
+    both = [c for t in tables for pack in (old, new) for c in load_cases(t, pack, rules)]
     data = list(dict.fromkeys(data_strings(old.org) + data_strings(new.org)))
-    before = await answers(old, _inputs(old, cases_path, rules, both, data))
-    after = await answers(new, _inputs(new, cases_path, rules, both, data))
-    changes = []
-    for engine in ENGINES:
-        for label in sorted(set(before[engine]) | set(after[engine])):
-            was, now = before[engine].get(label, "(absent)"), after[engine].get(label, "(absent)")
-            if was != now:
-                changes.append(Change(engine, label, was, now))
-    return changes, len(set(before["cedar"]) | set(after["cedar"]))
+    before = await answers(old, _inputs(old, tables, rules, both, data))
+    after = await answers(new, _inputs(new, tables, rules, both, data))
+    common = sorted(set(before["cedar"]) & set(after["cedar"]))
+    one_sided = len(set(before["cedar"]) ^ set(after["cedar"]))
+    changes = [
+        Change(engine, label, before[engine][label], after[engine][label])
+        for engine in ENGINES
+        for label in common
+        if before[engine][label] != after[engine][label]
+    ]
+    return DiffReport(changes, len(common), one_sided)
 
 
-def render_diff(changes: list[Change], compared: int, old: Path, new: Path) -> str:
+def render_diff(report: DiffReport, old: Path, new: Path) -> str:
     """What a reviewer reads: per engine, each changed input with its old and new answer."""
-    lines = [f"policy diff {old} -> {new}: {compared} inputs (cases and mutated base inputs), {len(changes)} change(s)"]
+    lines = [
+        f"policy diff {old} -> {new}: {report.compared} inputs (cases, their null variants and mutated base inputs),"
+        f" {len(report.changes)} change(s)"
+    ]
+    if report.one_sided:
+        # An input only one pack can build (its data adds a field) has nothing to compare with.
+        lines.append(f"  {report.one_sided} input(s) exist for one pack only and are not compared")
     for engine in ENGINES:
-        mine = [c for c in changes if c.engine == engine]
+        mine = [c for c in report.changes if c.engine == engine]
         if mine:
             lines.append(f"{engine}:")
             lines += [f"  {c.label}\n      {c.before}  ->  {c.after}" for c in mine]
