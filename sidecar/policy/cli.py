@@ -48,10 +48,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except _EXPECTED as exc:
         return _fail("check", exc)
     for step in steps:
-        print(f"{'ok  ' if step.ok else 'FAIL'} {step.name}")
+        mark = "FAIL" if not step.ok or (step.skipped and args.require_tools) else "SKIP" if step.skipped else "ok  "
+        print(f"{mark} {step.name}")
         if step.detail:
             print("     " + step.detail.replace("\n", "\n     "))
-    return 0 if all(s.ok for s in steps) else 1
+    skipped = [s.name for s in steps if s.skipped]
+    if skipped:
+        print(
+            f"{len(skipped)} check(s) not run for want of a tool"
+            + (": --require-tools makes that a failure" if not args.require_tools else "")
+        )
+    return 0 if all(s.ok for s in steps) and not (skipped and args.require_tools) else 1
 
 
 def _cmd_fmt(args: argparse.Namespace) -> int:
@@ -187,6 +194,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "check", help="Both languages: parse, validate, format, rule codes, opa check/test, regal."
     )
     _dir(check)
+    check.add_argument(
+        "--require-tools",
+        action="store_true",
+        help="Fail when opa or regal is missing, instead of skipping their checks (CI).",
+    )
     check.set_defaults(func=_cmd_check)
 
     fmt_ = policy.add_parser("fmt", help="Format Cedar and Rego files (default: list the files that need it).")

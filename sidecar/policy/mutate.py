@@ -3,10 +3,10 @@
 Each variant changes one field of one base input (never the pack's own data): a flag flipped, a
 count moved by one, a string perturbed (a character added or dropped, ``-``/``_`` swapped, upper
 case) or replaced by a value the case tables or the pack's data use elsewhere (and that value
-perturbed), a list grown or
-shrunk. Rules that two packs express differently (a list in ``org.yaml`` here, a prefix match
-there) answer differently on such near-misses, which is what the run looks for. Variants that
-the input model refuses are dropped; the rest are content-free like every decision input.
+perturbed), a list grown or shrunk. Rules that two packs express differently (a list in
+``org.yaml`` here, a prefix match there) answer differently on such near-misses, which is what the
+run looks for. Variants that the input model refuses are dropped; the rest are content-free like
+every decision input.
 ``null_variants`` gives an input with each of its nullable objects unknown, one at a time.
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.policy import cli
+from sidecar.policy import cli, opa_server
 from sidecar.policy.pack import fingerprint
 from tests.support.policy import CASES_DIR, PACK_DIR, OpaServers
 
@@ -143,6 +143,45 @@ class TestPolicyCheck:
         code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1
         assert "memgov policy fmt --write" in out
+
+    def test_a_file_that_does_not_parse_is_never_called_formatted(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """The format step fails for a Cedar file it could not parse, naming it, instead of saying ok."""
+        _edit(pack_copy / "cedar" / "consent.cedar", "when { !resource.exists }", "when { !resource.exists ")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "FAIL cedar format\n     cedar/consent.cedar: does not parse, so its format was not checked" in out
+
+    def test_every_step_runs_after_a_broken_data_file(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """A broken limits.yaml fails its step, and a Cedar typo in the same pack is still reported."""
+        _edit(pack_copy / "data" / "limits.yaml", "max_entries: 100", "max_entries: [100")
+        _edit(pack_copy / "cedar" / "consent.cedar", "!context.request.keyValid", "!context.request.keyVald")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "FAIL data files\n     data/limits.yaml:" in out
+        assert "attribute `request.keyVald` not found" in out
+        for step in ("rego rules", "opa fmt", "opa test", "regal lint"):
+            assert f"ok   {step}" in out
+
+    def test_without_opa_and_regal_their_checks_are_skipped_and_said_so(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A plain pip install: the in-process checks run, the tool checks say SKIP and why; --require-tools fails."""
+        monkeypatch.setattr(opa_server, "_REPO_TOOLS", tmp_path)
+        monkeypatch.setenv("PATH", str(tmp_path))
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
+        assert code == 0, out
+        assert "ok   cedar parse + schema validation + @id" in out
+        for step in ("opa fmt", "opa check --strict --schema (decision input)", "opa test"):
+            assert f"SKIP {step}\n     skipped: opa not found: run `make tools` or put opa on PATH" in out
+        assert "SKIP regal lint\n     skipped: regal not found" in out
+        assert "4 check(s) not run for want of a tool: --require-tools makes that a failure" in out
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR), "--require-tools")
+        assert code == 1
+        assert "FAIL regal lint" in out
 
     def test_rule_in_one_pack_only_is_listed(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """A Cedar policy whose code no Rego rule answers, and a code left without Cedar policy, are named."""
