@@ -77,7 +77,7 @@ conformance: venv kagent
 # versions are incompatible); the pinned opa is the compiler of record, Regal only lints.
 test-rego: tools
 	opa fmt --list --fail policies/rego
-	opa check --strict --schema docs/schema/decision-input.schema.json policies/rego
+	opa check --strict --schema docs/schema/decision-input.typecheck.schema.json policies/rego
 	opa test policies/rego
 	regal lint --config-file .regal/config.yaml policies/rego
 

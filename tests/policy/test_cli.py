@@ -93,6 +93,22 @@ class TestPolicyCheck:
                 "opa check --strict --schema",
                 "presented_generaton",
             ),
+            *(
+                (
+                    f"{DECISION}/{file}",
+                    right,
+                    wrong,
+                    "opa check --strict --schema",
+                    f"rego_type_error: undefined ref: {wrong.split()[0].removeprefix('not ')}",
+                )
+                for file, right, wrong in (
+                    ("federation.rego", 'input.principal.localpart != ""', 'input.principal.localprt != ""'),
+                    ("federation.rego", "input.audience.classification ==", "input.audience.clasification =="),
+                    ("room.rego", 'room.join_rule == "invite"', 'input.room.join_rul == "invite"'),
+                    ("consent.rego", "input.scope.enabled", "input.scope.enabeld"),
+                    ("consent.rego", "input.agent.memory_enabled", "input.agent.memory_enabld"),
+                )
+            ),
             (
                 f"{DECISION}/consent.rego",
                 "\tkeyed\n\tnot key_ok",
@@ -115,6 +131,7 @@ class TestPolicyCheck:
             "rego-reason-typo",
             "rego-metadata-mismatch",
             "rego-schema-typo",
+            *(f"rego-nullable-{name}-typo" for name in ("principal", "audience", "room", "scope", "agent")),
             "rego-test-broken",
             "regal-metadata",
         ],
