@@ -9,12 +9,14 @@ carry identifiers, flags and counts only: nothing here can print memory text.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from sidecar.policy import cedar_input
 from sidecar.policy.cases import Case, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import Action, DecisionInput
@@ -48,13 +50,23 @@ def _rego_trace(pack: Pack, fired: list[Site], covered: set[tuple[str, int]]) ->
     return out
 
 
+def _cedar_view(inp: DecisionInput) -> str:
+    """The Cedar request and entities memgov builds from an input (sidecar/policy/cedar_input.py)."""
+    request = cedar_input.request(inp)
+    entities = {f"{e['uid']['type']}::{json.dumps(e['uid']['id'])}": e["attrs"] for e in cedar_input.entities(inp)}
+    view = {"action": request["action"]["id"], "context": request["context"], "entities": entities}
+    return yaml.safe_dump(view, sort_keys=False, width=120)
+
+
 async def explain(pack_dir: Path, inp: DecisionInput, label: str) -> str:
     """The full report for one input on both engines and the floor."""
     pack = load(pack_dir)
     tools = Engines(pack)
     out = [
-        f"input: {label} (pack revision {pack.revision})",
+        f"input: {label} (pack revision {pack.revision}), as the Rego pack reads it (input.*):",
         *("  " + line for line in yaml.safe_dump(inp.model_dump(mode="json"), sort_keys=False).splitlines()),
+        "the same input as the Cedar pack reads it (principal, resource and context; entities by uid):",
+        *("  " + line for line in _cedar_view(inp).splitlines()),
     ]
     decisions = {}
     try:

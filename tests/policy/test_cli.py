@@ -354,6 +354,12 @@ class TestExplain:
         )
         assert code == 0, out
         assert "operation: memory.save" in out and "enabled: false" in out
+        # The Cedar pack's view of the same input: camelCase context, the entities by uid.
+        cedar_view = out[out.index("the same input as the Cedar pack reads it") : out.index("\ncedar: ")]
+        assert "  action: memory.save\n  context:\n    agent:\n      known: true\n" in cedar_view
+        assert '  entities:\n    Deployment::"local":\n' in cedar_view
+        assert '    User::"@alice:example.org":\n      known: true\n' in cedar_view
+        assert "      enabled: false\n" in cedar_view
         assert "cedar: deny ['consent_disabled']" in out and "cedar/consent.cedar:16 @id consent-disabled" in out
         assert "opa:   deny ['consent_disabled']" in out
         assert f'{DECISION}/consent.rego:18 deny["consent_disabled"] fired:' in out
