@@ -161,6 +161,23 @@ class TestPolicyCheck:
         assert code == 1
         assert "memgov policy fmt --write" in out
 
+    @pytest.mark.parametrize(
+        ("old", "new", "line", "message"),
+        [
+            ("  mxid: String,", "  mxid: Strng,", 25, "failed to resolve type: Strng"),
+            ("type Org = {};", "type Org = {,};", 43, "error parsing schema: unexpected token `,`"),
+        ],
+        ids=["unknown-type", "syntax"],
+    )
+    def test_a_schema_error_names_its_line(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, old: str, new: str, line: int, message: str
+    ) -> None:
+        """cedarpy gives a schema error without a line; check names the line that holds it."""
+        _edit(pack_copy / "cedar" / "memgov.cedarschema", old, new)
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert f"cedar/memgov.cedarschema:{line}: the schema does not parse: {message}" in out
+
     def test_a_file_that_does_not_parse_is_never_called_formatted(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
     ) -> None:
