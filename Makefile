@@ -52,6 +52,8 @@ tools:
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
+	# The symbolic checker of `memgov policy prove` (cedar-policy-symcc); its solver comes from PyPI (cvc5).
+	scripts/rust-tool.sh memgov-symcc tools/symcc
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
 # modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
@@ -89,7 +91,7 @@ conformance: venv kagent
 # versions are incompatible); the pinned opa is the compiler of record, Regal only lints.
 test-rego: tools
 	opa fmt --list --fail policies/rego
-	opa check --strict --schema docs/schema/decision-input.schema.json policies/rego
+	opa check --strict --schema docs/schema/decision-input.typecheck.schema.json policies/rego
 	opa test policies/rego
 	regal lint --config-file .regal/config.yaml policies/rego
 

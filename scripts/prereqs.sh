@@ -5,14 +5,14 @@
 #
 #   scripts/prereqs.sh [--check] [NAME...]
 #
-# NAME is any of: python-venv cc make flock initdb postgres.h go etcd buildah mmdebstrap (default: all).
+# NAME is any of: python-venv cc make flock initdb postgres.h go cargo etcd buildah mmdebstrap (default: all).
 # --check only reports; it never installs, and exits 1 when anything is missing.
 # `make demo` needs none of this: it runs on Python alone.
 set -euo pipefail
 
 check_only=0
 if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
-all=(python-venv cc make flock initdb postgres.h go etcd buildah mmdebstrap)
+all=(python-venv cc make flock initdb postgres.h go cargo etcd buildah mmdebstrap)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -100,6 +100,14 @@ check() {
     etcd)
       # The store of the real kube-apiserver the chart tests start (tests/support/kube.py).
       need etcd "etcd, the store of the tests' kube-apiserver" 'command -v etcd >/dev/null' etcd-server ;;
+    cargo)
+      # Rust comes with the machine like Go: it builds tools/symcc/ (`memgov policy prove`).
+      if command -v cargo >/dev/null; then
+        say "ok       cargo ($(cargo --version))"
+      else
+        say "MISSING  cargo: install Rust 1.89 or newer from rustup.rs and put cargo on PATH"
+        missing=1
+      fi ;;
     buildah)
       need buildah "buildah, which builds the image from the Containerfile" 'command -v buildah >/dev/null' buildah ;;
     mmdebstrap)

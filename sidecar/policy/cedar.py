@@ -86,6 +86,63 @@ def _validate_file(rel: str, text: str, statements: list[Statement], schema: ced
     return list(found)
 
 
+_UNRESOLVED = re.compile(r"failed to resolve types?: (.+)$")
+
+
+def _declarations(text: str) -> list[tuple[int, int]]:
+    """``(first line, end offset)`` of each top-level declaration (up to a ``;`` outside braces)."""
+    out: list[tuple[int, int]] = []
+    depth, line, first = 0, 1, 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = len(text) if i < 0 else i
+            continue
+        if ch == "\n":
+            line += 1
+        elif ch == '"':
+            i = text.find('"', i + 1)
+            i = len(text) if i < 0 else i
+        elif not ch.isspace() and not first:
+            first = line
+        if ch in "{[(<":
+            depth += 1
+        elif ch in "}])>":
+            depth -= 1
+        elif ch == ";" and depth <= 0:
+            out.append((first, i + 1))
+            first = 0
+        i += 1
+    if first:
+        out.append((first, len(text)))
+    return out
+
+
+def schema_error_line(text: str, message: str) -> int | None:
+    """The line a schema error points at; cedarpy's message carries none.
+
+    An unresolved type: the first line that uses it. A syntax error: the first declaration after
+    which the schema no longer parses.
+    """
+    unresolved = _UNRESOLVED.search(message)
+    if unresolved:
+        name = unresolved.group(1).split(",")[0].strip()
+        pattern = re.compile(rf"[:\[,<]\s*{re.escape(name)}\b")
+        for number, row in enumerate(text.splitlines(), 1):
+            if pattern.search(row.split("//")[0]):
+                return number
+        return None
+    for first, end in _declarations(text):
+        try:
+            cedarpy.Schema.from_str(text[:end])
+        except ValueError as exc:
+            if str(exc).startswith("error parsing schema"):
+                return first
+    return None
+
+
 def _check_org(pack: Pack, schema: cedarpy.Schema) -> None:
     # The org lists travel as an entity attribute; the schema's Org type must declare each one.
     probe = Deployment(
@@ -130,7 +187,9 @@ def compile_pack(pack: Pack) -> CedarPolicies:
     try:
         schema = cedarpy.Schema.from_str(schema_text)
     except ValueError as exc:
-        raise _refuse(f"{schema_file}: the schema does not parse: {exc}", schema_file) from None
+        line = schema_error_line(schema_text, str(exc))
+        where = f"{schema_file}:{line}" if line else schema_file
+        raise _refuse(f"{where}: the schema does not parse: {exc}", schema_file) from None
     problems: list[str] = []
     parsed = {rel: _parse_file(rel, sources[rel]) for rel in sorted(sources)}
     for rel, statements in parsed.items():

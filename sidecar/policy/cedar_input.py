@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sidecar.policy.model import DecisionInput, Deployment
+from sidecar.policy.model import DecisionInput, Deployment, Limits
 from sidecar.policy.pack import is_complete
 
 _DEPLOYMENT: Final = {"type": "Deployment", "id": "local"}
 _OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
 
 
-def _limits(dep: Deployment) -> dict[str, int]:
-    lim = dep.limits
+def limits_record(lim: Limits) -> dict[str, int]:
+    """limits.yaml as the Cedar ``Limits`` record."""
     return {
         "maxDays": lim.max_days,
         "maxEntries": lim.max_entries,
@@ -47,7 +47,7 @@ def deployment_entity(dep: Deployment) -> dict[str, Any]:
             "bridgeBot": dep.bridge_bot or "",
             "agentGhost": dep.agent_ghost or "",
             "classification": dep.classification,
-            "limits": _limits(dep),
+            "limits": limits_record(dep.limits),
             "audienceServers": sorted(partners | {dep.server_name}),
             "org": dep.org,
         },

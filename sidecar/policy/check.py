@@ -1,7 +1,8 @@
 """``memgov policy check``: every problem an author can act on, with file:line, for both languages.
 
 The steps run on both packs whatever engine is live, and later steps still run after an earlier
-one fails (except without readable data files): Cedar parse, schema validation and annotations;
+one fails (a broken data file is replaced by the reference one for the later steps): Cedar parse,
+schema validation and annotations;
 Cedar format; Rego rule heads against known codes and METADATA; rules present in one language
 only or missing; ``opa fmt``; ``opa check --strict --schema``; ``opa test``; ``regal lint``.
 """
@@ -16,7 +17,7 @@ from sidecar.policy.cedar import compile_pack
 from sidecar.policy.fmt import FIX_HINT, Unformatted, cedar_unformatted, rego_unformatted
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
-from sidecar.policy.pack import Pack, PackError, read_pack
+from sidecar.policy.pack import DATA_FILES, Pack, PackError, read_pack, reference_data
 from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
 from sidecar.policy.vet import bracket_problem, check_declared, missing_codes, opa_compile, rego_problems
 
@@ -25,27 +26,36 @@ _REPO = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Step:
-    """The outcome of one check."""
+    """The outcome of one check; ``skipped`` when a tool it needs is not installed (the detail says which)."""
 
     name: str
     ok: bool
     detail: str = ""
+    skipped: bool = False
+
+
+def _missing(step: str, exc: ToolNotFound) -> Step:
+    # A plain `pip install` has no opa or regal: the step is reported as not run, never as passed.
+    return Step(step, True, f"skipped: {exc}", skipped=True)
 
 
 def _tool(name: str, args: list[str], step: str, cwd: Path) -> Step:
     try:
         binary = tool_binary(name)
     except ToolNotFound as exc:
-        return Step(step, False, str(exc))
+        return _missing(step, exc)
     proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300, check=False, cwd=cwd)
     # Tool output names policy files and lines only: policy text is ours, never request data.
     detail = (proc.stdout + proc.stderr).strip()
     return Step(step, proc.returncode == 0, detail if proc.returncode else "")
 
 
-def _formatting(name: str, found: list[Unformatted]) -> Step:
-    detail = "\n".join([*(f"{u.file}\n{u.diff.rstrip()}" for u in found), FIX_HINT]) if found else ""
-    return Step(name, not found, detail)
+def _formatting(name: str, found: list[Unformatted], unparsable: tuple[str, ...] = ()) -> Step:
+    # A file that does not parse cannot be formatted: the step fails for it rather than passing it by.
+    lines = [f"{rel}: does not parse, so its format was not checked (see the parse step)" for rel in unparsable]
+    lines += [f"{u.file}\n{u.diff.rstrip()}" for u in found]
+    detail = "\n".join([*lines, *([FIX_HINT] if found else [])])
+    return Step(name, not lines, detail)
 
 
 def _cedar(pack: Pack) -> Step:
@@ -91,7 +101,7 @@ def _schema_check(pack: Pack) -> Step:
     try:
         tool_binary("opa")
     except ToolNotFound as exc:
-        return Step(name, False, str(exc))
+        return _missing(name, exc)
     report = opa_compile(pack)
     return Step(name, report is None, report or "")
 
@@ -104,25 +114,44 @@ def regal_config(root: Path) -> Path | None:
     return None
 
 
+def _read_leniently(root: Path) -> tuple[Pack, Step]:
+    """The pack and the data step; with a broken data file, the rest is checked on the reference data.
+
+    Every later step reads the policy files, not the data, so one bad YAML file must not hide
+    the problems of the policies. PackError only when the folder itself cannot be read.
+    """
+    problems: list[str] = []
+    replaced: dict[str, bytes | None] = {}
+    for _ in range(len(DATA_FILES) + 1):
+        try:
+            pack = read_pack(root, replaced)
+            check_declared(pack)
+        except PackError as exc:
+            if exc.step != "data" or exc.file not in DATA_FILES or exc.file in replaced:
+                raise
+            problems.append(str(exc))
+            replaced[exc.file] = reference_data(exc.file)
+            continue
+        return pack, Step("data files", not problems, "\n".join(problems))
+    raise PackError("data files: cannot be read", step="data")
+
+
 def check_pack(root: Path) -> list[Step]:
     """Run every check on both languages; each failing step says where and what."""
     root = Path(root).resolve()
-    try:
-        pack = read_pack(root)
-        check_declared(pack)
-    except PackError as exc:
-        return [Step("data files", False, str(exc))]
+    pack, data = _read_leniently(root)
+    unparsable: list[str] = []
     steps = [
-        Step("data files", True),
+        data,
         _cedar(pack),
-        _formatting("cedar format", cedar_unformatted(root)),
+        _formatting("cedar format", cedar_unformatted(root, unparsable), tuple(unparsable)),
         _rego_rules(pack),
         _parity(pack),
     ]
     try:
         steps.append(_formatting("opa fmt", rego_unformatted(root)))
     except ToolNotFound as exc:
-        steps.append(Step("opa fmt", False, str(exc)))
+        steps.append(_missing("opa fmt", exc))
     steps.append(_schema_check(pack))
     rego = str(root / "rego")
     steps.append(_tool("opa", ["test", rego], "opa test", root))

@@ -1,4 +1,4 @@
-"""``memgov policy check | fmt | test | explain | diff | revision | bundle | schema``: authoring and review tools."""
+"""``memgov policy check | fmt | test | prove | explain | diff | revision | bundle | schema``: authoring tools."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sidecar.policy import fmt, schema
+from sidecar.policy import fmt, prove, schema
 from sidecar.policy.cases import CaseError
 from sidecar.policy.check import check_pack
 from sidecar.policy.opa_bundle import write_folder, write_tarball
 from sidecar.policy.opa_server import OpaServer, ToolNotFound, start_opa
 from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.review import diff, explain, find_case, read_input, render_diff
-from sidecar.policy.suite import render, run_suite
+from sidecar.policy.suite import load, render, run_suite
 from sidecar.settings import SettingsError, load_settings
 
 #: What the authoring commands can fail on without it being a bug: each prints one line, no traceback.
@@ -48,10 +48,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except _EXPECTED as exc:
         return _fail("check", exc)
     for step in steps:
-        print(f"{'ok  ' if step.ok else 'FAIL'} {step.name}")
+        mark = "FAIL" if not step.ok or (step.skipped and args.require_tools) else "SKIP" if step.skipped else "ok  "
+        print(f"{mark} {step.name}")
         if step.detail:
             print("     " + step.detail.replace("\n", "\n     "))
-    return 0 if all(s.ok for s in steps) else 1
+    skipped = [s.name for s in steps if s.skipped]
+    if skipped:
+        print(
+            f"{len(skipped)} check(s) not run for want of a tool"
+            + (": --require-tools makes that a failure" if not args.require_tools else "")
+        )
+    return 0 if all(s.ok for s in steps) and not (skipped and args.require_tools) else 1
 
 
 def _cmd_fmt(args: argparse.Namespace) -> int:
@@ -91,6 +98,20 @@ def _cmd_test(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_prove(args: argparse.Namespace) -> int:
+    try:
+        root = _pack_dir(args)
+        props = prove.load_properties(root)
+        pack = load(root)
+        results, findings = asyncio.run(prove.prove(pack, props))
+        files = prove.write_counterexamples(findings, Path(args.out)) if args.out else {}
+    except _EXPECTED as exc:
+        return _fail("prove", exc)
+    print(f"prove {root} (revision {pack.revision})")
+    print(prove.render_proof(props, results, findings, files))
+    return 0 if all(v.proved for v in results) else 1
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     try:
         root = _pack_dir(args)
@@ -108,11 +129,23 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     try:
         old, new = Path(args.old), Path(args.new)
         cases = _cases(args, new)
-        changes, compared = asyncio.run(diff(old, new, cases))
+        beside_old = old.resolve().parent / "policy-tests"
+        old_cases = Path(args.old_cases) if args.old_cases else beside_old if beside_old.is_dir() else None
+        report = asyncio.run(diff(old, new, cases, old_cases))
+        semantic = ""
+        changed = 0
+        if args.semantic:
+            props = prove.load_properties(new) if (new / prove.PROPERTIES_FILE).is_file() else prove.Properties()
+            results, findings = asyncio.run(prove.semantic_diff(load(old), load(new), props))
+            semantic = prove.render_semantic(results, findings)
+            changed = sum(1 for v in results if not v.proved)
     except _EXPECTED as exc:
         return _fail("diff", exc)
-    print(render_diff(changes, compared, old, new))
-    return 1 if changes and args.exit_code else 0
+    if semantic:
+        print(f"semantic diff {old} -> {new} (Cedar, every request the new pack's data admits):")
+        print(semantic)
+    print(render_diff(report, old, new))
+    return 1 if (report.changes or changed) and args.exit_code else 0
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
@@ -161,6 +194,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "check", help="Both languages: parse, validate, format, rule codes, opa check/test, regal."
     )
     _dir(check)
+    check.add_argument(
+        "--require-tools",
+        action="store_true",
+        help="Fail when opa or regal is missing, instead of skipping their checks (CI).",
+    )
     check.set_defaults(func=_cmd_check)
 
     fmt_ = policy.add_parser("fmt", help="Format Cedar and Rego files (default: list the files that need it).")
@@ -190,6 +228,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _case_args(test)
     test.set_defaults(func=_cmd_test)
 
+    prv = policy.add_parser(
+        "prove", help="Prove properties.yaml and never-errors for every request (Cedar symbolic compiler)."
+    )
+    prv.add_argument("--out", help="Write each counterexample as a decision input file into this folder.")
+    _dir(prv)
+    prv.set_defaults(func=_cmd_prove)
+
     exp = policy.add_parser("explain", help="One input on both engines: rules that decided, Rego trace, the floor.")
     which = exp.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", help="A case by name (or a unique part of file::name).")
@@ -201,7 +246,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dif = policy.add_parser("diff", help="Every case and mutated input whose decision changes between two packs.")
     dif.add_argument("old", help="The pack before the change.")
     dif.add_argument("new", help="The pack after the change.")
-    dif.add_argument("--exit-code", action="store_true", help="Exit 1 when anything changes.")
+    dif.add_argument(
+        "--old-cases",
+        help="The old pack's tables, also decided (default: policy-tests/ beside OLD when there is one).",
+    )
+    dif.add_argument("--exit-code", action="store_true", help="Exit 1 when a decision changes.")
+    dif.add_argument(
+        "--semantic",
+        action="store_true",
+        help="Also prove, per action, that the Cedar packs decide every request alike, or show one they do not.",
+    )
     _case_args(dif)
     dif.set_defaults(func=_cmd_diff)
 

@@ -28,14 +28,19 @@ def _diff(rel: str, text: str, formatted: str) -> str:
     return "".join(difflib.unified_diff(text.splitlines(True), formatted.splitlines(True), rel, rel + " (formatted)"))
 
 
-def cedar_unformatted(root: Path) -> list[Unformatted]:
-    """Cedar files of a pack that cedarpy would format differently (a file that does not parse is skipped)."""
+def cedar_unformatted(root: Path, unparsable: list[str] | None = None) -> list[Unformatted]:
+    """Cedar files of a pack that cedarpy would format differently.
+
+    A file that does not parse cannot be formatted: it is left out, and named in ``unparsable``.
+    """
     out = []
     for path in sorted((root / "cedar").glob("**/*.cedar")):
         text = path.read_text(encoding="utf-8")
         try:
             formatted = cedarpy.format_policies(text, FORMAT_WIDTH, FORMAT_INDENT)
         except ValueError:
+            if unparsable is not None:
+                unparsable.append(path.relative_to(root).as_posix())
             continue  # the parse step reports it, with file and line
         if formatted != text:
             rel = path.relative_to(root).as_posix()

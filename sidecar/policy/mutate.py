@@ -1,11 +1,13 @@
 """Mutated variants of the base inputs, for differential runs of two engines and for ``policy diff``.
 
-Each variant changes one field of one base input: a flag flipped, a count moved by one, a string
-perturbed (a character added or dropped, ``-``/``_`` swapped, upper case) or replaced by a value
-the case tables or the pack's data use elsewhere (and that value perturbed), a list grown or
-shrunk. Rules that two packs express differently (a list in ``org.yaml`` here, a prefix match
-there) answer differently on such near-misses, which is what the run looks for. Variants that
-the input model refuses are dropped; the rest are content-free like every decision input.
+Each variant changes one field of one base input (never the pack's own data): a flag flipped, a
+count moved by one, a string perturbed (a character added or dropped, ``-``/``_`` swapped, upper
+case) or replaced by a value the case tables or the pack's data use elsewhere (and that value
+perturbed), a list grown or shrunk. Rules that two packs express differently (a list in
+``org.yaml`` here, a prefix match there) answer differently on such near-misses, which is what the
+run looks for. Variants that the input model refuses are dropped; the rest are content-free like
+every decision input.
+``null_variants`` gives an input with each of its nullable objects unknown, one at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from sidecar.policy.model import DecisionInput
 #: Values taken from the tables for one path, and data strings, at most this many each.
 _VOCAB_PER_PATH = 6
 _DATA_STRINGS = 12
+#: Deployment fields memgov fills from the pack's data files: the floor and the tables own the limits,
+#: and an org list or partner record mutated would exist for one pack only.
+_PACK_DATA = frozenset({"deployment.limits", "deployment.org", "deployment.federation_partners"})
+#: The objects a decision input may leave unknown (null), each of which every rule must survive.
+NULLABLE = ("principal", "agent", "scope", "room", "audience", "room.server_acl", "request.context_scope")
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,8 @@ def _leaves(doc: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(doc, dict):
         for key, value in doc.items():
             path = f"{prefix}.{key}" if prefix else key
-            if path == "deployment.limits":
-                continue  # the floor and the tables own the limits; mutating them tests nothing new
+            if path in _PACK_DATA:
+                continue  # the pack's own data: two packs are compared on the same request, not the same data
             if isinstance(value, dict) and value:
                 yield path, value
                 yield from _leaves(value, path)
@@ -126,3 +133,20 @@ def mutants(bases: dict[str, dict[str, Any]], vocab: dict[str, list[Any]], data:
                 mutant = Mutant(name, path, change, inp)
                 out.setdefault(mutant.label, mutant)
     return list(out.values())
+
+
+def null_variants(name: str, doc: dict[str, Any]) -> list[Mutant]:
+    """The input with each nullable object that it has set to null (unknown), one at a time."""
+    out = []
+    for path in NULLABLE:
+        node: Any = doc
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            continue
+        try:
+            inp = DecisionInput.model_validate(_set(doc, path, None))
+        except ValidationError:
+            continue
+        out.append(Mutant(name, path, None, inp))
+    return out

@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from sidecar.policy.model import DeclaredReason, Federation, Limits, PartnerRecord
+from sidecar.settings import PACKAGED_POLICY_DIR
 
 _PACK_DIRS = ("cedar", "rego", "data")
 _PACK_SUFFIXES = (".cedar", ".cedarschema", ".rego", ".yaml")
@@ -192,12 +193,31 @@ def load_federation(root: Path) -> Federation:
     return federation
 
 
-def read_pack(root: Path) -> Pack:
-    """Read every pack file once and validate the data files; engines compile the rest."""
+#: The pack's data files; limits and federation are required, reasons and org optional.
+DATA_FILES = ("data/limits.yaml", "data/federation.yaml", "data/reasons.yaml", "data/org.yaml")
+
+
+def reference_data(rel: str) -> bytes | None:
+    """The shipped pack's version of a data file (None for an optional one: absent)."""
+    if rel in ("data/reasons.yaml", "data/org.yaml"):
+        return None
+    return (PACKAGED_POLICY_DIR / rel).read_bytes()
+
+
+def read_pack(root: Path, replace: dict[str, bytes | None] | None = None) -> Pack:
+    """Read every pack file once and validate the data files; engines compile the rest.
+
+    ``replace`` stands in for some files (None: absent), for checks that go on past a broken one.
+    """
     root = Path(root)
     if not root.is_dir():
         raise PackError(f"{root.name}: policy folder not found")
     raw = _read(root)
+    for rel, data in (replace or {}).items():
+        if data is None:
+            raw.pop(rel, None)
+        else:
+            raw[rel] = data
     files: dict[str, str] = {}
     for rel, data in raw.items():
         try:

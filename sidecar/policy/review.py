@@ -9,16 +9,18 @@ carry identifiers, flags and counts only: nothing here can print memory text.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from sidecar.policy import cedar_input
 from sidecar.policy.cases import Case, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import Action, DecisionInput
-from sidecar.policy.mutate import data_strings, mutants, vocabulary
+from sidecar.policy.mutate import data_strings, mutants, null_variants, vocabulary
 from sidecar.policy.outcome import assemble, unavailable
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import Site, rule_codes
@@ -48,13 +50,23 @@ def _rego_trace(pack: Pack, fired: list[Site], covered: set[tuple[str, int]]) ->
     return out
 
 
+def _cedar_view(inp: DecisionInput) -> str:
+    """The Cedar request and entities memgov builds from an input (sidecar/policy/cedar_input.py)."""
+    request = cedar_input.request(inp)
+    entities = {f"{e['uid']['type']}::{json.dumps(e['uid']['id'])}": e["attrs"] for e in cedar_input.entities(inp)}
+    view = {"action": request["action"]["id"], "context": request["context"], "entities": entities}
+    return yaml.safe_dump(view, sort_keys=False, width=120)
+
+
 async def explain(pack_dir: Path, inp: DecisionInput, label: str) -> str:
     """The full report for one input on both engines and the floor."""
     pack = load(pack_dir)
     tools = Engines(pack)
     out = [
-        f"input: {label} (pack revision {pack.revision})",
+        f"input: {label} (pack revision {pack.revision}), as the Rego pack reads it (input.*):",
         *("  " + line for line in yaml.safe_dump(inp.model_dump(mode="json"), sort_keys=False).splitlines()),
+        "the same input as the Cedar pack reads it (principal, resource and context; entities by uid):",
+        *("  " + line for line in _cedar_view(inp).splitlines()),
     ]
     decisions = {}
     try:
@@ -118,7 +130,8 @@ class Change:
     after: str
 
 
-async def _answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
+async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
+    """Per engine, ``{label: "action [reasons]"}`` for each input, without the floor."""
     tools = Engines(pack)
     try:
         out = {}
@@ -133,38 +146,69 @@ async def _answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, 
 
 
 def _inputs(
-    pack: Pack, cases_path: Path, rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
+    pack: Pack, tables: list[Path], rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
 ) -> dict[str, DecisionInput]:
-    folder = cases_path if cases_path.is_dir() else cases_path.parent
-    labelled = {f"case {c.id}": c.inp for c in load_cases(cases_path, pack, rules)}
+    """Every table row with its null variants, and the mutated base inputs, labelled alike for both packs.
+
+    A row the old tables hold differently from the new ones is kept as its own input.
+    """
+    labelled: dict[str, DecisionInput] = {}
+    for path in tables:
+        for c in load_cases(path, pack, rules):
+            label = f"case {c.id}"
+            if label in labelled and labelled[label] != c.inp:
+                label += " (old table)"
+            labelled.setdefault(label, c.inp)
+            for m in null_variants(label, c.inp.model_dump(mode="json")):
+                labelled.setdefault(m.label, m.inp)
+    folder = tables[0] if tables[0].is_dir() else tables[0].parent
     variants = mutants(load_bases(folder, pack), vocabulary([c.changes for c in vocab_from]), data)
     labelled.update({f"mutant {m.label}": m.inp for m in variants})
     return labelled
 
 
-async def diff(old_dir: Path, new_dir: Path, cases_path: Path) -> tuple[list[Change], int]:
-    """Every case and mutated input whose decision changes from the old pack to the new one."""
+@dataclass(frozen=True)
+class DiffReport:
+    """What changed between two packs: per engine, and how many inputs were compared or one-sided."""
+
+    changes: list[Change]
+    compared: int
+    one_sided: int
+
+
+async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path | None = None) -> DiffReport:
+    """Every case (of the new and the old tables) and mutated input whose decision changes between the packs."""
     old, new = load(old_dir), load(new_dir)
     # A row may name a code only one of the two packs declares: the tables are read against both.
     rules = tuple(dict.fromkeys(rule_codes(old) + rule_codes(new)))
-    both = load_cases(cases_path, old, rules) + load_cases(cases_path, new, rules)
+    # A change that also deletes the row showing it must not hide it: the old tables count too.
+    tables = [cases_path, *([old_cases] if old_cases is not None and old_cases != cases_path else [])]
+    both = [c for t in tables for pack in (old, new) for c in load_cases(t, pack, rules)]
     data = list(dict.fromkeys(data_strings(old.org) + data_strings(new.org)))
-    before = await _answers(old, _inputs(old, cases_path, rules, both, data))
-    after = await _answers(new, _inputs(new, cases_path, rules, both, data))
-    changes = []
-    for engine in ENGINES:
-        for label in sorted(set(before[engine]) | set(after[engine])):
-            was, now = before[engine].get(label, "(absent)"), after[engine].get(label, "(absent)")
-            if was != now:
-                changes.append(Change(engine, label, was, now))
-    return changes, len(set(before["cedar"]) | set(after["cedar"]))
+    before = await answers(old, _inputs(old, tables, rules, both, data))
+    after = await answers(new, _inputs(new, tables, rules, both, data))
+    common = sorted(set(before["cedar"]) & set(after["cedar"]))
+    one_sided = len(set(before["cedar"]) ^ set(after["cedar"]))
+    changes = [
+        Change(engine, label, before[engine][label], after[engine][label])
+        for engine in ENGINES
+        for label in common
+        if before[engine][label] != after[engine][label]
+    ]
+    return DiffReport(changes, len(common), one_sided)
 
 
-def render_diff(changes: list[Change], compared: int, old: Path, new: Path) -> str:
+def render_diff(report: DiffReport, old: Path, new: Path) -> str:
     """What a reviewer reads: per engine, each changed input with its old and new answer."""
-    lines = [f"policy diff {old} -> {new}: {compared} inputs (cases and mutated base inputs), {len(changes)} change(s)"]
+    lines = [
+        f"policy diff {old} -> {new}: {report.compared} inputs (cases, their null variants and mutated base inputs),"
+        f" {len(report.changes)} change(s)"
+    ]
+    if report.one_sided:
+        # An input only one pack can build (its data adds a field) has nothing to compare with.
+        lines.append(f"  {report.one_sided} input(s) exist for one pack only and are not compared")
     for engine in ENGINES:
-        mine = [c for c in changes if c.engine == engine]
+        mine = [c for c in report.changes if c.engine == engine]
         if mine:
             lines.append(f"{engine}:")
             lines += [f"  {c.label}\n      {c.before}  ->  {c.after}" for c in mine]

@@ -8,6 +8,7 @@ swap it atomically; on any failure the previous pack keeps serving.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +39,23 @@ class ReloadOutcome:
     revision: str | None = None
     step: str | None = None
     file: str | None = None
+    #: For a refusal: the line of ``file`` at fault when the message names one, and the message itself
+    #: (about pack files only, never request data; /readyz is on the operations port).
+    line: int | None = None
+    message: str | None = None
+
+
+#: The longest refusal message /readyz repeats.
+_MESSAGE_MAX = 400
+
+
+def refusal(outcome: str, revision: str | None, exc: PackError) -> ReloadOutcome:
+    """A refused pack as /readyz shows it: the step, the file, and the first line of the message naming it."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    named = [ln for ln in lines if exc.file and exc.file in ln]
+    message = (named or lines or [""])[0][:_MESSAGE_MAX]
+    found = re.search(re.escape(exc.file) + r":(\d+)", message) if exc.file else None
+    return ReloadOutcome(outcome, revision, exc.step, exc.file, int(found.group(1)) if found else None, message)
 
 
 def build_engine(settings: PolicySettings, engine: str | None = None, opa_url: str | None = None) -> Engine:
@@ -231,6 +249,8 @@ class PolicyRuntime:
             live = self._pack is not None and pack.revision == self._pack.revision
             if live and not self.engine.stale:
                 metrics.RELOADS.labels("unchanged").inc()
+                # A refused edit undone: the files on disk are the live pack again.
+                self.last_reload = ReloadOutcome("loaded", pack.revision)
                 return True
             if not live:
                 await asyncio.to_thread(vet, pack)
@@ -242,7 +262,11 @@ class PolicyRuntime:
             outcome = "rejected" if isinstance(exc, PackError) else "engine_unavailable"
             step, file = (exc.step, exc.file) if isinstance(exc, PackError) else ("engine", None)
             metrics.RELOADS.labels(outcome).inc()
-            self.last_reload = ReloadOutcome(outcome, attempted, step, file)
+            self.last_reload = (
+                refusal(outcome, attempted, exc)
+                if isinstance(exc, PackError)
+                else ReloadOutcome(outcome, attempted, step, file)
+            )
             log.error(
                 "policy.reload_failed",
                 outcome=outcome,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.policy.cases import Case, Result, coverage, judge, load_bases, load_cases
+from sidecar.policy.cases import Case, CaseError, Result, coverage, judge, load_bases, load_cases
 from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import Action, DecisionInput
@@ -169,6 +169,10 @@ async def run_suite(
     """Load the pack into each engine and run the selected cases, then the differential run."""
     pack = load(pack_dir)
     everything = load_cases(cases_path, pack)
+    unmatched = [p for p in patterns or [] if not select(everything, [p])]
+    if unmatched:
+        # A typo would otherwise run nothing and pass.
+        raise CaseError(f"-k {', '.join(map(repr, unmatched))} matches no case in {cases_path}")
     cases = select(everything, patterns or [])
     folder = cases_path if cases_path.is_dir() else cases_path.parent
     bases = load_bases(folder, pack)

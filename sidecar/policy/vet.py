@@ -126,7 +126,7 @@ def opa_compile(pack: Pack) -> str | None:
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text, encoding="utf-8")
-        (root / "input.schema.json").write_text(schema.render()["decision-input.schema.json"], encoding="utf-8")
+        (root / "input.schema.json").write_text(schema.render()[schema.TYPECHECK_SCHEMA], encoding="utf-8")
         proc = subprocess.run(
             [binary, "check", "--strict", "--schema", str(root / "input.schema.json"), str(root / "rego")],
             capture_output=True,

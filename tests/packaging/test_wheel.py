@@ -80,8 +80,8 @@ class TestInstalledWheel:
         assert revision == SOURCE_REVISION
 
     def test_policy_check_passes(self, venv: Path, outside: dict[str, object]) -> None:
-        """`memgov policy check` validates the packaged pack (parse, schema, format, opa, regal)."""
-        proc = _run([str(venv / "bin" / "memgov"), "policy", "check"], **outside)
+        """`memgov policy check` validates the packaged pack (parse, schema, format, opa, regal: none skipped)."""
+        proc = _run([str(venv / "bin" / "memgov"), "policy", "check", "--require-tools"], **outside)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") >= 7
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.policy import cli
+from sidecar.policy import cli, opa_server
 from sidecar.policy.pack import fingerprint
 from tests.support.policy import CASES_DIR, PACK_DIR, OpaServers
 
@@ -93,6 +93,22 @@ class TestPolicyCheck:
                 "opa check --strict --schema",
                 "presented_generaton",
             ),
+            *(
+                (
+                    f"{DECISION}/{file}",
+                    right,
+                    wrong,
+                    "opa check --strict --schema",
+                    f"rego_type_error: undefined ref: {wrong.split()[0].removeprefix('not ')}",
+                )
+                for file, right, wrong in (
+                    ("federation.rego", 'input.principal.localpart != ""', 'input.principal.localprt != ""'),
+                    ("federation.rego", "input.audience.classification ==", "input.audience.clasification =="),
+                    ("room.rego", 'room.join_rule == "invite"', 'input.room.join_rul == "invite"'),
+                    ("consent.rego", "input.scope.enabled", "input.scope.enabeld"),
+                    ("consent.rego", "input.agent.memory_enabled", "input.agent.memory_enabld"),
+                )
+            ),
             (
                 f"{DECISION}/consent.rego",
                 "\tkeyed\n\tnot key_ok",
@@ -115,6 +131,7 @@ class TestPolicyCheck:
             "rego-reason-typo",
             "rego-metadata-mismatch",
             "rego-schema-typo",
+            *(f"rego-nullable-{name}-typo" for name in ("principal", "audience", "room", "scope", "agent")),
             "rego-test-broken",
             "regal-metadata",
         ],
@@ -143,6 +160,62 @@ class TestPolicyCheck:
         code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1
         assert "memgov policy fmt --write" in out
+
+    @pytest.mark.parametrize(
+        ("old", "new", "line", "message"),
+        [
+            ("  mxid: String,", "  mxid: Strng,", 25, "failed to resolve type: Strng"),
+            ("type Org = {};", "type Org = {,};", 43, "error parsing schema: unexpected token `,`"),
+        ],
+        ids=["unknown-type", "syntax"],
+    )
+    def test_a_schema_error_names_its_line(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, old: str, new: str, line: int, message: str
+    ) -> None:
+        """cedarpy gives a schema error without a line; check names the line that holds it."""
+        _edit(pack_copy / "cedar" / "memgov.cedarschema", old, new)
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert f"cedar/memgov.cedarschema:{line}: the schema does not parse: {message}" in out
+
+    def test_a_file_that_does_not_parse_is_never_called_formatted(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """The format step fails for a Cedar file it could not parse, naming it, instead of saying ok."""
+        _edit(pack_copy / "cedar" / "consent.cedar", "when { !resource.exists }", "when { !resource.exists ")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "FAIL cedar format\n     cedar/consent.cedar: does not parse, so its format was not checked" in out
+
+    def test_every_step_runs_after_a_broken_data_file(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """A broken limits.yaml fails its step, and a Cedar typo in the same pack is still reported."""
+        _edit(pack_copy / "data" / "limits.yaml", "max_entries: 100", "max_entries: [100")
+        _edit(pack_copy / "cedar" / "consent.cedar", "!context.request.keyValid", "!context.request.keyVald")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert "FAIL data files\n     data/limits.yaml:" in out
+        assert "attribute `request.keyVald` not found" in out
+        for step in ("rego rules", "opa fmt", "opa test", "regal lint"):
+            assert f"ok   {step}" in out
+
+    def test_without_opa_and_regal_their_checks_are_skipped_and_said_so(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A plain pip install: the in-process checks run, the tool checks say SKIP and why; --require-tools fails."""
+        monkeypatch.setattr(opa_server, "_REPO_TOOLS", tmp_path)
+        monkeypatch.setenv("PATH", str(tmp_path))
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
+        assert code == 0, out
+        assert "ok   cedar parse + schema validation + @id" in out
+        for step in ("opa fmt", "opa check --strict --schema (decision input)", "opa test"):
+            assert f"SKIP {step}\n     skipped: opa not found: run `make tools` or put opa on PATH" in out
+        assert "SKIP regal lint\n     skipped: regal not found" in out
+        assert "4 check(s) not run for want of a tool: --require-tools makes that a failure" in out
+        code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR), "--require-tools")
+        assert code == 1
+        assert "FAIL regal lint" in out
 
     def test_rule_in_one_pack_only_is_listed(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """A Cedar policy whose code no Rego rule answers, and a code left without Cedar policy, are named."""
@@ -259,6 +332,14 @@ class TestPolicyTest:
         assert "selection)" in out.splitlines()[0]
         assert "consent_missing" in out
 
+    def test_a_selector_matching_nothing_is_an_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A -k typo runs nothing: it fails and names the selector instead of passing."""
+        code, out = run_cli(
+            capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR), "-k", "limits::", "-k", "cosnent"
+        )
+        assert code == 2
+        assert out.strip() == f"memgov policy test: -k 'cosnent' matches no case in {CASES_DIR}"
+
     def test_tables_beside_a_copied_pack_or_in_the_working_folder(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -290,6 +371,12 @@ class TestExplain:
         )
         assert code == 0, out
         assert "operation: memory.save" in out and "enabled: false" in out
+        # The Cedar pack's view of the same input: camelCase context, the entities by uid.
+        cedar_view = out[out.index("the same input as the Cedar pack reads it") : out.index("\ncedar: ")]
+        assert "  action: memory.save\n  context:\n    agent:\n      known: true\n" in cedar_view
+        assert '  entities:\n    Deployment::"local":\n' in cedar_view
+        assert '    User::"@alice:example.org":\n      known: true\n' in cedar_view
+        assert "      enabled: false\n" in cedar_view
         assert "cedar: deny ['consent_disabled']" in out and "cedar/consent.cedar:16 @id consent-disabled" in out
         assert "opa:   deny ['consent_disabled']" in out
         assert f'{DECISION}/consent.rego:18 deny["consent_disabled"] fired:' in out

@@ -173,33 +173,52 @@ class TestReload:
         assert (await runtime.decide(fact)).reasons == [Reason.FACT_TOO_LARGE]
 
     @pytest.mark.parametrize(
-        ("rel", "text", "step"),
+        ("rel", "text", "step", "at"),
         [
-            ("cedar/consent.cedar", BROKEN["cedar"][1], "cedar"),
-            ("rego/memgov/decision/consent.rego", BROKEN["opa"][1], "rego"),
-            ("data/org.yaml", "memory_denied_agents: [kagent/finance-bot]\n", "cedar"),
-            ("data/reasons.yaml", "declare: [{code: consent_missing, after: allowed, description: d}]\n", "data"),
+            ("cedar/consent.cedar", BROKEN["cedar"][1], "cedar", 1),
+            ("rego/memgov/decision/consent.rego", BROKEN["opa"][1], "rego", 3),
+            ("data/org.yaml", "memory_denied_agents: [kagent/finance-bot]\n", "cedar", None),
+            ("data/reasons.yaml", "declare: [{code: consent_missing, after: allowed, description: d}]\n", "data", None),
         ],
         ids=["cedar", "rego", "org-list-not-in-schema", "builtin-code-redeclared"],
     )
     async def test_refusal_names_step_and_file_and_readyz_shows_it(
-        self, runtime: PolicyRuntime, pack_copy: Path, log_lines: io.StringIO, rel: str, text: str, step: str
+        self,
+        runtime: PolicyRuntime,
+        pack_copy: Path,
+        log_lines: io.StringIO,
+        rel: str,
+        text: str,
+        step: str,
+        at: int | None,
     ) -> None:
-        """Whatever engine is live, a broken half of the pack is refused; the log and /readyz say where."""
+        """Whatever engine is live, a broken half of the pack is refused; the log and /readyz say where and why."""
         before = runtime.revision
+        original = (pack_copy / rel).read_bytes() if (pack_copy / rel).exists() else None
         (pack_copy / rel).write_text(text)
         assert await runtime.reload() is False
         assert runtime.revision == before
         ready, detail = await runtime.ready_check()
         assert ready and detail["revision"] == before
-        assert detail["last_reload"] == {
+        last = detail["last_reload"]
+        assert {k: v for k, v in last.items() if k != "message"} == {
             "outcome": "rejected",
             "revision": fingerprint(pack_copy),
             "step": step,
             "file": rel,
+            **({"line": at} if at is not None else {}),
         }
+        assert last["message"].startswith(f"{rel}:{at}: " if at is not None else f"{rel}: ")
         (line,) = _events(log_lines, "policy.reload_failed")
         assert (line["step"], line["pack_file"]) == (step, rel)
+        # Undoing the edit is a recovery: /readyz no longer reports the refusal.
+        if original is None:
+            (pack_copy / rel).unlink()
+        else:
+            (pack_copy / rel).write_bytes(original)
+        assert await runtime.reload() is True
+        _, detail = await runtime.ready_check()
+        assert detail["last_reload"] == {"outcome": "loaded", "revision": before}
 
     async def test_pack_missing_a_rule_file_is_refused(
         self, pack_copy: Path, log_lines: io.StringIO, make_input: MakeInput

@@ -73,9 +73,13 @@ deny contains "prefetch_limit" if {
 # METADATA
 # description: The scope stays within its cap and max_entries after this write.
 within_cap if {
-	after := input.entries.count + input.request.item_count
-	after <= input.entries.cap
-	after <= input.deployment.limits.max_entries
+	# Written as the room left under each cap, like the Cedar rule, where count + items could overflow.
+	input.entries.count >= 0
+	input.request.item_count >= 0
+	input.entries.count <= input.entries.cap
+	input.request.item_count <= input.entries.cap - input.entries.count
+	input.entries.count <= input.deployment.limits.max_entries
+	input.request.item_count <= input.deployment.limits.max_entries - input.entries.count
 }
 
 # METADATA

@@ -1,0 +1,74 @@
+"""``memgov policy diff``: old and new tables both decided, one-sided inputs kept apart, real changes counted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.policy.test_cli import _edit, run_cli
+from tests.policy.test_prove import PLANTED
+from tests.support.policy import CASES_DIR, PACK_DIR
+
+
+def _tables(tmp_path: Path) -> Path:
+    dest = tmp_path / "tables"
+    shutil.copytree(CASES_DIR, dest)
+    return dest
+
+
+class TestDiff:
+    def test_a_loosening_whose_rows_were_deleted_shows_in_the_old_rows(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, tmp_path: Path
+    ) -> None:
+        """The audience check and its remote-server rows removed together: the old tables' rows now forward."""
+        for rel, old, new in PLANTED[3][1]:
+            _edit(pack_copy / rel, old, new)
+        tables = _tables(tmp_path)
+        doc = yaml.safe_load((tables / "identity.yaml").read_text())
+        doc["cases"] = [c for c in doc["cases"] if "audience" not in c["name"] or "accepted" in c["name"]]
+        (tables / "identity.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        code, out = run_cli(
+            capsys,
+            "diff",
+            str(PACK_DIR),
+            str(pack_copy),
+            "--cases",
+            str(tables),
+            "--old-cases",
+            str(CASES_DIR),
+            "--exit-code",
+        )
+        assert code == 1, out
+        assert (
+            "  case identity::remote homeserver in the audience is refused\n"
+            "      rewrite_disabled ['audience_mismatch']  ->  forward ['allowed']"
+        ) in out
+
+    def test_an_org_list_no_rule_reads_changes_nothing(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """A new, unused org list gives 0 changes, no one-sided inputs, and --exit-code 0."""
+        (pack_copy / "data/org.yaml").write_text("unused_agents: [kagent/a-bot, kagent/b-bot]\n")
+        _edit(pack_copy / "cedar/memgov.cedarschema", "type Org = {};", "type Org = { unused_agents: Set<String> };")
+        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
+        assert code == 0, out
+        assert "0 change(s)" in out.splitlines()[0]
+        assert "exist for one pack only" not in out
+
+    def test_each_row_is_also_decided_with_each_unknown_object(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """A Rego rule written with `not x == ""` admits a null principal; the rows' null variants show it."""
+        _edit(
+            pack_copy / "rego/memgov/decision/federation.rego",
+            '\thas_principal\n\tinput.principal.localpart != ""\n\tinput.principal.server_name != ""\n',
+            '\tnot input.principal.localpart == ""\n\tnot input.principal.server_name == ""\n',
+        )
+        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR))
+        assert code == 0, out
+        opa = out[out.index("\nopa:") :]
+        assert "case identity::" in opa and " ~ principal=null\n" in opa
+        assert "\ncedar:" not in out
