@@ -16,7 +16,7 @@ from sidecar.settings import SettingsError, parse_listen
 from tests.support.echo import create_echo_app
 from tests.support.gateway import gateway, gateway_settings
 from tests.support.pg import free_port
-from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
+from tests.support.smoke import production_config, serving, url, wait_ready, write_config
 
 
 class TestListenAddresses:
@@ -56,7 +56,7 @@ class TestListenAddresses:
         """`memgov serve --workers 2` serves each listed address, not only the first."""
         echo = await aiohttp_server(create_echo_app())
         port = free_port()
-        config = gateway_config(tmp_path, str(echo.make_url("")).rstrip("/"))
+        config = production_config(tmp_path, str(echo.make_url("")).rstrip("/"))
         config["listen"]["data"] = f"127.0.0.1:{port},[::1]:{port}"
         path = write_config(tmp_path / "memgov.yaml", config)
         log = tmp_path / "serve.log"

@@ -16,10 +16,10 @@ from sidecar.cli import EXIT_FAILED, main
 from sidecar.server import EXIT_SCHEMA
 from sidecar.state.db import connect
 from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, Migration, migrate
-from tests.support.harness import until
 from tests.support.pg import PgServer, start_pg
 from tests.support.sentinel import assert_absent, make_sentinel
-from tests.support.smoke import gateway_config, serving, url, wait_ready, write_config
+from tests.support.smoke import production_config, serving, url, wait_ready, write_config
+from tests.support.wait import until
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ class TestStateDownAtStart:
     async def test_waits_with_backoff_then_serves(self, tmp_path: Path, halted_pg: PgServer) -> None:
         """With PostgreSQL down, serve logs JSON retries with growing waits (no traceback, no DSN), and
         becomes ready once PostgreSQL answers."""
-        config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
+        config = production_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
         log = tmp_path / "serve.log"
         with _serve(config, tmp_path, log) as proc:
 
@@ -72,7 +72,7 @@ class TestStateDownAtStart:
 
     async def test_a_signal_ends_the_wait(self, tmp_path: Path, halted_pg: PgServer) -> None:
         """SIGTERM while the store is still down stops the start-up cleanly: exit 0, JSON only."""
-        config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
+        config = production_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
         log = tmp_path / "serve.log"
 
         async def retried() -> bool:
@@ -109,7 +109,7 @@ class TestSchema:
         """A rolled-back release on a schema it cannot follow exits 3 with a JSON line naming both versions
         (with several workers, each says so and the supervisor ends with the same code)."""
         await _newer_schema(tmp_path / "state.db")
-        config = gateway_config(tmp_path, "http://127.0.0.1:9")
+        config = production_config(tmp_path, "http://127.0.0.1:9")
         log = tmp_path / "serve.log"
         with _serve(config, tmp_path, log, workers) as proc:
             assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
@@ -131,7 +131,7 @@ class TestSchema:
 
     async def test_without_auto_migrate_an_unmigrated_store_is_refused(self, tmp_path: Path) -> None:
         """With state.auto_migrate false, serve does not migrate: a fresh store stops it with exit 3."""
-        config = gateway_config(tmp_path, "http://127.0.0.1:9", state={"auto_migrate": False})
+        config = production_config(tmp_path, "http://127.0.0.1:9", state={"auto_migrate": False})
         log = tmp_path / "serve.log"
         with _serve(config, tmp_path, log) as proc:
             assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA

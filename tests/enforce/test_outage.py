@@ -18,11 +18,14 @@ import asyncpg
 import pytest
 
 from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
-from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, until, write_keys
+from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack
 from tests.support.pg import PgServer
-from tests.support.procs import GatewayProcess, Pair, process_settings, two_gateways
+from tests.support.process import GatewayProcess
+from tests.support.procs import Pair, process_settings, two_gateways
+from tests.support.wait import until
 
 NOMEM = AGENT.split("/")[0] + "/helper-nomem"  # the harness's disabled_variant
 
