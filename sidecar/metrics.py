@@ -114,6 +114,6 @@ def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
     """Render the Prometheus text exposition of a registry (of every worker's samples, with several)."""
     if registry is REGISTRY and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         merged = CollectorRegistry()
-        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]  # prometheus_client leaves its __init__ untyped
         return generate_latest(merged)
     return generate_latest(registry)

@@ -1,6 +1,6 @@
 """The data-plane application: classify every request, then dispatch it by traffic class.
 
-Middleware order (outermost first): governance middlewares (context spending) → ``observe``
+Middleware order (outermost first): governance middlewares (context spending) → ``observe_data``
 (classification, decision id, metrics, one sanitized log line, content-free 500 on any
 unexpected error) → ``admit`` (per-client concurrency) → dispatch via the class table. Governed classes get
 their handlers from ``sidecar.enforce`` (passed in by ``server``); both build on ``sidecar.relay``.
@@ -89,7 +89,7 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
 
 
 @web.middleware
-async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def observe_data(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Classify, time, count and log every request; turn failures into content-free errors."""
     started = time.perf_counter()
     with tracing.span("memgov.classify"):
@@ -185,7 +185,7 @@ def create_data_app(
     run first, right after tracing, before anything else looks at the request (governance spends
     contexts there, so even a request refused on its target spends the context it carried)."""
     app = web.Application(
-        middlewares=[tracing.trace_requests, *middlewares, observe, admit],
+        middlewares=[tracing.trace_requests, *middlewares, observe_data, admit],
         client_max_size=settings.listen.max_body_bytes,
     )
     app[SETTINGS] = settings

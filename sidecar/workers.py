@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Literal
 
 from sidecar import evloop
 from sidecar.logs import configure_logging, get_logger
@@ -36,7 +36,7 @@ from sidecar.settings import Settings, load_settings
 from sidecar.state.types import SchemaMismatch
 
 log = get_logger("workers")
-_LISTENERS = ("data", "control", "ops")
+_LISTENERS: tuple[Literal["data", "control", "ops"], ...] = ("data", "control", "ops")
 _START_TIMEOUT_S = 120.0
 _STOP_TIMEOUT_S = 60.0
 #: prometheus_client reads this at import: set before a worker imports anything.
@@ -123,7 +123,7 @@ async def running_workers(
     within the start timeout) and :class:`StartAborted` when ``abort`` is set meanwhile; either
     way the workers already started are stopped first.
     """
-    held = {name: [_hold(*a) for a in settings.listen.addresses(name)] for name in _LISTENERS}  # type: ignore[arg-type]
+    held = {name: [_hold(*a) for a in settings.listen.addresses(name)] for name in _LISTENERS}
     listen = {name: ",".join(_hostport(*sock.getsockname()[:2]) for sock in socks) for name, socks in held.items()}
     config = settings.model_dump(mode="json")
     config["listen"] = {**config["listen"], **listen, "workers": count}
@@ -143,7 +143,7 @@ async def running_workers(
                 readiness.append(parent)
             await _until_ready(processes, readiness, abort)
             log.info("workers.started", count=count)
-            first = {name: value.split(",")[0] for name, value in listen.items()}
+            first: dict[str, str] = {name: value.split(",")[0] for name, value in listen.items()}
             shown = {name: "http://" + value.replace("0.0.0.0", "127.0.0.1", 1) for name, value in first.items()}
             yield Workers(shown, processes)
         finally:

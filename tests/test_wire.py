@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.wire import BadBody, StrictJSON, dumps
+from sidecar.wire import BadBody, StrictJSON, dumps, is_vector
 
 PARSER = StrictJSON(("agent_name", "user_id", "content", "vector"))
 #: A parser with no upstream field names, so a generated key never collides with one.
@@ -177,3 +177,29 @@ def test_dumps_is_compact_utf8() -> None:
     assert "caf\u00e9".encode() in raw
     with pytest.raises(TypeError):
         dumps({"content": "\ud800"})  # never sent as something else
+
+
+@pytest.mark.parametrize(
+    ("body", "ok"), [(b'{"a":1}', True), (b"[1]", False), (b"nope", False), (b"\xff\xfe", False), (b'"s"', False)]
+)
+def test_a_governed_body_is_a_json_object(body: bytes, ok: bool) -> None:
+    """A governed body must be a JSON object; anything else is refused (bad_request)."""
+    assert (outcome(PARSER.parse_object, body)[0] == "value") is ok
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ([0.1] * 768, True),
+        ([0.1] * 767, False),
+        ([True] * 768, False),
+        (["1"] * 768, False),
+        ("x", False),
+        ([0.0] * 768, False),
+        ([float("nan")] + [0.1] * 767, False),
+        ([1e39] + [0.1] * 767, False),
+    ],
+)
+def test_only_768_finite_not_all_zero_numbers_form_a_vector(value: object, ok: bool) -> None:
+    """kagent fails every search of a namespace holding an all-zero vector, so none is forwarded."""
+    assert is_vector(value) is ok

@@ -31,6 +31,7 @@ from sidecar.identity.tokens import load_verifier
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import DECISION_ID, refusal_answer
+from sidecar.state.codec import InvalidValue
 from sidecar.state.types import StateError
 
 log = get_logger("control")
@@ -100,13 +101,13 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         # The store failed (nothing can be audited there) or named a missing row; anything else is ours.
         known = exc.reason in (Reason.NOT_FOUND, Reason.STATE_UNAVAILABLE)
         return refusal_answer(request, Refusal(exc.reason if known else Reason.INTERNAL_ERROR))
-    except ValueError:
+    except InvalidValue:
         # The state codec refuses a value by shape or length; the value itself is never kept.
         return await _refusal(request, Refusal(Reason.BAD_REQUEST))
 
 
 @web.middleware
-async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def observe_control(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Decision id, content-free errors, no caching, one sanitized log line per request."""
     started = time.perf_counter()
     request[DECISION_ID] = new_decision_id()
@@ -138,7 +139,7 @@ async def _kagent_session(app: web.Application) -> AsyncIterator[None]:
 
 def create_control_app(gov: Governance, engine: ErasureEngine) -> web.Application:
     """Build the control API around one governance runtime and erasure engine."""
-    app = web.Application(middlewares=[observe], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[observe_control], client_max_size=MAX_BODY_BYTES)
     app[GOVERNANCE] = gov
     app[ERASURE] = engine
     if gov.settings.trust.operator_key_file is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sidecar.identity import IdentityError
@@ -12,28 +11,9 @@ from sidecar.identity.mxid import Origin, parse_mxid
 from sidecar.policy.model import Agent, Audience, Principal, RoomState, ScopeRecord, ServerAcl
 
 
-def parse_object(body: bytes) -> dict[str, Any] | None:
-    """Parse a JSON object body; anything else (invalid JSON, arrays, scalars) is None."""
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def utf8_len(value: object) -> int:
     """UTF-8 byte length of a string; non-strings count as 0 (the shape check refuses them)."""
     return len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
-
-
-_NUMBER_TYPES = frozenset({int, float})
-
-
-def is_vector(value: object, dim: int = 768) -> bool:
-    """True for a list of exactly ``dim`` numbers (kagent's own check, repeated so we never store junk)."""
-    # Exact type test (a JSON number is int or float, never a subclass; bool is refused): map over
-    # the C-level builtins is several times faster than a per-element isinstance generator.
-    return isinstance(value, list) and len(value) == dim and _NUMBER_TYPES.issuperset(map(type, value))
 
 
 def principal_of(mxid: str, origin: str) -> Principal | None:

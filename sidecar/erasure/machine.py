@@ -36,7 +36,16 @@ from sidecar.erasure.rotation import RotationSteps
 from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
-from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace, RunTaken, Scope, StateError
+from sidecar.state.types import (
+    ERASURE_FORWARD,
+    ERASURE_TERMINAL,
+    Erasure,
+    LedgerEntry,
+    Namespace,
+    RunTaken,
+    Scope,
+    StateError,
+)
 
 log = get_logger("erasure")
 #: How often a caller that must wait for another process's run looks again.
@@ -55,7 +64,6 @@ class Kind(enum.StrEnum):
 
 
 WHOLE_SCOPE = frozenset({Kind.FORGET_ALL, Kind.OFF, Kind.WITHDRAW, Kind.OFFBOARD})
-NEXT_STATE = {"requested": "fenced", "fenced": "quiesced", "quiesced": "deleted", "deleted": "verified"}
 
 
 def _by_namespace(entries: Iterable[LedgerEntry]) -> dict[str | None, list[str]]:
@@ -291,7 +299,7 @@ class ErasureEngine:
         while erasure.state not in ERASURE_TERMINAL and erasure.state != until:
             if lost.is_set():
                 return self._taken(erasure)
-            target = NEXT_STATE[erasure.state]
+            target = ERASURE_FORWARD[erasure.state]
             try:
                 await self._work(erasure, target)
             except Deferred as wait:

@@ -64,9 +64,13 @@ def digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def _fail(field: str) -> ValueError:
+class InvalidValue(ValueError):
+    """A caller value the state store refuses by shape or length (never echoed)."""
+
+
+def _fail(field: str) -> InvalidValue:
     # The value itself is deliberately left out: it may be anything a request carried.
-    return ValueError(f"{field} has an invalid shape or length")
+    return InvalidValue(f"{field} has an invalid shape or length")
 
 
 def check_bounded(value: str, field: str, max_bytes: int, *, allow_empty: bool = False) -> str:

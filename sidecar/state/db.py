@@ -91,7 +91,7 @@ async def drive(script: Script[T], tx: Tx) -> T:
                 result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
             stmt = script.send(result)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # a generator's return value is Any to mypy
 
 
 _SQLITE_BUSY_MS = 30_000
@@ -333,7 +333,7 @@ class SqliteDatabase:
                 # aiosqlite runs a callable in its connection thread with the connection it owns
                 # (`_execute`, `_conn`); the whole transaction is one hand-off to that thread.
                 raw: sqlite3.Connection = con._conn
-                result: T = await con._execute(_run_sync, raw, make(), mode)  # type: ignore[no-untyped-call]
+                result: T = await con._execute(_run_sync, raw, make(), mode)  # type: ignore[no-untyped-call]  # aiosqlite internal
                 return result
 
     async def close(self) -> None:
@@ -370,7 +370,7 @@ def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
     except StopIteration as done:
         if begin is not None:
             con.execute("COMMIT")
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # a generator's return value is Any to mypy
     except BaseException:
         if begin is not None:
             try:

@@ -364,7 +364,7 @@ class RotationOps:
         was physically deleted (with their steps, read-backs, moves). Whole-scope erasures and failed
         forget-ones stay: they decide whether a scope may be consented again."""
         done = (
-            "updated_us < $1 AND ((kind = 'rotate' AND state IN ('verified', 'failed'))"
+            f"updated_us < $1 AND ((kind = 'rotate' AND state IN ({ERASURE_TERMINAL_SQL}))"
             " OR (kind = 'forget_one' AND state = 'verified' AND NOT EXISTS (SELECT 1 FROM erasure_entries ee"
             " LEFT JOIN ledger l ON l.entry_id = ee.entry_id WHERE ee.erasure_id = erasures.erasure_id"
             " AND COALESCE(l.deleted_us, ee.deleted_us) IS NULL)))"

@@ -28,7 +28,7 @@ from sidecar.state.rotations import RotationOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.single_use import SingleUseOps
 from sidecar.state.spool import AuditSpool
-from sidecar.state.types import StateError
+from sidecar.state.types import ERASURE_TERMINAL_SQL, StateError
 
 _STATS = {
     "scopes": "SELECT COUNT(*) FROM scopes",
@@ -47,7 +47,7 @@ _STATS = {
     "confirmations": "SELECT COUNT(*) FROM confirmations",
     "audit": "SELECT COUNT(*) FROM audit",
     "erasures": "SELECT COUNT(*) FROM erasures",
-    "erasures_unfinished": "SELECT COUNT(*) FROM erasures WHERE state NOT IN ('verified', 'failed')",
+    "erasures_unfinished": f"SELECT COUNT(*) FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})",
 }
 
 # Rows that mean nothing once their time has passed (a lapsed slot no longer counts toward a cap).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from sidecar.identity.keys import storage_key
@@ -20,18 +21,34 @@ from sidecar.reasons import Reason
 ReceiptAction = Literal["grant", "withdraw"]
 BudgetKind = Literal["bucket", "window", "counter"]
 
-#: Erasure states in the order an erasure walks them; ``failed`` is reachable from any
-#: unfinished state and, like ``verified``, is terminal.
-ERASURE_STATES: tuple[str, ...] = ("requested", "fenced", "quiesced", "deleted", "verified", "failed")
-ERASURE_NEXT: dict[str, frozenset[str]] = {
-    "requested": frozenset({"fenced", "failed"}),
-    "fenced": frozenset({"quiesced", "failed"}),
-    "quiesced": frozenset({"deleted", "failed"}),
-    "deleted": frozenset({"verified", "failed"}),
-    "verified": frozenset(),
-    "failed": frozenset(),
+
+class ErasureState(StrEnum):
+    """Where an erasure is. It walks them in this order; ``failed`` is reachable from any unfinished
+    state and, like ``verified``, is terminal. Stored as the value."""
+
+    REQUESTED = "requested"
+    FENCED = "fenced"
+    QUIESCED = "quiesced"
+    DELETED = "deleted"
+    VERIFIED = "verified"
+    FAILED = "failed"
+
+
+#: The one transition table: every state an erasure may move to from each state.
+ERASURE_NEXT: dict[ErasureState, frozenset[ErasureState]] = {
+    ErasureState.REQUESTED: frozenset({ErasureState.FENCED, ErasureState.FAILED}),
+    ErasureState.FENCED: frozenset({ErasureState.QUIESCED, ErasureState.FAILED}),
+    ErasureState.QUIESCED: frozenset({ErasureState.DELETED, ErasureState.FAILED}),
+    ErasureState.DELETED: frozenset({ErasureState.VERIFIED, ErasureState.FAILED}),
+    ErasureState.VERIFIED: frozenset(),
+    ErasureState.FAILED: frozenset(),
 }
+ERASURE_STATES: tuple[str, ...] = tuple(ErasureState)
 ERASURE_TERMINAL: frozenset[str] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
+#: Each unfinished state's step forward when nothing fails (derived from the table).
+ERASURE_FORWARD: dict[str, ErasureState] = {
+    s: next(iter(nxt - {ErasureState.FAILED})) for s, nxt in ERASURE_NEXT.items() if nxt
+}
 #: The terminal states as an SQL list, for ``state NOT IN (...)`` (fixed names, never input).
 ERASURE_TERMINAL_SQL: str = ", ".join(f"'{s}'" for s in sorted(ERASURE_TERMINAL))
 
