@@ -108,6 +108,19 @@ def _openers(policies: Sequence[Policy], flows: Sequence[Flow], binary: str) -> 
 # --- the command -----------------------------------------------------------------------------
 
 
+_ALIASES = "aliases are not accepted"
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A safe loader that refuses YAML aliases: kubectl never writes them, and nested ones can expand
+    a small file into more objects than memory holds."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, _ALIASES, None)
+        return super().compose_node(parent, index)
+
+
 def _load_yaml(path: Path, what: str) -> list[Any]:
     try:
         with path.open("rb") as fh:
@@ -117,10 +130,12 @@ def _load_yaml(path: Path, what: str) -> list[Any]:
     if len(raw) > MAX_INPUT_BYTES:
         raise BoundaryInputError(f"{what}: {path} is larger than {MAX_INPUT_BYTES} bytes")
     try:
-        return list(yaml.safe_load_all(raw))
+        return list(yaml.load_all(raw, Loader=_NoAliasLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
+        if getattr(exc, "problem", None) == _ALIASES:
+            raise BoundaryInputError(f"{what}: {path} uses YAML aliases, which are not accepted") from None
         raise BoundaryInputError(f"{what}: {path} is not YAML{where}") from None
 
 

@@ -146,8 +146,9 @@ class TestDoctor:
                 "malformed",
             ),
             ("kind: NetworkPolicy\nspec: {}\n", "has no metadata.name"),
+            ("a: &a [1, 2]\nb: [*a, *a]\n", "uses YAML aliases"),
         ],
-        ids=["not-yaml", "not-a-policy", "bad-from", "bad-cidr", "no-name"],
+        ids=["not-yaml", "not-a-policy", "bad-from", "bad-cidr", "no-name", "aliases"],
     )
     def test_bad_input_is_one_line(self, tmp_path: Path, raw: str, message: str) -> None:
         """Unreadable exports end with exit 2 and one line naming the problem, never a traceback."""

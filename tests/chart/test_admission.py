@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.helm import render
+from tests.chart.helm import CHART, render
 from tests.support.boundary import HOSTILE
 from tests.support.kube import KubeApi, Reply
 
@@ -175,3 +175,29 @@ class TestAdmitted:
         elsewhere = f"{namespace}-elsewhere"
         kube.create_namespace(elsewhere, pod_security=None)
         assert send(kube, in_namespace(HOSTILE["allow-all-ingress"], elsewhere)).status == 201
+
+
+class TestHelmInstall:
+    def test_install_upgrade_and_hook_pod_on_a_real_server(self, kube: KubeApi) -> None:
+        """`helm install` at enforce creates the policy, which then refuses a neighbour; `helm upgrade` still
+        passes it; and the `helm test` pod is admitted by the restricted Pod Security level."""
+        namespace = "boundary-install"
+        kube.create_namespace(namespace)
+        args = ["memgov", str(CHART), "-n", namespace, "--set", f"kagent.namespace={namespace}"]
+        args += ["--set", "rollout.stage=enforce", "--set", "state.ephemeral=true"]
+        installed = kube.helm("install", *args)
+        assert installed.returncode == 0, installed.stderr
+        stored = kube.get(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies").ok()
+        assert sorted(p["metadata"]["name"] for p in stored["items"]) == ["memgov", "memgov-kagent-controller"]
+        canary = in_namespace(HOSTILE["allow-same-namespace"], namespace)
+        deadline = time.monotonic() + SETTLE_S
+        while (reply := send(kube, canary)).status != 403:
+            assert time.monotonic() < deadline, reply.body
+            time.sleep(0.5)
+        assert "memgov-boundary/controller-ingress" in reply.body["message"]
+        upgraded = kube.helm("upgrade", *args, "--set", "networkPolicy.monitoring.podSelector.matchLabels.app=prom")
+        assert upgraded.returncode == 0, upgraded.stderr
+        hook = next(m for m in render(values("gateway", "none", namespace), namespace) if m["kind"] == "Pod")
+        admitted = kube.create(hook, dry_run=True)
+        assert admitted.status == 201, admitted.body
+        assert admitted.warnings == []

@@ -8,6 +8,7 @@ directory, a read-only root, and the chart's command and mounts.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sidecar.dev.devstack.pg import free_port
 from sidecar.dev.devstack.stack import start_devstack
 from sidecar.policy.pack import read_pack
 from tests.chart import cases
-from tests.chart.helm import pod_spec, render
+from tests.chart.helm import CHART, find, pod_spec, render
 from tests.image.rootfs import Image, executables, launch_argv, unpack
 from tests.support.smoke import production_config, serving, smoke, url, wait_ready
 
@@ -150,3 +152,21 @@ class TestRunsFromTheImage:
             await dev.stop()
         assert ready["checks"]["policy"]["revision"] == read_pack(REPO / "policies").revision
         assert (state / "state.db").exists()
+
+    async def test_helm_test_script_runs_on_the_image(self, image: Image, tmp_path: Path) -> None:
+        """The `helm test` pod's command runs on the image: no answer directly, 2xx through the relay."""
+        pod = find(render({"rollout": cases.ENFORCE}), "Pod", "memgov-boundary-test")
+        command = pod["spec"]["containers"][0]["command"][:2]
+        mount = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+        scripts = tmp_path / "check"
+        scripts.mkdir()
+        (scripts / "boundary-check.py").write_text((CHART / "files" / "boundary-check.py").read_text())
+        dev = await start_devstack()
+        try:
+            checks = ["--direct", f"http://127.0.0.1:{free_port()}/health", "--via-memgov", f"{dev.kagent_url}/health"]
+            argv = launch_argv(image, [*command, *checks], {mount: (scripts, False)}, sys.executable)
+            proc = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=120)
+        finally:
+            await dev.stop()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert [line.split()[:2] for line in proc.stdout.splitlines()] == [["PASS", "direct"], ["PASS", "via"]]

@@ -114,10 +114,22 @@ class TestInstalledWheel:
         proc = _run([str(venv / "bin" / "memgov"), "--help"], **outside)
         assert proc.returncode == 0, proc.stderr
         listed = proc.stdout.split()
-        assert {"serve", "policy", "state", "scope", "drill"} <= set(listed)
+        assert {"serve", "policy", "state", "scope", "drill", "doctor"} <= set(listed)
         assert not {"bench", "devstack", "demo", "fuzz"} & set(listed)
         drill = _run([str(venv / "bin" / "memgov"), "drill"], **outside)
         assert drill.returncode == 2 and "--data-url" in drill.stderr
+
+    def test_doctor_runs_from_the_wheel(self, venv: Path, tmp_path: Path, outside: dict[str, object]) -> None:
+        """`memgov doctor` from the wheel (cyclonus on PATH) finds the path a same-namespace policy opens."""
+        exported = tmp_path / "netpol.yaml"
+        open_all = {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}
+        doc = {"kind": "NetworkPolicy", "metadata": {"name": "allow-all", "namespace": "kagent"}, "spec": open_all}
+        exported.write_text(json.dumps(doc))
+        proc = _run([str(venv / "bin" / "memgov"), "doctor", "--policies", str(exported)], **outside)
+        assert proc.returncode == 1, proc.stderr
+        assert (
+            "kagent/attacker -> kagent/kagent-controller:8083  opened by NetworkPolicy kagent/allow-all" in proc.stdout
+        )
 
     async def test_drill_passes_against_the_wheels_gateway(
         self, venv: Path, tmp_path: Path, outside: dict[str, object]
