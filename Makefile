@@ -19,6 +19,8 @@ RULECHECK := scripts/rulecheck
 # reports this version, as helm refuses a server that says v0.0.0-master.
 KUBE_VERSION := v1.36.3
 KUBE_APISERVER := scripts/kube-apiserver
+# The ServiceMonitor and PrometheusRule CRDs the chart is installed against (from this Go module).
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
 KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
@@ -49,6 +51,7 @@ tools:
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
+	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
 # modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
