@@ -59,7 +59,7 @@ promtool:
 	GO_TOOL_TAGS=remove_all_sd scripts/go-tool.sh promtool github.com/prometheus/prometheus $(PROMETHEUS_VERSION) github.com/prometheus/prometheus/cmd/promtool
 
 check-rules-promtool: venv tools promtool
-	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true \
+	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true --set state.ephemeral=true \
 	  --show-only templates/prometheusrule.yaml \
 	  | $(PY) -c 'import sys, yaml; print(yaml.safe_dump({"groups": yaml.safe_load(sys.stdin)["spec"]["groups"]}))' \
 	  > .tools/memgov-rules.yaml

@@ -6,13 +6,11 @@
 set -euo pipefail
 version=$1
 module=github.com/prometheus-operator/prometheus-operator
-cache=${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}
-dest="$cache/prometheus-operator-crds-$version"
-mkdir -p "$cache" .tools/crds
-if [ ! -d "$dest" ]; then
-  exec 9>"$dest.lock"
-  flock 9
-fi
+dest="${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}/prometheus-operator-crds-$version"
+mkdir -p "$(dirname "$dest")" .tools/crds
+# Two checkouts may fetch at once: one copies, the other waits on the lock and finds the copy.
+exec 9>"$dest.lock"
+flock 9
 if [ ! -d "$dest" ]; then
   command -v go >/dev/null || { echo "go is required to fetch $module $version" >&2; exit 1; }
   dir=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
