@@ -250,13 +250,25 @@ class TestLifecycle:
         assert refused.status == 422, "the CRD schema accepted an invalid interval"
 
 
+SIDECAR_STATES = {
+    "ephemeral": {"ephemeral": True},
+    "persistent": {"persistence": {"enabled": True}},
+    "postgresql": POSTGRES["state"],
+}
+
+
 class TestKagentController:
-    def test_the_patched_controller_pod_is_admitted(self, kube: KubeApi) -> None:
+    @pytest.mark.parametrize("state", list(SIDECAR_STATES))
+    def test_the_patched_controller_pod_is_admitted(self, kube: KubeApi, state: str) -> None:
         """kagent's own controller Deployment, rendered by kagent's chart with memgov's kagent values,
-        patched by the server with memgov's strategic-merge patch, gives a pod the namespace admits."""
+        patched by the server with memgov's strategic-merge patch, gives a Deployment the server
+        validates (Recreate without rollingUpdate on a claim) and a pod the namespace admits."""
         assert KAGENT_CHART.exists(), f"{KAGENT_CHART} is missing (set MEMGOV_VENDOR_DIR)"
-        ns = _namespace(kube, "sidecar-kagent")
-        _ok(_helm(kube, "install", "memgov", str(CHART), "--namespace", ns, values=_in(ns, cases.SIDECAR)))
+        ns = _namespace(kube, f"sidecar-kagent-{state}")
+        values = {**cases.SIDECAR, "state": SIDECAR_STATES[state]}
+        if state == "postgresql":
+            values["networkPolicy"] = {**cases.SIDECAR["networkPolicy"], **POSTGRES["networkPolicy"]}
+        _ok(_helm(kube, "install", "memgov", str(CHART), "--namespace", ns, values=_in(ns, values)))
         files = kube.get(f"/api/v1/namespaces/{ns}/configmaps/memgov-kagent").ok()["data"]
         deployment = _kagent_controller(kube, ns, yaml.safe_load(files["kagent-values.yaml"]))
         kube.create(
@@ -277,6 +289,13 @@ class TestKagentController:
         assert patched["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == (
             "controller"
         )
+        assert patched["spec"]["replicas"] == 1
+        if state == "persistent":
+            assert patched["spec"]["strategy"] == {"type": "Recreate"}
+            (claim,) = [v for v in patched["spec"]["template"]["spec"]["volumes"] if v["name"] == "memgov-state"]
+            assert claim["persistentVolumeClaim"] == {"claimName": "memgov-state"}
+        else:
+            assert patched["spec"]["strategy"]["type"] == "RollingUpdate"
         _assert_pods_admitted(kube, ns, [patched])
 
 
