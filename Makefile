@@ -21,6 +21,8 @@ RULECHECK := scripts/rulecheck
 # reports this version, as helm refuses a server that says v0.0.0-master.
 KUBE_VERSION := v1.36.3
 KUBE_APISERVER := scripts/kube-apiserver
+# The ServiceMonitor and PrometheusRule CRDs the chart is installed against (from this Go module).
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
 KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
@@ -54,6 +56,7 @@ tools:
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
 	# The symbolic checker of `memgov policy prove` (cedar-policy-symcc); its solver comes from PyPI (cvc5).
 	scripts/rust-tool.sh memgov-symcc tools/symcc
+	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
 # modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
@@ -61,7 +64,7 @@ promtool:
 	GO_TOOL_TAGS=remove_all_sd scripts/go-tool.sh promtool github.com/prometheus/prometheus $(PROMETHEUS_VERSION) github.com/prometheus/prometheus/cmd/promtool
 
 check-rules-promtool: venv tools promtool
-	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true \
+	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true --set state.ephemeral=true \
 	  --show-only templates/prometheusrule.yaml \
 	  | $(PY) -c 'import sys, yaml; print(yaml.safe_dump({"groups": yaml.safe_load(sys.stdin)["spec"]["groups"]}))' \
 	  > .tools/memgov-rules.yaml

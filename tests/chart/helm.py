@@ -145,3 +145,31 @@ def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
     if deployments:
         return deployments[0]["spec"]["template"]["spec"]
     return kagent_files(manifests)["controller-patch.yaml"]["spec"]["template"]["spec"]
+
+
+def umbrella(folder: Path, memgov_values: dict[str, Any]) -> Path:
+    """An umbrella chart that carries memgov as its subchart (in charts/), with global values set."""
+    root = folder / "platform"
+    (root / "charts").mkdir(parents=True)
+    shutil.copytree(CHART, root / "charts" / "memgov")
+    (root / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [
+                    {"name": "memgov", "version": yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]}
+                ],
+            }
+        )
+    )
+    (root / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
+                "memgov": memgov_values,
+            }
+        )
+    )
+    return root

@@ -114,5 +114,5 @@ class TestAlert:
         """The PrometheusRule fires on the gauge counting agents rotation cannot re-embed for."""
         rule = find(render({**DECLARED, "prometheusRule": {"enabled": True}}), "PrometheusRule")
         (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MemgovRotationModelMissing"]
-        assert alert["expr"] == "max(memgov_rotation_agents_without_model) > 0"
+        assert alert["expr"] == "max by (namespace) (memgov_rotation_agents_without_model) > 0"
         assert alert["labels"]["severity"] == "critical" and "/readyz" in alert["annotations"]["description"]

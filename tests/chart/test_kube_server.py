@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.support.kube import KubeApi
@@ -58,3 +59,59 @@ def test_a_baseline_namespace_admits_the_privileged_pod_the_restricted_one_refus
     kube.create_namespace("smoke-privileged", pod_security="privileged")
     privileged = _pod("privileged", "smoke-privileged", {"securityContext": {"privileged": True}})
     assert kube.create(privileged, dry_run=True).status == 201
+
+
+def test_validating_admission_policies_are_enforced(kube: KubeApi) -> None:
+    """The server runs ValidatingAdmissionPolicy (CEL), which admission policies for kagent's pods use."""
+    kube.create_namespace("smoke-vap")
+    kube.create(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "smoke-no-forbidden-key"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {"expression": "!has(object.data) || !('forbidden' in object.data)", "message": "no forbidden key"}
+                ],
+            },
+        }
+    ).ok()
+    kube.create(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "smoke-no-forbidden-key"},
+            "spec": {
+                "policyName": "smoke-no-forbidden-key",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "smoke-vap"}}},
+            },
+        }
+    ).ok()
+
+    def config_map(key: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": key, "namespace": "smoke-vap"},
+            "data": {key: "x"},
+        }
+
+    # The policy takes effect once the server has compiled it; it then refuses on every create.
+    deadline = time.monotonic() + 30
+    while (refused := kube.create(config_map("forbidden"), dry_run=True)).status == 201:
+        assert time.monotonic() < deadline, "the ValidatingAdmissionPolicy never took effect"
+        time.sleep(0.5)
+    assert refused.status == 422 and "no forbidden key" in refused.body["message"]
+    assert kube.create(config_map("allowed"), dry_run=True).status == 201

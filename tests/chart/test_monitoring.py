@@ -62,12 +62,12 @@ PROMETHEUS_RULE_SPEC = {
                                 },
                                 "annotations": {
                                     "type": "object",
-                                    "required": ["summary", "description"],
+                                    "required": ["summary", "description", "runbook_url"],
                                     "additionalProperties": False,
                                     "properties": {
                                         "summary": {"type": "string"},
                                         "description": {"type": "string"},
-                                        "runbook_url": {"type": "string"},
+                                        "runbook_url": {"type": "string", "pattern": "^docs/runbook.md#memgov[a-z]+$"},
                                     },
                                 },
                             },
@@ -97,6 +97,12 @@ def _queries() -> list[str]:
     exprs = [t["expr"] for p in _panels() for t in p["targets"]]
     exprs += [r["expr"] for g in _rule()["spec"]["groups"] for r in g["rules"]]
     return exprs
+
+
+#: Labels Prometheus adds to every memgov series it scrapes through the chart's ServiceMonitor.
+TARGET_LABELS = frozenset({"namespace", "pod", "job", "service", "instance", "endpoint", "container"})
+#: `up` is Prometheus' own series for a target; a query may use it only for memgov's target.
+_UP = re.compile(r'\bup\{job="memgov", namespace="kagent"\}')
 
 
 def _exported() -> dict[str, tuple[str, ...]]:
@@ -175,7 +181,7 @@ class TestAlerts:
         """Prometheus's rule parser (rulecheck) accepts the rendered groups: PromQL, templates, durations."""
         checked = _rulecheck(_rule()["spec"]["groups"], tmp_path)
         assert checked.returncode == 0, checked.stderr
-        assert "SUCCESS: 11 rules found" in checked.stdout
+        assert "SUCCESS: 14 rules found" in checked.stdout
 
     def test_rule_parser_refuses_a_broken_rule(self, tmp_path: Path) -> None:
         """The same check fails on a PromQL error, so the passing check above means something."""
@@ -194,6 +200,9 @@ class TestAlerts:
             "MemgovShadowDisagreement",
             "MemgovExpirySweepBehind",
             "MemgovRotationModelMissing",
+            "MemgovDown",
+            "MemgovAbsent",
+            "MemgovUnready",
         ],
     )
     def test_alerts_cover_what_an_operator_must_act_on(self, alert: str) -> None:
@@ -221,14 +230,62 @@ class TestMetricsExist:
         """Each memgov metric a panel or alert queries is exported, with the labels and label values it uses."""
         exported = _exported()
         used = _METRIC.findall(query)
-        assert used, query
-        labels: set[str] = {"le", "namespace"}  # namespace: the target label Prometheus adds on scrape
+        up = _UP.findall(query)
+        assert used or up, query
+        assert not re.search(r"(?<![a-z_])up\{", _UP.sub("", query)), f"`up` of a target other than memgov's: {query}"
+        labels: set[str] = {"le", *TARGET_LABELS}
         for name, matchers in used:
             assert name in exported, f"{name} is not a metric memgov exports"
             labels |= set(exported[name])
             for label, op, value in _MATCHER.findall(matchers):
-                assert label in exported[name], f"{name} has no label {label}"
+                assert label in exported[name] or label in TARGET_LABELS, f"{name} has no label {label}"
                 if label in CLOSED_LABELS and op in ("=", "=~"):
                     assert set(value.split("|")) <= CLOSED_LABELS[label], f"{label}={value}"
         for grouping in _BY.findall(query):
             assert {g.strip() for g in grouping.split(",")} <= labels, query
+
+
+class TestAlertState:
+    def _alerts(self) -> dict[str, dict[str, Any]]:
+        return {r["alert"]: r for g in _rule()["spec"]["groups"] for r in g["rules"]}
+
+    def test_every_alert_keeps_the_namespace(self) -> None:
+        """An aggregation that drops `namespace` would merge the releases of several namespaces into one alert."""
+        for name, rule in self._alerts().items():
+            groupings = _BY.findall(rule["expr"])
+            aggregates = re.findall(r"\b(sum|max|min|avg|count)\s*(?:by\s*\([^)]*\)\s*)?\(", rule["expr"])
+            assert len(groupings) == len(aggregates), f"{name} aggregates without `by`"
+            assert all("namespace" in {g.strip() for g in grouping.split(",")} for grouping in groupings), name
+
+    def test_erasure_failed_is_state_based(self) -> None:
+        """The alert holds while a failed erasure exists, from its first scrape on, and clears only when none is."""
+        expr = self._alerts()["MemgovErasureFailed"]["expr"]
+        assert "offset" not in expr and "increase" not in expr and "delta" not in expr
+        assert expr == 'max by (namespace) (memgov_erasures{state="failed"}) > 0'
+
+    def test_down_and_absent_watch_memgovs_own_target(self) -> None:
+        alerts = self._alerts()
+        assert alerts["MemgovDown"]["expr"] == 'up{job="memgov", namespace="kagent"} == 0'
+        assert alerts["MemgovAbsent"]["expr"] == 'absent(up{job="memgov", namespace="kagent"})'
+        # The ServiceMonitor scrapes the Service named like the job the alerts select.
+        manifests = render({**MONITORING, "serviceMonitor": {"enabled": True}})
+        assert find(manifests, "Service", "memgov")["metadata"]["name"] == "memgov"
+
+    def test_every_runbook_anchor_exists(self) -> None:
+        """Each runbook_url names a heading of docs/runbook.md (GitHub-style anchor)."""
+        headings = re.findall(r"^#+ (.+)$", (REPO / "docs" / "runbook.md").read_text(), flags=re.M)
+        anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+        for name, rule in self._alerts().items():
+            assert rule["annotations"]["runbook_url"].split("#", 1)[1] in anchors, name
+            assert rule["annotations"]["runbook_url"].split("#", 1)[1] == name.lower()
+
+
+class TestDashboardVariables:
+    def test_namespace_and_pod_variables_filter_every_panel(self) -> None:
+        variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
+        assert variables["namespace"]["type"] == variables["pod"]["type"] == "query"
+        assert variables["pod"]["includeAll"] is True and variables["pod"]["multi"] is True
+        for panel in _panels():
+            for target in panel["targets"]:
+                for _name, matchers in _METRIC.findall(target["expr"]):
+                    assert 'namespace="$namespace"' in matchers and 'pod=~"$pod"' in matchers, target["expr"]

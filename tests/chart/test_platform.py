@@ -3,7 +3,6 @@ digests, OpenShift ids, listen addresses, a proxy for the provider, DNS peers, p
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ import yaml
 
 from tests.chart import cases
 from tests.chart.helm import (
-    CHART,
     RELEASE,
     HelmFailed,
     config_file,
@@ -24,6 +22,7 @@ from tests.chart.helm import (
     render,
     render_error,
     run_helm,
+    umbrella,
 )
 
 POSTGRES: dict[str, Any] = {
@@ -36,34 +35,6 @@ NODE_LOCAL_DNS = {"ipBlock": {"cidr": "169.254.20.10/32"}}
 def _memgov(values: dict[str, Any]) -> dict[str, Any]:
     (container,) = [c for c in pod_spec(render(values))["containers"] if c["name"] == "memgov"]
     return container
-
-
-def umbrella(folder: Path, memgov_values: dict[str, Any]) -> Path:
-    """An umbrella chart that carries memgov as its subchart (in charts/), with global values set."""
-    root = folder / "platform"
-    (root / "charts").mkdir(parents=True)
-    shutil.copytree(CHART, root / "charts" / "memgov")
-    (root / "Chart.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v2",
-                "name": "platform",
-                "version": "1.0.0",
-                "dependencies": [
-                    {"name": "memgov", "version": yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]}
-                ],
-            }
-        )
-    )
-    (root / "values.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
-                "memgov": memgov_values,
-            }
-        )
-    )
-    return root
 
 
 class TestSubchart:

@@ -124,6 +124,8 @@ class TestMigrationJob:
     def test_the_job_reads_only_the_state_url_and_has_no_token(self) -> None:
         spec = find(render(MIGRATION_JOB), "Job")["spec"]["template"]["spec"]
         assert spec["automountServiceAccountToken"] is False
+        # A pre-install hook runs before the chart's ServiceAccount exists: the Job must not name it.
+        assert "serviceAccountName" not in spec
         secrets = [v["secret"] for v in spec["volumes"] if "secret" in v]
         assert secrets == [
             {

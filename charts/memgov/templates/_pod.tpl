@@ -225,7 +225,7 @@ containers: the API server does not add the token to a container that already mo
     periodSeconds: {{ .Values.startupProbe.periodSeconds }}
     timeoutSeconds: 3
     failureThreshold: {{ .Values.startupProbe.failureThreshold }}
-  # Ready once policies are loaded and validated: memgov can serve traffic.
+  # Ready once memgov can serve traffic (/readyz).
   readinessProbe:
     httpGet:
       path: /readyz
