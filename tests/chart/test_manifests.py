@@ -118,6 +118,7 @@ class TestRenderedKinds:
                     "ConfigMap",
                     "ConfigMap",
                     "Deployment",
+                    "Job",
                     "NetworkPolicy",
                     "NetworkPolicy",
                     "Pod",

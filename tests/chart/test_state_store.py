@@ -143,10 +143,14 @@ class TestMigrationJob:
 
     def test_serve_only_checks_the_schema_the_job_migrated(self) -> None:
         assert config_file(render(MIGRATION_JOB))["state"]["auto_migrate"] is False
-        # Without the Job, serve migrates as it starts (the setting's default).
-        assert "auto_migrate" not in config_file(render(POSTGRES))["state"]
+        # The Job is the default with PostgreSQL; without it, serve migrates as it starts (the setting's default).
+        assert config_file(render(POSTGRES))["state"]["auto_migrate"] is False
+        no_job = {**POSTGRES, "state": {**POSTGRES["state"], "migrationJob": {"enabled": False}}}
+        assert "auto_migrate" not in config_file(render(no_job))["state"]
 
     @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
-    def test_sqlite_refuses_the_job(self, state: dict[str, Any]) -> None:
-        values = {"state": {**state, "migrationJob": {"enabled": True}}}
-        assert "state.migrationJob.enabled=true needs PostgreSQL state" in render_error(values)
+    def test_sqlite_migrates_as_serve_starts(self, state: dict[str, Any]) -> None:
+        """A Job cannot open the pod's SQLite file: with SQLite there is no Job, and serve migrates as it starts."""
+        manifests = render({"state": {**state, "migrationJob": {"enabled": True}}})
+        assert not [m for m in manifests if m["kind"] == "Job"]
+        assert "auto_migrate" not in config_file(manifests)["state"]

@@ -45,10 +45,6 @@ mode renders.
   "with SQLite state in sidecar mode: each kagent controller pod would keep its own memgov state."
   "Set state.postgresql.existingSecret, or run kagent's controller with replicas 1 (and say so here).") }}
 {{- end }}
-{{- if and $v.state.migrationJob.enabled $sqlite }}
-{{- $errors = append $errors (list "state.migrationJob.enabled=true needs PostgreSQL state: a Job cannot open"
-  "the pod's SQLite file, and memgov serve migrates SQLite as it starts. Set it to false." | join " ") }}
-{{- end }}
 {{- if and (include "memgov.usesOpa" .) (not $v.policy.opa.container.enabled) (not $v.policy.opa.url) }}
 {{- $errors = append $errors (printf "policy.engine=%s %s" $v.policy.engine
   "needs an OPA server: set policy.opa.container.enabled=true or policy.opa.url.") }}
