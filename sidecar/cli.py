@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from sidecar.logs import configure_logging, get_logger
+from sidecar.logs import configure_logging, error_type, get_logger
 
 #: Modules that contribute subcommands, in the order ``memgov --help`` shows them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - SECURITY: a traceback can quote configuration, requests or upstream text
         if not structlog.is_configured():
             configure_logging()
-        get_logger("cli").error("command.failed", error_type=type(exc).__name__)
+        get_logger("cli").error("command.failed", error_type=error_type(exc))
         return EXIT_FAILED
 
 

@@ -11,6 +11,7 @@ a log line leads to its trace and back.
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import sys
@@ -225,6 +226,13 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(lvl)
+
+
+def error_type(exc: BaseException) -> str:
+    """What an ``error_type`` field says of an exception: the errno's name for an OS error
+    (``EADDRINUSE``), the type's name otherwise; never its message, which may quote anything."""
+    name = errno.errorcode.get(exc.errno) if isinstance(exc, OSError) and exc.errno is not None else None
+    return name or type(exc).__name__
 
 
 def get_logger(component: str) -> Any:

@@ -18,7 +18,7 @@ from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.governance import GOVERNANCE, Governance, governance
 from sidecar.listener import ContentFreeRunner
-from sidecar.logs import configure_logging, get_logger
+from sidecar.logs import configure_logging, error_type, get_logger
 from sidecar.ops import Readiness, create_ops_app
 from sidecar.proxy import create_data_app
 from sidecar.sampler import sampling
@@ -181,6 +181,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (SettingsError, SecretError) as exc:
         log.error("server.start_failed", error_type=type(exc).__name__)
         return EXIT_CONFIG
+    except OSError as exc:
+        # A port already taken, an address this host does not have: named by its errno.
+        log.error("server.start_failed", error_type=error_type(exc))
+        return EXIT_START
     return 0
 
 

@@ -31,7 +31,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
 from sidecar import evloop
-from sidecar.logs import configure_logging, get_logger
+from sidecar.logs import configure_logging, error_type, get_logger
 from sidecar.settings import Settings, load_settings
 from sidecar.state.types import SchemaMismatch
 
@@ -81,7 +81,7 @@ def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor:
         log.error(exc.event, schema_version=exc.found, supported=exc.supported)
         sys.exit(exc.EXIT_CODE)  # the supervisor ends with the same code
     except Exception as exc:  # noqa: BLE001 - SECURITY: a traceback can quote configuration or upstream text
-        log.error("server.start_failed", error_type=type(exc).__name__)
+        log.error("server.start_failed", error_type=error_type(exc))
         sys.exit(1)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
 
 import pytest
 
-from sidecar.logs import configure_logging, get_logger, sanitize_for_test
+from sidecar.logs import configure_logging, error_type, get_logger, sanitize_for_test
 from tests.support.sentinel import assert_absent, make_sentinel
 
 
@@ -90,3 +91,18 @@ class TestConfiguredPipeline:
         finally:
             configure_logging("info")
         assert [json.loads(x)["event"] for x in out.getvalue().splitlines()] == ["loud.event"]
+
+
+class TestErrorType:
+    @pytest.mark.parametrize(
+        ("exc", "named"),
+        [
+            (OSError(errno.EADDRINUSE, "Address already in use: 10.0.0.7"), "EADDRINUSE"),
+            (ConnectionRefusedError(errno.ECONNREFUSED, "refused by db.internal"), "ECONNREFUSED"),
+            (OSError("no errno"), "OSError"),
+            (RuntimeError("kagent said something"), "RuntimeError"),
+        ],
+    )
+    def test_names_the_errno_or_the_type_never_the_message(self, exc: BaseException, named: str) -> None:
+        """An OS error is named by its errno (a port taken says EADDRINUSE), anything else by its type."""
+        assert error_type(exc) == named

@@ -98,9 +98,16 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         # The content store did not do its part: a bad gateway whatever the code.
         return await _refusal(request, Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY))
     except StateError as exc:
-        # The store failed (nothing can be audited there) or named a missing row; anything else is ours.
-        known = exc.reason in (Reason.NOT_FOUND, Reason.STATE_UNAVAILABLE)
-        return refusal_answer(request, Refusal(exc.reason if known else Reason.INTERNAL_ERROR))
+        if exc.reason is Reason.STATE_UNAVAILABLE:
+            # Counted, never a row of its own: whether the caller's credential held may be what the
+            # store could not tell. While the store is down the count waits in its spool.
+            gov = request.app[GOVERNANCE]
+            await gov.store.count_refusal(request.get(OPERATION) or "control", exc.reason.value, gov.now())
+            return refusal_answer(request, Refusal(exc.reason))
+        # A missing row; anything else is ours.
+        return refusal_answer(
+            request, Refusal(Reason.NOT_FOUND if exc.reason is Reason.NOT_FOUND else Reason.INTERNAL_ERROR)
+        )
     except InvalidValue:
         # The state codec refuses a value by shape or length; the value itself is never kept.
         return await _refusal(request, Refusal(Reason.BAD_REQUEST))

@@ -21,7 +21,7 @@ from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
-from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack
+from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, subject_token
 from tests.support.pg import PgServer
 from tests.support.process import GatewayProcess
 from tests.support.procs import Pair, process_settings, two_gateways
@@ -78,6 +78,7 @@ class TestStateStoreOutage:
         http, key = pair.http, pair.key
         saved_before = len(kagent.recorder.of_kind("memory"))
         refusals: list[str] = []
+        control_refusals = 0
 
         async def save(gw: GatewayProcess, text: str) -> aiohttp.ClientResponse:
             body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
@@ -120,6 +121,10 @@ class TestStateStoreOutage:
             refused = await save(gw, "likes coffee")
             assert refused.status == 503 and _decision(refused)["reason"] == "state_unavailable"
             refusals.append(_decision(refused)["id"])
+            # The control API answers by reason code (counted, so it lands after the outage too).
+            async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
+                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
+                control_refusals += 1
             # Ready: it serves traffic; the check says the store does not answer.
             await until(lambda gw=gw: self._down(http, gw), timeout_s=30)
             assert await _metric(http, gw, "memgov_state_available") == 0.0
@@ -141,10 +146,14 @@ class TestStateStoreOutage:
         finally:
             await con.close()
         audited = [d for d in refusals if d in rows]
-        assert len(audited) + counted == len(refusals) == 6
+        assert len(audited) + counted == len(refusals) + control_refusals == 6 + 2
         # And memory works again.
         again = await save(pair.b, "likes coffee")
         assert again.status == 201, again.headers["X-Memgov-Decision"]
+
+    @staticmethod
+    def _subject(keys: Any) -> dict[str, str]:
+        return {"Authorization": "Bearer " + subject_token(keys, int(time.time()))}
 
     @staticmethod
     async def _down(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:

@@ -101,7 +101,7 @@ class GatewayProcess:
         """Start and wait until it is ready (erasures are resumed before the listeners open).
 
         A free port picked before the process binds it can be taken meanwhile by another process on the
-        machine: a start that ends on "address already in use" is retried on fresh ports, and any other
+        machine: a start that ends on EADDRINUSE ("address already in use") is retried on fresh ports, and any other
         early exit fails with the tail of the gateway's own (content-free) log.
         """
         for _ in range(3):
@@ -142,7 +142,7 @@ class GatewayProcess:
         if self.proc.returncode is None:
             return True
         tail = (self.workdir / "gateway.log").read_text(errors="replace")[-2000:]
-        if "address already in use" in tail.lower():
+        if '"EADDRINUSE"' in tail:
             return False
         raise AssertionError(f"the gateway exited ({self.proc.returncode}):\n{tail}")
 
