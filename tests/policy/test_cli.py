@@ -63,7 +63,16 @@ class TestPolicyCheck:
                 "!context.request.keyValid",
                 "!context.request.keyVald",
                 "cedar parse",
-                "cedar/consent.cedar:40 (@id key-invalid): attribute `request.keyVald` not found",
+                "cedar/consent.cedar:47:25 (@id key-invalid): attribute `request.keyVald` not found;"
+                " did you mean `keyValid`?",
+            ),
+            (
+                "cedar/room.cedar",
+                'context.room.historyVisibility != "joined"',
+                'context.room.historyVisiblity != "joined"',
+                "cedar parse",
+                "cedar/room.cedar:21:18 (@id room-state-invalid): attribute `room.historyVisiblity` not found;"
+                " did you mean `historyVisibility`?",
             ),
             (
                 "cedar/routes.cedar",
@@ -127,6 +136,7 @@ class TestPolicyCheck:
         ids=[
             "cedar-syntax",
             "cedar-field-typo",
+            "cedar-field-typo-after-comments",
             "cedar-format",
             "rego-reason-typo",
             "rego-metadata-mismatch",
