@@ -393,6 +393,52 @@ class TestExplain:
         assert "not is_true(input.scope.enabled)" in out
         assert "floor: refuses ['consent_disabled']" in out
 
+    @pytest.mark.parametrize(
+        ("case", "expected"),
+        [
+            (
+                "encrypted room is refused",
+                [
+                    '  cedar cedar/room.cedar:6 @id room-state-invalid: scope (principal, action in Action::"attested",'
+                    " resource) applies",
+                    "      true  if context has room\n      any of:",
+                    '      false context.room.roomVersion != "12"\n      true  context.room.encrypted\n',
+                    f'  opa   {DECISION}/room.rego:11 deny["room_state_invalid"]: the body so far is\n'
+                    "    true  attested\n    true  not room_ok",
+                ],
+            ),
+            (
+                "save into a disabled scope is refused",
+                [
+                    "resource) does not apply\n",
+                    "      false if context has room\n",
+                    "    false attested\n    false not room_ok",
+                ],
+            ),
+        ],
+        ids=["fired", "not-fired"],
+    )
+    def test_a_named_rule_condition_by_condition(
+        self, capsys: pytest.CaptureFixture[str], case: str, expected: list[str]
+    ) -> None:
+        """--rule shows whether each Cedar clause part holds and how far the Rego body gets: why it fired or not."""
+        code, out = run_cli(
+            capsys,
+            "explain",
+            "--dir",
+            str(PACK_DIR),
+            "--cases",
+            str(CASES_DIR),
+            "--case",
+            case,
+            "--rule",
+            "room_state_invalid",
+        )
+        assert code == 0, out
+        section = out[out.index("rule room_state_invalid, condition by condition:") :]
+        for text in expected:
+            assert text in section
+
     def test_input_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         """An input file is validated and explained; the floor verdict stands apart from the engines."""
         from sidecar.policy.cases import build_input, load_bases
