@@ -49,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW = "slow"
 SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke"})
 #: ... and every test of these modules (processes killed and restarted, races between processes, the
-#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill).
+#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, proofs and pack diffs, the drill).
 SLOW_MODULES = frozenset(
     {
         "tests/erasure/test_crash.py",
@@ -63,6 +63,8 @@ SLOW_MODULES = frozenset(
         "tests/test_demo.py",
         "tests/chart/test_opa_run.py",
         "tests/policy/test_worked_example.py",
+        "tests/policy/test_prove.py",
+        "tests/policy/test_diff.py",
         "tests/drill/test_drill.py",
     }
 )
