@@ -33,12 +33,13 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The pinned Go tools above, and memgov-symcc, the symbolic checker of `memgov policy prove` (tools/symcc/,
+# built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra).
 tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
-	# The symbolic checker of `memgov policy prove` (cedar-policy-symcc); its solver comes from PyPI (cvc5).
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
