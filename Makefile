@@ -46,6 +46,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The pinned Go tools above, and memgov-symcc, the symbolic checker of `memgov policy prove` (tools/symcc/,
+# built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra).
 tools:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
@@ -54,7 +56,6 @@ tools:
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
-	# The symbolic checker of `memgov policy prove` (cedar-policy-symcc); its solver comes from PyPI (cvc5).
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
 

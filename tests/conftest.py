@@ -51,7 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW = "slow"
 SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke", "kube"})
 #: ... and every test of these modules (processes killed and restarted, races between processes, the
-#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, the drill, the doctor's CLI).
+#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, proofs and pack diffs, the drill,
+#: the doctor's CLI).
 SLOW_MODULES = frozenset(
     {
         "tests/erasure/test_crash.py",
@@ -65,6 +66,8 @@ SLOW_MODULES = frozenset(
         "tests/test_demo.py",
         "tests/chart/test_opa_run.py",
         "tests/policy/test_worked_example.py",
+        "tests/policy/test_prove.py",
+        "tests/policy/test_diff.py",
         "tests/drill/test_drill.py",
         "tests/boundary/test_doctor.py",
     }

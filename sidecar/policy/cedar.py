@@ -7,6 +7,7 @@ it. Any evaluation error fails closed, because Cedar skips an erroring forbid in
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections import OrderedDict
@@ -73,16 +74,50 @@ def _parse_file(rel: str, text: str) -> list[Statement]:
     return statements
 
 
-def _validate_file(rel: str, text: str, statements: list[Statement], schema: cedarpy.Schema) -> list[str]:
-    """Schema validation of one file: ``file:line (@id x): validator message`` per problem."""
+_MISSING_ATTR = re.compile(r"attribute `(?:[\w.]*\.)?(\w+)`[^`]*not found")
+_SCHEMA_ATTR = re.compile(r"^\s*(\w+)\??\s*:", re.MULTILINE)
+_LEADING = re.compile(r"(?:[ \t]*(?://[^\n]*)?\n)*\s*")
+
+
+def _locate(st: Statement, message: str, attributes: list[str]) -> tuple[str, str]:
+    """``line:col`` of a missing attribute's use in the policy, and the schema's closest name.
+
+    cedarpy keeps Cedar's message but drops its source span and its "did you mean" help, so both
+    are found again here for the commonest validation error, a misspelt attribute.
+    """
+    missing = _MISSING_ATTR.search(message)
+    if missing is None:
+        return str(st.line), ""
+    name = missing.group(1)
+    use = re.search(rf"\.{re.escape(name)}\b|\bhas\s+{re.escape(name)}\b", st.text)
+    where = str(st.line)
+    if use is not None:
+        offset = use.end() - len(name)
+        # st.line is the line of the statement's first token; the text may start with blank lines and comments.
+        lead = _LEADING.match(st.text)
+        line = st.line + st.text.count("\n", lead.end() if lead else 0, offset)
+        where = f"{line}:{offset - st.text.rfind(chr(10), 0, offset)}"
+    close = difflib.get_close_matches(name, attributes, n=1, cutoff=0.7)
+    return where, f"; did you mean `{close[0]}`?" if close else ""
+
+
+def _validate_file(
+    rel: str, text: str, statements: list[Statement], schema: cedarpy.Schema, schema_text: str
+) -> list[str]:
+    """Schema validation of one file: ``file:line[:col] (@id x): validator message`` per problem."""
     result = cedarpy.validate_policies(text, schema)
+    attributes = sorted(set(_SCHEMA_ATTR.findall(schema_text)))
     found: dict[str, None] = {}
     for err in result.errors:
         index = int(err.policy_id.removeprefix("policy")) if err.policy_id.startswith("policy") else -1
         st = statements[index] if 0 <= index < len(statements) else None
-        where = f"{rel}:{st.line} (@id {cedar_annotations(st.text).get('id', '?')})" if st else rel
         message = _ACTION_NOTE.sub("", _POLICY_NOTE.sub("", str(err.error)))
-        found[f"{where}: {message}"] = None
+        hint = ""
+        where = rel
+        if st is not None:
+            line, hint = _locate(st, message, attributes)
+            where = f"{rel}:{line} (@id {cedar_annotations(st.text).get('id', '?')})"
+        found[f"{where}: {message}{hint}"] = None
     return list(found)
 
 
@@ -193,7 +228,7 @@ def compile_pack(pack: Pack) -> CedarPolicies:
     problems: list[str] = []
     parsed = {rel: _parse_file(rel, sources[rel]) for rel in sorted(sources)}
     for rel, statements in parsed.items():
-        problems += _validate_file(rel, sources[rel], statements, schema)
+        problems += _validate_file(rel, sources[rel], statements, schema, schema_text)
         for st in statements:
             if not cedar_annotations(st.text).get("rationale"):
                 problems.append(f"{rel}:{st.line}: policy needs a @rationale")

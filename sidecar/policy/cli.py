@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sidecar.policy import fmt, prove, schema
+from sidecar.policy import fmt, prove, schema, why
 from sidecar.policy.cases import CaseError
 from sidecar.policy.check import check_pack
 from sidecar.policy.opa_bundle import write_folder, write_tarball
@@ -120,6 +120,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         else:
             inp, label = find_case(root, _cases(args, root), args.case)
         print(asyncio.run(explain(root, inp, label)))
+        if args.rule:
+            pack = load(root)
+            print(f"rule {args.rule}, condition by condition:")
+            print("\n".join(why.cedar_conditions(pack, inp, args.rule) + why.rego_conditions(pack, inp, args.rule)))
     except _EXPECTED as exc:
         return _fail("explain", exc)
     return 0
@@ -239,6 +243,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     which = exp.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", help="A case by name (or a unique part of file::name).")
     which.add_argument("--input", help="A decision input as a JSON or YAML file.")
+    exp.add_argument(
+        "--rule", metavar="CODE", help="Also show each condition of the rules answering CODE, both languages."
+    )
     _dir(exp)
     _case_args(exp)
     exp.set_defaults(func=_cmd_explain)

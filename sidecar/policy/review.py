@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from sidecar.policy import cedar_input
-from sidecar.policy.cases import Case, judge, load_bases, load_cases
+from sidecar.policy.cases import Case, CaseError, build_input, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import Action, DecisionInput
 from sidecar.policy.mutate import data_strings, mutants, null_variants, vocabulary
@@ -145,6 +146,27 @@ async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, d
         await tools.close()
 
 
+def _pairs(bases: dict[str, dict[str, Any]], rows: list[Case]) -> dict[str, DecisionInput]:
+    """Two rows of one base with both their changes: each row sets the fields its rule reads, so a
+    rule that needs two conditions at once is reached even when no single row or mutant does."""
+    out: dict[str, DecisionInput] = {}
+    by_base: dict[str, list[Case]] = {}
+    for c in rows:
+        if c.changes:
+            by_base.setdefault(c.base, []).append(c)
+    for base, mine in by_base.items():
+        for i, first in enumerate(mine):
+            for second in mine[i + 1 :]:
+                if set(first.changes) & set(second.changes):
+                    continue
+                try:
+                    inp = build_input(bases, base, {**first.changes, **second.changes})
+                except (ValidationError, CaseError):
+                    continue  # two changes the input model refuses together
+                out.setdefault(f"pair {first.id} + {second.id}", inp)
+    return out
+
+
 def _inputs(
     pack: Pack, tables: list[Path], rules: tuple[str, ...], vocab_from: list[Case], data: list[str]
 ) -> dict[str, DecisionInput]:
@@ -153,16 +175,20 @@ def _inputs(
     A row the old tables hold differently from the new ones is kept as its own input.
     """
     labelled: dict[str, DecisionInput] = {}
+    rows: list[Case] = []
     for path in tables:
         for c in load_cases(path, pack, rules):
             label = f"case {c.id}"
             if label in labelled and labelled[label] != c.inp:
                 label += " (old table)"
             labelled.setdefault(label, c.inp)
+            rows.append(c)
             for m in null_variants(label, c.inp.model_dump(mode="json")):
                 labelled.setdefault(m.label, m.inp)
     folder = tables[0] if tables[0].is_dir() else tables[0].parent
-    variants = mutants(load_bases(folder, pack), vocabulary([c.changes for c in vocab_from]), data)
+    bases = load_bases(folder, pack)
+    labelled.update(_pairs(bases, rows))
+    variants = mutants(bases, vocabulary([c.changes for c in vocab_from]), data)
     labelled.update({f"mutant {m.label}": m.inp for m in variants})
     return labelled
 
@@ -201,7 +227,8 @@ async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path |
 def render_diff(report: DiffReport, old: Path, new: Path) -> str:
     """What a reviewer reads: per engine, each changed input with its old and new answer."""
     lines = [
-        f"policy diff {old} -> {new}: {report.compared} inputs (cases, their null variants and mutated base inputs),"
+        f"policy diff {old} -> {new}: {report.compared} inputs (cases, their null variants, pairs of cases of one"
+        " base and mutated base inputs),"
         f" {len(report.changes)} change(s)"
     ]
     if report.one_sided:

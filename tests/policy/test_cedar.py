@@ -35,7 +35,7 @@ class TestCompile:
             ('@id("rate-limited")\nforbid (principal, action, resource);', "extra.cedar:1: policy needs a @rationale"),
             (
                 '@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource) when { context.nope };',
-                r"extra.cedar:1 \(@id rate-limited/2\): attribute `nope` not found",
+                r"extra.cedar:3:53 \(@id rate-limited/2\): attribute `nope` not found",
             ),
             (
                 '// first\n\n@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource',

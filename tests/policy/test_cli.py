@@ -63,7 +63,16 @@ class TestPolicyCheck:
                 "!context.request.keyValid",
                 "!context.request.keyVald",
                 "cedar parse",
-                "cedar/consent.cedar:40 (@id key-invalid): attribute `request.keyVald` not found",
+                "cedar/consent.cedar:47:25 (@id key-invalid): attribute `request.keyVald` not found;"
+                " did you mean `keyValid`?",
+            ),
+            (
+                "cedar/room.cedar",
+                'context.room.historyVisibility != "joined"',
+                'context.room.historyVisiblity != "joined"',
+                "cedar parse",
+                "cedar/room.cedar:21:18 (@id room-state-invalid): attribute `room.historyVisiblity` not found;"
+                " did you mean `historyVisibility`?",
             ),
             (
                 "cedar/routes.cedar",
@@ -127,6 +136,7 @@ class TestPolicyCheck:
         ids=[
             "cedar-syntax",
             "cedar-field-typo",
+            "cedar-field-typo-after-comments",
             "cedar-format",
             "rego-reason-typo",
             "rego-metadata-mismatch",
@@ -382,6 +392,52 @@ class TestExplain:
         assert f'{DECISION}/consent.rego:18 deny["consent_disabled"] fired:' in out
         assert "not is_true(input.scope.enabled)" in out
         assert "floor: refuses ['consent_disabled']" in out
+
+    @pytest.mark.parametrize(
+        ("case", "expected"),
+        [
+            (
+                "encrypted room is refused",
+                [
+                    '  cedar cedar/room.cedar:6 @id room-state-invalid: scope (principal, action in Action::"attested",'
+                    " resource) applies",
+                    "      true  if context has room\n      any of:",
+                    '      false context.room.roomVersion != "12"\n      true  context.room.encrypted\n',
+                    f'  opa   {DECISION}/room.rego:11 deny["room_state_invalid"]: the body so far is\n'
+                    "    true  attested\n    true  not room_ok",
+                ],
+            ),
+            (
+                "save into a disabled scope is refused",
+                [
+                    "resource) does not apply\n",
+                    "      false if context has room\n",
+                    "    false attested\n    false not room_ok",
+                ],
+            ),
+        ],
+        ids=["fired", "not-fired"],
+    )
+    def test_a_named_rule_condition_by_condition(
+        self, capsys: pytest.CaptureFixture[str], case: str, expected: list[str]
+    ) -> None:
+        """--rule shows whether each Cedar clause part holds and how far the Rego body gets: why it fired or not."""
+        code, out = run_cli(
+            capsys,
+            "explain",
+            "--dir",
+            str(PACK_DIR),
+            "--cases",
+            str(CASES_DIR),
+            "--case",
+            case,
+            "--rule",
+            "room_state_invalid",
+        )
+        assert code == 0, out
+        section = out[out.index("rule room_state_invalid, condition by condition:") :]
+        for text in expected:
+            assert text in section
 
     def test_input_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         """An input file is validated and explained; the floor verdict stands apart from the engines."""

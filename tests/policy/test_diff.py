@@ -72,3 +72,31 @@ class TestDiff:
         opa = out[out.index("\nopa:") :]
         assert "case identity::" in opa and " ~ principal=null\n" in opa
         assert "\ncedar:" not in out
+
+    def test_a_rule_needing_two_conditions_shows_on_a_pair_of_rows(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """Encrypted *and* public rooms exempted: no row or one-field mutant reaches it, the pair of their rows does."""
+        _edit(
+            pack_copy / "cedar/room.cedar",
+            "    context.room.serverAcl.allowIpLiterals\n  else\n    true\n}\n"
+            'unless { action == Action::"a2a.invoke" && !context.agent.memoryEnabled };',
+            "    context.room.serverAcl.allowIpLiterals\n  else\n    true\n}\n"
+            'unless {\n  (action == Action::"a2a.invoke" && !context.agent.memoryEnabled) ||\n'
+            '  (context has room && context.room.encrypted && context.room.joinRule == "public")\n};',
+        )
+        _edit(
+            pack_copy / "rego/memgov/decision/room.rego",
+            "\tattested\n\tnot room_ok\n}\n",
+            "\tattested\n\tnot room_ok\n\tnot exempt_room\n}\n\nexempt_room if {\n"
+            '\tinput.room.encrypted == true\n\tinput.room.join_rule == "public"\n}\n',
+        )
+        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
+        assert code == 1, out
+        pair = (
+            "  pair room::encrypted room is refused + room::public join rule is refused\n"
+            "      rewrite_disabled ['room_state_invalid']  ->  forward ['allowed']"
+        )
+        assert out.count(pair) == 2  # once per engine
+        assert "  case room::encrypted room is refused\n" not in out
+        assert "  case room::public join rule is refused\n" not in out

@@ -1,0 +1,175 @@
+"""``memgov policy explain --rule CODE``: the value of each condition of a rule on one input, in both languages.
+
+"Why didn't rule X fire?" A Cedar policy is its scope plus ``when``/``unless`` clauses; each
+clause is split at its top-level ``||`` (or else ``&&``) and every part is evaluated on its own
+as a permit of the same request. A Rego rule is its body, one expression per line; the body is
+evaluated line by line as a growing prefix, so the first line that stops it shows. Inputs are
+decision inputs (identifiers, flags and counts), so nothing here can print memory text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import cedarpy
+
+from sidecar.policy import cedar_input
+from sidecar.policy.model import DecisionInput
+from sidecar.policy.opa_server import ToolNotFound, tool_binary
+from sidecar.policy.pack import Pack
+from sidecar.policy.rules import cedar_annotations, cedar_statements, code_of_id, rego_sites
+
+_CLAUSE = re.compile(r"\b(when|unless)\s*\{")
+_IF = re.compile(r"if (?P<test>.+?) then (?P<then>.+) else (?P<other>.+)")
+_EFFECT = re.compile(r"^\s*(forbid|permit)\b", re.MULTILINE)
+_PACKAGE: Final = "memgov.decision"
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``start`` (strings skipped)."""
+    depth, i = 0, start
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            i = text.index('"', i + 1)
+        elif ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return len(text)
+
+
+def split_top(body: str) -> tuple[str, list[str]]:
+    """The operator (``||``, else ``&&``, else none) a condition splits at on its top level, and its parts."""
+    for op in ("||", "&&"):
+        parts, depth, last, i = [], 0, 0, 0
+        while i < len(body):
+            ch = body[i]
+            if ch == '"':
+                i = body.index('"', i + 1)
+            elif ch in "{([":
+                depth += 1
+            elif ch in "})]":
+                depth -= 1
+            elif depth == 0 and body.startswith(op, i):
+                parts.append(body[last:i])
+                last = i + len(op)
+                i += 1
+            i += 1
+        parts.append(body[last:])
+        if len(parts) > 1:
+            return op, [" ".join(p.split()) for p in parts]
+    return "", [" ".join(body.split())]
+
+
+def _cedar_value(condition: str, scope: str, request: dict[str, object], entities: str, schema: str) -> str:
+    result = cedarpy.is_authorized(request, f"permit ({scope}) when {{ {condition} }};", entities, schema)
+    if result.diagnostics.errors:
+        return "error"
+    return "true" if result.allowed else "false"
+
+
+def cedar_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
+    """Per Cedar policy answering ``code``: whether its scope applies and the value of each clause and part."""
+    schema = next(iter(pack.select("cedar", ".cedarschema").values()))
+    request = cedar_input.request(inp)
+    entities = json.dumps(cedar_input.entities(inp))
+    anything = "principal, action, resource"
+    out = []
+    for rel, text in sorted(pack.select("cedar", ".cedar").items()):
+        for st in cedar_statements(text):
+            ident = cedar_annotations(st.text).get("id", "")
+            if code_of_id(ident) != code:
+                continue
+            head = st.text.index("(", _EFFECT.search(st.text).end())  # type: ignore[union-attr]
+            scope = " ".join(st.text[head + 1 : _closing(st.text, head)].split())
+            applies = _cedar_value("true", scope, request, entities, schema) == "true"
+            out.append(
+                f"  cedar {rel}:{st.line} @id {ident}: scope ({scope}) {'applies' if applies else 'does not apply'}"
+            )
+            for clause in _CLAUSE.finditer(st.text):
+                brace = clause.end() - 1
+                body = st.text[brace + 1 : _closing(st.text, brace)]
+                out.append(f"    {clause.group(1)} is {_cedar_value(body, anything, request, entities, schema)}:")
+                flat = " ".join(body.split())
+                branch = _IF.fullmatch(flat)
+                if branch:
+                    # if C then T else E: the test's value, then the parts of the branch it takes.
+                    test = _cedar_value(branch["test"], anything, request, entities, schema)
+                    out.append(f"      {test:<5} if {branch['test']}")
+                    flat = branch["then"] if test == "true" else branch["other"]
+                op, parts = split_top(flat)
+                out.append(f"      {({'||': 'any of', '&&': 'all of'}).get(op, 'one condition')}:")
+                out += [f"      {_cedar_value(p, anything, request, entities, schema):<5} {p}" for p in parts]
+    return out
+
+
+def _statements(lines: list[str], first: int) -> list[str]:
+    """The top-level statements of a Rego rule body starting after line ``first`` (1-based), one per entry."""
+    out: list[str] = []
+    for row in lines[first:]:
+        if row.startswith("}"):
+            break
+        if row.startswith("\t") and not row.startswith("\t\t") and not row.startswith("\t}"):
+            out.append(row.strip())
+        elif out and row.strip():
+            out[-1] += "\n" + row.rstrip()
+    return out
+
+
+def rego_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
+    """Per Rego rule answering ``code``: the body line by line, each with the value of the body up to it."""
+    try:
+        opa = tool_binary("opa")
+    except ToolNotFound as exc:
+        return [f"  opa: not evaluated ({exc})"]
+    out = []
+    for site in [s for s in rego_sites(pack) if s.code == code]:
+        body = _statements(pack.files[site.file].splitlines(), site.line)
+        probes = [
+            f"default memgov_why_{n} := false\n\nmemgov_why_{n} if {{\n" + "\n".join(body[:n]) + "\n}\n"
+            for n in range(1, len(body) + 1)
+        ]
+        with tempfile.TemporaryDirectory(prefix="memgov-why-") as tmp:
+            root = Path(tmp)
+            for rel, text in pack.select("rego", ".rego").items():
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_text(text, encoding="utf-8")
+            (root / "why.rego").write_text(f"package {_PACKAGE}\n\n" + "\n".join(probes), encoding="utf-8")
+            (root / "input.json").write_text(inp.model_dump_json(), encoding="utf-8")
+            query = "[" + ", ".join(f"data.{_PACKAGE}.memgov_why_{n}" for n in range(1, len(body) + 1)) + "]"
+            proc = subprocess.run(
+                [
+                    opa,
+                    "eval",
+                    "-f",
+                    "json",
+                    "-d",
+                    str(root / "rego"),
+                    "-d",
+                    str(root / "why.rego"),
+                    "-i",
+                    str(root / "input.json"),
+                    query,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        out.append(f"  opa   {site.where} {site.name}: the body so far is")
+        try:
+            values = json.loads(proc.stdout)["result"][0]["expressions"][0]["value"]
+        except (ValueError, KeyError, IndexError):
+            out.append("    (not evaluated: opa eval failed)")
+            continue
+        out += [f"    {str(v).lower():<5} {stmt.replace(chr(10), ' ')}" for v, stmt in zip(values, body, strict=True)]
+    return out
