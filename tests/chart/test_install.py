@@ -194,13 +194,16 @@ class TestLifecycle:
     ) -> None:
         ns = _namespace(kube, name)
         release = ("memgov", str(CHART), "--namespace", ns)
-        for stage, action in (("prepare", "install"), ("enforce", "upgrade")):
-            staged = _in(ns, {**values, "rollout": {"stage": stage}})
-            _ok(_helm(kube, action, *release, values=staged))
-            deployments = _deployments(kube, ns)
-            assert len(deployments) == (0 if values.get("mode") == "sidecar" else 1)
-            _assert_pods_admitted(kube, ns, deployments)
-            _assert_release_stored(kube, ns)
+        # With PostgreSQL state a hook Job migrates before install and upgrade: it must be admitted too.
+        with JobController(kube, ns) as jobs:
+            for stage, action in (("prepare", "install"), ("enforce", "upgrade")):
+                staged = _in(ns, {**values, "rollout": {"stage": stage}})
+                _ok(_helm(kube, action, *release, values=staged))
+                deployments = _deployments(kube, ns)
+                assert len(deployments) == (0 if values.get("mode") == "sidecar" else 1)
+                _assert_pods_admitted(kube, ns, deployments)
+                _assert_release_stored(kube, ns)
+        assert jobs.refused == []
         _ok(kube.helm("rollback", "memgov", "1", "--namespace", ns))
         history = json.loads(_ok(kube.helm("history", "memgov", "--namespace", ns, "--output", "json")))
         assert [h["revision"] for h in history] == [1, 2, 3] and history[-1]["status"] == "deployed"
@@ -268,7 +271,9 @@ class TestKagentController:
         values = {**cases.SIDECAR, "state": SIDECAR_STATES[state]}
         if state == "postgresql":
             values["networkPolicy"] = {**cases.SIDECAR["networkPolicy"], **POSTGRES["networkPolicy"]}
-        _ok(_helm(kube, "install", "memgov", str(CHART), "--namespace", ns, values=_in(ns, values)))
+        with JobController(kube, ns) as jobs:
+            _ok(_helm(kube, "install", "memgov", str(CHART), "--namespace", ns, values=_in(ns, values)))
+        assert jobs.refused == []
         files = kube.get(f"/api/v1/namespaces/{ns}/configmaps/memgov-kagent").ok()["data"]
         deployment = _kagent_controller(kube, ns, yaml.safe_load(files["kagent-values.yaml"]))
         kube.create(
