@@ -51,8 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW = "slow"
 SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke", "kube"})
 #: ... and every test of these modules (processes killed and restarted, races between processes, the
-#: fuzz sample, the supervisor, OPA and Helm runs, the policy CLI's worked example, proofs and pack diffs, the drill,
-#: the doctor's CLI).
+#: fuzz sample, the supervisor and serve's start-up, listeners and outage processes, OPA and Helm runs, the
+#: policy CLI's worked example, proofs and pack diffs, the drill, the doctor's CLI, the history benchmark).
 SLOW_MODULES = frozenset(
     {
         "tests/erasure/test_crash.py",
@@ -70,6 +70,10 @@ SLOW_MODULES = frozenset(
         "tests/policy/test_diff.py",
         "tests/drill/test_drill.py",
         "tests/boundary/test_doctor.py",
+        "tests/test_startup.py",
+        "tests/test_network.py",
+        "tests/enforce/test_outage.py",
+        "tests/bench/test_history.py",
     }
 )
 
