@@ -33,6 +33,7 @@ from sidecar.relay import (
 )
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
 from sidecar.settings import Settings
+from sidecar.state.db import data_lane
 from sidecar.upstream import Upstream, make_session
 from sidecar.wsproxy import is_websocket, relay_websocket
 
@@ -102,7 +103,8 @@ async def observe_data(request: web.Request, handler: Handler) -> web.StreamResp
         if match.cls is RouteClass.INVALID:
             # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
             raise Refusal(Reason.BAD_REQUEST)
-        resp = await handler(request)
+        with data_lane():  # agents' calls never take the state connections withdrawals and the sweeper need
+            resp = await handler(request)
     except Refusal as refusal:
         resp = refusal_answer(request, refusal)
     except web.HTTPException:

@@ -150,7 +150,9 @@ class ListenSettings(_Section):
 class StateSettings(_Section):
     url: str = Field("sqlite:///./.memgov/state.db", description="State store: sqlite:///path or postgresql://…")
     url_file: Path | None = Field(None, description="File holding the state URL (overrides url; for credentials).")
-    pool_size: int = Field(10, ge=1, description="PostgreSQL connection pool size.")
+    pool_size: int = Field(
+        10, ge=1, description="PostgreSQL connection pool size; agents' calls hold at most all but two of it."
+    )
     auto_migrate: bool = Field(
         True,
         description="`memgov serve` applies pending schema migrations as it starts; false: it only checks the"

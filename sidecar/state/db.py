@@ -13,6 +13,12 @@ Transaction modes:
   ``single``    writes whose statements are each atomic on their own (autocommit): saves the
                 BEGIN/COMMIT round trips on PostgreSQL.
 
+Lanes (PostgreSQL): the data plane's state work runs in the data lane (:func:`data_lane`), which
+may hold all but ``_RESERVED`` of the pool's connections at once. Everything else (the control
+API, erasures, the sweeper) takes a connection ahead of any backlog of saves, and the row locks a
+withdrawal needs wait for at most that many data-plane transactions: a flood of saves cannot hold
+up a withdrawal's fence (SPEC D4).
+
 Scripts: an operation that needs several statements in one transaction can be written once as a
 generator that yields :class:`Stmt` and receives each result (``Database.run`` takes a function
 that makes it, so it can be run again). On PostgreSQL it runs statement by statement on one pooled
@@ -28,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -177,13 +184,29 @@ async def _keep_session(con: asyncpg.Connection) -> None:
     a transaction left open before this hook runs."""
 
 
+#: Connections of a PostgreSQL pool the data lane never takes (fewer when the pool is smaller).
+_RESERVED = 2
+_IN_DATA_LANE: ContextVar[bool] = ContextVar("memgov_state_data_lane", default=False)
+
+
+@contextmanager
+def data_lane() -> Iterator[None]:
+    """Run the state work of the calls inside in the data lane (see the module's note on lanes)."""
+    token = _IN_DATA_LANE.set(True)
+    try:
+        yield
+    finally:
+        _IN_DATA_LANE.reset(token)
+
+
 class PgDatabase:
     """asyncpg pool; statements are prepared and cached per connection by asyncpg."""
 
     dialect = "postgresql"
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, pool_size: int) -> None:
         self._pool = pool
+        self._data_lane = asyncio.Semaphore(max(1, pool_size - _RESERVED))
 
     @classmethod
     async def open(cls, url: str, pool_size: int) -> PgDatabase:
@@ -191,13 +214,14 @@ class PgDatabase:
             pool = await asyncpg.create_pool(
                 url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S, reset=_keep_session
             )
-        return cls(pool)
+        return cls(pool, pool_size)
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
         async with (
             tracing.span("memgov.state", backend="postgresql", step=mode),
             backend_errors(),
+            self._data_lane if _IN_DATA_LANE.get() else _NO_LOCK,
             self._pool.acquire() as con,
         ):
             if mode in ("read", "single"):
