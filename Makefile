@@ -35,7 +35,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: prereqs check venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs builds $(TOOL_TARGETS) check venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -47,16 +47,27 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 # The pinned Go tools above, and memgov-symcc, the symbolic checker of `memgov policy prove` (tools/symcc/,
-# built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra).
-tools:
+# built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra). One
+# target per tool, so `make -j` builds them side by side (the longest first).
+TOOL_TARGETS := tool-kube-apiserver tool-symcc tool-opa tool-regal tool-helm tool-cyclonus tool-rulecheck tool-crds
+tools: $(TOOL_TARGETS)
+
+tool-opa:
 	scripts/go-tool.sh opa github.com/open-policy-agent/opa $(OPA_VERSION) github.com/open-policy-agent/opa
+tool-regal:
 	scripts/go-tool.sh regal github.com/open-policy-agent/regal $(REGAL_VERSION) github.com/open-policy-agent/regal
+tool-helm:
 	scripts/go-tool.sh helm helm.sh/helm/v3 $(HELM_VERSION) helm.sh/helm/v3/cmd/helm
+tool-cyclonus:
 	scripts/go-tool.sh cyclonus github.com/mattfenwick/cyclonus $(CYCLONUS_VERSION) github.com/mattfenwick/cyclonus/cmd/cyclonus
+tool-rulecheck:
 	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
+tool-kube-apiserver:
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
+tool-symcc:
 	scripts/rust-tool.sh memgov-symcc tools/symcc
+tool-crds:
 	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
@@ -134,7 +145,13 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/unused_deps.py pyproject.toml
 
+# Everything the tests need, built side by side: on a cold machine the builds download and link
+# while others compile. Warm, each is a cache lookup.
+BUILD_JOBS ?= 4
+builds: tool-kube-apiserver tool-symcc kagent venv tools image-ci
+
 test: prereqs
+	$(MAKE) -j$(BUILD_JOBS) --output-sync=line builds
 	$(MAKE) lint test-rego test-py
 
 demo: venv

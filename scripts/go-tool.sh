@@ -7,15 +7,9 @@
 set -euo pipefail
 name=$1 module=$2 version=$3 pkg=$4
 tags=${GO_TOOL_TAGS:-}
-cache=${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}
+. "$(dirname "$0")/tool-cache.sh"
 bin="$cache/$name-$version${tags:++$tags}"
-mkdir -p "$cache" .tools/bin
-# Two checkouts may build the same tool at once: the second waits for the first and reuses its result.
-if [ ! -x "$bin" ]; then
-  exec 9>"$bin.lock"
-  flock 9
-fi
-if [ ! -x "$bin" ]; then
+if tool_wanted "$bin" "$bin.lock"; then
   command -v go >/dev/null || { echo "go is required to build $name $version" >&2; exit 1; }
   echo "building $name $version (cached in $cache)"
   work=$(mktemp -d)
@@ -34,4 +28,4 @@ if [ ! -x "$bin" ]; then
   fi
   mv "$work/$name" "$bin.tmp" && mv "$bin.tmp" "$bin"
 fi
-ln -sf "$bin" ".tools/bin/$name"
+tool_link "$bin" "$name"

@@ -51,6 +51,11 @@ run_base=$(stand_in run extract python3.11-minimal,libpython3.11-stdlib \
 buildah build --quiet --isolation chroot --network host --layers --pull=never \
   --build-arg "BUILD_BASE=$build_base" --build-arg "RUN_BASE=$run_base" \
   --tag localhost/memgov:ci --file Containerfile . >&2
-rm -f "$out"
-buildah push --quiet localhost/memgov:ci "oci-archive:$out:memgov:ci" >&2
+# An unchanged build (every layer from the cache) is the image the archive already holds.
+id=$(buildah images --quiet --no-trunc localhost/memgov:ci)
+if [ ! -s "$out" ] || [ "$(cat "$out.id" 2>/dev/null)" != "$id" ]; then
+  rm -f "$out" "$out.id"
+  buildah push --quiet localhost/memgov:ci "oci-archive:$out:memgov:ci" >&2
+  echo "$id" >"$out.id"
+fi
 echo "$out"

@@ -22,13 +22,13 @@ say() { echo "prereqs: $*" >&2; }
 
 apt_install() {
   if [ "$apt_updated" = 0 ]; then
-    apt-get update -qq >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
     apt_updated=1
   fi
   # The headers package recommends nothing the build uses; buildah and mmdebstrap need theirs.
   local opts=()
   case "$1" in postgresql-server-dev-*) opts=(--no-install-recommends) ;; esac
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "$@" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${opts[@]}" "$@" >/dev/null
 }
 
 # The PostgreSQL server the tests run: the newest installed major's bin folder.

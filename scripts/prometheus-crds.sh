@@ -6,8 +6,9 @@
 set -euo pipefail
 version=$1
 module=github.com/prometheus-operator/prometheus-operator
-dest="${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}/prometheus-operator-crds-$version"
-mkdir -p "$(dirname "$dest")" .tools/crds
+. "$(dirname "$0")/tool-cache.sh"
+dest="$cache/prometheus-operator-crds-$version"
+mkdir -p .tools/crds
 # Two checkouts may fetch at once: one copies, the other waits on the lock and finds the copy.
 exec 9>"$dest.lock"
 flock 9

@@ -6,19 +6,13 @@
 #   cache too, so a rebuild after an edit is incremental.
 set -euo pipefail
 name=$1 folder=$2
-cache=${MEMGOV_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-tools}
+. "$(dirname "$0")/tool-cache.sh"
 hash=$(cd "$folder" && cat Cargo.toml Cargo.lock $(find src -type f | sort) | sha256sum | cut -c1-16)
 bin="$cache/$name-$hash"
-mkdir -p "$cache" .tools/bin
-# Two checkouts may build the same tool at once: the second waits for the first and reuses its result.
-if [ ! -x "$bin" ]; then
-  exec 9>"$cache/$name.lock"
-  flock 9
-fi
-if [ ! -x "$bin" ]; then
+if tool_wanted "$bin" "$cache/$name.lock"; then
   command -v cargo >/dev/null || { echo "cargo is required to build $name (rustup.rs, or apt install cargo)" >&2; exit 1; }
   echo "building $name $hash (cached in $cache; a first build takes 5-10 minutes)"
   CARGO_TARGET_DIR="$cache/$name-target" cargo build --quiet --locked --release --manifest-path "$folder/Cargo.toml"
   cp "$cache/$name-target/release/$name" "$bin.tmp" && mv "$bin.tmp" "$bin"
 fi
-ln -sf "$bin" ".tools/bin/$name"
+tool_link "$bin" "$name"
