@@ -11,13 +11,11 @@ folder's ``base.yaml`` supplies the bases).
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from sidecar.policy.engine import Engine, EngineUnavailable
@@ -25,6 +23,7 @@ from sidecar.policy.model import Action, DecisionInput
 from sidecar.policy.outcome import Verdict, assemble
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import rule_codes
+from sidecar.policy.tree import load_yaml, with_set
 from sidecar.reasons import Reason
 
 KINDS = ("allow", "deny", "bypass")
@@ -61,25 +60,15 @@ def expand(text: str) -> str:
     return _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
 
 
-def _set(target: dict[str, Any], path: str, value: Any) -> None:
-    keys = path.split(".")
-    node = target
-    for key in keys[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    node[keys[-1]] = copy.deepcopy(value)
-
-
 def _apply(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(doc)
+    out = doc
     for path, value in (changes or {}).items():
         if path == "facts":
             sizes = [len(expand(f).encode("utf-8")) for f in value]
-            _set(out, "request.item_count", len(sizes))
-            _set(out, "request.max_item_bytes", max(sizes, default=0))
+            out = with_set(out, "request.item_count", len(sizes), create=True)
+            out = with_set(out, "request.max_item_bytes", max(sizes, default=0), create=True)
         else:
-            _set(out, path, value)
+            out = with_set(out, path, value, create=True)
     return out
 
 
@@ -88,7 +77,7 @@ def load_bases(folder: Path, pack: Pack) -> dict[str, dict[str, Any]]:
     path = Path(folder) / "base.yaml"
     if not path.is_file():
         raise CaseError(f"{path}: no base.yaml beside the case tables")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw = load_yaml(path.read_text(encoding="utf-8"))
     deployment = dict(raw["deployment"])
     deployment.setdefault("classification", pack.federation.classification)
     deployment.setdefault("federation_partners", [p.model_dump(mode="json") for p in pack.federation.partners])
@@ -99,7 +88,7 @@ def load_bases(folder: Path, pack: Pack) -> dict[str, dict[str, Any]]:
         if "extends" in spec:
             bases[name] = _apply(bases[spec["extends"]], spec.get("set", {}))
         else:
-            bases[name] = {**copy.deepcopy(spec), "deployment": deployment}
+            bases[name] = {**spec, "deployment": deployment}
     return bases
 
 
@@ -142,7 +131,7 @@ def load_cases(where: Path, pack: Pack, rules: tuple[str, ...] | None = None) ->
     for path in tables:
         if path.name == "base.yaml":
             continue
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        doc = load_yaml(path.read_text(encoding="utf-8")) or {}
         cases.extend(_case(path.stem, row, bases, rules) for row in doc.get("cases", []))
     names = [c.id for c in cases]
     if len(set(names)) != len(names):

@@ -12,7 +12,6 @@ every decision input.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sidecar.policy.model import DecisionInput
+from sidecar.policy.tree import with_set
 
 #: Values taken from the tables for one path, and data strings, at most this many each.
 _VOCAB_PER_PATH = 6
@@ -68,16 +68,6 @@ def _leaves(doc: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, doc
 
 
-def _set(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(doc)
-    node = out
-    keys = path.split(".")
-    for key in keys[:-1]:
-        node = node[key]
-    node[keys[-1]] = copy.deepcopy(value)
-    return out
-
-
 def _changes(value: Any, seen: list[Any], data: list[str]) -> list[Any]:
     found: list[Any] = list(seen)
     if isinstance(value, bool):
@@ -122,7 +112,7 @@ def mutants(bases: dict[str, dict[str, Any]], vocab: dict[str, list[Any]], data:
         original = json.dumps(doc, sort_keys=True)
         for path, value in list(_leaves(doc)):
             for change in _changes(value, vocab.get(path, []), data):
-                changed = _set(doc, path, change)
+                changed = with_set(doc, path, change)
                 text = json.dumps(changed, sort_keys=True)
                 if text == original:
                     continue
@@ -145,7 +135,7 @@ def null_variants(name: str, doc: dict[str, Any]) -> list[Mutant]:
         if node is None:
             continue
         try:
-            inp = DecisionInput.model_validate(_set(doc, path, None))
+            inp = DecisionInput.model_validate(with_set(doc, path, None))
         except ValidationError:
             continue
         out.append(Mutant(name, path, None, inp))

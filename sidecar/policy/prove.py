@@ -24,6 +24,7 @@ from sidecar.policy.cedar_input import limits_record
 from sidecar.policy.counterexample import Finding, replay
 from sidecar.policy.pack import Pack, PackError, is_complete
 from sidecar.policy.symcc import Verdict, run_helper, verdicts
+from sidecar.policy.tree import load_yaml
 
 PROPERTIES_FILE: Final = "properties.yaml"
 SCHEMA_FILE: Final = "cedar/memgov.cedarschema"
@@ -56,7 +57,7 @@ def load_properties(root: Path) -> Properties:
     """The pack's properties.yaml; PackError names the file and the fields at fault."""
     path = root / PROPERTIES_FILE
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
         props = Properties.model_validate(raw)
     except FileNotFoundError:
         raise PackError(f"{PROPERTIES_FILE}: not found in {root}", file=PROPERTIES_FILE) from None

@@ -69,8 +69,13 @@ class Engines:
             self._rego = RegoEval(self.pack)
         return self._rego
 
-    async def decide(self, engine: str, inputs: list[DecisionInput]) -> tuple[list[Verdict | None], dict[Site, int]]:
-        """Verdicts (None: no usable answer) and, per rule, how many inputs it decided (Rego: 1 = fired)."""
+    async def decide(
+        self, engine: str, inputs: list[DecisionInput], *, rules: bool = True
+    ) -> tuple[list[Verdict | None], dict[Site, int]]:
+        """Verdicts (None: no usable answer) and, per rule, how many inputs it decided (Rego: 1 = fired).
+
+        Without ``rules`` the Rego half skips OPA's coverage report (about half its evaluation time)
+        and reports no rules."""
         fired: dict[Site, int] = {}
         if engine == "cedar":
             cedar = await self.cedar()
@@ -84,10 +89,13 @@ class Engines:
                 for site in sites:
                     fired[site] = fired.get(site, 0) + 1
             return verdicts, fired
-        verdicts, hits, _ = self.rego().covered([i.model_dump(mode="json") for i in inputs])
-        fired = dict.fromkeys(hits, 1)
+        if rules:
+            verdicts, hits, _ = self.rego().covered([i.model_dump(mode="json") for i in inputs])
+            fired = dict.fromkeys(hits, 1)
         if self._opa_url:
-            verdicts = await self._server(inputs)
+            return await self._server(inputs), fired
+        if not rules:
+            verdicts = self.rego().verdicts([i.model_dump(mode="json") for i in inputs])
         return verdicts, fired
 
     async def _server(self, inputs: list[DecisionInput]) -> list[Verdict | None]:
@@ -197,7 +205,7 @@ async def _differential(report: SuiteReport, tools: Engines, engines: list[str],
     probes = [Case("mutant", m.label, "", "", m.inp, Action.FORWARD, ()) for m in variants]
     answers = {}
     for name in engines:
-        verdicts, _ = await tools.decide(name, [m.inp for m in variants])
+        verdicts, _ = await tools.decide(name, [m.inp for m in variants], rules=False)
         answers[name] = [judge(p, name, v) for p, v in zip(probes, verdicts, strict=True)]
     for i, variant in enumerate(variants):
         said = {name: answers[name][i] for name in engines}
