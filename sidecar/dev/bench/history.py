@@ -46,7 +46,8 @@ from sidecar.state import Scope, StateStore
 from sidecar.state.admission import WriteAsk
 
 CHECKPOINTS: Final = (1, 10, 100, 1000)
-ENTRY_SIZES: Final = (0, 1_000, 10_000)
+#: The largest scope the save and search state work is measured in; also at a tenth of it and empty.
+ENTRIES: Final = 10_000
 #: Forget-ones timed at each checkpoint.
 _FORGETS_TIMED: Final = 5
 _NO_CAP: Final = 10**9
@@ -166,8 +167,8 @@ async def _forget_checkpoints(
     }
 
 
-async def _entries_growth(gov: Governance, samples: int) -> list[dict[str, Any]]:
-    """CPU of a save's and a search's state work in scopes of each size of ENTRY_SIZES, taken in turn (cap lifted)."""
+async def _entries_growth(gov: Governance, samples: int, entries: int) -> list[dict[str, Any]]:
+    """CPU of a save's and a search's state work in scopes of 0, entries/10 and entries rows, in turn (cap lifted)."""
     store, now = gov.store, gov.now()
 
     def no_claims(_scope: Scope, _window: str | None) -> list[Any]:
@@ -193,7 +194,7 @@ async def _entries_growth(gov: Governance, samples: int) -> list[dict[str, Any]]
             await store.filter_live(self.scope.scope_id, self.ns_id, ids, now)
 
     growing = {}
-    for size in ENTRY_SIZES:
+    for size in (0, entries // 10, entries):
         g = growing[size] = Growing(await bench_scope(gov, f"growing{size}", now))
         while g.filled < size:
             await g.save()
@@ -202,14 +203,16 @@ async def _entries_growth(gov: Governance, samples: int) -> list[dict[str, Any]]
     return [{"entries": s, "save": saves[s], "search": searches[s]} for s in growing]
 
 
-async def run_history_bench(state_url: str, forgets: int, live: int, samples: int, folder: Path) -> dict[str, Any]:
+async def run_history_bench(
+    state_url: str, forgets: int, live: int, samples: int, folder: Path, entries: int = ENTRIES
+) -> dict[str, Any]:
     """Grow one scope's history to ``forgets`` forget-ones, measuring at each checkpoint, then compact."""
     stack = await start_devstack(stream_delay_s=0)
     try:
         settings = bench_settings(folder, state_url, stack.kagent_url, stack.embedding_url)
         async with governance(settings, Readiness()) as gov:
             points, compaction = await _forget_checkpoints(gov, stack, forgets, live, samples)
-            growth = await _entries_growth(gov, samples)
+            growth = await _entries_growth(gov, samples, entries)
             backend = gov.store.backend
     finally:
         await stack.stop()
@@ -271,12 +274,18 @@ def _cmd(args: argparse.Namespace) -> int:
             runs.append(
                 asyncio.run(
                     run_history_bench(
-                        url(backend, "memgov_bench_history"), args.forgets, args.live, args.samples, Path(keys)
+                        url(backend, "memgov_bench_history"),
+                        args.forgets,
+                        args.live,
+                        args.samples,
+                        Path(keys),
+                        args.entries,
                     )
                 )
             )
     argv = ["memgov", "bench", "history", "--backend", args.backend, "--forgets", str(args.forgets)]
-    argv += ["--live", str(args.live), "--samples", str(args.samples), "--out", args.out]
+    argv += ["--live", str(args.live), "--samples", str(args.samples), "--entries", str(args.entries)]
+    argv += ["--out", args.out]
     publish("history", argv, runs, _render(runs), Path(args.out))
     return 0
 
@@ -288,5 +297,8 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--forgets", type=int, default=1000, help="Forget-ones in the scope at the last checkpoint.")
     p.add_argument("--live", type=int, default=10, help="Live entries the scope keeps throughout.")
     p.add_argument("--samples", type=int, default=200, help="Timed status, inspect, save and search calls per point.")
+    p.add_argument(
+        "--entries", type=int, default=ENTRIES, help="Largest scope (rows) a save and a search are measured in."
+    )
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")
     p.set_defaults(func=_cmd)
