@@ -123,9 +123,10 @@ image-ci: image-tools
 
 # The suite runs on PYTEST_WORKERS parallel workers (pytest-xdist): most tests wait on processes
 # (PostgreSQL, kagent, OPA, gateways), so more workers than cores pays. A build several tests share
-# (the wheel, the bench run) runs once for all workers (tests/support/once.py).
+# (the wheel, the bench run) runs once for all workers (tests/support/once.py). Idle workers take
+# tests queued on busy ones (worksteal), so one long test does not leave a tail.
 PYTEST_WORKERS ?= 4
-PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
 
 test-py: venv pg tools kagent image-ci
 	$(PYTEST) --durations=25

@@ -7,8 +7,10 @@ KAGENT_URL with ``KAgentTokenService``'s hooks, ``KagentMemoryService`` with an 
 tools, the every-fifth-turn auto-save callback). The model is scripted, not a model: it calls a
 tool when the user text says so and answers the summarisation prompt with fixed facts.
 
-Protocol: one JSON object per stdin line (``op`` plus arguments), one JSON answer per stdout
-line. Logs of kagent's runtime are captured and returned by ``{"op": "logs"}``.
+Protocol: a configuration line starts a session; then one JSON object per stdin line (``op`` plus
+arguments), one JSON answer per stdout line, until ``{"op": "end"}`` (answered ``{"ended": true}``),
+after which the next configuration line starts a fresh session. Logs of kagent's runtime during the
+session are captured and returned by ``{"op": "logs"}``.
 """
 
 from __future__ import annotations
@@ -163,26 +165,50 @@ class Driver:
         raise ValueError(f"unknown op {name!r}")
 
 
-async def main() -> None:
-    captured = Captured()
-    logging.getLogger().addHandler(captured)
-    logging.getLogger().setLevel(logging.DEBUG)
-    cfg = json.loads(sys.stdin.readline())
+async def session(cfg: dict[str, Any], captured: Captured) -> bool:
+    """One runtime of one app and user, until ``end`` (True) or the end of stdin (False).
+
+    Runs in its own task, so the request user id it sets (a context variable) ends with it."""
+    captured.lines.clear()
+    before = asyncio.all_tasks()
     _token.KAGENT_TOKEN_PATH = cfg["token_path"]  # where the projected service-account token is mounted
-    os.environ.setdefault("OPENAI_API_KEY", "test-provider-key")
     driver = Driver(cfg)
     set_request_user_id(driver.user_id)  # what kagent's A2A request handler does with X-User-Id
     loop = asyncio.get_running_loop()
-    async with driver.http:
-        await driver.tokens.lifespan()(None).__aenter__()
+    async with driver.http, driver.tokens.lifespan()(None):
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             op = json.loads(line)
+            if op["op"] == "end":
+                # Nothing of this session may run on into the next: background saves included.
+                rest = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+                for task in rest:
+                    task.cancel()
+                await asyncio.gather(*rest, return_exceptions=True)
+                return True
             if op["op"] == "logs":
                 answer: dict[str, Any] = {"lines": captured.lines}
             else:
                 answer = await driver.run(op)
-            sys.stdout.write(json.dumps(answer) + "\n")
-            sys.stdout.flush()
+            _answer(answer)
+    return False
+
+
+def _answer(answer: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+async def main() -> None:
+    """Sessions one after another (importing kagent-adk takes seconds, so a process serves many tests)."""
+    captured = Captured()
+    logging.getLogger().addHandler(captured)
+    logging.getLogger().setLevel(logging.DEBUG)
+    os.environ.setdefault("OPENAI_API_KEY", "test-provider-key")
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        if not await asyncio.create_task(session(json.loads(line), captured)):
+            return
+        _answer({"ended": True})
 
 
 if __name__ == "__main__":

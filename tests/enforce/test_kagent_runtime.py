@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,30 +36,65 @@ DRIVER = Path(__file__).with_name("kagent_runtime_driver.py")
 
 
 class Runtime:
-    """One kagent-adk process acting as the runtime of AGENT for one user."""
+    """One kagent runtime session: AGENT's runtime for one user, over the driver's line protocol.
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    Lines are written and read in a thread, so a Python driver process outlives the event loop
+    of the test that started it and serves the next test's session."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
 
-    async def __call__(self, op: str, **args: Any) -> dict[str, Any]:
+    def _line(self, message: dict[str, Any]) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
-        await self._proc.stdin.drain()
-        line = await self._proc.stdout.readline()
+        self._proc.stdin.write((json.dumps(message) + "\n").encode())
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
         assert line, "the kagent runtime exited"
         answer: dict[str, Any] = json.loads(line)
         return answer
 
+    async def __call__(self, op: str, **args: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self._line, {"op": op, **args})
+
     async def logs(self) -> str:
-        """Everything kagent's runtime logged so far, one line per record."""
+        """Everything kagent's runtime logged so far in this session, one line per record."""
         return "\n".join((await self("logs"))["lines"])
+
+
+#: Python driver processes between sessions, in this test process (importing kagent-adk takes seconds).
+_IDLE: list[subprocess.Popen[bytes]] = []
+
+
+def _start(argv: list[str], stderr_path: Path) -> subprocess.Popen[bytes]:
+    with open(stderr_path, "ab") as stderr:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "OPENAI_API_KEY": "test-provider-key"},
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _idle_drivers() -> Iterator[None]:
+    """Stop the pooled driver processes when the session ends."""
+    yield
+    while _IDLE:
+        _stop(_IDLE.pop())
 
 
 @asynccontextmanager
 async def kagent_runtime(
     stack: Stack, user_id: str, tmp_path: Path, *, go: bool = False, **cfg: Any
 ) -> AsyncIterator[Runtime]:
-    """Start kagent's Python (or Go) runtime for AGENT with KAGENT_URL = memgov's data plane."""
+    """kagent's Python (or Go) runtime for AGENT with KAGENT_URL = memgov's data plane."""
     ns, name = AGENT.split("/")
     config = {
         "kagent_url": stack.gw.data_url,
@@ -69,28 +105,30 @@ async def kagent_runtime(
         **cfg,
     }
     if go:
-        argv = [await asyncio.to_thread(build, "runtime")]
         config["token"] = sa_token(AGENT)
+        proc = _start([await asyncio.to_thread(build, "runtime")], tmp_path / "kagent-runtime.stderr")
     else:
-        argv = [await asyncio.to_thread(build, "client"), str(DRIVER)]
         token = tmp_path / "kagent-token"
         token.write_text(sa_token(AGENT))
         config["token_path"] = str(token)
-    with open(tmp_path / "kagent-runtime.stderr", "ab") as stderr:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            env={**os.environ, "OPENAI_API_KEY": "test-provider-key"},
-        )
+        proc = _IDLE.pop() if _IDLE else None
+        if proc is None or proc.poll() is not None:
+            stderr = tmp_path.parent / f"kagent-runtime-{os.getpid()}-{time.monotonic_ns()}.stderr"
+            proc = _start([await asyncio.to_thread(build, "client"), str(DRIVER)], stderr)
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(config) + "\n").encode())
+    proc.stdin.flush()
+    runtime = Runtime(proc)
+    ended = False
     try:
-        yield Runtime(proc)
+        yield runtime
+        if not go:
+            ended = (await runtime("end")) == {"ended": True}
     finally:
-        proc.stdin.close()
-        await proc.wait()
+        if ended:
+            _IDLE.append(proc)
+        else:
+            await asyncio.to_thread(_stop, proc)
 
 
 async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
