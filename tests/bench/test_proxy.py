@@ -30,9 +30,9 @@ def _smoke_run(out: Path) -> None:
                 "--scenario",
                 "all",
                 "--duration",
-                "1",
+                "0.5",
                 "--warmup",
-                "0.2",
+                "0.1",
                 "--rounds",
                 "1",
                 "--rate",
@@ -83,7 +83,7 @@ class TestBenchProxy:
     def test_result_records_how_to_reproduce_it(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
         """The JSON names the exact command, the machine's cores and the versions measured."""
         report = smoke[2]
-        assert report["command"].startswith("memgov bench proxy --duration 1 --rounds 1 --concurrency 1 --rate 10")
+        assert report["command"].startswith("memgov bench proxy --duration 0.5 --rounds 1 --concurrency 1 --rate 10")
         assert report["machine"]["cores"] >= 1
         assert report["versions"]["aiohttp"] and report["versions"]["python"]
 
