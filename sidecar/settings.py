@@ -165,6 +165,19 @@ class StateSettings(_Section):
         description="How often a running gateway checks that the state store answers (every second while it"
         " does not, and at once when a call failed as if it were gone).",
     )
+    statement_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL: longest wait for one statement (BEGIN and COMMIT included); a store that does not"
+        " answer in time counts as unavailable (state_unavailable) and the connection is ended.",
+    )
+    acquire_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL: longest wait for a pooled connection (a new connection's handshake included).",
+    )
 
     @field_validator("url")
     @classmethod

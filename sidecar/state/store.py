@@ -17,7 +17,7 @@ from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database, connect
+from sidecar.state.db import ACQUIRE_TIMEOUT_S, STATEMENT_TIMEOUT_S, Database, connect
 from sidecar.state.health import GuardedDatabase, StoreHealth
 from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
@@ -132,7 +132,13 @@ class StateStore(
 
 
 async def open_store(
-    url: str, pool_size: int = 10, *, auto_migrate: bool = True, spool_rows: int = 10_000
+    url: str,
+    pool_size: int = 10,
+    *,
+    auto_migrate: bool = True,
+    spool_rows: int = 10_000,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
 ) -> StateStore:
     """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate.
 
@@ -140,7 +146,7 @@ async def open_store(
     StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its schema
     is not one this release runs on.
     """
-    db = await connect(url, pool_size)
+    db = await connect(url, pool_size, statement_timeout_s=statement_timeout_s, acquire_timeout_s=acquire_timeout_s)
     try:
         await migrate(db, apply=auto_migrate)
     except BaseException:

@@ -21,6 +21,7 @@ from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
+from tests.support.blackhole import Blackhole, blackhole
 from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, subject_token
 from tests.support.pg import PgServer
 from tests.support.process import GatewayProcess
@@ -150,6 +151,63 @@ class TestStateStoreOutage:
         # And memory works again.
         again = await save(pair.b, "likes coffee")
         assert again.status == 201, again.headers["X-Memgov-Decision"]
+
+    async def test_a_hung_store_degrades_within_the_bound_and_recovers(
+        self, tmp_path: Path, pg_server: PgServer, kagent: Devstack
+    ) -> None:
+        """PostgreSQL hung behind a network blackhole (connections accepted, nothing answered, no error):
+        every call still answers, memory by reason code, because statements and connection hand-outs
+        are bounded; once it answers again the gateways take the store back (readiness,
+        memgov_state_available 1) and memory works."""
+        async with blackhole(pg_server.port) as relay:
+            await self._hung_gateways(tmp_path, relay, relay.url(pg_server.create_database("hung")), kagent)
+
+    async def _hung_gateways(self, tmp_path: Path, relay: Blackhole, state_url: str, kagent: Devstack) -> None:
+        keys = write_keys(tmp_path / "keys")
+        pack = policy_pack(tmp_path)
+
+        def settings() -> dict[str, Any]:
+            s = process_settings(keys, pack, kagent.kagent_url, state_url)
+            s["state"] = {"url": state_url, "check_interval_s": 0.5, "statement_timeout_s": 1, "acquire_timeout_s": 1}
+            return s
+
+        async with two_gateways(tmp_path, keys, settings(), settings()) as pair:
+            await self._hung(pair, relay, keys)
+
+    async def _hung(self, pair: Pair, relay: Blackhole, keys: Any) -> None:
+        http, key = pair.http, pair.key
+        # A call that hung would end here with a client timeout instead of an answer.
+        bounded = aiohttp.ClientTimeout(total=30)
+        memory = {"X-Agent-Name": APP, "X-User-Id": key}
+        relay.freeze()
+        for gw in (pair.a, pair.b):
+            async with http.get(gw.data_url + "/api/sessions", params={"user_id": ALICE}, timeout=bounded) as resp:
+                assert resp.status == 200
+            search = {"agent_name": APP, "user_id": key, "vector": embed_text("tea"), "limit": 5, "min_score": 0.0}
+            async with http.post(
+                gw.data_url + "/api/memories/search", json=search, headers=memory, timeout=bounded
+            ) as resp:
+                assert (resp.status, await resp.json()) == (200, [])
+                assert _decision(resp)["reason"] == "state_unavailable"
+            body = {"agent_name": APP, "user_id": key, "content": "likes tea", "vector": embed_text("likes tea")}
+            async with http.post(
+                gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
+            ) as resp:
+                assert (resp.status, _decision(resp)["reason"]) == (503, "state_unavailable")
+            async with http.get(
+                f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys), timeout=bounded
+            ) as resp:
+                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
+            await until(lambda gw=gw: self._down(http, gw), timeout_s=30)
+            assert await _metric(http, gw, "memgov_state_available") == 0.0
+        relay.thaw()
+        for gw in (pair.a, pair.b):
+            await until(lambda gw=gw: self._up(http, gw), timeout_s=60)
+            assert await _metric(http, gw, "memgov_state_available") == 1.0
+            async with http.post(
+                gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
+            ) as resp:
+                assert resp.status == 201, resp.headers["X-Memgov-Decision"]
 
     @staticmethod
     def _subject(keys: Any) -> dict[str, str]:
