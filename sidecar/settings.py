@@ -322,6 +322,12 @@ class AuditSettings(_Section):
         description="Audit records kept in memory while the state store is down and written when it is back;"
         " beyond this they are counted in memgov_audit_spool_dropped_total.",
     )
+    spool_dir: Path | None = Field(
+        None,
+        description="Folder that keeps the spooled audit records on disk (files of mode 0600, content-free), so"
+        " a process killed during an outage loses none: the next one replays them, each exactly once. Unset:"
+        " in memory only. Give each deployment its own folder.",
+    )
 
 
 class TracingSettings(_Section):

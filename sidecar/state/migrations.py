@@ -530,6 +530,11 @@ def _v7(d: Dialect) -> list[str]:
     return [f"ALTER TABLE schema_migrations ADD COLUMN {d.i('compatible_from', null=True)}"]
 
 
+def _v8(d: Dialect) -> list[str]:
+    """Audit spool segments already replayed: a segment whose process died before removing it lands once."""
+    return [d.table("audit_spool_segments", d.s("segment_id", ID_MAX) + " PRIMARY KEY", d.i("replayed_us"))]
+
+
 #: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
 _COMPAT_RECORDED = 7
 
@@ -549,6 +554,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "untrusted_model_facts_dropped", _v5),
     Migration(6, "bounded_history", _v6),
     Migration(7, "schema_compatibility", _v7, compatible_from=6),
+    Migration(8, "audit_spool_segments", _v8, compatible_from=7),
 )
 LATEST: int = MIGRATIONS[-1].version
 
