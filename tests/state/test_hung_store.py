@@ -98,3 +98,20 @@ class TestHungStore:
             assert (await store.get_scope(scope.scope_id)) is not None
         rows = await store.audit_rows()
         assert [r["decision_id"] for r in rows if r["at"] == NOW] == ["d_00000000000000ac"]
+
+    async def test_an_erasure_step_that_runs_out_of_time_is_not_taken_and_runs_again(
+        self, store: StateStore, relay: Blackhole
+    ) -> None:
+        """An erasure's step written while the store hangs fails as state_unavailable and leaves the
+        erasure where it was (the server rolls back what reached it once it answers again); the same
+        step then goes through as on any retry."""
+        scope = await new_scope(store)
+        erasure = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW)
+        relay.freeze()
+        await _unavailable(store.advance_erasure(erasure.erasure_id, "fenced", NOW))
+        relay.thaw()
+        current = await store.get_erasure(erasure.erasure_id)  # no watcher here: the store is asked at once
+        assert current is not None
+        assert (current.state, [s for s, _ in current.steps]) == ("requested", ["requested"])
+        moved = await store.advance_erasure(erasure.erasure_id, "fenced", NOW)
+        assert [s for s, _ in moved.steps] == ["requested", "fenced"]
