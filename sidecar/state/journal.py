@@ -3,7 +3,8 @@
 Each process appends the records it spools to its own segment file in ``audit.spool_dir``
 (``<segment id>.spool``, mode 0600, one JSON array per line: ``["r", <audit row values>]`` or
 ``["c", hour_us, operation, reason, n]``). An audit row is written as it is spooled; refusal counts
-are added up in memory and written as one line per key and batch; every batch ends with an fsync.
+are added up in memory and written as one line per key and batch (at most ``max_count_lines``
+lines until they are replayed); every batch ends with an fsync.
 The lines hold exactly what the audit tables hold (codes, opaque ids, times), never memory content.
 
 A process holds an exclusive ``flock`` on every segment it owns. A segment nobody holds was left by
@@ -41,9 +42,10 @@ MARK_SEGMENT: Final = (
 class _Segment:
     """One open segment file of this process, locked while it is open."""
 
-    __slots__ = ("fd", "path", "segment_id")
+    __slots__ = ("count_lines", "fd", "path", "segment_id")
 
     def __init__(self, folder: Path) -> None:
+        self.count_lines = 0
         self.segment_id = "j" + secrets.token_hex(12)
         # Locked before it carries its final name, so no other process ever takes it for an orphan.
         tmp = folder / f"{self.segment_id}.tmp"
@@ -62,9 +64,10 @@ class _Segment:
 class Journal:
     """This process's segments in one folder, and the orphans other processes left there."""
 
-    __slots__ = ("_current", "_dirty", "_folder", "_pending", "_sealed", "_timer")
+    __slots__ = ("_current", "_dirty", "_folder", "_pending", "_sealed", "_timer", "max_count_lines")
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, max_count_lines: int = 10_000) -> None:
+        self.max_count_lines = max_count_lines
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._folder = folder
         self._current: _Segment | None = None
@@ -83,10 +86,16 @@ class Journal:
         os.write(self._segment().fd, _line(["r", *values]))
         self._schedule()
 
-    def add_count(self, key: tuple[int, str, str], n: int) -> None:
-        """Add refusals to the count line this batch writes for their key."""
+    def add_count(self, key: tuple[int, str, str], n: int) -> bool:
+        """Add refusals to the count line this batch writes for their key; False when the count lines not yet
+        replayed reached ``max_count_lines`` (the spool counts the refusals as dropped)."""
+        if key not in self._pending:
+            written = sum(s.count_lines for s in self._sealed) + (self._current.count_lines if self._current else 0)
+            if written + len(self._pending) >= self.max_count_lines:
+                return False
         self._pending[key] = self._pending.get(key, 0) + n
         self._schedule()
+        return True
 
     def _schedule(self) -> None:
         self._dirty = True
@@ -107,7 +116,9 @@ class Journal:
             return
         if self._pending:
             data = b"".join(_line(["c", *key, n]) for key, n in sorted(self._pending.items()))
-            os.write(self._segment().fd, data)
+            segment = self._segment()
+            os.write(segment.fd, data)
+            segment.count_lines += len(self._pending)
             self._pending.clear()
         if self._current is not None:
             os.fsync(self._current.fd)

@@ -87,9 +87,10 @@ class AuditSpool:
         if key not in self._counts and len(self._counts) >= self.max_rows:
             self._drop("refusal_count", n)
             return
+        if self._journal is not None and not self._journal.add_count(key, n):
+            self._drop("refusal_count", n)
+            return
         self._counts[key] = self._counts.get(key, 0) + n
-        if self._journal is not None:
-            self._journal.add_count(key, n)
         self._publish()
 
     async def flush(self, db: Database) -> int:
@@ -186,13 +187,15 @@ class AuditSpool:
         return rows + counts
 
 
-def open_journal(folder: Path | None) -> Journal | None:
-    """The journal in ``folder`` (None: spool in memory only); a folder that cannot be used is logged and
-    the spool stays in memory: the gateway runs on, it only loses the spool's durability."""
+def open_journal(folder: Path | None, max_rows: int) -> Journal | None:
+    """The journal in ``folder`` (None: spool in memory only), with at most ``max_rows`` count lines.
+
+    A folder that cannot be used is logged and the spool stays in memory: the gateway runs on, it
+    only loses the spool's durability."""
     if folder is None:
         return None
     try:
-        return Journal(folder)
+        return Journal(folder, max_count_lines=max_rows)
     except OSError as exc:
         _log.error("audit.spool_dir_unusable", error_type=type(exc).__name__)
         return None

@@ -81,7 +81,7 @@ class StateStore(
         self._db: Database = GuardedDatabase(db, self.health)
         self._jti_calls = 0
         self.backend: str = db.dialect
-        self.spool = AuditSpool(spool_rows, open_journal(spool_dir))
+        self.spool = AuditSpool(spool_rows, open_journal(spool_dir, spool_rows))
 
     @property
     def db(self) -> Database:

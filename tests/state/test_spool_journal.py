@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from sidecar.state import StateStore, open_store
 from sidecar.state.journal import SUFFIX
 from tests.support.state import NOW
+from tests.support.wait import until
 
 HOUR_US = int(NOW.replace(minute=0).timestamp()) * 1_000_000
 
@@ -25,8 +26,8 @@ def _row(n: int) -> tuple[object, ...]:
     return (at, "decision", "state_unavailable", f"d_{n:016x}", None, None, None, "memory.save", None)
 
 
-def _dropped() -> float:
-    return REGISTRY.get_sample_value("memgov_audit_spool_dropped_total", {"kind": "audit"}) or 0.0
+def _dropped(kind: str = "audit") -> float:
+    return REGISTRY.get_sample_value("memgov_audit_spool_dropped_total", {"kind": kind}) or 0.0
 
 
 async def _landed(store: StateStore) -> tuple[list[str], int]:
@@ -131,3 +132,30 @@ class TestJournal:
             assert (await _landed(second))[0] == [f"d_{30:016x}"]
         finally:
             await second.close()
+
+    async def test_count_lines_on_disk_are_bounded_and_what_exceeds_them_is_counted(
+        self, state_url: str, tmp_path: Path
+    ) -> None:
+        """Refusal counts are written once per key and batch; once ``audit.spool_records`` such lines wait
+        on disk, further refusals are counted as dropped (a flood cannot grow the folder without bound)."""
+        folder = tmp_path / "spool"
+        store = await open_store(state_url, spool_rows=3, spool_dir=folder)
+        key = (HOUR_US, "memory.search", "state_unavailable")
+
+        async def written(n: int) -> bool:
+            return sum(len(f.read_bytes().splitlines()) for f in _segments(folder)) == n
+
+        try:
+            for n in range(1, 4):
+                store.spool.add_count(key)
+                await until(lambda n=n: written(n), timeout_s=10)  # each its own batch
+            dropped = _dropped("refusal_count")
+            store.spool.add_count(key)
+            assert _dropped("refusal_count") == dropped + 1
+            assert len(store.spool) == 3
+            assert await store.spool.flush(store.db) == 3
+            assert _segments(folder) == []
+            store.spool.add_count(key)  # replayed: room again
+            assert len(store.spool) == 1
+        finally:
+            await store.close()
