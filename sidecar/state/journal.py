@@ -56,7 +56,8 @@ class _Segment:
 
     def close(self, remove: bool) -> None:
         if remove:
-            with contextlib.suppress(FileNotFoundError):
+            # A file left behind is found as an orphan later, and only removed: its id is marked replayed.
+            with contextlib.suppress(OSError):
                 self.path.unlink()
         os.close(self.fd)  # releases the lock
 

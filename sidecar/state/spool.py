@@ -16,6 +16,7 @@ spooled when the process stops is counted as dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from pathlib import Path
@@ -149,7 +150,8 @@ class AuditSpool:
                     fresh = await tx.execute(MARK_SEGMENT, path.stem, _now_us()) == 1
                     if fresh:
                         await _insert(tx, rows, counts)
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # left behind, it is only removed next time: its id is marked
+                    path.unlink()
             if fresh:
                 if bad:
                     self._drop("audit", bad)
