@@ -176,6 +176,9 @@ async def open_state(settings: Settings) -> StateStore:
                 pool_size=settings.state.pool_size,
                 auto_migrate=settings.state.auto_migrate,
                 spool_rows=settings.audit.spool_records,
+                spool_dir=settings.audit.spool_dir,
+                statement_timeout_s=settings.state.statement_timeout_s,
+                acquire_timeout_s=settings.state.acquire_timeout_s,
             )
         except StateError as exc:
             if exc.reason is not Reason.STATE_UNAVAILABLE:

@@ -165,6 +165,19 @@ class StateSettings(_Section):
         description="How often a running gateway checks that the state store answers (every second while it"
         " does not, and at once when a call failed as if it were gone).",
     )
+    statement_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL: longest wait for one statement (BEGIN and COMMIT included); a store that does not"
+        " answer in time counts as unavailable (state_unavailable) and the connection is ended.",
+    )
+    acquire_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL: longest wait for a pooled connection (a new connection's handshake included).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -308,6 +321,12 @@ class AuditSettings(_Section):
         le=1_000_000,
         description="Audit records kept in memory while the state store is down and written when it is back;"
         " beyond this they are counted in memgov_audit_spool_dropped_total.",
+    )
+    spool_dir: Path | None = Field(
+        None,
+        description="Folder that keeps the spooled audit records on disk (files of mode 0600, content-free), so"
+        " a process killed during an outage loses none: the next one replays them, each exactly once. Unset:"
+        " in memory only. Give each deployment its own folder.",
     )
 
 

@@ -123,6 +123,7 @@ class AuditOps:
         """Delete audit records and refusal counts older than the retention cut-off; return how many records."""
         async with self._db.tx("single") as tx:
             await tx.execute("DELETE FROM audit_counts WHERE hour_us < $1", to_us(older_than) - _HOUR_US)
+            await tx.execute("DELETE FROM audit_spool_segments WHERE replayed_us < $1", to_us(older_than))
             return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
 
     async def create_erasure(

@@ -19,6 +19,14 @@ API, erasures, the sweeper) takes a connection ahead of any backlog of saves, an
 withdrawal needs wait for at most that many data-plane transactions: a flood of saves cannot hold
 up a withdrawal's fence (SPEC D4).
 
+Bounds (PostgreSQL): a store that stops answering without an error (a network blackhole, a frozen
+server) must not hold a call. Every statement, BEGIN and COMMIT included, waits at most
+``statement_timeout_s``; taking a connection (the data lane, then the pool, a new connection's
+handshake included) at most ``acquire_timeout_s``. A statement that ran out of time ends its
+connection: the server rolls the open transaction back (nothing of it stays), the connection is
+never reused, and the caller gets ``StateError(state_unavailable)`` like any other outage.
+Migrations run under :func:`long_statements` (DDL on a large table may take minutes).
+
 Scripts: an operation that needs several statements in one transaction can be written once as a
 generator that yields :class:`Stmt` and receives each result (``Database.run`` takes a function
 that makes it, so it can be run again). On PostgreSQL it runs statement by statement on one pooled
@@ -40,7 +48,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Final, Literal, Protocol, TypeVar, cast
 
 import aiosqlite
 import asyncpg
@@ -156,26 +164,27 @@ def _qmark(sql: str) -> str:
 
 
 class _PgTx:
-    __slots__ = ("_con",)
+    __slots__ = ("_con", "_timeout")
     dialect = "postgresql"
 
-    def __init__(self, con: asyncpg.Connection | PoolConnectionProxy) -> None:
+    def __init__(self, con: asyncpg.Connection | PoolConnectionProxy, timeout: float) -> None:
         self._con = con
+        self._timeout = timeout
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         # asyncpg's Record indexes like a tuple (the only way rows are read here); its stubs do not say Sequence.
-        return cast(list[Row], await self._con.fetch(sql, *args))
+        return cast(list[Row], await self._con.fetch(sql, *args, timeout=self._timeout))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        return cast(Row | None, await self._con.fetchrow(sql, *args))
+        return cast(Row | None, await self._con.fetchrow(sql, *args, timeout=self._timeout))
 
     async def execute(self, sql: str, *args: Any) -> int:
-        status: str = await self._con.execute(sql, *args)
+        status: str = await self._con.execute(sql, *args, timeout=self._timeout)
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self._con.executemany(sql, list(rows))
+        await self._con.executemany(sql, list(rows), timeout=self._timeout)
 
 
 async def _keep_session(con: asyncpg.Connection) -> None:
@@ -187,6 +196,12 @@ async def _keep_session(con: asyncpg.Connection) -> None:
 #: Connections of a PostgreSQL pool the data lane never takes (fewer when the pool is smaller).
 _RESERVED = 2
 _IN_DATA_LANE: ContextVar[bool] = ContextVar("memgov_state_data_lane", default=False)
+_LONG_STATEMENTS: ContextVar[bool] = ContextVar("memgov_state_long_statements", default=False)
+#: The bound of a statement run under :func:`long_statements` (schema migrations).
+LONG_STATEMENT_S: Final = 3600.0
+#: Defaults of ``state.statement_timeout_s`` and ``state.acquire_timeout_s``.
+STATEMENT_TIMEOUT_S: Final = 5.0
+ACQUIRE_TIMEOUT_S: Final = 5.0
 
 
 @contextmanager
@@ -199,39 +214,104 @@ def data_lane() -> Iterator[None]:
         _IN_DATA_LANE.reset(token)
 
 
+@contextmanager
+def long_statements() -> Iterator[None]:
+    """Let the statements inside run for up to ``LONG_STATEMENT_S`` (schema migrations)."""
+    token = _LONG_STATEMENTS.set(True)
+    try:
+        yield
+    finally:
+        _LONG_STATEMENTS.reset(token)
+
+
 class PgDatabase:
     """asyncpg pool; statements are prepared and cached per connection by asyncpg."""
 
     dialect = "postgresql"
 
-    def __init__(self, pool: asyncpg.Pool, pool_size: int) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        pool_size: int,
+        statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+        acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
+    ) -> None:
         self._pool = pool
         self._data_lane = asyncio.Semaphore(max(1, pool_size - _RESERVED))
+        self._statement_s, self._acquire_s = statement_timeout_s, acquire_timeout_s
 
     @classmethod
-    async def open(cls, url: str, pool_size: int) -> PgDatabase:
+    async def open(
+        cls,
+        url: str,
+        pool_size: int,
+        *,
+        statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+        acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
+    ) -> PgDatabase:
         async with backend_errors():
+            # command_timeout bounds what asyncpg sends on its own (BEGIN, COMMIT, ROLLBACK, the cancel request).
             pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=pool_size, timeout=_PG_CONNECT_TIMEOUT_S, reset=_keep_session
+                url,
+                min_size=1,
+                max_size=pool_size,
+                timeout=min(_PG_CONNECT_TIMEOUT_S, acquire_timeout_s),
+                command_timeout=statement_timeout_s,
+                reset=_keep_session,
             )
-        return cls(pool, pool_size)
+        return cls(pool, pool_size, statement_timeout_s, acquire_timeout_s)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PoolConnectionProxy]:
+        """A pooled connection (after a place in the data lane, for its calls), taken within the bound."""
+        lane = self._data_lane if _IN_DATA_LANE.get() else None
+        async with asyncio.timeout(self._acquire_s):
+            if lane is not None:
+                await lane.acquire()
+            try:
+                con: PoolConnectionProxy = await self._pool.acquire()
+            except BaseException:
+                if lane is not None:
+                    lane.release()
+                raise
+        try:
+            yield con
+        except TimeoutError:
+            # The server did not answer in time: the statement's outcome is unknown and the connection may be
+            # mid-message. End it, so it is never reused and the server rolls back whatever it left open.
+            con.terminate()
+            raise
+        finally:
+            try:
+                # Bounded as well: a connection that cannot be reset in time is ended by asyncpg.
+                await self._pool.release(con, timeout=self._acquire_s)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+                pass  # the transaction's own outcome is already known; only the connection is lost
+            finally:
+                if lane is not None:
+                    lane.release()
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
+        timeout = LONG_STATEMENT_S if _LONG_STATEMENTS.get() else self._statement_s
         async with (
             tracing.span("memgov.state", backend="postgresql", step=mode),
             backend_errors(),
-            self._data_lane if _IN_DATA_LANE.get() else _NO_LOCK,
-            self._pool.acquire() as con,
+            self._connection() as con,
         ):
             if mode in ("read", "single"):
-                yield _PgTx(con)
+                yield _PgTx(con, timeout)
                 return
             isolation: Literal["repeatable_read", "read_committed"] = (
                 "repeatable_read" if mode == "snapshot" else "read_committed"
             )
             async with con.transaction(isolation=isolation, readonly=mode == "snapshot"):
-                yield _PgTx(con)
+                try:
+                    yield _PgTx(con, timeout)
+                except TimeoutError:
+                    # No ROLLBACK to wait for: the server rolls back the transaction of a connection that ends.
+                    con.terminate()
+                    raise
 
     async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
         async with self.tx(mode) as tx:
@@ -404,10 +484,19 @@ def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
         raise
 
 
-async def connect(url: str, pool_size: int = 10) -> Database:
-    """Open the backend named by ``url`` (``sqlite:///path`` or ``postgresql://…``)."""
+async def connect(
+    url: str,
+    pool_size: int = 10,
+    *,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
+) -> Database:
+    """Open the backend named by ``url`` (``sqlite:///path`` or ``postgresql://…``); the timeouts bound
+    PostgreSQL's statements and connection hand-outs (see the module's note on bounds)."""
     if url.startswith("sqlite:///"):
         return await SqliteDatabase.open(url.removeprefix("sqlite:///"))
     if url.startswith(("postgresql://", "postgres://")):
-        return await PgDatabase.open(url, pool_size)
+        return await PgDatabase.open(
+            url, pool_size, statement_timeout_s=statement_timeout_s, acquire_timeout_s=acquire_timeout_s
+        )
     raise ValueError("state URL must start with sqlite:/// or postgresql://")

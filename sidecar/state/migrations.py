@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
-from sidecar.state.db import Database
+from sidecar.state.db import Database, long_statements
 from sidecar.state.types import SchemaMismatch
 
 _log = get_logger("state")
@@ -530,6 +530,11 @@ def _v7(d: Dialect) -> list[str]:
     return [f"ALTER TABLE schema_migrations ADD COLUMN {d.i('compatible_from', null=True)}"]
 
 
+def _v8(d: Dialect) -> list[str]:
+    """Audit spool segments already replayed: a segment whose process died before removing it lands once."""
+    return [d.table("audit_spool_segments", d.s("segment_id", ID_MAX) + " PRIMARY KEY", d.i("replayed_us"))]
+
+
 #: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
 _COMPAT_RECORDED = 7
 
@@ -549,6 +554,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "untrusted_model_facts_dropped", _v5),
     Migration(6, "bounded_history", _v6),
     Migration(7, "schema_compatibility", _v7, compatible_from=6),
+    Migration(8, "audit_spool_segments", _v8, compatible_from=7),
 )
 LATEST: int = MIGRATIONS[-1].version
 
@@ -561,37 +567,41 @@ async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migrati
     """
     dialect = Dialect(db.dialect)
     latest = migrations[-1].version
-    async with db.tx("write") as tx:
-        if dialect.pg:
-            await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
-        await tx.execute(
-            dialect.table(
-                "schema_migrations",
-                dialect.i("version") + " PRIMARY KEY",
-                dialect.s("name", CODE_MAX),
-                dialect.i("applied_us"),
-                if_not_exists=True,
+    # DDL on a large table may run far longer than a request's statement is allowed to.
+    with long_statements():
+        async with db.tx("write") as tx:
+            if dialect.pg:
+                await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
+            await tx.execute(
+                dialect.table(
+                    "schema_migrations",
+                    dialect.i("version") + " PRIMARY KEY",
+                    dialect.s("name", CODE_MAX),
+                    dialect.i("applied_us"),
+                    if_not_exists=True,
+                )
             )
-        )
-        applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
-        known = {m.version for m in migrations}
-        if applied - known:
-            # A newer binary migrated this database: run only where every change it made says we still can.
-            rows = await tx.fetch("SELECT version, compatible_from FROM schema_migrations WHERE version > $1", latest)
-            if any(r[1] is None or int(r[1]) > latest for r in rows) or min(applied - known) < latest:
-                raise SchemaMismatch(max(applied), latest)
-            _log.warning("state.schema_newer", backend=db.dialect, schema_version=max(applied), supported=latest)
-        pending = [m for m in migrations if m.version not in applied]
-        if pending and not apply:
-            raise SchemaMismatch(max(applied, default=0), latest)
-        for m in pending:
-            for stmt in m.statements(dialect):
-                await tx.execute(stmt)
-            cols, args = "version, name, applied_us", [m.version, m.name, codec.to_us(datetime.now(UTC))]
-            if m.version >= _COMPAT_RECORDED:
-                cols, args = cols + ", compatible_from", [*args, m.oldest_binary]
-            marks = ", ".join(f"${i}" for i in range(1, len(args) + 1))
-            await tx.execute(f"INSERT INTO schema_migrations ({cols}) VALUES ({marks})", *args)
+            applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
+            known = {m.version for m in migrations}
+            if applied - known:
+                # A newer binary migrated this database: run only where every change it made says we still can.
+                rows = await tx.fetch(
+                    "SELECT version, compatible_from FROM schema_migrations WHERE version > $1", latest
+                )
+                if any(r[1] is None or int(r[1]) > latest for r in rows) or min(applied - known) < latest:
+                    raise SchemaMismatch(max(applied), latest)
+                _log.warning("state.schema_newer", backend=db.dialect, schema_version=max(applied), supported=latest)
+            pending = [m for m in migrations if m.version not in applied]
+            if pending and not apply:
+                raise SchemaMismatch(max(applied, default=0), latest)
+            for m in pending:
+                for stmt in m.statements(dialect):
+                    await tx.execute(stmt)
+                cols, args = "version, name, applied_us", [m.version, m.name, codec.to_us(datetime.now(UTC))]
+                if m.version >= _COMPAT_RECORDED:
+                    cols, args = cols + ", compatible_from", [*args, m.oldest_binary]
+                marks = ", ".join(f"${i}" for i in range(1, len(args) + 1))
+                await tx.execute(f"INSERT INTO schema_migrations ({cols}) VALUES ({marks})", *args)
     if pending:
         _log.info("state.migrated", backend=db.dialect, count=len(pending), schema_version=latest)
     return len(pending)

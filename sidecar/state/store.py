@@ -11,13 +11,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 
 from sidecar import evloop
 from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database, connect
+from sidecar.state.db import ACQUIRE_TIMEOUT_S, STATEMENT_TIMEOUT_S, Database, connect
 from sidecar.state.health import GuardedDatabase, StoreHealth
 from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
@@ -27,7 +28,7 @@ from sidecar.state.prefetch import PrefetchOps
 from sidecar.state.rotations import RotationOps
 from sidecar.state.scopes import ScopeOps
 from sidecar.state.single_use import SingleUseOps
-from sidecar.state.spool import AuditSpool
+from sidecar.state.spool import AuditSpool, open_journal
 from sidecar.state.types import ERASURE_TERMINAL_SQL, StateError
 
 _STATS = {
@@ -74,13 +75,13 @@ class StateStore(
 ):
     """Durable control state on SQLite or PostgreSQL; never holds memory content."""
 
-    def __init__(self, db: Database, *, spool_rows: int = 10_000) -> None:
+    def __init__(self, db: Database, *, spool_rows: int = 10_000, spool_dir: Path | None = None) -> None:
         self.health = StoreHealth()
         self._raw = db
         self._db: Database = GuardedDatabase(db, self.health)
         self._jti_calls = 0
         self.backend: str = db.dialect
-        self.spool = AuditSpool(spool_rows)
+        self.spool = AuditSpool(spool_rows, open_journal(spool_dir, spool_rows))
 
     @property
     def db(self) -> Database:
@@ -93,6 +94,7 @@ class StateStore(
             await tx.fetchrow("SELECT 1")
 
     async def _recovered(self) -> None:
+        await self.spool.replay_orphans(self._raw)  # on start, too: the watcher's first check passes
         await self.spool.flush(self._raw)
 
     @asynccontextmanager
@@ -106,7 +108,7 @@ class StateStore(
         if len(self.spool):
             with contextlib.suppress(StateError, TimeoutError):
                 await asyncio.wait_for(self.spool.flush(self._raw), 5.0)
-            self.spool.lose()
+        self.spool.lose()
         await self._raw.close()
 
     async def schema_version(self) -> int:
@@ -132,7 +134,14 @@ class StateStore(
 
 
 async def open_store(
-    url: str, pool_size: int = 10, *, auto_migrate: bool = True, spool_rows: int = 10_000
+    url: str,
+    pool_size: int = 10,
+    *,
+    auto_migrate: bool = True,
+    spool_rows: int = 10_000,
+    spool_dir: Path | None = None,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
 ) -> StateStore:
     """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate.
 
@@ -140,10 +149,10 @@ async def open_store(
     StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its schema
     is not one this release runs on.
     """
-    db = await connect(url, pool_size)
+    db = await connect(url, pool_size, statement_timeout_s=statement_timeout_s, acquire_timeout_s=acquire_timeout_s)
     try:
         await migrate(db, apply=auto_migrate)
     except BaseException:
         await db.close()
         raise
-    return StateStore(db, spool_rows=spool_rows)
+    return StateStore(db, spool_rows=spool_rows, spool_dir=spool_dir)

@@ -88,6 +88,29 @@ class TestPersistentSqlite:
         assert find(manifests, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
+class TestAuditSpool:
+    """The audit spool lives on a volume, so records spooled during an outage outlive a killed container."""
+
+    @pytest.mark.parametrize("mode", ["gateway", "sidecar"])
+    def test_postgresql_state_spools_to_its_own_empty_dir(self, mode: str) -> None:
+        base: dict[str, Any] = cases.SIDECAR if mode == "sidecar" else {}
+        network = {**base.get("networkPolicy", {}), **POSTGRES["networkPolicy"]}
+        manifests = render({**base, "state": POSTGRES["state"], "networkPolicy": network})
+        assert config_file(manifests)["audit"] == {"spool_dir": "/var/lib/memgov-spool"}
+        spec = pod_spec(manifests)
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "memgov-spool"]
+        assert volume == {"name": "memgov-spool", "emptyDir": {"sizeLimit": "64Mi"}}
+        (memgov,) = [c for c in spec["containers"] if c["name"] == "memgov"]
+        mounts = {m["name"]: m["mountPath"] for m in memgov["volumeMounts"]}
+        assert mounts["memgov-spool"] == "/var/lib/memgov-spool"
+
+    @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
+    def test_sqlite_state_spools_on_the_state_volume(self, state: dict[str, Any]) -> None:
+        manifests = render({"state": state})
+        assert config_file(manifests)["audit"] == {"spool_dir": "/var/lib/memgov/audit-spool"}
+        assert "memgov-spool" not in {v["name"] for v in pod_spec(manifests)["volumes"]}
+
+
 class TestSidecarSqlite:
     @pytest.mark.parametrize("state", [PERSISTENT["state"], {"ephemeral": True}], ids=["persistent", "ephemeral"])
     def test_kagent_controller_replicas_above_one_are_refused(self, state: dict[str, Any]) -> None:

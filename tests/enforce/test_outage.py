@@ -8,6 +8,8 @@ nothing was dropped from a spool.
 
 from __future__ import annotations
 
+import json
+import stat
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,10 +23,12 @@ from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
+from tests.support.blackhole import Blackhole, blackhole
 from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, subject_token
 from tests.support.pg import PgServer
 from tests.support.process import GatewayProcess
 from tests.support.procs import Pair, process_settings, two_gateways
+from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.wait import until
 
 NOMEM = AGENT.split("/")[0] + "/helper-nomem"  # the harness's disabled_variant
@@ -150,6 +154,143 @@ class TestStateStoreOutage:
         # And memory works again.
         again = await save(pair.b, "likes coffee")
         assert again.status == 201, again.headers["X-Memgov-Decision"]
+
+    async def test_a_hung_store_degrades_within_the_bound_and_recovers(
+        self, tmp_path: Path, pg_server: PgServer, kagent: Devstack
+    ) -> None:
+        """PostgreSQL hung behind a network blackhole (connections accepted, nothing answered, no error):
+        every call still answers, memory by reason code, because statements and connection hand-outs
+        are bounded; once it answers again the gateways take the store back (readiness,
+        memgov_state_available 1) and memory works."""
+        async with blackhole(pg_server.port) as relay:
+            await self._hung_gateways(tmp_path, relay, relay.url(pg_server.create_database("hung")), kagent)
+
+    async def _hung_gateways(self, tmp_path: Path, relay: Blackhole, state_url: str, kagent: Devstack) -> None:
+        keys = write_keys(tmp_path / "keys")
+        pack = policy_pack(tmp_path)
+
+        def settings() -> dict[str, Any]:
+            s = process_settings(keys, pack, kagent.kagent_url, state_url)
+            s["state"] = {"url": state_url, "check_interval_s": 0.5, "statement_timeout_s": 1, "acquire_timeout_s": 1}
+            return s
+
+        async with two_gateways(tmp_path, keys, settings(), settings()) as pair:
+            await self._hung(pair, relay, keys)
+
+    async def _hung(self, pair: Pair, relay: Blackhole, keys: Any) -> None:
+        http, key = pair.http, pair.key
+        # A call that hung would end here with a client timeout instead of an answer.
+        bounded = aiohttp.ClientTimeout(total=30)
+        memory = {"X-Agent-Name": APP, "X-User-Id": key}
+        relay.freeze()
+        for gw in (pair.a, pair.b):
+            async with http.get(gw.data_url + "/api/sessions", params={"user_id": ALICE}, timeout=bounded) as resp:
+                assert resp.status == 200
+            search = {"agent_name": APP, "user_id": key, "vector": embed_text("tea"), "limit": 5, "min_score": 0.0}
+            async with http.post(
+                gw.data_url + "/api/memories/search", json=search, headers=memory, timeout=bounded
+            ) as resp:
+                assert (resp.status, await resp.json()) == (200, [])
+                assert _decision(resp)["reason"] == "state_unavailable"
+            body = {"agent_name": APP, "user_id": key, "content": "likes tea", "vector": embed_text("likes tea")}
+            async with http.post(
+                gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
+            ) as resp:
+                assert (resp.status, _decision(resp)["reason"]) == (503, "state_unavailable")
+            async with http.get(
+                f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys), timeout=bounded
+            ) as resp:
+                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
+            await until(lambda gw=gw: self._down(http, gw), timeout_s=30)
+            assert await _metric(http, gw, "memgov_state_available") == 0.0
+        relay.thaw()
+        for gw in (pair.a, pair.b):
+            await until(lambda gw=gw: self._up(http, gw), timeout_s=60)
+            assert await _metric(http, gw, "memgov_state_available") == 1.0
+            async with http.post(
+                gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
+            ) as resp:
+                assert resp.status == 201, resp.headers["X-Memgov-Decision"]
+
+    async def test_a_gateway_killed_during_an_outage_loses_no_spooled_audit_record(
+        self, tmp_path: Path, own_pg: PgServer, kagent: Devstack
+    ) -> None:
+        """A gateway spools the audit records of an outage to its spool folder and is SIGKILLed before
+        PostgreSQL returns. The folder holds them (mode 0600, no memory content); restarted once
+        PostgreSQL is back, the gateway writes every one of them exactly once and counts nothing lost."""
+        state_url = own_pg.create_database("state")
+        keys = write_keys(tmp_path / "keys")
+        pack = policy_pack(tmp_path)
+        spool = tmp_path / "spool"
+        sentinel = make_sentinel("spool")
+
+        def settings(folder: Path) -> dict[str, Any]:
+            s = process_settings(keys, pack, kagent.kagent_url, state_url)
+            s["state"] = {"url": state_url, "check_interval_s": 0.5}
+            s["audit"] = {"spool_dir": str(folder)}
+            return s
+
+        async with two_gateways(tmp_path, keys, settings(spool), settings(tmp_path / "spool-b")) as pair:
+            http, key, gw = pair.http, pair.key, pair.a
+            memory = {"X-Agent-Name": APP, "X-User-Id": key}
+            own_pg.halt()
+            decisions: list[str] = []
+            for n in range(3):
+                text = f"{sentinel} likes tea {n}"
+                body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
+                async with http.post(gw.data_url + "/api/memories/sessions", json=body, headers=memory) as resp:
+                    assert (resp.status, _decision(resp)["reason"]) == (503, "state_unavailable")
+                    decisions.append(_decision(resp)["id"])
+            message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": sentinel}]}
+            headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+            async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
+                await resp.read()
+                assert _decision(resp)["reason"] == "state_unavailable"
+                decisions.append(_decision(resp)["id"])
+            async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
+                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
+
+            refused = len(decisions) + 1  # and the control API's refusal
+
+            async def journaled() -> bool:
+                # Each refusal is either its own audit row or one in a count of its hour, operation and reason.
+                lines = [json.loads(line) for f in spool.glob("*.spool") for line in f.read_bytes().splitlines()]
+                rows = sum(1 for line in lines if line[0] == "r" and line[4] in decisions)
+                counted = sum(line[4] for line in lines if line[0] == "c" and line[3] == "state_unavailable")
+                return rows + counted == refused
+
+            await until(journaled, timeout_s=30)  # the refusal count is written with the next batch
+            await gw.kill()
+            files = sorted(spool.glob("*.spool"))
+            assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+            assert_absent(sentinel, *(f.read_bytes() for f in files))
+
+            own_pg.resume()
+            await gw.start()
+            await until(lambda: self._spool_empty(spool), timeout_s=60)
+            assert await _metric(http, gw, "memgov_audit_spool_dropped_total") == 0.0
+            con = await asyncpg.connect(state_url)
+            try:
+                rows = await con.fetch(
+                    "SELECT decision_id, COUNT(*) AS n FROM audit"
+                    " WHERE decision_id = ANY($1::text[]) GROUP BY decision_id",
+                    decisions,
+                )
+                counted = await con.fetchval(
+                    "SELECT COALESCE(SUM(n), 0) FROM audit_counts WHERE reason = 'state_unavailable'"
+                )
+                stored = await con.fetch("SELECT * FROM audit")
+            finally:
+                await con.close()
+            # Each landed once: no row twice, and rows plus counts make exactly the refusals of the outage.
+            assert all(r["n"] == 1 for r in rows)
+            assert len(rows) + counted == refused
+            assert_absent(sentinel, *(repr(tuple(r)) for r in stored))
+
+    @staticmethod
+    async def _spool_empty(folder: Path) -> bool:
+        return not list(folder.glob("*.spool"))
 
     @staticmethod
     def _subject(keys: Any) -> dict[str, str]:

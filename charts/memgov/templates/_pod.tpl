@@ -6,6 +6,11 @@ controller pod both render these, so the two modes cannot drift apart. Volume na
 
 {{- define "memgov.secretDir" -}}/var/run/memgov/secrets{{- end }}
 
+{{/* Where memgov keeps audit records while the state store is down (audit.spool_dir). */}}
+{{- define "memgov.spoolDir" -}}
+{{- if eq (include "memgov.stateStore" .) "postgresql" }}/var/lib/memgov-spool{{- else }}/var/lib/memgov/audit-spool{{- end }}
+{{- end }}
+
 {{/*
 memgov.secretFiles: every Secret key memgov reads, in a fixed order, with the file it is mounted as
 and the setting (section, key) of sidecar/settings.py that names that file.
@@ -50,6 +55,8 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- /* The hook Job migrated before this release's pods start; serve only checks the schema. */}}
 {{- $_ := set $state "auto_migrate" false }}
 {{- end }}
+{{- /* The audit spool outlives a killed container: on the state volume with SQLite, else its own emptyDir. */}}
+{{- $audit := dict "spool_dir" (include "memgov.spoolDir" .) }}
 {{- $policy := dict "engine" $v.policy.engine }}
 {{- with include "memgov.packDir" . }}{{- $_ := set $policy "dir" . }}{{- end }}
 {{- if include "memgov.usesOpa" . }}
@@ -87,6 +94,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "upstream" $upstream
   "listen" $listen
   "state" $state
+  "audit" $audit
   "policy" $policy
   "secrets" dict
   "trust" dict
@@ -257,6 +265,9 @@ containers: the API server does not add the token to a container that already mo
     {{- if ne (include "memgov.stateStore" .) "postgresql" }}
     - name: memgov-state
       mountPath: /var/lib/memgov
+    {{- else }}
+    - name: memgov-spool
+      mountPath: {{ include "memgov.spoolDir" . }}
     {{- end }}
     {{- if .Values.policy.opa.container.enabled }}
     - name: memgov-opa
@@ -355,6 +366,11 @@ containers: the API server does not add the token to a container that already mo
 - name: memgov-state
   emptyDir:
     sizeLimit: 1Gi
+{{- else }}
+# The audit spool (PostgreSQL state): it outlives a killed or OOM-killed container (not the pod).
+- name: memgov-spool
+  emptyDir:
+    sizeLimit: 64Mi
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
