@@ -97,8 +97,13 @@ class TestWithdrawalRace:
     ) -> None:
         """Zero rows in kagent's table and zero readable entries after the verified erasure and a sweep."""
         r = race_setup
-        # Every save comes from this one test client, far above a real pod's concurrency.
-        extra: dict[str, Any] = {"erasure": {"quiesce_timeout_s": 20.0}, "listen": {"max_concurrent_per_client": 1000}}
+        # Every save comes from this one test client, far above a real pod's concurrency: they queue for
+        # state connections longer than a gateway's default bound on a loaded machine.
+        extra: dict[str, Any] = {
+            "erasure": {"quiesce_timeout_s": 20.0},
+            "listen": {"max_concurrent_per_client": 1000},
+            "state": {"acquire_timeout_s": 60.0},
+        }
         if adapter == "kagent-db":
             extra = {"adapter": "kagent-db", "kagent_db_url": r["eraser"], **extra}
         first, second = (

@@ -66,7 +66,10 @@ async def setup(tmp_path: Path, pg_server: Any, upstream: Upstream) -> AsyncIter
             state_url,
             upstream=upstream,
             erasure={"quiesce_timeout_s": 20.0},
+            # One client sends every save, far above a real pod's concurrency: they queue for state
+            # connections longer than a gateway's default bound on a loaded machine.
             listen={"max_concurrent_per_client": 1000},
+            state={"acquire_timeout_s": 60.0},
         )
         return with_embedding(one, stack.embedding_url, pinned=True)
 

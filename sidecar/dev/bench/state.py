@@ -28,6 +28,7 @@ from sidecar.logs import configure_logging
 from sidecar.state import BudgetClaim, Scope, StateStore, open_store
 from sidecar.state.admission import WriteAsk
 from sidecar.state.codec import to_us
+from sidecar.state.db import long_statements
 
 #: (scopes, ledger rows) per size; the issue's two points of comparison.
 SIZES: Final = {"small": (100, 1_000), "large": (100_000, 1_000_000)}
@@ -92,14 +93,16 @@ async def grow(store: StateStore, scopes: int, ledger_rows: int, now_us: int) ->
     pg = store.backend == "postgresql"
     per_scope = max(1, ledger_rows // scopes)
     start = time.perf_counter()
-    async with store.db.tx("write") as tx:
-        await tx.execute(_PG_SCOPES if pg else _SQLITE_SCOPES, have_scopes, scopes, now_us)
-        await tx.execute(_NAMESPACES, now_us)
-        await tx.execute(
-            _PG_LEDGER if pg else _SQLITE_LEDGER, have_rows, ledger_rows, per_scope, scopes, now_us, _WEEK_US
-        )
-    async with store.db.tx("read") as tx:
-        await tx.execute("ANALYZE")
+    # Millions of rows in one statement: beyond the bound a gateway's statements have.
+    with long_statements():
+        async with store.db.tx("write") as tx:
+            await tx.execute(_PG_SCOPES if pg else _SQLITE_SCOPES, have_scopes, scopes, now_us)
+            await tx.execute(_NAMESPACES, now_us)
+            await tx.execute(
+                _PG_LEDGER if pg else _SQLITE_LEDGER, have_rows, ledger_rows, per_scope, scopes, now_us, _WEEK_US
+            )
+        async with store.db.tx("read") as tx:
+            await tx.execute("ANALYZE")
     return time.perf_counter() - start
 
 
