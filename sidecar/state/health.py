@@ -92,6 +92,9 @@ class StoreHealth:
                     ok = True
                 except (StateError, TimeoutError):
                     ok = False
+                except Exception as exc:  # noqa: BLE001 - a watcher that dies would report "available" for ever
+                    _log.error("state.check_failed", error_type=type(exc).__name__)
+                    ok = False
                 if self.set(ok):
                     _log.warning("state.available" if ok else "state.unavailable")
                 with contextlib.suppress(TimeoutError):

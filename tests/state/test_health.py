@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from prometheus_client import REGISTRY
 
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore, open_store
+from sidecar.state.health import StoreHealth
 from sidecar.state.spool import AuditSpool
 from tests.support.pg import PgServer
 from tests.support.sentinel import assert_absent, make_sentinel
@@ -117,3 +119,30 @@ class TestGuard:
         store.health.set(True)
         assert (await store.get_scope(scope.scope_id)) is not None
         await store.purge_expired(NOW + timedelta(days=1))
+
+
+class TestWatcher:
+    async def test_an_unexpected_failure_of_a_check_counts_as_down_and_the_watcher_keeps_going(self) -> None:
+        """A check that raises something other than an outage error leaves the store unavailable, not the
+        watcher dead with the store reported available for ever; the next passing check brings it back."""
+        health = StoreHealth()
+        failures = 2
+
+        async def ping() -> None:
+            nonlocal failures
+            if failures:
+                failures -= 1
+                raise RuntimeError("driver state the store layer does not translate")
+
+        async def recovered() -> None:
+            return None
+
+        watcher = asyncio.create_task(health.watch(ping, 0.01, recovered))
+        try:
+            async with asyncio.timeout(30):
+                await health.wait_for(False)
+                await health.wait_for(True)
+            assert not watcher.done()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
