@@ -43,7 +43,13 @@ import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
@@ -205,23 +211,22 @@ ACQUIRE_TIMEOUT_S: Final = 5.0
 
 
 @contextmanager
-def data_lane() -> Iterator[None]:
+def _flagged(flag: ContextVar[bool]) -> Iterator[None]:
+    token = flag.set(True)
+    try:
+        yield
+    finally:
+        flag.reset(token)
+
+
+def data_lane() -> AbstractContextManager[None]:
     """Run the state work of the calls inside in the data lane (see the module's note on lanes)."""
-    token = _IN_DATA_LANE.set(True)
-    try:
-        yield
-    finally:
-        _IN_DATA_LANE.reset(token)
+    return _flagged(_IN_DATA_LANE)
 
 
-@contextmanager
-def long_statements() -> Iterator[None]:
+def long_statements() -> AbstractContextManager[None]:
     """Let the statements inside run for up to ``LONG_STATEMENT_S`` (schema migrations)."""
-    token = _LONG_STATEMENTS.set(True)
-    try:
-        yield
-    finally:
-        _LONG_STATEMENTS.reset(token)
+    return _flagged(_LONG_STATEMENTS)
 
 
 class PgDatabase:
