@@ -158,7 +158,13 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
     if req.presented_generation is not None:
         request["presentedGeneration"] = req.presented_generation
     context: dict[str, Any] = {
-        "agent": {"known": a is not None, "ref": a.ref if a else "", "memoryEnabled": bool(a and a.memory_enabled)},
+        "agent": {
+            "known": a is not None,
+            "ref": a.ref if a else "",
+            "memoryEnabled": bool(a and a.memory_enabled),
+            # Cedar has no loops: the agent's own cap is joined here from limits.yaml and org.yaml.
+            "embeddingCap": inp.deployment.limits.embedding_items_cap(a.ref if a else None, inp.deployment.org),
+        },
         "request": request,
         "delegation": _delegation(inp),
         "budget": {
@@ -166,6 +172,7 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
             "hourlyOk": b.hourly_ok,
             "prefetchOk": b.prefetch_ok,
             "embeddingOk": b.embedding_ok,
+            "embeddingUsed": b.embedding_items_used,
         },
         "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
         "now": inp.now,

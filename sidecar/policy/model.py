@@ -9,9 +9,10 @@ input carries identifiers, flags and counts only, never memory content.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from collections.abc import Mapping
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
@@ -168,6 +169,16 @@ class Budget(_Model):
     hourly_ok: bool = Field(True, description="Hourly per-scope reservation succeeded.")
     prefetch_ok: bool = Field(True, description="Prefetch reservation for the conversation succeeded.")
     embedding_ok: bool = Field(True, description="Embedding item reservation succeeded.")
+    embedding_items_used: int = Field(
+        0,
+        ge=0,
+        le=_BIG,
+        description=(
+            "Embedding items the target agent has used in the current hour, this call's included, as"
+            " its reservation counted them; 0 when the reservation was refused (embedding_ok false)"
+            " and on other operations."
+        ),
+    )
 
 
 class Entries(_Model):
@@ -183,6 +194,29 @@ class Entries(_Model):
         ),
     )
     cap: int = Field(..., ge=0, le=_BIG, description="Entry cap of the scope.")
+
+
+#: Bounds of limits.yaml's agent_limits, so a pasted export cannot bloat every decision input.
+AGENT_LIMITS_MAX: Final = 64
+AGENT_LIMITS_MAX_NAMES: Final = 256
+
+
+class AgentLimit(_Model):
+    """One entry of limits.yaml's ``agent_limits``: a stricter limit for some agents."""
+
+    agents: list[str] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX_NAMES,
+        description="Agent references namespace/name the entry applies to.",
+    )
+    lists: list[str] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX_NAMES,
+        description="Names of data/org.yaml lists whose agents the entry applies to.",
+    )
+    embedding_items_per_agent_hour: int = Field(
+        ..., ge=1, le=_BIG, description="Embedding items per hour for each agent the entry names."
+    )
 
 
 class Limits(_Model):
@@ -205,6 +239,45 @@ class Limits(_Model):
     embedding_items_per_source_hour: int = Field(
         ..., ge=1, description="Share of an agent's hourly embedding items one source address may use."
     )
+    agent_limits: list[AgentLimit] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX,
+        description=(
+            "Stricter limits for named agents or org.yaml lists of agents; an agent gets the smallest"
+            " value of every entry naming it, directly or through a list, and the global value otherwise."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _stricter_only(self) -> Limits:
+        # SECURITY: pack data can only make a limit stricter: a looser agent limit is refused, never applied.
+        for index, entry in enumerate(self.agent_limits):
+            if not (entry.agents or entry.lists):
+                raise ValueError(f"agent_limits[{index}] names no agent and no list")
+            if entry.embedding_items_per_agent_hour > self.embedding_items_per_agent_hour:
+                raise ValueError(
+                    f"agent_limits[{index}].embedding_items_per_agent_hour {entry.embedding_items_per_agent_hour}"
+                    f" is looser than the global embedding_items_per_agent_hour {self.embedding_items_per_agent_hour};"
+                    " an agent limit can only be stricter"
+                )
+        return self
+
+    def agent_embedding_caps(self, org: Mapping[str, list[str]]) -> dict[str, int]:
+        """Every agent an ``agent_limits`` entry names, directly or through an org list, with its hourly cap."""
+        caps: dict[str, int] = {}
+        for entry in self.agent_limits:
+            named = set(entry.agents).union(*(org.get(name, []) for name in entry.lists))
+            for ref in named:
+                caps[ref] = min(
+                    caps.get(ref, self.embedding_items_per_agent_hour), entry.embedding_items_per_agent_hour
+                )
+        return caps
+
+    def embedding_items_cap(self, ref: str | None, org: Mapping[str, list[str]]) -> int:
+        """The hourly embedding items of agent ``ref``: its strictest entry, else the global value."""
+        if ref is None:
+            return self.embedding_items_per_agent_hour
+        return self.agent_embedding_caps(org).get(ref, self.embedding_items_per_agent_hour)
 
 
 class PartnerRecord(_Model):

@@ -107,6 +107,11 @@ def data_assumptions(pack: Pack) -> str:
             f"then principal.partnerOrigins == {_set(sorted(admitted))} else {partner})"
         )
     limits = ", ".join(f"{k}: {v}" for k, v in limits_record(pack.limits).items())
+    # The agent's own embedding cap is joined from agent_limits as memgov joins it (cedar_input).
+    cap = f"context.agent.embeddingCap == {pack.limits.embedding_items_per_agent_hour}"
+    for ref, value in sorted(pack.limits.agent_embedding_caps(pack.org).items(), reverse=True):
+        named = f"context.agent.known && context.agent.ref == {_str(ref)}"
+        cap = f"(if {named} then context.agent.embeddingCap == {value} else {cap})"
     org = [f"context.deployment.org.{name} == {_set(items)}" for name, items in sorted(pack.org.items())]
     parts = [
         f"context.deployment.limits == {{{limits}}}",
@@ -116,6 +121,7 @@ def data_assumptions(pack: Pack) -> str:
         + ", ".join(["context.deployment.serverName", *map(_str, audience)])
         + "]",
         *org,
+        cap,
         f"(!principal.known || ({origins}.contains(principal.origin) && {partner}))",
         f'(!resource.exists || ({origins}.contains(resource.origin) && resource.kind == "control_room"'
         f" && {_bounded('resource.generation')}))",
@@ -123,6 +129,7 @@ def data_assumptions(pack: Pack) -> str:
         _bounded("context.entries.cap"),
         _bounded("context.request.itemCount"),
         _bounded("context.request.maxItemBytes"),
+        _bounded("context.budget.embeddingUsed"),
         _bounded("context.now"),
         _bounded_optional("context.request", "presentedGeneration"),
         _bounded_optional("context.delegation", "expiresAt"),
