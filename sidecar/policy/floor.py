@@ -62,8 +62,11 @@ def _budget(inp: DecisionInput, limits: Limits, org: Mapping[str, list[str]]) ->
     found: set[Reason] = set()
     if not b.rate_ok:
         found.add(Reason.RATE_LIMITED)
-    cap = limits.embedding_items_cap(inp.agent.ref if inp.agent else None, org)
-    if not (b.hourly_ok and b.embedding_ok) or b.embedding_items_used > cap:
+    ref = inp.agent.ref if inp.agent else None
+    over = b.hourly_operations_used > limits.agent_cap(
+        "hourly_operations", ref, org
+    ) or b.embedding_items_used > limits.agent_cap("embedding_items_per_agent_hour", ref, org)
+    if not (b.hourly_ok and b.embedding_ok) or over:
         found.add(Reason.HOURLY_BUDGET_EXHAUSTED)
     if not b.prefetch_ok:
         found.add(Reason.PREFETCH_LIMIT)

@@ -169,6 +169,16 @@ class Budget(_Model):
     hourly_ok: bool = Field(True, description="Hourly per-scope reservation succeeded.")
     prefetch_ok: bool = Field(True, description="Prefetch reservation for the conversation succeeded.")
     embedding_ok: bool = Field(True, description="Embedding item reservation succeeded.")
+    hourly_operations_used: int = Field(
+        0,
+        ge=0,
+        le=_BIG,
+        description=(
+            "Memory operations the scope has used in the current hour, this call's included, as its"
+            " reservation counted them (an invocation: with the one operation it needs); 0 when the"
+            " reservation was refused or not made."
+        ),
+    )
     embedding_items_used: int = Field(
         0,
         ge=0,
@@ -196,6 +206,9 @@ class Entries(_Model):
     cap: int = Field(..., ge=0, le=_BIG, description="Entry cap of the scope.")
 
 
+#: The limits an ``agent_limits`` entry may make stricter for its agents.
+AgentLimitName = Literal["embedding_items_per_agent_hour", "hourly_operations"]
+AGENT_LIMIT_NAMES: Final[tuple[AgentLimitName, ...]] = ("embedding_items_per_agent_hour", "hourly_operations")
 #: Bounds of limits.yaml's agent_limits, so a pasted export cannot bloat every decision input.
 AGENT_LIMITS_MAX: Final = 64
 AGENT_LIMITS_MAX_NAMES: Final = 256
@@ -214,8 +227,11 @@ class AgentLimit(_Model):
         max_length=AGENT_LIMITS_MAX_NAMES,
         description="Names of data/org.yaml lists whose agents the entry applies to.",
     )
-    embedding_items_per_agent_hour: int = Field(
-        ..., ge=1, le=_BIG, description="Embedding items per hour for each agent the entry names."
+    embedding_items_per_agent_hour: int | None = Field(
+        None, ge=1, le=_BIG, description="Embedding items per hour for each agent the entry names."
+    )
+    hourly_operations: int | None = Field(
+        None, ge=1, le=_BIG, description="Memory operations per hour for each scope of an agent the entry names."
     )
 
 
@@ -254,30 +270,33 @@ class Limits(_Model):
         for index, entry in enumerate(self.agent_limits):
             if not (entry.agents or entry.lists):
                 raise ValueError(f"agent_limits[{index}] names no agent and no list")
-            if entry.embedding_items_per_agent_hour > self.embedding_items_per_agent_hour:
-                raise ValueError(
-                    f"agent_limits[{index}].embedding_items_per_agent_hour {entry.embedding_items_per_agent_hour}"
-                    f" is looser than the global embedding_items_per_agent_hour {self.embedding_items_per_agent_hour};"
-                    " an agent limit can only be stricter"
-                )
+            if all(getattr(entry, name) is None for name in AGENT_LIMIT_NAMES):
+                raise ValueError(f"agent_limits[{index}] sets no limit (one of {', '.join(AGENT_LIMIT_NAMES)})")
+            for name in AGENT_LIMIT_NAMES:
+                value, overall = getattr(entry, name), getattr(self, name)
+                if value is not None and value > overall:
+                    raise ValueError(
+                        f"agent_limits[{index}].{name} {value} is looser than the global {name} {overall};"
+                        " an agent limit can only be stricter"
+                    )
         return self
 
-    def agent_embedding_caps(self, org: Mapping[str, list[str]]) -> dict[str, int]:
-        """Every agent an ``agent_limits`` entry names, directly or through an org list, with its hourly cap."""
+    def agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> dict[str, int]:
+        """Each agent an ``agent_limits`` entry gives limit ``name``, directly or through a list, with its value."""
         caps: dict[str, int] = {}
+        overall: int = getattr(self, name)
         for entry in self.agent_limits:
-            named = set(entry.agents).union(*(org.get(name, []) for name in entry.lists))
-            for ref in named:
-                caps[ref] = min(
-                    caps.get(ref, self.embedding_items_per_agent_hour), entry.embedding_items_per_agent_hour
-                )
+            value: int | None = getattr(entry, name)
+            if value is None:
+                continue
+            for ref in set(entry.agents).union(*(org.get(listed, []) for listed in entry.lists)):
+                caps[ref] = min(caps.get(ref, overall), value)
         return caps
 
-    def embedding_items_cap(self, ref: str | None, org: Mapping[str, list[str]]) -> int:
-        """The hourly embedding items of agent ``ref``: its strictest entry, else the global value."""
-        if ref is None:
-            return self.embedding_items_per_agent_hour
-        return self.agent_embedding_caps(org).get(ref, self.embedding_items_per_agent_hour)
+    def agent_cap(self, name: AgentLimitName, ref: str | None, org: Mapping[str, list[str]]) -> int:
+        """Limit ``name`` for agent ``ref``: the smallest entry naming it, else the global value."""
+        overall: int = getattr(self, name)
+        return overall if ref is None else self.agent_caps(name, org).get(ref, overall)
 
 
 class PartnerRecord(_Model):

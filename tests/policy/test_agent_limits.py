@@ -65,18 +65,36 @@ cases:
 """
 
 
+#: (agent_limits entry, what check says about it)
+REFUSED = [
+    (
+        "{agents: [team/helper], embedding_items_per_agent_hour: 601}",
+        "data/limits.yaml: agent_limits[0].embedding_items_per_agent_hour 601 is looser than the global"
+        " embedding_items_per_agent_hour 600; an agent limit can only be stricter",
+    ),
+    (
+        "{agents: [team/helper], hourly_operations: 61}",
+        "agent_limits[0].hourly_operations 61 is looser than the global hourly_operations 60",
+    ),
+    (
+        "{lists: [bulk_agent], embedding_items_per_agent_hour: 50}",
+        "agent_limits[0] names the list 'bulk_agent', which data/org.yaml does not define",
+    ),
+    ("{agents: [team/helper]}", "agent_limits[0] sets no limit"),
+    ("{embedding_items_per_agent_hour: 50}", "agent_limits[0] names no agent and no list"),
+]
+
+
 class TestOnlyStricter:
-    def test_a_looser_agent_limit_fails_check_with_a_clear_message(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    @pytest.mark.parametrize(("entry", "message"), REFUSED, ids=[e for e, _ in REFUSED])
+    def test_check_refuses_with_a_clear_message(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, entry: str, message: str
     ) -> None:
-        """An agent value above the global one is refused by check, naming the entry and both values."""
-        _limit(pack_copy, "  - {agents: [team/helper], embedding_items_per_agent_hour: 601}\n")
+        """A looser value (or a misspelt list, an entry limiting nothing or nobody) fails check, named in one line."""
+        _limit(pack_copy, f"  - {entry}\n")
         code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
         assert code == 1, out
-        assert (
-            "data/limits.yaml: agent_limits[0].embedding_items_per_agent_hour 601 is looser than the global"
-            " embedding_items_per_agent_hour 600; an agent limit can only be stricter"
-        ) in out
+        assert message in out
         assert "Traceback" not in out
 
     def test_a_looser_agent_limit_is_never_applied(self, pack_copy: Path) -> None:
@@ -85,23 +103,10 @@ class TestOnlyStricter:
         with pytest.raises(Exception, match="looser than the global"):
             read_pack(pack_copy)
 
-    def test_equal_to_the_global_value_is_accepted(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+    def test_equal_to_the_global_value_is_accepted(self, pack_copy: Path) -> None:
         """The global value itself is not looser."""
         _limit(pack_copy, "  - {agents: [team/helper], embedding_items_per_agent_hour: 600}\n")
-        assert read_pack(pack_copy).limits.embedding_items_cap("team/helper", {}) == 600
-
-    def test_an_unknown_list_fails_check(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
-        """A misspelt list would cap no one: check says which list org.yaml lacks."""
-        _limit(pack_copy, "  - {lists: [bulk_agent], embedding_items_per_agent_hour: 50}\n")
-        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
-        assert code == 1, out
-        assert "agent_limits[0] names the list 'bulk_agent', which data/org.yaml does not define" in out
-
-    def test_an_entry_naming_nobody_fails_check(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
-        _limit(pack_copy, "  - {embedding_items_per_agent_hour: 50}\n")
-        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
-        assert code == 1, out
-        assert "agent_limits[0] names no agent and no list" in out
+        assert read_pack(pack_copy).limits.agent_cap("embedding_items_per_agent_hour", "team/helper", {}) == 600
 
     def test_a_decision_input_cannot_carry_a_looser_agent_limit(self, make_input: MakeInput) -> None:
         """The input model refuses it too, so no table or replayed input can state one."""
@@ -123,9 +128,12 @@ class TestResolution:
             }
         )
         org = {"bulk": ["team/helper", "team/indexer"]}
-        assert limits.agent_embedding_caps(org) == {"team/helper": 50, "team/indexer": 20}
-        assert limits.embedding_items_cap("team/chat", org) == 600
-        assert limits.embedding_items_cap(None, org) == 600
+        assert limits.agent_caps("embedding_items_per_agent_hour", org) == {"team/helper": 50, "team/indexer": 20}
+        assert limits.agent_cap("embedding_items_per_agent_hour", "team/chat", org) == 600
+        assert limits.agent_cap("embedding_items_per_agent_hour", None, org) == 600
+        # An entry without hourly_operations leaves the agents it names at the global 60.
+        assert limits.agent_caps("hourly_operations", org) == {}
+        assert limits.agent_cap("hourly_operations", "team/helper", org) == 60
 
 
 class TestThroughAnOrgList:
@@ -149,7 +157,7 @@ class TestThroughAnOrgList:
         _bulk_list(pack_copy)
         code, out = run_cli(capsys, "prove", "--dir", str(pack_copy))
         assert code == 0, out
-        assert "proved  agent-embedding-cap: " in out
+        assert "proved  agent-caps: " in out
         _edit(
             pack_copy / "cedar" / "limits.cedar",
             "context.budget.embeddingUsed > context.agent.embeddingCap",
@@ -157,7 +165,7 @@ class TestThroughAnOrgList:
         )
         code, out = run_cli(capsys, "prove", "--dir", str(pack_copy))
         assert code == 1, out
-        assert "FAILS   agent-embedding-cap: " in out
+        assert "FAILS   agent-caps: " in out
         assert "team/indexer" in out or "team/bulk" in out
 
 
@@ -167,5 +175,12 @@ class TestFloor:
         _limit(pack_copy, "  - {agents: [team/helper], embedding_items_per_agent_hour: 50}\n")
         pack = read_pack(pack_copy)
         at, over = (make_input("embedding", {"budget.embedding_items_used": n}) for n in (50, 51))
+        assert floor_reasons(at, pack.limits, pack.federation, pack.org) == set()
+        assert floor_reasons(over, pack.limits, pack.federation, pack.org) == {Reason.HOURLY_BUDGET_EXHAUSTED}
+
+    def test_floor_holds_a_scope_to_its_agent_operations_cap(self, make_input: MakeInput, pack_copy: Path) -> None:
+        _limit(pack_copy, "  - {agents: [team/helper], hourly_operations: 20}\n")
+        pack = read_pack(pack_copy)
+        at, over = (make_input("save", {"budget.hourly_operations_used": n}) for n in (20, 21))
         assert floor_reasons(at, pack.limits, pack.federation, pack.org) == set()
         assert floor_reasons(over, pack.limits, pack.federation, pack.org) == {Reason.HOURLY_BUDGET_EXHAUSTED}

@@ -85,9 +85,13 @@ PLANTED = [
         "agent embedding cap dropped, in both languages",
         [
             ("cedar/limits.cedar", " ||\n  context.budget.embeddingUsed > context.agent.embeddingCap", ""),
-            (f"{DECISION}/limits.rego", "\tinput.budget.embedding_items_used <= embedding_items_cap\n", ""),
+            (
+                f"{DECISION}/limits.rego",
+                '\tinput.budget.embedding_items_used <= agent_cap("embedding_items_per_agent_hour")\n',
+                "",
+            ),
         ],
-        ("agent-embedding-cap", "a2a.invoke"),
+        ("agent-caps", "a2a.invoke"),
         ("forward ['allowed']", "forward ['allowed']"),
     ),
 ]
@@ -104,7 +108,7 @@ class TestProve:
             "audience-local-and-partners",
             "room-state-valid",
             "no-unknown-agent",
-            "agent-embedding-cap",
+            "agent-caps",
             "never-errors",
         ):
             assert f"proved  {prop}: " in out

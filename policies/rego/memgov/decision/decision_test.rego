@@ -50,7 +50,14 @@ scope := {
 
 agent := {"ref": "team/helper", "app_name": "team__NS__helper", "memory_enabled": true}
 
-budget := {"rate_ok": true, "hourly_ok": true, "prefetch_ok": true, "embedding_ok": true, "embedding_items_used": 0}
+budget := {
+	"rate_ok": true,
+	"hourly_ok": true,
+	"prefetch_ok": true,
+	"embedding_ok": true,
+	"embedding_items_used": 0,
+	"hourly_operations_used": 1,
+}
 
 # A valid memory.save of one small fact at the current generation.
 save := {

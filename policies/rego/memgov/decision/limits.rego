@@ -91,21 +91,20 @@ within_cap if {
 hourly_ok if {
 	is_true(input.budget.hourly_ok)
 	is_true(input.budget.embedding_ok)
-	input.budget.embedding_items_used <= embedding_items_cap
+	input.budget.hourly_operations_used <= agent_cap("hourly_operations")
+	input.budget.embedding_items_used <= agent_cap("embedding_items_per_agent_hour")
 }
 
 # METADATA
 # description: >-
-#   The agent's hourly embedding items: the smallest value of every agent_limits entry naming the
-#   agent, directly or through an org list, and the global value otherwise.
-embedding_items_cap := min({input.deployment.limits.embedding_items_per_agent_hour} | agent_caps)
-
-# METADATA
-# description: The values of the agent_limits entries that name the target agent.
-agent_caps contains entry.embedding_items_per_agent_hour if {
+#   The target agent's value of a limit: the smallest value of every agent_limits entry setting it
+#   and naming the agent, directly or through an org list, and the global value otherwise.
+agent_cap(name) := min({input.deployment.limits[name]} | {value |
 	some entry in input.deployment.limits.agent_limits
+	value := entry[name]
+	is_number(value)
 	names_agent(entry)
-}
+})
 
 # METADATA
 # scope: document

@@ -71,3 +71,10 @@ test_unnamed_agent_keeps_the_global_embedding_cap if {
 	over := object.union(embed, {"budget": {"embedding_items_used": 601}})
 	decision.deny == {"hourly_budget_exhausted"} with input as over
 }
+
+test_agent_hourly_operations_cap_boundaries if {
+	limited := {"deployment": {"limits": {"agent_limits": [{"agents": ["team/helper"], "hourly_operations": 20}]}}}
+	decision.allow with input as object.union_n([save, limited, {"budget": {"hourly_operations_used": 20}}])
+	over := object.union_n([save, limited, {"budget": {"hourly_operations_used": 21}}])
+	decision.deny == {"hourly_budget_exhausted"} with input as over
+}
