@@ -2,11 +2,12 @@
 
 An embedding request carries no user, so it is admitted for a memory-enabled agent that has at
 least one enabled scope, within per-item size and count limits and the agent's hourly item
-budget; each source address has its own share of that budget, so one caller cannot spend it for
-every user of the agent. The scope pays again on the memory call that follows. The provider
-receives a body memgov serialized from the fields it checked (OpenAI's ``model``, ``input``,
-``dimensions``, ``encoding_format``); provider error bodies are replaced; the provider API key
-passes through untouched and is never logged; kagent's identity headers stop here.
+budget (its own stricter cap when limits.yaml's agent_limits names it); each source address has
+its own share of that budget, so one caller cannot spend it for every user of the agent. The
+scope pays again on the memory call that follows. The provider receives a body memgov
+serialized from the fields it checked (OpenAI's ``model``, ``input``, ``dimensions``,
+``encoding_format``); provider error bodies are replaced; the provider API key passes through
+untouched and is never logged; kagent's identity headers stop here.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
         # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
         raise Refusal(Reason.CONSENT_MISSING)
     lim = gov.limits
-    failed = await gov.store.reserve_budget(
+    # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
+    # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
+    failed, levels = await gov.store.reserve_counted(
         [
             BudgetClaim(
                 kind="window",
@@ -104,7 +107,7 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
         agent_ref=ref,
         agent=agent_of(ref, gov.app_name(ref), True),
         request=facts,
-        budget=Budget(embedding_ok=failed is None),
+        budget=Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0),
     )
     await record(request, op, decision, scope_id=None)
     if not decision.allowed:

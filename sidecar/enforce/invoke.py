@@ -78,7 +78,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         if found is not None and found.enabled:
             # Peek: a reservation of nothing against one less than the limit succeeds only while
             # at least one operation is left this hour, so an exhausted scope chats without memory.
-            failed = await gov.store.reserve_budget(
+            failed, levels = await gov.store.reserve_counted(
                 [
                     BudgetClaim(
                         kind="window",
@@ -91,7 +91,8 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
                 ],
                 gov.now(),
             )
-            budget = Budget(hourly_ok=failed is None)
+            # With the one operation it needs, against the agent's own cap in the policy.
+            budget = Budget(hourly_ok=failed is None, hourly_operations_used=levels[0] + 1 if failed is None else 0)
     request_facts = RequestFacts(
         context=facts,
         context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,

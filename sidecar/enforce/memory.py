@@ -80,12 +80,13 @@ def _hour_claim(gov: Governance, scope: Scope, cost: int) -> BudgetClaim:
     )
 
 
-def _budget(failed: str | None) -> Budget:
+def _budget(failed: str | None, hourly_used: int) -> Budget:
     return Budget(
         rate_ok=failed != Reason.RATE_LIMITED,
         hourly_ok=failed != Reason.HOURLY_BUDGET_EXHAUSTED,
         prefetch_ok=failed != Reason.PREFETCH_LIMIT,
         embedding_ok=True,
+        hourly_operations_used=hourly_used,
     )
 
 
@@ -120,7 +121,10 @@ def _lease_s(gov: Governance, n: int) -> float:
 async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, **facts: Any) -> Decision:
     gov = gov_of(request)
     scope = adm.scope
-    budget = _budget(adm.refused) if adm.live else Budget()
+    # The scope's hourly count after this call's reservation (against the global value): the policy
+    # holds it to the agent's own cap from limits.yaml's agent_limits.
+    hourly_used = adm.levels.get(f"hour:{scope.scope_id}", 0) if scope is not None else 0
+    budget = _budget(adm.refused, hourly_used) if adm.live else Budget()
     entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and "item_count" in facts else None
     rf = RequestFacts(
         presented_generation=kf.generation,

@@ -59,19 +59,68 @@ def _refuse(message: str, file: str | None = None) -> PackError:
     return PackError(message, file=file, step="cedar")
 
 
-def _parse_file(rel: str, text: str) -> list[Statement]:
-    """Split and parse one file; a parse error names the file, the policy's line and Cedar's message."""
-    statements = cedar_statements(text)
+def _parse_error(text: str) -> str | None:
     try:
         cedarpy.policies_to_json_str(text)
-    except ValueError as whole:
-        for st in statements:
-            try:
-                cedarpy.policies_to_json_str(st.text)
-            except ValueError as exc:
-                raise _refuse(f"{rel}:{st.line}: {exc}", rel) from None
-        raise _refuse(f"{rel}: {whole}", rel) from None
-    return statements
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: What a parse error names: a `token`, a 'token', or the word after its last colon.
+_NAMED = re.compile(r"`([^`]+)`|'([^']+)'|:\s*([\w:\"]+)\s*$")
+#: Cedar's message for a statement that stops too early (a missing `;` or `}`).
+_RAN_OUT = "unexpected end of input"
+#: Longest statement whose parse error is located (one parse per character of it).
+_LOCATE_MAX = 20_000
+
+
+def _parse_offset(text: str, message: str) -> int | None:
+    """Where in ``text`` the parse error ``message`` is: cedarpy keeps Cedar's message, not its span.
+
+    The shortest prefix that fails with the same message ends at or after the culprit (shorter
+    prefixes only run out of input); in it, the last occurrence of the token the message names.
+    """
+    if len(text) > _LOCATE_MAX:
+        return None
+    if message == _RAN_OUT:
+        return len(text.rstrip())  # just after the last token: something is missing there
+    end = next((k for k in range(1, len(text) + 1) if _parse_error(text[:k]) == message), None)
+    if end is None:
+        return None
+    named = _NAMED.search(message)
+    token = next((g for g in named.groups() if g), None) if named else None
+    if token:
+        pattern = rf"\b{re.escape(token)}\b" if token[0].isalnum() and token[-1].isalnum() else re.escape(token)
+        if token == "=":
+            pattern = r"(?<![=!<>])=(?!=)"  # the assignment Cedar rejects, not part of ==, !=, <=, >=
+        uses = list(re.finditer(pattern, text[:end]))
+        if uses:
+            return uses[-1].start()
+    return end - 1 if end < len(text) else None
+
+
+def _line_col(st: Statement, offset: int) -> str:
+    """``line:col`` of an offset into a statement's text."""
+    # st.line is the line of the statement's first token; the text may start with blank lines and comments.
+    lead = _LEADING.match(st.text)
+    line = st.line + st.text.count("\n", lead.end() if lead else 0, offset)
+    return f"{line}:{offset - st.text.rfind(chr(10), 0, offset)}"
+
+
+def _parse_file(rel: str, text: str) -> list[Statement]:
+    """Split and parse one file; a parse error names the file, its line:col and Cedar's message."""
+    statements = cedar_statements(text)
+    whole = _parse_error(text)
+    if whole is None:
+        return statements
+    for st in statements:
+        message = _parse_error(st.text)
+        if message is not None:
+            offset = _parse_offset(st.text, message)
+            where = _line_col(st, offset) if offset is not None else str(st.line)
+            raise _refuse(f"{rel}:{where}: {message}", rel)
+    raise _refuse(f"{rel}: {whole}", rel)
 
 
 _MISSING_ATTR = re.compile(r"attribute `(?:[\w.]*\.)?(\w+)`[^`]*not found")
@@ -90,13 +139,7 @@ def _locate(st: Statement, message: str, attributes: list[str]) -> tuple[str, st
         return str(st.line), ""
     name = missing.group(1)
     use = re.search(rf"\.{re.escape(name)}\b|\bhas\s+{re.escape(name)}\b", st.text)
-    where = str(st.line)
-    if use is not None:
-        offset = use.end() - len(name)
-        # st.line is the line of the statement's first token; the text may start with blank lines and comments.
-        lead = _LEADING.match(st.text)
-        line = st.line + st.text.count("\n", lead.end() if lead else 0, offset)
-        where = f"{line}:{offset - st.text.rfind(chr(10), 0, offset)}"
+    where = _line_col(st, use.end() - len(name)) if use is not None else str(st.line)
     close = difflib.get_close_matches(name, attributes, n=1, cutoff=0.7)
     return where, f"; did you mean `{close[0]}`?" if close else ""
 

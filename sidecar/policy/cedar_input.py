@@ -147,7 +147,7 @@ def _room(inp: DecisionInput) -> dict[str, Any] | None:
 
 
 def _context(inp: DecisionInput) -> dict[str, Any]:
-    a, req, b = inp.agent, inp.request, inp.budget
+    a, req, b, lim = inp.agent, inp.request, inp.budget, inp.deployment.limits
     request: dict[str, Any] = {
         "keyValid": req.key_valid,
         "userIdMatches": req.user_id_matches,
@@ -158,7 +158,14 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
     if req.presented_generation is not None:
         request["presentedGeneration"] = req.presented_generation
     context: dict[str, Any] = {
-        "agent": {"known": a is not None, "ref": a.ref if a else "", "memoryEnabled": bool(a and a.memory_enabled)},
+        "agent": {
+            "known": a is not None,
+            "ref": a.ref if a else "",
+            "memoryEnabled": bool(a and a.memory_enabled),
+            # Cedar has no loops: the agent's own caps are joined here from limits.yaml and org.yaml.
+            "embeddingCap": lim.agent_cap("embedding_items_per_agent_hour", a.ref if a else None, inp.deployment.org),
+            "hourlyCap": lim.agent_cap("hourly_operations", a.ref if a else None, inp.deployment.org),
+        },
         "request": request,
         "delegation": _delegation(inp),
         "budget": {
@@ -166,6 +173,8 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
             "hourlyOk": b.hourly_ok,
             "prefetchOk": b.prefetch_ok,
             "embeddingOk": b.embedding_ok,
+            "hourlyUsed": b.hourly_operations_used,
+            "embeddingUsed": b.embedding_items_used,
         },
         "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
         "now": inp.now,

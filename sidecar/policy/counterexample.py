@@ -107,6 +107,8 @@ def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
             "hourly_ok": ctx["budget"]["hourlyOk"],
             "prefetch_ok": ctx["budget"]["prefetchOk"],
             "embedding_ok": ctx["budget"]["embeddingOk"],
+            "hourly_operations_used": ctx["budget"]["hourlyUsed"],
+            "embedding_items_used": ctx["budget"]["embeddingUsed"],
         },
         "entries": {"count": ctx["entries"]["count"], "cap": ctx["entries"]["cap"]},
         "now": ctx["now"],

@@ -7,6 +7,8 @@ denial, and clamps obligations to the limits. Pure functions, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sidecar.identity.mxid import Origin
 from sidecar.policy.model import Action, Decision, DecisionInput, Federation, Limits, Obligations, Operation
 from sidecar.policy.outcome import KEYED, SAVES, SEARCHES, deny_action, memory_work, scoped
@@ -55,20 +57,26 @@ def _sizes(inp: DecisionInput, limits: Limits) -> set[Reason]:
     return found
 
 
-def _budget(inp: DecisionInput) -> set[Reason]:
+def _budget(inp: DecisionInput, limits: Limits, org: Mapping[str, list[str]]) -> set[Reason]:
     b = inp.budget
     found: set[Reason] = set()
     if not b.rate_ok:
         found.add(Reason.RATE_LIMITED)
-    if not (b.hourly_ok and b.embedding_ok):
+    ref = inp.agent.ref if inp.agent else None
+    over = b.hourly_operations_used > limits.agent_cap(
+        "hourly_operations", ref, org
+    ) or b.embedding_items_used > limits.agent_cap("embedding_items_per_agent_hour", ref, org)
+    if not (b.hourly_ok and b.embedding_ok) or over:
         found.add(Reason.HOURLY_BUDGET_EXHAUSTED)
     if not b.prefetch_ok:
         found.add(Reason.PREFETCH_LIMIT)
     return found
 
 
-def floor_reasons(inp: DecisionInput, limits: Limits, federation: Federation) -> set[Reason]:
-    """Reasons the floor refuses this input for, whatever the engine said."""
+def floor_reasons(
+    inp: DecisionInput, limits: Limits, federation: Federation, org: Mapping[str, list[str]]
+) -> set[Reason]:
+    """Reasons the floor refuses this input for, whatever the engine said (``org``: the pack's lists)."""
     if inp.operation is Operation.MEMORY_UNGOVERNED:
         return {Reason.UNGOVERNED_STORE}
     found: set[Reason] = set()
@@ -77,7 +85,7 @@ def floor_reasons(inp: DecisionInput, limits: Limits, federation: Federation) ->
         if not _origin_admitted(inp, federation):
             found.add(Reason.ORIGIN_NOT_ALLOWED)
     if memory_work(inp):
-        found |= _budget(inp)
+        found |= _budget(inp, limits, org)
     found |= _sizes(inp, limits)
     return found
 
@@ -92,9 +100,11 @@ def _clamp(ob: Obligations, limits: Limits, operation: Operation) -> Obligations
     )
 
 
-def apply_floor(decision: Decision, inp: DecisionInput, limits: Limits, federation: Federation) -> Decision:
+def apply_floor(
+    decision: Decision, inp: DecisionInput, limits: Limits, federation: Federation, org: Mapping[str, list[str]]
+) -> Decision:
     """Narrow an engine decision to the floor; never widens it."""
-    refused = floor_reasons(inp, limits, federation)
+    refused = floor_reasons(inp, limits, federation, org)
     if not refused:
         return decision.model_copy(update={"obligations": _clamp(decision.obligations, limits, inp.operation)})
     kept = set() if decision.action is Action.FORWARD else set(decision.reasons)

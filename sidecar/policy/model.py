@@ -9,9 +9,10 @@ input carries identifiers, flags and counts only, never memory content.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from collections.abc import Mapping
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
@@ -168,6 +169,26 @@ class Budget(_Model):
     hourly_ok: bool = Field(True, description="Hourly per-scope reservation succeeded.")
     prefetch_ok: bool = Field(True, description="Prefetch reservation for the conversation succeeded.")
     embedding_ok: bool = Field(True, description="Embedding item reservation succeeded.")
+    hourly_operations_used: int = Field(
+        0,
+        ge=0,
+        le=_BIG,
+        description=(
+            "Memory operations the scope has used in the current hour, this call's included, as its"
+            " reservation counted them (an invocation: with the one operation it needs); 0 when the"
+            " reservation was refused or not made."
+        ),
+    )
+    embedding_items_used: int = Field(
+        0,
+        ge=0,
+        le=_BIG,
+        description=(
+            "Embedding items the target agent has used in the current hour, this call's included, as"
+            " its reservation counted them; 0 when the reservation was refused (embedding_ok false)"
+            " and on other operations."
+        ),
+    )
 
 
 class Entries(_Model):
@@ -183,6 +204,35 @@ class Entries(_Model):
         ),
     )
     cap: int = Field(..., ge=0, le=_BIG, description="Entry cap of the scope.")
+
+
+#: The limits an ``agent_limits`` entry may make stricter for its agents.
+AgentLimitName = Literal["embedding_items_per_agent_hour", "hourly_operations"]
+AGENT_LIMIT_NAMES: Final[tuple[AgentLimitName, ...]] = ("embedding_items_per_agent_hour", "hourly_operations")
+#: Bounds of limits.yaml's agent_limits, so a pasted export cannot bloat every decision input.
+AGENT_LIMITS_MAX: Final = 64
+AGENT_LIMITS_MAX_NAMES: Final = 256
+
+
+class AgentLimit(_Model):
+    """One entry of limits.yaml's ``agent_limits``: a stricter limit for some agents."""
+
+    agents: list[str] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX_NAMES,
+        description="Agent references namespace/name the entry applies to.",
+    )
+    lists: list[str] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX_NAMES,
+        description="Names of data/org.yaml lists whose agents the entry applies to.",
+    )
+    embedding_items_per_agent_hour: int | None = Field(
+        None, ge=1, le=_BIG, description="Embedding items per hour for each agent the entry names."
+    )
+    hourly_operations: int | None = Field(
+        None, ge=1, le=_BIG, description="Memory operations per hour for each scope of an agent the entry names."
+    )
 
 
 class Limits(_Model):
@@ -205,6 +255,48 @@ class Limits(_Model):
     embedding_items_per_source_hour: int = Field(
         ..., ge=1, description="Share of an agent's hourly embedding items one source address may use."
     )
+    agent_limits: list[AgentLimit] = Field(
+        default_factory=list,
+        max_length=AGENT_LIMITS_MAX,
+        description=(
+            "Stricter limits for named agents or org.yaml lists of agents; an agent gets the smallest"
+            " value of every entry naming it, directly or through a list, and the global value otherwise."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _stricter_only(self) -> Limits:
+        # SECURITY: pack data can only make a limit stricter: a looser agent limit is refused, never applied.
+        for index, entry in enumerate(self.agent_limits):
+            if not (entry.agents or entry.lists):
+                raise ValueError(f"agent_limits[{index}] names no agent and no list")
+            if all(getattr(entry, name) is None for name in AGENT_LIMIT_NAMES):
+                raise ValueError(f"agent_limits[{index}] sets no limit (one of {', '.join(AGENT_LIMIT_NAMES)})")
+            for name in AGENT_LIMIT_NAMES:
+                value, overall = getattr(entry, name), getattr(self, name)
+                if value is not None and value > overall:
+                    raise ValueError(
+                        f"agent_limits[{index}].{name} {value} is looser than the global {name} {overall};"
+                        " an agent limit can only be stricter"
+                    )
+        return self
+
+    def agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> dict[str, int]:
+        """Each agent an ``agent_limits`` entry gives limit ``name``, directly or through a list, with its value."""
+        caps: dict[str, int] = {}
+        overall: int = getattr(self, name)
+        for entry in self.agent_limits:
+            value: int | None = getattr(entry, name)
+            if value is None:
+                continue
+            for ref in set(entry.agents).union(*(org.get(listed, []) for listed in entry.lists)):
+                caps[ref] = min(caps.get(ref, overall), value)
+        return caps
+
+    def agent_cap(self, name: AgentLimitName, ref: str | None, org: Mapping[str, list[str]]) -> int:
+        """Limit ``name`` for agent ``ref``: the smallest entry naming it, else the global value."""
+        overall: int = getattr(self, name)
+        return overall if ref is None else self.agent_caps(name, org).get(ref, overall)
 
 
 class PartnerRecord(_Model):

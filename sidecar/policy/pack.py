@@ -107,7 +107,12 @@ def _yaml(name: str, raw: bytes) -> Any:
 
 
 def _invalid(name: str, exc: ValidationError) -> PackError:
-    where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in exc.errors())
+    errors = exc.errors()
+    # A model's own check (e.g. a looser agent limit) has a message written for the operator; say it.
+    own = [str(e["ctx"]["error"]) for e in errors if e["type"] == "value_error" and "ctx" in e]
+    if own:
+        return PackError(f"data/{name}: {'; '.join(own)}", file=f"data/{name}", step="data")
+    where = ", ".join(".".join(str(p) for p in e["loc"]) or "top level" for e in errors)
     return PackError(f"data/{name}: invalid ({where})", file=f"data/{name}", step="data")
 
 
@@ -228,7 +233,21 @@ def read_pack(root: Path, replace: dict[str, bytes | None] | None = None) -> Pac
     federation: Federation = _parse(Federation, "federation.yaml", raw.get("data/federation.yaml"))
     reasons = _reasons(raw.get("data/reasons.yaml"))
     org = _org(raw.get("data/org.yaml"))
+    _agent_lists(limits, org)
     return Pack(root, _revision(raw), files, limits, federation, reasons, org)
+
+
+def _agent_lists(limits: Limits, org: dict[str, list[str]]) -> None:
+    """Every list an agent limit names is one of data/org.yaml's (a misspelt list would limit no one)."""
+    for index, entry in enumerate(limits.agent_limits):
+        for name in entry.lists:
+            if name not in org:
+                raise PackError(
+                    f"data/limits.yaml: agent_limits[{index}] names the list {name!r},"
+                    " which data/org.yaml does not define",
+                    file="data/limits.yaml",
+                    step="data",
+                )
 
 
 #: Fields a partner record must name before it admits anything (R-13).

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sidecar.identity.mxid import Origin
 from sidecar.policy.cedar_input import limits_record
 from sidecar.policy.counterexample import Finding, replay
+from sidecar.policy.model import AgentLimitName
 from sidecar.policy.pack import Pack, PackError, is_complete
 from sidecar.policy.symcc import Verdict, run_helper, verdicts
 from sidecar.policy.tree import load_yaml
@@ -91,6 +92,22 @@ def _bounded_optional(record: str, attr: str) -> str:
     return f"(if {record} has {attr} then {_bounded(f'{record}.{attr}')} else true)"
 
 
+#: The agent caps memgov joins into context.agent for Cedar, by limits.yaml name.
+_CAPS: Final[tuple[tuple[AgentLimitName, str], ...]] = (
+    ("embedding_items_per_agent_hour", "embeddingCap"),
+    ("hourly_operations", "hourlyCap"),
+)
+
+
+def _agent_cap(pack: Pack, name: AgentLimitName, attr: str) -> str:
+    """The agent's own cap as memgov joins it from agent_limits (cedar_input): per named agent, else global."""
+    cap = f"context.agent.{attr} == {getattr(pack.limits, name)}"
+    for ref, value in sorted(pack.limits.agent_caps(name, pack.org).items(), reverse=True):
+        named = f"context.agent.known && context.agent.ref == {_str(ref)}"
+        cap = f"(if {named} then context.agent.{attr} == {value} else {cap})"
+    return cap
+
+
 def data_assumptions(pack: Pack) -> str:
     """The pack's data and the decision input's bounds as one Cedar condition."""
     fed = pack.federation
@@ -108,6 +125,7 @@ def data_assumptions(pack: Pack) -> str:
             f"then principal.partnerOrigins == {_set(sorted(admitted))} else {partner})"
         )
     limits = ", ".join(f"{k}: {v}" for k, v in limits_record(pack.limits).items())
+    caps = [_agent_cap(pack, name, attr) for name, attr in _CAPS]
     org = [f"context.deployment.org.{name} == {_set(items)}" for name, items in sorted(pack.org.items())]
     parts = [
         f"context.deployment.limits == {{{limits}}}",
@@ -117,6 +135,7 @@ def data_assumptions(pack: Pack) -> str:
         + ", ".join(["context.deployment.serverName", *map(_str, audience)])
         + "]",
         *org,
+        *caps,
         f"(!principal.known || ({origins}.contains(principal.origin) && {partner}))",
         f'(!resource.exists || ({origins}.contains(resource.origin) && resource.kind == "control_room"'
         f" && {_bounded('resource.generation')}))",
@@ -124,6 +143,8 @@ def data_assumptions(pack: Pack) -> str:
         _bounded("context.entries.cap"),
         _bounded("context.request.itemCount"),
         _bounded("context.request.maxItemBytes"),
+        _bounded("context.budget.embeddingUsed"),
+        _bounded("context.budget.hourlyUsed"),
         _bounded("context.now"),
         _bounded_optional("context.request", "presentedGeneration"),
         _bounded_optional("context.delegation", "expiresAt"),

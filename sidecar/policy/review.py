@@ -90,10 +90,10 @@ async def explain(pack_dir: Path, inp: DecisionInput, label: str) -> str:
             out.append("    no deny rule fired: result.allow is true")
     finally:
         await tools.close()
-    refused = sorted(r.value for r in floor_reasons(inp, pack.limits, pack.federation))
+    refused = sorted(r.value for r in floor_reasons(inp, pack.limits, pack.federation, pack.org))
     out.append(f"floor: {'refuses ' + str(refused) if refused else 'no objection'}")
     for engine, decision in decisions.items():
-        final = apply_floor(decision, inp, pack.limits, pack.federation)
+        final = apply_floor(decision, inp, pack.limits, pack.federation, pack.org)
         out.append(f"gateway with {engine}: {final.action.value} {[r.value for r in final.reasons]}")
     return "\n".join(out)
 

@@ -149,7 +149,7 @@ class PolicyRuntime:
         return self.ready, detail
 
     def _finish(self, pack: Pack, decision: Decision, inp: DecisionInput, did: str, started: float) -> Decision:
-        decision = apply_floor(decision, inp, pack.limits, pack.federation)
+        decision = apply_floor(decision, inp, pack.limits, pack.federation, pack.org)
         stamp = {"decision_id": did, "engine": self.engine.name, "revision": pack.revision}
         decision = decision.model_copy(update=stamp)
         metrics.count_decision(inp.operation, decision, time.perf_counter() - started)

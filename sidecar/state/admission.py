@@ -15,6 +15,7 @@ are read again without reserving anything, so the policy still sees the scope an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +45,7 @@ class Admission:
     ``slots``/``op_id``: the ledger slots and in-flight record of an admitted save.
     ``blocked``: why an admitted save got no slots (the cap with pending slots, or a rotation
     copying the namespace); the call is refused with it if the policy allows.
+    ``levels``: each reserved claim's level after it, by claim key (empty when nothing was reserved).
     """
 
     scope: Scope | None
@@ -54,6 +56,7 @@ class Admission:
     slots: list[str] = field(default_factory=list)
     op_id: str | None = None
     blocked: Reason | None = None
+    levels: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +84,13 @@ def _admit(
     if scope is None or not scope.enabled or scope.generation != generation or scope.namespace is None:
         return Admission(scope)
     window_id = (yield from current_window(scope_id, now_us)) if window else None
+    levels: dict[str, int] = {}
     if reserving:
-        yield from reserve(claims(scope, window_id), now_us)
+        asked = claims(scope, window_id)
+        reached = yield from reserve(asked, now_us)
+        levels = {c.key: math.floor(level) for c, level in zip(asked, reached, strict=True)}
     if write is None:
-        return Admission(scope, live=True, window=window_id)
+        return Admission(scope, live=True, window=window_id, levels=levels)
     counts = yield fetchrow(COUNTS, scope_id, now_us)
     # Reported up to the cap + 1: every comparison with the cap comes out the same.
     live_count, held = (min(int(counts[0]), write.cap + 1), int(counts[1])) if counts is not None else (0, 0)
@@ -93,9 +99,9 @@ def _admit(
     ns = scope.namespace
     if ns.frozen_by is not None:
         # SECURITY: a rotation is copying the namespace: write nowhere it could leave behind.
-        return Admission(scope, live=True, live_count=live_count, blocked=Reason.STALE_GENERATION)
+        return Admission(scope, live=True, live_count=live_count, blocked=Reason.STALE_GENERATION, levels=levels)
     if held + write.n > write.cap:
-        return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED)
+        return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED, levels=levels)
     slots = [codec.new_id("l") for _ in range(write.n)]
     yield executemany(
         "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
@@ -113,7 +119,7 @@ def _admit(
         now_us + int(write.lease_s * 1_000_000),
         ns.ns_id,
     )
-    return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id)
+    return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id, levels=levels)
 
 
 def _release(slots: list[str], op_id: str) -> Script[None]:

@@ -87,18 +87,26 @@ def _claim(claim: BudgetClaim, key: str, now_us: int) -> Stmt:
     return fetchrow(_COUNT, claim.kind, key, float(claim.cost), mark, now_us, float(claim.limit))
 
 
-def reserve(claims: list[BudgetClaim], now_us: int) -> Script[None]:
-    """Script part: reserve every claim, or raise :class:`Refused` (the caller's transaction rolls back)."""
+def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
+    """Script part: reserve every claim, or raise :class:`Refused` (the caller's transaction rolls back).
+
+    Returns each claim's level after it, in the order of ``claims``: a bucket's tokens left, a
+    window's or counter's count used, this claim's cost included.
+    """
     for claim in claims:
         _check(claim)
     # A cost above the limit can never fit, and the insert path would not notice it.
     for claim in claims:
         if claim.cost > claim.limit:
             raise Refused(claim.reason)
-    ordered = sorted(((c.kind, codec.digest(c.key), c) for c in claims), key=lambda t: (t[0], t[1]))
-    for _, key, claim in ordered:
-        if (yield _claim(claim, key, now_us)) is None:
+    ordered = sorted(((c.kind, codec.digest(c.key), i, c) for i, c in enumerate(claims)), key=lambda t: (t[0], t[1]))
+    levels = [0.0] * len(claims)
+    for _, key, index, claim in ordered:
+        row = yield _claim(claim, key, now_us)
+        if row is None:
             raise Refused(claim.reason)
+        levels[index] = float(row[0])
+    return levels
 
 
 class BudgetOps:
@@ -108,9 +116,14 @@ class BudgetOps:
 
     async def reserve_budget(self, claims: list[BudgetClaim], now: datetime) -> str | None:
         """Reserve every claim or none; return None when admitted, else the first refusing claim's reason."""
+        failed, _ = await self.reserve_counted(claims, now)
+        return failed
+
+    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]:
+        """Like :meth:`reserve_budget`, with each claim's level after it (rounded down; empty when refused)."""
         try:
             now_us = to_us(now)
-            await self._db.run(lambda: reserve(claims, now_us))
+            levels = await self._db.run(lambda: reserve(claims, now_us))
         except Refused as refused:
-            return refused.reason
-        return None
+            return refused.reason, []
+        return None, [math.floor(level) for level in levels]

@@ -81,6 +81,25 @@ class TestEmbedding:
         status, body, _ = await embed(stack, ["c", "d"])
         assert (status, body["error"]) == (403, "hourly_budget_exhausted")
 
+    async def test_agent_limit_refuses_the_51st_item(self, make_stack, tmp_path):
+        """limits.yaml caps this agent at 50 items an hour: fifty pass, the 51st is refused and never embedded."""
+        import shutil
+
+        pack = tmp_path / "pack"
+        shutil.copytree("policies", pack)
+        path = pack / "data" / "limits.yaml"
+        capped = "agent_limits:\n  - {agents: [kagent/k8s-agent], embedding_items_per_agent_hour: 50}\n"
+        path.write_text(path.read_text().replace("agent_limits: []\n", capped))
+        stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
+        await stack.scope()
+        for call in range(5):
+            status, _body, headers = await embed(stack, [f"item {call}-{i}" for i in range(10)])
+            assert status == 200 and headers["X-Memgov-Decision"].startswith("forward")
+        status, body, headers = await embed(stack, ["the fifty-first item"])
+        assert (status, body["error"], set(body)) == (403, "hourly_budget_exhausted", {"error", "decision_id"})
+        assert headers["X-Memgov-Decision"].startswith("deny; reason=hourly_budget_exhausted; id=d_")
+        assert sum(len(c.inputs) for c in stack.dev.embedding.calls) == 50
+
     async def test_malformed_input(self, stack):
         """Token arrays and other shapes are refused as bad_request."""
         await stack.scope()

@@ -15,6 +15,24 @@ def reason(headers) -> str:
     return headers["X-Memgov-Decision"].split(";")[1].strip().removeprefix("reason=")
 
 
+async def _stack_with_limits(make_stack, tmp_path, old: str, new: str):
+    """A stack whose pack has ``old`` replaced by ``new`` in data/limits.yaml, with a consented scope."""
+    pack = tmp_path / "pack"
+    shutil.copytree("policies", pack)
+    path = pack / "data" / "limits.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
+    await stack.scope()
+    return stack
+
+
+async def _searches(stack, n: int) -> list:
+    key = await stack.session_key()
+    return [await stack.search(key, "q") for _ in range(n)]
+
+
 class TestSave:
     @pytest.mark.kagent
     async def test_save_lands_under_the_storage_key_with_a_hard_expiry(self, stack):
@@ -217,15 +235,21 @@ class TestSearch:
 
     async def test_hourly_budget(self, make_stack, tmp_path):
         """Every search costs a retrieval and an embedding item; the hourly scope budget runs out."""
-        pack = tmp_path / "pack"
-        shutil.copytree("policies", pack)
-        limits = (pack / "data" / "limits.yaml").read_text().replace("hourly_operations: 60", "hourly_operations: 6")
-        (pack / "data" / "limits.yaml").write_text(limits)
-        stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
-        await stack.scope()
-        key = await stack.session_key()
-        results = [await stack.search(key, "q") for _ in range(4)]
+        stack = await _stack_with_limits(make_stack, tmp_path, "hourly_operations: 60\n", "hourly_operations: 6\n")
+        results = await _searches(stack, 4)
         assert [reason(r[2]) for r in results] == ["allowed"] * 3 + ["hourly_budget_exhausted"]
+
+    async def test_agent_hourly_operations_cap(self, make_stack, tmp_path):
+        """limits.yaml caps this agent's scopes at 6 operations an hour (global 60): the policy refuses past it."""
+        capped = "agent_limits:\n  - {agents: [kagent/k8s-agent], hourly_operations: 6}\n"
+        stack = await _stack_with_limits(make_stack, tmp_path, "agent_limits: []\n", capped)
+        results = await _searches(stack, 4)
+        assert [reason(r[2]) for r in results] == ["allowed"] * 3 + ["hourly_budget_exhausted"]
+        assert results[3][1] == []
+        # An invocation needs one more operation than the scope has left: it chats without memory.
+        resp, _seen = await stack.invoke(context=stack.context())
+        assert reason(resp.headers) == "hourly_budget_exhausted"
+        assert resp.headers["X-Memgov-Decision"].startswith("rewrite_disabled")
 
 
 class TestIsolation:

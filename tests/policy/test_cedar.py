@@ -39,10 +39,31 @@ class TestCompile:
             ),
             (
                 '// first\n\n@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource',
-                "extra.cedar:3: unexpected end of input",
+                "extra.cedar:5:36: unexpected end of input",
+            ),
+            (
+                '@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource)\n'
+                "when { context.now == 1 && context.now = 2 };",
+                "extra.cedar:4:40: '=' is not a valid operator in Cedar",
+            ),
+            (
+                '@id("rate-limited/2")\n@rationale("r")\nforbid (principal, action, resource)\n'
+                "when { context.budget..rateOk };",
+                "extra.cedar:4:23: unexpected token `.`",
             ),
         ],
-        ids=["no-id", "unknown-code", "not-kebab", "duplicate", "bad-suffix", "no-rationale", "schema", "syntax"],
+        ids=[
+            "no-id",
+            "unknown-code",
+            "not-kebab",
+            "duplicate",
+            "bad-suffix",
+            "no-rationale",
+            "schema",
+            "syntax",
+            "syntax-column",
+            "token-column",
+        ],
     )
     def test_bad_policies_are_refused(self, pack_copy: Path, text: str, message: str) -> None:
         """A pack loads only when it parses, validates and every @id is a unique reason; errors give file:line."""

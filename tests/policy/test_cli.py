@@ -56,7 +56,7 @@ class TestPolicyCheck:
                 "when { !resource.exists }",
                 "when { !resource.exists ",
                 "cedar parse",
-                "cedar/consent.cedar:6: unexpected token `unless`",
+                "cedar/consent.cedar:14:1: unexpected token `unless`",
             ),
             (
                 "cedar/consent.cedar",

@@ -115,7 +115,7 @@ class TestFloorOnlyNarrows:
             dep = case.inp.deployment
             federation = Federation(classification=dep.classification, partners=dep.federation_partners)
             expected = set(case.reasons) - {Reason.ALLOWED.value}
-            assert {r.value for r in floor_reasons(case.inp, dep.limits, federation)} <= expected, case.id
+            assert {r.value for r in floor_reasons(case.inp, dep.limits, federation, dep.org)} <= expected, case.id
 
     @pytest.mark.parametrize("action", [Action.FORWARD, Action.DENY])
     def test_a_floor_refusal_turns_any_answer_into_a_denial(self, make_input: MakeInput, action: Action) -> None:
@@ -123,7 +123,7 @@ class TestFloorOnlyNarrows:
         inp = make_input("save", {"scope.enabled": False})
         engine_reasons = [Reason.ALLOWED] if action is Action.FORWARD else [Reason.RATE_LIMITED]
         pack = read_pack(PACK_DIR)
-        out = apply_floor(Decision(action=action, reasons=engine_reasons), inp, pack.limits, pack.federation)
+        out = apply_floor(Decision(action=action, reasons=engine_reasons), inp, pack.limits, pack.federation, pack.org)
         expected = [Reason.CONSENT_DISABLED] + ([] if action is Action.FORWARD else [Reason.RATE_LIMITED])
         assert (out.action, out.reasons, out.obligations) == (Action.DENY, expected, Obligations())
 
@@ -143,4 +143,4 @@ class TestFloorOnlyNarrows:
         }
         inp = make_input("save", {**REMOTE_BOB, "deployment.federation_partners": [partner]})
         pack = read_pack(PACK_DIR)
-        assert floor_reasons(inp, pack.limits, pack.federation) == {Reason.ORIGIN_NOT_ALLOWED}
+        assert floor_reasons(inp, pack.limits, pack.federation, pack.org) == {Reason.ORIGIN_NOT_ALLOWED}

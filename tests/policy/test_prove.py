@@ -81,6 +81,19 @@ PLANTED = [
         ("audience-local-and-partners", "a2a.invoke"),
         ("forward ['allowed']", "forward ['allowed']"),
     ),
+    (
+        "agent embedding cap dropped, in both languages",
+        [
+            ("cedar/limits.cedar", " ||\n  context.budget.embeddingUsed > context.agent.embeddingCap", ""),
+            (
+                f"{DECISION}/limits.rego",
+                '\tinput.budget.embedding_items_used <= agent_cap("embedding_items_per_agent_hour")\n',
+                "",
+            ),
+        ],
+        ("agent-caps", "a2a.invoke"),
+        ("forward ['allowed']", "forward ['allowed']"),
+    ),
 ]
 
 
@@ -95,11 +108,12 @@ class TestProve:
             "audience-local-and-partners",
             "room-state-valid",
             "no-unknown-agent",
+            "agent-caps",
             "never-errors",
         ):
             assert f"proved  {prop}: " in out
         assert "proved  room-state-valid: a2a.invoke, control.inspect" in out
-        assert "6 of 6 properties proved" in out
+        assert "7 of 7 properties proved" in out
         assert "FAILS" not in out
 
     @pytest.mark.parametrize(("name", "edits", "fails", "replayed"), PLANTED, ids=[p[0] for p in PLANTED])
@@ -151,7 +165,7 @@ class TestProve:
         assert "FAILS   never-errors: memory.save (@id entry-cap-reached)" in out
         assert "FAILS   never-errors: memory.save_batch (@id entry-cap-reached)" in out
         assert "counterexample outside the decision input's bounds" in out
-        assert "5 of 6 properties proved" in out
+        assert "6 of 7 properties proved" in out
 
     def test_an_unrealistic_property_file_is_refused_with_its_field(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path

@@ -54,6 +54,18 @@ class TestBudgetKinds:
         assert await store.reserve_budget([other], NOW) is None
 
 
+class TestCounted:
+    async def test_levels_come_back_in_claim_order_and_none_when_refused(self, store: StateStore) -> None:
+        """Each claim's level after it: a window's count used (cost included), a bucket's tokens left."""
+        items = BudgetClaim("window", "agent-items", limit=50, cost=10, reason="hourly_budget_exhausted")
+        assert await store.reserve_counted([items, RATE], NOW) == (None, [10, 2])
+        assert await store.reserve_counted([items, RATE], NOW) == (None, [20, 1])
+        full = BudgetClaim("window", "agent-items", limit=20, cost=1, reason="hourly_budget_exhausted")
+        assert await store.reserve_counted([RATE, full], NOW) == ("hourly_budget_exhausted", [])
+        # The refused reservation charged nothing: the bucket still has its one token.
+        assert await store.reserve_counted([RATE], NOW) == (None, [0])
+
+
 class TestAllOrNothing:
     async def test_a_refused_claim_charges_nothing(self, store: StateStore) -> None:
         """When one claim does not fit, the others of the same request are not consumed."""

@@ -14,6 +14,9 @@ limits := {
 	"prefetch_query_bytes": 512,
 	"embedding_item_bytes": 512,
 	"search_max_limit": 10,
+	"embedding_items_per_agent_hour": 600,
+	"embedding_items_per_source_hour": 150,
+	"agent_limits": [],
 }
 
 deployment := {
@@ -47,7 +50,14 @@ scope := {
 
 agent := {"ref": "team/helper", "app_name": "team__NS__helper", "memory_enabled": true}
 
-budget := {"rate_ok": true, "hourly_ok": true, "prefetch_ok": true, "embedding_ok": true}
+budget := {
+	"rate_ok": true,
+	"hourly_ok": true,
+	"prefetch_ok": true,
+	"embedding_ok": true,
+	"embedding_items_used": 0,
+	"hourly_operations_used": 1,
+}
 
 # A valid memory.save of one small fact at the current generation.
 save := {

@@ -52,7 +52,9 @@ deny contains "rate_limited" if {
 
 # METADATA
 # title: hourly_budget_exhausted
-# description: Memory work per scope per hour is bounded, embedding items included (R-11).
+# description: >-
+#   Memory work per scope per hour is bounded, embedding items included, and each agent's embedding
+#   items within its own cap (R-11).
 # custom:
 #   reason: hourly_budget_exhausted
 deny contains "hourly_budget_exhausted" if {
@@ -83,8 +85,33 @@ within_cap if {
 }
 
 # METADATA
-# description: The hourly and the embedding reservations both succeeded.
+# description: >-
+#   The hourly and the embedding reservations both succeeded, and the agent's embedding items this
+#   hour are within its own cap.
 hourly_ok if {
 	is_true(input.budget.hourly_ok)
 	is_true(input.budget.embedding_ok)
+	input.budget.hourly_operations_used <= agent_cap("hourly_operations")
+	input.budget.embedding_items_used <= agent_cap("embedding_items_per_agent_hour")
+}
+
+# METADATA
+# description: >-
+#   The target agent's value of a limit: the smallest value of every agent_limits entry setting it
+#   and naming the agent, directly or through an org list, and the global value otherwise.
+agent_cap(name) := min({input.deployment.limits[name]} | {value |
+	some entry in input.deployment.limits.agent_limits
+	value := entry[name]
+	is_number(value)
+	names_agent(entry)
+})
+
+# METADATA
+# scope: document
+# description: An agent_limits entry names the target agent, directly or through an org list.
+names_agent(entry) if input.agent.ref in entry.agents
+
+names_agent(entry) if {
+	some name in entry.lists
+	input.agent.ref in input.deployment.org[name]
 }

@@ -39,3 +39,42 @@ test_budget_flags_map_to_reasons if {
 	decision.deny == {"hourly_budget_exhausted"} with input as object.union(save, {"budget": {"embedding_ok": false}})
 	decision.deny == {"prefetch_limit"} with input as object.union(save, {"budget": {"prefetch_ok": false}})
 }
+
+capped_helper := {"deployment": {"limits": {"agent_limits": [{
+	"agents": ["team/helper"],
+	"embedding_items_per_agent_hour": 50,
+}]}}}
+
+one_item := {"operation": "embedding", "request": {"item_count": 1, "max_item_bytes": 8}}
+
+test_agent_embedding_cap_boundaries if {
+	embed := object.union_n([save, capped_helper, one_item])
+	decision.allow with input as object.union(embed, {"budget": {"embedding_items_used": 50}})
+	over := object.union(embed, {"budget": {"embedding_items_used": 51}})
+	decision.deny == {"hourly_budget_exhausted"} with input as over
+}
+
+test_agent_embedding_cap_through_an_org_list if {
+	listed := {"deployment": {
+		"org": {"bulk_agents": ["team/helper"]},
+		"limits": {"agent_limits": [{"lists": ["bulk_agents"], "embedding_items_per_agent_hour": 50}]},
+	}}
+	embed := object.union_n([save, listed, one_item, {"budget": {"embedding_items_used": 51}}])
+	decision.deny == {"hourly_budget_exhausted"} with input as embed
+}
+
+test_unnamed_agent_keeps_the_global_embedding_cap if {
+	patch := {"op": "replace", "path": "/deployment/limits/agent_limits/0/agents/0", "value": "team/other"}
+	other := json.patch(capped_helper, [patch])
+	embed := object.union_n([save, other, one_item])
+	decision.allow with input as object.union(embed, {"budget": {"embedding_items_used": 600}})
+	over := object.union(embed, {"budget": {"embedding_items_used": 601}})
+	decision.deny == {"hourly_budget_exhausted"} with input as over
+}
+
+test_agent_hourly_operations_cap_boundaries if {
+	limited := {"deployment": {"limits": {"agent_limits": [{"agents": ["team/helper"], "hourly_operations": 20}]}}}
+	decision.allow with input as object.union_n([save, limited, {"budget": {"hourly_operations_used": 20}}])
+	over := object.union_n([save, limited, {"budget": {"hourly_operations_used": 21}}])
+	decision.deny == {"hourly_budget_exhausted"} with input as over
+}
