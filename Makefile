@@ -35,7 +35,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: prereqs builds $(TOOL_TARGETS) check venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs builds $(TOOL_TARGETS) check test-fast venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -132,8 +132,12 @@ test-py: venv pg tools kagent image-ci
 	$(PYTEST) --durations=25
 
 # The inner loop (about 3 minutes): lint, types, import contracts, and every test not marked slow
-# (tests/conftest.py says which are: real kagent, gateway processes, image, wheel, long runs).
-check: lint test-rego
+# (tests/conftest.py says which are: real kagent, gateway processes, image, wheel, long runs). The
+# checks run beside the tests, not before them.
+check: venv tools
+	$(MAKE) -j3 --output-sync=line lint test-rego test-fast
+
+test-fast: venv
 	$(PYTEST) -m "not slow and not real_kagent"
 
 # Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/), the import
@@ -153,7 +157,7 @@ builds: tool-kube-apiserver tool-symcc kagent venv tools image-ci
 
 test: prereqs
 	$(MAKE) -j$(BUILD_JOBS) --output-sync=line builds
-	$(MAKE) lint test-rego test-py
+	$(MAKE) -j3 --output-sync=line lint test-rego test-py
 
 demo: venv
 	$(VENV)/bin/memgov demo
