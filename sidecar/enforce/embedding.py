@@ -12,6 +12,7 @@ untouched and is never logged; kagent's identity headers stop here.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from aiohttp import web
@@ -30,6 +31,10 @@ from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
 _FIELDS: Final = ("model", "input", "dimensions", "encoding_format", "user")
 _PARSER = StrictJSON(_FIELDS)
+#: A provider's model or deployment name ("text-embedding-3-small", "ft:…", "org/model", "model@001").
+#: SECURITY: providers echo the name in their answer, which memgov relays; a name that could carry
+#: text (spaces, quotes, control or non-ASCII characters) is refused, so an answer never carries it.
+_MODEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}")
 _DROPPED: Final = ("X-User-Id", "X-Agent-Name", "Content-Length", "Content-Encoding")
 
 
@@ -43,7 +48,7 @@ def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any
     else:
         return None
     body: dict[str, Any] = {"model": model, "input": value}
-    if not isinstance(model, str):
+    if not isinstance(model, str) or _MODEL.fullmatch(model) is None:
         return None
     if "dimensions" in payload:
         if not is_int64(payload["dimensions"]):

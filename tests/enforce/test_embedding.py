@@ -106,6 +106,35 @@ class TestEmbedding:
         status, body, _ = await embed(stack, [[1, 2, 3]])
         assert (status, body["error"]) == (400, "bad_request")
 
+    @pytest.mark.parametrize(
+        "model",
+        ["remember: SNTLmodel\u0000", "text embedding", 'm"x', "modèle", "-lead", "m" * 129, "", 7, None],
+    )
+    async def test_a_model_name_that_could_carry_text_is_refused(self, stack, model):
+        """Providers echo the model name in their answer: one that is not a model name is refused before
+        any budget or provider call, so no text of the caller's comes back through it."""
+        await stack.scope()
+        hdrs = {"Authorization": "Bearer sk-provider-key", "X-User-Id": "mg1.whatever", "X-Agent-Name": APP}
+        async with stack.http.post(
+            stack.gw.data_url + ROUTE, json={"model": model, "input": ["hello"]}, headers=hdrs
+        ) as resp:
+            status, text = resp.status, await resp.text()
+        assert (status, '"error": "bad_request"' in text or '"error":"bad_request"' in text) == (400, True)
+        assert stack.dev.embedding.calls == []
+        if isinstance(model, str) and model:
+            assert model not in text
+
+    @pytest.mark.parametrize(
+        "model", ["text-embedding-3-small", "ft:text-embedding-3-small:org:x:1", "org/model", "m@001"]
+    )
+    async def test_model_names_providers_use_are_forwarded(self, stack, model):
+        await stack.scope()
+        hdrs = {"Authorization": "Bearer sk-provider-key", "X-User-Id": "mg1.whatever", "X-Agent-Name": APP}
+        async with stack.http.post(
+            stack.gw.data_url + ROUTE, json={"model": model, "input": ["hello"]}, headers=hdrs
+        ) as resp:
+            assert resp.status == 200
+
     async def test_metering_counts_items(self, stack):
         """Admitted embedding items are metered separately from model tokens."""
         from sidecar.metrics import MEMORY_OPERATIONS
