@@ -135,7 +135,7 @@ test-py: venv pg tools kagent image-ci
 # (tests/conftest.py says which are: real kagent, gateway processes, image, wheel, long runs). The
 # checks run beside the tests, not before them.
 check: venv tools
-	$(MAKE) -j3 --output-sync=line lint test-rego test-fast
+	$(MAKE) -j3 lint test-rego test-fast
 
 test-fast: venv
 	$(PYTEST) -m "not slow and not real_kagent"
@@ -151,13 +151,14 @@ lint: venv
 	$(PY) scripts/unused_deps.py pyproject.toml
 
 # Everything the tests need, built side by side: on a cold machine the builds download and link
-# while others compile. Warm, each is a cache lookup.
+# while others compile. Warm, each is a cache lookup. Output is not synchronised, so progress
+# (each build's "building …" line, pytest's dots) shows as it happens, interleaved.
 BUILD_JOBS ?= 4
 builds: tool-kube-apiserver tool-symcc kagent venv tools image-ci
 
 test: prereqs
-	$(MAKE) -j$(BUILD_JOBS) --output-sync=line builds
-	$(MAKE) -j3 --output-sync=line lint test-rego test-py
+	$(MAKE) -j$(BUILD_JOBS) builds
+	$(MAKE) -j3 lint test-rego test-py
 
 demo: venv
 	$(VENV)/bin/memgov demo
