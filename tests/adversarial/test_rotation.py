@@ -52,13 +52,13 @@ class TestRotation:
 
     async def test_an_anonymous_embedding_call_cannot_steer_a_pinned_model(self, launch: Launch) -> None:
         """Any in-cluster client can call the embedding route; with the model pinned, the rotation still
-        re-embeds with it, and a model name shaped like content is never recorded anywhere."""
+        re-embeds with it, and a model name shaped like content is refused and never recorded anywhere."""
         t = await launch(agents=PINNED)
         scope_id = await t.consented_scope()
         key = await t.session_key()
-        for model in ("attacker-model", "remember: my PIN is 1234"):
+        for model, expected in (("attacker-model", 200), ("remember: my PIN is 1234", 400)):
             status, _, _ = await t.post(EMBED, {"model": model, "input": ["hello"]})
-            assert status == 200
+            assert status == expected
         for text in ("lives in Lisbon", "likes green tea"):
             await t.save(key, text)
         doomed = next(e["id"] for e in await listed_entries(t, scope_id) if e["text"] == "likes green tea")

@@ -206,7 +206,8 @@ class TestStateStoreOutage:
         relay.thaw()
         for gw in (pair.a, pair.b):
             await until(lambda gw=gw: self._up(http, gw), timeout_s=60)
-            assert await _metric(http, gw, "memgov_state_available") == 1.0
+            # /readyz answers from one worker; the gauge is every worker's: wait until each is back.
+            await until(lambda gw=gw: self._metric_is(http, gw, "memgov_state_available", 1.0), timeout_s=60)
             async with http.post(
                 gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
             ) as resp:
@@ -301,6 +302,10 @@ class TestStateStoreOutage:
         status, available = await _state_available(http, gw)
         assert status == 200
         return not available
+
+    @staticmethod
+    async def _metric_is(http: aiohttp.ClientSession, gw: GatewayProcess, name: str, value: float) -> bool:
+        return await _metric(http, gw, name) == value
 
     @staticmethod
     async def _drained(http: aiohttp.ClientSession, gw: GatewayProcess) -> bool:
