@@ -170,17 +170,19 @@ class TestThroughAnOrgList:
 
 
 class TestFloor:
-    def test_floor_holds_an_agent_to_the_pack_cap_not_the_input(self, make_input: MakeInput, pack_copy: Path) -> None:
+    @pytest.mark.parametrize(
+        ("entry", "operation", "fact", "cap"),
+        [
+            ("embedding_items_per_agent_hour: 50", "embedding", "budget.embedding_items_used", 50),
+            ("hourly_operations: 20", "save", "budget.hourly_operations_used", 20),
+        ],
+    )
+    def test_floor_holds_an_agent_to_the_pack_cap_not_the_input(
+        self, make_input: MakeInput, pack_copy: Path, entry: str, operation: str, fact: str, cap: int
+    ) -> None:
         """The floor reads agent_limits from the loaded pack: an input without the entry does not lift the cap."""
-        _limit(pack_copy, "  - {agents: [team/helper], embedding_items_per_agent_hour: 50}\n")
+        _limit(pack_copy, f"  - {{agents: [team/helper], {entry}}}\n")
         pack = read_pack(pack_copy)
-        at, over = (make_input("embedding", {"budget.embedding_items_used": n}) for n in (50, 51))
-        assert floor_reasons(at, pack.limits, pack.federation, pack.org) == set()
-        assert floor_reasons(over, pack.limits, pack.federation, pack.org) == {Reason.HOURLY_BUDGET_EXHAUSTED}
-
-    def test_floor_holds_a_scope_to_its_agent_operations_cap(self, make_input: MakeInput, pack_copy: Path) -> None:
-        _limit(pack_copy, "  - {agents: [team/helper], hourly_operations: 20}\n")
-        pack = read_pack(pack_copy)
-        at, over = (make_input("save", {"budget.hourly_operations_used": n}) for n in (20, 21))
+        at, over = (make_input(operation, {fact: n}) for n in (cap, cap + 1))
         assert floor_reasons(at, pack.limits, pack.federation, pack.org) == set()
         assert floor_reasons(over, pack.limits, pack.federation, pack.org) == {Reason.HOURLY_BUDGET_EXHAUSTED}
