@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 
-import aiohttp
 from aiohttp import web
 
 from sidecar import metrics
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.contentstore.kagent import KagentMemory
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.contentstore.rotator import Rotator
 from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
@@ -33,7 +33,7 @@ from sidecar.policy.model import Deployment, Limits
 from sidecar.reasons import Reason
 from sidecar.settings import Settings
 from sidecar.state import StateError, StateStore, open_store
-from sidecar.upstream import MEMGOV_USER, KagentBearer, make_session
+from sidecar.upstream import MEMGOV_USER, KagentBearer, Upstream, make_session
 
 log = get_logger("governance")
 #: Longest wait between two attempts to reach a state store that does not answer at start-up.
@@ -54,6 +54,8 @@ class Governance:
     keys: SessionKeys
     bridge: Verifier | None
     eraser: EraseAdapter
+    #: kagent's memory API with memgov's own credentials (erasure, rotation, inspect listings).
+    kagent: KagentMemory
     initial_limits: Limits  # used only until a pack is live; decisions fail closed meanwhile anyway
     clock: Callable[[], datetime] = utcnow
     agent_refs: frozenset[str] = field(default_factory=frozenset)
@@ -103,25 +105,21 @@ class Governance:
 GOVERNANCE: Final = web.AppKey("governance", Governance)
 
 
-def make_eraser(
-    settings: Settings, session: aiohttp.ClientSession, headers: Callable[[], Mapping[str, str]] = dict
-) -> EraseAdapter:
-    """The configured erasure adapter (``rest`` by default, ``kagent-db`` with its own role);
-    ``headers`` authenticates the ``rest`` adapter's calls where kagent wants it."""
+def make_eraser(settings: Settings, kagent: KagentMemory) -> EraseAdapter:
+    """The configured erasure adapter (``rest`` by default, over memgov's own kagent client;
+    ``kagent-db`` with its own role)."""
     if settings.erasure.adapter == "kagent-db":
         url = settings.kagent_db_url()
         if not url:
             raise ValueError("erasure.kagent_db_url is required for the kagent-db adapter")
         return KagentDbAdapter(url)
-    return RestAdapter(session, settings.upstream.controller_url, headers)
+    return RestAdapter(kagent)
 
 
-def make_rotator(
-    settings: Settings, session: aiohttp.ClientSession, headers: Callable[[], Mapping[str, str]] = dict
-) -> Rotator | None:
+def make_rotator(settings: Settings, kagent: KagentMemory) -> Rotator | None:
     """Namespace rotation's handles, when the REST adapter can be made exact (an embedding provider is set).
 
-    Its kagent calls share the erasure session and ``headers``; the provider gets a small pool of its
+    Its kagent calls share memgov's own client with erasure; the provider gets a small pool of its
     own with a whole-call timeout, so rotation never waits on the data plane's connections.
     """
     up = settings.upstream
@@ -133,13 +131,7 @@ def make_rotator(
         if a.embedding_model is not None
     }
     provider = make_session(up, pool_size=4, total_timeout_s=up.embedding_timeout_s, trust_env=up.embedding_trust_env)
-    return Rotator(
-        session,
-        up.controller_url,
-        Reembedder(provider, up.embedding_url, settings.embedding_api_key()),
-        pinned,
-        headers,
-    )
+    return Rotator(kagent, Reembedder(provider, up.embedding_url, settings.embedding_api_key()), pinned)
 
 
 def rotation_check(gov: Governance) -> ReadyCheck:
@@ -208,7 +200,8 @@ async def governance(
     # Erasure calls are memgov's own, short and bounded like governed memory calls.
     cfg = settings.upstream
     session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
-    eraser = make_eraser(settings, session, lambda: gov.kagent_headers(MEMGOV_USER))
+    kagent = KagentMemory(Upstream("kagent", cfg.controller_url, session), lambda: gov.kagent_headers(MEMGOV_USER))
+    eraser = make_eraser(settings, kagent)
     current, previous = settings.session_keys()
     bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
     gov = Governance(
@@ -218,9 +211,10 @@ async def governance(
         keys=SessionKeys(current, previous),
         bridge=bridge,
         eraser=eraser,
+        kagent=kagent,
         initial_limits=load_limits(settings.policy.dir),
         clock=clock or utcnow,
-        rotator=make_rotator(settings, session, lambda: gov.kagent_headers(MEMGOV_USER)),
+        rotator=make_rotator(settings, kagent),
     )
 
     async def state_ready() -> tuple[bool, dict[str, object]]:

@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from sidecar import metrics, tracing
+from sidecar.contentstore.kagent import KagentMemory
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import (
@@ -25,6 +26,7 @@ from sidecar.relay import (
     EMBEDDING,
     MATCH,
     MEMORY,
+    MEMORY_API,
     NO_EMBEDDING_UPSTREAM,
     SETTINGS,
     ClassHandler,
@@ -206,6 +208,7 @@ def create_data_app(
         ]
         app[CONTROLLER] = Upstream("controller", cfg.controller_url, sessions[0])
         app[MEMORY] = Upstream("memory", cfg.controller_url, sessions[1])
+        app[MEMORY_API] = KagentMemory(app[MEMORY])
         if cfg.embedding_url:
             sessions.append(
                 make_session(

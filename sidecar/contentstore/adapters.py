@@ -12,20 +12,18 @@ spelling memgov ever stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
-from urllib.parse import urlencode
 
-import aiohttp
 import asyncpg
 
+from sidecar.contentstore.kagent import Deleted, Found, KagentMemory, Refused, Unknown
 from sidecar.reasons import Reason
 
 #: Every storage key starts with this; the kagent-db orphan sweep never touches other rows.
 STORAGE_PREFIX = "mgs1."
 _PG_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
-_HTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 class AdapterError(Exception):
@@ -55,34 +53,12 @@ class EraseAdapter(Protocol):
     async def close(self) -> None: ...
 
 
-def memories_url(controller_url: str, agent_name: str, storage_key: str) -> str:
-    """kagent's list/delete URL of one (agent, user) namespace."""
-    query = urlencode({"agent_name": agent_name, "user_id": storage_key})
-    return f"{controller_url.rstrip('/')}/api/memories?{query}"
-
-
-async def list_namespace(
-    session: aiohttp.ClientSession,
-    controller_url: str,
-    agent_name: str,
-    storage_key: str,
-    headers: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Every row kagent lists for a namespace (content included); AdapterError when kagent fails."""
-    try:
-        async with session.get(memories_url(controller_url, agent_name, storage_key), headers=headers) as resp:
-            if resp.status != 200:
-                # SECURITY: kagent's error body can quote database errors; it is read and dropped.
-                await resp.read()
-                raise AdapterError(Reason.UPSTREAM_ERROR)
-            rows = await resp.json(content_type=None)
-    except _HTTP_ERRORS:
-        raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
-    except ValueError:
-        raise AdapterError(Reason.UPSTREAM_ERROR) from None
-    if not isinstance(rows, list):
-        raise AdapterError(Reason.UPSTREAM_ERROR)
-    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
+def listed(outcome: Found | Refused | Unknown) -> list[dict[str, Any]]:
+    """The rows of a namespace listing; AdapterError with a code when kagent did not list it."""
+    if isinstance(outcome, Found):
+        return outcome.rows
+    # SECURITY: kagent's error body can quote database errors; the client read and dropped it.
+    raise AdapterError(Reason.UPSTREAM_UNAVAILABLE if isinstance(outcome, Unknown) else Reason.UPSTREAM_ERROR)
 
 
 class RestAdapter:
@@ -91,30 +67,22 @@ class RestAdapter:
     name = "rest"
     exact = False
 
-    def __init__(
-        self, session: aiohttp.ClientSession, controller_url: str, headers: Callable[[], Mapping[str, str]] = dict
-    ) -> None:
-        self._session = session
-        self._base = controller_url.rstrip("/")
-        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
+    def __init__(self, kagent: KagentMemory) -> None:
+        self._kagent = kagent  # memgov's own calls (a bearer in kagent's trusted-proxy mode)
 
     async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None:
         # kagent v0.9.11 has no per-entry delete; the caller tombstones and reports "pending".
         raise AdapterError(Reason.ERASURE_FAILED)
 
     async def delete_namespace(self, agent_name: str, storage_key: str) -> None:
-        try:
-            async with self._session.delete(
-                memories_url(self._base, agent_name, storage_key), headers=self._headers()
-            ) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise AdapterError(Reason.ERASURE_FAILED)
-        except _HTTP_ERRORS:
-            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
+        deleted = await self._kagent.delete(agent_name, storage_key)
+        if isinstance(deleted, Unknown):
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)
+        if not isinstance(deleted, Deleted):
+            raise AdapterError(Reason.ERASURE_FAILED)
 
     async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
-        rows = await list_namespace(self._session, self._base, agent_name, storage_key, self._headers())
+        rows = listed(await self._kagent.list(agent_name, storage_key))
         # Only ids are kept; the content kagent returns with them is dropped right here.
         found = {r["id"] for r in rows}
         return found if entry_ids is None else found & set(entry_ids)

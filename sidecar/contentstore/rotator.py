@@ -9,14 +9,12 @@ in-cluster caller. Texts and vectors pass through memory only; error bodies are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-import aiohttp
-
-from sidecar.contentstore.adapters import AdapterError, list_namespace
+from sidecar.contentstore.adapters import AdapterError, listed
+from sidecar.contentstore.kagent import Created, KagentMemory, Unknown
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.reasons import Reason
-from sidecar.wire import dumps
 
 
 class UnknownOutcome(Exception):
@@ -28,15 +26,11 @@ class Rotator:
 
     def __init__(
         self,
-        kagent: aiohttp.ClientSession,
-        controller_url: str,
+        kagent: KagentMemory,
         reembedder: Reembedder,
         pinned: Mapping[str, EmbeddingModel],
-        headers: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
-        self._kagent = kagent
-        self._base = controller_url.rstrip("/")
-        self._headers = headers  # kagent's trusted-proxy mode wants a bearer on every call
+        self._kagent = kagent  # memgov's own calls (a bearer in kagent's trusted-proxy mode)
         self.reembedder = reembedder
         self._pinned = dict(pinned)
 
@@ -53,28 +47,20 @@ class Rotator:
 
     async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
         """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""
-        rows = await list_namespace(self._kagent, self._base, agent_query, storage_key, self._headers())
+        rows = listed(await self._kagent.list(agent_query, storage_key))
         return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
 
     async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
         """Save one copy the way a governed save is forwarded; its new kagent id."""
-        body = {"agent_name": app, "user_id": storage_key, "content": content, "vector": vector, "ttl_days": ttl}
-        headers = {**self._headers(), "Content-Type": "application/json", "X-Agent-Name": app, "X-User-Id": storage_key}
-        try:
-            async with self._kagent.post(
-                self._base + "/api/memories/sessions", data=dumps(body), headers=headers
-            ) as resp:
-                answer = await resp.json(content_type=None) if resp.status == 201 else await resp.read()
-                status = resp.status
-        except aiohttp.ClientConnectorError:
-            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None  # never sent: nothing was written
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-            raise UnknownOutcome() from None
-        entry_id = answer.get("id") if status == 201 and isinstance(answer, dict) else None
-        if not isinstance(entry_id, str):
-            # SECURITY: kagent's error body can quote database errors; it was read and dropped.
-            raise AdapterError(Reason.UPSTREAM_ERROR)
-        return entry_id
+        saved = await self._kagent.save(app, storage_key, content, vector, ttl)
+        if isinstance(saved, Created):
+            return saved.id
+        if isinstance(saved, Unknown):
+            if saved.sent:
+                raise UnknownOutcome()
+            raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)  # never sent: nothing was written
+        # SECURITY: kagent's error body can quote database errors; it was read and dropped.
+        raise AdapterError(Reason.UPSTREAM_ERROR)
 
     async def close(self) -> None:
         """Close the provider session (the kagent session belongs to the erasure adapter)."""

@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Final
 
-import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -21,7 +20,7 @@ from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import forget_one, inspect
 from sidecar.control.erase import forget_all, off, offboard
 from sidecar.control.erasures import get_erasure
-from sidecar.control.http import ERASURE, KAGENT, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS
+from sidecar.control.http import ERASURE, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
 from sidecar.erasure.machine import ErasureEngine
@@ -36,7 +35,6 @@ from sidecar.state.types import StateError
 
 log = get_logger("control")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_KAGENT_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=5)
 
 #: (method, path, handler) — the whole control API (SPEC §5); docs/openapi.json describes each.
 ROUTES: tuple[tuple[str, str, Handler], ...] = (
@@ -138,12 +136,6 @@ async def observe_control(request: web.Request, handler: Handler) -> web.StreamR
     return resp
 
 
-async def _kagent_session(app: web.Application) -> AsyncIterator[None]:
-    async with aiohttp.ClientSession(timeout=_KAGENT_TIMEOUT) as session:
-        app[KAGENT] = session
-        yield
-
-
 def create_control_app(gov: Governance, engine: ErasureEngine) -> web.Application:
     """Build the control API around one governance runtime and erasure engine."""
     app = web.Application(middlewares=[observe_control], client_max_size=MAX_BODY_BYTES)
@@ -151,7 +143,6 @@ def create_control_app(gov: Governance, engine: ErasureEngine) -> web.Applicatio
     app[ERASURE] = engine
     if gov.settings.trust.operator_key_file is not None:
         app[OPERATORS] = load_verifier(gov.settings.trust.operator_key_file, setting="trust.operator_key_file")
-    app.cleanup_ctx.append(_kagent_session)
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
     return app

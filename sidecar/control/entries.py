@@ -14,10 +14,10 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from sidecar.contentstore.adapters import AdapterError, list_namespace
+from sidecar.contentstore.adapters import AdapterError, listed
 from sidecar.control.auth import spend, subject_scope
 from sidecar.control.erasures import erasure_answer
-from sidecar.control.http import ERASURE, KAGENT, ok, operation
+from sidecar.control.http import ERASURE, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
@@ -29,7 +29,6 @@ from sidecar.policy.model import ContextScope, Decision, Entries, Operation, Req
 from sidecar.reasons import Reason, Refusal
 from sidecar.state import codec
 from sidecar.state.types import Scope
-from sidecar.upstream import MEMGOV_USER
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50
@@ -96,13 +95,7 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     texts: dict[str, str] = {}
     if current and live_ns is not None:
         try:
-            rows = await list_namespace(
-                request.app[KAGENT],
-                gov.settings.upstream.controller_url,
-                gov.query_name(scope.agent),
-                live_ns.storage_key,
-                gov.kagent_headers(MEMGOV_USER),
-            )
+            rows = listed(await gov.kagent.list(gov.query_name(scope.agent), live_ns.storage_key))
         except AdapterError as exc:
             raise Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY, scope_id=scope.scope_id) from None
         texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}

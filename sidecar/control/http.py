@@ -11,7 +11,6 @@ import json
 from http import HTTPStatus
 from typing import Final, TypeVar
 
-import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
@@ -24,7 +23,6 @@ from sidecar.state.types import Scope
 
 ERASURE: Final = web.AppKey("erasure_engine", ErasureEngine)
 OPERATORS: Final = web.AppKey("operator_verifier", Verifier)
-KAGENT: Final = web.AppKey("kagent_session", aiohttp.ClientSession)
 SWEEPERS: Final = web.AppKey("sweepers", Sweepers)
 OPERATION: Final = web.RequestKey("control_operation", str)
 MAX_BODY_BYTES: Final = 16 * 1024

@@ -15,35 +15,29 @@ from datetime import timedelta
 from http import HTTPStatus
 from typing import Any, Final
 
-import aiohttp
-import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
 from sidecar import metrics, tracing
 from sidecar.contentstore.adapters import AdapterError
+from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.decide.respond import Denied, decide, gov_of, json_answer, record
 from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
-from sidecar.relay import MEMORY, read_body
+from sidecar.relay import MEMORY_API, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.admission import Admission, Claims, WriteAsk
 from sidecar.state.types import BudgetClaim, Namespace, Scope
-from sidecar.upstream import Upstream, UpstreamUnavailable, filter_headers
-from sidecar.wire import BadBody, StrictJSON, dumps, is_int64, is_number, is_vector
+from sidecar.upstream import filter_headers
+from sidecar.wire import BadBody, StrictJSON, is_int64, is_number, is_vector
 
-SAVE_PATH: Final = "/api/memories/sessions"
-SEARCH_PATH: Final = "/api/memories/search"
 #: Fields kagent v0.9.11 reads from a save and from a search (its Go request structs).
 _SAVE_FIELDS: Final = ("agent_name", "user_id", "content", "vector", "metadata", "ttl_days")
 _SEARCH_FIELDS: Final = ("agent_name", "user_id", "vector", "limit", "min_score")
 _SAVE = StrictJSON(_SAVE_FIELDS)
 _BATCH = StrictJSON(("items", *_SAVE_FIELDS))
 _SEARCH = StrictJSON(_SEARCH_FIELDS)
-#: Headers memgov sets itself on a forwarded memory call (the body says everything kagent reads).
-_REPLACED: Final = ("Host", "Content-Length", "Content-Type", "Content-Encoding", "X-User-Id", "X-Agent-Name")
 
 
 def _fact_ok(item: object) -> bool:
@@ -150,31 +144,6 @@ async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admiss
     return decision
 
 
-def _upstream_headers(request: web.Request, key: str, app_name: str) -> CIMultiDict[str]:
-    headers = filter_headers(request.headers, drop=_REPLACED)
-    headers.update({"Content-Type": "application/json", "X-User-Id": key, "X-Agent-Name": app_name})
-    return headers
-
-
-async def _post(upstream: Upstream, path: str, headers: CIMultiDict[str], body: bytes) -> tuple[int, Any]:
-    """POST a JSON body memgov encoded to kagent; (status, parsed body or None). Error bodies are never kept.
-
-    Raises UpstreamUnavailable when no complete answer arrived (``sent`` tells whether the
-    request may have reached kagent).
-    """
-    async with upstream.request("POST", path, headers=headers, data=body) as resp:
-        try:
-            raw = await resp.read()
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            raise UpstreamUnavailable(timeout=False) from None
-        if resp.status >= HTTPStatus.BAD_REQUEST:
-            return resp.status, None
-        try:
-            return resp.status, orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return resp.status, None  # an answer memgov cannot read is no answer
-
-
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     ceiling = min(decision.obligations.ttl_days or max_days, max_days)
     if is_int64(requested) and 0 < requested < ceiling:
@@ -191,7 +160,8 @@ async def _write(
     assert scope is not None and scope.namespace is not None and op_id is not None  # admitted: slots are held
     ns = scope.namespace
     app = gov.app_name(scope.agent)
-    headers = _upstream_headers(request, ns.storage_key, app)
+    kagent: KagentMemory = request.app[MEMORY_API]
+    headers = filter_headers(request.headers)  # the agent's own (its bearer, its trace); kagent's names are set there
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
     created: list[str] = []
     in_doubt = False  # True while a save is on its way and its outcome is not yet known
@@ -199,31 +169,23 @@ async def _write(
     refusal: Refusal | None = None  # raised once the write is settled (never inside the roll-back guard)
     try:
         for index, fact in enumerate(facts):
-            # SECURITY: memgov serializes the body from the checked values: one canonical agent
+            in_doubt = True  # from here on the save may be sent
+            # SECURITY: the client builds the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
-            body = dumps(
-                {
-                    "agent_name": app,
-                    "user_id": ns.storage_key,
-                    "content": fact.get("content", ""),
-                    "vector": fact["vector"],
-                    "ttl_days": ttl,
-                }
+            saved = await kagent.save(
+                app, ns.storage_key, fact.get("content", ""), fact["vector"], ttl, headers=headers
             )
-            in_doubt = True  # encoded: from here on the save may be sent
-            try:
-                status, answer = await _post(request.app[MEMORY], SAVE_PATH, headers, body)
-            except UpstreamUnavailable as exc:
-                in_doubt = exc.sent  # a connection that never opened wrote nothing
-                raise
+            if isinstance(saved, Unknown):
+                in_doubt = saved.sent  # a connection that never opened wrote nothing
+                raise saved.refusal()
             in_doubt = False
-            entry_id = answer.get("id") if isinstance(answer, dict) else None
-            if status != HTTPStatus.CREATED or not isinstance(entry_id, str):
+            if not isinstance(saved, Created):
                 await _roll_back(gov, scope, ns, created, slots[len(created) :])
                 refusal = Refusal(
-                    Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status
+                    Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=saved.status
                 )
                 break
+            entry_id = saved.id
             created.append(entry_id)
             at = gov.now()
             fill = (slots[index], entry_id, at, at + timedelta(days=gov.limits.max_days))
@@ -382,26 +344,31 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     ns: Namespace | None = scope.namespace
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
     app = gov.app_name(scope.agent)
+    kagent: KagentMemory = request.app[MEMORY_API]
+    headers = filter_headers(request.headers)
     found: list[Any] = []
     # At most twice: a rotation may switch the scope to a fresh namespace while a search is under way.
     for _ in range(2):
         if ns is None:
             break
-        body = {
-            "agent_name": app,
-            "user_id": ns.storage_key,
-            "vector": payload["vector"],
-            "limit": min(limit if limit and limit > 0 else 5, ceiling),
-            "min_score": payload.get("min_score", 0),
-        }
-        status, rows = await _post(
-            request.app[MEMORY], SEARCH_PATH, _upstream_headers(request, ns.storage_key, app), dumps(body)
+        searched = await kagent.search(
+            app,
+            ns.storage_key,
+            payload["vector"],
+            min(limit if limit and limit > 0 else 5, ceiling),
+            payload.get("min_score", 0),
+            headers=headers,
         )
-        if status >= HTTPStatus.BAD_REQUEST or not isinstance(rows, list):
-            raise Refusal(Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status)
-        ids = [r["id"] for r in rows if isinstance(r, dict) and isinstance(r.get("id"), str)]
+        if isinstance(searched, Unknown):
+            raise searched.refusal()
+        if isinstance(searched, Refused):
+            raise Refusal(
+                Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=searched.status
+            )
+        rows = searched.rows
+        ids = [r["id"] for r in rows]
         keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
-        found = [r for r in rows if isinstance(r, dict) and r.get("id") in keep]
+        found = [r for r in rows if r["id"] in keep]
         if ids and len(keep) == len(ids):
             break
         ns = await _switched(gov, scope, ns)

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sidecar.contentstore.adapters import memories_url
+from sidecar.contentstore.kagent import namespace_query
 from tests.erasure.test_crash import Crash, _read_after_delete, _scope_with_memory, crashing, locked_scope_row
 from tests.support.harness import AGENT, APP
 from tests.support.upstream import Upstream, runtime_headers
@@ -127,7 +127,7 @@ class TestKillDuringRotation:
         assert [(r.content, r.user_id, r.agent_name) for r in rows] == [("lives in Lisbon", live.storage_key, APP)]
         assert live.ns_id != live_ns.ns_id and live.storage_key != live_ns.storage_key
         async with c.http.get(
-            memories_url(c.stack.kagent_url, APP, live_ns.storage_key), headers=runtime_headers(c.upstream, AGENT)
+            c.stack.kagent_url + namespace_query(APP, live_ns.storage_key), headers=runtime_headers(c.upstream, AGENT)
         ) as resp:
             assert await resp.json() == []
         if stuck_in == "copying":  # the orphaned staged namespace was retired, waited for, cleared and read back
