@@ -25,6 +25,7 @@ from sidecar.contentstore.kagent import Created, Deleted, Found, KagentMemory, R
 from sidecar.contentstore.reembed import Reembedder
 from sidecar.contentstore.rotator import Rotator, UnknownOutcome
 from sidecar.dev.devstack.pg import PgServer
+from sidecar.dev.devstack.realkagent import AuthMode
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.reasons import Reason
 from sidecar.settings import UpstreamSettings
@@ -38,7 +39,7 @@ KEY = "mgs1.scope-a.1"
 
 
 @asynccontextmanager
-async def client(url: str, *, timeout_s: float = 10.0, auth_mode: str = "unsecure") -> AsyncIterator[KagentMemory]:
+async def client(url: str, *, timeout_s: float = 10.0, auth_mode: AuthMode = "unsecure") -> AsyncIterator[KagentMemory]:
     cfg = UpstreamSettings(controller_url=url, kagent_auth_mode=auth_mode)
     bearer = KagentBearer(cfg)
     session = make_session(cfg, pool_size=4, total_timeout_s=timeout_s)
