@@ -43,7 +43,11 @@ class TestStateStoreDown:
 
 class TestGarbageUpstream:
     async def test_garbage_from_kagent_is_never_relayed(self, make_stack, aiohttp_server):
-        """Non-JSON 2xx answers on save and search become content-free upstream errors, nothing is recorded."""
+        """Non-JSON 2xx answers on save and search become content-free 502s, nothing readable is recorded.
+
+        A save answered 201 without a readable id created a row memgov cannot name: its outcome is
+        unknown (the slot and the in-flight record stay, so an erasure waits for it or clears again).
+        """
 
         async def garbage(request: web.Request) -> web.Response:
             status = 201 if request.path.endswith("sessions") else 200
@@ -56,7 +60,7 @@ class TestGarbageUpstream:
         scope = await stack.scope()
         key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
         status, body, _ = await stack.save(key, "fact")
-        assert status == 502 and body["error"] == "upstream_error" and "exploded" not in json.dumps(body)
+        assert status == 502 and body["error"] == "upstream_unavailable" and "exploded" not in json.dumps(body)
         status, body, _ = await stack.search(key, "fact")
         assert status == 502 and body["error"] == "upstream_error"
         entries = await stack.gov.store.entries_of_scope(scope.scope_id)
