@@ -9,6 +9,7 @@ this module knows how it is built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -188,50 +189,51 @@ async def governance(
 ) -> AsyncIterator[Governance]:
     """Open the state store, start the policy runtime, load keys; register readiness checks.
 
-    Readiness means "can serve traffic": a state store that stops answering degrades memory (SPEC
-    D6) but leaves the gateway ready; the check reports whether the store answers.
+    Everything is opened inside one exit stack: whatever step fails (a key file that cannot be read
+    after the store opened), what was opened before it is closed, in reverse order; so is all of it
+    when the block ends. Readiness means "can serve traffic": a state store that stops answering
+    degrades memory (SPEC D6) but leaves the gateway ready; the check reports whether the store answers.
     """
-    store = await open_state(settings)
-    try:
+    async with contextlib.AsyncExitStack() as opened:
+        store = await open_state(settings)
+        opened.push_async_callback(store.close)
         policy = await PolicyRuntime.start(settings.policy)
-    except BaseException:
-        await store.close()
-        raise
-    # Erasure calls are memgov's own, short and bounded like governed memory calls.
-    cfg = settings.upstream
-    session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
-    kagent = KagentMemory(Upstream("kagent", cfg.controller_url, session), lambda: gov.kagent_headers(MEMGOV_USER))
-    eraser = make_eraser(settings, kagent)
-    current, previous = settings.session_keys()
-    bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
-    gov = Governance(
-        settings=settings,
-        store=store,
-        policy=policy,
-        keys=SessionKeys(current, previous),
-        bridge=bridge,
-        eraser=eraser,
-        kagent=kagent,
-        initial_limits=load_limits(settings.policy.dir),
-        clock=clock or utcnow,
-        rotator=make_rotator(settings, kagent),
-    )
+        opened.push_async_callback(policy.close)
+        # memgov's own kagent calls (erasure, rotation, inspect) are short and bounded like governed memory calls.
+        cfg = settings.upstream
+        session = make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s)
+        opened.push_async_callback(session.close)
+        bearer = KagentBearer(cfg)
+        kagent = KagentMemory(
+            Upstream("kagent", cfg.controller_url, session),
+            lambda: bearer.headers(MEMGOV_USER, int((clock or utcnow)().timestamp())),
+        )
+        eraser = make_eraser(settings, kagent)
+        opened.push_async_callback(eraser.close)
+        rotator = make_rotator(settings, kagent)
+        if rotator is not None:
+            opened.push_async_callback(rotator.close)
+        current, previous = settings.session_keys()
+        bridge = load_verifier(settings.trust.bridge_key_file) if settings.trust.bridge_key_file else None
+        gov = Governance(
+            settings=settings,
+            store=store,
+            policy=policy,
+            keys=SessionKeys(current, previous),
+            bridge=bridge,
+            eraser=eraser,
+            kagent=kagent,
+            initial_limits=load_limits(settings.policy.dir),
+            clock=clock or utcnow,
+            kagent_bearer=bearer,
+            rotator=rotator,
+        )
 
-    async def state_ready() -> tuple[bool, dict[str, object]]:
-        return True, {"backend": store.backend, "available": store.health.available}
+        async def state_ready() -> tuple[bool, dict[str, object]]:
+            return True, {"backend": store.backend, "available": store.health.available}
 
-    readiness.checks["policy"] = policy.ready_check
-    readiness.checks["state"] = state_ready
-    readiness.checks["rotation"] = rotation_check(gov)
-    try:
-        async with store.watched(settings.state.check_interval_s):
-            yield gov
-    finally:
-        for name in ("policy", "state", "rotation"):
-            readiness.checks.pop(name, None)
-        await eraser.close()
-        if gov.rotator is not None:
-            await gov.rotator.close()
-        await session.close()
-        await policy.close()
-        await store.close()
+        checks = {"policy": policy.ready_check, "state": state_ready, "rotation": rotation_check(gov)}
+        readiness.checks.update(checks)
+        opened.callback(lambda: [readiness.checks.pop(name, None) for name in checks])
+        await opened.enter_async_context(store.watched(settings.state.check_interval_s))
+        yield gov
