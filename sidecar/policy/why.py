@@ -87,9 +87,10 @@ def cedar_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
     for rel, text in sorted(pack.select("cedar", ".cedar").items()):
         for st in cedar_statements(text):
             ident = cedar_annotations(st.text).get("id", "")
-            if code_of_id(ident) != code:
-                continue
-            head = st.text.index("(", _EFFECT.search(st.text).end())  # type: ignore[union-attr]
+            effect = _EFFECT.search(st.text)
+            if code_of_id(ident) != code or effect is None:
+                continue  # another rule's statement (a statement always names its effect)
+            head = st.text.index("(", effect.end())
             scope = " ".join(st.text[head + 1 : _closing(st.text, head)].split())
             applies = _cedar_value("true", scope, request, entities, schema) == "true"
             out.append(
