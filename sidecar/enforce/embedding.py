@@ -20,12 +20,12 @@ from aiohttp import web
 from sidecar import metrics
 from sidecar.decide.facts import agent_of, utf8_len
 from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
+from sidecar.enforce import budgets
 from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.routes import RouteMatch
 from sidecar.state.rotations import ENCODINGS
-from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
@@ -83,24 +83,7 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
     # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
     failed, levels = await gov.store.reserve_counted(
-        [
-            BudgetClaim(
-                kind="window",
-                key=f"embed-src:{ref}:{request.remote or ''}",
-                cost=len(inputs),
-                limit=lim.embedding_items_per_source_hour,
-                window_s=3600,
-                reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
-            ),
-            BudgetClaim(
-                kind="window",
-                key=f"embed:{ref}",
-                limit=lim.embedding_items_per_agent_hour,
-                cost=len(inputs),
-                window_s=3600,
-                reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
-            ),
-        ],
+        budgets.embedding_items(lim, ref, request.remote or "", len(inputs)),
         gov.now(),
     )
     # A prefetch query is embedded here before its search (which carries only a vector), so the

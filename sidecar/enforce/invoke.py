@@ -16,13 +16,13 @@ from aiohttp import web
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
+from sidecar.enforce import budgets
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import CONTROLLER, forward, read_body
 from sidecar.routes import RouteMatch
-from sidecar.state.types import BudgetClaim
 from sidecar.wire import BadBody, StrictJSON
 
 #: The A2A fields memgov reads from an invocation; an agent's A2A server (a Go one matches keys
@@ -79,16 +79,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
             # Peek: a reservation of nothing against one less than the limit succeeds only while
             # at least one operation is left this hour, so an exhausted scope chats without memory.
             failed, levels = await gov.store.reserve_counted(
-                [
-                    BudgetClaim(
-                        kind="window",
-                        key=f"hour:{found.scope_id}",
-                        limit=gov.limits.hourly_operations - 1,
-                        cost=0,
-                        window_s=3600,
-                        reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
-                    )
-                ],
+                [budgets.scope_hour(gov.limits, found.scope_id, 0, headroom=1)],
                 gov.now(),
             )
             # With the one operation it needs, against the agent's own cap in the policy.

@@ -18,10 +18,11 @@ from typing import Any, Final
 from aiohttp import web
 
 from sidecar import metrics, tracing
-from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.decide.respond import Denied, decide, gov_of, json_answer, record
+from sidecar.enforce import budgets
+from sidecar.enforce.saga import WriteSaga
 from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
@@ -49,28 +50,6 @@ def _fact_ok(item: object) -> bool:
         and isinstance(item.get("user_id"), str)
         and is_vector(item.get("vector"))
         and ("ttl_days" not in item or is_int64(item["ttl_days"]))
-    )
-
-
-def _rate_claim(gov: Governance, scope: Scope) -> BudgetClaim:
-    lim = gov.limits
-    return BudgetClaim(
-        kind="bucket",
-        key=f"rate:{scope.principal_mxid}:{scope.agent}",
-        limit=lim.rate_burst,
-        refill_per_s=lim.rate_per_minute / 60.0,
-        reason=Reason.RATE_LIMITED.value,
-    )
-
-
-def _hour_claim(gov: Governance, scope: Scope, cost: int) -> BudgetClaim:
-    return BudgetClaim(
-        kind="window",
-        key=f"hour:{scope.scope_id}",
-        limit=gov.limits.hourly_operations,
-        cost=cost,
-        window_s=3600,
-        reason=Reason.HOURLY_BUDGET_EXHAUSTED.value,
     )
 
 
@@ -104,7 +83,12 @@ async def _admit(
 
 
 def _save_claims(gov: Governance, cost: int) -> Claims:
-    return lambda scope, _window: [_rate_claim(gov, scope), _hour_claim(gov, scope, cost)]
+    def claims(scope: Scope, _window: str | None) -> list[BudgetClaim]:
+        lim = gov.limits
+        rate = budgets.sender_rate(lim, scope.principal_mxid, scope.agent)
+        return [rate, budgets.scope_hour(lim, scope.scope_id, cost)]
+
+    return claims
 
 
 def _lease_s(gov: Governance, n: int) -> float:
@@ -156,100 +140,48 @@ async def _write(
 ) -> web.StreamResponse:
     """Forward each fact of an admitted save as a single save (its slots and in-flight record are held)."""
     gov = gov_of(request)
-    scope, op_id, slots = adm.scope, adm.op_id, adm.slots
+    scope, op_id = adm.scope, adm.op_id
     assert scope is not None and scope.namespace is not None and op_id is not None  # admitted: slots are held
     ns = scope.namespace
     app = gov.app_name(scope.agent)
     kagent: KagentMemory = request.app[MEMORY_API]
     headers = filter_headers(request.headers)  # the agent's own (its bearer, its trace); kagent's names are set there
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
-    created: list[str] = []
-    in_doubt = False  # True while a save is on its way and its outcome is not yet known
-    ended = False  # the in-flight record was dropped with the last fill
-    refusal: Refusal | None = None  # raised once the write is settled (never inside the roll-back guard)
-    try:
+    lifetime = timedelta(days=gov.limits.max_days)
+    refusal: Refusal | None = None  # raised once the write is settled
+    async with WriteSaga(gov, scope, ns, op_id, adm.slots) as saga:
         for index, fact in enumerate(facts):
-            in_doubt = True  # from here on the save may be sent
+            saga.sending()
             # SECURITY: the client builds the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
             saved = await kagent.save(
                 app, ns.storage_key, fact.get("content", ""), fact["vector"], ttl, headers=headers
             )
             if isinstance(saved, Unknown):
-                in_doubt = saved.sent  # a connection that never opened wrote nothing
+                if not saved.sent:
+                    saga.answered()  # a connection that never opened wrote nothing
                 raise saved.refusal()
-            in_doubt = False
+            saga.answered()
             if not isinstance(saved, Created):
-                await _roll_back(gov, scope, ns, created, slots[len(created) :])
+                await saga.undo()
+                status = saved.status
                 refusal = Refusal(
-                    Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=saved.status
+                    Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=status
                 )
                 break
-            entry_id = saved.id
-            created.append(entry_id)
-            at = gov.now()
-            fill = (slots[index], entry_id, at, at + timedelta(days=gov.limits.max_days))
-            if index < len(facts) - 1:
-                await gov.store.fill_entry(*fill)
-                continue
-            # The last fill, the check that the namespace is still live and the end of the
-            # in-flight record are one state call.
-            ended = await gov.store.finish_write(op_id, scope.scope_id, ns.ns_id, [fill])
-        else:
-            if not ended:
+            if not await saga.landed(saved.id, lifetime, last=index == len(facts) - 1):
                 # SECURITY: consent was withdrawn (or the namespace retired) while this write was in
                 # flight; undo it at once.
-                await _roll_back(gov, scope, ns, created, [], dead_namespace=True)
+                await saga.undo(dead_namespace=True)
                 refusal = Refusal(Reason.STALE_GENERATION, scope_id=scope.scope_id, credentialed=True)
-    except BaseException:
-        # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
-        await _roll_back(gov, scope, ns, created, slots[len(created) + int(in_doubt) :])
-        if in_doubt:
-            # SECURITY: that save may still commit in kagent. The in-flight record stays until its
-            # lease ends and the namespace is marked possibly written, so an erasure waits for it
-            # or clears again afterwards (SPEC D4).
-            until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
-            await gov.store.write_outcome_unknown(op_id, until)
-        raise
-    finally:
-        if not in_doubt and not ended:
-            await gov.store.end_write(op_id)
     if refusal is not None:
         raise refusal
+    created = saga.created
     metrics.MEMORY_OPERATIONS.labels("save").inc(len(created))
     if op is Operation.MEMORY_SAVE_BATCH:
         metrics.MEMORY_OPERATIONS.labels("summarization").inc()
         return json_answer(HTTPStatus.CREATED, {"count": len(created)}, decision)
     return json_answer(HTTPStatus.CREATED, {"id": created[0]}, decision)
-
-
-async def _roll_back(
-    gov: Governance,
-    scope: Scope,
-    ns: Namespace,
-    created: list[str],
-    unused_slots: list[str],
-    *,
-    dead_namespace: bool = False,
-) -> None:
-    """Make created entries unreadable now, and physically gone where the adapter can."""
-    if unused_slots:
-        await gov.store.release_entries(unused_slots)
-    if not created:
-        return
-    now = gov.now()
-    await gov.store.tombstone(scope.scope_id, created, now)
-    agent = gov.query_name(scope.agent)
-    try:
-        if dead_namespace:
-            await gov.eraser.delete_namespace(agent, ns.storage_key)  # a retired namespace is never read again
-        elif gov.eraser.exact:
-            await gov.eraser.delete_entries(agent, ns.storage_key, created)
-        else:
-            return  # rest adapter: tombstoned, physical deletion pending until the namespace is cleared
-        await gov.store.mark_physically_deleted(created, gov.now())
-    except AdapterError:
-        pass  # tombstoned already; the sweepers retry the physical deletion
 
 
 async def _parse(request: web.Request, parser: StrictJSON) -> dict[str, Any]:
@@ -320,18 +252,13 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     gov = gov_of(request)
 
     def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
+        lim = gov.limits
         first = (
-            BudgetClaim(
-                kind="counter",
-                key=f"prefetch:{window}",
-                limit=gov.limits.prefetch_searches,
-                ttl_s=gov.settings.enforce.prefetch_window_s,
-                reason=Reason.PREFETCH_LIMIT.value,
-            )
+            budgets.prefetch(lim, window, gov.settings.enforce.prefetch_window_s)
             if window is not None
-            else _rate_claim(gov, scope)
+            else budgets.sender_rate(lim, scope.principal_mxid, scope.agent)
         )
-        return [first, _hour_claim(gov, scope, 2)]
+        return [first, budgets.scope_hour(lim, scope.scope_id, 2)]
 
     kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
     limit = payload.get("limit")
