@@ -150,6 +150,7 @@ class TestThroughAnOrgList:
         assert code == 0, out
         assert "0 disagreement(s)" in out.splitlines()[-1]
 
+    @pytest.mark.slow  # a proof, as in tests/policy/test_prove.py
     def test_prove_holds_the_listed_agents_to_their_cap(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
     ) -> None:
