@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sidecar import tracing
 from sidecar.dev.devstack.pg import PORT_RANGE_ENV
 from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
+from tests.support.hangs import tasks_dumped_before
 from tests.support.kube import KubeApi, kube_api
 from tests.support.pg import PgServer, start_pg
 from tests.support.upstream import (
@@ -86,6 +87,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.path.relative_to(root).as_posix()
         if module in SLOW_MODULES or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(SLOW)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test about to time out prints where its asyncio tasks wait (tests/support/hangs.py)."""
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    with tasks_dumped_before(timeout, item.nodeid):
+        return (yield)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
