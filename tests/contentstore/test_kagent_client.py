@@ -9,6 +9,7 @@ status at most, and the row's text reaches no log line, metric, span or outcome.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -242,3 +243,24 @@ class TestUsers:
                     await rotator.save(APP, KEY, "text", [0.5], 7)
             finally:
                 await rotator.close()
+
+
+class TestOneClient:
+    def test_only_the_client_names_kagents_memory_paths(self) -> None:
+        """No other runtime module spells a memory path: whatever reaches kagent's memory API goes through
+        KagentMemory. The data plane's route table classifies incoming paths, and the drill and dev
+        tooling are clients of memgov's own data plane."""
+        root = Path(__file__).resolve().parents[2] / "sidecar"
+        allowed = {"contentstore/kagent.py", "routes.py"}
+        spelled = set()
+        for path in root.rglob("*.py"):
+            rel = path.relative_to(root).as_posix()
+            if rel in allowed or rel.startswith(("dev/", "drill/")):
+                continue
+            tree = ast.parse(path.read_text())
+            prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+            for node in ast.walk(tree):
+                text = node.value if isinstance(node, ast.Constant) and id(node) not in prose else None
+                if isinstance(text, str) and "/api/memories" in text:
+                    spelled.add(rel)
+        assert spelled == set()
