@@ -72,7 +72,11 @@ class UpstreamSettings(_Section):
         64, ge=1, description="Separate connection pool for governed memory calls, so other traffic cannot starve them."
     )
     memory_timeout_s: float = Field(
-        10.0, gt=0, le=120, description="Whole-request timeout of one governed memory call to kagent, seconds."
+        10.0,
+        gt=0,
+        le=120,
+        description="Whole-request timeout of one memory call to kagent, seconds: an agent's governed save or"
+        " search, and memgov's own listings, copies and deletions (erasure, rotation, inspect).",
     )
     embedding_api_key_file: Path | None = Field(
         None,
