@@ -30,7 +30,7 @@ class TestCedarPack:
     @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
     def test_case(self, cedar: CedarEngine, case: Case) -> None:
         """The Cedar pack answers the case's action and exact reason codes."""
-        result = judge(case, "cedar", cedar.decide_sync(case.inp))
+        result = judge(case, "cedar", cedar.evaluate_sync(case.inp))
         assert (result.action, result.reasons) == (case.action.value, case.reasons)
 
 
@@ -41,7 +41,7 @@ class TestOpaPack:
         engine = OpaEngine(reference_opa_url, 5.0)
         try:
             await engine.commit(engine.prepare(PACK))
-            result = judge(case, "opa", await engine.decide(case.inp))
+            result = judge(case, "opa", await engine.evaluate(case.inp))
         finally:
             await engine.close()
         assert (result.action, result.reasons) == (case.action.value, case.reasons)

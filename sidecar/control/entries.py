@@ -21,7 +21,7 @@ from sidecar.control.http import ERASURE, ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.decide.respond import Denied, decide, record, stamp
+from sidecar.decide.respond import Denied, Facts, decide_and_record, stamp
 from sidecar.erasure.evidence import iso
 from sidecar.erasure.machine import Kind
 from sidecar.governance import GOVERNANCE, Governance
@@ -58,9 +58,7 @@ async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
     facts, ctx = seen.facts, seen.claims
     # The principal is the one the bridge attests; the policy compares it with the scope's.
     principal = principal_of(ctx.sub, ctx.origin) if ctx else principal_of(scope.principal_mxid, scope.origin)
-    decision = await decide(
-        request,
-        Operation.CONTROL_INSPECT,
+    asked = Facts(
         agent_ref=scope.agent,
         principal=principal,
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)),
@@ -74,8 +72,9 @@ async def attest(request: web.Request, scope: Scope, live: int) -> Decision:
         audience=audience_of(ctx.audience) if ctx else None,
         entries=Entries(count=live, cap=gov.limits.max_entries),
     )
-    await record(request, Operation.CONTROL_INSPECT, decision, scope_id=scope.scope_id, credentialed=True)
-    return decision
+    return await decide_and_record(
+        request, Operation.CONTROL_INSPECT, asked, scope_id=scope.scope_id, credentialed=True
+    )
 
 
 async def inspect(request: web.Request) -> web.StreamResponse:

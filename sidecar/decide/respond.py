@@ -1,21 +1,35 @@
 """Deciding and answering: run the policy, record the decision (log, metric, audit), stamp the answer.
 
-A refusal made in code (malformed request, cap or fence hit, state store down) is recorded by
-:func:`refuse`; a refusal the policy made is raised as :class:`Denied`, carrying its decision,
-which :func:`decide` and :func:`record` already logged and audited.
+A handler asks with :func:`decide_and_record` and a typed :class:`Facts`; the decision it gets back
+is always recorded already, so no route can forget its audit row. A refusal made in code
+(malformed request, cap or fence hit, state store down) is recorded by :func:`refuse`; a refusal
+the policy made is raised as :class:`Denied`, carrying its recorded decision.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
 
 from aiohttp import web
 
 from sidecar import metrics, tracing
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
-from sidecar.policy.model import Action, Decision, DecisionInput, Entries, Operation
+from sidecar.policy.model import (
+    Action,
+    Agent,
+    Audience,
+    Budget,
+    Decision,
+    DecisionInput,
+    Entries,
+    Operation,
+    Principal,
+    RequestFacts,
+    RoomState,
+    ScopeRecord,
+)
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Reason, Refusal, primary
 from sidecar.relay import DECISION_ID, json_error
@@ -40,26 +54,50 @@ def gov_of(request: web.Request) -> Governance:
     return request.app[GOVERNANCE]
 
 
-@tracing.traced("memgov.decide", lambda request, operation, /, **_: {"operation": operation.value})
-async def decide(
-    request: web.Request,
-    operation: Operation,
-    /,
-    *,
-    agent_ref: str | None,
-    entries: Entries | None = None,
-    **facts: Any,
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What one decision is asked about besides the operation: each field is the decision input's
+    field of that name (``None``: unknown, or the model's default); ``agent_ref`` picks the
+    deployment facts (the target agent's ghost)."""
+
+    agent_ref: str | None = None
+    principal: Principal | None = None
+    agent: Agent | None = None
+    scope: ScopeRecord | None = None
+    request: RequestFacts | None = None
+    room: RoomState | None = None
+    audience: Audience | None = None
+    budget: Budget | None = None
+    entries: Entries | None = None
+
+
+async def decide_and_record(
+    request: web.Request, operation: Operation, facts: Facts, *, scope_id: str | None, credentialed: bool = False
 ) -> Decision:
-    """Build the decision input, ask the policy runtime (engine + floor), remember the answer."""
+    """Ask the policy runtime (engine + floor) about ``facts`` and record its answer; the decision
+    returned is always recorded (log, metric, audit row or count)."""
+    decision = await _decide(request, operation, facts)
+    await record(request, operation, decision, scope_id=scope_id, credentialed=credentialed)
+    return decision
+
+
+@tracing.traced("memgov.decide", lambda request, operation, facts: {"operation": operation.value})
+async def _decide(request: web.Request, operation: Operation, facts: Facts) -> Decision:
     gov = gov_of(request)
     if gov.policy.pack is None:
         return await refuse(request, operation, Reason.POLICY_UNAVAILABLE)
     inp = DecisionInput(
         operation=operation,
-        entries=entries or Entries(count=0, cap=gov.limits.max_entries),
+        principal=facts.principal,
+        agent=facts.agent,
+        scope=facts.scope,
+        request=facts.request or RequestFacts(),
+        room=facts.room,
+        audience=facts.audience,
+        budget=facts.budget or Budget(),
+        entries=facts.entries or Entries(count=0, cap=gov.limits.max_entries),
         now=int(gov.now().timestamp()),
-        deployment=gov.deployment(agent_ref),
-        **facts,
+        deployment=gov.deployment(facts.agent_ref),
     )
     decision = await gov.policy.decide(inp, request[DECISION_ID])
     request[DECISION] = decision

@@ -28,12 +28,17 @@ def sender_rate(limits: Limits, principal: str, agent: str) -> BudgetClaim:
     )
 
 
+def scope_hour_key(scope_id: str) -> str:
+    """The stored name of a scope's hourly operations budget."""
+    return f"hour:{scope_id}"
+
+
 def scope_hour(limits: Limits, scope_id: str, cost: int, *, headroom: int = 0) -> BudgetClaim:
     """Memory operations of one scope in the hour; ``headroom`` reserves that many below the limit
     (a reservation of nothing with headroom 1 only asks whether one operation is left)."""
     return BudgetClaim(
         kind="window",
-        key=f"hour:{scope_id}",
+        key=scope_hour_key(scope_id),
         limit=limits.hourly_operations - headroom,
         cost=cost,
         window_s=HOUR_S,

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from sidecar import metrics
 from sidecar.decide.facts import agent_of, utf8_len
-from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
+from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
 from sidecar.enforce import budgets
 from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
@@ -89,15 +89,9 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     # A prefetch query is embedded here before its search (which carries only a vector), so the
     # prefetch query size is enforced on every item too.
     facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
-    decision = await decide(
-        request,
-        op,
-        agent_ref=ref,
-        agent=agent_of(ref, gov.app_name(ref), True),
-        request=facts,
-        budget=Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0),
-    )
-    await record(request, op, decision, scope_id=None)
+    budget = Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0)
+    asked = Facts(agent_ref=ref, agent=agent_of(ref, gov.app_name(ref), True), request=facts, budget=budget)
+    decision = await decide_and_record(request, op, asked, scope_id=None)
     if not decision.allowed:
         raise Denied(decision)
     metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.decide.respond import Denied, decide, decision_headers, gov_of, record
+from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
 from sidecar.enforce import budgets
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
@@ -89,9 +89,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
         context_agent=ctx.agent if ctx else None,
     )
-    decision = await decide(
-        request,
-        Operation.A2A_INVOKE,
+    asked = Facts(
         agent_ref=ref,
         principal=principal,
         agent=agent_of(ref, gov.app_name(ref), True),
@@ -101,12 +99,8 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         audience=audience,
         budget=budget,
     )
-    await record(
-        request,
-        Operation.A2A_INVOKE,
-        decision,
-        scope_id=scope.scope_id if scope else None,
-        credentialed=ctx is not None,
+    decision = await decide_and_record(
+        request, Operation.A2A_INVOKE, asked, scope_id=scope.scope_id if scope else None, credentialed=ctx is not None
     )
     upstream = request.app[CONTROLLER]
     if decision.allowed and scope is not None:

@@ -20,7 +20,7 @@ from aiohttp import web
 from sidecar import metrics, tracing
 from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
-from sidecar.decide.respond import Denied, decide, gov_of, json_answer, record
+from sidecar.decide.respond import Denied, Facts, decide_and_record, gov_of, json_answer
 from sidecar.enforce import budgets
 from sidecar.enforce.saga import WriteSaga
 from sidecar.governance import Governance
@@ -96,14 +96,26 @@ def _lease_s(gov: Governance, n: int) -> float:
     return gov.settings.enforce.write_lease_s + n * gov.settings.upstream.memory_timeout_s
 
 
-async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, **facts: Any) -> Decision:
+async def _decide(
+    request: web.Request,
+    op: Operation,
+    kf: KeyFacts,
+    adm: Admission,
+    *,
+    item_count: int = 0,
+    max_item_bytes: int = 0,
+    ttl_days: int | None = None,
+    limit: int | None = None,
+    is_prefetch: bool = False,
+) -> Decision:
     gov = gov_of(request)
     scope = adm.scope
     # The scope's hourly count after this call's reservation (against the global value): the policy
     # holds it to the agent's own cap from limits.yaml's agent_limits.
-    hourly_used = adm.levels.get(f"hour:{scope.scope_id}", 0) if scope is not None else 0
+    hourly_used = adm.levels.get(budgets.scope_hour_key(scope.scope_id), 0) if scope is not None else 0
     budget = _budget(adm.refused, hourly_used) if adm.live else Budget()
-    entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and "item_count" in facts else None
+    saving = op is not Operation.MEMORY_SEARCH
+    entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and saving else None
     rf = RequestFacts(
         presented_generation=kf.generation,
         key_valid=kf.key_valid,
@@ -111,11 +123,13 @@ async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admiss
         caller_agent_name=kf.agent_name,
         header_agent_name=kf.header_agent,
         agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_refs),
-        **facts,
+        item_count=item_count,
+        max_item_bytes=max_item_bytes,
+        ttl_days=ttl_days,
+        limit=limit,
+        is_prefetch=is_prefetch,
     )
-    decision = await decide(
-        request,
-        op,
+    asked = Facts(
         agent_ref=scope.agent if scope else None,
         principal=principal_of(scope.principal_mxid, scope.origin) if scope else None,
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)) if scope else None,
@@ -124,8 +138,8 @@ async def _decide(request: web.Request, op: Operation, kf: KeyFacts, adm: Admiss
         budget=budget,
         entries=entries,
     )
-    await record(request, op, decision, scope_id=scope.scope_id if scope else None, credentialed=kf.key_valid)
-    return decision
+    scope_id = scope.scope_id if scope else None
+    return await decide_and_record(request, op, asked, scope_id=scope_id, credentialed=kf.key_valid)
 
 
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:

@@ -167,7 +167,7 @@ async def run_engine(engine: Engine, cases: list[Case]) -> list[Result]:
     results = []
     for case in cases:
         try:
-            verdict: Verdict | None = await engine.decide(case.inp)
+            verdict: Verdict | None = await engine.evaluate(case.inp)
         except EngineUnavailable:
             verdict = None
         results.append(judge(case, engine.name, verdict))

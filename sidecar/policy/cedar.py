@@ -368,7 +368,7 @@ class CedarEngine:
             self._handles.popitem(last=False)
         return handle
 
-    def decide_sync(self, inp: DecisionInput) -> Verdict:
+    def evaluate_sync(self, inp: DecisionInput) -> Verdict:
         """Decide one input on the calling thread."""
         compiled = self._compiled
         if compiled is None:
@@ -393,7 +393,7 @@ class CedarEngine:
             raise CedarEvalError("malformed") from None
         return _verdict(result, compiled.reasons), determining(compiled, result)
 
-    def decide_many_sync(self, inputs: list[DecisionInput]) -> list[Verdict]:
+    def evaluate_many_sync(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Decide a fan-out in one call when the inputs share their entities (prefetch)."""
         compiled = self._compiled
         if compiled is None:
@@ -401,19 +401,19 @@ class CedarEngine:
         first = inputs[0]
         shared = (first.principal, first.scope, first.deployment)
         if any((i.principal, i.scope, i.deployment) != shared for i in inputs):
-            return [self.decide_sync(inp) for inp in inputs]
+            return [self.evaluate_sync(inp) for inp in inputs]
         try:
             return _authorize([request(i) for i in inputs], compiled, self._entities(compiled, first))
         except (ValueError, TypeError):
             raise CedarEvalError("malformed") from None
 
-    async def decide(self, inp: DecisionInput) -> Verdict:
+    async def evaluate(self, inp: DecisionInput) -> Verdict:
         """Decide one input (in-process, no await inside)."""
-        return self.decide_sync(inp)
+        return self.evaluate_sync(inp)
 
-    async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
+    async def evaluate_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Decide several inputs."""
-        return self.decide_many_sync(inputs) if inputs else []
+        return self.evaluate_many_sync(inputs) if inputs else []
 
     async def close(self) -> None:
         """Nothing to release."""

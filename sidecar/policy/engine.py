@@ -40,10 +40,10 @@ class Engine(Protocol):
     async def commit(self, prepared: Any) -> None:
         """Make a prepared pack the live one; on failure the previous pack stays live."""
 
-    async def decide(self, inp: DecisionInput) -> Verdict:
+    async def evaluate(self, inp: DecisionInput) -> Verdict:
         """Answer one input; raises EngineUnavailable."""
 
-    async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
+    async def evaluate_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Answer several inputs at once (prefetch fan-out); raises EngineUnavailable."""
 
     async def close(self) -> None:

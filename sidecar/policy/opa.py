@@ -142,7 +142,7 @@ class OpaEngine:
             raise EngineUnavailable("revision_mismatch")
         self._expected, self.stale = revision, False
 
-    async def decide(self, inp: DecisionInput) -> Verdict:
+    async def evaluate(self, inp: DecisionInput) -> Verdict:
         """Query the decision rule for one input; the answer counts only from the expected revision."""
         try:
             query = inp.model_dump(mode="json")
@@ -169,14 +169,14 @@ class OpaEngine:
         revision = status.get("revision") if isinstance(status, dict) else None
         return revision if isinstance(revision, str) else None
 
-    async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
+    async def evaluate_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Query several inputs concurrently through the one client.
 
         Not the client's ``bulk_query_rule``: it goes through OPA's ad-hoc query API, which names no
         bundle revision (no provenance), and it embeds every input in the query text that OPA
         parses and compiles on each call, which made it the slower of the two here.
         """
-        results = await asyncio.gather(*(self.decide(i) for i in inputs), return_exceptions=True)
+        results = await asyncio.gather(*(self.evaluate(i) for i in inputs), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result if isinstance(result, EngineUnavailable) else EngineUnavailable("error")

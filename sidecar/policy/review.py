@@ -138,7 +138,7 @@ async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, d
         out = {}
         names = list(labelled)
         for engine in ENGINES:
-            verdicts, _ = await tools.decide(engine, [labelled[n] for n in names], rules=False)
+            verdicts, _ = await tools.evaluate(engine, [labelled[n] for n in names], rules=False)
             results = [judge(_probe(n, labelled[n]), engine, v) for n, v in zip(names, verdicts, strict=True)]
             out[engine] = {n: f"{r.action} {list(r.reasons)}" for n, r in zip(names, results, strict=True)}
         return out

@@ -199,7 +199,7 @@ class PolicyRuntime:
             return self._unloaded(inp, did)
         DECISION_IDS.set((did,))
         try:
-            verdict: Verdict | Exception = await self.engine.decide(inp)
+            verdict: Verdict | Exception = await self.engine.evaluate(inp)
         except Exception as exc:  # noqa: BLE001 - turned into policy_unavailable
             verdict = exc
         return self._conclude(pack, inp, verdict, did, started)
@@ -212,7 +212,7 @@ class PolicyRuntime:
         if pack is None:
             return self._unloaded(inp, decision_id or new_decision_id())
         try:
-            verdict: Verdict | Exception = self.engine.decide_sync(inp)
+            verdict: Verdict | Exception = self.engine.evaluate_sync(inp)
         except Exception as exc:  # noqa: BLE001 - turned into policy_unavailable
             verdict = exc
         return self._conclude(pack, inp, verdict, decision_id, started)
@@ -225,7 +225,7 @@ class PolicyRuntime:
             return [self._unloaded(inp, did) for inp, did in zip(inputs, ids, strict=True)]
         DECISION_IDS.set(tuple(ids))
         try:
-            verdicts: list[Verdict | Exception] = list(await self.engine.decide_many(inputs))
+            verdicts: list[Verdict | Exception] = list(await self.engine.evaluate_many(inputs))
         except Exception as exc:  # noqa: BLE001 - every input becomes policy_unavailable
             verdicts = [exc] * len(inputs)
         return [self._conclude(pack, inp, v, did, started) for inp, v, did in zip(inputs, verdicts, ids, strict=True)]

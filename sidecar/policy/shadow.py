@@ -73,7 +73,8 @@ class ShadowEngine:
 
     async def _run(self, inputs: list[DecisionInput], enforced: list[Verdict], ids: tuple[str, ...]) -> None:
         try:
-            seen = await self.shadow.decide_many(inputs) if len(inputs) > 1 else [await self.shadow.decide(inputs[0])]
+            many = len(inputs) > 1
+            seen = await self.shadow.evaluate_many(inputs) if many else [await self.shadow.evaluate(inputs[0])]
         except EngineUnavailable as exc:
             metrics.ENGINE_FAILURES.labels(self.shadow.name, exc.kind).inc()
             return
@@ -93,15 +94,15 @@ class ShadowEngine:
                 engine=self.shadow.name,
             )
 
-    async def decide(self, inp: DecisionInput) -> Verdict:
+    async def evaluate(self, inp: DecisionInput) -> Verdict:
         """Enforced verdict of the primary; the shadow comparison is scheduled."""
-        verdict = await self.primary.decide(inp)
+        verdict = await self.primary.evaluate(inp)
         self._compare([inp], [verdict])
         return verdict
 
-    async def decide_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
+    async def evaluate_many(self, inputs: list[DecisionInput]) -> list[Verdict]:
         """Enforced verdicts of the primary; one shadow comparison for the batch."""
-        verdicts = await self.primary.decide_many(inputs)
+        verdicts = await self.primary.evaluate_many(inputs)
         if inputs:
             self._compare(inputs, verdicts)
         return verdicts

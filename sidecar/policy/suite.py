@@ -69,7 +69,7 @@ class Engines:
             self._rego = RegoEval(self.pack)
         return self._rego
 
-    async def decide(
+    async def evaluate(
         self, engine: str, inputs: list[DecisionInput], *, rules: bool = True
     ) -> tuple[list[Verdict | None], dict[Site, int]]:
         """Verdicts (None: no usable answer) and, per rule, how many inputs it decided (Rego: 1 = fired).
@@ -105,7 +105,7 @@ class Engines:
             out: list[Verdict | None] = []
             for inp in inputs:
                 try:
-                    out.append(await server.decide(inp))
+                    out.append(await server.evaluate(inp))
                 except EngineUnavailable:
                     out.append(None)
             return out
@@ -188,7 +188,7 @@ async def run_suite(
     report = SuiteReport(pack, cases, bases, cases_path.is_dir() and not patterns, {}, {})
     try:
         for name in engines:
-            verdicts, fired = await tools.decide(name, [c.inp for c in cases])
+            verdicts, fired = await tools.evaluate(name, [c.inp for c in cases])
             report.results[name] = [judge(c, name, v) for c, v in zip(cases, verdicts, strict=True)]
             report.rules[name] = {site: fired.get(site, 0) for site in tools.sites(name)}
         if len(engines) > 1:
@@ -205,7 +205,7 @@ async def _differential(report: SuiteReport, tools: Engines, engines: list[str],
     probes = [Case("mutant", m.label, "", "", m.inp, Action.FORWARD, ()) for m in variants]
     answers = {}
     for name in engines:
-        verdicts, _ = await tools.decide(name, [m.inp for m in variants], rules=False)
+        verdicts, _ = await tools.evaluate(name, [m.inp for m in variants], rules=False)
         answers[name] = [judge(p, name, v) for p, v in zip(probes, verdicts, strict=True)]
     for i, variant in enumerate(variants):
         said = {name: answers[name][i] for name in engines}

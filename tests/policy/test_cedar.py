@@ -100,25 +100,25 @@ class TestEvaluation:
         engine = CedarEngine()
         await engine.commit(engine.prepare(read_pack(_with_policy(pack_copy, overflow))))
         with pytest.raises(CedarEvalError):
-            engine.decide_sync(make_input("save"))
+            engine.evaluate_sync(make_input("save"))
 
     async def test_unloaded_engine_raises(self, make_input: MakeInput) -> None:
         """Before a pack is committed the engine cannot answer."""
         with pytest.raises(CedarEvalError):
-            await CedarEngine().decide(make_input("save"))
+            await CedarEngine().evaluate(make_input("save"))
 
     async def test_batch_matches_single_decisions(self, pack_copy: Path, make_input: MakeInput) -> None:
         """A prefetch fan-out of 8 decided in one call answers like 8 single calls."""
         engine = CedarEngine()
         await engine.commit(engine.prepare(read_pack(pack_copy)))
         inputs = [make_input("prefetch", {"budget.prefetch_ok": i < 6}) for i in range(8)]
-        assert await engine.decide_many(inputs) == [engine.decide_sync(i) for i in inputs]
+        assert await engine.evaluate_many(inputs) == [engine.evaluate_sync(i) for i in inputs]
 
     async def test_mixed_batch_matches_single_decisions(self, pack_copy: Path, make_input: MakeInput) -> None:
         """Inputs of different scopes in one batch are still decided one by one, correctly."""
         engine = CedarEngine()
         await engine.commit(engine.prepare(read_pack(pack_copy)))
         inputs = [make_input("search"), make_input("search", {"scope": None}), make_input("invoke")]
-        verdicts = await engine.decide_many(inputs)
+        verdicts = await engine.evaluate_many(inputs)
         assert [v.allowed for v in verdicts] == [True, False, True]
         assert inputs[1].operation is Operation.MEMORY_SEARCH and verdicts[1].reasons == {"consent_missing"}

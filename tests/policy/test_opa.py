@@ -108,7 +108,7 @@ class TestFailClosed:
         """An OPA that does not answer within opa_timeout_s yields no verdict."""
         engine = OpaEngine(str(stalled_opa.make_url("/")), 0.2)
         with pytest.raises(EngineUnavailable) as err:
-            await engine.decide(make_input("save"))
+            await engine.evaluate(make_input("save"))
         await engine.close()
         assert err.value.kind == "timeout"
 
@@ -121,7 +121,7 @@ class TestFailClosed:
         engine = OpaEngine(str(server.make_url("/")), 2.0)
         await engine.commit(FAKE_REVISION)
         with pytest.raises(EngineUnavailable) as err:
-            await engine.decide(make_input("save"))
+            await engine.evaluate(make_input("save"))
         await engine.close()
         assert err.value.kind == ("undefined" if status == 200 else "error")
 
@@ -144,7 +144,7 @@ class TestFailClosed:
         try:
             await engine.commit(FAKE_REVISION)
             with pytest.raises(EngineUnavailable) as err:
-                await engine.decide(make_input("save"))
+                await engine.evaluate(make_input("save"))
         finally:
             await engine.close()
         assert (err.value.kind, seen) == (kind, asked)
@@ -225,7 +225,7 @@ class TestBundle:
                         except EngineUnavailable as exc:
                             assert exc.kind == "error"
                             await asyncio.sleep(0.05)
-                    assert (await engine.decide(make_input("save"))).allowed
+                    assert (await engine.evaluate(make_input("save"))).allowed
                 finally:
                     await engine.close()
 
@@ -341,7 +341,7 @@ class TestRevision:
             await engine.commit(FAKE_REVISION)
             assert not engine.stale
             with pytest.raises(EngineUnavailable) as err:
-                await engine.decide(make_input("save"))
+                await engine.evaluate(make_input("save"))
             assert err.value.kind == "revision_mismatch" and engine.stale
         finally:
             await engine.close()
@@ -352,7 +352,7 @@ class TestRevision:
         try:
             await engine.commit(engine.prepare(read_pack(pack_copy)))
             inputs = [make_input("prefetch", {"budget.prefetch_ok": i < 6}) for i in range(8)]
-            assert await engine.decide_many(inputs) == [await engine.decide(i) for i in inputs]
+            assert await engine.evaluate_many(inputs) == [await engine.evaluate(i) for i in inputs]
         finally:
             await engine.close()
 

@@ -377,10 +377,10 @@ class _Exploding:
     async def commit(self, prepared: Any) -> None:
         return None
 
-    async def decide(self, inp: Any) -> Any:
+    async def evaluate(self, inp: Any) -> Any:
         raise RuntimeError("engine bug")
 
-    async def decide_many(self, inputs: Any) -> Any:
+    async def evaluate_many(self, inputs: Any) -> Any:
         raise RuntimeError("engine bug")
 
     async def close(self) -> None:
