@@ -87,7 +87,10 @@ class StoreHealth:
             while True:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(ping(), timeout)
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+                    # arrives as the inner await completes, and the watcher would then never end.
+                    async with asyncio.timeout(timeout):
+                        await ping()
                     await recovered()
                     ok = True
                 except (StateError, TimeoutError):
@@ -98,7 +101,8 @@ class StoreHealth:
                 if self.set(ok):
                     _log.warning("state.available" if ok else "state.unavailable")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval_s if ok else DOWN_INTERVAL_S)
+                    async with asyncio.timeout(interval_s if ok else DOWN_INTERVAL_S):
+                        await self._wake.wait()
         finally:
             self._wake, self.watched = None, False
 
