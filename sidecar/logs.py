@@ -51,6 +51,14 @@ def _member(values: Set[str]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, str) and v in values
 
 
+#: A code location, "path:line:function" (never a value or a source line).
+_FRAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,160}:[0-9]{1,6}:[A-Za-z_<>][A-Za-z0-9_<>]{0,63}$")
+
+
+def _frames(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, str) and _FRAME.fullmatch(x) for x in v)
+
+
 def _reasons(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, str) and x in REASON_VALUES for x in v)
 
@@ -113,6 +121,7 @@ ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
     "span_id": _match(re.compile(r"^[0-9a-f]{16}$")),
     "error_type": _match(_TYPE_NAME),
     "listener": _code,
+    "frames": _frames,
 }
 
 

@@ -94,7 +94,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """A test about to time out prints where its asyncio tasks wait (tests/support/hangs.py)."""
     marker = item.get_closest_marker("timeout")
     timeout = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
-    with tasks_dumped_before(timeout, item.nodeid):
+    with tasks_dumped_before(timeout):
         return (yield)
 
 

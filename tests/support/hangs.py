@@ -1,23 +1,26 @@
-"""When a test is about to hit pytest-timeout, print the stack of every unfinished asyncio task.
+"""When a test is about to hit pytest-timeout, log where every unfinished asyncio task waits.
 
 pytest-timeout prints the threads' stacks only; for an async test they show the event loop idle in
-``select``, not the coroutine that waits. A timer thread started with each test's call prints each
-pending task's stack (its coroutine chain down to the ``await`` that never returns) shortly
-before the timeout, so the failure report says where the test hung. Diagnostics only: it reads
-asyncio's registry of tasks without touching them.
+``select``, not the coroutine that waits. A timer thread started with each test's call logs, shortly
+before the timeout, one ``test.hang_task`` line per pending task with its frames as code locations
+(``path:line:function``: no values, no source text), through the project's logger and its
+allow-list like every other line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from pathlib import Path
 
-#: Seconds before pytest's own timeout at which the tasks are printed.
+from sidecar.logs import get_logger
+
+#: Seconds before pytest's own timeout at which the tasks are logged.
 LEAD_S = 20.0
+_ROOT = Path(__file__).resolve().parents[2]
+log = get_logger("tests")
 
 
 def _pending_tasks() -> list[asyncio.Task[object]]:
@@ -30,26 +33,33 @@ def _pending_tasks() -> list[asyncio.Task[object]]:
     return []
 
 
-def dump_tasks(label: str, out: TextIO | None = None) -> None:
-    """Print the stack of every pending task, headed by ``label``."""
-    stream = out or sys.stderr
+def _location(path: str) -> str:
+    try:
+        return Path(path).resolve().relative_to(_ROOT).as_posix()
+    except ValueError:
+        return Path(path).name  # a library's frame: its file name is enough to find it
+
+
+def frames(task: asyncio.Task[object]) -> list[str]:
+    """The task's frames, outermost first, as ``path:line:function``."""
+    return [f"{_location(f.f_code.co_filename)}:{f.f_lineno}:{f.f_code.co_name}" for f in task.get_stack(limit=12)]
+
+
+def dump_tasks() -> None:
+    """Log every pending task's frames (one line per task, numbered)."""
     tasks = _pending_tasks()
-    print(f"--- {label}: {len(tasks)} pending asyncio task(s) ---", file=stream)
-    for task in tasks:
-        try:
-            task.print_stack(limit=12, file=stream)
-        except Exception as exc:  # noqa: BLE001 - a task may finish while it is printed
-            print(f"{task.get_name()}: stack unavailable ({type(exc).__name__})", file=stream)
-    stream.flush()
+    log.error("test.hang", count=len(tasks))
+    for index, task in enumerate(tasks):
+        log.error("test.hang_task", count=index, frames=frames(task))
 
 
 @contextmanager
-def tasks_dumped_before(timeout_s: float, label: str) -> Iterator[None]:
-    """Dump the pending tasks ``LEAD_S`` before ``timeout_s`` unless the block ended by then."""
+def tasks_dumped_before(timeout_s: float) -> Iterator[None]:
+    """Log the pending tasks ``LEAD_S`` before ``timeout_s`` unless the block ended by then."""
     if timeout_s <= LEAD_S:
         yield
         return
-    timer = threading.Timer(timeout_s - LEAD_S, dump_tasks, args=(label,))
+    timer = threading.Timer(timeout_s - LEAD_S, dump_tasks)
     timer.daemon = True
     timer.start()
     try:
