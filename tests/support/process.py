@@ -114,6 +114,7 @@ class GatewayProcess:
         config = self.workdir / "memgov.yaml"
         config.write_text(yaml.safe_dump(self.settings))
         log = (self.workdir / "gateway.log").open("ab")
+        since = log.tell()  # a restart appends: only this run's lines count
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -128,10 +129,16 @@ class GatewayProcess:
         )
         log.close()
 
+        workers = int(self.settings["listen"].get("workers", 1))
+
         async def ready() -> bool:
             assert self.proc is not None
             if self.proc.returncode is not None:
                 return True
+            if workers > 1 and b'"workers.started"' not in (self.workdir / "gateway.log").read_bytes()[since:]:
+                # /readyz answers from whichever worker the kernel picks: one being up says nothing
+                # of the others, and a test that stops the store while one still starts ends them all.
+                return False
             try:
                 async with aiohttp.ClientSession() as s, s.get(self.ops_url + "/readyz") as resp:
                     return resp.status == 200
