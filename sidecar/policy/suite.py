@@ -80,11 +80,8 @@ class Engines:
         if engine == "cedar":
             cedar = await self.cedar()
             verdicts: list[Verdict | None] = []
-            for inp in inputs:
-                try:
-                    verdict, sites = cedar.explain_sync(inp)
-                except EngineUnavailable:
-                    verdict, sites = None, []
+            for explained in cedar.explain_many_sync(inputs):
+                verdict, sites = explained if explained is not None else (None, [])
                 verdicts.append(verdict)
                 for site in sites:
                     fired[site] = fired.get(site, 0) + 1
