@@ -143,10 +143,13 @@ test-fast: venv
 # Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/), the import
 # contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md), and no declared dependency
 # that nothing imports (scripts/unused_deps.py).
+# mypy's cache lives beside the other build caches, so a fresh clone re-checks only what changed
+# (mypy compares each file's hash when its mtime differs from the cache's).
+MYPY_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/memgov-mypy
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --cache-dir $(MYPY_CACHE)
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/unused_deps.py pyproject.toml
 
