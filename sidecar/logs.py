@@ -22,7 +22,7 @@ import structlog
 from opentelemetry.trace import get_current_span
 from structlog.typing import EventDict, WrappedLogger
 
-from sidecar.reasons import REASON_VALUES
+from sidecar.reasons import REASON_VALUES, Action
 
 _EVENT = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
 _OPAQUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,95}$")
@@ -30,7 +30,7 @@ _CODE = re.compile(r"^[a-z][a-z0-9_.\-/]{0,63}$")
 _TEMPLATE = re.compile(r"^/[A-Za-z0-9_{}./\-]{0,127}$")
 _TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,95}$")
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
-_ACTIONS: Final = frozenset({"forward", "rewrite_disabled", "empty_result", "deny"})
+_ACTIONS: Final = frozenset(a.value for a in Action)
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "OTHER"})
 _LEVELS: Final = frozenset({"debug", "info", "warning", "error", "critical"})
 

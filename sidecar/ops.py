@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Final
 
 from aiohttp import web
@@ -53,7 +54,9 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     ready, report = await request.app[READINESS].evaluate()
-    return web.json_response({"ready": ready, "checks": report}, status=200 if ready else 503)
+    return web.json_response(
+        {"ready": ready, "checks": report}, status=HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+    )
 
 
 def create_ops_app(readiness: Readiness) -> web.Application:

@@ -88,6 +88,42 @@ class Reason(enum.StrEnum):
         return _DECLARED.get(value) if isinstance(value, str) else None
 
 
+class Action(enum.StrEnum):
+    """What the gateway does with the request."""
+
+    FORWARD = "forward"
+    REWRITE_DISABLED = "rewrite_disabled"
+    EMPTY_RESULT = "empty_result"
+    DENY = "deny"
+
+
+#: The built-in codes a policy pack's rules answer with (each has rules in both languages and
+#: case rows); every other code is memgov's own, decided in code.
+RULE_REASONS: Final[tuple[Reason, ...]] = (
+    Reason.CONSENT_MISSING,
+    Reason.CONSENT_DISABLED,
+    Reason.STALE_GENERATION,
+    Reason.KEY_INVALID,
+    Reason.AGENT_MISMATCH,
+    Reason.SCOPE_MISMATCH,
+    Reason.PRINCIPAL_INVALID,
+    Reason.ORIGIN_NOT_ALLOWED,
+    Reason.AUDIENCE_MISMATCH,
+    Reason.ROOM_STATE_INVALID,
+    Reason.CONTEXT_MISSING,
+    Reason.CONTEXT_INVALID,
+    Reason.CONTEXT_EXPIRED,
+    Reason.CONTEXT_REPLAYED,
+    Reason.ENTRY_CAP_REACHED,
+    Reason.FACT_TOO_LARGE,
+    Reason.BATCH_TOO_LARGE,
+    Reason.EMBEDDING_ITEM_TOO_LARGE,
+    Reason.RATE_LIMITED,
+    Reason.HOURLY_BUDGET_EXHAUSTED,
+    Reason.PREFETCH_LIMIT,
+    Reason.UNGOVERNED_STORE,
+)
+
 #: The codes built into memgov; a pack can never redefine them.
 BUILT_IN: Final[frozenset[str]] = frozenset(r.value for r in Reason)
 #: Shape of a declared code: a lower-case identifier, like the built-in ones.

@@ -18,22 +18,32 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from sidecar.control import models as m
+from sidecar.reasons import STATUS, Reason
 
 _REF = "#/components/schemas/{model}"
 _SUBJECT: list[dict[str, list[str]]] = [{"subjectToken": []}]
 _OPERATOR: list[dict[str, list[str]]] = [{"operatorToken": []}]
 _EITHER = [*_SUBJECT, *_OPERATOR]
-_ERRORS = {
-    400: "bad_request, principal_invalid: malformed input.",
-    401: "auth_required: no valid bearer token of the right type, or a subject token already spent.",
-    403: "not_subject (or another reason code): the caller may not do this.",
-    404: "not_found.",
-    409: "confirmation_required, erasure_pending or erasure_failed.",
-    413: "body_too_large: the request body exceeds 16 KiB.",
-    500: "erasure_failed, verification_failed or internal_error; Location names the evidence.",
-    502: "upstream_error or upstream_unavailable (kagent).",
-    503: "state_unavailable.",
+#: What each error status means on the control API, after the codes that answer with it.
+_MEANING = {
+    400: "malformed input.",
+    401: "no valid bearer token of the right type, or a subject token already spent.",
+    403: "the caller may not do this (or another reason code).",
+    413: "the request body exceeds 16 KiB.",
+    500: "Location names the evidence.",
+    502: "kagent did not answer as expected.",
 }
+#: Codes the control API answers with a status of its own (``Refusal(status=...)``), beside STATUS.
+_ALSO: dict[int, tuple[Reason, ...]] = {403: (Reason.NOT_SUBJECT,), 409: (Reason.ERASURE_FAILED,)}
+
+
+def _error_description(status: int) -> str:
+    """The codes that answer ``status`` (from reasons.STATUS, the one table), then what it means."""
+    codes = [*_ALSO.get(status, ()), *(r for r, s in STATUS.items() if s == status)]
+    text = ", ".join(r.value for r in codes)
+    return f"{text}: {_MEANING[status]}" if status in _MEANING else f"{text}."
+
+
 _PARAMS: dict[str, dict[str, Any]] = {
     "scope_id": {"in": "path", "required": True, "schema": {"type": "string", "pattern": "^s[0-9a-f]{24}$"}},
     "entry_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
@@ -218,7 +228,7 @@ def _operation(op: Op) -> dict[str, Any]:
     if not op.ok:
         responses["200"] = {"description": "The OpenAPI document.", "content": {"application/json": {"schema": {}}}}
     for code in op.errors:
-        responses[str(code)] = {"description": _ERRORS[code], "content": _json(m.ErrorOut)}
+        responses[str(code)] = {"description": _error_description(code), "content": _json(m.ErrorOut)}
     out["responses"] = responses
     return out
 

@@ -17,7 +17,6 @@ from sidecar import metrics, tracing
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import (
-    Action,
     Agent,
     Audience,
     Budget,
@@ -31,7 +30,7 @@ from sidecar.policy.model import (
     ScopeRecord,
 )
 from sidecar.policy.outcome import deny_action
-from sidecar.reasons import Reason, Refusal, primary
+from sidecar.reasons import Action, Reason, Refusal, primary
 from sidecar.relay import DECISION_ID, json_error
 from sidecar.wire import dumps
 

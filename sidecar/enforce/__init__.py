@@ -13,9 +13,9 @@ from sidecar.decide.respond import CREDENTIALED, Denied, error, json_answer, ref
 from sidecar.enforce.embedding import handle_embedding
 from sidecar.enforce.invoke import handle_invoke, rewrite_disabled
 from sidecar.enforce.memory import handle_list_or_delete, handle_save, handle_search
-from sidecar.policy.model import Action, Operation
+from sidecar.policy.model import Operation
 from sidecar.policy.outcome import deny_action
-from sidecar.reasons import Reason, Refusal
+from sidecar.reasons import Action, Reason, Refusal
 from sidecar.relay import ClassHandler, refusal_answer
 from sidecar.routes import RouteClass, RouteMatch
 from sidecar.state.types import StateError

@@ -5,9 +5,10 @@ the engine and then the floor and always answers (policy_unavailable when it can
 """
 
 from sidecar.identity.mxid import Origin
-from sidecar.policy.model import Action, Decision, DecisionInput, Deployment, Federation, Limits, Operation
+from sidecar.policy.model import Decision, DecisionInput, Deployment, Federation, Limits, Operation
 from sidecar.policy.pack import PackError, load_federation, load_limits, read_pack
 from sidecar.policy.runtime import PolicyRuntime
+from sidecar.reasons import Action
 
 __all__ = [
     "Action",

@@ -19,12 +19,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from sidecar.policy.engine import Engine, EngineUnavailable
-from sidecar.policy.model import Action, DecisionInput
+from sidecar.policy.model import DecisionInput
 from sidecar.policy.outcome import Verdict, assemble
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import rule_codes
 from sidecar.policy.tree import load_yaml, with_set
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 
 KINDS = ("allow", "deny", "bypass")
 _REPEAT = re.compile(r"\{([^{}*]+)\*(\d{1,5})\}")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sidecar.identity.mxid import Origin
-from sidecar.policy.model import Action, Decision, DecisionInput, Federation, Limits, Obligations, Operation
+from sidecar.policy.model import Decision, DecisionInput, Federation, Limits, Obligations, Operation
 from sidecar.policy.outcome import KEYED, SAVES, SEARCHES, deny_action, memory_work, scoped
 from sidecar.policy.pack import is_complete
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 
 
 def _origin_admitted(inp: DecisionInput, federation: Federation) -> bool:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 
 #: Upper bound of every integer fact: exact in JSON numbers and far from 64-bit overflow in sums.
 _BIG = 2**53
@@ -34,15 +34,6 @@ class Operation(enum.StrEnum):
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
     CONTROL_INSPECT = "control.inspect"
-
-
-class Action(enum.StrEnum):
-    """What the gateway does with the request."""
-
-    FORWARD = "forward"
-    REWRITE_DISABLED = "rewrite_disabled"
-    EMPTY_RESULT = "empty_result"
-    DENY = "deny"
 
 
 class _Model(BaseModel):

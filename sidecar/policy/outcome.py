@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from sidecar.policy.model import Action, Decision, DecisionInput, Limits, Obligations, Operation
-from sidecar.reasons import REASON_VALUES, Reason
+from sidecar.policy.model import Decision, DecisionInput, Limits, Obligations, Operation
+from sidecar.reasons import REASON_VALUES, Action, Reason
 
 #: Memory calls that carry a session key as user_id.
 KEYED: Final = frozenset(

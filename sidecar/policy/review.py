@@ -20,12 +20,13 @@ from pydantic import ValidationError
 from sidecar.policy import cedar_input
 from sidecar.policy.cases import Case, CaseError, build_input, judge, load_bases, load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
-from sidecar.policy.model import Action, DecisionInput
+from sidecar.policy.model import DecisionInput
 from sidecar.policy.mutate import data_strings, mutants, null_variants, vocabulary
 from sidecar.policy.outcome import assemble, unavailable
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import Site, rule_codes
 from sidecar.policy.suite import Engines, load, select
+from sidecar.reasons import Action
 
 ENGINES = ("cedar", "opa")
 

@@ -16,32 +16,10 @@ from typing import Any, Final
 import yaml
 
 from sidecar.policy.pack import Pack
+from sidecar.reasons import RULE_REASONS
 
 #: The built-in reason codes pack rules answer with; each needs rules in both languages and cases.
-BUILT_IN_RULES: Final[tuple[str, ...]] = (
-    "consent_missing",
-    "consent_disabled",
-    "stale_generation",
-    "key_invalid",
-    "agent_mismatch",
-    "scope_mismatch",
-    "principal_invalid",
-    "origin_not_allowed",
-    "audience_mismatch",
-    "room_state_invalid",
-    "context_missing",
-    "context_invalid",
-    "context_expired",
-    "context_replayed",
-    "entry_cap_reached",
-    "fact_too_large",
-    "batch_too_large",
-    "embedding_item_too_large",
-    "rate_limited",
-    "hourly_budget_exhausted",
-    "prefetch_limit",
-    "ungoverned_store",
-)
+BUILT_IN_RULES: Final[tuple[str, ...]] = tuple(r.value for r in RULE_REASONS)
 #: The Cedar @id of the single permit; it answers "allowed", not a denial code.
 PERMIT_ID: Final = "allowed"
 

@@ -14,10 +14,10 @@ from typing import Any
 from sidecar.logs import get_logger
 from sidecar.policy import metrics
 from sidecar.policy.engine import Engine, EngineUnavailable
-from sidecar.policy.model import Action, DecisionInput
+from sidecar.policy.model import DecisionInput
 from sidecar.policy.outcome import Verdict, deny_action
 from sidecar.policy.pack import Pack
-from sidecar.reasons import REASON_VALUES
+from sidecar.reasons import REASON_VALUES, Action
 
 log = get_logger("policy")
 

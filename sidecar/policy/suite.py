@@ -16,7 +16,7 @@ from typing import Any
 from sidecar.policy.cases import Case, CaseError, Result, coverage, judge, load_bases, load_cases
 from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import EngineUnavailable
-from sidecar.policy.model import Action, DecisionInput
+from sidecar.policy.model import DecisionInput
 from sidecar.policy.mutate import Mutant, data_strings, mutants, vocabulary
 from sidecar.policy.opa import OpaEngine
 from sidecar.policy.outcome import Verdict
@@ -24,7 +24,7 @@ from sidecar.policy.pack import Pack, PackError, read_pack
 from sidecar.policy.rego_eval import RegoEval
 from sidecar.policy.rules import Site, rule_codes
 from sidecar.policy.vet import vet
-from sidecar.reasons import declare
+from sidecar.reasons import Action, declare
 
 
 def load(pack_dir: Path) -> Pack:

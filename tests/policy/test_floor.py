@@ -9,10 +9,10 @@ import pytest
 
 from sidecar.policy.cases import load_cases
 from sidecar.policy.floor import apply_floor, floor_reasons
-from sidecar.policy.model import Action, Decision, Federation, Obligations
+from sidecar.policy.model import Decision, Federation, Obligations
 from sidecar.policy.pack import read_pack
 from sidecar.policy.runtime import PolicyRuntime
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 from tests.support.policy import CASES_DIR, PACK_DIR, MakeInput, policy_settings
 
 REMOTE_BOB = {

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from sidecar.policy import schema
-from sidecar.policy.model import Action, Decision, Obligations
-from sidecar.reasons import Reason
+from sidecar.policy.model import Decision, Obligations
+from sidecar.reasons import Action, Reason
 from tests.support.policy import MakeInput
 
 

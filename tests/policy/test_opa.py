@@ -17,13 +17,12 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
 from sidecar.policy.engine import EngineUnavailable
-from sidecar.policy.model import Action
 from sidecar.policy.opa import RETRIES, OpaEngine, parse_verdict
 from sidecar.policy.opa_bundle import check_layout, write_folder, write_tarball
 from sidecar.policy.opa_server import RUN_FLAGS, start_opa, tool_binary
 from sidecar.policy.pack import PackError, fingerprint, read_pack
 from sidecar.policy.runtime import PolicyRuntime
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 from tests.support.policy import MakeInput, OpaServers, policy_settings
 
 FAKE_REVISION = "0123456789abcdef"

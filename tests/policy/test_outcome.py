@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.policy.model import Action, Operation
+from sidecar.policy.model import Operation
 from sidecar.policy.outcome import Verdict, assemble, deny_action
-from sidecar.reasons import Reason
+from sidecar.reasons import Action, Reason
 from tests.support.policy import MakeInput
 
 

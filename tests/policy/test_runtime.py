@@ -18,12 +18,12 @@ import structlog
 from prometheus_client import REGISTRY
 
 from sidecar.logs import configure_logging
-from sidecar.policy.model import Action, Operation
+from sidecar.policy.model import Operation
 from sidecar.policy.opa import opa_part
 from sidecar.policy.pack import fingerprint
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.policy.shadow import ShadowEngine
-from sidecar.reasons import Reason, error_body, primary
+from sidecar.reasons import Action, Reason, error_body, primary
 from tests.support.policy import MakeInput, OpaServers, policy_settings
 
 BROKEN = {
