@@ -214,10 +214,10 @@ STAGES = (
     ("  key check + admission transaction", "sidecar.enforce.memory", "_admit"),
     ("  decision (input, Cedar, floor, decision log)", "sidecar.enforce.memory", "_decide"),
     ("    Cedar call (orjson in and out, Rust)", "sidecar.policy.cedar", "_authorize"),
-    ("  forward to kagent (serialize, send, read)", "sidecar.enforce.memory", "_post"),
-    ("    serialize the body (orjson)", "sidecar.enforce.memory", "dumps"),
-    ("  finish transaction (save)", "sidecar.state.store", "StateStore.finish_write"),
-    ("  live filter of results (search)", "sidecar.state.store", "StateStore.filter_live"),
+    ("  forward to kagent (serialize, send, read)", "sidecar.contentstore.kagent", "KagentMemory._call"),
+    ("    serialize the body (orjson)", "sidecar.contentstore.kagent", "dumps"),
+    ("  finish transaction (save)", "sidecar.state.admission", "AdmissionOps.finish_write"),
+    ("  live filter of results (search)", "sidecar.state.ledger", "LedgerOps.filter_live"),
     ("  answer", "sidecar.enforce.memory", "json_answer"),
 )
 

@@ -79,6 +79,7 @@ class TestBenchProxy:
             assert sorted(targets) == ["a", "b", "c"]
             assert all(t["rps"] > 0 and t["p50_ms"] > 0 and t["errors"] == 0 for t in targets.values())
             assert all(section["summary"]["ratios"][r]["rps"] > 0 for r in ("c/a", "c/b"))
+            assert section["summary"]["ratios"]["c/b"]["cpu_per_request"] > 0
 
     def test_result_records_how_to_reproduce_it(self, smoke: tuple[int, str, dict[str, Any]]) -> None:
         """The JSON names the exact command, the machine's cores and the versions measured."""

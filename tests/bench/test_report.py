@@ -73,6 +73,19 @@ class TestAggregate:
         assert agg["added_ms"]["c-a"]["p50_ms"] == pytest.approx(3.0)
         assert agg["added_ms"]["c-b"]["p50_ms"] == pytest.approx(2.0)
 
+    def test_cpu_per_request_ratio_is_taken_within_rounds(self) -> None:
+        """memgov's own CPU per request over the bare proxy's, each from its process, compared inside a round."""
+        runs = [dict(r) for r in ROUNDS]
+        for run in runs:
+            # memgov spends three times the bare proxy's CPU per request, whatever the round's load.
+            per_request = {"a": 1.0, "b": 2.0, "c": 6.0}[run["target"]] * (10 if run["round"] == 2 else 1)
+            run["server_cpu_s"] = per_request * run["result"]["requests"] / 1e6
+        agg = aggregate(runs)
+        assert agg["ratios"]["c/b"]["cpu_per_request"] == pytest.approx(3.0)
+        assert agg["ratios"]["c/a"]["cpu_per_request"] == pytest.approx(6.0)
+        section = {"scenario": "s", "mode": "closed", "load": "1", "duration_s": 1, "rounds": 3, "summary_text": ""}
+        assert "cpu/req 3.00" in render({**section, "summary": agg})
+
     def test_cpu_per_request(self) -> None:
         """Server CPU time divided by requests gives the cost of one request in microseconds."""
         assert aggregate(ROUNDS)["targets"]["a"]["server_cpu_us_per_request"] == pytest.approx(100.0)

@@ -53,6 +53,11 @@ def target_labels(upstream: str, workers: int = 1) -> dict[str, str]:
     return labels
 
 
+def _cpu_per_request(run: Run) -> float:
+    requests = run["result"]["requests"]
+    return float(run["server_cpu_s"]) / requests if requests else math.nan
+
+
 def aggregate(runs: Sequence[Run], labels: Mapping[str, str] = TARGETS) -> dict[str, Any]:
     """Per-target medians across rounds, median within-round ratios and added latency in ms."""
     targets: dict[str, Any] = {}
@@ -82,6 +87,9 @@ def aggregate(runs: Sequence[Run], labels: Mapping[str, str] = TARGETS) -> dict[
         if not pairs:
             continue
         ratios[name] = {m: _median([t[m] / b[m] if b[m] else math.nan for t, b in pairs]) for m in METRICS}
+        # CPU per request, each process's own, compared within a round (what a user pays in cores).
+        cpu = [(_cpu_per_request(r[top]), _cpu_per_request(r[bottom])) for r in rounds if top in r and bottom in r]
+        ratios[name]["cpu_per_request"] = _median([t / b if b else math.nan for t, b in cpu])
         added[name.replace("/", "-")] = {m: _median([t[m] - b[m] for t, b in pairs]) for m in METRICS[1:]}
     other = _median([r["other_load_cores"] for r in runs])
     return {"targets": targets, "ratios": ratios, "added_ms": added, "other_load_cores": other}
@@ -122,8 +130,8 @@ def render(section: Mapping[str, Any]) -> str:
         add = agg["added_ms"][name.replace("/", "-")]
         lines.append(
             f"  ratio ({name[0]})/({name[2]}): rps {_fmt(r['rps'])}  p50 {_fmt(r['p50_ms'])}  "
-            f"p99 {_fmt(r['p99_ms'])}  p99.9 {_fmt(r['p999_ms'])}   added ms: p50 {_fmt(add['p50_ms'], 3)}  "
-            f"p99 {_fmt(add['p99_ms'], 3)}"
+            f"p99 {_fmt(r['p99_ms'])}  p99.9 {_fmt(r['p999_ms'])}  cpu/req {_fmt(r['cpu_per_request'])}"
+            f"   added ms: p50 {_fmt(add['p50_ms'], 3)}  p99 {_fmt(add['p99_ms'], 3)}"
         )
     lines.append(f"  other processes on the machine used {_fmt(agg['other_load_cores'])} cores during a run (median)")
     return "\n".join(lines)
