@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
@@ -272,8 +273,24 @@ class Limits(_Model):
                     )
         return self
 
-    def agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> dict[str, int]:
+    #: agent_caps per (limit name, org mapping): both are immutable for a loaded pack, and a decision
+    #: asks for its agent's caps several times (the Cedar context, the floor). The org mapping is held
+    #: with its entry, so an entry is used only for that very object.
+    _caps: dict[tuple[str, int], tuple[Mapping[str, list[str]], Mapping[str, int]]] = PrivateAttr(default_factory=dict)
+
+    def agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> Mapping[str, int]:
         """Each agent an ``agent_limits`` entry gives limit ``name``, directly or through a list, with its value."""
+        key = (name, id(org))
+        found = self._caps.get(key)
+        if found is not None and found[0] is org:
+            return found[1]
+        caps = MappingProxyType(self._agent_caps(name, org))
+        if len(self._caps) >= 64:
+            self._caps.clear()
+        self._caps[key] = (org, caps)
+        return caps
+
+    def _agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> dict[str, int]:
         caps: dict[str, int] = {}
         overall: int = getattr(self, name)
         for entry in self.agent_limits:
