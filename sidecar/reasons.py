@@ -11,10 +11,11 @@ A handler on either plane refuses by raising :class:`Refusal`; the plane's middl
       └── decide.respond.Denied      a policy decision's refusal, already recorded: 403 (SPEC D6)
 
 A policy pack may declare further codes for its own rules (``data/reasons.yaml``); the runtime
-registers them with :func:`declare` before the pack goes live. A declared code is a member of
-``Reason`` from then on (``Reason("org_code")`` works) and stays accepted until the process ends,
-so a decision made by the previous pack can still be answered and audited. Declared codes are
-operator-reviewed identifiers of a fixed shape and bounded number, never request text.
+registers them with :func:`declare` before the pack goes live. A declared code is a
+:class:`DeclaredCode` (``Reason`` itself never changes); :func:`code` reads either kind, and a
+declared code stays accepted until the process ends, so a decision made by the previous pack can
+still be answered and audited. Declared codes are operator-reviewed identifiers of a fixed shape
+and bounded number, never request text.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import enum
 import json
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from http import HTTPStatus
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypeAlias
 
 
 class Reason(enum.StrEnum):
@@ -82,10 +83,23 @@ class Reason(enum.StrEnum):
     # the policy allowed the request
     ALLOWED = "allowed"
 
-    @classmethod
-    def _missing_(cls, value: object) -> Reason | None:
-        # A code a loaded pack declared; anything else stays a ValueError.
-        return _DECLARED.get(value) if isinstance(value, str) else None
+
+class DeclaredCode(str):
+    """A reason code a loaded policy pack declared (``data/reasons.yaml``); made only by :func:`declare`.
+
+    Spelled and used like a :class:`Reason` member (``.value`` is the wire form), so a refusal,
+    error body, log line or metric label takes either kind.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+
+#: A reason code of either kind: built into memgov, or declared by a loaded pack.
+Code: TypeAlias = Reason | DeclaredCode
 
 
 class Action(enum.StrEnum):
@@ -130,7 +144,7 @@ BUILT_IN: Final[frozenset[str]] = frozenset(r.value for r in Reason)
 DECLARED_CODE: Final = re.compile(r"^[a-z][a-z0-9_]{2,47}$")
 #: Most codes one process accepts from packs, so metric labels and log values stay bounded.
 MAX_DECLARED: Final = 64
-_DECLARED: dict[str, Reason] = {}
+_DECLARED: dict[str, DeclaredCode] = {}
 _DECLARED_AFTER: dict[str, str] = {}
 
 
@@ -168,11 +182,24 @@ def declare(codes: Iterable[tuple[str, str]]) -> None:
         raise ValueError(f"more than {MAX_DECLARED} declared reason codes in one process")
     for code, after in pairs:
         if code not in _DECLARED:
-            member = str.__new__(Reason, code)
-            member._name_ = code.upper()
-            member._value_ = code
-            _DECLARED[code] = member
+            _DECLARED[code] = DeclaredCode(code)
         _DECLARED_AFTER[code] = after
+
+
+def code(value: object) -> Code:
+    """The code spelled ``value``: a built-in :class:`Reason` or a code a pack declared.
+
+    Raises ValueError, which never quotes ``value``, for anything else.
+    """
+    if isinstance(value, Reason | DeclaredCode):
+        return value
+    if isinstance(value, str):
+        if value in BUILT_IN:
+            return Reason(value)
+        found = _DECLARED.get(value)
+        if found is not None:
+            return found
+    raise ValueError("not a reason code")
 
 
 #: When several rules refuse one request, the header and error body name the most fundamental
@@ -210,7 +237,7 @@ _RANK: Final[dict[Reason, int]] = {r: i for i, r in enumerate(_PRIORITY)}
 
 
 def _rank(reason: str, seen: frozenset[str] = frozenset()) -> tuple[float, ...]:
-    if reason in _RANK:
+    if reason in BUILT_IN and Reason(reason) in _RANK:
         return (_RANK[Reason(reason)],)
     after = _DECLARED_AFTER.get(reason)
     if after is None or reason in seen:
@@ -219,11 +246,11 @@ def _rank(reason: str, seen: frozenset[str] = frozenset()) -> tuple[float, ...]:
     return (*_rank(after, seen | {reason}), 0.5)
 
 
-def primary(reasons: list[Reason] | tuple[Reason, ...]) -> Reason:
+def primary(reasons: Sequence[Code]) -> Code:
     """The reason reported first when several apply (see ``_PRIORITY``); ``internal_error`` when none."""
     if not reasons:
         return Reason.INTERNAL_ERROR
-    return Reason(min(reasons, key=lambda r: (_rank(Reason(r).value), Reason(r).value)))
+    return code(min(reasons, key=lambda r: (_rank(code(r).value), code(r).value)))
 
 
 #: The HTTP status a refusal answers with. Codes not listed (consent, identity, context, limits,
@@ -250,9 +277,9 @@ STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType(
 )
 
 
-def status_of(reason: Reason) -> HTTPStatus:
+def status_of(reason: Code) -> HTTPStatus:
     """The HTTP status of a refusal with ``reason`` (see :data:`STATUS`)."""
-    return STATUS.get(reason, HTTPStatus.FORBIDDEN)
+    return STATUS.get(reason, HTTPStatus.FORBIDDEN) if isinstance(reason, Reason) else HTTPStatus.FORBIDDEN
 
 
 class Refusal(Exception):
@@ -270,7 +297,7 @@ class Refusal(Exception):
 
     def __init__(
         self,
-        reason: Reason,
+        reason: Code,
         *,
         status: HTTPStatus | None = None,
         scope_id: str | None = None,
@@ -279,8 +306,8 @@ class Refusal(Exception):
         headers: Mapping[str, str] | None = None,
         upstream_status: int | None = None,
     ) -> None:
-        super().__init__(Reason(reason).value)
-        self.reason = Reason(reason)
+        self.reason = code(reason)
+        super().__init__(self.reason.value)
         self.status = status if status is not None else status_of(self.reason)
         self.scope_id, self.credentialed, self.recorded = scope_id, credentialed, recorded
         self.headers = dict(headers or {})
@@ -292,9 +319,9 @@ def new_decision_id() -> str:
     return "d_" + secrets.token_hex(8)
 
 
-def error_body(reason: Reason, decision_id: str, *, status: int | None = None) -> bytes:
+def error_body(reason: Code, decision_id: str, *, status: int | None = None) -> bytes:
     """Serialize the only error body shape memgov emits: a reason code, an id, maybe a status."""
-    body: dict[str, object] = {"error": Reason(reason).value, "decision_id": decision_id}
+    body: dict[str, object] = {"error": code(reason).value, "decision_id": decision_id}
     if status is not None:
         body["status"] = int(status)
     return json.dumps(body, separators=(",", ":")).encode()

@@ -15,7 +15,7 @@ from typing import Final
 from aiohttp import web
 
 from sidecar.contentstore.kagent import KagentMemory
-from sidecar.reasons import Reason, Refusal, error_body
+from sidecar.reasons import Code, Reason, Refusal, error_body
 from sidecar.routes import RouteMatch
 from sidecar.settings import Settings
 from sidecar.upstream import BodyTooLarge, BodyTooSlow, Upstream, filter_headers, relay_response
@@ -40,7 +40,7 @@ _RATE_GRACE_S: Final = 1.0
 def json_error(
     request: web.Request,
     status: int,
-    reason: Reason,
+    reason: Code,
     *,
     upstream_status: int | None = None,
     headers: Mapping[str, str] | None = None,

@@ -6,19 +6,32 @@ import pytest
 
 from sidecar import reasons
 from sidecar.logs import ALLOWED
-from sidecar.reasons import Reason, declare, error_body, primary
+from sidecar.policy.model import Action, Decision
+from sidecar.reasons import DeclaredCode, Reason, Refusal, code, declare, error_body, primary
 
 
 class TestDeclaredCodes:
-    def test_declared_code_is_a_reason_ranked_after_its_anchor(self) -> None:
+    def test_declared_code_works_like_a_reason_ranked_after_its_anchor(self) -> None:
         """A declared code works like a built-in one and is reported right after the code it names."""
         declare([("test_org_rule", "agent_mismatch")])
-        code = Reason("test_org_rule")
-        assert code is Reason("test_org_rule") and code.value == "test_org_rule"
-        assert primary([Reason.CONSENT_MISSING, code]) is code
-        assert primary([Reason.AGENT_MISMATCH, code]) is Reason.AGENT_MISMATCH
-        assert error_body(code, "d_1") == b'{"error":"test_org_rule","decision_id":"d_1"}'
+        declared = code("test_org_rule")
+        assert isinstance(declared, DeclaredCode) and declared is code("test_org_rule")
+        assert declared.value == "test_org_rule"
+        assert primary([Reason.CONSENT_MISSING, declared]) is declared
+        assert primary([Reason.AGENT_MISMATCH, declared]) is Reason.AGENT_MISMATCH
+        assert error_body(declared, "d_1") == b'{"error":"test_org_rule","decision_id":"d_1"}'
+        assert Refusal(declared).reason is declared and Refusal(declared).status == 403
         assert ALLOWED["reasons"](["test_org_rule", "consent_missing"]) and ALLOWED["reason"]("test_org_rule")
+        decision = Decision.model_validate({"action": "deny", "reasons": ["test_org_rule", "consent_missing"]})
+        assert decision.reasons == [declared, Reason.CONSENT_MISSING] and decision.action is Action.DENY
+        assert decision.model_dump(mode="json")["reasons"] == ["test_org_rule", "consent_missing"]
+
+    def test_the_reason_enum_never_changes(self) -> None:
+        """Declaring codes adds nothing to Reason: its members are the built-in codes only."""
+        declare([("test_org_rule", "agent_mismatch")])
+        assert {r.value for r in Reason} == reasons.BUILT_IN
+        with pytest.raises(ValueError):
+            Reason("test_org_rule")
 
     @pytest.mark.parametrize(
         ("code", "after"),
@@ -33,7 +46,9 @@ class TestDeclaredCodes:
     def test_undeclared_text_is_never_a_reason(self) -> None:
         """Anything not built in or declared stays an error, so it cannot reach a body or a log."""
         with pytest.raises(ValueError):
-            Reason("free text from a request")
+            code("free text from a request")
+        with pytest.raises(ValueError):
+            Decision.model_validate({"action": "deny", "reasons": ["free text from a request"]})
         assert not ALLOWED["reason"]("free text from a request")
 
     def test_a_process_accepts_a_bounded_number_of_codes(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from sidecar.policy.model import (
     ScopeRecord,
 )
 from sidecar.policy.outcome import deny_action
-from sidecar.reasons import Action, Reason, Refusal, primary
+from sidecar.reasons import Action, Code, Reason, Refusal, primary
 from sidecar.relay import DECISION_ID, json_error
 from sidecar.wire import dumps
 
@@ -106,7 +106,7 @@ async def _decide(request: web.Request, operation: Operation, facts: Facts) -> D
 async def refuse(
     request: web.Request,
     operation: Operation,
-    reason: Reason,
+    reason: Code,
     *,
     scope_id: str | None = None,
     credentialed: bool = False,
@@ -123,7 +123,7 @@ async def refuse(
     return decision
 
 
-def primary_reason(decision: Decision) -> Reason:
+def primary_reason(decision: Decision) -> Code:
     return primary(decision.reasons)
 
 

@@ -24,7 +24,7 @@ from sidecar.policy.outcome import Verdict, assemble
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import rule_codes
 from sidecar.policy.tree import load_yaml, with_set
-from sidecar.reasons import Action, Reason
+from sidecar.reasons import Action, Reason, code
 
 KINDS = ("allow", "deny", "bypass")
 _REPEAT = re.compile(r"\{([^{}*]+)\*(\d{1,5})\}")
@@ -107,7 +107,7 @@ def _case(file: str, row: dict[str, Any], bases: dict[str, dict[str, Any]], rule
             raise CaseError(f"{file}: case {name!r}: kind must be one of {', '.join(KINDS)}")
         inp = build_input(bases, row["base"], row.get("set"))
         action = Action(expect["action"])
-        reasons = tuple(sorted(Reason(r).value for r in expect.get("reasons", ["allowed"])))
+        reasons = tuple(sorted(code(r).value for r in expect.get("reasons", ["allowed"])))
     except KeyError as exc:
         raise CaseError(f"{file}: case {name!r}: missing or unknown {exc}") from None
     except ValidationError as exc:

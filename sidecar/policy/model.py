@@ -11,13 +11,22 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
-from sidecar.reasons import Action, Reason
+from sidecar.reasons import Action, Code, Reason, code
 
 #: Upper bound of every integer fact: exact in JSON numbers and far from 64-bit overflow in sums.
 _BIG = 2**53
@@ -35,6 +44,10 @@ class Operation(enum.StrEnum):
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
     CONTROL_INSPECT = "control.inspect"
+
+
+#: A reason code in a model: built in or declared by the loaded pack; the schema shows the built-in ones.
+ReasonCode = Annotated[Code, PlainValidator(code, json_schema_input_type=Reason), PlainSerializer(lambda c: c.value)]
 
 
 class _Model(BaseModel):
@@ -380,7 +393,7 @@ class Decision(_Model):
     """The answer: what to do, why, and under which obligations."""
 
     action: Action = Field(..., description="forward, rewrite_disabled, empty_result or deny.")
-    reasons: list[Reason] = Field(..., description="Sorted unique reason codes; ['allowed'] when forwarded.")
+    reasons: list[ReasonCode] = Field(..., description="Sorted unique reason codes; ['allowed'] when forwarded.")
     obligations: Obligations = Field(default_factory=Obligations, description="Obligations when forwarded.")
     decision_id: str = Field("", description="Opaque id tying the response, log line and audit row.")
     engine: str = Field("", description="Engine that decided.")

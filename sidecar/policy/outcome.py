@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sidecar.policy.model import Decision, DecisionInput, Limits, Obligations, Operation
-from sidecar.reasons import REASON_VALUES, Action, Reason
+from sidecar.reasons import REASON_VALUES, Action, Code, Reason, code
 
 #: Memory calls that carry a session key as user_id.
 KEYED: Final = frozenset(
@@ -73,9 +73,9 @@ def obligations(inp: DecisionInput, limits: Limits) -> Obligations:
     return Obligations()
 
 
-def _codes(reasons: Iterable[str]) -> list[Reason]:
-    # SECURITY: a code outside the Reason enum (a typo in a pack) must not reach a client.
-    known = {Reason(r) for r in reasons if r in REASON_VALUES and r != Reason.ALLOWED}
+def _codes(reasons: Iterable[str]) -> list[Code]:
+    # SECURITY: a code neither built in nor declared (a typo in a pack) must not reach a client.
+    known = {code(r) for r in reasons if r in REASON_VALUES and r != Reason.ALLOWED}
     if len(known) != len(set(reasons) - {Reason.ALLOWED.value}):
         known.add(Reason.POLICY_UNAVAILABLE)
     return sorted(known)
@@ -85,7 +85,7 @@ def assemble(inp: DecisionInput, verdict: Verdict, limits: Limits) -> Decision:
     """Turn a verdict into a decision; a denial without a reason reads as route_denied."""
     if verdict.allowed:
         return Decision(action=Action.FORWARD, reasons=[Reason.ALLOWED], obligations=obligations(inp, limits))
-    reasons = _codes(verdict.reasons) or [Reason.ROUTE_DENIED]
+    reasons: list[Code] = _codes(verdict.reasons) or [Reason.ROUTE_DENIED]
     return Decision(action=deny_action(inp.operation), reasons=reasons)
 
 
