@@ -17,10 +17,6 @@ from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.reasons import Reason
 
 
-class UnknownOutcome(Exception):
-    """A save into the staged namespace was sent but not answered: it may still commit."""
-
-
 class Rotator:
     """Rotation's handles in one gateway process: kagent's List and save, and the embedding provider."""
 
@@ -50,14 +46,15 @@ class Rotator:
         rows = listed(await self._kagent.list(agent_query, storage_key))
         return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
 
-    async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> str:
-        """Save one copy the way a governed save is forwarded; its new kagent id."""
+    async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> Created | Unknown:
+        """Save one copy the way a governed save is forwarded: ``Created`` with its new kagent id, or
+        ``Unknown`` when it was sent and not answered (it may still commit)."""
         saved = await self._kagent.save(app, storage_key, content, vector, ttl)
         if isinstance(saved, Created):
-            return saved.id
+            return saved
         if isinstance(saved, Unknown):
             if saved.sent:
-                raise UnknownOutcome()
+                return saved
             raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)  # never sent: nothing was written
         # SECURITY: kagent's error body can quote database errors; it was read and dropped.
         raise AdapterError(Reason.UPSTREAM_ERROR)

@@ -25,8 +25,9 @@ from datetime import datetime, timedelta
 
 from sidecar import metrics
 from sidecar.contentstore.adapters import AdapterError
+from sidecar.contentstore.kagent import Created
 from sidecar.contentstore.reembed import BATCH
-from sidecar.contentstore.rotator import Rotator, UnknownOutcome
+from sidecar.contentstore.rotator import Rotator
 from sidecar.erasure.readback import Deferred, quiesce, read_back
 from sidecar.governance import Governance
 from sidecar.reasons import Reason
@@ -164,16 +165,15 @@ class RotationSteps:
         try:
             for entry, vector in pairs:
                 ttl = ttl_days(entry.expires_at, gov.now(), gov.limits.max_days)
-                try:
-                    new_id = await self._rotator.save(app, staged.storage_key, texts[entry.entry_id], vector, ttl)
-                except UnknownOutcome:
+                saved = await self._rotator.save(app, staged.storage_key, texts[entry.entry_id], vector, ttl)
+                if not isinstance(saved, Created):
                     # SECURITY: the copy may still land; the staged namespace stays possibly written until
                     # the lease ends, so whoever clears it waits (SPEC D4).
                     unknown = True
                     until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
                     await store.write_outcome_unknown(op_id, until)
-                    raise AdapterError(Reason.UPSTREAM_UNAVAILABLE) from None
-                moved.append((entry.entry_id, new_id, entry.created_at, entry.expires_at))
+                    raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)
+                moved.append((entry.entry_id, saved.id, entry.created_at, entry.expires_at))
         finally:
             if not unknown:
                 await store.end_write(op_id)
