@@ -21,19 +21,20 @@ _VERDICT = re.compile(r"^\|\s*IS ALLOWED\?\s*\|\s*(TRUE|FALSE)\s*\|")
 TIMEOUT_S = 120
 
 
-class CyclonusMissing(Exception):
-    """No cyclonus binary on PATH."""
+class CyclonusError(Exception):
+    """No cyclonus binary on PATH (``missing``), or cyclonus exited non-zero or answered something
+    other than one verdict per flow."""
 
-
-class CyclonusFailed(Exception):
-    """cyclonus exited non-zero or answered something other than one verdict per flow."""
+    def __init__(self, message: str = "cyclonus is not on PATH", *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def find_cyclonus() -> str:
-    """The cyclonus binary on PATH, or CyclonusMissing."""
+    """The cyclonus binary on PATH, or CyclonusError(missing=True)."""
     found = shutil.which("cyclonus")
     if found is None:
-        raise CyclonusMissing
+        raise CyclonusError(missing=True)
     return found
 
 
@@ -63,11 +64,11 @@ def allowed(policies: Sequence[Policy], flows: Sequence[Flow], binary: str | Non
         try:
             proc = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CyclonusFailed(f"cyclonus did not run: {type(exc).__name__}") from None
+            raise CyclonusError(f"cyclonus did not run: {type(exc).__name__}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise CyclonusFailed(f"cyclonus exited {proc.returncode}: {last[:300]}")
+        raise CyclonusError(f"cyclonus exited {proc.returncode}: {last[:300]}")
     verdicts = [m.group(1) == "TRUE" for line in proc.stdout.splitlines() if (m := _VERDICT.match(line))]
     if len(verdicts) != len(flows):
-        raise CyclonusFailed(f"cyclonus gave {len(verdicts)} verdicts for {len(flows)} flows")
+        raise CyclonusError(f"cyclonus gave {len(verdicts)} verdicts for {len(flows)} flows")
     return verdicts

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sidecar.boundary.cyclonus import CyclonusFailed, CyclonusMissing, allowed, find_cyclonus
+from sidecar.boundary.cyclonus import CyclonusError, allowed, find_cyclonus
 from sidecar.boundary.model import (
     KAGENT_API_PORT,
     PPROF_PORT,
@@ -217,11 +217,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     try:
         found = bypasses(install, policies, find_cyclonus())
-    except CyclonusMissing:
-        print(CYCLONUS_NEEDED, file=sys.stderr)
-        return EXIT_CYCLONUS
-    except CyclonusFailed as exc:
-        print(f"memgov doctor: {exc}", file=sys.stderr)
+    except CyclonusError as exc:
+        print(CYCLONUS_NEEDED if exc.missing else f"memgov doctor: {exc}", file=sys.stderr)
         return EXIT_CYCLONUS
     where = f"namespace {install.namespace}, {install.mode} mode, {install.stage} stage, {len(policies)} policies"
     if not found:

@@ -135,6 +135,16 @@ class TestDoctor:
             "go install github.com/mattfenwick/cyclonus/cmd/cyclonus@v0.5.6 (or `make tools` in a checkout)"
         ]
 
+    def test_a_failing_cyclonus_is_one_line(self, tmp_path: Path) -> None:
+        """A cyclonus that runs and fails: exit 3 and one line with its exit status and last message."""
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "cyclonus").write_text("#!/bin/sh\necho 'analysis broke' >&2\nexit 2\n")
+        (fake / "cyclonus").chmod(0o755)
+        proc = run(tmp_path, [CONTROLLER_POLICY], path=f"{fake}:{os.environ['PATH']}")
+        assert proc.returncode == 3
+        assert proc.stderr.strip().splitlines() == ["memgov doctor: cyclonus exited 2: analysis broke"]
+
     @pytest.mark.parametrize(
         ("raw", "message"),
         [
