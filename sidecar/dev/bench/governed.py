@@ -202,4 +202,21 @@ GOVERNED: Final[tuple[Scenario, ...]] = (
         state="sqlite",
         only="memory-save",
     ),
+    # The same two on PostgreSQL state, the production store (commits cost round trips there).
+    GovernedScenario(
+        "governed-kagent-search-pg",
+        "memory.search only, Cedar, PostgreSQL state, kagent v0.9.11 itself upstream",
+        (),
+        upstream="kagent",
+        state="postgresql",
+        only="memory-search",
+    ),
+    GovernedScenario(
+        "governed-kagent-save-pg",
+        "memory.save only, Cedar, PostgreSQL state, kagent v0.9.11 itself upstream",
+        (),
+        upstream="kagent",
+        state="postgresql",
+        only="memory-save",
+    ),
 )
