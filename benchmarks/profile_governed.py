@@ -212,7 +212,7 @@ STAGES = (
     ("save/search handler", "sidecar.enforce", "handle_search"),
     ("  strict parse", "sidecar.enforce.memory", "_parse"),
     ("  key check + admission transaction", "sidecar.enforce.memory", "_admit"),
-    ("  decision (input, Cedar, floor, decision log)", "sidecar.enforce.memory", "_decide"),
+    ("  decision (input, Cedar, floor, decision log)", "sidecar.enforce.memory", "_decide_memory_call"),
     ("    Cedar call (orjson in and out, Rust)", "sidecar.policy.cedar", "_authorize"),
     ("  forward to kagent (serialize, send, read)", "sidecar.contentstore.kagent", "KagentMemory._call"),
     ("    serialize the body (orjson)", "sidecar.contentstore.kagent", "dumps"),

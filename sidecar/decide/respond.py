@@ -75,13 +75,14 @@ async def decide_and_record(
 ) -> Decision:
     """Ask the policy runtime (engine + floor) about ``facts`` and record its answer; the decision
     returned is always recorded (log, metric, audit row or count)."""
-    decision = await _decide(request, operation, facts)
+    decision = await _run_policy(request, operation, facts)
     await record(request, operation, decision, scope_id=scope_id, credentialed=credentialed)
     return decision
 
 
 @tracing.traced("memgov.decide", lambda request, operation, facts: {"operation": operation.value})
-async def _decide(request: web.Request, operation: Operation, facts: Facts) -> Decision:
+async def _run_policy(request: web.Request, operation: Operation, facts: Facts) -> Decision:
+    """Build the decision input from ``facts`` and the deployment, and run the policy runtime (engine, then floor)."""
     gov = gov_of(request)
     if gov.policy.pack is None:
         return await refuse(request, operation, Reason.POLICY_UNAVAILABLE)

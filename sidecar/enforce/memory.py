@@ -96,7 +96,7 @@ def _lease_s(gov: Governance, n: int) -> float:
     return gov.settings.enforce.write_lease_s + n * gov.settings.upstream.memory_timeout_s
 
 
-async def _decide(
+async def _decide_memory_call(
     request: web.Request,
     op: Operation,
     kf: KeyFacts,
@@ -108,6 +108,7 @@ async def _decide(
     limit: int | None = None,
     is_prefetch: bool = False,
 ) -> Decision:
+    """A memory call's facts, from its key check and admission, decided by the policy and recorded."""
     gov = gov_of(request)
     scope = adm.scope
     # The scope's hourly count after this call's reservation (against the global value): the policy
@@ -231,7 +232,7 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
         _save_claims(gov, cost),
         write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))),
     )
-    decision = await _decide(
+    decision = await _decide_memory_call(
         request,
         op,
         kf,
@@ -276,7 +277,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
 
     kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
     limit = payload.get("limit")
-    decision = await _decide(request, op, kf, adm, limit=limit, is_prefetch=adm.window is not None)
+    decision = await _decide_memory_call(request, op, kf, adm, limit=limit, is_prefetch=adm.window is not None)
     if not decision.allowed:
         raise Denied(decision)
     scope = adm.scope
