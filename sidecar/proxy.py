@@ -35,7 +35,7 @@ from sidecar.relay import (
 )
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
 from sidecar.settings import Settings
-from sidecar.state.db import data_lane
+from sidecar.state.lanes import data_lane
 from sidecar.upstream import Upstream, make_session
 from sidecar.wsproxy import is_websocket, relay_websocket
 

@@ -25,7 +25,7 @@ from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.routes import RouteMatch
-from sidecar.state.rotations import ENCODINGS
+from sidecar.state.types import ENCODINGS
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.

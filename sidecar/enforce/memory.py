@@ -28,8 +28,7 @@ from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFa
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import MEMORY_API, read_body
 from sidecar.routes import RouteMatch
-from sidecar.state.admission import Admission, Claims, WriteAsk
-from sidecar.state.types import BudgetClaim, Namespace, Scope
+from sidecar.state.types import Admission, BudgetClaim, Claims, Namespace, Scope, WriteAsk
 from sidecar.upstream import filter_headers
 from sidecar.wire import BadBody, StrictJSON, is_int64, is_number, is_vector
 

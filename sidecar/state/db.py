@@ -42,15 +42,12 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
-    AbstractContextManager,
     asynccontextmanager,
-    contextmanager,
     nullcontext,
 )
-from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -62,6 +59,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from sidecar import tracing
 from sidecar.reasons import Reason
+from sidecar.state.lanes import IN_DATA_LANE, LONG_STATEMENT_S, LONG_STATEMENTS
 from sidecar.state.types import StateError
 
 Mode = Literal["read", "snapshot", "write", "single"]
@@ -201,32 +199,9 @@ async def _keep_session(con: asyncpg.Connection) -> None:
 
 #: Connections of a PostgreSQL pool the data lane never takes (fewer when the pool is smaller).
 _RESERVED = 2
-_IN_DATA_LANE: ContextVar[bool] = ContextVar("memgov_state_data_lane", default=False)
-_LONG_STATEMENTS: ContextVar[bool] = ContextVar("memgov_state_long_statements", default=False)
-#: The bound of a statement run under :func:`long_statements` (schema migrations).
-LONG_STATEMENT_S: Final = 3600.0
 #: Defaults of ``state.statement_timeout_s`` and ``state.acquire_timeout_s``.
 STATEMENT_TIMEOUT_S: Final = 5.0
 ACQUIRE_TIMEOUT_S: Final = 5.0
-
-
-@contextmanager
-def _flagged(flag: ContextVar[bool]) -> Iterator[None]:
-    token = flag.set(True)
-    try:
-        yield
-    finally:
-        flag.reset(token)
-
-
-def data_lane() -> AbstractContextManager[None]:
-    """Run the state work of the calls inside in the data lane (see the module's note on lanes)."""
-    return _flagged(_IN_DATA_LANE)
-
-
-def long_statements() -> AbstractContextManager[None]:
-    """Let the statements inside run for up to ``LONG_STATEMENT_S`` (schema migrations)."""
-    return _flagged(_LONG_STATEMENTS)
 
 
 class PgDatabase:
@@ -269,7 +244,7 @@ class PgDatabase:
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy]:
         """A pooled connection (after a place in the data lane, for its calls), taken within the bound."""
-        lane = self._data_lane if _IN_DATA_LANE.get() else None
+        lane = self._data_lane if IN_DATA_LANE.get() else None
         async with asyncio.timeout(self._acquire_s):
             if lane is not None:
                 await lane.acquire()
@@ -298,7 +273,7 @@ class PgDatabase:
 
     @asynccontextmanager
     async def tx(self, mode: Mode = "write") -> AsyncIterator[Tx]:
-        timeout = LONG_STATEMENT_S if _LONG_STATEMENTS.get() else self._statement_s
+        timeout = LONG_STATEMENT_S if LONG_STATEMENTS.get() else self._statement_s
         async with (
             tracing.span("memgov.state", backend="postgresql", step=mode),
             backend_errors(),

@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
-from sidecar.state.db import Database, long_statements
+from sidecar.state.db import Database
+from sidecar.state.lanes import long_statements
 from sidecar.state.types import SchemaMismatch
 
 _log = get_logger("state")

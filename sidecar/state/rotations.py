@@ -31,8 +31,6 @@ from sidecar.state.types import ERASURE_TERMINAL_SQL, Fenced, Namespace, RunTake
 SwitchOutcome = Literal["switched", "superseded", "retry"]
 #: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
 Move = tuple[str, str | None, datetime, datetime]
-#: The encodings an OpenAI-compatible provider answers in (and the only ones memgov relays or records).
-ENCODINGS = frozenset({"float", "base64"})
 #: Longest chain of rotations followed from a forgotten id to its current copy.
 _MAX_HOPS = 64
 #: The copies a switched rotation of scope $1 made (the moves of one not yet switched are not copies yet).

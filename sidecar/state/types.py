@@ -10,10 +10,11 @@ that code and nothing else, so no stored or requested value can surface through 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
@@ -231,3 +232,45 @@ class BudgetClaim:
     window_s: int = 3600
     ttl_s: int = 0
     reason: str = Reason.RATE_LIMITED.value
+
+
+#: The encodings an OpenAI-compatible provider answers in (and the only ones memgov relays or records).
+ENCODINGS: Final = frozenset({"float", "base64"})
+
+
+#: Budget claims of a live scope, given its prefetch window id (None outside a window).
+Claims = Callable[[Scope, str | None], list[BudgetClaim]]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one admission transaction saw and reserved.
+
+    ``live``: the scope exists, is enabled at the presented generation and has a live namespace.
+    ``refused``: the reason of the budget claim that did not fit (nothing was reserved then).
+    ``live_count``: the scope's live entries, for the decision (counted up to the cap + 1).
+    ``window``: the prefetch window id.
+    ``slots``/``op_id``: the ledger slots and in-flight record of an admitted save.
+    ``blocked``: why an admitted save got no slots (the cap with pending slots, or a rotation
+    copying the namespace); the call is refused with it if the policy allows.
+    ``levels``: each reserved claim's level after it, by claim key (empty when nothing was reserved).
+    """
+
+    scope: Scope | None
+    live: bool = False
+    refused: str | None = None
+    live_count: int = 0
+    window: str | None = None
+    slots: list[str] = field(default_factory=list)
+    op_id: str | None = None
+    blocked: Reason | None = None
+    levels: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAsk:
+    """A save's part of an admission: ``n`` slots under ``cap``, an in-flight lease of ``lease_s``."""
+
+    n: int
+    cap: int
+    lease_s: float

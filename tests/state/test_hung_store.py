@@ -17,7 +17,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore, open_store
-from sidecar.state.db import data_lane
+from sidecar.state.lanes import data_lane
 from sidecar.state.spool import INSERT_AUDIT
 from tests.support.blackhole import Blackhole, blackhole
 from tests.support.pg import PgServer

@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sidecar.proxy import observe_data
-from sidecar.state.db import _IN_DATA_LANE, _RESERVED, Database, connect, data_lane
+from sidecar.state.db import _RESERVED, Database, connect
+from sidecar.state.lanes import IN_DATA_LANE, data_lane
 from tests.support.wait import until
 
 POOL_SIZE = 4
@@ -74,7 +75,7 @@ class TestLanes:
         seen: list[bool] = []
 
         async def search(_request: web.Request) -> web.Response:
-            seen.append(_IN_DATA_LANE.get())
+            seen.append(IN_DATA_LANE.get())
             return web.json_response([])
 
         app = web.Application(middlewares=[observe_data])
@@ -83,4 +84,4 @@ class TestLanes:
             async with client.post("/api/memories/search", json={}) as resp:
                 assert resp.status == 200
         assert seen == [True]
-        assert _IN_DATA_LANE.get() is False
+        assert IN_DATA_LANE.get() is False

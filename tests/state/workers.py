@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.state import BudgetClaim, CapReached, Fenced, StateStore, open_store
-from sidecar.state.admission import WriteAsk
+from sidecar.state.types import WriteAsk
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 #: Upper bound on attempts of a worker that loops until it is fenced (keeps a broken store finite).

@@ -43,7 +43,7 @@ from sidecar.governance import Governance, governance
 from sidecar.logs import configure_logging
 from sidecar.ops import Readiness
 from sidecar.state import Scope, StateStore
-from sidecar.state.admission import WriteAsk
+from sidecar.state.types import WriteAsk
 
 CHECKPOINTS: Final = (1, 10, 100, 1000)
 #: The largest scope the save and search state work is measured in; also at a tenth of it and empty.

@@ -26,9 +26,9 @@ from typing import Any, Final
 from sidecar.dev.bench.report import publish
 from sidecar.logs import configure_logging
 from sidecar.state import BudgetClaim, Scope, StateStore, open_store
-from sidecar.state.admission import WriteAsk
 from sidecar.state.codec import to_us
-from sidecar.state.db import long_statements
+from sidecar.state.lanes import long_statements
+from sidecar.state.types import WriteAsk
 
 #: (scopes, ledger rows) per size; the issue's two points of comparison.
 SIZES: Final = {"small": (100, 1_000), "large": (100_000, 1_000_000)}
