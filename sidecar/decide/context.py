@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from sidecar import tracing
+from sidecar.decide.ports import context_ledger
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import DelegationContext, verify_context
@@ -51,7 +52,7 @@ async def _verify_and_spend(gov: Governance, token: str) -> SeenContext:
         )
     except IdentityError as exc:
         return SeenContext(ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None)
-    fresh = await gov.store.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
+    fresh = await context_ledger(gov).remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
     return SeenContext(ContextFacts(present=True, valid=True, replayed=not fresh, expires_at=ctx.exp), ctx)
 
 

@@ -14,6 +14,7 @@ from http import HTTPStatus
 from aiohttp import web
 
 from sidecar import metrics, tracing
+from sidecar.decide.ports import decision_log
 from sidecar.governance import GOVERNANCE, Governance
 from sidecar.logs import get_logger
 from sidecar.policy.model import (
@@ -172,7 +173,7 @@ async def record(
         return
     try:
         if credentialed:
-            await gov.store.audit(
+            await decision_log(gov).audit(
                 "decision",
                 reason.value,
                 decision_id=decision.decision_id,
@@ -183,7 +184,7 @@ async def record(
             )
             metrics.AUDIT_WRITES.labels("decision").inc()
         else:
-            await gov.store.count_refusal(operation.value, reason.value, gov.now())
+            await decision_log(gov).count_refusal(operation.value, reason.value, gov.now())
             metrics.AUDIT_WRITES.labels("refusal_count").inc()
     except Exception:  # noqa: BLE001 - the refusal stands even if its audit row cannot be written
         log.error("audit.failed", operation=operation.value, decision_id=decision.decision_id)

@@ -21,6 +21,7 @@ from sidecar import metrics
 from sidecar.decide.facts import agent_of, utf8_len
 from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
 from sidecar.enforce import budgets
+from sidecar.enforce.ports import embedding_state
 from sidecar.policy.model import Budget, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
@@ -76,13 +77,13 @@ async def handle_embedding(request: web.Request, match: RouteMatch) -> web.Strea
     if parsed is None:
         raise Refusal(Reason.BAD_REQUEST)
     inputs, body = parsed
-    if not gov.is_memory_agent(ref) or not await gov.store.has_enabled_scope(ref):
+    if not gov.is_memory_agent(ref) or not await embedding_state(gov).has_enabled_scope(ref):
         # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
         raise Refusal(Reason.CONSENT_MISSING)
     lim = gov.limits
     # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
     # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
-    failed, levels = await gov.store.reserve_counted(
+    failed, levels = await embedding_state(gov).reserve_counted(
         budgets.embedding_items(lim, ref, request.remote or "", len(inputs)),
         gov.now(),
     )

@@ -17,6 +17,7 @@ from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
 from sidecar.enforce import budgets
+from sidecar.enforce.ports import invoke_state
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
@@ -72,13 +73,15 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
             principal = principal_of(ctx.sub, ctx.origin)
         except IdentityError:
             principal = None
-        found = await gov.store.find_scope(ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id)
+        found = await invoke_state(gov).find_scope(
+            ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id
+        )
         scope = scope_of(found) if found is not None else None
         room, audience = room_of(ctx.room), audience_of(ctx.audience)
         if found is not None and found.enabled:
             # Peek: a reservation of nothing against one less than the limit succeeds only while
             # at least one operation is left this hour, so an exhausted scope chats without memory.
-            failed, levels = await gov.store.reserve_counted(
+            failed, levels = await invoke_state(gov).reserve_counted(
                 [budgets.scope_hour(gov.limits, found.scope_id, 0, headroom=1)],
                 gov.now(),
             )
@@ -108,7 +111,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         headers = {"X-User-Id": key, **gov.kagent_headers(key)}
         if _is_new_conversation(payload):
             now = gov.now()
-            await gov.store.open_prefetch_window(
+            await invoke_state(gov).open_prefetch_window(
                 scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s)
             )
         return await forward(

@@ -22,6 +22,7 @@ from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.decide.respond import Denied, Facts, decide_and_record, gov_of, json_answer
 from sidecar.enforce import budgets
+from sidecar.enforce.ports import write_path
 from sidecar.enforce.saga import WriteSaga
 from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
@@ -77,8 +78,8 @@ async def _admit(
     kf = KeyFacts(gov.keys, user_id, request.headers.get("X-User-Id"), agent_name, request.headers.get("X-Agent-Name"))
     if not (kf.key_valid and kf.scope_id and kf.user_id_matches):
         # Nothing to reserve for a caller that proved no scope; the decision still sees the scope.
-        return kf, Admission(await gov.store.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None)
-    return kf, await gov.store.admit(kf.scope_id, kf.generation, claims, gov.now(), window=window, write=write)
+        return kf, Admission(await write_path(gov).get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None)
+    return kf, await write_path(gov).admit(kf.scope_id, kf.generation, claims, gov.now(), window=window, write=write)
 
 
 def _save_claims(gov: Governance, cost: int) -> Claims:
@@ -241,7 +242,7 @@ async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResp
         ttl_days=first.get("ttl_days"),
     )
     if not decision.allowed or adm.scope is None:
-        await gov.store.release_write(adm)
+        await write_path(gov).release_write(adm)
         raise Denied(decision)
     if adm.op_id is None:
         # Allowed, but the admission found the cap full of pending slots or a rotation copying the
@@ -308,7 +309,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
             )
         rows = searched.rows
         ids = [r["id"] for r in rows]
-        keep = await gov.store.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
+        keep = await write_path(gov).filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
         found = [r for r in rows if r["id"] in keep]
         if ids and len(keep) == len(ids):
             break
@@ -319,7 +320,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
 
 async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace | None:
     """The scope's new live namespace when a rotation switched it since ``ns`` was read, else None."""
-    now = await gov.store.get_scope(scope.scope_id)
+    now = await write_path(gov).get_scope(scope.scope_id)
     if (
         now is None
         or not now.enabled

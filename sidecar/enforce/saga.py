@@ -23,6 +23,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from sidecar.contentstore.adapters import AdapterError
+from sidecar.enforce.ports import write_path
 from sidecar.governance import Governance
 from sidecar.state.types import Namespace, Scope
 
@@ -62,7 +63,7 @@ class WriteSaga:
         at = self._gov.now()
         fill = (self._slots[len(self.created)], entry_id, at, at + lifetime)
         self.created.append(entry_id)
-        store = self._gov.store
+        store = write_path(self._gov)
         if not last:
             await store.fill_entry(*fill)
             return True
@@ -78,7 +79,7 @@ class WriteSaga:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        store = self._gov.store
+        store = write_path(self._gov)
         if exc_type is not None:
             # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
             in_doubt = self.phase is Phase.SENDING
@@ -94,10 +95,10 @@ class WriteSaga:
     async def _roll_back(self, unused_slots: list[str], *, dead_namespace: bool = False) -> None:
         gov, scope, created = self._gov, self.scope, self.created
         if unused_slots:
-            await gov.store.release_entries(unused_slots)
+            await write_path(gov).release_entries(unused_slots)
         if not created:
             return
-        await gov.store.tombstone(scope.scope_id, created, gov.now())
+        await write_path(gov).tombstone(scope.scope_id, created, gov.now())
         agent = gov.query_name(scope.agent)
         try:
             if dead_namespace:
@@ -106,6 +107,6 @@ class WriteSaga:
                 await gov.eraser.delete_entries(agent, self.ns.storage_key, created)
             else:
                 return  # rest adapter: tombstoned, physical deletion pending until the namespace is cleared
-            await gov.store.mark_physically_deleted(created, gov.now())
+            await write_path(gov).mark_physically_deleted(created, gov.now())
         except AdapterError:
             pass  # tombstoned already; the sweepers retry the physical deletion

@@ -1,0 +1,48 @@
+"""What deciding and recording need of the state store, and nothing more.
+
+Each consumer of the store names the few calls it makes as a protocol and reaches the store only
+through it (``tests/test_ports.py`` checks that no other module of these packages touches
+``gov.store``); mypy checks that the store satisfies every protocol. A change to the store that
+breaks a consumer shows where, and a consumer cannot quietly start using more of it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from sidecar.governance import Governance
+
+
+class DecisionLog(Protocol):
+    """Audit rows of credentialed refusals, and hourly counts of the others (R-15)."""
+
+    async def audit(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
+    ) -> None: ...
+
+    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
+
+
+class ContextLedger(Protocol):
+    """Spent delegation contexts (single use)."""
+
+    async def remember_jti(self, jti: str, exp: datetime, now: datetime) -> bool: ...
+
+
+def decision_log(gov: Governance) -> DecisionLog:
+    return gov.store
+
+
+def context_ledger(gov: Governance) -> ContextLedger:
+    return gov.store
