@@ -23,6 +23,7 @@ from sidecar.control.erasures import get_erasure
 from sidecar.control.http import ERASURE, MAX_BODY_BYTES, OPERATION, OPERATORS, SWEEPERS
 from sidecar.control.openapi import openapi
 from sidecar.control.scopes import create_scope, grant_consent, scope_status, withdraw_consent
+from sidecar.decide.ports import decision_log
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import GOVERNANCE, Governance
@@ -67,9 +68,11 @@ async def _refusal(request: web.Request, refusal: Refusal) -> web.Response:
         try:
             if refusal.reason is Reason.AUTH_REQUIRED:
                 # No valid credential: counted per hour, not one row each.
-                await gov.store.count_refusal(request.get(OPERATION) or "control", refusal.reason.value, gov.now())
+                await decision_log(gov).count_refusal(
+                    request.get(OPERATION) or "control", refusal.reason.value, gov.now()
+                )
             else:
-                await gov.store.audit(
+                await decision_log(gov).audit(
                     "control",
                     refusal.reason.value,
                     decision_id=request[DECISION_ID],
@@ -100,7 +103,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             # Counted, never a row of its own: whether the caller's credential held may be what the
             # store could not tell. While the store is down the count waits in its spool.
             gov = request.app[GOVERNANCE]
-            await gov.store.count_refusal(request.get(OPERATION) or "control", exc.reason.value, gov.now())
+            await decision_log(gov).count_refusal(request.get(OPERATION) or "control", exc.reason.value, gov.now())
             return refusal_answer(request, Refusal(exc.reason))
         # A missing row; anything else is ours.
         return refusal_answer(

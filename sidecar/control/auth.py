@@ -19,6 +19,7 @@ from typing import Literal
 from aiohttp import web
 
 from sidecar.control.http import OPERATORS, load_scope
+from sidecar.decide.ports import context_ledger
 from sidecar.governance import GOVERNANCE
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import bearer, verify_operator_token, verify_subject_token
@@ -67,7 +68,9 @@ async def spend(request: web.Request, caller: Caller) -> None:
         return
     gov = request.app[GOVERNANCE]
     # SECURITY: a replayed token (captured from a log, a proxy or a pod) changes nothing.
-    if not await gov.store.remember_jti("subject:" + caller.jti, datetime.fromtimestamp(caller.exp, UTC), gov.now()):
+    if not await context_ledger(gov).remember_jti(
+        "subject:" + caller.jti, datetime.fromtimestamp(caller.exp, UTC), gov.now()
+    ):
         raise Refusal(Reason.AUTH_REQUIRED, headers=_CHALLENGE)
 
 

@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from sidecar.control.ports import scope_reads
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
 from sidecar.governance import Governance
@@ -63,7 +64,7 @@ async def parse(request: web.Request, model: type[M]) -> M:
 
 async def load_scope(gov: Governance, scope_id: str) -> Scope:
     """The scope named in the path, or 404 not_found."""
-    scope: Scope | None = await gov.store.get_scope(scope_id)
+    scope: Scope | None = await scope_reads(gov).get_scope(scope_id)
     if scope is None:
         raise Refusal(Reason.NOT_FOUND)
     return scope
