@@ -9,7 +9,7 @@ import pytest
 
 SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
 #: Packages whose modules use the store through ``<package>/ports.py`` only.
-PORTED = ("enforce", "decide", "control")
+PORTED = ("enforce", "decide", "control", "erasure")
 
 
 def _store_uses(path: Path) -> list[int]:

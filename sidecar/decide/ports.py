@@ -12,24 +12,11 @@ from datetime import datetime
 from typing import Protocol
 
 from sidecar.governance import Governance
+from sidecar.state.types import AuditLog
 
 
-class DecisionLog(Protocol):
+class DecisionLog(AuditLog, Protocol):
     """Audit rows of credentialed refusals, and hourly counts of the others (R-15)."""
-
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
 
     async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
 

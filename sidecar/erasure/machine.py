@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from sidecar import metrics, tracing
 from sidecar.contentstore.adapters import AdapterError
+from sidecar.erasure.ports import erasure_records
 from sidecar.erasure.readback import Deferred, quiesce, read_back
 from sidecar.erasure.rotation import RotationSteps
 from sidecar.governance import Governance
@@ -105,7 +106,7 @@ class ErasureEngine:
         failed erasure is newer than the last verified whole-scope erasure.
         """
         # A rotation never blocks consent: it only moves what the scope keeps, and fails safe.
-        history = await self._gov.store.erasures_of_scope(scope_id, not_kind=Kind.ROTATE.value)
+        history = await erasure_records(self._gov).erasures_of_scope(scope_id, not_kind=Kind.ROTATE.value)
         if any(e.state not in ERASURE_TERMINAL for e in history):
             return Reason.ERASURE_PENDING
         for e in history:  # newest first
@@ -117,7 +118,7 @@ class ErasureEngine:
 
     async def request(self, scope: Scope, kind: Kind, requested_by: str, entry_ids: Iterable[str] = ()) -> Erasure:
         """Record an erasure; whole-scope erasures list every entry not yet physically deleted."""
-        store = self._gov.store
+        store = erasure_records(self._gov)
         ids = list(entry_ids)
         if kind in WHOLE_SCOPE:
             ids = [e.entry_id for e in await store.unswept_entries(scope.scope_id) if e.physically_deleted_at is None]
@@ -144,18 +145,18 @@ class ErasureEngine:
             for _ in range(2):
                 if (await self.rotate(scope, requested_by)).state != "verified" or await self._gone(done):
                     break
-            return await self._gov.store.get_erasure(done.erasure_id) or done
+            return await erasure_records(self._gov).get_erasure(done.erasure_id) or done
         return done
 
     async def _gone(self, erasure: Erasure) -> bool:
         """Whether every entry of the erasure (copies included) is stamped physically deleted."""
-        current = await self._gov.store.get_erasure(erasure.erasure_id) or erasure
-        entries = await self._gov.store.entries_by_id(erasure.scope_id, current.entry_ids)
+        current = await erasure_records(self._gov).get_erasure(erasure.erasure_id) or erasure
+        entries = await erasure_records(self._gov).entries_by_id(erasure.scope_id, current.entry_ids)
         return all(e.physically_deleted_at is not None for e in entries)
 
     async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
         """Rotate the scope's live namespace, joining a rotation of it that is already under way."""
-        newest = await self._gov.store.erasures_of_scope(scope.scope_id, limit=1, kind=Kind.ROTATE.value)
+        newest = await erasure_records(self._gov).erasures_of_scope(scope.scope_id, limit=1, kind=Kind.ROTATE.value)
         if newest and newest[0].state not in ERASURE_TERMINAL:
             return await self.run(newest[0].erasure_id)
         return await self.run((await self.request(scope, Kind.ROTATE, requested_by)).erasure_id)
@@ -178,7 +179,7 @@ class ErasureEngine:
 
     async def resume_all(self) -> list[Erasure]:
         """Resume every unfinished erasure (called on start, before the listeners open)."""
-        unfinished = await self._gov.store.unfinished_erasures()
+        unfinished = await erasure_records(self._gov).unfinished_erasures()
         if unfinished:
             log.info("erasure.resuming", count=len(unfinished))
         # A run a process died in holds its lease until it lapses (erasure.run_lease_s): waited for, then taken over.
@@ -191,7 +192,7 @@ class ErasureEngine:
         cutoff = now - older_than
         due = [
             e
-            for e in await self._gov.store.unfinished_erasures()
+            for e in await erasure_records(self._gov).unfinished_erasures()
             if e.erasure_id not in self._running
             and ((e.not_before is None and e.updated_at < cutoff) or (e.not_before is not None and e.not_before <= now))
         ]
@@ -225,7 +226,7 @@ class ErasureEngine:
         for scope in scopes:
             pending = [
                 e
-                for e in await self._gov.store.erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
+                for e in await erasure_records(self._gov).erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
                 if e.state not in ERASURE_TERMINAL and e.kind in WHOLE_SCOPE
             ]
             erasures.append(pending[0] if pending else await self.request(scope, Kind.OFFBOARD, requested_by))
@@ -259,7 +260,7 @@ class ErasureEngine:
         Two runners of one erasure would each do a step's work (a rotation's copy, above all) from
         what they read before the other wrote; the state's compare-and-set only orders the steps.
         """
-        store = self._gov.store
+        store = erasure_records(self._gov)
         while not await store.claim_erasure(erasure_id, self._runner, self._lease_end(), self._now()):
             current = await store.get_erasure(erasure_id)
             if current is None:
@@ -285,14 +286,14 @@ class ErasureEngine:
         while True:
             await asyncio.sleep(self._lease_s / 3)
             try:
-                if not await self._gov.store.renew_erasure(erasure_id, self._runner, self._lease_end()):
+                if not await erasure_records(self._gov).renew_erasure(erasure_id, self._runner, self._lease_end()):
                     lost.set()
                     return
             except StateError:
                 continue  # the store is away: the steps fail on it too, and the lease lapses on its own
 
     async def _steps(self, erasure_id: str, until: str | None, lost: asyncio.Event) -> Erasure:
-        store = self._gov.store
+        store = erasure_records(self._gov)
         erasure = await store.get_erasure(erasure_id)
         if erasure is None:
             raise StateError(Reason.NOT_FOUND)
@@ -335,7 +336,7 @@ class ErasureEngine:
 
     async def _step(self, erasure: Erasure, target: str, failure_reason: str | None = None) -> tuple[Erasure, bool]:
         """Move the row to ``target``; (row, True) when this runner did, (current row, False) if another did."""
-        store = self._gov.store
+        store = erasure_records(self._gov)
         try:
             moved: Erasure = await store.advance_erasure(
                 erasure.erasure_id, target, self._now(), failure_reason=failure_reason
@@ -361,7 +362,7 @@ class ErasureEngine:
         return advanced
 
     async def _fail(self, erasure: Erasure, reason: Reason) -> Erasure:
-        store, now = self._gov.store, self._now()
+        store, now = erasure_records(self._gov), self._now()
         scope = await store.get_scope(erasure.scope_id)
         if erasure.kind == Kind.ROTATE:
             # Nothing unsafe happened: the old namespace stays live and writable again.
@@ -392,7 +393,7 @@ class ErasureEngine:
         return revision
 
     async def _audit(self, erasure: Erasure, reason: Reason) -> None:
-        await self._gov.store.audit(
+        await erasure_records(self._gov).audit(
             "erasure",
             reason.value,
             scope_id=erasure.scope_id,
@@ -403,7 +404,7 @@ class ErasureEngine:
         )
 
     async def _scope(self, erasure: Erasure) -> Scope:
-        scope: Scope | None = await self._gov.store.get_scope(erasure.scope_id)
+        scope: Scope | None = await erasure_records(self._gov).get_scope(erasure.scope_id)
         if scope is None:
             raise StateError(Reason.NOT_FOUND)
         return scope
@@ -445,7 +446,7 @@ class ErasureEngine:
         await step(scope, erasure)
 
     async def _fence(self, scope: Scope, kind: Kind, erasure: Erasure) -> None:
-        store, now = self._gov.store, self._now()
+        store, now = erasure_records(self._gov), self._now()
         if kind is Kind.FORGET_ONE:
             # The entry, and every copy a rotation made of it, is unreadable through memgov from
             # this moment, whatever the adapter.
@@ -479,12 +480,12 @@ class ErasureEngine:
 
     async def _stale_inflight(self, scope: Scope) -> int:
         live = scope.namespace.ns_id if scope.namespace is not None else None
-        count: int = await self._gov.store.inflight_count(scope.scope_id, self._now(), except_ns=live)
+        count: int = await erasure_records(self._gov).inflight_count(scope.scope_id, self._now(), except_ns=live)
         return count
 
     async def _retired(self, scope: Scope) -> list[Namespace]:
         """Every namespace of the scope except the live one: each storage key it can no longer write."""
-        return [n for n in await self._gov.store.namespaces_of_scope(scope.scope_id) if n.state != "live"]
+        return [n for n in await erasure_records(self._gov).namespaces_of_scope(scope.scope_id) if n.state != "live"]
 
     async def _delete_scope(self, scope: Scope) -> None:
         eraser, agent = self._gov.eraser, self._gov.query_name(scope.agent)
@@ -498,7 +499,7 @@ class ErasureEngine:
         await read_back(self._gov, scope, erasure, await self._retired(scope))
 
     async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
-        store = self._gov.store
+        store = erasure_records(self._gov)
         groups = _by_namespace(await store.entries_by_id(scope.scope_id, erasure.entry_ids))
         by_id = {n.ns_id: n for n in await store.namespaces_by_id(scope.scope_id, [g for g in groups if g])}
         return {by_id[ns_id]: ids for ns_id, ids in groups.items() if ns_id in by_id}
@@ -511,7 +512,7 @@ class ErasureEngine:
             await eraser.delete_entries(self._gov.query_name(scope.agent), ns.storage_key, ids)
 
     async def _verify_entries(self, scope: Scope, erasure: Erasure) -> None:
-        eraser, store = self._gov.eraser, self._gov.store
+        eraser, store = self._gov.eraser, erasure_records(self._gov)
         for ns, ids in (await self._entries(scope, erasure)).items():
             # Read-after-delete: never readable through memgov again, and gone from kagent when exact.
             if await store.filter_live(scope.scope_id, ns.ns_id, ids, self._now()):

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from sidecar.contentstore.adapters import AdapterError
+from sidecar.erasure.ports import readback_records
 from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
@@ -40,7 +41,7 @@ async def quiesce(gov: Governance, scope: Scope, erasure: Erasure, busy: Callabl
             # Each such write re-checks its namespace after it lands and deletes its own row; a
             # write whose outcome stays unknown marks its namespace, and verification waits for it.
             log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id, count=left)
-            await gov.store.audit(
+            await readback_records(gov).audit(
                 "erasure",
                 Reason.STALE_GENERATION.value,
                 scope_id=scope.scope_id,
@@ -59,7 +60,7 @@ async def read_back(gov: Governance, scope: Scope, erasure: Erasure, namespaces:
     Raises Deferred while a write of unknown outcome may still reach one of them, and
     AdapterError(verification_failed) when rows survive a second delete.
     """
-    eraser, store, agent = gov.eraser, gov.store, gov.query_name(scope.agent)
+    eraser, store, agent = gov.eraser, readback_records(gov), gov.query_name(scope.agent)
     waits = [n.possibly_until for n in namespaces if n.possibly_until is not None and n.possibly_until > gov.now()]
     if waits:
         raise Deferred(max(waits))

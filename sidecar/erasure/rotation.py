@@ -28,6 +28,7 @@ from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.kagent import Created
 from sidecar.contentstore.reembed import BATCH
 from sidecar.contentstore.rotator import Rotator
+from sidecar.erasure.ports import rotation_records
 from sidecar.erasure.readback import Deferred, quiesce, read_back
 from sidecar.governance import Governance
 from sidecar.reasons import Reason
@@ -58,7 +59,7 @@ class RotationSteps:
 
     async def _frozen(self, erasure: Erasure) -> Namespace:
         """The live namespace this rotation froze; AdapterError(stale_generation) once it is not."""
-        for ns in await self._gov.store.rotation_namespaces(erasure.erasure_id):
+        for ns in await rotation_records(self._gov).rotation_namespaces(erasure.erasure_id):
             if ns.frozen_by == erasure.erasure_id and ns.state == "live":
                 return ns
         # The scope moved on (consent changed) or the rotation was released: nothing left to rotate.
@@ -66,13 +67,13 @@ class RotationSteps:
 
     async def fence(self, scope: Scope, erasure: Erasure) -> None:
         """Freeze the live namespace: still read, no longer written."""
-        if await self._gov.store.freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
+        if await rotation_records(self._gov).freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
             raise AdapterError(Reason.STALE_GENERATION)  # disabled, or another rotation holds it
 
     async def quiesce(self, scope: Scope, erasure: Erasure) -> None:
         """Wait, within the erasure bound, for saves that were already writing into it."""
         frozen = await self._frozen(erasure)
-        store, gov = self._gov.store, self._gov
+        store, gov = rotation_records(self._gov), self._gov
         await quiesce(
             gov,
             scope,
@@ -85,12 +86,12 @@ class RotationSteps:
         if erasure.ns_id is None:
             await self._copy_and_switch(scope, erasure)
         agent = self._gov.query_name(scope.agent)
-        for ns in await self._gov.store.rotation_namespaces(erasure.erasure_id):
+        for ns in await rotation_records(self._gov).rotation_namespaces(erasure.erasure_id):
             if ns.state == "retired":
                 await self._gov.eraser.delete_namespace(agent, ns.storage_key)
 
     async def _copy_and_switch(self, scope: Scope, erasure: Erasure) -> None:
-        store, gov = self._gov.store, self._gov
+        store, gov = rotation_records(self._gov), self._gov
         frozen = await self._frozen(erasure)
         if await store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True):
             # A save outlived the quiesce bound: copying now could miss it. The namespace stays frozen.
@@ -111,7 +112,7 @@ class RotationSteps:
 
     async def _copy(self, scope: Scope, erasure: Erasure, frozen: Namespace, staged: Namespace) -> None:
         """Re-save the live entries of ``frozen`` into ``staged``; remember the copies (not yet in the ledger)."""
-        gov, store, rot = self._gov, self._gov.store, self._rotator
+        gov, store, rot = self._gov, rotation_records(self._gov), self._rotator
         now = gov.now()
         live = [
             e
@@ -149,7 +150,7 @@ class RotationSteps:
         pairs: list[tuple[LedgerEntry, list[float]]],
         texts: dict[str, str],
     ) -> list[tuple[str, str | None, datetime, datetime]]:
-        gov, store = self._gov, self._gov.store
+        gov, store = self._gov, rotation_records(self._gov)
         lease = gov.settings.enforce.write_lease_s + len(pairs) * gov.settings.upstream.memory_timeout_s
         try:
             # SECURITY: into the namespace this runner staged, or not at all: a copy lands only where
@@ -182,7 +183,7 @@ class RotationSteps:
 
     async def verify(self, scope: Scope, erasure: Erasure) -> None:
         """The old namespace and every retired one read back empty; the copies read back present."""
-        gov, store = self._gov, self._gov.store
+        gov, store = self._gov, rotation_records(self._gov)
         # The namespaces not yet cleared, and the one this rotation froze even if a sweep cleared it since.
         mine = await store.rotation_namespaces(erasure.erasure_id)
         namespaces = list({n.ns_id: n for n in [*await store.open_namespaces(scope.scope_id), *mine]}.values())
@@ -200,4 +201,4 @@ class RotationSteps:
 
     async def release(self, erasure: Erasure) -> None:
         """A failed rotation: unfreeze the live namespace, abandon what was staged (the sweeper clears it)."""
-        await self._gov.store.release_rotation(erasure.erasure_id, self._gov.now())
+        await rotation_records(self._gov).release_rotation(erasure.erasure_id, self._gov.now())

@@ -34,6 +34,7 @@ from sidecar import tracing
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.rotator import Rotator
 from sidecar.erasure.machine import ErasureEngine
+from sidecar.erasure.ports import sweep_records
 from sidecar.governance import Governance
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
@@ -87,36 +88,38 @@ class _Pass:
         await self.stamp(scope, ids)
 
     async def stamp(self, scope: Scope, ids: list[str]) -> None:
-        store = self.gov.store
+        store = sweep_records(self.gov)
         await store.tombstone(scope.scope_id, ids, self.now)
         await store.mark_physically_deleted(ids, self.now)
         await store.mark_verified(ids, self.now)
 
     async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
-        entries = await self.gov.store.unswept_entries(scope.scope_id, [ns_id])
+        entries = await sweep_records(self.gov).unswept_entries(scope.scope_id, [ns_id])
         return [e for e in entries if e.physically_deleted_at is None]
 
     async def retired(self) -> None:
-        for ns in await self.gov.store.sweepable_namespaces(self.now, _BATCH):
-            scope = await self.gov.store.get_scope(ns.scope_id)
+        for ns in await sweep_records(self.gov).sweepable_namespaces(self.now, _BATCH):
+            scope = await sweep_records(self.gov).get_scope(ns.scope_id)
             if scope is None:
                 continue
             ids = [e.entry_id for e in await self.unswept(scope, ns.ns_id)]
             if await self.guard(self.clear(scope, ns, ids), ns.scope_id):
-                await self.gov.store.mark_cleared([ns.ns_id], self.now)
+                await sweep_records(self.gov).mark_cleared([ns.ns_id], self.now)
                 self.report.dead_cleared += 1
 
     async def expired(self) -> None:
         exact = self.gov.eraser.exact
         for _ in range(_MAX_BATCHES if exact else 1):
             # Over REST entries of live namespaces keep coming back; one large batch per pass.
-            batch = await self.gov.store.expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
+            batch = await sweep_records(self.gov).expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
             groups: dict[tuple[str, str | None], list[str]] = {}
             for e in batch:
                 groups.setdefault((e.scope_id, e.ns_id), []).append(e.entry_id)
             for (scope_id, ns_id), ids in groups.items():
-                scope = await self.gov.store.get_scope(scope_id)
-                ns = next(iter(await self.gov.store.namespaces_by_id(scope_id, [ns_id] if ns_id else [])), None)
+                scope = await sweep_records(self.gov).get_scope(scope_id)
+                ns = next(
+                    iter(await sweep_records(self.gov).namespaces_by_id(scope_id, [ns_id] if ns_id else [])), None
+                )
                 if scope is not None and ns is not None:
                     expire = self.expire_exact if exact else self.expire_rest
                     await self.guard(expire(scope, ns, ids), scope_id)
@@ -135,7 +138,7 @@ class _Pass:
         rows = await self.unswept(scope, ns.ns_id)
         live = any(e.tombstoned_at is None and e.expires_at > self.now for e in rows)
         current = ns.state == "live"
-        busy = current and await self.gov.store.inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
+        busy = current and await sweep_records(self.gov).inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
         if live or busy or (ns.possibly_until is not None and ns.possibly_until > self.now):
             # SECURITY: these rows are unreadable through memgov already (expiry filter); kagent's
             # REST API can only clear a namespace whole, and this one still holds live memory.
@@ -161,7 +164,7 @@ class _Pass:
     async def rotations(self, engine: ErasureEngine, rotator: Rotator) -> None:
         """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
         record each pass; after a few failures in a row (provider or kagent down) the rest wait for the next pass."""
-        store, busy = self.gov.store, asyncio.Semaphore(_ROTATING_AT_ONCE)
+        store, busy = sweep_records(self.gov), asyncio.Semaphore(_ROTATING_AT_ONCE)
         failed_in_a_row = 0
 
         async def rotate(scope_id: str) -> None:
@@ -206,17 +209,17 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     if engine is not None:
         stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
-    await gov.store.purge_expired(gov.now())
+    await sweep_records(gov).purge_expired(gov.now())
     for _ in range(_MAX_BATCHES):
         grace = timedelta(seconds=gov.settings.erasure.history_grace_s)
-        compacted = await gov.store.compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
+        compacted = await sweep_records(gov).compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
         report.history_compacted += compacted.ledger_rows + compacted.namespaces
         if compacted.scopes + compacted.skipped_unfinished < _COMPACT_SCOPES:
             break
     # Audit rows have their own retention window (R-15), independent of memory expiry.
     retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
-    report.audit_purged = await gov.store.purge_audit(retention)
-    await gov.store.purge_erasures(retention)
+    report.audit_purged = await sweep_records(gov).purge_audit(retention)
+    await sweep_records(gov).purge_erasures(retention)
     log.info(
         "sweep.done",
         deleted=report.dead_cleared + report.expired_deleted,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
@@ -274,3 +274,21 @@ class WriteAsk:
     n: int
     cap: int
     lease_s: float
+
+
+class AuditLog(Protocol):
+    """The store's audit rows, as every consumer that records one sees them (content-free fields only)."""
+
+    async def audit(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
+    ) -> None: ...
