@@ -208,11 +208,11 @@ class _Timed:
 #: Handler stages: (label, module, attribute). Nested stages are included in their parent.
 STAGES = (
     ("whole request inside aiohttp (middlewares, handler)", "sidecar.tracing", "trace_requests"),
-    ("save/search handler", "sidecar.enforce", "handle_save"),
-    ("save/search handler", "sidecar.enforce", "handle_search"),
+    ("save/search pipeline (every stage)", "sidecar.enforce.pipeline", "_stages"),
     ("  strict parse", "sidecar.enforce.memory", "_parse"),
     ("  key check + admission transaction", "sidecar.enforce.memory", "_admit"),
-    ("  decision (input, Cedar, floor, decision log)", "sidecar.enforce.memory", "_decide_memory_call"),
+    ("  decision facts", "sidecar.enforce.memory", "_memory_facts"),
+    ("  decision (input, Cedar, floor, decision log)", "sidecar.enforce.pipeline", "decide_and_record"),
     ("    Cedar call (orjson in and out, Rust)", "sidecar.policy.cedar", "_authorize"),
     ("  forward to kagent (serialize, send, read)", "sidecar.contentstore.kagent", "KagentMemory._call"),
     ("    serialize the body (orjson)", "sidecar.contentstore.kagent", "dumps"),

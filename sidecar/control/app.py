@@ -68,11 +68,11 @@ async def _refusal(request: web.Request, refusal: Refusal) -> web.Response:
         try:
             if refusal.reason is Reason.AUTH_REQUIRED:
                 # No valid credential: counted per hour, not one row each.
-                await decision_log(gov).count_refusal(
+                await decision_log(gov).audit_log.count_refusal(
                     request.get(OPERATION) or "control", refusal.reason.value, gov.now()
                 )
             else:
-                await decision_log(gov).audit(
+                await decision_log(gov).audit_log.audit(
                     "control",
                     refusal.reason.value,
                     decision_id=request[DECISION_ID],
@@ -103,7 +103,9 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             # Counted, never a row of its own: whether the caller's credential held may be what the
             # store could not tell. While the store is down the count waits in its spool.
             gov = request.app[GOVERNANCE]
-            await decision_log(gov).count_refusal(request.get(OPERATION) or "control", exc.reason.value, gov.now())
+            await decision_log(gov).audit_log.count_refusal(
+                request.get(OPERATION) or "control", exc.reason.value, gov.now()
+            )
             return refusal_answer(request, Refusal(exc.reason))
         # A missing row; anything else is ours.
         return refusal_answer(

@@ -68,7 +68,7 @@ async def spend(request: web.Request, caller: Caller) -> None:
         return
     gov = request.app[GOVERNANCE]
     # SECURITY: a replayed token (captured from a log, a proxy or a pod) changes nothing.
-    if not await context_ledger(gov).remember_jti(
+    if not await context_ledger(gov).single_use.remember_jti(
         "subject:" + caller.jti, datetime.fromtimestamp(caller.exp, UTC), gov.now()
     ):
         raise Refusal(Reason.AUTH_REQUIRED, headers=_CHALLENGE)

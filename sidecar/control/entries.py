@@ -85,11 +85,11 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     _, scope = await subject_scope(request)
     limit, cursor = _limit(request.query.get("limit")), _entry_id(request.query.get("cursor"))
     now = gov.now()
-    decision = await attest(request, scope, await entry_reads(gov).live_count(scope.scope_id, now))
+    decision = await attest(request, scope, await entry_reads(gov).ledger.live_count(scope.scope_id, now))
     if not decision.allowed:
         # SECURITY: drift in the room, audience, context or consent suppresses the whole page.
         raise Denied(decision)
-    page = await entry_reads(gov).live_entries(scope.scope_id, now, cursor, limit)
+    page = await entry_reads(gov).ledger.live_entries(scope.scope_id, now, cursor, limit)
     live_ns = scope.namespace
     current = [e for e in page if live_ns is not None and e.ns_id == live_ns.ns_id]
     texts: dict[str, str] = {}
@@ -99,7 +99,7 @@ async def inspect(request: web.Request) -> web.StreamResponse:
         except AdapterError as exc:
             raise Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY, scope_id=scope.scope_id) from None
         texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}
-    after = await entry_reads(gov).get_scope(scope.scope_id)
+    after = await entry_reads(gov).scopes.get_scope(scope.scope_id)
     if (
         after is None
         or not after.enabled
@@ -135,8 +135,8 @@ async def forgettable(gov: Governance, scope: Scope, entry_id: str) -> list[str]
     # An id shown before a rotation re-saved the entry still names it: follow it to the current copy,
     # and erase every copy (the evidence then covers them all). A copy whose row was compacted was
     # erased and verified long ago, with its own evidence; it is no part of this erasure.
-    chain = await entry_reads(gov).lineage(scope.scope_id, entry_id)
-    held = {e.entry_id: e for e in await entry_reads(gov).entries_by_id(scope.scope_id, chain)}
+    chain = await entry_reads(gov).rotations.lineage(scope.scope_id, entry_id)
+    held = {e.entry_id: e for e in await entry_reads(gov).history.entries_by_id(scope.scope_id, chain)}
     entry = held.get(chain[-1])
     if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:
         raise Refusal(Reason.NOT_FOUND, scope_id=scope.scope_id)

@@ -43,12 +43,16 @@ async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
     if body is None or body.confirm is None:  # no body, or `{}`: no confirmation yet
         # Hex, not URL-safe base64: a token starting with "-" would read as an option on a command line.
         token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
-        await confirmations(gov).put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
+        await confirmations(gov).single_use.put_confirmation(
+            _hash(token), scope.scope_id, caller.sub, kind.value, expires
+        )
         issued = ConfirmationIssued.model_validate(
             {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)}
         )
         return ok(issued, status=HTTPStatus.ACCEPTED)
-    if not await confirmations(gov).take_confirmation(_hash(body.confirm), scope.scope_id, caller.sub, kind.value, now):
+    if not await confirmations(gov).single_use.take_confirmation(
+        _hash(body.confirm), scope.scope_id, caller.sub, kind.value, now
+    ):
         raise Refusal(Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
     await spend(request, caller)  # executing the erasure changes state: the token works once
     erasure = await request.app[ERASURE].erase(scope, kind, "subject")
@@ -76,7 +80,7 @@ async def offboard(request: web.Request) -> web.Response:
         mxid = str(parse_mxid(request.match_info["mxid"]))
     except IdentityError:
         raise Refusal(Reason.PRINCIPAL_INVALID) from None
-    scopes = await confirmations(gov).scopes_for_principal(mxid)
+    scopes = await confirmations(gov).scopes.scopes_for_principal(mxid)
     erasures = await request.app[ERASURE].offboard(scopes, "operator")
     agents = {s.scope_id: s.agent for s in scopes}
     results = []
@@ -92,7 +96,7 @@ async def offboard(request: web.Request) -> web.Response:
                 physical_deletion=record.physical_deletion,
             )
         )
-    await confirmations(gov).audit(
+    await confirmations(gov).audit_log.audit(
         "offboard",
         Reason.ALLOWED.value if all(r.state == "verified" for r in results) else Reason.ERASURE_FAILED.value,
         operation="principal.offboard",

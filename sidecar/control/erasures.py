@@ -23,10 +23,10 @@ _UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.
 async def evidence_of(gov: Governance, erasure: Erasure) -> ErasureRecord:
     """The evidence record of an erasure, built from its rows, its entries' ledger stamps and, for a whole-scope
     erasure or a rotation, the scope's namespaces; a forget-one also names the rotations since it."""
-    ledger = await evidence_reads(gov).evidence_entries(erasure.erasure_id)
+    ledger = await evidence_reads(gov).history.evidence_entries(erasure.erasure_id)
     forget_one = erasure.kind == Kind.FORGET_ONE
-    namespaces = [] if forget_one else await evidence_reads(gov).namespaces_of_scope(erasure.scope_id)
-    rotations = await evidence_reads(gov).rotations_after(erasure) if forget_one else []
+    namespaces = [] if forget_one else await evidence_reads(gov).namespaces.namespaces_of_scope(erasure.scope_id)
+    rotations = await evidence_reads(gov).erasures.rotations_after(erasure) if forget_one else []
     return ErasureRecord.model_validate(build_evidence(erasure, ledger, namespaces, rotations))
 
 
@@ -60,11 +60,11 @@ async def get_erasure(request: web.Request) -> web.Response:
         codec.check_id(erasure_id, "erasure_id")
     except ValueError:
         raise Refusal(Reason.NOT_FOUND) from None
-    erasure = await evidence_reads(gov).get_erasure(erasure_id)
+    erasure = await evidence_reads(gov).erasures.get_erasure(erasure_id)
     if erasure is None:
         raise Refusal(Reason.NOT_FOUND)
     if caller.kind == "subject":
-        scope = await evidence_reads(gov).get_scope(erasure.scope_id)
+        scope = await evidence_reads(gov).scopes.get_scope(erasure.scope_id)
         if scope is None or scope.principal_mxid != caller.sub:
             raise Refusal(Reason.NOT_SUBJECT, scope_id=erasure.scope_id)
     record = await evidence_of(gov, erasure)

@@ -64,7 +64,7 @@ async def parse(request: web.Request, model: type[M]) -> M:
 
 async def load_scope(gov: Governance, scope_id: str) -> Scope:
     """The scope named in the path, or 404 not_found."""
-    scope: Scope | None = await scope_reads(gov).get_scope(scope_id)
+    scope: Scope | None = await scope_reads(gov).scopes.get_scope(scope_id)
     if scope is None:
         raise Refusal(Reason.NOT_FOUND)
     return scope

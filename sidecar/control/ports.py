@@ -9,44 +9,108 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from sidecar.decide.ports import DecisionLog
 from sidecar.governance import Governance
 from sidecar.state.types import Erasure, LedgerEntry, Namespace, Receipt, Scope
+
+
+class _ScopeReadsScopes(Protocol):
+    async def get_scope(self, scope_id: str) -> Scope | None: ...
 
 
 class ScopeReads(Protocol):
     """One scope by id (every route under /v1/scopes/{scope_id})."""
 
+    @property
+    def scopes(self) -> _ScopeReadsScopes: ...
+
+
+class _EntryReadsHistory(Protocol):
+    async def entries_by_id(self, scope_id: str, entry_ids: list[str]) -> list[LedgerEntry]: ...
+
+
+class _EntryReadsScopes(Protocol):
     async def get_scope(self, scope_id: str) -> Scope | None: ...
 
 
-class EntryReads(ScopeReads, Protocol):
-    """Inspect and forget-one: the live ledger of a scope and an entry's rotation lineage."""
+class _EntryReadsRotations(Protocol):
+    async def lineage(self, scope_id: str, entry_id: str) -> list[str]: ...
 
+
+class _EntryReadsLedger(Protocol):
     async def live_count(self, scope_id: str, now: datetime) -> int: ...
 
     async def live_entries(self, scope_id: str, now: datetime, after: str | None, limit: int) -> list[LedgerEntry]: ...
 
-    async def lineage(self, scope_id: str, entry_id: str) -> list[str]: ...
 
-    async def entries_by_id(self, scope_id: str, entry_ids: list[str]) -> list[LedgerEntry]: ...
+class EntryReads(Protocol):
+    """Inspect and forget-one: the live ledger of a scope and an entry's rotation lineage."""
+
+    @property
+    def history(self) -> _EntryReadsHistory: ...
+
+    @property
+    def scopes(self) -> _EntryReadsScopes: ...
+
+    @property
+    def rotations(self) -> _EntryReadsRotations: ...
+
+    @property
+    def ledger(self) -> _EntryReadsLedger: ...
 
 
-class EvidenceReads(ScopeReads, Protocol):
-    """An erasure's evidence: its entries, the scope's namespaces and the rotations after it."""
-
-    async def get_erasure(self, erasure_id: str) -> Erasure | None: ...
-
+class _EvidenceReadsHistory(Protocol):
     async def evidence_entries(self, erasure_id: str) -> list[LedgerEntry]: ...
 
-    async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]: ...
+
+class _EvidenceReadsErasures(Protocol):
+    async def get_erasure(self, erasure_id: str) -> Erasure | None: ...
 
     async def rotations_after(self, erasure: Erasure) -> list[Erasure]: ...
 
 
-class Confirmations(DecisionLog, Protocol):
-    """Erasures that need a confirmation token, and offboarding's list of a principal's scopes."""
+class _EvidenceReadsScopes(Protocol):
+    async def get_scope(self, scope_id: str) -> Scope | None: ...
 
+
+class _EvidenceReadsNamespaces(Protocol):
+    async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]: ...
+
+
+class EvidenceReads(Protocol):
+    """An erasure's evidence: its entries, the scope's namespaces and the rotations after it."""
+
+    @property
+    def history(self) -> _EvidenceReadsHistory: ...
+
+    @property
+    def erasures(self) -> _EvidenceReadsErasures: ...
+
+    @property
+    def scopes(self) -> _EvidenceReadsScopes: ...
+
+    @property
+    def namespaces(self) -> _EvidenceReadsNamespaces: ...
+
+
+class _ConfirmationsAuditLog(Protocol):
+    async def audit(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
+    ) -> None: ...
+
+    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
+
+
+class _ConfirmationsSingleUse(Protocol):
     async def put_confirmation(
         self, token_hash: str, scope_id: str, subject: str, action: str, expires_at: datetime
     ) -> None: ...
@@ -55,12 +119,43 @@ class Confirmations(DecisionLog, Protocol):
         self, token_hash: str, scope_id: str, subject: str, action: str, now: datetime
     ) -> bool: ...
 
+
+class _ConfirmationsScopes(Protocol):
     async def scopes_for_principal(self, mxid: str) -> list[Scope]: ...
 
 
-class ScopeWrites(DecisionLog, Protocol):
-    """Creating a scope, granting consent, and a scope's status."""
+class Confirmations(Protocol):
+    """Erasures that need a confirmation token, and offboarding's list of a principal's scopes."""
 
+    @property
+    def audit_log(self) -> _ConfirmationsAuditLog: ...
+
+    @property
+    def single_use(self) -> _ConfirmationsSingleUse: ...
+
+    @property
+    def scopes(self) -> _ConfirmationsScopes: ...
+
+
+class _ScopeWritesAuditLog(Protocol):
+    async def audit(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
+    ) -> None: ...
+
+    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
+
+
+class _ScopeWritesScopes(Protocol):
     async def create_scope(
         self, mxid: str, origin: str, agent: str, kind: str, room_id: str, now: datetime
     ) -> tuple[Scope, bool]: ...
@@ -69,11 +164,31 @@ class ScopeWrites(DecisionLog, Protocol):
 
     async def receipts(self, scope_id: str) -> list[Receipt]: ...
 
+
+class _ScopeWritesHistory(Protocol):
     async def entry_counts(self, scope_id: str, live_ns: str | None, now: datetime) -> tuple[int, int]: ...
 
+
+class _ScopeWritesErasures(Protocol):
     async def erasures_of_scope(
         self, scope_id: str, limit: int = 100, *, kind: str | None = None, not_kind: str | None = None
     ) -> list[Erasure]: ...
+
+
+class ScopeWrites(Protocol):
+    """Creating a scope, granting consent, and a scope's status."""
+
+    @property
+    def audit_log(self) -> _ScopeWritesAuditLog: ...
+
+    @property
+    def scopes(self) -> _ScopeWritesScopes: ...
+
+    @property
+    def history(self) -> _ScopeWritesHistory: ...
+
+    @property
+    def erasures(self) -> _ScopeWritesErasures: ...
 
 
 def scope_reads(gov: Governance) -> ScopeReads:

@@ -71,11 +71,11 @@ async def create_scope(request: web.Request) -> web.Response:
         raise Refusal(Reason.AGENT_MISMATCH)
     if body.scope.kind != "control_room":
         raise Refusal(Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
-    scope, created = await scope_writes(gov).create_scope(
+    scope, created = await scope_writes(gov).scopes.create_scope(
         mxid, principal.origin.value, body.agent, body.scope.kind, body.scope.room_id, gov.now()
     )
     if created:
-        await scope_writes(gov).audit(
+        await scope_writes(gov).audit_log.audit(
             "scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create", now=gov.now()
         )
     return ok(
@@ -96,8 +96,8 @@ async def grant_consent(request: web.Request) -> web.Response:
     blocked = await request.app[ERASURE].blocked(scope.scope_id)
     if blocked is not None:
         raise Refusal(blocked, status=HTTPStatus.CONFLICT, scope_id=scope.scope_id)
-    scope, receipt = await scope_writes(gov).grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
-    await scope_writes(gov).audit(
+    scope, receipt = await scope_writes(gov).scopes.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
+    await scope_writes(gov).audit_log.audit(
         "consent",
         Reason.ALLOWED.value,
         scope_id=scope.scope_id,
@@ -121,7 +121,7 @@ async def withdraw_consent(request: web.Request) -> web.Response:
     erasure = await request.app[ERASURE].erase(scope, Kind.WITHDRAW, "subject")
     record = await erasure_answer(gov, erasure)
     after = await load_scope(gov, scope.scope_id)
-    receipts = [r for r in await scope_writes(gov).receipts(scope.scope_id) if r.at >= erasure.created_at]
+    receipts = [r for r in await scope_writes(gov).scopes.receipts(scope.scope_id) if r.at >= erasure.created_at]
     return ok(
         ConsentChange(
             scope_id=after.scope_id,
@@ -137,13 +137,13 @@ async def withdraw_consent(request: web.Request) -> web.Response:
 async def entry_counts(gov: Governance, scope: Scope) -> EntryCounts:
     """The status's entry counts: what the scope's live namespace serves, and what awaits physical deletion."""
     live_ns = scope.namespace.ns_id if scope.namespace is not None else None
-    live, pending = await scope_writes(gov).entry_counts(scope.scope_id, live_ns, gov.now())
+    live, pending = await scope_writes(gov).history.entry_counts(scope.scope_id, live_ns, gov.now())
     return EntryCounts(live=live, cap=gov.limits.max_entries, pending_physical_deletion=pending)
 
 
 async def last_erasure(gov: Governance, scope: Scope) -> LastErasure | None:
     """The scope's newest erasure, as status shows it."""
-    history = await scope_writes(gov).erasures_of_scope(scope.scope_id, limit=1)
+    history = await scope_writes(gov).erasures.erasures_of_scope(scope.scope_id, limit=1)
     if not history:
         return None
     e = history[0]

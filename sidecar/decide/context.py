@@ -52,7 +52,7 @@ async def _verify_and_spend(gov: Governance, token: str) -> SeenContext:
         )
     except IdentityError as exc:
         return SeenContext(ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None)
-    fresh = await context_ledger(gov).remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
+    fresh = await context_ledger(gov).single_use.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
     return SeenContext(ContextFacts(present=True, valid=True, replayed=not fresh, expires_at=ctx.exp), ctx)
 
 

@@ -12,19 +12,42 @@ from datetime import datetime
 from typing import Protocol
 
 from sidecar.governance import Governance
-from sidecar.state.types import AuditLog
 
 
-class DecisionLog(AuditLog, Protocol):
-    """Audit rows of credentialed refusals, and hourly counts of the others (R-15)."""
+class _DecisionLogAuditLog(Protocol):
+    async def audit(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        decision_id: str | None = None,
+        scope_id: str | None = None,
+        entry_id: str | None = None,
+        erasure_id: str | None = None,
+        operation: str | None = None,
+        policy_revision: str | None = None,
+        now: datetime,
+    ) -> None: ...
 
     async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
+
+
+class DecisionLog(Protocol):
+    """Audit rows of credentialed refusals, and hourly counts of the others (R-15)."""
+
+    @property
+    def audit_log(self) -> _DecisionLogAuditLog: ...
+
+
+class _ContextLedgerSingleUse(Protocol):
+    async def remember_jti(self, jti: str, exp: datetime, now: datetime) -> bool: ...
 
 
 class ContextLedger(Protocol):
     """Spent delegation contexts (single use)."""
 
-    async def remember_jti(self, jti: str, exp: datetime, now: datetime) -> bool: ...
+    @property
+    def single_use(self) -> _ContextLedgerSingleUse: ...
 
 
 def decision_log(gov: Governance) -> DecisionLog:

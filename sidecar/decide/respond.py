@@ -173,7 +173,7 @@ async def record(
         return
     try:
         if credentialed:
-            await decision_log(gov).audit(
+            await decision_log(gov).audit_log.audit(
                 "decision",
                 reason.value,
                 decision_id=decision.decision_id,
@@ -184,7 +184,7 @@ async def record(
             )
             metrics.AUDIT_WRITES.labels("decision").inc()
         else:
-            await decision_log(gov).count_refusal(operation.value, reason.value, gov.now())
+            await decision_log(gov).audit_log.count_refusal(operation.value, reason.value, gov.now())
             metrics.AUDIT_WRITES.labels("refusal_count").inc()
     except Exception:  # noqa: BLE001 - the refusal stands even if its audit row cannot be written
         log.error("audit.failed", operation=operation.value, decision_id=decision.decision_id)

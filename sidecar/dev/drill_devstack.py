@@ -56,7 +56,7 @@ class LocalStack:
 
     async def sink_texts(self) -> dict[str, str]:
         gov = self.gw.governance
-        audit = repr(await gov.store.audit_rows(limit=1_000_000)) if gov is not None else ""
+        audit = repr(await gov.store.audit_log.audit_rows(limit=1_000_000)) if gov is not None else ""
         return {"logs": self.logs.getvalue(), "audit_rows": audit, "kagent_log": self.dev.kagent_log()}
 
 

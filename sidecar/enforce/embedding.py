@@ -13,19 +13,20 @@ untouched and is never logged; kagent's identity headers stop here.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 
 from sidecar import metrics
 from sidecar.decide.facts import agent_of, utf8_len
-from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
+from sidecar.decide.respond import Facts, decision_headers
 from sidecar.enforce import budgets
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
 from sidecar.enforce.ports import embedding_state
-from sidecar.policy.model import Budget, Operation, RequestFacts
+from sidecar.policy.model import Budget, Decision, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
-from sidecar.routes import RouteMatch
 from sidecar.state.types import ENCODINGS
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
 
@@ -62,47 +63,62 @@ def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any
     return inputs, body
 
 
-async def handle_embedding(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    op = Operation.EMBEDDING
-    gov = gov_of(request)
-    ref = f"{match.params['ns']}/{match.params['name']}"
-    if EMBEDDING not in request.app:
+@dataclass(frozen=True, slots=True)
+class _Embedding:
+    """The texts to embed and the body memgov serialises for the provider from the fields it checked."""
+
+    inputs: list[str]
+    body: dict[str, Any]
+
+
+async def _parse(call: Call) -> _Embedding:
+    if EMBEDDING not in call.request.app:
         raise Refusal(Reason.ROUTE_DENIED, status=NO_EMBEDDING_UPSTREAM)
     try:
-        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        if call.request.headers.get("Content-Encoding", "identity").lower() != "identity":
             raise BadBody("encoded")
-        parsed = embedding_request(_PARSER.parse_object(await read_body(request)))
+        parsed = embedding_request(_PARSER.parse_object(await read_body(call.request)))
     except BadBody:
         parsed = None
     if parsed is None:
         raise Refusal(Reason.BAD_REQUEST)
-    inputs, body = parsed
-    if not gov.is_memory_agent(ref) or not await embedding_state(gov).has_enabled_scope(ref):
+    return _Embedding(*parsed)
+
+
+async def _admit(call: Call, emb: _Embedding) -> Admitted[_Embedding]:
+    """A consented agent's item budget, reserved per agent and per source address."""
+    gov = call.gov
+    ref = f"{call.match.params['ns']}/{call.match.params['name']}"
+    if not gov.is_memory_agent(ref) or not await embedding_state(gov).scopes.has_enabled_scope(ref):
         # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
         raise Refusal(Reason.CONSENT_MISSING)
-    lim = gov.limits
+    lim, inputs = gov.limits, emb.inputs
     # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
     # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
-    failed, levels = await embedding_state(gov).reserve_counted(
-        budgets.embedding_items(lim, ref, request.remote or "", len(inputs)),
+    failed, levels = await embedding_state(gov).budgets.reserve_counted(
+        budgets.embedding_items(lim, ref, call.request.remote or "", len(inputs)),
         gov.now(),
     )
     # A prefetch query is embedded here before its search (which carries only a vector), so the
     # prefetch query size is enforced on every item too.
     facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
     budget = Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0)
-    asked = Facts(agent_ref=ref, agent=agent_of(ref, gov.app_name(ref), True), request=facts, budget=budget)
-    decision = await decide_and_record(request, op, asked, scope_id=None)
-    if not decision.allowed:
-        raise Denied(decision)
-    metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(inputs))
+    agent = agent_of(ref, gov.app_name(ref), True)
+    return Admitted(Facts(agent_ref=ref, agent=agent, request=facts, budget=budget), emb)
+
+
+async def _forward(call: Call, emb: _Embedding, decision: Decision) -> web.StreamResponse:
+    metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(emb.inputs))
     return await forward(
-        request,
-        request.app[EMBEDDING],
+        call.request,
+        call.request.app[EMBEDDING],
         path="/embeddings",
-        body=dumps(body),
+        body=dumps(emb.body),
         drop=_DROPPED,
         headers={"Content-Type": "application/json"},
         response_headers=decision_headers(decision),
         replace_errors=True,
     )
+
+
+EMBED: Final = RouteSpec(Operation.EMBEDDING, _parse, _admit, _forward)

@@ -7,23 +7,24 @@ to the agent's memory-disabled variant with the caller's own identity, so chat k
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
 from sidecar.decide.context import seen_context
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.decide.respond import Denied, Facts, decide_and_record, decision_headers, gov_of
+from sidecar.decide.respond import Denied, Facts, decision_headers
 from sidecar.enforce import budgets
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
 from sidecar.enforce.ports import invoke_state
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import check_principal
-from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts
+from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts, ScopeRecord
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import CONTROLLER, forward, read_body
-from sidecar.routes import RouteMatch
 from sidecar.wire import BadBody, StrictJSON
 
 #: The A2A fields memgov reads from an invocation; an agent's A2A server (a Go one matches keys
@@ -52,18 +53,37 @@ def _without_query_user(raw_path: str) -> str:
     return f"{path}?{urlencode(pairs)}" if pairs else path
 
 
-async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    gov = gov_of(request)
-    ref = f"{match.params['ns']}/{match.params['name']}"
-    if match.params["kind"] != "a2a" or not gov.is_memory_agent(ref):
-        return await forward(request, request.app[CONTROLLER])
-    body = await read_body(request)
+@dataclass(frozen=True, slots=True)
+class _Invocation:
+    """An invocation's checked body, and the scope a verified context named (None: none found)."""
+
+    body: bytes
+    payload: dict[str, Any]
+    scope: ScopeRecord | None = None
+
+
+def _ref(call: Call) -> str:
+    return f"{call.match.params['ns']}/{call.match.params['name']}"
+
+
+def _governs(call: Call) -> bool:
+    """Only A2A invocations of a memory-enabled agent are governed; any other is relayed as it came."""
+    return call.match.params["kind"] == "a2a" and call.gov.is_memory_agent(_ref(call))
+
+
+async def _parse(call: Call) -> _Invocation:
+    body = await read_body(call.request)
     try:
-        payload = _INVOKE.parse_object(body)
+        return _Invocation(body, _INVOKE.parse_object(body))
     except BadBody:
         # SECURITY: an invocation memgov cannot read unambiguously goes to the agent without memory.
         raise Refusal(Reason.BAD_REQUEST) from None
-    seen = await seen_context(request)
+
+
+async def _admit(call: Call, inv: _Invocation) -> Admitted[_Invocation]:
+    """The context's principal, room and audience, its scope, and whether the scope has an operation left this hour."""
+    gov, ref = call.gov, _ref(call)
+    seen = await seen_context(call.request)
     facts, ctx = seen.facts, seen.claims
     principal = scope = room = audience = None
     budget = Budget()
@@ -73,7 +93,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
             principal = principal_of(ctx.sub, ctx.origin)
         except IdentityError:
             principal = None
-        found = await invoke_state(gov).find_scope(
+        found = await invoke_state(gov).scopes.find_scope(
             ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id
         )
         scope = scope_of(found) if found is not None else None
@@ -81,7 +101,7 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         if found is not None and found.enabled:
             # Peek: a reservation of nothing against one less than the limit succeeds only while
             # at least one operation is left this hour, so an exhausted scope chats without memory.
-            failed, levels = await invoke_state(gov).reserve_counted(
+            failed, levels = await invoke_state(gov).budgets.reserve_counted(
                 [budgets.scope_hour(gov.limits, found.scope_id, 0, headroom=1)],
                 gov.now(),
             )
@@ -102,36 +122,48 @@ async def handle_invoke(request: web.Request, match: RouteMatch) -> web.StreamRe
         audience=audience,
         budget=budget,
     )
-    decision = await decide_and_record(
-        request, Operation.A2A_INVOKE, asked, scope_id=scope.scope_id if scope else None, credentialed=ctx is not None
+    return Admitted(
+        asked,
+        _Invocation(inv.body, inv.payload, scope),
+        scope_id=scope.scope_id if scope else None,
+        credentialed=ctx is not None,
     )
-    upstream = request.app[CONTROLLER]
-    if decision.allowed and scope is not None:
-        key = gov.keys.session_key(scope.scope_id, scope.generation)
-        headers = {"X-User-Id": key, **gov.kagent_headers(key)}
-        if _is_new_conversation(payload):
-            now = gov.now()
-            await invoke_state(gov).open_prefetch_window(
-                scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s)
-            )
-        return await forward(
-            request,
-            upstream,
-            path=_without_query_user(request.raw_path),
-            headers=headers,
-            body=body,
-            response_headers=decision_headers(decision),
+
+
+async def _forward(call: Call, inv: _Invocation, decision: Decision) -> web.StreamResponse:
+    """The same agent, every kagent identity carrier set to the scope's session key."""
+    gov, scope, request = call.gov, inv.scope, call.request
+    if scope is None:
+        raise Denied(decision)  # the policy allows no memory without a scope: the memory-free variant answers
+    key = gov.keys.session_key(scope.scope_id, scope.generation)
+    headers = {"X-User-Id": key, **gov.kagent_headers(key)}
+    if _is_new_conversation(inv.payload):
+        now = gov.now()
+        await invoke_state(gov).prefetch.open_prefetch_window(
+            scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s)
         )
-    raise Denied(decision)  # answered by the memory-disabled variant (``rewrite_disabled``)
+    return await forward(
+        request,
+        request.app[CONTROLLER],
+        path=_without_query_user(request.raw_path),
+        headers=headers,
+        body=inv.body,
+        response_headers=decision_headers(decision),
+    )
 
 
-async def rewrite_disabled(request: web.Request, match: RouteMatch, decision: Decision) -> web.StreamResponse:
+async def _rewrite_disabled(call: Call, decision: Decision) -> web.StreamResponse:
     """Send the invocation to the agent's memory-disabled variant with the caller's own identity."""
     # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
-    variant = gov_of(request).settings.agents[f"{match.params['ns']}/{match.params['name']}"].disabled_variant
+    request, match = call.request, call.match
+    variant = call.gov.settings.agents[_ref(call)].disabled_variant
     prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
     path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix) :])
     body = await read_body(request)
     return await forward(
         request, request.app[CONTROLLER], path=path, body=body, response_headers=decision_headers(decision)
     )
+
+
+#: An A2A invocation: governed for memory-enabled agents; a refusal is answered by the memory-free variant.
+INVOKE: Final = RouteSpec(Operation.A2A_INVOKE, _parse, _admit, _forward, governs=_governs, degrade=_rewrite_disabled)

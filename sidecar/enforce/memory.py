@@ -11,24 +11,25 @@ is unknown (timeout, reset) keeps its in-flight record and marks its namespace p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from http import HTTPStatus
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from aiohttp import web
 
 from sidecar import metrics, tracing
 from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
-from sidecar.decide.respond import Denied, Facts, decide_and_record, gov_of, json_answer
+from sidecar.decide.respond import Denied, Facts, json_answer
 from sidecar.enforce import budgets
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
 from sidecar.enforce.ports import write_path
 from sidecar.enforce.saga import WriteSaga
 from sidecar.governance import Governance
 from sidecar.policy.model import Budget, Decision, Entries, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import MEMORY_API, read_body
-from sidecar.routes import RouteMatch
 from sidecar.state.types import Admission, BudgetClaim, Claims, Namespace, Scope, WriteAsk
 from sidecar.upstream import filter_headers
 from sidecar.wire import BadBody, StrictJSON, is_int64, is_number, is_vector
@@ -39,6 +40,17 @@ _SEARCH_FIELDS: Final = ("agent_name", "user_id", "vector", "limit", "min_score"
 _SAVE = StrictJSON(_SAVE_FIELDS)
 _BATCH = StrictJSON(("items", *_SAVE_FIELDS))
 _SEARCH = StrictJSON(_SEARCH_FIELDS)
+#: One checked save item (a JSON object whose forwarded fields ``_fact_ok`` vouched for).
+Fact = dict[str, Any]
+B = TypeVar("B")
+
+
+@dataclass(frozen=True, slots=True)
+class Held(Generic[B]):
+    """What a memory call's forward stage needs: its admission and its checked body."""
+
+    admission: Admission
+    body: B
 
 
 def _fact_ok(item: object) -> bool:
@@ -65,7 +77,7 @@ def _budget(failed: str | None, hourly_used: int) -> Budget:
 
 @tracing.traced("memgov.identify")
 async def _admit(
-    request: web.Request,
+    call: Call,
     user_id: object,
     agent_name: object,
     claims: Claims,
@@ -74,12 +86,16 @@ async def _admit(
     write: WriteAsk | None = None,
 ) -> tuple[KeyFacts, Admission]:
     """Verify the key, then read its scope and reserve the call's cost in one state transaction."""
-    gov = gov_of(request)
-    kf = KeyFacts(gov.keys, user_id, request.headers.get("X-User-Id"), agent_name, request.headers.get("X-Agent-Name"))
+    gov, headers = call.gov, call.request.headers
+    kf = KeyFacts(gov.keys, user_id, headers.get("X-User-Id"), agent_name, headers.get("X-Agent-Name"))
     if not (kf.key_valid and kf.scope_id and kf.user_id_matches):
         # Nothing to reserve for a caller that proved no scope; the decision still sees the scope.
-        return kf, Admission(await write_path(gov).get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None)
-    return kf, await write_path(gov).admit(kf.scope_id, kf.generation, claims, gov.now(), window=window, write=write)
+        return kf, Admission(
+            await write_path(gov).scopes.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None
+        )
+    return kf, await write_path(gov).admission.admit(
+        kf.scope_id, kf.generation, claims, gov.now(), window=window, write=write
+    )
 
 
 def _save_claims(gov: Governance, cost: int) -> Claims:
@@ -96,26 +112,27 @@ def _lease_s(gov: Governance, n: int) -> float:
     return gov.settings.enforce.write_lease_s + n * gov.settings.upstream.memory_timeout_s
 
 
-async def _decide_memory_call(
-    request: web.Request,
-    op: Operation,
+def _memory_facts(
+    call: Call,
     kf: KeyFacts,
     adm: Admission,
+    body: B,
     *,
     item_count: int = 0,
     max_item_bytes: int = 0,
     ttl_days: int | None = None,
     limit: int | None = None,
     is_prefetch: bool = False,
-) -> Decision:
-    """A memory call's facts, from its key check and admission, decided by the policy and recorded."""
-    gov = gov_of(request)
+) -> Admitted[Held[B]]:
+    """A memory call's decision facts, from its key check, its admission and what its body asks;
+    what forward needs is the admission and the checked body."""
+    gov = call.gov
     scope = adm.scope
     # The scope's hourly count after this call's reservation (against the global value): the policy
     # holds it to the agent's own cap from limits.yaml's agent_limits.
     hourly_used = adm.levels.get(budgets.scope_hour_key(scope.scope_id), 0) if scope is not None else 0
     budget = _budget(adm.refused, hourly_used) if adm.live else Budget()
-    saving = op is not Operation.MEMORY_SEARCH
+    saving = call.operation is not Operation.MEMORY_SEARCH
     entries = Entries(count=adm.live_count, cap=gov.limits.max_entries) if adm.live and saving else None
     rf = RequestFacts(
         presented_generation=kf.generation,
@@ -130,7 +147,7 @@ async def _decide_memory_call(
         limit=limit,
         is_prefetch=is_prefetch,
     )
-    asked = Facts(
+    facts = Facts(
         agent_ref=scope.agent if scope else None,
         principal=principal_of(scope.principal_mxid, scope.origin) if scope else None,
         agent=agent_of(scope.agent, gov.app_name(scope.agent), gov.is_memory_agent(scope.agent)) if scope else None,
@@ -139,8 +156,16 @@ async def _decide_memory_call(
         budget=budget,
         entries=entries,
     )
+    release = None
+    if adm.op_id is not None:
+        store = write_path(gov)
+
+        async def release() -> None:
+            # A refused save gives back its entry slots and its in-flight record at once.
+            await store.admission.release_write(adm)
+
     scope_id = scope.scope_id if scope else None
-    return await decide_and_record(request, op, asked, scope_id=scope_id, credentialed=kf.key_valid)
+    return Admitted(facts, Held(adm, body), scope_id=scope_id, credentialed=kf.key_valid, release=release)
 
 
 def _ttl(requested: object, decision: Decision, max_days: int) -> int:
@@ -150,17 +175,22 @@ def _ttl(requested: object, decision: Decision, max_days: int) -> int:
     return ceiling  # kagent treats a missing or non-positive ttl as 15 days: always send the ceiling
 
 
-async def _write(
-    request: web.Request, op: Operation, kf: KeyFacts, adm: Admission, decision: Decision, facts: list[dict[str, Any]]
-) -> web.StreamResponse:
+async def _forward_save(call: Call, held: Held[list[Fact]], decision: Decision) -> web.StreamResponse:
     """Forward each fact of an admitted save as a single save (its slots and in-flight record are held)."""
-    gov = gov_of(request)
+    gov, adm, facts = call.gov, held.admission, held.body
     scope, op_id = adm.scope, adm.op_id
-    assert scope is not None and scope.namespace is not None and op_id is not None  # admitted: slots are held
+    if scope is None:
+        raise Denied(decision)  # the policy allows no save without a scope; nothing was reserved for it
+    if op_id is None:
+        # Allowed, but the admission found the cap full of pending slots or a rotation copying the
+        # namespace (the checks reserve_entries and begin_write make).
+        raise Refusal(adm.blocked or Reason.STALE_GENERATION, scope_id=scope.scope_id, credentialed=True)
     ns = scope.namespace
+    assert ns is not None  # admitted: its slots and in-flight record are in the live namespace
     app = gov.app_name(scope.agent)
-    kagent: KagentMemory = request.app[MEMORY_API]
-    headers = filter_headers(request.headers)  # the agent's own (its bearer, its trace); kagent's names are set there
+    kagent: KagentMemory = call.request.app[MEMORY_API]
+    # The agent's own headers (its bearer, its trace); kagent's identity names are set by the client.
+    headers = filter_headers(call.request.headers)
     ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
     lifetime = timedelta(days=gov.limits.max_days)
     refusal: Refusal | None = None  # raised once the write is settled
@@ -193,14 +223,15 @@ async def _write(
         raise refusal
     created = saga.created
     metrics.MEMORY_OPERATIONS.labels("save").inc(len(created))
-    if op is Operation.MEMORY_SAVE_BATCH:
+    if call.operation is Operation.MEMORY_SAVE_BATCH:
         metrics.MEMORY_OPERATIONS.labels("summarization").inc()
         return json_answer(HTTPStatus.CREATED, {"count": len(created)}, decision)
     return json_answer(HTTPStatus.CREATED, {"id": created[0]}, decision)
 
 
-async def _parse(request: web.Request, parser: StrictJSON) -> dict[str, Any]:
+async def _parse(call: Call, parser: StrictJSON) -> dict[str, Any]:
     """The strictly parsed body; anything else is refused bad_request (counted, no audit row)."""
+    request = call.request
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
         raise Refusal(Reason.BAD_REQUEST)
     try:
@@ -209,46 +240,41 @@ async def _parse(request: web.Request, parser: StrictJSON) -> dict[str, Any]:
         raise Refusal(Reason.BAD_REQUEST) from None
 
 
-async def handle_save(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    """A save or a batch save: one fact or several of one key and agent, checked, budgeted and written alike."""
-    op = Operation(match.cls.value)
-    batch = op is Operation.MEMORY_SAVE_BATCH
-    payload = await _parse(request, _BATCH if batch else _SAVE)
+async def _parse_save(call: Call) -> list[Fact]:
+    """A save's one fact or a batch's facts, each of a shape kagent accepts, all of one key and agent."""
+    batch = call.operation is Operation.MEMORY_SAVE_BATCH
+    payload = await _parse(call, _BATCH if batch else _SAVE)
     items = payload.get("items") if batch else [payload]
     if not isinstance(items, list) or not items or not all(_fact_ok(i) for i in items):
         raise Refusal(Reason.BAD_REQUEST)
     first = items[0]
     if any(i["user_id"] != first["user_id"] or i["agent_name"] != first["agent_name"] for i in items):
         raise Refusal(Reason.KEY_INVALID)
-    gov = gov_of(request)
+    return items
+
+
+async def _admit_save(call: Call, items: list[Fact]) -> Admitted[Held[list[Fact]]]:
+    gov, first = call.gov, items[0]
     # A save costs one save and one embedding item for the hour; a batch is a save like any other
     # for the sender's rate (limits.yaml), plus one summarization and, per fact, one save and one
     # embedding item for the hour (R-11).
-    cost = 1 + 2 * len(items) if batch else 2
-    kf, adm = await _admit(
-        request,
-        first["user_id"],
-        first["agent_name"],
-        _save_claims(gov, cost),
-        write=WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items))),
-    )
-    decision = await _decide_memory_call(
-        request,
-        op,
+    cost = 1 + 2 * len(items) if call.operation is Operation.MEMORY_SAVE_BATCH else 2
+    write = WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items)))
+    kf, adm = await _admit(call, first["user_id"], first["agent_name"], _save_claims(gov, cost), write=write)
+    return _memory_facts(
+        call,
         kf,
         adm,
+        items,
         item_count=len(items),
         max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
         ttl_days=first.get("ttl_days"),
     )
-    if not decision.allowed or adm.scope is None:
-        await write_path(gov).release_write(adm)
-        raise Denied(decision)
-    if adm.op_id is None:
-        # Allowed, but the admission found the cap full of pending slots or a rotation copying the
-        # namespace (the checks reserve_entries and begin_write make).
-        raise Refusal(adm.blocked or Reason.STALE_GENERATION, scope_id=adm.scope.scope_id, credentialed=True)
-    return await _write(request, op, kf, adm, decision, items)
+
+
+def save_spec(operation: Operation) -> RouteSpec[list[Fact], Held[list[Fact]]]:
+    """A save or a batch save: one fact or several of one key and agent, checked, budgeted and written alike."""
+    return RouteSpec(operation, _parse_save, _admit_save, _forward_save)
 
 
 def _search_ok(payload: dict[str, Any]) -> bool:
@@ -259,12 +285,15 @@ def _search_ok(payload: dict[str, Any]) -> bool:
     )
 
 
-async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    op = Operation.MEMORY_SEARCH
-    payload = await _parse(request, _SEARCH)
+async def _parse_search(call: Call) -> dict[str, Any]:
+    payload = await _parse(call, _SEARCH)
     if not _search_ok(payload):
         raise Refusal(Reason.BAD_REQUEST)
-    gov = gov_of(request)
+    return payload
+
+
+async def _admit_search(call: Call, payload: dict[str, Any]) -> Admitted[Held[dict[str, Any]]]:
+    gov = call.gov
 
     def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
         lim = gov.limits
@@ -275,19 +304,21 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
         )
         return [first, budgets.scope_hour(lim, scope.scope_id, 2)]
 
-    kf, adm = await _admit(request, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
-    limit = payload.get("limit")
-    decision = await _decide_memory_call(request, op, kf, adm, limit=limit, is_prefetch=adm.window is not None)
-    if not decision.allowed:
-        raise Denied(decision)
-    scope = adm.scope
+    kf, adm = await _admit(call, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
+    return _memory_facts(call, kf, adm, payload, limit=payload.get("limit"), is_prefetch=adm.window is not None)
+
+
+async def _forward_search(call: Call, held: Held[dict[str, Any]], decision: Decision) -> web.StreamResponse:
+    """Search the scope's live namespace and answer only what the ledger still holds live."""
+    gov, scope, payload = call.gov, held.admission.scope, held.body
     if scope is None or scope.namespace is None:
         return json_answer(HTTPStatus.OK, [], decision)
     ns: Namespace | None = scope.namespace
+    limit = payload.get("limit")
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
     app = gov.app_name(scope.agent)
-    kagent: KagentMemory = request.app[MEMORY_API]
-    headers = filter_headers(request.headers)
+    kagent: KagentMemory = call.request.app[MEMORY_API]
+    headers = filter_headers(call.request.headers)
     found: list[Any] = []
     # At most twice: a rotation may switch the scope to a fresh namespace while a search is under way.
     for _ in range(2):
@@ -309,7 +340,7 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
             )
         rows = searched.rows
         ids = [r["id"] for r in rows]
-        keep = await write_path(gov).filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
+        keep = await write_path(gov).ledger.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
         found = [r for r in rows if r["id"] in keep]
         if ids and len(keep) == len(ids):
             break
@@ -318,9 +349,12 @@ async def handle_search(request: web.Request, match: RouteMatch) -> web.StreamRe
     return json_answer(HTTPStatus.OK, found, decision)
 
 
+SEARCH: Final = RouteSpec(Operation.MEMORY_SEARCH, _parse_search, _admit_search, _forward_search)
+
+
 async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace | None:
     """The scope's new live namespace when a rotation switched it since ``ns`` was read, else None."""
-    now = await write_path(gov).get_scope(scope.scope_id)
+    now = await write_path(gov).scopes.get_scope(scope.scope_id)
     if (
         now is None
         or not now.enabled
@@ -330,8 +364,3 @@ async def _switched(gov: Governance, scope: Scope, ns: Namespace) -> Namespace |
     ):
         return None
     return now.namespace
-
-
-async def handle_list_or_delete(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-    """Whole-namespace list and delete are control-plane work: the data plane refuses them."""
-    raise Refusal(Reason.ROUTE_DENIED)

@@ -15,11 +15,7 @@ from sidecar.governance import Governance
 from sidecar.state.types import Admission, BudgetClaim, Claims, Scope, WriteAsk
 
 
-class WritePath(Protocol):
-    """A governed save or search: admission, the live filter, and a save's finish or undo."""
-
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
+class _WritePathAdmission(Protocol):
     async def admit(
         self,
         scope_id: str | None,
@@ -31,43 +27,87 @@ class WritePath(Protocol):
         write: WriteAsk | None = None,
     ) -> Admission: ...
 
-    async def release_write(self, admission: Admission) -> None: ...
-
-    async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]: ...
-
-    async def fill_entry(self, slot_id: str, entry_id: str, created_at: datetime, expires_at: datetime) -> None: ...
-
     async def finish_write(
         self, op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, datetime, datetime]]
     ) -> bool: ...
 
+    async def release_write(self, admission: Admission) -> None: ...
+
+
+class _WritePathScopes(Protocol):
+    async def end_write(self, op_id: str) -> None: ...
+
+    async def get_scope(self, scope_id: str) -> Scope | None: ...
+
     async def write_outcome_unknown(self, op_id: str, until: datetime) -> None: ...
 
-    async def end_write(self, op_id: str) -> None: ...
+
+class _WritePathLedger(Protocol):
+    async def fill_entry(self, slot_id: str, entry_id: str, created_at: datetime, expires_at: datetime) -> None: ...
+
+    async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]: ...
+
+    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
 
     async def release_entries(self, slot_ids: list[str]) -> None: ...
 
     async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
 
-    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
+
+class WritePath(Protocol):
+    """A governed save or search: admission, the live filter, and a save's finish or undo."""
+
+    @property
+    def admission(self) -> _WritePathAdmission: ...
+
+    @property
+    def scopes(self) -> _WritePathScopes: ...
+
+    @property
+    def ledger(self) -> _WritePathLedger: ...
+
+
+class _InvokeStateScopes(Protocol):
+    async def find_scope(self, mxid: str, origin: str, agent: str, kind: str, room_id: str) -> Scope | None: ...
+
+
+class _InvokeStatePrefetch(Protocol):
+    async def open_prefetch_window(self, scope_id: str, now: datetime, until: datetime) -> None: ...
+
+
+class _InvokeStateBudgets(Protocol):
+    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
 
 
 class InvokeState(Protocol):
     """An invocation: the conversation's scope, its budget claims and the prefetch window."""
 
-    async def find_scope(self, mxid: str, origin: str, agent: str, kind: str, room_id: str) -> Scope | None: ...
+    @property
+    def scopes(self) -> _InvokeStateScopes: ...
 
+    @property
+    def prefetch(self) -> _InvokeStatePrefetch: ...
+
+    @property
+    def budgets(self) -> _InvokeStateBudgets: ...
+
+
+class _EmbeddingStateScopes(Protocol):
+    async def has_enabled_scope(self, agent: str) -> bool: ...
+
+
+class _EmbeddingStateBudgets(Protocol):
     async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
-
-    async def open_prefetch_window(self, scope_id: str, now: datetime, until: datetime) -> None: ...
 
 
 class EmbeddingState(Protocol):
     """The embedding route: whether an agent has any consented scope, and its item budget."""
 
-    async def has_enabled_scope(self, agent: str) -> bool: ...
+    @property
+    def scopes(self) -> _EmbeddingStateScopes: ...
 
-    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
+    @property
+    def budgets(self) -> _EmbeddingStateBudgets: ...
 
 
 def write_path(gov: Governance) -> WritePath:

@@ -65,9 +65,9 @@ class WriteSaga:
         self.created.append(entry_id)
         store = write_path(self._gov)
         if not last:
-            await store.fill_entry(*fill)
+            await store.ledger.fill_entry(*fill)
             return True
-        if await store.finish_write(self._op_id, self.scope.scope_id, self.ns.ns_id, [fill]):
+        if await store.admission.finish_write(self._op_id, self.scope.scope_id, self.ns.ns_id, [fill]):
             self.phase = Phase.FINISHED
             return True
         return False
@@ -88,17 +88,17 @@ class WriteSaga:
                 # SECURITY: that save may still commit in kagent. The in-flight record stays until its
                 # lease ends and the namespace is marked possibly written (SPEC D4).
                 until = self._gov.now() + timedelta(seconds=self._gov.settings.enforce.write_lease_s)
-                await store.write_outcome_unknown(self._op_id, until)
+                await store.scopes.write_outcome_unknown(self._op_id, until)
         if self.phase is Phase.HELD:
-            await store.end_write(self._op_id)
+            await store.scopes.end_write(self._op_id)
 
     async def _roll_back(self, unused_slots: list[str], *, dead_namespace: bool = False) -> None:
         gov, scope, created = self._gov, self.scope, self.created
         if unused_slots:
-            await write_path(gov).release_entries(unused_slots)
+            await write_path(gov).ledger.release_entries(unused_slots)
         if not created:
             return
-        await write_path(gov).tombstone(scope.scope_id, created, gov.now())
+        await write_path(gov).ledger.tombstone(scope.scope_id, created, gov.now())
         agent = gov.query_name(scope.agent)
         try:
             if dead_namespace:
@@ -107,6 +107,6 @@ class WriteSaga:
                 await gov.eraser.delete_entries(agent, self.ns.storage_key, created)
             else:
                 return  # rest adapter: tombstoned, physical deletion pending until the namespace is cleared
-            await write_path(gov).mark_physically_deleted(created, gov.now())
+            await write_path(gov).ledger.mark_physically_deleted(created, gov.now())
         except AdapterError:
             pass  # tombstoned already; the sweepers retry the physical deletion

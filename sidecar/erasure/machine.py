@@ -106,7 +106,7 @@ class ErasureEngine:
         failed erasure is newer than the last verified whole-scope erasure.
         """
         # A rotation never blocks consent: it only moves what the scope keeps, and fails safe.
-        history = await erasure_records(self._gov).erasures_of_scope(scope_id, not_kind=Kind.ROTATE.value)
+        history = await erasure_records(self._gov).erasures.erasures_of_scope(scope_id, not_kind=Kind.ROTATE.value)
         if any(e.state not in ERASURE_TERMINAL for e in history):
             return Reason.ERASURE_PENDING
         for e in history:  # newest first
@@ -121,8 +121,14 @@ class ErasureEngine:
         store = erasure_records(self._gov)
         ids = list(entry_ids)
         if kind in WHOLE_SCOPE:
-            ids = [e.entry_id for e in await store.unswept_entries(scope.scope_id) if e.physically_deleted_at is None]
-        erasure = await store.create_erasure(scope.scope_id, kind.value, ids, self.adapter, requested_by, self._now())
+            ids = [
+                e.entry_id
+                for e in await store.history.unswept_entries(scope.scope_id)
+                if e.physically_deleted_at is None
+            ]
+        erasure = await store.erasures.create_erasure(
+            scope.scope_id, kind.value, ids, self.adapter, requested_by, self._now()
+        )
         await self._audit(erasure, Reason.ALLOWED)
         log.info(
             "erasure.requested",
@@ -145,18 +151,20 @@ class ErasureEngine:
             for _ in range(2):
                 if (await self.rotate(scope, requested_by)).state != "verified" or await self._gone(done):
                     break
-            return await erasure_records(self._gov).get_erasure(done.erasure_id) or done
+            return await erasure_records(self._gov).erasures.get_erasure(done.erasure_id) or done
         return done
 
     async def _gone(self, erasure: Erasure) -> bool:
         """Whether every entry of the erasure (copies included) is stamped physically deleted."""
-        current = await erasure_records(self._gov).get_erasure(erasure.erasure_id) or erasure
-        entries = await erasure_records(self._gov).entries_by_id(erasure.scope_id, current.entry_ids)
+        current = await erasure_records(self._gov).erasures.get_erasure(erasure.erasure_id) or erasure
+        entries = await erasure_records(self._gov).history.entries_by_id(erasure.scope_id, current.entry_ids)
         return all(e.physically_deleted_at is not None for e in entries)
 
     async def rotate(self, scope: Scope, requested_by: str) -> Erasure:
         """Rotate the scope's live namespace, joining a rotation of it that is already under way."""
-        newest = await erasure_records(self._gov).erasures_of_scope(scope.scope_id, limit=1, kind=Kind.ROTATE.value)
+        newest = await erasure_records(self._gov).erasures.erasures_of_scope(
+            scope.scope_id, limit=1, kind=Kind.ROTATE.value
+        )
         if newest and newest[0].state not in ERASURE_TERMINAL:
             return await self.run(newest[0].erasure_id)
         return await self.run((await self.request(scope, Kind.ROTATE, requested_by)).erasure_id)
@@ -179,7 +187,7 @@ class ErasureEngine:
 
     async def resume_all(self) -> list[Erasure]:
         """Resume every unfinished erasure (called on start, before the listeners open)."""
-        unfinished = await erasure_records(self._gov).unfinished_erasures()
+        unfinished = await erasure_records(self._gov).erasures.unfinished_erasures()
         if unfinished:
             log.info("erasure.resuming", count=len(unfinished))
         # A run a process died in holds its lease until it lapses (erasure.run_lease_s): waited for, then taken over.
@@ -192,7 +200,7 @@ class ErasureEngine:
         cutoff = now - older_than
         due = [
             e
-            for e in await erasure_records(self._gov).unfinished_erasures()
+            for e in await erasure_records(self._gov).erasures.unfinished_erasures()
             if e.erasure_id not in self._running
             and ((e.not_before is None and e.updated_at < cutoff) or (e.not_before is not None and e.not_before <= now))
         ]
@@ -226,7 +234,9 @@ class ErasureEngine:
         for scope in scopes:
             pending = [
                 e
-                for e in await erasure_records(self._gov).erasures_of_scope(scope.scope_id, not_kind=Kind.ROTATE.value)
+                for e in await erasure_records(self._gov).erasures.erasures_of_scope(
+                    scope.scope_id, not_kind=Kind.ROTATE.value
+                )
                 if e.state not in ERASURE_TERMINAL and e.kind in WHOLE_SCOPE
             ]
             erasures.append(pending[0] if pending else await self.request(scope, Kind.OFFBOARD, requested_by))
@@ -261,8 +271,8 @@ class ErasureEngine:
         what they read before the other wrote; the state's compare-and-set only orders the steps.
         """
         store = erasure_records(self._gov)
-        while not await store.claim_erasure(erasure_id, self._runner, self._lease_end(), self._now()):
-            current = await store.get_erasure(erasure_id)
+        while not await store.erasures.claim_erasure(erasure_id, self._runner, self._lease_end(), self._now()):
+            current = await store.erasures.get_erasure(erasure_id)
             if current is None:
                 raise StateError(Reason.NOT_FOUND)
             if not wait or current.state in ERASURE_TERMINAL or current.state == until:
@@ -276,7 +286,7 @@ class ErasureEngine:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
             with suppress(StateError):  # unreleased, it lapses after erasure.run_lease_s
-                await store.release_erasure(erasure_id, self._runner)
+                await store.erasures.release_erasure(erasure_id, self._runner)
 
     def _lease_end(self) -> datetime:
         return self._now() + timedelta(seconds=self._lease_s)
@@ -286,7 +296,9 @@ class ErasureEngine:
         while True:
             await asyncio.sleep(self._lease_s / 3)
             try:
-                if not await erasure_records(self._gov).renew_erasure(erasure_id, self._runner, self._lease_end()):
+                if not await erasure_records(self._gov).erasures.renew_erasure(
+                    erasure_id, self._runner, self._lease_end()
+                ):
                     lost.set()
                     return
             except StateError:
@@ -294,7 +306,7 @@ class ErasureEngine:
 
     async def _steps(self, erasure_id: str, until: str | None, lost: asyncio.Event) -> Erasure:
         store = erasure_records(self._gov)
-        erasure = await store.get_erasure(erasure_id)
+        erasure = await store.erasures.get_erasure(erasure_id)
         if erasure is None:
             raise StateError(Reason.NOT_FOUND)
         while erasure.state not in ERASURE_TERMINAL and erasure.state != until:
@@ -304,14 +316,14 @@ class ErasureEngine:
             try:
                 await self._work(erasure, target)
             except Deferred as wait:
-                await store.defer_erasure(erasure_id, wait.until)
+                await store.erasures.defer_erasure(erasure_id, wait.until)
                 self._wake_at(erasure_id, wait.until)
                 log.info("erasure.deferred", erasure_id=erasure_id, scope_id=erasure.scope_id, step=target)
-                return await store.get_erasure(erasure_id) or erasure
+                return await store.erasures.get_erasure(erasure_id) or erasure
             except AdapterError as exc:
                 return await self._fail(erasure, exc.reason)
             except RunTaken:
-                return self._taken(await store.get_erasure(erasure_id) or erasure)
+                return self._taken(await store.erasures.get_erasure(erasure_id) or erasure)
             except StateError as exc:
                 if exc.reason is Reason.STATE_UNAVAILABLE:
                     raise  # left unfinished; resumed once the store answers again
@@ -338,7 +350,7 @@ class ErasureEngine:
         """Move the row to ``target``; (row, True) when this runner did, (current row, False) if another did."""
         store = erasure_records(self._gov)
         try:
-            moved: Erasure = await store.advance_erasure(
+            moved: Erasure = await store.erasures.advance_erasure(
                 erasure.erasure_id, target, self._now(), failure_reason=failure_reason
             )
             return moved, True
@@ -346,7 +358,7 @@ class ErasureEngine:
             if exc.reason is not Reason.INTERNAL_ERROR:
                 raise
             # Another runner advanced it first (compare-and-set lost); continue from its state.
-            reloaded = await store.get_erasure(erasure.erasure_id)
+            reloaded = await store.erasures.get_erasure(erasure.erasure_id)
             if reloaded is None:
                 raise
             return reloaded, False
@@ -363,14 +375,14 @@ class ErasureEngine:
 
     async def _fail(self, erasure: Erasure, reason: Reason) -> Erasure:
         store, now = erasure_records(self._gov), self._now()
-        scope = await store.get_scope(erasure.scope_id)
+        scope = await store.scopes.get_scope(erasure.scope_id)
         if erasure.kind == Kind.ROTATE:
             # Nothing unsafe happened: the old namespace stays live and writable again.
-            await store.release_rotation(erasure.erasure_id, now)
+            await store.rotations.release_rotation(erasure.erasure_id, now)
         elif scope is not None and scope.enabled:
             # SECURITY: the scope is disabled before the failure is recorded, so a crash in between
             # can never leave a failed erasure on an enabled scope.
-            await store.disable(scope.scope_id, now)
+            await store.scopes.disable(scope.scope_id, now)
         failed, ours = await self._step(erasure, "failed", reason.value)
         if not ours:
             return failed
@@ -393,7 +405,7 @@ class ErasureEngine:
         return revision
 
     async def _audit(self, erasure: Erasure, reason: Reason) -> None:
-        await erasure_records(self._gov).audit(
+        await erasure_records(self._gov).audit_log.audit(
             "erasure",
             reason.value,
             scope_id=erasure.scope_id,
@@ -404,7 +416,7 @@ class ErasureEngine:
         )
 
     async def _scope(self, erasure: Erasure) -> Scope:
-        scope: Scope | None = await erasure_records(self._gov).get_scope(erasure.scope_id)
+        scope: Scope | None = await erasure_records(self._gov).scopes.get_scope(erasure.scope_id)
         if scope is None:
             raise StateError(Reason.NOT_FOUND)
         return scope
@@ -450,15 +462,15 @@ class ErasureEngine:
         if kind is Kind.FORGET_ONE:
             # The entry, and every copy a rotation made of it, is unreadable through memgov from
             # this moment, whatever the adapter.
-            await store.tombstone_forgotten(scope.scope_id, erasure.erasure_id, erasure.entry_ids, now)
+            await store.rotations.tombstone_forgotten(scope.scope_id, erasure.erasure_id, erasure.entry_ids, now)
             return
         # A disabled scope admits no write at any generation, so it is fenced already. Re-consent
         # is refused while an erasure is unfinished, so an enabled scope here was never fenced.
         if not scope.enabled:
             return
         if kind is Kind.WITHDRAW:
-            _, receipt = await store.withdraw(scope.scope_id, now)
-            await store.audit(
+            _, receipt = await store.scopes.withdraw(scope.scope_id, now)
+            await store.audit_log.audit(
                 "consent",
                 Reason.ALLOWED.value,
                 scope_id=scope.scope_id,
@@ -474,18 +486,22 @@ class ErasureEngine:
                 generation=receipt.generation_after,
             )
         elif kind is Kind.FORGET_ALL:
-            await store.advance_generation(scope.scope_id, now)
+            await store.scopes.advance_generation(scope.scope_id, now)
         else:
-            await store.disable(scope.scope_id, now)
+            await store.scopes.disable(scope.scope_id, now)
 
     async def _stale_inflight(self, scope: Scope) -> int:
         live = scope.namespace.ns_id if scope.namespace is not None else None
-        count: int = await erasure_records(self._gov).inflight_count(scope.scope_id, self._now(), except_ns=live)
+        count: int = await erasure_records(self._gov).scopes.inflight_count(scope.scope_id, self._now(), except_ns=live)
         return count
 
     async def _retired(self, scope: Scope) -> list[Namespace]:
         """Every namespace of the scope except the live one: each storage key it can no longer write."""
-        return [n for n in await erasure_records(self._gov).namespaces_of_scope(scope.scope_id) if n.state != "live"]
+        return [
+            n
+            for n in await erasure_records(self._gov).namespaces.namespaces_of_scope(scope.scope_id)
+            if n.state != "live"
+        ]
 
     async def _delete_scope(self, scope: Scope) -> None:
         eraser, agent = self._gov.eraser, self._gov.query_name(scope.agent)
@@ -500,8 +516,8 @@ class ErasureEngine:
 
     async def _entries(self, scope: Scope, erasure: Erasure) -> dict[Namespace, list[str]]:
         store = erasure_records(self._gov)
-        groups = _by_namespace(await store.entries_by_id(scope.scope_id, erasure.entry_ids))
-        by_id = {n.ns_id: n for n in await store.namespaces_by_id(scope.scope_id, [g for g in groups if g])}
+        groups = _by_namespace(await store.history.entries_by_id(scope.scope_id, erasure.entry_ids))
+        by_id = {n.ns_id: n for n in await store.namespaces.namespaces_by_id(scope.scope_id, [g for g in groups if g])}
         return {by_id[ns_id]: ids for ns_id, ids in groups.items() if ns_id in by_id}
 
     async def _delete_entries(self, scope: Scope, erasure: Erasure) -> None:
@@ -515,13 +531,13 @@ class ErasureEngine:
         eraser, store = self._gov.eraser, erasure_records(self._gov)
         for ns, ids in (await self._entries(scope, erasure)).items():
             # Read-after-delete: never readable through memgov again, and gone from kagent when exact.
-            if await store.filter_live(scope.scope_id, ns.ns_id, ids, self._now()):
+            if await store.ledger.filter_live(scope.scope_id, ns.ns_id, ids, self._now()):
                 raise AdapterError(Reason.VERIFICATION_FAILED)
             if eraser.exact:
                 remaining = len(await eraser.remaining(self._gov.query_name(scope.agent), ns.storage_key, ids))
-                await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "entries", self._now())
+                await store.erasures.record_readback(erasure.erasure_id, ns.ns_id, remaining, "entries", self._now())
                 if remaining:
                     raise AdapterError(Reason.VERIFICATION_FAILED)
                 now = self._now()
-                await store.mark_physically_deleted(ids, now)
-                await store.mark_verified(ids, now)
+                await store.ledger.mark_physically_deleted(ids, now)
+                await store.ledger.mark_verified(ids, now)

@@ -41,7 +41,7 @@ async def quiesce(gov: Governance, scope: Scope, erasure: Erasure, busy: Callabl
             # Each such write re-checks its namespace after it lands and deletes its own row; a
             # write whose outcome stays unknown marks its namespace, and verification waits for it.
             log.warning("erasure.quiesce_timeout", erasure_id=erasure.erasure_id, scope_id=scope.scope_id, count=left)
-            await readback_records(gov).audit(
+            await readback_records(gov).audit_log.audit(
                 "erasure",
                 Reason.STALE_GENERATION.value,
                 scope_id=scope.scope_id,
@@ -71,13 +71,13 @@ async def read_back(gov: Governance, scope: Scope, erasure: Erasure, namespaces:
             # step: delete once more; only rows that survive a second delete fail the erasure.
             await eraser.delete_namespace(agent, ns.storage_key)
             remaining = len(await eraser.remaining(agent, ns.storage_key))
-        await store.record_readback(erasure.erasure_id, ns.ns_id, remaining, "namespace", gov.now())
+        await store.erasures.record_readback(erasure.erasure_id, ns.ns_id, remaining, "namespace", gov.now())
         if remaining:
             raise AdapterError(Reason.VERIFICATION_FAILED)
     now = gov.now()
     read = {n.ns_id for n in namespaces}
-    ids = [e.entry_id for e in await store.unswept_entries(scope.scope_id, sorted(read))]
-    await store.tombstone(scope.scope_id, ids, now)
-    await store.mark_physically_deleted(ids, now)
-    await store.mark_verified(ids, now)
-    await store.mark_cleared(sorted(read), now)
+    ids = [e.entry_id for e in await store.history.unswept_entries(scope.scope_id, sorted(read))]
+    await store.ledger.tombstone(scope.scope_id, ids, now)
+    await store.ledger.mark_physically_deleted(ids, now)
+    await store.ledger.mark_verified(ids, now)
+    await store.namespaces.mark_cleared(sorted(read), now)

@@ -59,7 +59,7 @@ class RotationSteps:
 
     async def _frozen(self, erasure: Erasure) -> Namespace:
         """The live namespace this rotation froze; AdapterError(stale_generation) once it is not."""
-        for ns in await rotation_records(self._gov).rotation_namespaces(erasure.erasure_id):
+        for ns in await rotation_records(self._gov).rotations.rotation_namespaces(erasure.erasure_id):
             if ns.frozen_by == erasure.erasure_id and ns.state == "live":
                 return ns
         # The scope moved on (consent changed) or the rotation was released: nothing left to rotate.
@@ -67,7 +67,7 @@ class RotationSteps:
 
     async def fence(self, scope: Scope, erasure: Erasure) -> None:
         """Freeze the live namespace: still read, no longer written."""
-        if await rotation_records(self._gov).freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
+        if await rotation_records(self._gov).rotations.freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
             raise AdapterError(Reason.STALE_GENERATION)  # disabled, or another rotation holds it
 
     async def quiesce(self, scope: Scope, erasure: Erasure) -> None:
@@ -78,7 +78,7 @@ class RotationSteps:
             gov,
             scope,
             erasure,
-            lambda: store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True),
+            lambda: store.scopes.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True),
         )
 
     async def delete(self, scope: Scope, erasure: Erasure) -> None:
@@ -86,23 +86,23 @@ class RotationSteps:
         if erasure.ns_id is None:
             await self._copy_and_switch(scope, erasure)
         agent = self._gov.query_name(scope.agent)
-        for ns in await rotation_records(self._gov).rotation_namespaces(erasure.erasure_id):
+        for ns in await rotation_records(self._gov).rotations.rotation_namespaces(erasure.erasure_id):
             if ns.state == "retired":
                 await self._gov.eraser.delete_namespace(agent, ns.storage_key)
 
     async def _copy_and_switch(self, scope: Scope, erasure: Erasure) -> None:
         store, gov = rotation_records(self._gov), self._gov
         frozen = await self._frozen(erasure)
-        if await store.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True):
+        if await store.scopes.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True):
             # A save outlived the quiesce bound: copying now could miss it. The namespace stays frozen.
             raise Deferred(gov.now() + timedelta(seconds=gov.settings.erasure.quiesce_timeout_s))
         for _ in range(_ATTEMPTS):
             try:
-                staged = await store.stage_namespace(scope.scope_id, erasure.erasure_id, gov.now())
+                staged = await store.rotations.stage_namespace(scope.scope_id, erasure.erasure_id, gov.now())
             except StateError:
                 raise AdapterError(Reason.STALE_GENERATION) from None
             await self._copy(scope, erasure, frozen, staged)
-            outcome = await store.switch_rotation(erasure.erasure_id, staged.ns_id, gov.now())
+            outcome = await store.rotations.switch_rotation(erasure.erasure_id, staged.ns_id, gov.now())
             if outcome == "switched":
                 return
             if outcome == "superseded":
@@ -116,7 +116,7 @@ class RotationSteps:
         now = gov.now()
         live = [
             e
-            for e in await store.unswept_entries(scope.scope_id, [frozen.ns_id])
+            for e in await store.history.unswept_entries(scope.scope_id, [frozen.ns_id])
             if e.tombstoned_at is None and e.physically_deleted_at is None and e.expires_at > now
         ]
         if len(live) > gov.limits.max_entries:
@@ -132,7 +132,7 @@ class RotationSteps:
                 vectors += await rot.reembedder.embed(model, batch)
                 # Counted as embedding work, never charged to the person's hourly budget.
                 metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
-                await store.touch_erasure(erasure.erasure_id, gov.now())
+                await store.rotations.touch_erasure(erasure.erasure_id, gov.now())
         moves: list[tuple[str, str | None, datetime, datetime]] = [
             (e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts
         ]
@@ -140,7 +140,7 @@ class RotationSteps:
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
             chunk = pairs[start : start + _SAVES_PER_LEASE]
             moves.extend(await self._save_chunk(scope, erasure, staged, chunk, texts))
-        await store.record_moves(erasure.erasure_id, staged.ns_id, moves)
+        await store.rotations.record_moves(erasure.erasure_id, staged.ns_id, moves)
 
     async def _save_chunk(
         self,
@@ -155,7 +155,7 @@ class RotationSteps:
         try:
             # SECURITY: into the namespace this runner staged, or not at all: a copy lands only where
             # the moves recorded for it say (another runner that restaged takes over; RunTaken).
-            op_id, staged = await store.begin_copy(erasure.erasure_id, staged.ns_id, lease, gov.now())
+            op_id, staged = await store.rotations.begin_copy(erasure.erasure_id, staged.ns_id, lease, gov.now())
         except RunTaken:
             raise
         except StateError:
@@ -172,21 +172,23 @@ class RotationSteps:
                     # the lease ends, so whoever clears it waits (SPEC D4).
                     unknown = True
                     until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
-                    await store.write_outcome_unknown(op_id, until)
+                    await store.scopes.write_outcome_unknown(op_id, until)
                     raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)
                 moved.append((entry.entry_id, saved.id, entry.created_at, entry.expires_at))
         finally:
             if not unknown:
-                await store.end_write(op_id)
-        await store.touch_erasure(erasure.erasure_id, gov.now())
+                await store.scopes.end_write(op_id)
+        await store.rotations.touch_erasure(erasure.erasure_id, gov.now())
         return moved
 
     async def verify(self, scope: Scope, erasure: Erasure) -> None:
         """The old namespace and every retired one read back empty; the copies read back present."""
         gov, store = self._gov, rotation_records(self._gov)
         # The namespaces not yet cleared, and the one this rotation froze even if a sweep cleared it since.
-        mine = await store.rotation_namespaces(erasure.erasure_id)
-        namespaces = list({n.ns_id: n for n in [*await store.open_namespaces(scope.scope_id), *mine]}.values())
+        mine = await store.rotations.rotation_namespaces(erasure.erasure_id)
+        namespaces = list(
+            {n.ns_id: n for n in [*await store.namespaces.open_namespaces(scope.scope_id), *mine]}.values()
+        )
         await read_back(
             gov, scope, erasure, [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id]
         )
@@ -195,10 +197,10 @@ class RotationSteps:
         if target is None or not copies:
             return  # nothing copied, or the scope moved on since: its own erasure covers the copies
         found = len(await gov.eraser.remaining(gov.query_name(scope.agent), target.storage_key, copies))
-        await store.record_readback(erasure.erasure_id, target.ns_id, found, "moved", gov.now())
+        await store.erasures.record_readback(erasure.erasure_id, target.ns_id, found, "moved", gov.now())
         if found != len(copies):
             raise AdapterError(Reason.VERIFICATION_FAILED)
 
     async def release(self, erasure: Erasure) -> None:
         """A failed rotation: unfreeze the live namespace, abandon what was staged (the sweeper clears it)."""
-        await rotation_records(self._gov).release_rotation(erasure.erasure_id, self._gov.now())
+        await rotation_records(self._gov).rotations.release_rotation(erasure.erasure_id, self._gov.now())

@@ -89,36 +89,37 @@ class _Pass:
 
     async def stamp(self, scope: Scope, ids: list[str]) -> None:
         store = sweep_records(self.gov)
-        await store.tombstone(scope.scope_id, ids, self.now)
-        await store.mark_physically_deleted(ids, self.now)
-        await store.mark_verified(ids, self.now)
+        await store.ledger.tombstone(scope.scope_id, ids, self.now)
+        await store.ledger.mark_physically_deleted(ids, self.now)
+        await store.ledger.mark_verified(ids, self.now)
 
     async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
-        entries = await sweep_records(self.gov).unswept_entries(scope.scope_id, [ns_id])
+        entries = await sweep_records(self.gov).history.unswept_entries(scope.scope_id, [ns_id])
         return [e for e in entries if e.physically_deleted_at is None]
 
     async def retired(self) -> None:
-        for ns in await sweep_records(self.gov).sweepable_namespaces(self.now, _BATCH):
-            scope = await sweep_records(self.gov).get_scope(ns.scope_id)
+        for ns in await sweep_records(self.gov).namespaces.sweepable_namespaces(self.now, _BATCH):
+            scope = await sweep_records(self.gov).scopes.get_scope(ns.scope_id)
             if scope is None:
                 continue
             ids = [e.entry_id for e in await self.unswept(scope, ns.ns_id)]
             if await self.guard(self.clear(scope, ns, ids), ns.scope_id):
-                await sweep_records(self.gov).mark_cleared([ns.ns_id], self.now)
+                await sweep_records(self.gov).namespaces.mark_cleared([ns.ns_id], self.now)
                 self.report.dead_cleared += 1
 
     async def expired(self) -> None:
         exact = self.gov.eraser.exact
         for _ in range(_MAX_BATCHES if exact else 1):
             # Over REST entries of live namespaces keep coming back; one large batch per pass.
-            batch = await sweep_records(self.gov).expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
+            batch = await sweep_records(self.gov).ledger.expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
             groups: dict[tuple[str, str | None], list[str]] = {}
             for e in batch:
                 groups.setdefault((e.scope_id, e.ns_id), []).append(e.entry_id)
             for (scope_id, ns_id), ids in groups.items():
-                scope = await sweep_records(self.gov).get_scope(scope_id)
+                scope = await sweep_records(self.gov).scopes.get_scope(scope_id)
                 ns = next(
-                    iter(await sweep_records(self.gov).namespaces_by_id(scope_id, [ns_id] if ns_id else [])), None
+                    iter(await sweep_records(self.gov).namespaces.namespaces_by_id(scope_id, [ns_id] if ns_id else [])),
+                    None,
                 )
                 if scope is not None and ns is not None:
                     expire = self.expire_exact if exact else self.expire_rest
@@ -138,7 +139,10 @@ class _Pass:
         rows = await self.unswept(scope, ns.ns_id)
         live = any(e.tombstoned_at is None and e.expires_at > self.now for e in rows)
         current = ns.state == "live"
-        busy = current and await sweep_records(self.gov).inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
+        busy = (
+            current
+            and await sweep_records(self.gov).scopes.inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
+        )
         if live or busy or (ns.possibly_until is not None and ns.possibly_until > self.now):
             # SECURITY: these rows are unreadable through memgov already (expiry filter); kagent's
             # REST API can only clear a namespace whole, and this one still holds live memory.
@@ -170,7 +174,7 @@ class _Pass:
         async def rotate(scope_id: str) -> None:
             nonlocal failed_in_a_row
             async with busy:
-                scope = await store.get_scope(scope_id)
+                scope = await store.scopes.get_scope(scope_id)
                 if scope is None or scope.namespace is None:
                     return
                 if failed_in_a_row >= _PAUSE_AFTER_FAILURES or not rotator.knows_model(scope.agent):
@@ -181,7 +185,7 @@ class _Pass:
                 self.report.failures += done.state == "failed"
                 failed_in_a_row = failed_in_a_row + 1 if done.state == "failed" else 0
 
-        candidates = await store.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
+        candidates = await store.rotations.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
         await asyncio.gather(*(rotate(s) for s in candidates))
 
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
@@ -212,14 +216,14 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
     await sweep_records(gov).purge_expired(gov.now())
     for _ in range(_MAX_BATCHES):
         grace = timedelta(seconds=gov.settings.erasure.history_grace_s)
-        compacted = await sweep_records(gov).compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
+        compacted = await sweep_records(gov).history.compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
         report.history_compacted += compacted.ledger_rows + compacted.namespaces
         if compacted.scopes + compacted.skipped_unfinished < _COMPACT_SCOPES:
             break
     # Audit rows have their own retention window, independent of memory expiry.
     retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
-    report.audit_purged = await sweep_records(gov).purge_audit(retention)
-    await sweep_records(gov).purge_erasures(retention)
+    report.audit_purged = await sweep_records(gov).audit_log.purge_audit(retention)
+    await sweep_records(gov).rotations.purge_erasures(retention)
     log.info(
         "sweep.done",
         deleted=report.dead_cleared + report.expired_deleted,

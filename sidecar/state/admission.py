@@ -22,7 +22,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database, Script, execute, executemany, fetchrow
+from sidecar.state.db import Facet, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import current_window
 from sidecar.state.scopes import SCOPE_SELECT, scope_of_row, valid_scope_id
@@ -112,10 +112,8 @@ def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, i
     return True
 
 
-class AdmissionOps:
+class AdmissionOps(Facet):
     """One transaction before kagent is called, one after."""
-
-    _db: Database
 
     async def admit(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Tx
+from sidecar.state.db import Database, Facet, Tx
 from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
 from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
 
@@ -44,11 +44,12 @@ def _outage(exc: StateError) -> bool:
     return exc.reason is Reason.STATE_UNAVAILABLE and type(exc) is StateError
 
 
-class AuditOps:
-    """Audit records and erasure records; audit records the store cannot take now wait in the spool."""
+class AuditOps(Facet):
+    """Audit records and hourly refusal counts; what the store cannot take now waits in the spool."""
 
-    _db: Database
-    spool: AuditSpool
+    def __init__(self, db: Database, spool: AuditSpool) -> None:
+        super().__init__(db)
+        self.spool = spool
 
     async def audit(
         self,
@@ -125,6 +126,10 @@ class AuditOps:
             await tx.execute("DELETE FROM audit_counts WHERE hour_us < $1", to_us(older_than) - _HOUR_US)
             await tx.execute("DELETE FROM audit_spool_segments WHERE replayed_us < $1", to_us(older_than))
             return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
+
+
+class ErasureOps(Facet):
+    """Erasure records: created, advanced through their states, claimed by one runner at a time."""
 
     async def create_erasure(
         self, scope_id: str, kind: str, entry_ids: list[str], adapter: str, requested_by_kind: str, now: datetime

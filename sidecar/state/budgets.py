@@ -18,7 +18,7 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import NEVER_US, to_us
-from sidecar.state.db import Database, Script, Stmt, fetchrow
+from sidecar.state.db import Facet, Script, Stmt, fetchrow
 from sidecar.state.types import BudgetClaim
 
 _KINDS = frozenset({"bucket", "window", "counter"})
@@ -109,10 +109,8 @@ def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
     return levels
 
 
-class BudgetOps:
+class BudgetOps(Facet):
     """All-or-nothing reservation of budget claims."""
-
-    _db: Database
 
     async def reserve_budget(self, claims: list[BudgetClaim], now: datetime) -> str | None:
         """Reserve every claim or none; return None when admitted, else the first refusing claim's reason."""

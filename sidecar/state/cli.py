@@ -98,7 +98,7 @@ def _cmd_purge_audit(args: argparse.Namespace) -> int:
     cutoff = datetime.now(UTC) - timedelta(days=args.older_than_days)
 
     async def body(store: StateStore) -> int:
-        purged = await store.purge_audit(cutoff)
+        purged = await store.audit_log.purge_audit(cutoff)
         print(f"purged {purged} audit record(s) older than {args.older_than_days} day(s)")
         return 0
 

@@ -150,6 +150,17 @@ class Database(Protocol):
     async def close(self) -> None: ...
 
 
+class Facet:
+    """One concern's statements (scopes, ledger, budgets, …) over the store's shared database handle.
+
+    The store is composed of facets (``store.admission``, ``store.ledger``, …); each reaches the
+    database only through the handle it was built with, and none calls another.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+
 @asynccontextmanager
 async def backend_errors() -> AsyncIterator[None]:
     """Turn driver and socket failures into ``StateError(state_unavailable)``."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database
+from sidecar.state.db import Facet
 from sidecar.state.ledger import ENTRY_COLS, by_entry_ids, entry_of, placeholders
 from sidecar.state.scopes import update_lock, valid_scope_id
 from sidecar.state.types import ERASURE_TERMINAL_SQL, LedgerEntry
@@ -49,10 +49,8 @@ class Compaction:
     skipped_unfinished: int = 0
 
 
-class HistoryOps:
+class HistoryOps(Facet):
     """Reads bounded by what is live, evidence that outlives the rows, and compaction."""
-
-    _db: Database
 
     async def entries_by_id(self, scope_id: str, entry_ids: list[str]) -> list[LedgerEntry]:
         """The scope's ledger rows of these ids (erased ones included), in no particular order."""

@@ -13,7 +13,7 @@ from datetime import datetime
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Row, Script, fetch
+from sidecar.state.db import Facet, Row, Script, fetch
 from sidecar.state.scopes import fence, update_lock, valid_scope_id
 from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
 
@@ -90,10 +90,8 @@ def _filter_live(scope_id: str, ns_id: str, entry_ids: list[str], now_us: int) -
     return live
 
 
-class LedgerOps:
+class LedgerOps(Facet):
     """Entry slots, live filtering, tombstones and sweep bookkeeping."""
-
-    _db: Database
 
     async def reserve_entries(
         self,

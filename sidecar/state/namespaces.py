@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Row
+from sidecar.state.db import Facet, Row
 from sidecar.state.scopes import valid_scope_id
 from sidecar.state.types import Namespace
 
@@ -38,10 +38,8 @@ def namespace_of(r: Row) -> Namespace:
     )
 
 
-class NamespaceOps:
+class NamespaceOps(Facet):
     """Reading namespaces and recording what was read back."""
-
-    _db: Database
 
     async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]:
         """Every namespace the scope ever had, oldest first."""

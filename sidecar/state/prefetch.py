@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database, Script, fetchrow
+from sidecar.state.db import Facet, Script, fetchrow
 
 _OPEN = """
 INSERT INTO budgets (kind, bkey, level, mark, at_us, expires_us) VALUES ('pwin', $1, 0, $2, $3, $2)
@@ -32,10 +32,8 @@ def current_window(scope_id: str, now_us: int) -> Script[str | None]:
     return None if row is None else f"{scope_id}.{int(row[0])}"
 
 
-class PrefetchOps:
+class PrefetchOps(Facet):
     """Open and look up a scope's prefetch window."""
-
-    _db: Database
 
     async def open_prefetch_window(self, scope_id: str, now: datetime, until: datetime) -> None:
         """Start a new window for the scope (a new conversation replaces the previous window)."""

@@ -22,7 +22,7 @@ from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import to_us
-from sidecar.state.db import Database, Tx
+from sidecar.state.db import Facet, Tx
 from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
@@ -79,10 +79,8 @@ async def _count(tx: Tx, sql: str, *args: object) -> int:
     return int(row[0]) if row else 0
 
 
-class RotationOps:
+class RotationOps(Facet):
     """Rotation steps that must be atomic, lineage of copied entries, and the sweeper's candidates."""
-
-    _db: Database
 
     async def freeze_namespace(self, scope_id: str, erasure_id: str) -> Namespace | None:
         """Freeze the scope's live namespace for this rotation; None when it has none or another rotation holds it."""

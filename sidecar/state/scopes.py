@@ -16,7 +16,7 @@ from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX, from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Row, Tx
+from sidecar.state.db import Facet, Row, Tx
 from sidecar.state.types import Fenced, Namespace, Receipt, Scope, StateError
 
 _SCOPE_COLS = (
@@ -156,10 +156,8 @@ async def _reload(tx: Tx, scope_id: str) -> Row:
     return row
 
 
-class ScopeOps:
+class ScopeOps(Facet):
     """Scope records, consent receipts and in-flight write leases."""
-
-    _db: Database
 
     async def create_scope(
         self, mxid: str, origin: str, agent: str, kind: str, room_id: str, now: datetime

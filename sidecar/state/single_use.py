@@ -10,17 +10,18 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import CODE_MAX, MXID_MAX, to_us
-from sidecar.state.db import Database
+from sidecar.state.db import Database, Facet
 
 #: Expired replay rows are deleted on every this-many-th call, keeping the hot path one statement.
 _PURGE_EVERY = 256
 
 
-class SingleUseOps:
+class SingleUseOps(Facet):
     """Replay cache and confirmation tokens."""
 
-    _db: Database
-    _jti_calls: int
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self._jti_calls = 0
 
     async def remember_jti(self, jti: str, exp: datetime, now: datetime) -> bool:
         """Record a context id until ``exp``; False when it was already seen and has not expired."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sidecar import evloop
 from sidecar.state.admission import AdmissionOps
-from sidecar.state.audit import AuditOps
+from sidecar.state.audit import AuditOps, ErasureOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
 from sidecar.state.db import ACQUIRE_TIMEOUT_S, STATEMENT_TIMEOUT_S, Database, connect
@@ -61,27 +61,43 @@ _EXPIRED = {
 }
 
 
-class StateStore(
-    AdmissionOps,
-    ScopeOps,
-    NamespaceOps,
-    LedgerOps,
-    HistoryOps,
-    BudgetOps,
-    SingleUseOps,
-    AuditOps,
-    PrefetchOps,
-    RotationOps,
-):
-    """Durable control state on SQLite or PostgreSQL; never holds memory content."""
+class StateStore:
+    """Durable control state on SQLite or PostgreSQL; never holds memory content.
+
+    Composed of facets over one guarded database handle, one per concern; a consumer reaches the
+    facets its port names (``enforce/ports.py`` and its siblings), the store itself keeps only
+    lifecycle and housekeeping.
+    """
 
     def __init__(self, db: Database, *, spool_rows: int = 10_000, spool_dir: Path | None = None) -> None:
         self.health = StoreHealth()
         self._raw = db
         self._db: Database = GuardedDatabase(db, self.health)
-        self._jti_calls = 0
         self.backend: str = db.dialect
         self.spool = AuditSpool(spool_rows, open_journal(spool_dir, spool_rows))
+        guarded = self._db
+        #: Scope records, consent receipts and in-flight write leases.
+        self.scopes = ScopeOps(guarded)
+        #: A governed call's one transaction before kagent is called, and one after.
+        self.admission = AdmissionOps(guarded)
+        #: Entry slots, live filtering, tombstones and sweep marks.
+        self.ledger = LedgerOps(guarded)
+        #: Reads bounded by what is live, erasure evidence, compaction.
+        self.history = HistoryOps(guarded)
+        #: Storage namespaces of a scope and what read-back cleared.
+        self.namespaces = NamespaceOps(guarded)
+        #: All-or-nothing budget reservations.
+        self.budgets = BudgetOps(guarded)
+        #: Spent delegation contexts and confirmation tokens.
+        self.single_use = SingleUseOps(guarded)
+        #: Audit rows and refusal counts (spooled while the store is down).
+        self.audit_log = AuditOps(guarded, self.spool)
+        #: Erasure records and their runners.
+        self.erasures = ErasureOps(guarded)
+        #: A scope's prefetch windows.
+        self.prefetch = PrefetchOps(guarded)
+        #: Namespace rotation steps, lineage and the sweeper's candidates.
+        self.rotations = RotationOps(guarded)
 
     @property
     def db(self) -> Database:

@@ -98,7 +98,7 @@ class TestDegraded:
     async def test_withdrawn(self, stack):
         """After withdrawal the same conversation goes to the disabled variant."""
         scope = await stack.scope()
-        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
         await self._expect_rewrite(stack, "consent_disabled", context=stack.context())
 
     async def test_replayed_context(self, stack):
@@ -235,5 +235,7 @@ class TestUnreachableAgent:
                 assert resp.status == 502
                 sinks.record(resp.status, resp.headers.items(), await resp.text())  # read inside invoke()
             store = stack.gov.store
-            sinks.extra.append(repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()))
+            sinks.extra.append(
+                repr(await store.audit_log.audit_rows(limit=100000)) + repr(await store.audit_log.refusal_counts())
+            )
         sinks.assert_clean(text)

@@ -133,7 +133,7 @@ async def kagent_runtime(
 
 async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
     """kagent's rows of the entries memgov's ledger recorded for the scope."""
-    ids = {e.entry_id for e in await stack.gov.store.entries_of_scope(scope_id)}
+    ids = {e.entry_id for e in await stack.gov.store.ledger.entries_of_scope(scope_id)}
     return [r for r in await stack.rows() if r.id in ids]
 
 
@@ -221,7 +221,7 @@ class TestKagentRuntime:
         async with kagent_runtime(stack, key, tmp_path, facts=["alice is moving to Porto"], hold_autosave=True) as rt:
             for i in range(5):
                 await rt("turn", session="s1", text=f"turn {i}")
-            await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+            await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
             await rt("release")
             assert (await rt("drain"))["drained"] == 1
             logs = await rt.logs()

@@ -44,7 +44,7 @@ class TestSave:
         rows = await stack.rows()
         assert [(r.id, r.user_id, r.agent_name) for r in rows] == [(body["id"], scope.namespace.storage_key, APP)]
         assert rows[0].expires_at - rows[0].created_at <= timedelta(days=7, seconds=1)
-        entry = (await stack.gov.store.entries_of_scope(scope.scope_id))[0]
+        entry = (await stack.gov.store.ledger.entries_of_scope(scope.scope_id))[0]
         assert entry.entry_id == body["id"]
         assert timedelta(days=7) - timedelta(seconds=5) <= entry.expires_at - entry.created_at <= timedelta(days=7)
 
@@ -73,12 +73,14 @@ class TestSave:
         scope = await stack.scope()
         key = await stack.session_key()
         store, now = stack.gov.store, stack.clock()
-        slots = await store.reserve_entries(scope.scope_id, scope.generation, scope.namespace.ns_id, live, 100, now)
+        slots = await store.ledger.reserve_entries(
+            scope.scope_id, scope.generation, scope.namespace.ns_id, live, 100, now
+        )
         for i, slot in enumerate(slots):
-            await store.fill_entry(slot, f"pre-{i}", now, now + timedelta(days=7))
+            await store.ledger.fill_entry(slot, f"pre-{i}", now, now + timedelta(days=7))
         got, body, _ = await stack.save(key, "the next fact")
         assert got == status
-        assert await store.live_count(scope.scope_id, stack.clock()) == min(live + 1, 100)
+        assert await store.ledger.live_count(scope.scope_id, stack.clock()) == min(live + 1, 100)
         if status == 403:
             assert body["error"] == "entry_cap_reached"
 
@@ -93,10 +95,10 @@ class TestSave:
         assert status == 403 and body["error"] == "stale_generation"
         assert await stack.rows() == []
         assert (
-            await store.filter_live(
+            await store.ledger.filter_live(
                 scope.scope_id,
                 scope.generation,
-                [e.entry_id for e in await store.entries_of_scope(scope.scope_id)],
+                [e.entry_id for e in await store.ledger.entries_of_scope(scope.scope_id)],
                 stack.clock(),
             )
             == set()
@@ -138,7 +140,7 @@ class TestBatch:
         key = await stack.session_key()
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["a", "b", "c"]))
         assert (status, body) == (201, {"count": 3})
-        assert len(await stack.gov.store.entries_of_scope(scope.scope_id)) == 3
+        assert len(await stack.gov.store.ledger.entries_of_scope(scope.scope_id)) == 3
         assert len(await stack.rows()) == 3
 
     @pytest.mark.kagent
@@ -159,7 +161,7 @@ class TestBatch:
         stack.dev.store.fault = DbFault(message="disk full", ops=frozenset({"insert"}), after=1, times=1)
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["x", "y"]))
         assert status == 502 and body == {"error": "upstream_error", "status": 500, "decision_id": body["decision_id"]}
-        entries = await stack.gov.store.entries_of_scope(scope.scope_id)
+        entries = await stack.gov.store.ledger.entries_of_scope(scope.scope_id)
         assert len(entries) == 1 and entries[0].tombstoned_at is not None
         status, rows, _ = await stack.search(key, "x")
         assert rows == []
@@ -259,7 +261,7 @@ class TestIsolation:
         scope = await stack.scope()
         key = await stack.session_key()
         await stack.save(key, "before withdrawal")
-        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
         status, rows, headers = await stack.search(key, "before withdrawal")
         assert (status, rows) == (200, []) and reason(headers) == "consent_disabled"
         status, body, _ = await stack.save(key, "after withdrawal")
@@ -271,8 +273,8 @@ class TestIsolation:
         scope = await stack.scope()
         old = await stack.session_key()
         await stack.save(old, "generation one fact")
-        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
-        await stack.gov.store.grant(scope.scope_id, "again", "v1", stack.clock())
+        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
+        await stack.gov.store.scopes.grant(scope.scope_id, "again", "v1", stack.clock())
         new = await stack.session_key()
         assert new != old
         _, rows, _ = await stack.search(new, "generation one fact")
@@ -350,10 +352,10 @@ def withdraw_around(stack, monkeypatch, scope, method: str, *, before: bool) -> 
 
     async def racing(*args, **kwargs):
         if before:
-            await store.withdraw(scope.scope_id, stack.clock())
+            await store.scopes.withdraw(scope.scope_id, stack.clock())
             return await original(*args, **kwargs)
         result = await original(*args, **kwargs)
-        await store.withdraw(scope.scope_id, stack.clock())
+        await store.scopes.withdraw(scope.scope_id, stack.clock())
         return result
 
     monkeypatch.setattr(store, method, racing)

@@ -63,7 +63,7 @@ class TestGarbageUpstream:
         assert status == 502 and body["error"] == "upstream_unavailable" and "exploded" not in json.dumps(body)
         status, body, _ = await stack.search(key, "fact")
         assert status == 502 and body["error"] == "upstream_error"
-        entries = await stack.gov.store.entries_of_scope(scope.scope_id)
+        entries = await stack.gov.store.ledger.entries_of_scope(scope.scope_id)
         assert all(e.entry_id is None or e.tombstoned_at for e in entries)
 
 

@@ -21,7 +21,12 @@ ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 async def _audit_text(stack) -> str:
     """Audit rows, the hourly counts of anonymous refusals (R-15) and what kagent logged: all sinks."""
     store = stack.gov.store
-    return repr(await store.audit_rows(limit=100000)) + repr(await store.refusal_counts()) + "\n" + stack.kagent_log()
+    return (
+        repr(await store.audit_log.audit_rows(limit=100000))
+        + repr(await store.audit_log.refusal_counts())
+        + "\n"
+        + stack.kagent_log()
+    )
 
 
 class TestSentinels:
@@ -153,10 +158,10 @@ class TestSentinels:
         await stack.invoke()  # no context → rewrite, anonymous
         await stack.save("mg1.bogus", "x")  # key_invalid, anonymous
         await stack.save(key, "x", agent_name="kagent__NS__helper")  # a genuine key, the wrong agent
-        rows = await stack.gov.store.audit_rows(limit=100)
+        rows = await stack.gov.store.audit_log.audit_rows(limit=100)
         assert {r["reason"] for r in rows if r["kind"] == "decision"} == {"agent_mismatch"}
         assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
-        counted = {(op, reason): n for _, op, reason, n in await stack.gov.store.refusal_counts()}
+        counted = {(op, reason): n for _, op, reason, n in await stack.gov.store.audit_log.refusal_counts()}
         assert counted == {("a2a.invoke", "context_missing"): 1, ("memory.save", "key_invalid"): 1}
 
     async def test_bodies_the_strict_parse_refuses(self, stack):
@@ -215,7 +220,7 @@ class TestKagentLog:
         )
         resp, _ = await stack.invoke()  # refused: relayed to the memory-disabled variant as the caller
         assert resp.status == 200
-        await stack.gov.store.withdraw(scope.scope_id, stack.clock())
+        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
         log = stack.kagent_log()
         assert '"msg":"added memory"' in log, "kagent logged the save (the sink is live)"
         for secret in (key, ALICE):

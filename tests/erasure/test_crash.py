@@ -64,7 +64,7 @@ class Crash:
         return sum(1 for r in await self.stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}."))
 
     async def state_of(self, erasure_kind: str) -> str | None:
-        for e in await self.store.unfinished_erasures():
+        for e in await self.store.erasures.unfinished_erasures():
             if e.kind == erasure_kind:
                 return e.state
         return None
@@ -159,8 +159,8 @@ class TestKillBetweenSteps:
             # The lock an UPDATE of the row needs, but not the one the erasure row's foreign key takes.
             lock = await locked_scope_row(c.state_url, scope_id, "FOR NO KEY UPDATE")
         elif stuck_in == "fenced":
-            live = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
-            op = await c.store.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
+            live = (await c.store.scopes.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
+            op = await c.store.scopes.begin_write(scope_id, 1, live.ns_id, 600.0, datetime.now(UTC))
         elif stuck_in == "quiesced":
             c.gate.hold = lambda r: r.method == "DELETE"
         else:
@@ -179,17 +179,17 @@ class TestKillBetweenSteps:
         if lock is not None:
             await lock.close()
         if op is not None:
-            await c.store.end_write(op)
+            await c.store.scopes.end_write(op)
         c.gate.hold = None
         c.gate.release.set()
         await c.gp.start()
 
-        (erasure,) = await c.store.erasures_of_scope(scope_id)
+        (erasure,) = await c.store.erasures.erasures_of_scope(scope_id)
         assert erasure.state == "verified"
         assert [s for s, _ in erasure.steps] == ["requested", "fenced", "quiesced", "deleted", "verified"]
-        scope = await c.store.get_scope(scope_id)
+        scope = await c.store.scopes.get_scope(scope_id)
         assert scope is not None and (scope.enabled, scope.generation) == (False, 2)
-        assert [r.action for r in await c.store.receipts(scope_id)] == ["grant", "withdraw"]
+        assert [r.action for r in await c.store.scopes.receipts(scope_id)] == ["grant", "withdraw"]
         assert await c.rows(scope_id) == 0
         record = await c.api().erasure(erasure.erasure_id)
         assert (record["state"], record["physical_deletion"]) == ("verified", "complete")
@@ -214,9 +214,9 @@ class TestKillBetweenSteps:
         c.gate.release.set()
         await c.gp.start()
 
-        (erasure,) = await c.store.erasures_of_scope(scope_id)
+        (erasure,) = await c.store.erasures.erasures_of_scope(scope_id)
         assert (erasure.state, erasure.failure_reason) == ("failed", "erasure_failed")
-        scope = await c.store.get_scope(scope_id)
+        scope = await c.store.scopes.get_scope(scope_id)
         assert scope is not None and not scope.enabled
         with pytest.raises(ControlError) as err:
             await c.api().grant(scope_id, "remember my preferences", "v2")

@@ -15,7 +15,7 @@ STATES = ["requested", "fenced", "quiesced", "deleted"]
 
 
 async def _erasure_state(h: Harness, scope_id: str) -> str | None:
-    history = await h.gov.store.erasures_of_scope(scope_id, limit=1)
+    history = await h.gov.store.erasures.erasures_of_scope(scope_id, limit=1)
     return history[0].state if history else None
 
 
@@ -32,7 +32,7 @@ class TestQuiesce:
 
         await until(fenced)
         released_at = sh.gov.now()
-        await sh.gov.store.end_write(op)
+        await sh.gov.store.scopes.end_write(op)
         record = (await withdrawal)["erasure"]
         quiesced = next(s["at"] for s in record["steps"] if s["state"] == "quiesced")
         assert quiesced >= released_at.isoformat().replace("+00:00", "Z")
@@ -45,20 +45,20 @@ class TestQuiesce:
             await h.begin_write(scope_id, 1, 300.0)
             record = (await h.client().withdraw(scope_id))["erasure"]
             assert record["state"] == "verified"
-            rows = await h.gov.store.audit_rows(scope_id)
+            rows = await h.gov.store.audit_log.audit_rows(scope_id)
             assert any(r["operation"] == "erasure.quiesce_timeout" and r["reason"] == "stale_generation" for r in rows)
 
     async def test_forget_all_does_not_wait_for_writes_of_the_new_generation(self, sh: Harness) -> None:
         """Only fenced generations are quiesced: a write already at the new generation is not waited for."""
         scope_id = await sh.scope()
-        await sh.gov.store.advance_generation(scope_id, sh.gov.now())  # generation 2, still enabled
+        await sh.gov.store.scopes.advance_generation(scope_id, sh.gov.now())  # generation 2, still enabled
         await sh.begin_write(scope_id, 2, 300.0)
-        scope = await sh.gov.store.get_scope(scope_id)
+        scope = await sh.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
-        erasure = await sh.gov.store.create_erasure(
+        erasure = await sh.gov.store.erasures.create_erasure(
             scope_id, Kind.FORGET_ALL.value, [], "rest", "subject", sh.gov.now()
         )
-        await sh.gov.store.advance_erasure(erasure.erasure_id, "fenced", sh.gov.now())
+        await sh.gov.store.erasures.advance_erasure(erasure.erasure_id, "fenced", sh.gov.now())
         done = await ErasureEngine(sh.gov).run(erasure.erasure_id)
         assert done.state == "verified"
 
@@ -73,7 +73,7 @@ class TestResume:
         h = any_adapter
         scope_id = await h.scope()
         entry = await h.saved(scope_id, "likes green tea")
-        scope = await h.gov.store.get_scope(scope_id)
+        scope = await h.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
         first = ErasureEngine(h.gov)
         erasure = await first.request(scope, kind, "subject", [entry] if kind is Kind.FORGET_ONE else [])
@@ -92,14 +92,14 @@ class TestResume:
         h = any_adapter
         scope_id = await h.scope()
         await h.saved(scope_id, "likes green tea")
-        scope = await h.gov.store.get_scope(scope_id)
+        scope = await h.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
         erasure = await ErasureEngine(h.gov).request(scope, Kind.OFF, "subject")
         results = await asyncio.gather(
             ErasureEngine(h.gov).run(erasure.erasure_id), ErasureEngine(h.gov).run(erasure.erasure_id)
         )
         assert {r.state for r in results} == {"verified"}
-        final = await h.gov.store.get_erasure(erasure.erasure_id)
+        final = await h.gov.store.erasures.get_erasure(erasure.erasure_id)
         assert final is not None and [s for s, _ in final.steps] == [
             "requested",
             "fenced",

@@ -148,7 +148,7 @@ class TestWithdrawalRace:
             withdrawing = asyncio.create_task(api.withdraw(scope_id))
 
             async def fenced() -> bool:
-                return any(e.state != "requested" for e in await r["store"].erasures_of_scope(scope_id))
+                return any(e.state != "requested" for e in await r["store"].erasures.erasures_of_scope(scope_id))
 
             await until(fenced)
             r["gate"].release.set()  # the held saves now land in kagent after the fence
@@ -162,7 +162,7 @@ class TestWithdrawalRace:
             assert set(statuses) <= {201, 403}
             async with governed_like(first) as gov:
                 assert (await sweep_once(gov)).failures == 0
-                assert await gov.store.sweepable_namespaces(gov.now(), 10) == []
+                assert await gov.store.namespaces.sweepable_namespaces(gov.now(), 10) == []
 
             rows = [row for row in await r["stack"].store.rows() if (row.user_id or "").startswith(f"mgs1.{scope_id}.")]
             assert rows == []

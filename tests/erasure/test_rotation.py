@@ -88,7 +88,7 @@ def _counter(name: str, labels: dict[str, str]) -> float:
 
 
 async def _live_ns(h: Harness, scope_id: str) -> str:
-    scope = await h.gov.store.get_scope(scope_id)
+    scope = await h.gov.store.scopes.get_scope(scope_id)
     assert scope is not None and scope.namespace is not None
     ns_id: str = scope.namespace.ns_id
     return ns_id
@@ -134,11 +134,13 @@ class TestForgetOne:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         doomed = await rot.saved(scope_id, "likes green tea")
-        original = next(e for e in await rot.gov.store.entries_of_scope(scope_id) if e.entry_id == kept)
+        original = next(e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == kept)
         rot.advance(3 * 86400 + 3600)
         await rot.client().forget(scope_id, doomed)
         (copy,) = [
-            e for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None and e.entry_id != kept
+            e
+            for e in await rot.gov.store.ledger.entries_of_scope(scope_id)
+            if e.tombstoned_at is None and e.entry_id != kept
         ]
         assert (copy.created_at, copy.expires_at) == (original.created_at, original.expires_at)
         (row,) = await rot.rows(scope_id)
@@ -150,7 +152,7 @@ class TestForgetOne:
         scope_id = await rot.scope()
         first, second = await rot.saved(scope_id, "likes green tea"), await rot.saved(scope_id, "lives in Lisbon")
         await rot.client().forget(scope_id, first)  # rotates: `second` now lives under a new id
-        (copy,) = [e.entry_id for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None]
+        (copy,) = [e.entry_id for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None]
         record = await rot.client().forget(scope_id, second)
         assert record["physical_deletion"] == "complete"
         assert {e["entry_id"] for e in record["entries"]} == {second, copy}
@@ -164,7 +166,7 @@ class TestForgetOne:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         await rot.saved(scope_id, "has a cat")
-        scope = await rot.gov.store.get_scope(scope_id)
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
         engine = ErasureEngine(rot.gov)
         rotation = await engine.request(scope, Kind.ROTATE, "sweeper")
@@ -172,7 +174,7 @@ class TestForgetOne:
         record = await rot.client().forget(scope_id, kept)
         assert record["physical_deletion"] == "complete" and len(record["entries"]) == 2
         assert [r.content for r in await rot.rows(scope_id)] == ["has a cat"]
-        kinds = [(e.kind, e.state) for e in await rot.gov.store.erasures_of_scope(scope_id)]
+        kinds = [(e.kind, e.state) for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)]
         assert kinds.count(("rotate", "verified")) == 2
 
 
@@ -184,8 +186,8 @@ class TestEngine:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         doomed = await rot.saved(scope_id, "likes green tea")
-        await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
-        scope = await rot.gov.store.get_scope(scope_id)
+        await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
         first = ErasureEngine(rot.gov)
         erasure = await first.request(scope, Kind.ROTATE, "operator")
@@ -193,7 +195,7 @@ class TestEngine:
         (resumed,) = await ErasureEngine(rot.gov).resume_all()
         assert resumed.state == "verified"
         assert [s for s, _ in resumed.steps] == ["requested", "fenced", "quiesced", "deleted", "verified"]
-        states = [n.state for n in await rot.gov.store.namespaces_of_scope(scope_id)]
+        states = [n.state for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id)]
         assert states.count("live") == 1 and "staged" not in states
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
@@ -206,8 +208,8 @@ async def _rotation_with_kept_facts(rot: Harness) -> tuple[str, list[str], Erasu
     for text in kept:
         await rot.saved(scope_id, text)
     doomed = await rot.saved(scope_id, "likes green tea")
-    await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
-    scope = await rot.gov.store.get_scope(scope_id)
+    await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
+    scope = await rot.gov.store.scopes.get_scope(scope_id)
     assert scope is not None
     return scope_id, kept, await ErasureEngine(rot.gov).request(scope, Kind.ROTATE, "sweeper")
 
@@ -216,14 +218,14 @@ async def _kept_exactly_once(rot: Harness, scope_id: str, kept: list[str]) -> No
     """Each kept fact is in kagent once, the forgotten one not at all, all under the live namespace's storage key
     and the ids the ledger holds live there; one live namespace, none staged."""
     live = await _live_ns(rot, scope_id)
-    namespaces = await rot.gov.store.namespaces_of_scope(scope_id)
+    namespaces = await rot.gov.store.namespaces.namespaces_of_scope(scope_id)
     states = [n.state for n in namespaces]
     assert states.count("live") == 1 and "staged" not in states
     rows = await rot.rows(scope_id)
     assert sorted(r.content for r in rows) == sorted(kept)
     ledger = {
         e.entry_id
-        for e in await rot.gov.store.entries_of_scope(scope_id)
+        for e in await rot.gov.store.ledger.entries_of_scope(scope_id)
         if e.ns_id == live and e.tombstoned_at is None
     }
     assert {r.id for r in rows} == ledger
@@ -241,7 +243,7 @@ class TestConcurrentRunners:
         ends = await asyncio.gather(*(engine.run(erasure.erasure_id) for engine in engines))
         rot.stack.embedding.faults = EmbeddingFaults()
         assert [e.state for e in ends] == ["verified"] * 3, [(e.state, e.failure_reason) for e in ends]
-        done = await rot.gov.store.get_erasure(erasure.erasure_id)
+        done = await rot.gov.store.erasures.get_erasure(erasure.erasure_id)
         assert done is not None and [s for s, _ in done.steps] == [
             "requested",
             "fenced",
@@ -262,7 +264,7 @@ class TestConcurrentRunners:
         first = asyncio.create_task(stalled.run(erasure.erasure_id))
 
         async def staged() -> bool:
-            return any(n.state == "staged" for n in await rot.gov.store.namespaces_of_scope(scope_id))
+            return any(n.state == "staged" for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id))
 
         await until(staged)  # the first runner is copying
         async with rot.gov.store.db.tx("write") as tx:
@@ -271,7 +273,7 @@ class TestConcurrentRunners:
         stopped = await first
         rot.stack.embedding.faults = EmbeddingFaults()
         assert taken.state == "verified" and stopped.state != "failed", stopped  # it stood aside, failing nothing
-        done = await rot.gov.store.get_erasure(erasure.erasure_id)
+        done = await rot.gov.store.erasures.get_erasure(erasure.erasure_id)
         assert done is not None and done.state == "verified" and done.failure_reason is None
         await _kept_exactly_once(rot, scope_id, kept)
 
@@ -284,7 +286,7 @@ class TestUnknownOutcome:
         doomed = await rot.saved(scope_id, "likes green tea")
         await rot.saved(scope_id, "lives in Lisbon")
         op = await rot.begin_write(scope_id, 1, 30.0)
-        await rot.gov.store.write_outcome_unknown(op, rot.gov.now() + timedelta(seconds=60))
+        await rot.gov.store.scopes.write_outcome_unknown(op, rot.gov.now() + timedelta(seconds=60))
         record = await rot.client().forget(scope_id, doomed)
         assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("pending_namespace_clear", "deleted")
         pending = await rot.client().erasure(record["rotated_by"]["erasure_id"])
@@ -331,10 +333,10 @@ class TestFailsSafe:
             "state": "failed",
             "failure_reason": reason,
         }
-        scope = await rot.gov.store.get_scope(scope_id)
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None and scope.enabled and scope.generation == 1
         assert await _live_ns(rot, scope_id) == old_ns
-        assert [n.state for n in await rot.gov.store.namespaces_of_scope(scope_id)].count("staged") == 0
+        assert [n.state for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id)].count("staged") == 0
         assert {r.id for r in await rot.rows(scope_id)} >= {doomed, kept}
         rot.stack.store.fault = None
         await rot.saved(scope_id, "has a cat")  # unfrozen: saves land again
@@ -371,7 +373,7 @@ class TestFailsSafe:
         rotation ends failed (stale_generation) without touching the scope further."""
         scope_id = await rot.scope()
         await rot.saved(scope_id, "likes green tea")
-        scope = await rot.gov.store.get_scope(scope_id)
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None
         engine = ErasureEngine(rot.gov)
         rotation = await engine.request(scope, Kind.ROTATE, "operator")
@@ -381,7 +383,7 @@ class TestFailsSafe:
         done = await engine.run(rotation.erasure_id)
         assert (done.state, done.failure_reason) == ("failed", "stale_generation")
         assert await rot.rows(scope_id) == []
-        scope = await rot.gov.store.get_scope(scope_id)
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None and not scope.enabled
         assert await engine.blocked(scope_id) is None
 
@@ -491,7 +493,9 @@ class TestCost:
         limits = rot.gov.settings.policy.dir / "data" / "limits.yaml"
         limits.write_text(limits.read_text().replace("max_entries: 1000", "max_entries: 2"))
         assert await rot.gov.policy.reload()
-        first = next(e.entry_id for e in await rot.gov.store.entries_of_scope(scope_id) if e.tombstoned_at is None)
+        first = next(
+            e.entry_id for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None
+        )
         calls = len(rot.stack.embedding.calls)
         record = await rot.client().forget(scope_id, first)
         assert record["rotated_by"]["failure_reason"] == "entry_cap_reached"
@@ -527,7 +531,7 @@ class TestSweeper:
         assert (await sweep_once(rot.gov, engine)).rotated == 1  # ten hours past expiry: rotated
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != fresh
-        (gone,) = [e for e in await rot.gov.store.entries_of_scope(scope_id) if e.entry_id == old]
+        (gone,) = [e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
         assert gone.physically_deleted_at is not None and gone.verified_at is not None
 
     async def test_scopes_without_anything_to_remove_are_never_rotated(self, rot: Harness) -> None:
@@ -539,11 +543,11 @@ class TestSweeper:
         engine = ErasureEngine(rot.gov)
         assert (await sweep_once(rot.gov, engine)).rotated == 0
         doomed = await rot.saved(scopes[2], "lives in Lisbon")
-        await rot.gov.store.tombstone(scopes[2], [doomed], rot.gov.now())  # e.g. a rolled-back save
-        assert await rot.gov.store.rotation_candidates(rot.gov.now(), rot.gov.now(), 100) == [scopes[2]]
+        await rot.gov.store.ledger.tombstone(scopes[2], [doomed], rot.gov.now())  # e.g. a rolled-back save
+        assert await rot.gov.store.rotations.rotation_candidates(rot.gov.now(), rot.gov.now(), 100) == [scopes[2]]
         assert (await sweep_once(rot.gov, engine)).rotated == 1
         for scope_id in scopes:
-            kinds = [e.kind for e in await rot.gov.store.erasures_of_scope(scope_id)]
+            kinds = [e.kind for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)]
             assert kinds == (["rotate"] if scope_id == scopes[2] else [])
 
     async def test_a_legacy_unsalted_namespace_is_rotated_to_a_salted_one(self, rot: Harness) -> None:
@@ -557,7 +561,7 @@ class TestSweeper:
         assert (await sweep_once(rot.gov, ErasureEngine(rot.gov))).rotated == 1
         (row,) = await rot.rows(scope_id)
         assert row.content == "likes green tea" and row.user_id != legacy_key
-        scope = await rot.gov.store.get_scope(scope_id)
+        scope = await rot.gov.store.scopes.get_scope(scope_id)
         assert scope is not None and scope.namespace is not None and not scope.namespace.legacy
 
 
@@ -629,7 +633,7 @@ class TestKagentPrune:
         assert (report.rotated, report.failures) == (1, 0)
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
-        (gone,) = [e for e in await rot.gov.store.entries_of_scope(scope_id) if e.entry_id == old]
+        (gone,) = [e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
         assert gone.physically_deleted_at is not None and gone.verified_at is not None
 
 
@@ -670,7 +674,10 @@ class TestContentStaysInMemory:
             for record in (
                 failed,
                 await rot.client().erasure(failed["erasure_id"]),
-                *[await rot.client().erasure(e.erasure_id) for e in await rot.gov.store.erasures_of_scope(scope_id)],
+                *[
+                    await rot.client().erasure(e.erasure_id)
+                    for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)
+                ],
             ):
                 sinks.extra.append(repr(record))
             sinks.extra.append(await rot.audit_text())
@@ -692,10 +699,10 @@ class TestSweeperUnderFailure:
         async with harness(tmp_path, store_url=None, rotation="unpinned") as h:
             scope_id = await h.scope()
             doomed = await h.saved(scope_id, "likes green tea")
-            await h.gov.store.tombstone(scope_id, [doomed], h.gov.now())
+            await h.gov.store.ledger.tombstone(scope_id, [doomed], h.gov.now())
             report = await sweep_once(h.gov, ErasureEngine(h.gov))
             assert (report.rotated, report.rotations_waiting, report.failures) == (0, 1, 0)
-            assert await h.gov.store.erasures_of_scope(scope_id) == []
+            assert await h.gov.store.erasures.erasures_of_scope(scope_id) == []
 
     async def test_a_provider_that_keeps_failing_pauses_the_pass(self, rot: Harness) -> None:
         """After a few failed rotations in a row the rest of the candidates wait for the next pass (bounded
@@ -704,12 +711,12 @@ class TestSweeperUnderFailure:
         for scope_id in scopes:
             await rot.saved(scope_id, "lives in Lisbon")  # something to keep: the copy needs the provider
             doomed = await rot.saved(scope_id, "likes green tea")
-            await rot.gov.store.tombstone(scope_id, [doomed], rot.gov.now())
+            await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
         rot.stack.embedding.faults = EmbeddingFaults(status=503)
         report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
         assert report.rotated == 0 and 3 <= report.failures < 8
         assert report.failures + report.rotations_waiting == 8
         for scope_id in scopes:
-            scope = await rot.gov.store.get_scope(scope_id)
+            scope = await rot.gov.store.scopes.get_scope(scope_id)
             assert scope is not None and scope.enabled and scope.namespace is not None
             assert scope.namespace.frozen_by is None

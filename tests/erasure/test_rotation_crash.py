@@ -65,21 +65,21 @@ class TestKillDuringRotation:
         """Wherever the process died, the restarted gateway verifies the rotation; never two live namespaces."""
         c = crash
         scope_id = await _scope_with_memory(c)  # "likes green tea", "lives in Lisbon"
-        entries = {e.entry_id: e for e in await c.store.entries_of_scope(scope_id)}
+        entries = {e.entry_id: e for e in await c.store.ledger.entries_of_scope(scope_id)}
         doomed = next(iter(entries))
-        live_ns = (await c.store.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
+        live_ns = (await c.store.scopes.get_scope(scope_id)).namespace  # type: ignore[union-attr]  # the scope exists
         assert live_ns is not None
         lock = op = None
         if stuck_in == "requested":
             # Blocks the freeze (a row lock for update) but not the forget-one's share lock.
             lock = await locked_scope_row(c.state_url, scope_id, "FOR SHARE")
         elif stuck_in == "fenced":
-            op = await c.store.begin_write(scope_id, 1, live_ns.ns_id, 600.0, datetime.now(UTC))
+            op = await c.store.scopes.begin_write(scope_id, 1, live_ns.ns_id, 600.0, datetime.now(UTC))
         _hold(c, stuck_in)
         forgetting = asyncio.create_task(c.api().forget(scope_id, doomed))
 
         async def reached() -> bool:
-            rotations = [e for e in await c.store.erasures_of_scope(scope_id) if e.kind == "rotate"]
+            rotations = [e for e in await c.store.erasures.erasures_of_scope(scope_id) if e.kind == "rotate"]
             if not rotations:
                 return False
             state, switched = rotations[0].state, rotations[0].ns_id is not None
@@ -100,8 +100,8 @@ class TestKillDuringRotation:
         if lock is not None:
             await lock.close()
         if op is not None:
-            await c.store.end_write(op)
-        staged = [n for n in await c.store.namespaces_of_scope(scope_id) if n.state == "staged"]
+            await c.store.scopes.end_write(op)
+        staged = [n for n in await c.store.namespaces.namespaces_of_scope(scope_id) if n.state == "staged"]
         c.gate.hold = None
         c.gate.release.set()  # a held copy now commits into the staged namespace, as kagent would
         if stuck_in == "copying":
@@ -114,13 +114,13 @@ class TestKillDuringRotation:
         await c.gp.start()
 
         async def rotated() -> bool:
-            rotations = [e for e in await c.store.erasures_of_scope(scope_id) if e.kind == "rotate"]
+            rotations = [e for e in await c.store.erasures.erasures_of_scope(scope_id) if e.kind == "rotate"]
             return bool(rotations) and rotations[0].state == "verified"
 
         await until(rotated, timeout_s=60)  # a copy that may have landed is waited for, then cleared
-        (rotation,) = [e for e in await c.store.erasures_of_scope(scope_id) if e.kind == "rotate"]
+        (rotation,) = [e for e in await c.store.erasures.erasures_of_scope(scope_id) if e.kind == "rotate"]
         assert [s for s, _ in rotation.steps] == ["requested", "fenced", "quiesced", "deleted", "verified"]
-        namespaces = await c.store.namespaces_of_scope(scope_id)
+        namespaces = await c.store.namespaces.namespaces_of_scope(scope_id)
         assert [n.state for n in namespaces].count("live") == 1 and "staged" not in {n.state for n in namespaces}
         (live,) = [n for n in namespaces if n.state == "live"]
         rows = [r for r in await c.stack.store.rows() if (r.user_id or "").startswith(f"mgs1.{scope_id}.")]
@@ -133,6 +133,6 @@ class TestKillDuringRotation:
         if stuck_in == "copying":  # the orphaned staged namespace was retired, waited for, cleared and read back
             assert [n.state for n in namespaces if n.ns_id == orphan.ns_id] == ["cleared"]
             assert orphan.ns_id in {ns_id for ns_id, _, found, _ in rotation.readbacks if found == 0}
-        forget = next(e for e in await c.store.erasures_of_scope(scope_id) if e.kind == "forget_one")
+        forget = next(e for e in await c.store.erasures.erasures_of_scope(scope_id) if e.kind == "forget_one")
         record = await c.api().erasure(forget.erasure_id)
         assert (record["state"], record["physical_deletion"]) == ("verified", "complete")

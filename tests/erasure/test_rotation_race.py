@@ -173,7 +173,7 @@ class TestRotationRace:
                 async with governed_like(first) as gov:
                     rotations = [
                         (e.state, e.failure_reason, e.not_before is not None)
-                        for e in await gov.store.erasures_of_scope(scope_id, kind="rotate")
+                        for e in await gov.store.erasures.erasures_of_scope(scope_id, kind="rotate")
                     ]
                 assert record["physical_deletion"] == "pending_namespace_clear", rotations
                 assert all(
@@ -192,12 +192,12 @@ class TestRotationRace:
             async with governed_like(first) as gov:
                 report = await sweep_once(gov, ErasureEngine(gov))
                 assert report.failures == 0
-                scope = await gov.store.get_scope(scope_id)
+                scope = await gov.store.scopes.get_scope(scope_id)
                 assert scope is not None and scope.namespace is not None
                 live = scope.namespace
                 ledger = {
                     e.entry_id
-                    for e in await gov.store.entries_of_scope(scope_id)
+                    for e in await gov.store.ledger.entries_of_scope(scope_id)
                     if e.ns_id == live.ns_id and e.tombstoned_at is None
                 }
 

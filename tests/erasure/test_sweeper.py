@@ -41,7 +41,7 @@ class TestHardExpiry:
         sh.advance(3 * DAY)
         report = await sweep_once(sh.gov)
         assert report.expired_deleted == 2 and await sh.rows(scope_id) == []
-        ledger = {e.entry_id: e for e in await sh.gov.store.entries_of_scope(scope_id)}
+        ledger = {e.entry_id: e for e in await sh.gov.store.ledger.entries_of_scope(scope_id)}
         assert ledger[first].physically_deleted_at is not None and ledger[first].verified_at is not None
 
     @pytest.mark.kagent
@@ -55,7 +55,7 @@ class TestHardExpiry:
         report = await sweep_once(kdb.gov)
         assert report.expired_deleted == 1
         assert [r.id for r in await kdb.rows(scope_id)] == [live]
-        (gone,) = [e for e in await kdb.gov.store.entries_of_scope(scope_id) if e.entry_id == expired]
+        (gone,) = [e for e in await kdb.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == expired]
         assert gone.verified_at is not None
 
     async def test_the_periodic_sweeper_runs_on_its_own(self, tmp_path: Path) -> None:
@@ -79,17 +79,17 @@ class TestDeadGenerations:
         await h.saved(scope_id, "likes green tea")
         now = h.gov.now()
         ns = await h.namespace(scope_id, 1)
-        (slot,) = await h.gov.store.reserve_entries(scope_id, 1, ns.ns_id, 1, 1000, now)
+        (slot,) = await h.gov.store.ledger.reserve_entries(scope_id, 1, ns.ns_id, 1, 1000, now)
         op = await h.begin_write(scope_id, 1, 1.0)  # lease lapses: the erasure stops waiting
         h.advance(2)
         record = (await h.client().withdraw(scope_id))["erasure"]
         assert record["state"] == "verified" and await h.rows(scope_id) == []
         late = await _plant(h, scope_id, 1, "late background save")
-        await h.gov.store.fill_entry(slot, late, h.gov.now(), h.gov.now() + timedelta(days=7))
-        await h.gov.store.end_write(op)
+        await h.gov.store.ledger.fill_entry(slot, late, h.gov.now(), h.gov.now() + timedelta(days=7))
+        await h.gov.store.scopes.end_write(op)
         report = await sweep_once(h.gov)
         assert report.dead_cleared == 1 and await h.rows(scope_id) == []
-        assert await h.gov.store.sweepable_namespaces(h.gov.now(), 10) == []
+        assert await h.gov.store.namespaces.sweepable_namespaces(h.gov.now(), 10) == []
 
     @pytest.mark.kagent
     async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
@@ -124,11 +124,11 @@ class TestAuditRetention:
         """Audit records keep their own window: a sweep drops rows older than audit.retention_days."""
         store = sh.gov.store
         old = sh.gov.now() - timedelta(days=sh.gov.settings.audit.retention_days + 1)
-        await store.audit("decision", "consent_missing", decision_id="d_0000000000000001", now=old)
-        await store.audit("decision", "consent_missing", decision_id="d_0000000000000002", now=sh.gov.now())
+        await store.audit_log.audit("decision", "consent_missing", decision_id="d_0000000000000001", now=old)
+        await store.audit_log.audit("decision", "consent_missing", decision_id="d_0000000000000002", now=sh.gov.now())
         await sweep_once(sh.gov)  # the periodic pass may get there first; either way the old row goes
         assert [
             r["decision_id"]
-            for r in await store.audit_rows(limit=1000)
+            for r in await store.audit_log.audit_rows(limit=1000)
             if r["decision_id"] in {"d_0000000000000001", "d_0000000000000002"}
         ] == ["d_0000000000000002"]

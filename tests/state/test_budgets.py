@@ -16,7 +16,7 @@ PREFETCH = BudgetClaim("counter", "conversation", limit=2, ttl_s=600, reason="pr
 
 async def admitted(store: StateStore, claims: list[BudgetClaim], at: timedelta, times: int) -> list[str | None]:
     """Reserve the same claims ``times`` times at NOW + at; return each outcome."""
-    return [await store.reserve_budget(claims, NOW + at) for _ in range(times)]
+    return [await store.budgets.reserve_budget(claims, NOW + at) for _ in range(times)]
 
 
 class TestBudgetKinds:
@@ -45,25 +45,25 @@ class TestBudgetKinds:
         big = BudgetClaim("window", "scope", limit=5, cost=3, reason="hourly_budget_exhausted")
         assert await admitted(store, [big], timedelta(0), 2) == [None, "hourly_budget_exhausted"]
         huge = BudgetClaim("bucket", "agent", limit=2, cost=3, reason="rate_limited")
-        assert await store.reserve_budget([huge], NOW) == "rate_limited"
+        assert await store.budgets.reserve_budget([huge], NOW) == "rate_limited"
 
     async def test_keys_are_independent(self, store: StateStore) -> None:
         """Two senders do not share a bucket."""
         other = BudgetClaim("bucket", "other", limit=3, refill_per_s=0.1, reason="rate_limited")
         await admitted(store, [RATE], timedelta(0), 3)
-        assert await store.reserve_budget([other], NOW) is None
+        assert await store.budgets.reserve_budget([other], NOW) is None
 
 
 class TestCounted:
     async def test_levels_come_back_in_claim_order_and_none_when_refused(self, store: StateStore) -> None:
         """Each claim's level after it: a window's count used (cost included), a bucket's tokens left."""
         items = BudgetClaim("window", "agent-items", limit=50, cost=10, reason="hourly_budget_exhausted")
-        assert await store.reserve_counted([items, RATE], NOW) == (None, [10, 2])
-        assert await store.reserve_counted([items, RATE], NOW) == (None, [20, 1])
+        assert await store.budgets.reserve_counted([items, RATE], NOW) == (None, [10, 2])
+        assert await store.budgets.reserve_counted([items, RATE], NOW) == (None, [20, 1])
         full = BudgetClaim("window", "agent-items", limit=20, cost=1, reason="hourly_budget_exhausted")
-        assert await store.reserve_counted([RATE, full], NOW) == ("hourly_budget_exhausted", [])
+        assert await store.budgets.reserve_counted([RATE, full], NOW) == ("hourly_budget_exhausted", [])
         # The refused reservation charged nothing: the bucket still has its one token.
-        assert await store.reserve_counted([RATE], NOW) == (None, [0])
+        assert await store.budgets.reserve_counted([RATE], NOW) == (None, [0])
 
 
 class TestAllOrNothing:
@@ -76,7 +76,7 @@ class TestAllOrNothing:
     async def test_budget_keys_are_stored_opaquely(self, store: StateStore) -> None:
         """Budget rows never carry the caller's key (which may contain an MXID)."""
         claim = BudgetClaim("bucket", "@alice:example.org|team/helper", limit=3, refill_per_s=0.1)
-        await store.reserve_budget([claim], NOW)
+        await store.budgets.reserve_budget([claim], NOW)
         async with store.db.tx("read") as tx:
             keys = [r[0] for r in await tx.fetch("SELECT bkey FROM budgets")]
         assert len(keys) == 1 and "alice" not in keys[0] and len(keys[0]) == 64
@@ -94,7 +94,7 @@ class TestAllOrNothing:
     async def test_malformed_claims_are_refused(self, store: StateStore, claim: BudgetClaim) -> None:
         """A claim with an unknown kind, a non-code reason or a non-positive period is a programming error."""
         with pytest.raises(ValueError):
-            await store.reserve_budget([claim], NOW)
+            await store.budgets.reserve_budget([claim], NOW)
 
     async def test_drained_rows_are_purged(self, store: StateStore) -> None:
         """Rows equal to a fresh budget are removed by housekeeping without changing admission."""
@@ -108,11 +108,13 @@ class TestPrefetchWindow:
     async def test_a_window_is_open_until_its_end_and_replaced_by_the_next(self, store: StateStore) -> None:
         """Searches inside a new conversation's window share one prefetch counter id; a new window gets a new id."""
         scope = await new_scope(store)
-        assert await store.prefetch_window(scope.scope_id, NOW) is None
-        await store.open_prefetch_window(scope.scope_id, NOW, NOW + timedelta(seconds=30))
-        first = await store.prefetch_window(scope.scope_id, NOW + timedelta(seconds=29))
+        assert await store.prefetch.prefetch_window(scope.scope_id, NOW) is None
+        await store.prefetch.open_prefetch_window(scope.scope_id, NOW, NOW + timedelta(seconds=30))
+        first = await store.prefetch.prefetch_window(scope.scope_id, NOW + timedelta(seconds=29))
         assert first is not None and first.startswith(scope.scope_id)
-        assert await store.prefetch_window(scope.scope_id, NOW + timedelta(seconds=30)) is None
-        await store.open_prefetch_window(scope.scope_id, NOW + timedelta(minutes=1), NOW + timedelta(minutes=2))
-        second = await store.prefetch_window(scope.scope_id, NOW + timedelta(minutes=1))
+        assert await store.prefetch.prefetch_window(scope.scope_id, NOW + timedelta(seconds=30)) is None
+        await store.prefetch.open_prefetch_window(
+            scope.scope_id, NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
+        )
+        second = await store.prefetch.prefetch_window(scope.scope_id, NOW + timedelta(minutes=1))
         assert second is not None and second != first

@@ -17,10 +17,12 @@ async def _seed(url: str) -> None:
     store = await open_store(url)
     try:
         now = datetime.now(UTC)
-        scope, _ = await store.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:example.org", now)
-        await store.grant(scope.scope_id, "remember preferences", "v1", now)
-        await store.audit("denial", "rate_limited", now=now - timedelta(days=100))
-        await store.audit("denial", "rate_limited", now=now - timedelta(days=10))
+        scope, _ = await store.scopes.create_scope(
+            "@a:example.org", "native", "ns/a", "control_room", "!r:example.org", now
+        )
+        await store.scopes.grant(scope.scope_id, "remember preferences", "v1", now)
+        await store.audit_log.audit("denial", "rate_limited", now=now - timedelta(days=100))
+        await store.audit_log.audit("denial", "rate_limited", now=now - timedelta(days=10))
     finally:
         await store.close()
 

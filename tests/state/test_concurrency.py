@@ -22,8 +22,8 @@ class TestConsentRaces:
         results = pool.run(state_url, workers.flip_consent, [(scope.scope_id, rounds)] * pool.size)
         produced = sorted(g for per_worker in results for g in per_worker)
         assert produced == list(range(1, pool.size * rounds + 1))
-        assert (await store.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]  # the scope exists
-        assert [r.generation_after for r in await store.receipts(scope.scope_id)] == produced
+        assert (await store.scopes.get_scope(scope.scope_id)).generation == pool.size * rounds  # type: ignore[union-attr]  # the scope exists
+        assert [r.generation_after for r in await store.scopes.receipts(scope.scope_id)] == produced
 
     @pytest.mark.parametrize(
         "job", [workers.write_until_fenced, workers.admit_until_fenced], ids=["begin_write", "admit"]
@@ -38,14 +38,14 @@ class TestConsentRaces:
         recorded = []
         for scope_id in scopes:  # several rounds: each one is a fresh race
             await asyncio.to_thread(pool.wait_signals, pool.size)
-            withdrawn, _ = await store.withdraw(scope_id, NOW)
+            withdrawn, _ = await store.scopes.withdraw(scope_id, NOW)
             assert withdrawn.generation == 2
-            recorded.append(await store.inflight_count(scope_id, NOW, ns_id=first[scope_id]))
+            recorded.append(await store.scopes.inflight_count(scope_id, NOW, ns_id=first[scope_id]))
         results = pool.results()
         for i, scope_id in enumerate(scopes):
             assert [per_worker[i][1] for per_worker in results] == ["stale_generation"] * pool.size
             assert sum(per_worker[i][0] for per_worker in results) == recorded[i]
-            assert await store.inflight_count(scope_id, NOW, ns_id=first[scope_id]) == recorded[i]
+            assert await store.scopes.inflight_count(scope_id, NOW, ns_id=first[scope_id]) == recorded[i]
 
 
 class TestCapRaces:
@@ -77,4 +77,4 @@ class TestBudgetRaces:
         """N processes reserving against a limit of K admit exactly K in total."""
         results = pool.run(state_url, workers.reserve_budget, [(claim, 5)] * pool.size)
         assert sum(results) == claim.limit
-        assert await store.reserve_budget([claim], NOW) == claim.reason
+        assert await store.budgets.reserve_budget([claim], NOW) == claim.reason

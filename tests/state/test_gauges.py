@@ -22,11 +22,11 @@ async def _expired_entry(store: StateStore, expired_for: timedelta, *, deleted: 
     scope = await new_scope(store, room=f"!r{int(expired_for.total_seconds())}:example.org")
     created = NOW - expired_for - timedelta(days=7)
     ns_id = await ns_of(store, scope.scope_id)
-    (slot,) = await store.reserve_entries(scope.scope_id, scope.generation, ns_id, 1, 100, created)
+    (slot,) = await store.ledger.reserve_entries(scope.scope_id, scope.generation, ns_id, 1, 100, created)
     entry = str(uuid.uuid4())
-    await store.fill_entry(slot, entry, created, NOW - expired_for)
+    await store.ledger.fill_entry(slot, entry, created, NOW - expired_for)
     if deleted:
-        await store.mark_physically_deleted([entry], NOW)
+        await store.ledger.mark_physically_deleted([entry], NOW)
 
 
 class TestReadGauges:
@@ -39,11 +39,19 @@ class TestReadGauges:
     async def test_erasures_by_state_and_oldest_unfinished(self, store: StateStore) -> None:
         """Each erasure counts under its state; the oldest one not verified or failed gives the age."""
         scope = await new_scope(store)
-        old = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(hours=2))
-        await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(minutes=5))
-        done = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(days=3))
-        await store.advance_erasure(done.erasure_id, "failed", NOW - timedelta(days=3), failure_reason="erasure_failed")
-        await store.advance_erasure(old.erasure_id, "fenced", NOW - timedelta(hours=1))
+        old = await store.erasures.create_erasure(
+            scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(hours=2)
+        )
+        await store.erasures.create_erasure(
+            scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(minutes=5)
+        )
+        done = await store.erasures.create_erasure(
+            scope.scope_id, "forget_all", [], "rest", "subject", NOW - timedelta(days=3)
+        )
+        await store.erasures.advance_erasure(
+            done.erasure_id, "failed", NOW - timedelta(days=3), failure_reason="erasure_failed"
+        )
+        await store.erasures.advance_erasure(old.erasure_id, "fenced", NOW - timedelta(hours=1))
         gauges = await read_gauges(store.db, NOW)
         assert (gauges.erasures["requested"], gauges.erasures["fenced"], gauges.erasures["failed"]) == (1, 1, 1)
         assert gauges.oldest_unfinished_erasure_s == 2 * 3600

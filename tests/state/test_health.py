@@ -32,27 +32,27 @@ class TestOutage:
                 assert _sample("memgov_state_available") == 1.0
                 own_pg.halt()
                 with pytest.raises(StateError):
-                    await store.get_scope(scope.scope_id)  # the failure that starts the check at once
+                    await store.scopes.get_scope(scope.scope_id)  # the failure that starts the check at once
                 await store.health.wait_for(False)
                 assert _sample("memgov_state_available") == 0.0
                 with pytest.raises(StateError) as refused:
-                    await store.get_scope(scope.scope_id)  # known down: no connection attempt at all
+                    await store.scopes.get_scope(scope.scope_id)  # known down: no connection attempt at all
                 assert refused.value.reason is Reason.STATE_UNAVAILABLE
-                await store.audit("decision", "state_unavailable", decision_id="d_00000000000000aa", now=NOW)
-                await store.audit("control", "state_unavailable", scope_id=scope.scope_id, now=NOW)
+                await store.audit_log.audit("decision", "state_unavailable", decision_id="d_00000000000000aa", now=NOW)
+                await store.audit_log.audit("control", "state_unavailable", scope_id=scope.scope_id, now=NOW)
                 for _ in range(3):
-                    await store.count_refusal("memory.search", "state_unavailable", NOW)
+                    await store.audit_log.count_refusal("memory.search", "state_unavailable", NOW)
                 assert len(store.spool) == 5 and _sample("memgov_audit_spool_records") == 5.0
                 own_pg.resume()
                 await store.health.wait_for(True)
                 assert len(store.spool) == 0 and _sample("memgov_audit_spool_records") == 0.0
-                assert (await store.get_scope(scope.scope_id)) is not None
-            rows = await store.audit_rows()
+                assert (await store.scopes.get_scope(scope.scope_id)) is not None
+            rows = await store.audit_log.audit_rows()
             assert {(r["kind"], r["decision_id"], r["scope_id"]) for r in rows if r["at"] == NOW} == {
                 ("decision", "d_00000000000000aa", None),
                 ("control", None, scope.scope_id),
             }
-            counts = await store.refusal_counts()
+            counts = await store.audit_log.refusal_counts()
             assert (NOW.replace(minute=0), "memory.search", "state_unavailable", 3) in counts
         finally:
             await store.close()
@@ -63,7 +63,7 @@ class TestOutage:
         before = _sample("memgov_audit_spool_dropped_total", {"kind": "audit"})
         own_pg.halt()
         try:
-            await store.audit("decision", "state_unavailable", decision_id="d_00000000000000bb", now=NOW)
+            await store.audit_log.audit("decision", "state_unavailable", decision_id="d_00000000000000bb", now=NOW)
             assert len(store.spool) == 1
         finally:
             await store.close()
@@ -93,15 +93,15 @@ class TestSpool:
         try:
             store.health.set(False)  # as the health check would after an outage
             with pytest.raises(ValueError):
-                await store.audit("decision", "state_unavailable", decision_id=sentinel, now=NOW)
+                await store.audit_log.audit("decision", "state_unavailable", decision_id=sentinel, now=NOW)
             with pytest.raises(ValueError):
-                await store.count_refusal(sentinel, "state_unavailable", NOW)
-            await store.audit("decision", "state_unavailable", decision_id="d_00000000000000cc", now=NOW)
+                await store.audit_log.count_refusal(sentinel, "state_unavailable", NOW)
+            await store.audit_log.audit("decision", "state_unavailable", decision_id="d_00000000000000cc", now=NOW)
             assert len(store.spool) == 1
             assert_absent(sentinel, repr(store.spool.snapshot()))
             store.health.set(True)
             assert await store.spool.flush(store.db) == 1
-            assert [r["decision_id"] for r in await store.audit_rows()] == ["d_00000000000000cc"]
+            assert [r["decision_id"] for r in await store.audit_log.audit_rows()] == ["d_00000000000000cc"]
         finally:
             await store.close()
 
@@ -112,12 +112,12 @@ class TestGuard:
         scope = await new_scope(store)
         store.health.set(False)
         with pytest.raises(StateError) as refused:
-            await store.get_scope(scope.scope_id)
+            await store.scopes.get_scope(scope.scope_id)
         assert refused.value.reason is Reason.STATE_UNAVAILABLE
         with pytest.raises(StateError):
-            await store.reserve_entries(scope.scope_id, scope.generation, "n" + "0" * 24, 1, 100, NOW)
+            await store.ledger.reserve_entries(scope.scope_id, scope.generation, "n" + "0" * 24, 1, 100, NOW)
         store.health.set(True)
-        assert (await store.get_scope(scope.scope_id)) is not None
+        assert (await store.scopes.get_scope(scope.scope_id)) is not None
         await store.purge_expired(NOW + timedelta(days=1))
 
 

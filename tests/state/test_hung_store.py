@@ -78,25 +78,25 @@ class TestHungStore:
         scope = await new_scope(store)
         async with store.watched(0.2):
             relay.freeze()
-            await _unavailable(store.get_scope(scope.scope_id))
+            await _unavailable(store.scopes.get_scope(scope.scope_id))
 
             async def in_lane() -> None:
                 with data_lane():
-                    await store.get_scope(scope.scope_id)
+                    await store.scopes.get_scope(scope.scope_id)
 
             async with asyncio.timeout(HANG_S):
                 results = await asyncio.gather(*(in_lane() for _ in range(12)), return_exceptions=True)
             assert all(isinstance(r, StateError) and r.reason is Reason.STATE_UNAVAILABLE for r in results)
             async with asyncio.timeout(HANG_S):
                 await store.health.wait_for(False)
-            await store.audit("decision", "state_unavailable", decision_id="d_00000000000000ac", now=NOW)
+            await store.audit_log.audit("decision", "state_unavailable", decision_id="d_00000000000000ac", now=NOW)
             assert len(store.spool) == 1
             relay.thaw()
             async with asyncio.timeout(HANG_S):
                 await store.health.wait_for(True)
             assert len(store.spool) == 0
-            assert (await store.get_scope(scope.scope_id)) is not None
-        rows = await store.audit_rows()
+            assert (await store.scopes.get_scope(scope.scope_id)) is not None
+        rows = await store.audit_log.audit_rows()
         assert [r["decision_id"] for r in rows if r["at"] == NOW] == ["d_00000000000000ac"]
 
     async def test_an_erasure_step_that_runs_out_of_time_is_not_taken_and_runs_again(
@@ -106,12 +106,12 @@ class TestHungStore:
         erasure where it was (the server rolls back what reached it once it answers again); the same
         step then goes through as on any retry."""
         scope = await new_scope(store)
-        erasure = await store.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW)
+        erasure = await store.erasures.create_erasure(scope.scope_id, "forget_all", [], "rest", "subject", NOW)
         relay.freeze()
-        await _unavailable(store.advance_erasure(erasure.erasure_id, "fenced", NOW))
+        await _unavailable(store.erasures.advance_erasure(erasure.erasure_id, "fenced", NOW))
         relay.thaw()
-        current = await store.get_erasure(erasure.erasure_id)  # no watcher here: the store is asked at once
+        current = await store.erasures.get_erasure(erasure.erasure_id)  # no watcher here: the store is asked at once
         assert current is not None
         assert (current.state, [s for s, _ in current.steps]) == ("requested", ["requested"])
-        moved = await store.advance_erasure(erasure.erasure_id, "fenced", NOW)
+        moved = await store.erasures.advance_erasure(erasure.erasure_id, "fenced", NOW)
         assert [s for s, _ in moved.steps] == ["requested", "fenced"]

@@ -15,19 +15,27 @@ async def save(
     store: StateStore, scope_id: str, entry_id: str, *, generation: int = 1, created: timedelta = timedelta(0)
 ) -> None:
     """Reserve one slot and fill it, the way the gateway records a save."""
-    (slot,) = await store.reserve_entries(scope_id, generation, await ns_of(store, scope_id), 1, 100, NOW + created)
-    await store.fill_entry(slot, entry_id, NOW + created, NOW + created + WEEK)
+    (slot,) = await store.ledger.reserve_entries(
+        scope_id, generation, await ns_of(store, scope_id), 1, 100, NOW + created
+    )
+    await store.ledger.fill_entry(slot, entry_id, NOW + created, NOW + created + WEEK)
 
 
 class TestReserveEntries:
     async def test_cap_is_never_exceeded_and_refusal_does_not_evict(self, store: StateStore) -> None:
         """Writes beyond the cap are refused whole; the existing entries stay live."""
         scope = await new_scope(store)
-        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)) == 3
+        assert (
+            len(await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW))
+            == 3
+        )
         with pytest.raises(CapReached) as err:
-            await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)
+            await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)
         assert err.value.reason is Reason.ENTRY_CAP_REACHED
-        assert len(await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 5, NOW)) == 2
+        assert (
+            len(await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 5, NOW))
+            == 2
+        )
         assert (await store.stats())["ledger_pending"] == 5
 
     @pytest.mark.parametrize(
@@ -39,36 +47,38 @@ class TestReserveEntries:
     ) -> None:
         """Only live entries and unexpired pending slots count toward the cap."""
         scope = await new_scope(store)
-        slots = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW)
+        slots = await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW)
         with pytest.raises(CapReached):
-            await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW)
+            await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW)
         if freed_by == "release":
-            await store.release_entries(slots)
+            await store.ledger.release_entries(slots)
         elif freed_by in ("tombstone", "expiry"):
             for i, slot in enumerate(slots):
-                await store.fill_entry(slot, f"e{i}", NOW, NOW + WEEK)
+                await store.ledger.fill_entry(slot, f"e{i}", NOW, NOW + WEEK)
             if freed_by == "tombstone":
-                assert await store.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
+                assert await store.ledger.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
         ns = await ns_of(store, scope.scope_id)
         if later:
             with pytest.raises(CapReached):
-                await store.reserve_entries(scope.scope_id, 1, ns, 1, 2, NOW + later - timedelta(microseconds=1))
-        assert len(await store.reserve_entries(scope.scope_id, 1, ns, 2, 2, NOW + later)) == 2
+                await store.ledger.reserve_entries(scope.scope_id, 1, ns, 1, 2, NOW + later - timedelta(microseconds=1))
+        assert len(await store.ledger.reserve_entries(scope.scope_id, 1, ns, 2, 2, NOW + later)) == 2
 
     @pytest.mark.parametrize(("generation", "reason"), [(0, Reason.STALE_GENERATION), (2, Reason.STALE_GENERATION)])
     async def test_reservation_is_fenced(self, store: StateStore, generation: int, reason: Reason) -> None:
         """A save under a stale generation cannot take a slot."""
         scope = await new_scope(store)
         with pytest.raises(Fenced) as err:
-            await store.reserve_entries(scope.scope_id, generation, await ns_of(store, scope.scope_id), 1, 100, NOW)
+            await store.ledger.reserve_entries(
+                scope.scope_id, generation, await ns_of(store, scope.scope_id), 1, 100, NOW
+            )
         assert err.value.reason is reason
 
     async def test_withdrawn_scope_cannot_reserve(self, store: StateStore) -> None:
         """After withdrawal the new generation is disabled, so no slot is handed out."""
         scope = await new_scope(store)
-        await store.withdraw(scope.scope_id, NOW)
+        await store.scopes.withdraw(scope.scope_id, NOW)
         with pytest.raises(Fenced) as err:
-            await store.reserve_entries(scope.scope_id, 2, await ns_of(store, scope.scope_id), 1, 100, NOW)
+            await store.ledger.reserve_entries(scope.scope_id, 2, await ns_of(store, scope.scope_id), 1, 100, NOW)
         assert err.value.reason is Reason.CONSENT_DISABLED
 
 
@@ -76,20 +86,20 @@ class TestFillEntry:
     async def test_a_slot_is_filled_once(self, store: StateStore) -> None:
         """The second fill of a slot fails and the first expiry stands."""
         scope = await new_scope(store)
-        (slot,) = await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
-        await store.fill_entry(slot, "e1", NOW, NOW + WEEK)
+        (slot,) = await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
+        await store.ledger.fill_entry(slot, "e1", NOW, NOW + WEEK)
         with pytest.raises(StateError):
-            await store.fill_entry(slot, "e1", NOW, NOW + WEEK * 2)
-        (entry,) = await store.entries_of_scope(scope.scope_id)
+            await store.ledger.fill_entry(slot, "e1", NOW, NOW + WEEK * 2)
+        (entry,) = await store.ledger.entries_of_scope(scope.scope_id)
         assert entry.expires_at == NOW + WEEK
 
     async def test_a_lapsed_slot_cannot_be_filled(self, store: StateStore) -> None:
         """A slot whose lease ran out no longer counts toward the cap, so it cannot become an entry."""
         scope = await new_scope(store)
         ns = await ns_of(store, scope.scope_id)
-        (slot,) = await store.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW, lease_s=30)
+        (slot,) = await store.ledger.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW, lease_s=30)
         with pytest.raises(StateError) as err:
-            await store.fill_entry(slot, "e1", NOW + timedelta(seconds=30), NOW + WEEK)
+            await store.ledger.fill_entry(slot, "e1", NOW + timedelta(seconds=30), NOW + WEEK)
         assert err.value.reason is Reason.INTERNAL_ERROR
 
     @pytest.mark.parametrize(
@@ -108,16 +118,16 @@ class TestFillEntry:
         with pytest.raises(StateError):
             async with store.db.tx() as tx:
                 await tx.execute(sql)
-        (entry,) = await store.entries_of_scope(scope.scope_id)
+        (entry,) = await store.ledger.entries_of_scope(scope.scope_id)
         assert (entry.entry_id, entry.created_at, entry.expires_at) == ("e1", NOW, NOW + WEEK)
 
     async def test_tombstoning_a_filled_row_is_allowed(self, store: StateStore) -> None:
         """Erasure bookkeeping columns stay writable after the row is filled."""
         scope = await new_scope(store)
         await save(store, scope.scope_id, "e1")
-        await store.mark_physically_deleted(["e1"], NOW)
-        await store.mark_verified(["e1"], NOW + timedelta(seconds=1))
-        (entry,) = await store.entries_of_scope(scope.scope_id)
+        await store.ledger.mark_physically_deleted(["e1"], NOW)
+        await store.ledger.mark_verified(["e1"], NOW + timedelta(seconds=1))
+        (entry,) = await store.ledger.entries_of_scope(scope.scope_id)
         assert (entry.physically_deleted_at, entry.verified_at) == (NOW, NOW + timedelta(seconds=1))
 
 
@@ -131,17 +141,17 @@ class TestLiveFiltering:
         await save(store, scope.scope_id, "erased")
         await save(store, scope.scope_id, "old", created=-WEEK)
         await save(store, other.scope_id, "foreign")
-        await store.tombstone(scope.scope_id, ["erased"], NOW)
-        await store.withdraw(scope.scope_id, NOW)
-        await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        await store.ledger.tombstone(scope.scope_id, ["erased"], NOW)
+        await store.scopes.withdraw(scope.scope_id, NOW)
+        await store.scopes.grant(scope.scope_id, "remember preferences", "v1", NOW)
         second = await ns_of(store, scope.scope_id)
         await save(store, scope.scope_id, "newgen", generation=3)
         asked = ["live", "erased", "old", "foreign", "unknown", "newgen", "bad id!"]
         assert first != second
-        assert await store.filter_live(scope.scope_id, first, asked, NOW) == {"live"}
-        assert await store.filter_live(scope.scope_id, second, asked, NOW) == {"newgen"}
-        assert await store.filter_live(scope.scope_id, first, ["live"], NOW + WEEK) == set()
-        assert await store.live_count(scope.scope_id, NOW) == 2
+        assert await store.ledger.filter_live(scope.scope_id, first, asked, NOW) == {"live"}
+        assert await store.ledger.filter_live(scope.scope_id, second, asked, NOW) == {"newgen"}
+        assert await store.ledger.filter_live(scope.scope_id, first, ["live"], NOW + WEEK) == set()
+        assert await store.ledger.live_count(scope.scope_id, NOW) == 2
 
     async def test_tombstone_touches_only_the_named_scope(self, store: StateStore) -> None:
         """One scope's erasure cannot tombstone another scope's entry, and repeats count zero."""
@@ -149,10 +159,10 @@ class TestLiveFiltering:
         other = await new_scope(store, "!other:example.org")
         await save(store, scope.scope_id, "mine")
         await save(store, other.scope_id, "theirs")
-        assert await store.tombstone(scope.scope_id, ["mine", "theirs"], NOW) == 1
-        assert await store.tombstone(scope.scope_id, ["mine"], NOW) == 0
+        assert await store.ledger.tombstone(scope.scope_id, ["mine", "theirs"], NOW) == 1
+        assert await store.ledger.tombstone(scope.scope_id, ["mine"], NOW) == 0
         other_ns = await ns_of(store, other.scope_id)
-        assert await store.filter_live(other.scope_id, other_ns, ["theirs"], NOW) == {"theirs"}
+        assert await store.ledger.filter_live(other.scope_id, other_ns, ["theirs"], NOW) == {"theirs"}
 
     async def test_pages_walk_every_live_entry_in_order(self, store: StateStore) -> None:
         """Inspect pages are ordered by creation time and id, without gaps or repeats."""
@@ -160,26 +170,26 @@ class TestLiveFiltering:
         ids = [f"e{i}" for i in range(7)]
         for i, entry_id in enumerate(reversed(ids)):
             await save(store, scope.scope_id, entry_id, created=timedelta(seconds=i // 2))
-        await store.tombstone(scope.scope_id, ["e3"], NOW)
+        await store.ledger.tombstone(scope.scope_id, ["e3"], NOW)
         seen, cursor = [], None
         for _ in range(10):
-            page = await store.live_entries(scope.scope_id, NOW + timedelta(seconds=5), cursor, 2)
+            page = await store.ledger.live_entries(scope.scope_id, NOW + timedelta(seconds=5), cursor, 2)
             if not page:
                 break
             seen += page
             cursor = page[-1].entry_id
         keys = [(e.created_at, e.entry_id) for e in seen]
         assert keys == sorted(keys) and len(seen) == 6 and "e3" not in {e.entry_id for e in seen}
-        assert await store.live_entries(scope.scope_id, NOW, "unknown", 2) == []
+        assert await store.ledger.live_entries(scope.scope_id, NOW, "unknown", 2) == []
 
     async def test_entries_of_scope_includes_erased_and_expired(self, store: StateStore) -> None:
         """Erasure and evidence see every entry the scope ever had, not just live ones."""
         scope = await new_scope(store)
         await save(store, scope.scope_id, "a")
         await save(store, scope.scope_id, "b", created=-WEEK)
-        await store.tombstone(scope.scope_id, ["a"], NOW)
-        await store.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
-        assert sorted(e.entry_id for e in await store.entries_of_scope(scope.scope_id)) == ["a", "b"]
+        await store.ledger.tombstone(scope.scope_id, ["a"], NOW)
+        await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 100, NOW)
+        assert sorted(e.entry_id for e in await store.ledger.entries_of_scope(scope.scope_id)) == ["a", "b"]
 
 
 class TestSweep:
@@ -189,11 +199,11 @@ class TestSweep:
         await save(store, scope.scope_id, "old", created=-WEEK)
         await save(store, scope.scope_id, "older", created=-WEEK - timedelta(hours=1))
         await save(store, scope.scope_id, "fresh")
-        due = await store.expired_unswept(NOW, 10)
+        due = await store.ledger.expired_unswept(NOW, 10)
         assert [e.entry_id for e in due] == ["older", "old"]
-        await store.mark_physically_deleted(["older"], NOW)
-        assert [e.entry_id for e in await store.expired_unswept(NOW, 10)] == ["old"]
-        assert [e.entry_id for e in await store.expired_unswept(NOW, 0)] == []
+        await store.ledger.mark_physically_deleted(["older"], NOW)
+        assert [e.entry_id for e in await store.ledger.expired_unswept(NOW, 10)] == ["old"]
+        assert [e.entry_id for e in await store.ledger.expired_unswept(NOW, 0)] == []
 
     async def test_retired_namespaces_are_listed_until_cleared(self, store: StateStore) -> None:
         """Namespaces a scope can never write again are found for the sweeper until marked cleared."""
@@ -202,16 +212,16 @@ class TestSweep:
         first = await ns_of(store, scope.scope_id)
         await save(store, scope.scope_id, "old-gen")
         await save(store, live.scope_id, "current")
-        await store.withdraw(scope.scope_id, NOW)
-        await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        await store.scopes.withdraw(scope.scope_id, NOW)
+        await store.scopes.grant(scope.scope_id, "remember preferences", "v1", NOW)
         second = await ns_of(store, scope.scope_id)
-        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [first]
-        await store.mark_cleared([first], NOW)
+        assert [n.ns_id for n in await store.namespaces.sweepable_namespaces(NOW, 10)] == [first]
+        await store.namespaces.mark_cleared([first], NOW)
         # Cleared, yet the ledger still knows a row there (a late write): it is swept again.
-        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [first]
-        await store.mark_physically_deleted(["old-gen"], NOW)
-        assert await store.sweepable_namespaces(NOW, 10) == []
-        await store.withdraw(scope.scope_id, NOW)
-        assert [n.ns_id for n in await store.sweepable_namespaces(NOW, 10)] == [second]
-        states = {n.ns_id: n.state for n in await store.namespaces_of_scope(scope.scope_id)}
+        assert [n.ns_id for n in await store.namespaces.sweepable_namespaces(NOW, 10)] == [first]
+        await store.ledger.mark_physically_deleted(["old-gen"], NOW)
+        assert await store.namespaces.sweepable_namespaces(NOW, 10) == []
+        await store.scopes.withdraw(scope.scope_id, NOW)
+        assert [n.ns_id for n in await store.namespaces.sweepable_namespaces(NOW, 10)] == [second]
+        states = {n.ns_id: n.state for n in await store.namespaces.namespaces_of_scope(scope.scope_id)}
         assert states == {first: "cleared", second: "retired"}

@@ -152,11 +152,11 @@ class TestMigrations:
             await db.close()
         store = await open_store(state_url)
         try:
-            live = await store.get_scope("s" + "a" * 24)
+            live = await store.scopes.get_scope("s" + "a" * 24)
             assert live is not None and live.namespace is not None
             assert (live.namespace.generation, live.namespace.legacy) == (3, True)
             assert live.namespace.storage_key == f"mgs1.{'s' + 'a' * 24}.3"
-            spaces = await store.namespaces_of_scope("s" + "a" * 24)
+            spaces = await store.namespaces.namespaces_of_scope("s" + "a" * 24)
             assert sorted((n.generation, n.state) for n in spaces) == [
                 (0, "retired"),
                 (1, "retired"),
@@ -164,13 +164,13 @@ class TestMigrations:
                 (3, "live"),
             ]
             by_gen = {n.generation: n.ns_id for n in spaces}
-            assert {e.entry_id: e.ns_id for e in await store.entries_of_scope("s" + "a" * 24)} == {
+            assert {e.entry_id: e.ns_id for e in await store.ledger.entries_of_scope("s" + "a" * 24)} == {
                 "e-l1": by_gen[1],
                 "e-l3": by_gen[3],
             }
-            disabled = await store.namespaces_of_scope("s" + "b" * 24)
+            disabled = await store.namespaces.namespaces_of_scope("s" + "b" * 24)
             assert {n.state for n in disabled} == {"retired"} and len(disabled) == 3
-            assert (await store.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]  # the scope exists
+            assert (await store.scopes.get_scope("s" + "b" * 24)).namespace is None  # type: ignore[union-attr]  # the scope exists
         finally:
             await store.close()
 
@@ -183,7 +183,7 @@ class TestMigrations:
                 rows = await tx.fetch("SELECT version FROM schema_migrations ORDER BY version")
             assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
             assert (await store.stats())["scopes"] == 0
-            await store.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:example.org", NOW)
+            await store.scopes.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:example.org", NOW)
         finally:
             await store.close()
 
@@ -191,8 +191,10 @@ class TestMigrations:
         """sqlite:///:memory: gives a private, migrated store."""
         store = await open_store("sqlite:///:memory:")
         try:
-            scope, created = await store.create_scope("@a:example.org", "native", "ns/a", "control_room", "!r:x", NOW)
-            assert created and (await store.get_scope(scope.scope_id)) == scope
+            scope, created = await store.scopes.create_scope(
+                "@a:example.org", "native", "ns/a", "control_room", "!r:x", NOW
+            )
+            assert created and (await store.scopes.get_scope(scope.scope_id)) == scope
         finally:
             await store.close()
 
@@ -255,9 +257,9 @@ class TestRollback:
         store = await open_store(state_url)
         try:
             scope = await new_scope(store)
-            await store.audit("decision", "consent_missing", scope_id=scope.scope_id, now=NOW)
+            await store.audit_log.audit("decision", "consent_missing", scope_id=scope.scope_id, now=NOW)
             assert await store.schema_version() == LATEST + 1
-            assert (await store.get_scope(scope.scope_id)) == scope
+            assert (await store.scopes.get_scope(scope.scope_id)) == scope
         finally:
             await store.close()
         assert await _migrate_as(state_url, _newer(compatible_from=LATEST)) == 0

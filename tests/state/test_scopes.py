@@ -17,15 +17,15 @@ TRIPLE = ("@alice:example.org", "native", "team/helper", "control_room", "!room:
 class TestCreateScope:
     async def test_new_scope_is_disabled_at_generation_zero(self, store: StateStore) -> None:
         """A freshly created scope collects nothing until consent is given."""
-        scope, created = await store.create_scope(*TRIPLE, NOW)
+        scope, created = await store.scopes.create_scope(*TRIPLE, NOW)
         assert created is True
         assert (scope.enabled, scope.generation, scope.purpose, scope.consented_at) == (False, 0, None, None)
         assert re.fullmatch(r"s[0-9a-f]{24}", scope.scope_id)
 
     async def test_same_triple_returns_the_existing_scope(self, store: StateStore) -> None:
         """Creating the same triple twice yields one scope, reported as not new."""
-        first, _ = await store.create_scope(*TRIPLE, NOW)
-        again, created = await store.create_scope(*TRIPLE, NOW + timedelta(hours=1))
+        first, _ = await store.scopes.create_scope(*TRIPLE, NOW)
+        again, created = await store.scopes.create_scope(*TRIPLE, NOW + timedelta(hours=1))
         assert (again.scope_id, created, again.created_at) == (first.scope_id, False, NOW)
 
     @pytest.mark.parametrize(
@@ -40,12 +40,12 @@ class TestCreateScope:
     )
     async def test_any_differing_element_is_a_different_scope(self, store: StateStore, index: int, other: str) -> None:
         """Principal, origin, agent, scope kind and room each separate scopes (appservice ≠ native)."""
-        first, _ = await store.create_scope(*TRIPLE, NOW)
+        first, _ = await store.scopes.create_scope(*TRIPLE, NOW)
         changed = list(TRIPLE)
         changed[index] = other
-        second, created = await store.create_scope(*changed, NOW)  # type: ignore[arg-type]  # malformed values on purpose
+        second, created = await store.scopes.create_scope(*changed, NOW)  # type: ignore[arg-type]  # malformed values on purpose
         assert created and second.scope_id != first.scope_id
-        assert await store.find_scope(*TRIPLE) == first
+        assert await store.scopes.find_scope(*TRIPLE) == first
 
     @pytest.mark.parametrize(
         ("index", "bad"),
@@ -66,7 +66,7 @@ class TestCreateScope:
         values = list(TRIPLE)
         values[index] = bad
         with pytest.raises(ValueError) as err:
-            await store.create_scope(*values, NOW)  # type: ignore[arg-type]  # malformed values on purpose
+            await store.scopes.create_scope(*values, NOW)  # type: ignore[arg-type]  # malformed values on purpose
         assert not bad or bad not in str(err.value)
         assert (await store.stats())["scopes"] == 0
 
@@ -74,19 +74,24 @@ class TestCreateScope:
         """Offboarding finds every scope of a principal; agents report whether any scope is enabled."""
         a = await new_scope(store, "!a:example.org")
         b = await new_scope(store, "!b:example.org", granted=False)
-        await store.create_scope("@bob:example.org", "native", "team/other", "control_room", "!c:example.org", NOW)
-        assert {s.scope_id for s in await store.scopes_for_principal("@alice:example.org")} == {a.scope_id, b.scope_id}
-        assert await store.has_enabled_scope("team/helper") is True
-        assert await store.has_enabled_scope("team/other") is False
-        assert await store.get_scope("not-a-scope-id") is None
+        await store.scopes.create_scope(
+            "@bob:example.org", "native", "team/other", "control_room", "!c:example.org", NOW
+        )
+        assert {s.scope_id for s in await store.scopes.scopes_for_principal("@alice:example.org")} == {
+            a.scope_id,
+            b.scope_id,
+        }
+        assert await store.scopes.has_enabled_scope("team/helper") is True
+        assert await store.scopes.has_enabled_scope("team/other") is False
+        assert await store.scopes.get_scope("not-a-scope-id") is None
 
 
 class TestConsent:
     async def test_grant_enables_advances_and_records_a_receipt(self, store: StateStore) -> None:
         """Consent enables the scope, bumps the generation and leaves a matching receipt."""
-        scope, _ = await store.create_scope(*TRIPLE, NOW)
+        scope, _ = await store.scopes.create_scope(*TRIPLE, NOW)
         later = NOW + timedelta(minutes=5)
-        granted, receipt = await store.grant(scope.scope_id, "remember preferences", "v3", later)
+        granted, receipt = await store.scopes.grant(scope.scope_id, "remember preferences", "v3", later)
         assert (granted.enabled, granted.generation, granted.purpose, granted.policy_version) == (
             True,
             1,
@@ -101,22 +106,22 @@ class TestConsent:
             "v3",
             later,
         )
-        assert await store.get_scope(scope.scope_id) == granted
+        assert await store.scopes.get_scope(scope.scope_id) == granted
 
     async def test_withdraw_disables_advances_and_records_a_receipt(self, store: StateStore) -> None:
         """Withdrawal disables and bumps the generation in the same step, with a withdraw receipt."""
         scope = await new_scope(store)
-        withdrawn, receipt = await store.withdraw(scope.scope_id, NOW)
+        withdrawn, receipt = await store.scopes.withdraw(scope.scope_id, NOW)
         assert (withdrawn.enabled, withdrawn.generation) == (False, 2)
         assert (receipt.action, receipt.generation_after, receipt.purpose) == ("withdraw", 2, "remember preferences")
-        assert [r.action for r in await store.receipts(scope.scope_id)] == ["grant", "withdraw"]
+        assert [r.action for r in await store.scopes.receipts(scope.scope_id)] == ["grant", "withdraw"]
 
     async def test_disable_fences_without_a_receipt(self, store: StateStore) -> None:
         """The erasure/offboarding fence disables and advances but is not a consent change."""
         scope = await new_scope(store)
-        disabled = await store.disable(scope.scope_id, NOW)
+        disabled = await store.scopes.disable(scope.scope_id, NOW)
         assert (disabled.enabled, disabled.generation) == (False, 2)
-        assert [r.action for r in await store.receipts(scope.scope_id)] == ["grant"]
+        assert [r.action for r in await store.scopes.receipts(scope.scope_id)] == ["grant"]
 
     @pytest.mark.parametrize("op", ["grant", "withdraw", "disable"])
     async def test_unknown_scope_is_not_found(self, store: StateStore, op: str) -> None:
@@ -135,8 +140,8 @@ class TestConsent:
         """The purpose is operator-authored, printable and at most 256 bytes."""
         scope = await new_scope(store, granted=False)
         with pytest.raises(ValueError):
-            await store.grant(scope.scope_id, purpose, "v1", NOW)
-        assert (await store.get_scope(scope.scope_id)) == scope
+            await store.scopes.grant(scope.scope_id, purpose, "v1", NOW)
+        assert (await store.scopes.get_scope(scope.scope_id)) == scope
 
     @pytest.mark.parametrize("sql", ["UPDATE receipts SET purpose = 'changed'", "DELETE FROM receipts"])
     async def test_receipts_are_append_only_in_the_database(self, store: StateStore, sql: str) -> None:
@@ -145,7 +150,7 @@ class TestConsent:
         with pytest.raises(StateError):
             async with store.db.tx() as tx:
                 await tx.execute(sql)
-        assert [r.purpose for r in await store.receipts(scope.scope_id)] == ["remember preferences"]
+        assert [r.purpose for r in await store.scopes.receipts(scope.scope_id)] == ["remember preferences"]
 
 
 class TestBeginWrite:
@@ -165,48 +170,48 @@ class TestBeginWrite:
         """A write is recorded only for an enabled scope at its current generation."""
         scope = await new_scope(store, granted=granted)
         if withdrawn:
-            await store.withdraw(scope.scope_id, NOW)
+            await store.scopes.withdraw(scope.scope_id, NOW)
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope.scope_id, generation, await ns_of(store, scope.scope_id), 30, NOW)
+            await store.scopes.begin_write(scope.scope_id, generation, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is reason
-        assert await store.inflight_count(scope.scope_id, NOW) == 0
+        assert await store.scopes.inflight_count(scope.scope_id, NOW) == 0
 
     @pytest.mark.parametrize("scope_id", ["s" + "0" * 24, "mg1.bad", ""])
     async def test_unknown_scope_is_consent_missing(self, store: StateStore, scope_id: str) -> None:
         """A scope id that names no scope is refused as missing consent."""
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope_id, 1, await ns_of(store, scope_id), 30, NOW)
+            await store.scopes.begin_write(scope_id, 1, await ns_of(store, scope_id), 30, NOW)
         assert err.value.reason is Reason.CONSENT_MISSING
 
     async def test_in_flight_writes_are_counted_until_ended_or_lapsed(self, store: StateStore) -> None:
         """Erasure sees unexpired in-flight writes per namespace; ended and lapsed ones drop out."""
         scope = await new_scope(store)
-        short = await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 10, NOW)
-        long = await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 60, NOW)
+        short = await store.scopes.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 10, NOW)
+        long = await store.scopes.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 60, NOW)
         assert short != long
-        assert await store.inflight_count(scope.scope_id, NOW) == 2
+        assert await store.scopes.inflight_count(scope.scope_id, NOW) == 2
         ns = await ns_of(store, scope.scope_id)
-        assert await store.inflight_count(scope.scope_id, NOW, ns_id=ns) == 2
-        assert await store.inflight_count(scope.scope_id, NOW, except_ns=ns) == 0
-        assert await store.inflight_count(scope.scope_id, NOW + timedelta(seconds=10)) == 1
-        await store.end_write(long)
-        assert await store.inflight_count(scope.scope_id, NOW) == 1
+        assert await store.scopes.inflight_count(scope.scope_id, NOW, ns_id=ns) == 2
+        assert await store.scopes.inflight_count(scope.scope_id, NOW, except_ns=ns) == 0
+        assert await store.scopes.inflight_count(scope.scope_id, NOW + timedelta(seconds=10)) == 1
+        await store.scopes.end_write(long)
+        assert await store.scopes.inflight_count(scope.scope_id, NOW) == 1
 
 
 class TestAdvanceGeneration:
     async def test_forget_all_fences_without_changing_consent(self, store: StateStore) -> None:
         """Advancing the generation refuses work under the old key while the scope stays enabled."""
         scope = await new_scope(store)
-        advanced = await store.advance_generation(scope.scope_id, NOW)
+        advanced = await store.scopes.advance_generation(scope.scope_id, NOW)
         assert (advanced.enabled, advanced.generation) == (True, 2)
-        assert [r.action for r in await store.receipts(scope.scope_id)] == ["grant"]
+        assert [r.action for r in await store.scopes.receipts(scope.scope_id)] == ["grant"]
         with pytest.raises(Fenced) as err:
-            await store.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 30, NOW)
+            await store.scopes.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is Reason.STALE_GENERATION
-        assert await store.begin_write(scope.scope_id, 2, await ns_of(store, scope.scope_id), 30, NOW)
+        assert await store.scopes.begin_write(scope.scope_id, 2, await ns_of(store, scope.scope_id), 30, NOW)
 
     async def test_unknown_scope_is_not_found(self, store: StateStore) -> None:
         """Fencing a scope that does not exist fails with not_found."""
         with pytest.raises(StateError) as err:
-            await store.advance_generation("s" + "0" * 24, NOW)
+            await store.scopes.advance_generation("s" + "0" * 24, NOW)
         assert err.value.reason is Reason.NOT_FOUND

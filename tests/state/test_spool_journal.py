@@ -31,8 +31,8 @@ def _dropped(kind: str = "audit") -> float:
 
 
 async def _landed(store: StateStore) -> tuple[list[str], int]:
-    rows = await store.audit_rows()
-    counts = await store.refusal_counts()
+    rows = await store.audit_log.audit_rows()
+    counts = await store.audit_log.refusal_counts()
     return sorted(r["decision_id"] for r in rows), sum(n for _, op, _, n in counts if op == "memory.search")
 
 

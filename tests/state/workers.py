@@ -37,9 +37,9 @@ async def flip_consent(store: StateStore, scope_id: str, rounds: int) -> list[in
     out = []
     for i in range(rounds):
         if i % 2:
-            scope, _ = await store.withdraw(scope_id, NOW)
+            scope, _ = await store.scopes.withdraw(scope_id, NOW)
         else:
-            scope, _ = await store.grant(scope_id, "remember preferences", "v1", NOW)
+            scope, _ = await store.scopes.grant(scope_id, "remember preferences", "v1", NOW)
         out.append(scope.generation)
     return out
 
@@ -54,11 +54,11 @@ async def write_until_fenced(
     out: list[tuple[int, str | None]] = []
     for scope_id in scope_ids:
         successes, reason = 0, None
-        scope = await store.get_scope(scope_id)
+        scope = await store.scopes.get_scope(scope_id)
         ns_id = scope.namespace.ns_id if scope is not None and scope.namespace is not None else ""
         for _ in range(MAX_ATTEMPTS):
             try:
-                await store.begin_write(scope_id, generation, ns_id, 600, NOW)
+                await store.scopes.begin_write(scope_id, generation, ns_id, 600, NOW)
             except Fenced as exc:
                 reason = exc.reason.value
                 break
@@ -80,7 +80,7 @@ async def admit_until_fenced(
     for scope_id in scope_ids:
         successes, reason = 0, None
         for _ in range(MAX_ATTEMPTS):
-            adm = await store.admit(
+            adm = await store.admission.admit(
                 scope_id, generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 10**6, 600)
             )
             if adm.op_id is None:
@@ -100,7 +100,7 @@ async def admit_slots(store: StateStore, scope_ids: list[str], attempts: int, ca
     granted = [0] * len(scope_ids)
     for i, scope_id in enumerate(scope_ids):
         for _ in range(attempts):
-            adm = await store.admit(scope_id, 1, lambda _scope, _window: [], NOW, write=WriteAsk(1, cap, 600))
+            adm = await store.admission.admit(scope_id, 1, lambda _scope, _window: [], NOW, write=WriteAsk(1, cap, 600))
             granted[i] += len(adm.slots)
     return granted
 
@@ -109,11 +109,11 @@ async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, 
     """Per scope: try to reserve one slot ``attempts`` times against ``cap``; return how many were granted."""
     granted = [0] * len(scope_ids)
     for i, scope_id in enumerate(scope_ids):
-        scope = await store.get_scope(scope_id)
+        scope = await store.scopes.get_scope(scope_id)
         ns_id = scope.namespace.ns_id if scope is not None and scope.namespace is not None else ""
         for _ in range(attempts):
             try:
-                granted[i] += len(await store.reserve_entries(scope_id, 1, ns_id, 1, cap, NOW))
+                granted[i] += len(await store.ledger.reserve_entries(scope_id, 1, ns_id, 1, cap, NOW))
             except CapReached:
                 pass
     return granted
@@ -121,7 +121,7 @@ async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, 
 
 async def reserve_budget(store: StateStore, claim: BudgetClaim, attempts: int) -> int:
     """Reserve ``claim`` ``attempts`` times; return how many were admitted."""
-    results = [await store.reserve_budget([claim], NOW) for _ in range(attempts)]
+    results = [await store.budgets.reserve_budget([claim], NOW) for _ in range(attempts)]
     return sum(r is None for r in results)
 
 

@@ -174,7 +174,7 @@ class Harness:
     async def save(self, scope_id: str, text: str, *, generation: int | None = None) -> tuple[int, Any]:
         """The agent runtime's save_memory through the governed data plane: (status, body)."""
         if generation is None:
-            generation = (await self.gov.store.get_scope(scope_id)).generation
+            generation = (await self.gov.store.scopes.get_scope(scope_id)).generation
         key = self.session_key(scope_id, generation)
         body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
         headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(self.upstream, AGENT)}
@@ -183,12 +183,14 @@ class Harness:
 
     async def namespace(self, scope_id: str, generation: int) -> Namespace:
         """The namespace the scope wrote to at ``generation`` (the first, if several)."""
-        return next(n for n in await self.gov.store.namespaces_of_scope(scope_id) if n.generation == generation)
+        return next(
+            n for n in await self.gov.store.namespaces.namespaces_of_scope(scope_id) if n.generation == generation
+        )
 
     async def begin_write(self, scope_id: str, generation: int, lease_s: float) -> str:
         """An in-flight write record, as the gateway makes for a save into the scope's live namespace."""
         ns = await self.namespace(scope_id, generation)
-        op: str = await self.gov.store.begin_write(scope_id, generation, ns.ns_id, lease_s, self.gov.now())
+        op: str = await self.gov.store.scopes.begin_write(scope_id, generation, ns.ns_id, lease_s, self.gov.now())
         return op
 
     async def saved(self, scope_id: str, text: str) -> str:
@@ -204,7 +206,7 @@ class Harness:
 
     async def audit_text(self) -> str:
         """Every audit row as text (for sentinel checks)."""
-        return repr(await self.gov.store.audit_rows(limit=100_000))
+        return repr(await self.gov.store.audit_log.audit_rows(limit=100_000))
 
     @property
     def sweepers(self) -> Sweepers:

@@ -137,9 +137,9 @@ class Stack:
         origin: str = "native",
     ) -> Any:
         store = self.gov.store
-        scope, _ = await store.create_scope(mxid, origin, agent, "control_room", room_id, self.clock())
+        scope, _ = await store.scopes.create_scope(mxid, origin, agent, "control_room", room_id, self.clock())
         if consent:
-            scope, _ = await store.grant(scope.scope_id, "remember preferences", "v1", self.clock())
+            scope, _ = await store.scopes.grant(scope.scope_id, "remember preferences", "v1", self.clock())
         return scope
 
     async def invoke(

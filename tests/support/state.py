@@ -14,9 +14,9 @@ WEEK = timedelta(days=7)
 
 async def new_scope(store: StateStore, room: str = "!room:example.org", *, granted: bool = True) -> Scope:
     """Create a scope for a fixed principal and agent, granted unless told otherwise."""
-    scope, _ = await store.create_scope("@alice:example.org", "native", "team/helper", "control_room", room, NOW)
+    scope, _ = await store.scopes.create_scope("@alice:example.org", "native", "team/helper", "control_room", room, NOW)
     if granted:
-        scope, _ = await store.grant(scope.scope_id, "remember preferences", "v1", NOW)
+        scope, _ = await store.scopes.grant(scope.scope_id, "remember preferences", "v1", NOW)
     return scope
 
 
@@ -26,5 +26,5 @@ NO_NAMESPACE = "n" + "0" * 24
 
 async def ns_of(store: StateStore, scope_id: str) -> str:
     """The scope's live namespace id (a non-existent one while it has none)."""
-    scope = await store.get_scope(scope_id)
+    scope = await store.scopes.get_scope(scope_id)
     return scope.namespace.ns_id if scope is not None and scope.namespace is not None else NO_NAMESPACE

@@ -93,7 +93,7 @@ class _History:
     async def forget_round(self) -> tuple[int, int]:
         """Forget the oldest entry as the control API does, then save one: (wall ns, cpu ns) of the forget."""
         gov, now = self.gov, self.gov.now()
-        oldest = (await gov.store.live_entries(self.scope.scope_id, now, None, 1))[0]
+        oldest = (await gov.store.ledger.live_entries(self.scope.scope_id, now, None, 1))[0]
         w, c = time.perf_counter_ns(), time.process_time_ns()
         chain = await forgettable(gov, self.scope, oldest.entry_id)
         erasure = await self.engine.erase(self.scope, Kind.FORGET_ONE, "subject", chain)
@@ -101,7 +101,7 @@ class _History:
         cpu, wall = time.process_time_ns() - c, time.perf_counter_ns() - w
         if record.physical_deletion != "complete":
             raise RuntimeError("a forget-one did not finish with its entry physically deleted")
-        scope = await gov.store.get_scope(self.scope.scope_id)
+        scope = await gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
         self.scope = scope
         await seed_entries(gov, self.stack, scope, [f"bench fact {self.rounds}"], gov.now())
@@ -109,18 +109,18 @@ class _History:
         return wall, cpu
 
     async def status(self) -> None:
-        scope = await self.gov.store.get_scope(self.scope.scope_id)
+        scope = await self.gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
         await entry_counts(self.gov, scope)
         await last_erasure(self.gov, scope)
 
     async def inspect(self) -> None:
         now = self.gov.now()
-        scope = await self.gov.store.get_scope(self.scope.scope_id)
+        scope = await self.gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
-        await self.gov.store.live_count(scope.scope_id, now)
-        await self.gov.store.live_entries(scope.scope_id, now, None, 50)
-        await self.gov.store.get_scope(scope.scope_id)  # the page's re-check of consent
+        await self.gov.store.ledger.live_count(scope.scope_id, now)
+        await self.gov.store.ledger.live_entries(scope.scope_id, now, None, 50)
+        await self.gov.store.scopes.get_scope(scope.scope_id)  # the page's re-check of consent
 
 
 async def _forget_checkpoints(
@@ -158,7 +158,7 @@ async def _forget_checkpoints(
     ]
     grace = timedelta(seconds=gov.settings.erasure.history_grace_s)
     later = datetime.now(UTC) + grace + timedelta(hours=1)
-    compacted = await gov.store.compact_history(later, later - grace, 500)
+    compacted = await gov.store.history.compact_history(later, later - grace, 500)
     kept = [await _scope_rows(gov.store, h.scope.scope_id) for h in scopes.values()]
     return out, {
         "ledger_rows_removed": compacted.ledger_rows,
@@ -181,17 +181,17 @@ async def _entries_growth(gov: Governance, samples: int, entries: int) -> list[d
 
         async def save(self) -> None:
             scope, ask = self.scope, WriteAsk(1, _NO_CAP, 30.0)
-            adm = await store.admit(scope.scope_id, scope.generation, no_claims, now, write=ask)
+            adm = await store.admission.admit(scope.scope_id, scope.generation, no_claims, now, write=ask)
             assert adm.op_id is not None and len(adm.slots) == 1
             fills = [(adm.slots[0], f"{scope.scope_id}-{self.filled}", now, now + timedelta(days=7))]
-            await store.finish_write(adm.op_id, scope.scope_id, self.ns_id, fills)
+            await store.admission.finish_write(adm.op_id, scope.scope_id, self.ns_id, fills)
             self.filled += 1
 
         async def search(self) -> None:
-            adm = await store.admit(self.scope.scope_id, self.scope.generation, no_claims, now, window=True)
+            adm = await store.admission.admit(self.scope.scope_id, self.scope.generation, no_claims, now, window=True)
             assert adm.live
             ids = [f"{self.scope.scope_id}-{i}" for i in range(10)]
-            await store.filter_live(self.scope.scope_id, self.ns_id, ids, now)
+            await store.ledger.filter_live(self.scope.scope_id, self.ns_id, ids, now)
 
     growing = {}
     for size in (0, entries // 10, entries):

@@ -136,30 +136,32 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
         load_s = await grow(store, scopes, ledger_rows, to_us(now))
 
         async def lookup(i: int) -> None:
-            scope = await store.get_scope(picks[i % len(picks)])
+            scope = await store.scopes.get_scope(picks[i % len(picks)])
             if scope is None or not scope.enabled or scope.generation != 1:
                 raise RuntimeError("benchmark scope missing or fenced")
 
         async def fenced_write(i: int) -> None:
             sid = picks[i % len(picks)]
-            await store.end_write(await store.begin_write(sid, 1, "n" + sid[1:], 60, now))
+            await store.scopes.end_write(await store.scopes.begin_write(sid, 1, "n" + sid[1:], 60, now))
 
         async def ledger_insert(i: int) -> None:
             sid = picks[i % len(picks)]
-            (slot,) = await store.reserve_entries(sid, 1, "n" + sid[1:], 1, _HUGE, now)
-            await store.fill_entry(slot, f"m-{scopes}-{i}-{rng.getrandbits(32):08x}", now, now + timedelta(days=7))
+            (slot,) = await store.ledger.reserve_entries(sid, 1, "n" + sid[1:], 1, _HUGE, now)
+            await store.ledger.fill_entry(
+                slot, f"m-{scopes}-{i}-{rng.getrandbits(32):08x}", now, now + timedelta(days=7)
+            )
 
         async def filter_live(i: int) -> None:
             sid = picks[i % len(picks)]
             base = int(sid[1:], 16) * max(1, ledger_rows // scopes)
-            await store.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(10)], now)
+            await store.ledger.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(10)], now)
 
         async def budget(i: int) -> None:
             claims = [
                 BudgetClaim("bucket", f"@user{i % 1000}:bench.example|bench/agent", _HUGE, refill_per_s=1.0),
                 BudgetClaim("window", picks[i % len(picks)], _HUGE, reason="hourly_budget_exhausted"),
             ]
-            if await store.reserve_budget(claims, now) is not None:
+            if await store.budgets.reserve_budget(claims, now) is not None:
                 raise RuntimeError("benchmark budget refused")
 
         def claims(scope: Scope, _window: str | None) -> list[BudgetClaim]:
@@ -172,20 +174,20 @@ async def run_state_bench(url: str, scopes: int, ledger_rows: int, ops: int) -> 
 
         async def governed_save(i: int) -> None:
             sid = picks[i % len(picks)]
-            adm = await store.admit(sid, 1, claims, now, write=WriteAsk(1, _HUGE, 60))
+            adm = await store.admission.admit(sid, 1, claims, now, write=WriteAsk(1, _HUGE, 60))
             if adm.op_id is None or adm.refused is not None:
                 raise RuntimeError("benchmark save not admitted")
             fill = (adm.slots[0], f"s-{scopes}-{i}-{rng.getrandbits(32):08x}", now, now + timedelta(days=7))
-            if not await store.finish_write(adm.op_id, sid, "n" + sid[1:], [fill]):
+            if not await store.admission.finish_write(adm.op_id, sid, "n" + sid[1:], [fill]):
                 raise RuntimeError("benchmark save fenced")
 
         async def governed_search(i: int) -> None:
             sid = picks[i % len(picks)]
-            adm = await store.admit(sid, 1, claims, now, window=True)
+            adm = await store.admission.admit(sid, 1, claims, now, window=True)
             if not adm.live or adm.refused is not None:
                 raise RuntimeError("benchmark search not admitted")
             base = int(sid[1:], 16) * max(1, ledger_rows // scopes)
-            await store.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(5)], now)
+            await store.ledger.filter_live(sid, "n" + sid[1:], [f"bench-{base + k}" for k in range(5)], now)
 
         measured = {
             "save: admit + finish_write": governed_save,

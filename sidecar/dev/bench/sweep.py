@@ -66,17 +66,17 @@ async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, no
     for i in range(rotations):
         scope = await bench_scope(gov, f"rot{i}", now)
         ids = await seed_entries(gov, stack, scope, [f"bench scope {i} fact {n}" for n in range(entries)], now)
-        await store.tombstone(scope.scope_id, ids[:1], now)
+        await store.ledger.tombstone(scope.scope_id, ids[:1], now)
         prepared.add(scope.scope_id)
     return prepared
 
 
 async def bench_scope(gov: Governance, name: str, now: datetime) -> Scope:
     """A granted scope of the bench's rotating agent."""
-    scope, _ = await gov.store.create_scope(
+    scope, _ = await gov.store.scopes.create_scope(
         f"@{name}:bench.example", "native", AGENT, "control_room", f"!{name}:bench.example", now
     )
-    scope, _ = await gov.store.grant(scope.scope_id, "benchmark", "v1", now)
+    scope, _ = await gov.store.scopes.grant(scope.scope_id, "benchmark", "v1", now)
     return scope
 
 
@@ -85,11 +85,11 @@ async def seed_entries(gov: Governance, stack: Any, scope: Scope, texts: list[st
     ns = scope.namespace
     assert ns is not None  # a granted scope has its live namespace
     app = app_name(*AGENT.split("/"))
-    slots = await gov.store.reserve_entries(scope.scope_id, scope.generation, ns.ns_id, len(texts), 10**9, now)
+    slots = await gov.store.ledger.reserve_entries(scope.scope_id, scope.generation, ns.ns_id, len(texts), 10**9, now)
     ids = []
     for slot, text in zip(slots, texts, strict=True):
         entry_id = await stack.store.insert(NewMemory(app, ns.storage_key, text, embed_text(text), "{}", None))
-        await gov.store.fill_entry(slot, entry_id, now, now + timedelta(days=7))
+        await gov.store.ledger.fill_entry(slot, entry_id, now, now + timedelta(days=7))
         ids.append(entry_id)
     return ids
 
@@ -105,13 +105,13 @@ async def run_sweep_bench(
         async with governance(settings, Readiness()) as gov:
             load_s = await grow(gov.store, scopes, ledger_rows, int(now.timestamp() * 1_000_000))
             prepared = await _prepare(gov, stack, rotations, entries, now)
-            found = set(await gov.store.rotation_candidates(now, now, 10 * rotations + 10))
+            found = set(await gov.store.rotations.rotation_candidates(now, now, 10 * rotations + 10))
             if found != prepared:
                 raise RuntimeError("the candidate query found other scopes than the prepared ones")
             samples = []
             for _ in range(ops):
                 begin = time.perf_counter_ns()
-                await gov.store.rotation_candidates(now, now, 10_000)
+                await gov.store.rotations.rotation_candidates(now, now, 10_000)
                 samples.append(time.perf_counter_ns() - begin)
             engine = ErasureEngine(gov)
             started = time.perf_counter()
