@@ -1,0 +1,58 @@
+"""The pipeline's declarations: every governed class has its route, and a spec's refusals have a way to be answered."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.enforce import governed_handlers
+from sidecar.enforce.embedding import EMBED
+from sidecar.enforce.invoke import INVOKE
+from sidecar.enforce.memory import SEARCH, save_spec
+from sidecar.enforce.pipeline import RouteSpec
+from sidecar.policy.model import Operation
+from sidecar.policy.outcome import deny_action
+from sidecar.reasons import Action
+from sidecar.routes import CONTENT_CLASSES, RouteClass
+
+
+async def _never(*_args: object) -> None:
+    raise AssertionError("a declaration test runs no stage")
+
+
+class TestDeclarations:
+    def test_every_governed_class_has_a_handler(self) -> None:
+        # Memory and embedding classes carry content, invocations carry memory: none may fall back
+        # to the transparent relay once governance is on.
+        assert set(governed_handlers()) == {*CONTENT_CLASSES, RouteClass.A2A_INVOKE}
+
+    @pytest.mark.parametrize("spec", [INVOKE, SEARCH, EMBED, save_spec(Operation.MEMORY_SAVE)])
+    def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, spec: RouteSpec[object, object]) -> None:
+        rewrites = deny_action(spec.operation) is Action.REWRITE_DISABLED
+        assert (spec.degrade is not None) == rewrites
+
+    def test_an_invocation_without_a_memory_free_answer_is_not_declarable(self) -> None:
+        with pytest.raises(TypeError, match="degrade"):
+            RouteSpec(Operation.A2A_INVOKE, _never, _never, _never)
+
+    def test_a_route_that_does_not_rewrite_takes_no_degrade_stage(self) -> None:
+        with pytest.raises(TypeError, match="degrade"):
+            RouteSpec(Operation.MEMORY_SEARCH, _never, _never, _never, degrade=_never)
+
+
+class TestRunner:
+    async def test_a_save_the_policy_refuses_gives_back_what_admission_reserved(self, stack) -> None:
+        """Admission reserved a slot and an in-flight record before the policy saw the fact's size;
+        the refusal releases both, is recorded once, and nothing reaches kagent."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        store = stack.gov.store
+        status, body, headers = await stack.save(key, "a" * 513)
+        assert (status, body["error"]) == (403, "fact_too_large")
+        assert headers["X-Memgov-Decision"].startswith("deny; reason=fact_too_large")
+        counts = await store.stats()
+        assert (counts["inflight"], counts["ledger_pending"], counts["ledger_entries"]) == (0, 0, 0)
+        assert await stack.rows() == []
+        audited = [r for r in await store.audit_log.audit_rows(scope.scope_id) if r["reason"] == "fact_too_large"]
+        assert len(audited) == 1
+        # The slot really is free again: the scope's cap counts only what is live.
+        assert (await stack.save(key, "fits"))[0] == 201
