@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import agent_name_matches
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.mxid import Origin, parse_mxid
+from sidecar.identity.tokens import AudienceClaim, RoomClaim
 from sidecar.policy.model import Agent, Audience, Principal, RoomState, ScopeRecord, ServerAcl
+from sidecar.state.types import Scope
 
 
 def utf8_len(value: object) -> int:
@@ -29,11 +29,13 @@ def agent_of(ref: str, app_name: str, memory_enabled: bool) -> Agent:
     return Agent(ref=ref, app_name=app_name, memory_enabled=memory_enabled)
 
 
-def scope_of(scope: Any) -> ScopeRecord:
-    """Convert a state-store scope into the decision-input record."""
+def scope_of(scope: Scope) -> ScopeRecord:
+    """Convert a state-store scope into the decision-input record (a control room: the one kind there is)."""
+    if scope.kind != "control_room":
+        raise ValueError("scope kind")  # the control API creates no other kind; the model refuses any other too
     return ScopeRecord(
         scope_id=scope.scope_id,
-        kind=scope.kind,
+        kind="control_room",
         room_id=scope.room_id,
         enabled=scope.enabled,
         generation=scope.generation,
@@ -45,7 +47,7 @@ def scope_of(scope: Any) -> ScopeRecord:
     )
 
 
-def room_of(claim: Any) -> RoomState:
+def room_of(claim: RoomClaim) -> RoomState:
     acl = claim.server_acl
     return RoomState(
         room_version=claim.room_version,
@@ -58,7 +60,7 @@ def room_of(claim: Any) -> RoomState:
     )
 
 
-def audience_of(claim: Any) -> Audience:
+def audience_of(claim: AudienceClaim) -> Audience:
     return Audience(servers=list(claim.servers), classification=claim.classification)
 
 

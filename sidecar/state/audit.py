@@ -8,8 +8,8 @@ after a crash cannot both advance it, and every step is kept with its time as ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
@@ -36,7 +36,7 @@ _ERASURE_COLS = (
 _HOUR_US = 3600 * 1_000_000
 
 
-def _opt(value: str | None, check: Any, field: str) -> str | None:
+def _opt(value: str | None, check: Callable[[str, str], str], field: str) -> str | None:
     return None if value is None else check(value, field)
 
 
@@ -106,7 +106,7 @@ class AuditOps(Facet):
             )
         return [(from_us(r[0]), r[1], r[2], int(r[3])) for r in rows]
 
-    async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, object]]:
         """The newest audit records (of one scope when given), newest first."""
         cols = "at_us, kind, reason, decision_id, scope_id, entry_id, erasure_id, operation, policy_revision"
         async with self._db.tx("read") as tx:

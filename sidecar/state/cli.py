@@ -12,7 +12,6 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sidecar.logs import configure_logging, get_logger
 from sidecar.secretfile import SecretError
@@ -25,7 +24,7 @@ from sidecar.state.types import SchemaMismatch, StateError
 _log = get_logger("state")
 
 
-def _run(action: Callable[[str], Coroutine[Any, Any, int]]) -> int:
+def _run(action: Callable[[str], Coroutine[object, None, int]]) -> int:
     try:
         url = load_settings().state_url()
     except (SettingsError, SecretError) as exc:

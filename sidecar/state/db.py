@@ -64,6 +64,8 @@ from sidecar.state.types import StateError
 
 Mode = Literal["read", "snapshot", "write", "single"]
 Row = Sequence[Any]
+#: A value bound to a statement's placeholder: ids, codes and counts; times as integer microseconds.
+Param = str | int | float | bool | bytes | None
 T = TypeVar("T")
 
 
@@ -73,23 +75,25 @@ class Stmt:
 
     op: Literal["fetch", "fetchrow", "execute", "executemany"]
     sql: str
-    args: tuple[Any, ...]
+    args: tuple[Param, ...] = ()
+    #: An ``executemany``'s rows (each bound to the same statement); empty for every other kind.
+    rows: tuple[Sequence[Param], ...] = ()
 
 
-def fetch(sql: str, *args: Any) -> Stmt:
+def fetch(sql: str, *args: Param) -> Stmt:
     return Stmt("fetch", sql, args)
 
 
-def fetchrow(sql: str, *args: Any) -> Stmt:
+def fetchrow(sql: str, *args: Param) -> Stmt:
     return Stmt("fetchrow", sql, args)
 
 
-def execute(sql: str, *args: Any) -> Stmt:
+def execute(sql: str, *args: Param) -> Stmt:
     return Stmt("execute", sql, args)
 
 
-def executemany(sql: str, rows: Iterable[Sequence[Any]]) -> Stmt:
-    return Stmt("executemany", sql, (list(rows),))
+def executemany(sql: str, rows: Iterable[Sequence[Param]]) -> Stmt:
+    return Stmt("executemany", sql, rows=tuple(rows))
 
 
 #: A transaction written once for both backends: yields statements, receives their results.
@@ -105,7 +109,7 @@ async def drive(script: Script[T], tx: Tx) -> T:
         while True:
             result: Any = None
             if stmt.op == "executemany":
-                await tx.executemany(stmt.sql, stmt.args[0])
+                await tx.executemany(stmt.sql, stmt.rows)
             else:
                 result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
             stmt = script.send(result)
@@ -129,13 +133,13 @@ class Tx(Protocol):
 
     dialect: str
 
-    async def fetch(self, sql: str, *args: Any) -> list[Row]: ...
+    async def fetch(self, sql: str, *args: Param) -> list[Row]: ...
 
-    async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
+    async def fetchrow(self, sql: str, *args: Param) -> Row | None: ...
 
-    async def execute(self, sql: str, *args: Any) -> int: ...
+    async def execute(self, sql: str, *args: Param) -> int: ...
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None: ...
 
 
 class Database(Protocol):
@@ -186,19 +190,19 @@ class _PgTx:
         self._con = con
         self._timeout = timeout
 
-    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+    async def fetch(self, sql: str, *args: Param) -> list[Row]:
         # asyncpg's Record indexes like a tuple (the only way rows are read here); its stubs do not say Sequence.
         return cast(list[Row], await self._con.fetch(sql, *args, timeout=self._timeout))
 
-    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+    async def fetchrow(self, sql: str, *args: Param) -> Row | None:
         return cast(Row | None, await self._con.fetchrow(sql, *args, timeout=self._timeout))
 
-    async def execute(self, sql: str, *args: Any) -> int:
+    async def execute(self, sql: str, *args: Param) -> int:
         status: str = await self._con.execute(sql, *args, timeout=self._timeout)
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None:
         await self._con.executemany(sql, list(rows), timeout=self._timeout)
 
 
@@ -319,18 +323,18 @@ class _SqliteTx:
     def __init__(self, con: aiosqlite.Connection) -> None:
         self._con = con
 
-    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+    async def fetch(self, sql: str, *args: Param) -> list[Row]:
         return list(await self._con.execute_fetchall(_qmark(sql), args))
 
-    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+    async def fetchrow(self, sql: str, *args: Param) -> Row | None:
         rows = await self.fetch(sql, *args)
         return rows[0] if rows else None
 
-    async def execute(self, sql: str, *args: Any) -> int:
+    async def execute(self, sql: str, *args: Param) -> int:
         async with self._con.execute(_qmark(sql), args) as cur:
             return max(cur.rowcount, 0)
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None:
         await self._con.executemany(_qmark(sql), [tuple(r) for r in rows])
 
 
@@ -452,7 +456,7 @@ def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
         while True:
             sql = _qmark(stmt.sql)
             if stmt.op == "executemany":
-                con.executemany(sql, [tuple(r) for r in stmt.args[0]])
+                con.executemany(sql, [tuple(r) for r in stmt.rows])
                 result: Any = None
             else:
                 cur = con.execute(sql, stmt.args)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sidecar.state.codec import to_us
-from sidecar.state.db import Facet
+from sidecar.state.db import Facet, Param
 from sidecar.state.ledger import ENTRY_COLS, by_entry_ids, entry_of, placeholders
 from sidecar.state.scopes import update_lock, valid_scope_id
 from sidecar.state.types import ERASURE_TERMINAL_SQL, LedgerEntry
@@ -80,7 +80,7 @@ class HistoryOps(Facet):
         if not valid_scope_id(scope_id) or ns_ids == []:
             return []
         sql = f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND verified_us IS NULL AND expires_us IS NOT NULL"
-        args: list[object] = [scope_id]
+        args: list[Param] = [scope_id]
         if ns_ids is not None:
             sql += f" AND ns_id IN ({placeholders(2, len(ns_ids))})"
             args.extend(ns_ids)

@@ -22,12 +22,13 @@ import fcntl
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from sidecar.logs import get_logger
 from sidecar.state import codec
+from sidecar.state.db import Param
 
 _log = get_logger("state")
 SUFFIX: Final = ".spool"
@@ -82,7 +83,7 @@ class Journal:
             self._current = _Segment(self._folder)
         return self._current
 
-    def append_row(self, values: tuple[Any, ...]) -> None:
+    def append_row(self, values: tuple[Param, ...]) -> None:
         """Write one audit row now (its fsync follows within a batch). Raises OSError when it cannot."""
         os.write(self._segment().fd, _line(["r", *values]))
         self._schedule()
@@ -176,15 +177,15 @@ class Journal:
         return sorted(p for p in self._folder.glob(f"*{SUFFIX}") if p not in own)
 
 
-def _line(value: list[Any]) -> bytes:
+def _line(value: Sequence[object]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode() + b"\n"
 
 
-def read_segment(fd: int) -> tuple[list[tuple[Any, ...]], dict[tuple[int, str, str], int], int]:
+def read_segment(fd: int) -> tuple[list[tuple[Param, ...]], dict[tuple[int, str, str], int], int]:
     """Parse a segment: its audit rows, its counts per key, and how many lines could not be read."""
     with os.fdopen(os.dup(fd), "rb") as f:
         lines = f.read().splitlines()
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[Param, ...]] = []
     counts: dict[tuple[int, str, str], int] = {}
     bad = 0
     for raw in lines:

@@ -13,7 +13,7 @@ from datetime import datetime
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Facet, Row, Script, fetch
+from sidecar.state.db import Facet, Param, Row, Script, fetch
 from sidecar.state.scopes import fence, update_lock, valid_scope_id
 from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
 
@@ -167,7 +167,7 @@ class LedgerOps(Facet):
         if not valid_scope_id(scope_id) or limit <= 0:
             return []
         sql = f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND {_LIVE}"
-        args: list[object] = [scope_id, to_us(now)]
+        args: list[Param] = [scope_id, to_us(now)]
         if after is not None:
             if not _is_id(after):
                 return []

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
-from sidecar.state.db import Database
+from sidecar.state.db import Database, Param
 from sidecar.state.lanes import long_statements
 from sidecar.state.types import SchemaMismatch
 
@@ -598,7 +598,8 @@ async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migrati
             for m in pending:
                 for stmt in m.statements(dialect):
                     await tx.execute(stmt)
-                cols, args = "version, name, applied_us", [m.version, m.name, codec.to_us(datetime.now(UTC))]
+                cols = "version, name, applied_us"
+                args: list[Param] = [m.version, m.name, codec.to_us(datetime.now(UTC))]
                 if m.version >= _COMPAT_RECORDED:
                     cols, args = cols + ", compatible_from", [*args, m.oldest_binary]
                 marks = ", ".join(f"${i}" for i in range(1, len(args) + 1))

@@ -22,7 +22,7 @@ from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import to_us
-from sidecar.state.db import Facet, Tx
+from sidecar.state.db import Facet, Param, Tx
 from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
@@ -74,7 +74,7 @@ async def _frozen(tx: Tx, erasure_id: str, lock: str) -> tuple[str, str, int] | 
     return None if row is None else (row[0], row[1], int(row[2]))
 
 
-async def _count(tx: Tx, sql: str, *args: object) -> int:
+async def _count(tx: Tx, sql: str, *args: Param) -> int:
     row = await tx.fetchrow(sql, *args)
     return int(row[0]) if row else 0
 

@@ -20,11 +20,11 @@ import contextlib
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from sidecar import metrics
 from sidecar.logs import get_logger
-from sidecar.state.db import Database, Tx
+from sidecar.state.db import Database, Param, Tx
 from sidecar.state.journal import MARK_SEGMENT, Journal, read_segment
 
 _log = get_logger("state")
@@ -48,7 +48,7 @@ class AuditSpool:
 
     def __init__(self, max_rows: int, journal: Journal | None = None) -> None:
         self.max_rows = max_rows
-        self._rows: deque[tuple[Any, ...]] = deque()
+        self._rows: deque[tuple[Param, ...]] = deque()
         self._counts: dict[CountKey, int] = {}
         self._flushing = asyncio.Lock()
         self._journal = journal
@@ -58,7 +58,7 @@ class AuditSpool:
     def __len__(self) -> int:
         return len(self._rows) + sum(self._counts.values())
 
-    def snapshot(self) -> tuple[list[tuple[Any, ...]], dict[CountKey, int]]:
+    def snapshot(self) -> tuple[list[tuple[Param, ...]], dict[CountKey, int]]:
         """A copy of what waits: the audit rows and the refusal counts (for inspection; nothing is taken)."""
         return list(self._rows), dict(self._counts)
 
@@ -69,7 +69,7 @@ class AuditSpool:
         metrics.AUDIT_SPOOL_DROPPED.labels(kind).inc(n)
         _log.error("audit.spool_dropped", kind=kind, count=n)
 
-    def add_row(self, values: tuple[Any, ...]) -> None:
+    def add_row(self, values: tuple[Param, ...]) -> None:
         """Keep one audit row (the values of ``INSERT_AUDIT``) until the store answers."""
         if len(self._rows) >= self.max_rows:
             self._drop("audit", 1)
@@ -203,7 +203,7 @@ def open_journal(folder: Path | None, max_rows: int) -> Journal | None:
         return None
 
 
-async def _insert(tx: Tx, rows: list[tuple[Any, ...]], counts: dict[CountKey, int]) -> None:
+async def _insert(tx: Tx, rows: list[tuple[Param, ...]], counts: dict[CountKey, int]) -> None:
     if rows:
         await tx.executemany(INSERT_AUDIT, rows)
     if counts:

@@ -346,9 +346,9 @@ class TestFencedBetweenDecisionAndWrite:
 
 
 def withdraw_around(stack, monkeypatch, scope, method: str, *, before: bool) -> None:
-    """Make one state-store step withdraw the scope just before (or after) it runs: a race, made deterministic."""
+    """Make one admission step withdraw the scope just before (or after) it runs: a race, made deterministic."""
     store = stack.gov.store
-    original = getattr(store, method)
+    original = getattr(store.admission, method)
 
     async def racing(*args, **kwargs):
         if before:
@@ -358,4 +358,4 @@ def withdraw_around(stack, monkeypatch, scope, method: str, *, before: bool) -> 
         await store.scopes.withdraw(scope.scope_id, stack.clock())
         return result
 
-    monkeypatch.setattr(store, method, racing)
+    monkeypatch.setattr(store.admission, method, racing)

@@ -248,7 +248,7 @@ class TestConcurrency:
         other = await open_store(state_url)
         try:
             reports = await asyncio.gather(
-                store.history.compact_history(last + DAY, last, 500), other.compact_history(last + DAY, last, 500)
+                store.history.compact_history(last + DAY, last, 500), other.history.compact_history(last + DAY, last, 500)
             )
         finally:
             await other.close()
@@ -268,7 +268,7 @@ class TestConcurrency:
         other = await open_store(state_url)
         try:
             report, erasure = await asyncio.gather(
-                other.compact_history(last + DAY, last, 500),
+                other.history.compact_history(last + DAY, last, 500),
                 store.erasures.create_erasure(scope_id, "forget_all", [], "rest", "subject", last),
             )
         finally:

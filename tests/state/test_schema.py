@@ -118,7 +118,7 @@ class TestMigrations:
         try:
             assert await migrate(again.db) == 0
             assert await again.schema_version() == LATEST
-            assert await again.get_scope(scope.scope_id) == scope
+            assert await again.scopes.get_scope(scope.scope_id) == scope
         finally:
             await again.close()
 

@@ -132,7 +132,7 @@ class TestConsent:
             "disable": ("s" + "0" * 24, NOW),
         }[op]
         with pytest.raises(StateError) as err:
-            await getattr(store, op)(*args)
+            await getattr(store.scopes, op)(*args)
         assert err.value.reason is Reason.NOT_FOUND
 
     @pytest.mark.parametrize("purpose", ["", "x" * 257, "two\nlines"])
