@@ -248,7 +248,8 @@ class TestConcurrency:
         other = await open_store(state_url)
         try:
             reports = await asyncio.gather(
-                store.history.compact_history(last + DAY, last, 500), other.history.compact_history(last + DAY, last, 500)
+                store.history.compact_history(last + DAY, last, 500),
+                other.history.compact_history(last + DAY, last, 500),
             )
         finally:
             await other.close()
