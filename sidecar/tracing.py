@@ -160,6 +160,14 @@ class span:
         self.__exit__(kind, exc, tb)
 
 
+def _span_with(name: str, attrs: Mapping[str, Any]) -> span:
+    """A span whose attributes come as a mapping: a key named like a parameter of ``span`` (an
+    erasure's ``kind``) stays an attribute instead of becoming the span's parent or SpanKind."""
+    opened = span(name)
+    opened._attrs = dict(attrs)
+    return opened
+
+
 def traced(
     name: str, attrs: Callable[..., Mapping[str, Any]] | None = None
 ) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Awaitable[_R]]]:
@@ -174,7 +182,7 @@ def traced(
                 found = dict(attrs(*args, **kwargs)) if attrs is not None else {}
             except Exception:  # noqa: BLE001 - attributes are optional; tracing never fails a call
                 found = {}
-            with span(name, **found):
+            with _span_with(name, found):
                 return await fn(*args, **kwargs)
 
         return run
