@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from sidecar.control import answers
 from sidecar.control.client import ControlClient, ControlError, Token
 from sidecar.drill.result import CheckFailed
 from sidecar.drill.sentinels import make_sentinel
@@ -175,7 +176,7 @@ class DrillRun:
             scope.generation = int(granted["generation"])
         return scope
 
-    async def status(self, scope: Scope) -> dict[str, Any]:
+    async def status(self, scope: Scope) -> answers.ScopeStatus:
         """The scope's status as its subject sees it; keeps the known generation current."""
         answer = await self.control(scope.subject).status(scope.scope_id)
         scope.generation = int(answer["generation"])
@@ -197,7 +198,7 @@ class DrillRun:
             storage_key(scope.scope_id, scope.generation, new_salt()),
         ]
 
-    async def inspect_all(self, scope: Scope) -> list[dict[str, Any]]:
+    async def inspect_all(self, scope: Scope) -> list[answers.EntryOut]:
         """Every entry, as the subject, with a fresh attested context per page."""
 
         async def contexts() -> AsyncIterator[str]:
@@ -294,7 +295,7 @@ class DrillRun:
         )
 
 
-async def refusal(pending: Awaitable[Any]) -> dict[str, Any]:
+async def refusal(pending: Awaitable[object]) -> dict[str, int | str | None]:
     """Await a control call that should be refused; its status, reason code and decision id."""
     try:
         await pending
