@@ -13,7 +13,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 from urllib.parse import urlencode
 
 import aiohttp
@@ -212,7 +212,7 @@ class DrillRun:
     async def invoke(self, agent: Agent, context: str | None, *, user: str, text: str | None = None) -> Answer:
         """Invoke ``agent`` as the bridge; without ``text`` a probe call that runs no model turn."""
         ns, name = agent.ref.split("/", 1)
-        body: dict[str, Any] = PROBE_RPC
+        body: dict[str, object] = PROBE_RPC
         if text is not None:
             message = {"role": "user", "messageId": secrets.token_hex(6), "parts": [{"kind": "text", "text": text}]}
             body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
@@ -224,8 +224,8 @@ class DrillRun:
                 self.http, "POST", f"{self.target.data_url}/api/a2a/{ns}/{name}/", json=body, headers=headers
             )
 
-    def _item(self, key: str, app: str, content: str, ttl_days: int | None) -> dict[str, Any]:
-        item: dict[str, Any] = {"agent_name": app, "user_id": key, "content": content, "vector": list(VECTOR)}
+    def _item(self, key: str, app: str, content: str, ttl_days: int | None) -> dict[str, object]:
+        item: dict[str, object] = {"agent_name": app, "user_id": key, "content": content, "vector": list(VECTOR)}
         if ttl_days is not None:
             item["ttl_days"] = ttl_days
         return item
@@ -295,7 +295,15 @@ class DrillRun:
         )
 
 
-async def refusal(pending: Awaitable[object]) -> dict[str, int | str | None]:
+class Refusal(TypedDict):
+    """How the control API answered a call that should be refused (status 200 when it was not)."""
+
+    status: int
+    reason: str | None
+    decision_id: str | None
+
+
+async def refusal(pending: Awaitable[object]) -> Refusal:
     """Await a control call that should be refused; its status, reason code and decision id."""
     try:
         await pending
