@@ -125,8 +125,8 @@ class DrillRun:
         """A signed delegation context; by default it attests a correct control room."""
         t = self.target
         state = control_room(members if members is not None else [subject, t.bridge_bot, agent.ghost], t.server_name)
-        if acl_allow is not None:
-            state["server_acl"] = {**state["server_acl"], "allow": acl_allow}
+        if acl_allow is not None and isinstance(acl := state["server_acl"], dict):
+            state["server_acl"] = {**acl, "allow": acl_allow}
         return mint_context(
             t.bridge_key.material,
             t.bridge_key.alg,
