@@ -15,12 +15,12 @@ import errno
 import logging
 import re
 import sys
-from collections.abc import Callable, MutableMapping, Set
+from collections.abc import Callable, Mapping, Set
 from typing import Any, Final, TextIO
 
 import structlog
 from opentelemetry.trace import get_current_span
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 from sidecar.reasons import REASON_VALUES, Action
 
@@ -35,19 +35,19 @@ _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 _LEVELS: Final = frozenset({"debug", "info", "warning", "error", "critical"})
 
 
-def _int(v: Any) -> bool:
+def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
 
 
-def _num(v: Any) -> bool:
+def _num(v: object) -> bool:
     return _int(v) or (isinstance(v, float) and v == v and abs(v) < 1e15)
 
 
-def _match(rx: re.Pattern[str]) -> Callable[[Any], bool]:
+def _match(rx: re.Pattern[str]) -> Callable[[object], bool]:
     return lambda v: isinstance(v, str) and rx.fullmatch(v) is not None
 
 
-def _member(values: Set[str]) -> Callable[[Any], bool]:
+def _member(values: Set[str]) -> Callable[[object], bool]:
     return lambda v: isinstance(v, str) and v in values
 
 
@@ -55,18 +55,18 @@ def _member(values: Set[str]) -> Callable[[Any], bool]:
 _FRAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,160}:[0-9]{1,6}:[A-Za-z_<>][A-Za-z0-9_<>]{0,63}$")
 
 
-def _frames(v: Any) -> bool:
+def _frames(v: object) -> bool:
     return isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, str) and _FRAME.fullmatch(x) for x in v)
 
 
-def _reasons(v: Any) -> bool:
+def _reasons(v: object) -> bool:
     return isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, str) and x in REASON_VALUES for x in v)
 
 
 _opaque, _code = _match(_OPAQUE), _match(_CODE)
 
 #: The allow-list: key -> predicate its value must satisfy.
-ALLOWED: Final[dict[str, Callable[[Any], bool]]] = {
+ALLOWED: Final[dict[str, Callable[[object], bool]]] = {
     "event": _match(_EVENT),
     "level": _member(_LEVELS),
     "timestamp": _match(re.compile(r"^[0-9T:.\-+Z]{10,40}$")),
@@ -134,7 +134,7 @@ class AllowListSanitizer:
 
     __slots__ = ("_allowed",)
 
-    def __init__(self, allowed: dict[str, Callable[[Any], bool]] | None = None) -> None:
+    def __init__(self, allowed: dict[str, Callable[[object], bool]] | None = None) -> None:
         self._allowed = ALLOWED if allowed is None else allowed
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
@@ -193,7 +193,7 @@ class ForeignRecordReducer:
         return {"event": "library_log", "logger": name, "level": level if level in _LEVELS else "info"}
 
 
-def _shared_processors() -> list[Any]:
+def _shared_processors() -> list[Processor]:
     return [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -249,7 +249,7 @@ def get_logger(component: str) -> Any:
     return structlog.get_logger(component=component)
 
 
-def sanitize_for_test(event: MutableMapping[str, Any]) -> EventDict | None:
+def sanitize_for_test(event: Mapping[str, object]) -> EventDict | None:
     """Run the sanitizer on one event dict; ``None`` when it would be dropped."""
     try:
         return AllowListSanitizer()(None, "info", dict(event))

@@ -26,8 +26,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -38,6 +39,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from sidecar.logs import ALLOWED
 from sidecar.settings import TracingSettings
@@ -66,8 +68,8 @@ SEMCONV: Final = {
 _SERVER_ADDRESS: Final = re.compile(r"^[A-Za-z0-9.\-:\[\]]{1,253}$")
 
 
-def _clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _clean(attrs: Mapping[str, object]) -> dict[str, AttributeValue]:
+    out: dict[str, AttributeValue] = {}
     for key, value in attrs.items():
         check = _SERVER_KEYS.get(key) or ALLOWED.get(key)
         # SECURITY: only allow-listed keys with values of their declared shape reach a collector.
@@ -75,20 +77,27 @@ def _clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if key == "method" and value == "OTHER":
             value = "_OTHER"  # the convention's name for a method outside the known set
-        out[SEMCONV.get(key, key)] = list(value) if isinstance(value, (list, tuple)) else value
+        # Every allow-listed shape is a string, a number or a list of strings.
+        if isinstance(value, (list, tuple)):
+            out[SEMCONV.get(key, key)] = [x for x in value if isinstance(x, str)]
+        elif isinstance(value, (str, int, float)):
+            out[SEMCONV.get(key, key)] = value
     return out
 
 
-def _server_address(value: Any) -> bool:
+def _server_address(value: object) -> bool:
     # An upstream's configured host name (operator configuration, never request text).
     return isinstance(value, str) and _SERVER_ADDRESS.fullmatch(value) is not None
 
 
-def _server_port(value: Any) -> bool:
+def _server_port(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
 
 
-_SERVER_KEYS: Final[dict[str, Callable[[Any], bool]]] = {"server_address": _server_address, "server_port": _server_port}
+_SERVER_KEYS: Final[dict[str, Callable[[object], bool]]] = {
+    "server_address": _server_address,
+    "server_port": _server_port,
+}
 
 
 class SpanHandle:
@@ -99,7 +108,7 @@ class SpanHandle:
     def __init__(self, span: Span | None) -> None:
         self._span = span
 
-    def set(self, **attrs: Any) -> None:
+    def set(self, **attrs: object) -> None:
         if self._span is not None:
             self._span.set_attributes(_clean(attrs))
 
@@ -118,10 +127,10 @@ class span:
         *,
         parent: Mapping[str, str] | None = None,
         kind: SpanKind = SpanKind.INTERNAL,
-        **attrs: Any,
+        **attrs: object,
     ) -> None:
         self._name, self._parent, self._kind, self._attrs = name, parent, kind, attrs
-        self._cm: Any = None
+        self._cm: AbstractContextManager[Span] | None = None
         self._span: Span | None = None
 
     def __enter__(self) -> SpanHandle:
@@ -160,8 +169,16 @@ class span:
         self.__exit__(kind, exc, tb)
 
 
+def _span_with(name: str, attrs: Mapping[str, object]) -> span:
+    """A span whose attributes come as a mapping: a key named like a parameter of ``span`` (an
+    erasure's ``kind``) stays an attribute instead of becoming the span's parent or SpanKind."""
+    opened = span(name)
+    opened._attrs = dict(attrs)
+    return opened
+
+
 def traced(
-    name: str, attrs: Callable[..., Mapping[str, Any]] | None = None
+    name: str, attrs: Callable[..., Mapping[str, object]] | None = None
 ) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Awaitable[_R]]]:
     """Decorate a coroutine function so each call is a span; ``attrs`` maps the call's arguments to attributes."""
 
@@ -174,7 +191,7 @@ def traced(
                 found = dict(attrs(*args, **kwargs)) if attrs is not None else {}
             except Exception:  # noqa: BLE001 - attributes are optional; tracing never fails a call
                 found = {}
-            with span(name, **found):
+            with _span_with(name, found):
                 return await fn(*args, **kwargs)
 
         return run
@@ -182,7 +199,7 @@ def traced(
     return wrap
 
 
-def annotate(**attrs: Any) -> None:
+def annotate(**attrs: object) -> None:
     """Add allow-listed attributes to the current span (does nothing while tracing is off)."""
     if _State.tracer is not None:
         get_current_span().set_attributes(_clean(attrs))

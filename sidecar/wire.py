@@ -45,9 +45,9 @@ class BadBody(ValueError):
     """A body memgov will not read; the message is a fixed code word."""
 
 
-def _pairs(fields: frozenset[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+def _pairs(fields: frozenset[str]) -> Callable[[list[tuple[str, object]]], dict[str, object]]:
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        out: dict[str, object] = {}
         folded: set[str] = set()
         for key, value in pairs:
             fold = key.casefold()
@@ -114,15 +114,15 @@ class StrictJSON:
         #: The same set the authority's hook tests keys against.
         self._names = frozenset(f.casefold() for f in fields) | fields
 
-    def parse(self, body: bytes) -> Any:
+    def parse(self, body: bytes) -> object:
         """Return the parsed value; raise BadBody for anything the rules above refuse."""
         try:
             return self._fast(body)
         except (_Unsure, orjson.JSONDecodeError, RecursionError):
             return self._strict(body)
 
-    def _fast(self, body: bytes) -> Any:
-        value = orjson.loads(body)
+    def _fast(self, body: bytes) -> object:
+        value: object = orjson.loads(body)
         keys = self._keys(value, 0)
         # Every ':' outside string literals separates one key from its value; a body whose
         # parsed objects hold fewer keys than that had a duplicate, which the authority names.
@@ -130,7 +130,7 @@ class StrictJSON:
             raise _Unsure
         return value
 
-    def _keys(self, value: Any, depth: int) -> int:
+    def _keys(self, value: object, depth: int) -> int:
         """Count object keys; raise _Unsure where the authority might answer otherwise.
 
         That is a case collision, nesting deeper than the fast path reads, or a number of 2**63 or
@@ -139,25 +139,25 @@ class StrictJSON:
         """
         if depth > _FAST_DEPTH:
             raise _Unsure
-        kind = type(value)
-        if kind is dict:
+        # orjson builds exact dicts and lists; a bool passes the number test harmlessly (magnitude 1).
+        if isinstance(value, dict):
             names = self._names
             if len({key.casefold() for key in value}) != len(value) or any(
                 k not in names and k.casefold() in names for k in value
             ):
                 raise _Unsure
             return len(value) + sum(self._keys(v, depth + 1) for v in value.values())
-        if kind is list:
+        if isinstance(value, list):
             if _NUMBER_TYPES.issuperset(map(type, value)):  # a vector: checked in one C-level pass
                 if value and max(map(abs, value)) >= _INT64_SPAN:
                     raise _Unsure
                 return 0
             return sum(self._keys(v, depth + 1) for v in value)
-        if (kind is int or kind is float) and abs(value) >= _INT64_SPAN:
+        if isinstance(value, (int, float)) and abs(value) >= _INT64_SPAN:
             raise _Unsure
         return 0
 
-    def _strict(self, body: bytes) -> Any:
+    def _strict(self, body: bytes) -> object:
         try:
             text = body.decode("utf-8")
             value, end = self._decoder.raw_decode(text, _skip_ws(text, 0))

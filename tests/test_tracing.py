@@ -94,6 +94,18 @@ class TestHelpers:
             "adapter": "rest",
         }
 
+    async def test_traced_attributes_named_like_span_parameters(self, spans: InMemorySpanExporter) -> None:
+        """An attribute called ``kind`` (an erasure's kind) is recorded as one; the span stays INTERNAL."""
+
+        @tracing.traced("memgov.erasure.step", lambda erasure_id: {"erasure_id": erasure_id, "kind": "forget"})
+        async def work(erasure_id: str) -> None:
+            return None
+
+        await work("e0123456789abcdef01234567")
+        (span,) = spans.get_finished_spans()
+        assert span.kind is SpanKind.INTERNAL
+        assert dict(span.attributes or {}) == {"erasure_id": "e0123456789abcdef01234567", "kind": "forget"}
+
     async def test_request_middleware_is_the_root(self, spans: InMemorySpanExporter, aiohttp_client: Any) -> None:
         """Each data-plane request gets a root span with its method and status, under the caller's trace."""
 

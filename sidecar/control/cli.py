@@ -15,12 +15,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import aiohttp
 
+from sidecar.control import answers
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.identity.tokens import control_room, load_signing_key, mint_context
 from sidecar.policy.pack import load_federation
@@ -94,7 +96,7 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
         )
 
 
-async def _inspect(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:
+async def _inspect(args: argparse.Namespace, client: ControlClient) -> answers.InspectPage:
     contexts = _contexts(args, client, args.scope_id)
     try:
         if args.all:
@@ -105,14 +107,7 @@ async def _inspect(args: argparse.Namespace, client: ControlClient) -> dict[str,
         await contexts.aclose()
 
 
-async def _confirmed(args: argparse.Namespace, client: ControlClient, action: str) -> dict[str, Any]:
-    run = client.forget_all if action == "forget-all" else client.off
-    if args.yes:
-        return await client.confirm_and_run(args.scope_id, action)
-    return await run(args.scope_id, args.confirm)
-
-
-async def _erasure(args: argparse.Namespace, client: ControlClient) -> dict[str, Any]:
+async def _erasure(args: argparse.Namespace, client: ControlClient) -> answers.ErasureRecord:
     record = await client.erasure(args.erasure_id)
     if args.output is not None:
         args.output.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -129,11 +124,15 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
-def _show_created(a: dict[str, Any]) -> str:
+def _because(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def _show_created(a: answers.ScopeCreated) -> str:
     return f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"
 
 
-def _show_status(a: dict[str, Any]) -> str:
+def _show_status(a: answers.ScopeStatus) -> str:
     counts, last = a["entries"], a.get("last_erasure")
     consent = (
         f'purpose "{a["purpose"]}", policy {a["policy_version"]}, since {a["consented_at"]}'
@@ -161,17 +160,16 @@ def _show_status(a: dict[str, Any]) -> str:
     return "\n".join(f"{k:<10} {v}" for k, v in rows)
 
 
-def _show_consent(a: dict[str, Any]) -> str:
+def _show_consent(a: answers.ConsentChange) -> str:
     lines = [f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"]
-    if a.get("receipt"):
-        r = a["receipt"]
+    if r := a.get("receipt"):
         lines.append(f"receipt {r['receipt_id']}: {r['action']} (policy {r['policy_version']}) at {r['at']}")
-    if a.get("erasure"):
-        lines.append(_show_erasure(a["erasure"]))
+    if erasure := a.get("erasure"):
+        lines.append(_show_erasure(erasure))
     return "\n".join(lines)
 
 
-def _show_page(a: dict[str, Any]) -> str:
+def _show_page(a: answers.InspectPage) -> str:
     lines = [
         f"{e['id']}  created {e['created_at']}  expires {e['expires_at']}\n    {_printable(e['text'])}"
         for e in a["entries"]
@@ -181,22 +179,21 @@ def _show_page(a: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _show_erasure(a: dict[str, Any]) -> str:
+def _show_erasure(a: answers.ErasureRecord) -> str:
     text = (
         f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
         f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}"
     )
     if (rotation := a.get("rotated_by")) is not None:
-        reason = f" ({rotation['failure_reason']})" if rotation.get("failure_reason") else ""
-        text += f"\nrotation {rotation['erasure_id']}: {rotation['state']}{reason}"
+        text += f"\nrotation {rotation['erasure_id']}: {rotation['state']}{_because(rotation['failure_reason'])}"
     return text
 
 
-def _show_offboard(a: dict[str, Any]) -> str:
+def _show_offboard(a: answers.OffboardResult) -> str:
     lines = [f"offboarding {'complete' if a['complete'] else 'INCOMPLETE'}: {len(a['scopes'])} scope(s)"]
     lines += [
         f"  {s['scope_id']} {s['agent']}: erasure {s['erasure_id']} {s['state']}"
-        f"{' (' + s['failure_reason'] + ')' if s.get('failure_reason') else ''}, "
+        f"{_because(s['failure_reason'])}, "
         f"physical deletion {s['physical_deletion']}"
         for s in a["scopes"]
     ]
@@ -209,7 +206,7 @@ def _show_refusal(exc: ControlError) -> str:
     return text + (f"; evidence at {exc.location}" if exc.location else "")
 
 
-def _show_confirmation(a: dict[str, Any], command: str, scope_id: str) -> str:
+def _show_confirmation(a: answers.ConfirmationIssued, command: str, scope_id: str) -> str:
     what = "disable memory, then erase every entry" if command == "off" else "erase every entry, keep consent"
     return (
         f"Confirmation required to {what} of scope {scope_id}.\n"
@@ -218,27 +215,61 @@ def _show_confirmation(a: dict[str, Any], command: str, scope_id: str) -> str:
     )
 
 
-#: subcommand → (the call, its human-readable form)
-_ACTIONS: dict[str, tuple[Callable[[argparse.Namespace, ControlClient], Awaitable[Any]], Callable[[Any], str]]] = {
-    "create": (lambda a, c: c.create_scope(a.mxid, a.agent, a.room, origin=a.origin), _show_created),
-    "status": (lambda a, c: c.status(a.scope_id), _show_status),
-    "consent": (lambda a, c: c.grant(a.scope_id, a.purpose, a.policy_version), _show_consent),
-    "withdraw": (lambda a, c: c.withdraw(a.scope_id), _show_consent),
-    "inspect": (_inspect, _show_page),
-    "forget": (lambda a, c: c.forget(a.scope_id, a.entry_id), _show_erasure),
-    "forget-all": (lambda a, c: _confirmed(a, c, "forget-all"), _show_erasure),
-    "off": (lambda a, c: _confirmed(a, c, "off"), _show_erasure),
-    "offboard": (lambda a, c: c.offboard(a.mxid), _show_offboard),
-    "erasure": (_erasure, _show_erasure),
+@dataclass(frozen=True)
+class _Answer:
+    """A command's answer: the API's JSON (printed with ``--json``) and its human-readable form."""
+
+    body: Mapping[str, object]
+    human: Callable[[], str]
+    #: A confirmation token was issued; nothing was erased.
+    pending: bool = False
+
+
+_T = TypeVar("_T", bound=Mapping[str, object])
+_Action = Callable[[argparse.Namespace, ControlClient], Awaitable[_Answer]]
+
+
+def _shown(call: Callable[[argparse.Namespace, ControlClient], Awaitable[_T]], show: Callable[[_T], str]) -> _Action:
+    async def run(args: argparse.Namespace, client: ControlClient) -> _Answer:
+        answer = await call(args, client)
+        return _Answer(answer, lambda: show(answer))
+
+    return run
+
+
+async def _confirmed(args: argparse.Namespace, client: ControlClient, action: str) -> _Answer:
+    run = client.forget_all if action == "forget-all" else client.off
+    if args.yes:
+        record = await client.confirm_and_run(args.scope_id, action)
+    elif args.confirm is None:
+        issued = await run(args.scope_id)
+        return _Answer(issued, lambda: _show_confirmation(issued, args.scope_command, args.scope_id), pending=True)
+    else:
+        record = await run(args.scope_id, args.confirm)
+    return _Answer(record, lambda: _show_erasure(record))
+
+
+#: subcommand → the call, with its human-readable form
+_ACTIONS: dict[str, _Action] = {
+    "create": _shown(lambda a, c: c.create_scope(a.mxid, a.agent, a.room, origin=a.origin), _show_created),
+    "status": _shown(lambda a, c: c.status(a.scope_id), _show_status),
+    "consent": _shown(lambda a, c: c.grant(a.scope_id, a.purpose, a.policy_version), _show_consent),
+    "withdraw": _shown(lambda a, c: c.withdraw(a.scope_id), _show_consent),
+    "inspect": _shown(_inspect, _show_page),
+    "forget": _shown(lambda a, c: c.forget(a.scope_id, a.entry_id), _show_erasure),
+    "forget-all": lambda a, c: _confirmed(a, c, "forget-all"),
+    "off": lambda a, c: _confirmed(a, c, "off"),
+    "offboard": _shown(lambda a, c: c.offboard(a.mxid), _show_offboard),
+    "erasure": _shown(_erasure, _show_erasure),
 }
 
 
-async def _call(args: argparse.Namespace, url: str, token: str | None) -> Any:
+async def _call(args: argparse.Namespace, url: str, token: str | None) -> _Answer:
     async with ControlClient(url, token) as client:
-        return await _ACTIONS[args.scope_command][0](args, client)
+        return await _ACTIONS[args.scope_command](args, client)
 
 
-def _fail(args: argparse.Namespace, code: int, message: str, body: dict[str, Any]) -> int:
+def _fail(args: argparse.Namespace, code: int, message: str, body: Mapping[str, object]) -> int:
     if args.json:
         print(json.dumps(body, sort_keys=True))
     else:
@@ -263,16 +294,13 @@ def _cmd_scope(args: argparse.Namespace) -> int:
             f"the control API at {url} did not answer ({type(exc).__name__})",
             {"error": "unreachable"},
         )
-    pending = isinstance(answer, dict) and "confirm_token" in answer
     if args.json:
-        print(json.dumps(answer, indent=2, sort_keys=True))
-    elif pending:
-        print(_show_confirmation(answer, args.scope_command, args.scope_id))
+        print(json.dumps(answer.body, indent=2, sort_keys=True))
     else:
-        print(_ACTIONS[args.scope_command][1](answer))
-        if getattr(args, "output", None) is not None:
+        print(answer.human())
+        if not answer.pending and getattr(args, "output", None) is not None:
             print(f"evidence written to {args.output}")
-    return EXIT_CONFIRM if pending else EXIT_OK
+    return EXIT_CONFIRM if answer.pending else EXIT_OK
 
 
 # --- the command line ----------------------------------------------------------------------

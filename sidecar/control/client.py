@@ -1,17 +1,20 @@
 """An async client for every control API endpoint (used by ``memgov scope``, ``memgov drill`` and tests).
 
-Every method returns the decoded JSON answer. A refusal raises :class:`ControlError` with the
-HTTP status, the reason code, the decision id and, for a failed erasure, the evidence location.
+Every method returns the decoded JSON answer, checked against its shape in
+:mod:`sidecar.control.answers`. A refusal raises :class:`ControlError` with the HTTP status, the
+reason code, the decision id and, for a failed erasure, the evidence location; an answer of
+another shape raises :class:`AnswerError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TypeVar, overload
 from urllib.parse import quote
 
 import aiohttp
 
+from sidecar.control import answers as a
 from sidecar.reasons import REASON_VALUES
 from sidecar.upstream import CONTEXT_HEADER
 
@@ -23,6 +26,16 @@ class ControlError(Exception):
         super().__init__(f"{status} {reason}")
         self.status, self.reason, self.decision_id, self.location = status, reason, decision_id, location
 
+
+class AnswerError(ValueError):
+    """A successful call answered JSON of another shape than the control API documents."""
+
+    def __init__(self, status: int, path: str, shape: str) -> None:
+        super().__init__(f"{status} answer to {path} is not a {shape}")
+        self.status = status
+
+
+T = TypeVar("T", bound=Mapping[str, object])
 
 #: A bearer token, or something that mints a fresh one per call (subject tokens are single-use
 #: for consent changes and erasures).
@@ -64,10 +77,10 @@ class ControlClient:
         method: str,
         path: str,
         *,
-        json: Any = None,
+        json: object = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, object]:
         """One request; returns (status, decoded body) for 2xx, raises ControlError otherwise."""
         sent = dict(headers or {})
         token = self.token() if callable(self.token) else self.token
@@ -75,7 +88,7 @@ class ControlClient:
             sent["Authorization"] = f"Bearer {token}"
         async with self._session.request(method, self.base_url + path, json=json, headers=sent, params=params) as resp:
             try:
-                body = await resp.json(content_type=None)
+                body: object = await resp.json(content_type=None)
             except ValueError:
                 body = None
             if resp.status >= 400:
@@ -89,47 +102,59 @@ class ControlClient:
                 )
             return resp.status, body
 
-    async def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        body = (await self.call(method, path, **kw))[1]
-        return body if isinstance(body, dict) else {}
+    async def _json(
+        self,
+        shape: type[T],
+        method: str,
+        path: str,
+        *,
+        json: object = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> T:
+        status, body = await self.call(method, path, json=json, headers=headers, params=params)
+        if not a.conforms(body, shape):
+            raise AnswerError(status, path, shape.__name__)
+        return body
 
-    async def openapi(self) -> dict[str, Any]:
-        return await self._json("GET", "/v1/openapi.json")
+    async def openapi(self) -> dict[str, object]:
+        body = (await self.call("GET", "/v1/openapi.json"))[1]
+        return body if isinstance(body, dict) else {}
 
     async def create_scope(
         self, mxid: str, agent: str, room_id: str, *, origin: str = "native", kind: str = "control_room"
-    ) -> dict[str, Any]:
+    ) -> a.ScopeCreated:
         body = {
             "principal": {"mxid": mxid, "origin": origin},
             "agent": agent,
             "scope": {"kind": kind, "room_id": room_id},
         }
-        return await self._json("POST", "/v1/scopes", json=body)
+        return await self._json(a.ScopeCreated, "POST", "/v1/scopes", json=body)
 
-    async def status(self, scope_id: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/scopes/{scope_id}")
+    async def status(self, scope_id: str) -> a.ScopeStatus:
+        return await self._json(a.ScopeStatus, "GET", f"/v1/scopes/{scope_id}")
 
-    async def grant(self, scope_id: str, purpose: str, policy_version: str) -> dict[str, Any]:
+    async def grant(self, scope_id: str, purpose: str, policy_version: str) -> a.ConsentChange:
         body = {"purpose": purpose, "policy_version": policy_version}
-        return await self._json("PUT", f"/v1/scopes/{scope_id}/consent", json=body)
+        return await self._json(a.ConsentChange, "PUT", f"/v1/scopes/{scope_id}/consent", json=body)
 
-    async def withdraw(self, scope_id: str) -> dict[str, Any]:
-        return await self._json("DELETE", f"/v1/scopes/{scope_id}/consent")
+    async def withdraw(self, scope_id: str) -> a.ConsentChange:
+        return await self._json(a.ConsentChange, "DELETE", f"/v1/scopes/{scope_id}/consent")
 
     async def inspect(
         self, scope_id: str, context: str, *, cursor: str | None = None, limit: int | None = None
-    ) -> dict[str, Any]:
+    ) -> a.InspectPage:
         """One page; ``context`` is a fresh signed context for this page (each is single use)."""
         params = {k: str(v) for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
         return await self._json(
-            "GET", f"/v1/scopes/{scope_id}/entries", headers={CONTEXT_HEADER: context}, params=params
+            a.InspectPage, "GET", f"/v1/scopes/{scope_id}/entries", headers={CONTEXT_HEADER: context}, params=params
         )
 
     async def inspect_all(
         self, scope_id: str, contexts: AsyncIterator[str], *, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[a.EntryOut]:
         """Every page, each with the next context from ``contexts``."""
-        entries: list[dict[str, Any]] = []
+        entries: list[a.EntryOut] = []
         cursor = None
         async for context in contexts:
             page = await self.inspect(scope_id, context, cursor=cursor, limit=limit)
@@ -139,30 +164,46 @@ class ControlClient:
                 break
         return entries
 
-    async def forget(self, scope_id: str, entry_id: str) -> dict[str, Any]:
+    async def forget(self, scope_id: str, entry_id: str) -> a.ErasureRecord:
         path = f"/v1/scopes/{scope_id}/entries/{quote(entry_id, safe='')}"
-        return await self._json("DELETE", path)
+        return await self._json(a.ErasureRecord, "DELETE", path)
 
-    async def _confirmed(self, scope_id: str, action: str, confirm: str | None) -> dict[str, Any]:
-        body = None if confirm is None else {"confirm": confirm}
-        return await self._json("POST", f"/v1/scopes/{scope_id}/{action}", json=body)
+    @overload
+    async def _confirmed(self, scope_id: str, action: str, confirm: None) -> a.ConfirmationIssued: ...
+    @overload
+    async def _confirmed(self, scope_id: str, action: str, confirm: str) -> a.ErasureRecord: ...
+    async def _confirmed(
+        self, scope_id: str, action: str, confirm: str | None
+    ) -> a.ConfirmationIssued | a.ErasureRecord:
+        path = f"/v1/scopes/{scope_id}/{action}"
+        if confirm is None:
+            return await self._json(a.ConfirmationIssued, "POST", path, json=None)
+        return await self._json(a.ErasureRecord, "POST", path, json={"confirm": confirm})
 
-    async def forget_all(self, scope_id: str, confirm: str | None = None) -> dict[str, Any]:
+    @overload
+    async def forget_all(self, scope_id: str, confirm: None = None) -> a.ConfirmationIssued: ...
+    @overload
+    async def forget_all(self, scope_id: str, confirm: str) -> a.ErasureRecord: ...
+    async def forget_all(self, scope_id: str, confirm: str | None = None) -> a.ConfirmationIssued | a.ErasureRecord:
         """Without ``confirm``: the confirmation token; with it: the erasure record."""
         return await self._confirmed(scope_id, "forget-all", confirm)
 
-    async def off(self, scope_id: str, confirm: str | None = None) -> dict[str, Any]:
+    @overload
+    async def off(self, scope_id: str, confirm: None = None) -> a.ConfirmationIssued: ...
+    @overload
+    async def off(self, scope_id: str, confirm: str) -> a.ErasureRecord: ...
+    async def off(self, scope_id: str, confirm: str | None = None) -> a.ConfirmationIssued | a.ErasureRecord:
         """Without ``confirm``: the confirmation token; with it: the erasure record."""
         return await self._confirmed(scope_id, "off", confirm)
 
-    async def confirm_and_run(self, scope_id: str, action: str) -> dict[str, Any]:
+    async def confirm_and_run(self, scope_id: str, action: str) -> a.ErasureRecord:
         """Both calls of forget-all (``forget-all``) or off (``off``)."""
         issued = await self._confirmed(scope_id, action, None)
         return await self._confirmed(scope_id, action, issued["confirm_token"])
 
-    async def offboard(self, mxid: str) -> dict[str, Any]:
-        return await self._json("POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")
+    async def offboard(self, mxid: str) -> a.OffboardResult:
+        return await self._json(a.OffboardResult, "POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")
 
-    async def erasure(self, erasure_id: str) -> dict[str, Any]:
+    async def erasure(self, erasure_id: str) -> a.ErasureRecord:
         """The evidence record; write it to a file as is to export it."""
-        return await self._json("GET", f"/v1/erasures/{quote(erasure_id, safe='')}")
+        return await self._json(a.ErasureRecord, "GET", f"/v1/erasures/{quote(erasure_id, safe='')}")

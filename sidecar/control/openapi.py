@@ -11,7 +11,6 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -44,7 +43,7 @@ def _error_description(status: int) -> str:
     return f"{text}: {_MEANING[status]}" if status in _MEANING else f"{text}."
 
 
-_PARAMS: dict[str, dict[str, Any]] = {
+_PARAMS: dict[str, dict[str, object]] = {
     "scope_id": {"in": "path", "required": True, "schema": {"type": "string", "pattern": "^s[0-9a-f]{24}$"}},
     "entry_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
     "erasure_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
@@ -200,7 +199,7 @@ OPS: tuple[Op, ...] = (
 )
 
 
-def _schemas() -> dict[str, Any]:
+def _schemas() -> dict[str, object]:
     inputs = {op.body for op in OPS if op.body is not None}
     outputs = {model for op in OPS for model in op.ok.values()} | {m.ErrorOut}
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
@@ -211,17 +210,17 @@ def _schemas() -> dict[str, Any]:
     return dict(sorted(top.get("$defs", {}).items()))
 
 
-def _json(model: type[BaseModel]) -> dict[str, Any]:
+def _json(model: type[BaseModel]) -> dict[str, object]:
     return {"application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}}
 
 
-def _operation(op: Op) -> dict[str, Any]:
-    out: dict[str, Any] = {"operationId": op.operation_id, "summary": op.summary, "security": op.security}
+def _operation(op: Op) -> dict[str, object]:
+    out: dict[str, object] = {"operationId": op.operation_id, "summary": op.summary, "security": op.security}
     if op.params:
         out["parameters"] = [{"name": name, **_PARAMS[name]} for name in op.params]
     if op.body is not None:
         out["requestBody"] = {"required": op.body_required, "content": _json(op.body)}
-    responses: dict[str, Any] = {
+    responses: dict[str, object] = {
         str(code): {"description": model.__doc__ or "", "content": _json(model)}
         for code, model in sorted(op.ok.items())
     }
@@ -235,7 +234,7 @@ def _operation(op: Op) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _document() -> str:
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, object]] = {}
     for op in OPS:
         paths.setdefault(op.path, {})[op.method] = _operation(op)
     doc = {
@@ -272,9 +271,11 @@ def _document() -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document() -> dict[str, object]:
     """The document as a mapping."""
-    doc: dict[str, Any] = json.loads(_document())
+    doc = json.loads(_document())
+    if not isinstance(doc, dict):
+        raise TypeError("the OpenAPI document is not a JSON object")
     return doc
 
 

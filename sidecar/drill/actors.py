@@ -13,11 +13,12 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 from urllib.parse import urlencode
 
 import aiohttp
 
+from sidecar.control import answers
 from sidecar.control.client import ControlClient, ControlError, Token
 from sidecar.drill.result import CheckFailed
 from sidecar.drill.sentinels import make_sentinel
@@ -124,8 +125,8 @@ class DrillRun:
         """A signed delegation context; by default it attests a correct control room."""
         t = self.target
         state = control_room(members if members is not None else [subject, t.bridge_bot, agent.ghost], t.server_name)
-        if acl_allow is not None:
-            state["server_acl"] = {**state["server_acl"], "allow": acl_allow}
+        if acl_allow is not None and isinstance(acl := state["server_acl"], dict):
+            state["server_acl"] = {**acl, "allow": acl_allow}
         return mint_context(
             t.bridge_key.material,
             t.bridge_key.alg,
@@ -175,7 +176,7 @@ class DrillRun:
             scope.generation = int(granted["generation"])
         return scope
 
-    async def status(self, scope: Scope) -> dict[str, Any]:
+    async def status(self, scope: Scope) -> answers.ScopeStatus:
         """The scope's status as its subject sees it; keeps the known generation current."""
         answer = await self.control(scope.subject).status(scope.scope_id)
         scope.generation = int(answer["generation"])
@@ -197,7 +198,7 @@ class DrillRun:
             storage_key(scope.scope_id, scope.generation, new_salt()),
         ]
 
-    async def inspect_all(self, scope: Scope) -> list[dict[str, Any]]:
+    async def inspect_all(self, scope: Scope) -> list[answers.EntryOut]:
         """Every entry, as the subject, with a fresh attested context per page."""
 
         async def contexts() -> AsyncIterator[str]:
@@ -211,7 +212,7 @@ class DrillRun:
     async def invoke(self, agent: Agent, context: str | None, *, user: str, text: str | None = None) -> Answer:
         """Invoke ``agent`` as the bridge; without ``text`` a probe call that runs no model turn."""
         ns, name = agent.ref.split("/", 1)
-        body: dict[str, Any] = PROBE_RPC
+        body: dict[str, object] = PROBE_RPC
         if text is not None:
             message = {"role": "user", "messageId": secrets.token_hex(6), "parts": [{"kind": "text", "text": text}]}
             body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
@@ -223,8 +224,8 @@ class DrillRun:
                 self.http, "POST", f"{self.target.data_url}/api/a2a/{ns}/{name}/", json=body, headers=headers
             )
 
-    def _item(self, key: str, app: str, content: str, ttl_days: int | None) -> dict[str, Any]:
-        item: dict[str, Any] = {"agent_name": app, "user_id": key, "content": content, "vector": list(VECTOR)}
+    def _item(self, key: str, app: str, content: str, ttl_days: int | None) -> dict[str, object]:
+        item: dict[str, object] = {"agent_name": app, "user_id": key, "content": content, "vector": list(VECTOR)}
         if ttl_days is not None:
             item["ttl_days"] = ttl_days
         return item
@@ -294,7 +295,15 @@ class DrillRun:
         )
 
 
-async def refusal(pending: Awaitable[Any]) -> dict[str, Any]:
+class Refusal(TypedDict):
+    """How the control API answered a call that should be refused (status 200 when it was not)."""
+
+    status: int
+    reason: str | None
+    decision_id: str | None
+
+
+async def refusal(pending: Awaitable[object]) -> Refusal:
     """Await a control call that should be refused; its status, reason code and decision id."""
     try:
         await pending

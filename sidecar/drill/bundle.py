@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from sidecar.drill.runner import EXIT_FAILED, EXIT_PASSED, Report
+from sidecar.drill.result import CheckJson
+from sidecar.drill.runner import EXIT_FAILED, EXIT_PASSED, Cleanup, Report, Versions
+from sidecar.drill.target import TargetDescription
 
 FORMAT = "memgov.drill.v1"
 _VERDICT = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED"}
@@ -24,7 +26,27 @@ def default_folder(now: datetime | None = None) -> Path:
     return Path("evidence") / f"drill-{stamp}"
 
 
-def report_json(report: Report) -> dict[str, Any]:
+class Result(TypedDict):
+    passed: bool
+    exit_code: int
+    counts: dict[str, int]
+
+
+class Bundle(TypedDict):
+    """``drill.json``."""
+
+    format: str
+    started_at: str
+    finished_at: str
+    result: Result
+    target: TargetDescription
+    versions: Versions
+    limits: dict[str, object]
+    checks: list[CheckJson]
+    cleanup: Cleanup
+
+
+def report_json(report: Report) -> Bundle:
     """The machine-readable bundle document."""
     return {
         "format": FORMAT,
@@ -43,16 +65,18 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def _detail(check: dict[str, Any]) -> str:
+def _detail(check: CheckJson) -> str:
     evidence = check["evidence"]
     if check["outcome"] == "failed":
-        return f"`{evidence.get('failed_expectation') or evidence.get('error', {}).get('type', 'error')}`"
+        error = evidence.get("error")
+        kind = error.get("type", "error") if isinstance(error, dict) else "error"
+        return f"`{evidence.get('failed_expectation') or kind}`"
     if check["outcome"] == "not_provable":
         return f"`{evidence.get('not_provable')}`"
     return f"{len(check['notes'])} note(s)" if check["notes"] else ""
 
 
-def summary_markdown(doc: dict[str, Any]) -> str:
+def summary_markdown(doc: Bundle) -> str:
     """The short human summary of a bundle document."""
     target, versions, result = doc["target"], doc["versions"], doc["result"]
     verdict = _VERDICT.get(result["exit_code"], "NOT FULLY PROVEN")

@@ -78,21 +78,21 @@ async def private_inspect(run: DrillRun, ev: Evidence) -> None:
         "operator_forget": operator.forget(scope.scope_id, entry_id),
     }
     for name, pending in attempts.items():
-        ev[name] = await refusal(pending)
-        expect(ev[name]["reason"] == "not_subject", f"{name}_not_refused")
+        ev[name] = refused = await refusal(pending)
+        expect(refused["reason"] == "not_subject", f"{name}_not_refused")
 
     control = run.control(subject)
-    ev["missing_context"] = await refusal(control.call("GET", f"/v1/scopes/{scope.scope_id}/entries"))
-    expect(ev["missing_context"]["reason"] == "context_missing", "inspect_without_context_not_refused")
+    ev["missing_context"] = refused = await refusal(control.call("GET", f"/v1/scopes/{scope.scope_id}/entries"))
+    expect(refused["reason"] == "context_missing", "inspect_without_context_not_refused")
     intruder = run.subject("c2-intruder")
     drifted = run.context(subject, agent, scope.room, members=[subject, run.target.bridge_bot, agent.ghost, intruder])
-    ev["room_drift"] = await refusal(control.inspect(scope.scope_id, drifted))
-    expect(ev["room_drift"]["reason"] == "room_state_invalid", "inspect_in_drifted_room_not_refused")
+    ev["room_drift"] = refused = await refusal(control.inspect(scope.scope_id, drifted))
+    expect(refused["reason"] == "room_state_invalid", "inspect_in_drifted_room_not_refused")
     replayed = run.context(subject, agent, scope.room)
     with Recorder.content_channel():
         await control.inspect(scope.scope_id, replayed)
-    ev["replayed_context"] = await refusal(control.inspect(scope.scope_id, replayed))
-    expect(ev["replayed_context"]["reason"] == "context_replayed", "replayed_context_not_refused")
+    ev["replayed_context"] = refused = await refusal(control.inspect(scope.scope_id, replayed))
+    expect(refused["reason"] == "context_replayed", "replayed_context_not_refused")
 
     leaked = find_leaks(sentinel, run.recorder.texts(since))
     ev["refusals_carrying_content"] = len(leaked)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from sidecar.control import answers
 from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
 from sidecar.reasons import Reason
 
 
-def physical_after_forget(record: dict[str, Any]) -> str:
+def physical_after_forget(record: answers.ErasureRecord) -> str:
     """What a forget-one erasure may honestly report (SPEC D4): ``kagent-db`` deletes by id; ``rest`` is exact
     when it rotated the namespace (an embedding provider configured), else pending until the namespace is cleared."""
     if record.get("adapter") == "kagent-db" or record.get("rotated_by") is not None:
@@ -18,7 +17,7 @@ def physical_after_forget(record: dict[str, Any]) -> str:
     return "pending_namespace_clear"
 
 
-def _record(record: dict[str, Any]) -> dict[str, Any]:
+def _record(record: answers.ErasureRecord) -> dict[str, object]:
     """The evidence form of an erasure record: ids, states, timestamps."""
     return {
         "erasure_id": record.get("erasure_id"),
@@ -59,7 +58,7 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
 
     control = run.control(subject)
     record = await control.forget(scope.scope_id, forgotten)
-    ev["erasure"] = _record(record)
+    ev["erasure"] = erased = _record(record)
     adapter = record.get("adapter")
     rotation = record.get("rotated_by")
     ev["rotation"] = rotation
@@ -71,7 +70,7 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
         )
         expect(False, "embedding_model_not_configured", agent=scope.agent.ref)
     expect(record.get("state") == "verified" and record["verification"]["result"] == "passed", "erasure_not_verified")
-    expect(ev["erasure"]["entries"] == [forgotten], "erasure_not_exactly_one_entry")
+    expect(erased["entries"] == [forgotten], "erasure_not_exactly_one_entry")
     if rotation is not None:
         # The deployment rotates namespaces: a rotation that did not finish is a failure, with its reason shown.
         expect(rotation.get("state") == "verified", "rotation_not_verified")
@@ -104,8 +103,8 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
         fetched.get("state") == "verified" and fetched.get("format") == "memgov.erasure.v1",
         "evidence_record_unavailable",
     )
-    ev["forget_again"] = await refusal(control.forget(scope.scope_id, forgotten))
-    expect(ev["forget_again"]["reason"] == "not_found", "forgotten_entry_still_known")
+    ev["forget_again"] = refused = await refusal(control.forget(scope.scope_id, forgotten))
+    expect(refused["reason"] == "not_found", "forgotten_entry_still_known")
 
 
 async def disable_and_clear(run: DrillRun, ev: Evidence) -> None:
@@ -119,8 +118,8 @@ async def disable_and_clear(run: DrillRun, ev: Evidence) -> None:
 
     issued = await control.off(scope.scope_id)
     ev["confirmation"] = {"issued": bool(issued.get("confirm_token")), "expires_at": issued.get("expires_at")}
-    ev["wrong_confirmation"] = await refusal(control.off(scope.scope_id, "memgov-drill-wrong-token"))
-    expect(ev["wrong_confirmation"]["reason"] == "confirmation_required", "off_without_valid_confirmation_ran")
+    ev["wrong_confirmation"] = refused = await refusal(control.off(scope.scope_id, "memgov-drill-wrong-token"))
+    expect(refused["reason"] == "confirmation_required", "off_without_valid_confirmation_ran")
     unchanged = await run.status(scope)
     expect(unchanged["enabled"] and unchanged["entries"]["live"] == 2, "scope_changed_before_confirmation")
 
@@ -152,8 +151,8 @@ async def offboarding_enumeration(run: DrillRun, ev: Evidence) -> None:
     keys = {s.scope_id: run.key(s) for s in scopes}
     ev["created"] = sorted(keys)
 
-    ev["subject_offboard"] = await refusal(run.control(subject).offboard(subject))
-    expect(ev["subject_offboard"]["reason"] == "route_denied", "subject_may_offboard")
+    ev["subject_offboard"] = refused = await refusal(run.control(subject).offboard(subject))
+    expect(refused["reason"] == "route_denied", "subject_may_offboard")
     result = await run.control(operator=True).offboard(subject)
     per_scope = {s["scope_id"]: s for s in result.get("scopes", [])}
     ev["complete"] = result.get("complete")

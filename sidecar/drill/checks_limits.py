@@ -27,6 +27,7 @@ async def hard_expiry(run: DrillRun, ev: Evidence) -> None:
     saved = await run.save(run.key(scope), run.fact("c5"), app=scope.agent.app, ttl_days=LONG_TTL_DAYS)
     ev["save"] = saved.brief()
     expect(saved.status == 201 and isinstance(saved.body, dict) and "id" in saved.body, "consented_save_refused")
+    assert isinstance(saved.body, dict)
     entry_id = str(saved.body["id"])
     entry = next((e for e in await run.inspect_all(scope) if e["id"] == entry_id), None)
     expect(entry is not None, "saved_entry_not_inspectable")

@@ -103,8 +103,8 @@ async def cross_user(run: DrillRun, ev: Evidence) -> None:
     invoked = await run.invoke(victim.agent, run.context(peer, victim.agent, victim.room), user=peer)
     ev["peer_in_subject_room"] = invoked.decision.brief()
     expect(invoked.decision.action == "rewrite_disabled", "peer_context_not_rewritten")
-    ev["peer_status"] = await refusal(run.control(peer).status(victim.scope_id))
-    expect(ev["peer_status"]["reason"] == "not_subject", "peer_reads_status")
+    ev["peer_status"] = refused = await refusal(run.control(peer).status(victim.scope_id))
+    expect(refused["reason"] == "not_subject", "peer_reads_status")
     await _bypass(run, victim, ev)
 
 

@@ -9,8 +9,6 @@ in the devstack, the gateway's logs and audit rows, in every encoded form.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sidecar.drill.actors import DrillRun, refusal
 from sidecar.drill.result import Evidence, expect
 from sidecar.drill.sentinels import find_leaks
@@ -48,7 +46,7 @@ async def _hostile_requests(run: DrillRun, ev: Evidence) -> None:
     ev["raw_transcript"] = raw.brief()
     expect(raw.status == 403 and raw.reason == "fact_too_large", "raw_transcript_not_refused")
     smuggled = run.fact("c12ident")
-    body: dict[str, Any] = {"agent_name": smuggled, "user_id": smuggled, "content": "x", "vector": [0.036] * 768}
+    body: dict[str, object] = {"agent_name": smuggled, "user_id": smuggled, "content": "x", "vector": [0.036] * 768}
     headers = {"X-Agent-Name": _ascii(smuggled), "X-User-Id": _ascii(smuggled)}
     for name, path in (("smuggled_save", "/api/memories/sessions"), ("smuggled_search", "/api/memories/search")):
         answer = await call(run.http, "POST", t.data_url + path, json=body, headers=headers)
@@ -58,10 +56,10 @@ async def _hostile_requests(run: DrillRun, ev: Evidence) -> None:
     ev["garbage_context"] = garbage.decision.brief()
     expect(garbage.decision.action == "rewrite_disabled", "garbage_context_not_rewritten")
     control = run.control(subject)
-    ev["smuggled_entry_id"] = await refusal(control.forget(scope.scope_id, run.fact("c12entry")))
-    ev["smuggled_room_id"] = await refusal(control.create_scope(subject, agent.ref, run.fact("c12room")))
+    ev["smuggled_entry_id"] = entry = await refusal(control.forget(scope.scope_id, run.fact("c12entry")))
+    ev["smuggled_room_id"] = room = await refusal(control.create_scope(subject, agent.ref, run.fact("c12room")))
     expect(
-        ev["smuggled_entry_id"]["status"] >= 400 and ev["smuggled_room_id"]["status"] >= 400,
+        entry["status"] >= 400 and room["status"] >= 400,
         "smuggled_control_values_accepted",
     )
 

@@ -10,7 +10,7 @@ reason codes, counts, booleans and timestamps; notes are fixed sentences written
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 Outcome = Literal["passed", "failed", "not_provable"]
 
@@ -18,7 +18,7 @@ Outcome = Literal["passed", "failed", "not_provable"]
 class CheckFailed(Exception):
     """An expectation did not hold; ``expectation`` names it (a fixed snake_case code)."""
 
-    def __init__(self, expectation: str, **observed: Any) -> None:
+    def __init__(self, expectation: str, **observed: object) -> None:
         super().__init__(expectation)
         self.expectation, self.observed = expectation, observed
 
@@ -26,12 +26,12 @@ class CheckFailed(Exception):
 class NotProvable(Exception):
     """The target cannot demonstrate the property; ``why`` is a fixed snake_case code."""
 
-    def __init__(self, why: str, **observed: Any) -> None:
+    def __init__(self, why: str, **observed: object) -> None:
         super().__init__(why)
         self.why, self.observed = why, observed
 
 
-def expect(condition: bool, expectation: str, **observed: Any) -> None:
+def expect(condition: bool, expectation: str, **observed: object) -> None:
     """Raise :class:`CheckFailed` unless ``condition`` holds."""
     if not condition:
         raise CheckFailed(expectation, **observed)
@@ -41,18 +41,30 @@ def expect(condition: bool, expectation: str, **observed: Any) -> None:
 class Evidence:
     """What one check observed, plus notes on what it could not show."""
 
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: object) -> None:
         self.data[key] = value
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         return self.data[key]
 
     def note(self, text: str) -> None:
         """Add a fixed sentence on a limit of this proof."""
         self.notes.append(text)
+
+
+class CheckJson(TypedDict):
+    """A check in the bundle document."""
+
+    id: str
+    title: str
+    passed: bool
+    outcome: Outcome
+    evidence: dict[str, object]
+    notes: list[str]
+    duration_ms: float
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,7 @@ class CheckResult:
     id: str
     title: str
     outcome: Outcome
-    evidence: dict[str, Any]
+    evidence: dict[str, object]
     notes: tuple[str, ...]
     duration_ms: float
 
@@ -70,7 +82,7 @@ class CheckResult:
     def passed(self) -> bool:
         return self.outcome == "passed"
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> CheckJson:
         return {
             "id": self.id,
             "title": self.title,

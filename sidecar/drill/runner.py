@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TypedDict
 
 import aiohttp
 
@@ -20,7 +20,7 @@ from sidecar.control.client import ControlError
 from sidecar.drill import checks_consent, checks_erasure, checks_limits, checks_reuse, checks_sentinel
 from sidecar.drill.actors import DrillRun, LocalView
 from sidecar.drill.result import CheckFailed, CheckResult, Evidence, NotProvable, Outcome
-from sidecar.drill.target import Target
+from sidecar.drill.target import Target, TargetDescription
 from sidecar.drill.wire import Recorder, call, open_session
 
 #: Exit codes of ``memgov drill`` (docs/drill.md).
@@ -52,6 +52,24 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
+class Versions(TypedDict):
+    """The drill's own version, and what the target showed of its own (None where it did not)."""
+
+    memgov_drill: str | None
+    policy_engine: object
+    policy_revision: object
+    ready: bool | None
+    kagent: object
+
+
+class Cleanup(TypedDict, total=False):
+    """How the run's identities were offboarded (empty until the run ends)."""
+
+    subjects: int
+    scopes: int
+    complete: bool
+
+
 class TargetUnreachable(Exception):
     """The control API or the data plane did not answer at all."""
 
@@ -60,13 +78,13 @@ class TargetUnreachable(Exception):
 class Report:
     """Everything one run established, ready to be written as a bundle."""
 
-    target: dict[str, Any]
-    versions: dict[str, Any]
-    limits: dict[str, Any]
+    target: TargetDescription
+    versions: Versions
+    limits: dict[str, object]
     started_at: str
     finished_at: str = ""
     checks: list[CheckResult] = field(default_factory=list)
-    cleanup: dict[str, Any] = field(default_factory=dict)
+    cleanup: Cleanup = field(default_factory=Cleanup)
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for c in self.checks if c.outcome == outcome)
@@ -112,7 +130,7 @@ async def run_check(run: DrillRun, check: Check) -> CheckResult:
     return CheckResult(check.id, check.title, outcome, ev.data, tuple(ev.notes), duration)
 
 
-async def _versions(run: DrillRun) -> dict[str, Any]:
+async def _versions(run: DrillRun) -> Versions:
     """memgov's and kagent's versions and the policy revision, where the target shows them."""
     try:
         await run.control().openapi()
@@ -123,7 +141,7 @@ async def _versions(run: DrillRun) -> dict[str, Any]:
         drill_version = version("memgov")
     except PackageNotFoundError:
         drill_version = None
-    found: dict[str, Any] = {
+    found: Versions = {
         "memgov_drill": drill_version,
         "policy_engine": None,
         "policy_revision": None,
@@ -137,15 +155,13 @@ async def _versions(run: DrillRun) -> dict[str, Any]:
             return found
         checks = ready.body.get("checks", {}) if isinstance(ready.body, dict) else {}
         policy = checks.get("policy", {}) if isinstance(checks, dict) else {}
-        found.update(
-            ready=ready.status == 200,
-            policy_engine=policy.get("engine"),
-            policy_revision=policy.get("revision") or None,
-        )
+        found["ready"] = ready.status == 200
+        found["policy_engine"] = policy.get("engine")
+        found["policy_revision"] = policy.get("revision") or None
     return found
 
 
-async def _cleanup(run: DrillRun) -> dict[str, Any]:
+async def _cleanup(run: DrillRun) -> Cleanup:
     """Offboard every identity the run used; report counts and completeness only."""
     operator = run.control(operator=True)
     complete, scopes = True, 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from sidecar.identity import IdentityError, tokens
@@ -70,6 +70,23 @@ def _strip_credentials(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+class TargetDescription(TypedDict):
+    """A target as the evidence bundle records it: URLs without credentials, no key material."""
+
+    mode: Literal["devstack", "deployment"]
+    data_url: str | None
+    control_url: str | None
+    ops_url: str | None
+    kagent_url: str | None
+    server_name: str
+    bridge_bot: str
+    subject: str
+    agents: list[str]
+    classification: str
+    signing: dict[str, str]
+    kagent_bearer: bool
+
+
 @dataclass(frozen=True)
 class Target:
     """One deployment (or the in-process devstack) and everything the drill needs to act on it."""
@@ -105,7 +122,7 @@ class Target:
         if not self.room.startswith("!") or ":" not in self.room:
             raise DrillConfigError("--room: give a room id of the form !opaque:server")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> TargetDescription:
         """The content-free description recorded in the evidence bundle (no key material)."""
         return {
             "mode": self.mode,

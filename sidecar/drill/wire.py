@@ -13,7 +13,6 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
@@ -100,7 +99,7 @@ class Answer:
     """A data-plane answer: status, parsed JSON (or None) and the decision."""
 
     status: int
-    body: Any
+    body: object
     decision: Decision
 
     @property
@@ -110,7 +109,7 @@ class Answer:
             return str(self.body["error"])
         return self.decision.reason
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self) -> dict[str, int | str]:
         """Evidence form: status, action, reason code, decision id."""
         return {"status": self.status, **self.decision.brief(), "reason": self.reason}
 
@@ -121,12 +120,12 @@ class Answer:
 
 
 async def call(
-    http: aiohttp.ClientSession, method: str, url: str, *, json: Any = None, headers: dict[str, str] | None = None
+    http: aiohttp.ClientSession, method: str, url: str, *, json: object = None, headers: dict[str, str] | None = None
 ) -> Answer:
     """One request; the answer is parsed leniently (non-JSON bodies become None)."""
     async with http.request(method, url, json=json, headers=headers) as resp:
         try:
-            body = await resp.json(content_type=None)
+            body: object = await resp.json(content_type=None)
         except ValueError:
             body = None
         return Answer(resp.status, body, Decision.parse(resp.headers.get("X-Memgov-Decision")))

@@ -93,7 +93,7 @@ class Mxid:
         return f"@{self.localpart}:{self.server_name}"
 
 
-def parse_mxid(value: str) -> Mxid:
+def parse_mxid(value: object) -> Mxid:
     """Parse a complete MXID ``@localpart:server_name``; raise IdentityError(principal_invalid)."""
     # SECURITY: the length and ASCII checks run first so no hostile input reaches the regexes
     # at full size, and nothing outside ASCII (homoglyphs, invisible characters) can match.

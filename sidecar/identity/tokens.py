@@ -20,10 +20,10 @@ from __future__ import annotations
 import enum
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Final, TypeGuard
 
 import jwt
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -81,7 +81,7 @@ class Verifier:
     def __repr__(self) -> str:
         return f"Verifier(algorithm={self.algorithm!r})"
 
-    def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, Any]:
+    def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, object]:
         """Return the verified claims of a token of kind ``typ``;
         raise IdentityError(context_invalid or context_expired)."""
         invalid = IdentityError(Reason.CONTEXT_INVALID)
@@ -101,7 +101,9 @@ class Verifier:
         # SECURITY: a token of another kind, signed with the same key, is not this one (RFC 8725 §3.11).
         if not _typ_matches(decoded["header"].get("typ"), typ):
             raise invalid
-        claims: dict[str, Any] = decoded["payload"]
+        claims = decoded["payload"]
+        if not isinstance(claims, dict):
+            raise invalid
         times = {name: claims[name] for name in _TIME_CLAIMS if name in claims}
         if not all(_is_int(v) for v in times.values()):
             raise invalid
@@ -112,7 +114,7 @@ class Verifier:
         return claims
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -173,7 +175,7 @@ def load_signing_key(path: Path, option: str) -> SigningKey:
     raise SecretError(f"{option}: only Ed25519 and RSA private keys can sign")
 
 
-def mint_token(claims: dict[str, Any], key: bytes, alg: str, *, typ: TokenType) -> str:
+def mint_token(claims: dict[str, object], key: bytes, alg: str, *, typ: TokenType) -> str:
     """Sign claims as a token of kind ``typ`` with an HS256 secret or an Ed25519/RSA PEM private key."""
     headers = {"typ": TokenType(typ).value}
     if alg == "HS256":
@@ -199,9 +201,9 @@ def mint_operator(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 300)
     )
 
 
-def control_room(members: list[str], server_name: str, **overrides: Any) -> dict[str, Any]:
+def control_room(members: list[str], server_name: str, **overrides: object) -> dict[str, object]:
     """The attested state of a correct control room (SPEC R-5); ``overrides`` change single fields."""
-    room: dict[str, Any] = {
+    room: dict[str, object] = {
         "room_version": "12",
         "encrypted": False,
         "join_rule": "invite",
@@ -221,7 +223,7 @@ def mint_context(
     sub: str,
     agent: str,
     room_id: str,
-    room: dict[str, Any],
+    room: Mapping[str, object],
     servers: list[str],
     classification: str,
     now: int,
@@ -271,17 +273,27 @@ class OperatorToken:
     exp: int
 
 
+def _exp_iat(claims: Mapping[str, object]) -> tuple[int, int]:
+    """``exp`` and ``iat`` of decoded claims that require both (decode has checked they are integers)."""
+    exp, iat = claims["exp"], claims["iat"]
+    if not (_is_int(exp) and _is_int(iat)):
+        raise IdentityError(Reason.CONTEXT_INVALID)
+    return exp, iat
+
+
 def _decode_auth(
     token: str, verifier: Verifier, now: int, typ: TokenType, required: tuple[str, ...], max_age_s: int
-) -> dict[str, Any]:
+) -> tuple[dict[str, object], int]:
+    """The claims of a bearer token, and its ``exp``."""
     try:
         claims = verifier.decode(token, typ=typ, now=now, required_claims=required)
+        exp, iat = _exp_iat(claims)
     except IdentityError:
         raise IdentityError(Reason.AUTH_REQUIRED) from None
     # SECURITY: a bearer token is short-lived; one minted for a long life is refused outright.
-    if not 0 < claims["exp"] - claims["iat"] <= max_age_s:
+    if not 0 < exp - iat <= max_age_s:
         raise IdentityError(Reason.AUTH_REQUIRED)
-    return claims
+    return claims, exp
 
 
 def verify_subject_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 300) -> SubjectToken:
@@ -289,21 +301,21 @@ def verify_subject_token(token: str, verifier: Verifier, *, now: int, max_age_s:
 
     Raises IdentityError(auth_required or principal_invalid).
     """
-    claims = _decode_auth(token, verifier, now, TokenType.SUBJECT, ("sub", "exp", "iat", "jti"), max_age_s)
+    claims, exp = _decode_auth(token, verifier, now, TokenType.SUBJECT, ("sub", "exp", "iat", "jti"), max_age_s)
     jti = claims["jti"]
     if not isinstance(jti, str) or JTI.fullmatch(jti) is None:
         raise IdentityError(Reason.AUTH_REQUIRED)
-    return SubjectToken(sub=str(parse_mxid(claims["sub"])), exp=claims["exp"], jti=jti)
+    return SubjectToken(sub=str(parse_mxid(claims["sub"])), exp=exp, jti=jti)
 
 
 def verify_operator_token(token: str, verifier: Verifier, *, now: int, max_age_s: int = 3600) -> OperatorToken:
     """Verify an operator's bearer token (``memgov-operator+jwt``, ``role == "operator"``);
     raise IdentityError(auth_required)."""
-    claims = _decode_auth(token, verifier, now, TokenType.OPERATOR, ("sub", "exp", "iat", "role"), max_age_s)
+    claims, exp = _decode_auth(token, verifier, now, TokenType.OPERATOR, ("sub", "exp", "iat", "role"), max_age_s)
     sub = claims["sub"]
     if claims["role"] != "operator" or not isinstance(sub, str) or _OPERATOR_SUB.fullmatch(sub) is None:
         raise IdentityError(Reason.AUTH_REQUIRED)
-    return OperatorToken(sub=sub, exp=claims["exp"])
+    return OperatorToken(sub=sub, exp=exp)
 
 
 def _pydantic(check: Callable[[str], object]) -> AfterValidator:
@@ -407,7 +419,8 @@ def verify_context(token: str, verifier: Verifier, *, now: int, max_age_s: int =
     (``exp - iat``) above ``max_age_s``.
     """
     claims = verifier.decode(token, typ=TokenType.CONTEXT, now=now, required_claims=_CONTEXT_CLAIMS)
-    if not 0 < claims["exp"] - claims["iat"] <= max_age_s:
+    exp, iat = _exp_iat(claims)
+    if not 0 < exp - iat <= max_age_s:
         raise IdentityError(Reason.CONTEXT_INVALID)
     try:
         return DelegationContext.model_validate(claims)

@@ -17,7 +17,7 @@ from typing import Any
 import cedarpy
 import orjson
 
-from sidecar.policy.cedar_input import deployment_entity, entities, request
+from sidecar.policy.cedar_input import Request, deployment_entity, entities, request
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput, Deployment
 from sidecar.policy.outcome import Verdict
@@ -297,7 +297,7 @@ def _verdict(result: cedarpy.AuthzResult, reasons: dict[str, str]) -> Verdict:
     return Verdict(allowed=False, reasons=frozenset(reasons.get(pid, "") for pid in result.diagnostics.reasons))
 
 
-def _authorize(requests: list[dict[str, Any]], compiled: CedarPolicies, handle: cedarpy.Entities) -> list[Verdict]:
+def _authorize(requests: list[Request], compiled: CedarPolicies, handle: cedarpy.Entities) -> list[Verdict]:
     """Decide requests in one call of cedarpy's extension, identical requests once.
 
     The same call ``cedarpy.is_authorized_batch`` makes, without its per-request JSON round trips
@@ -306,7 +306,7 @@ def _authorize(requests: list[dict[str, Any]], compiled: CedarPolicies, handle: 
     policies, so each distinct request is evaluated once.
     """
     unique: dict[bytes, int] = {}
-    wire: list[dict[str, Any]] = []
+    wire: list[dict[str, object]] = []
     order: list[int] = []
     for req in requests:
         context = orjson.dumps(req["context"])
@@ -388,7 +388,7 @@ class CedarEngine:
         if compiled is None:
             raise CedarEvalError("unloaded")
         try:
-            result = cedarpy.is_authorized(request(inp), compiled.policies, self._entities(compiled, inp))
+            result = cedarpy.is_authorized(dict(request(inp)), compiled.policies, self._entities(compiled, inp))
         except (ValueError, TypeError):
             raise CedarEvalError("malformed") from None
         return _verdict(result, compiled.reasons), determining(compiled, result)

@@ -7,13 +7,41 @@ facts are left out rather than given a default, so a policy must test them with 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Final, TypeAlias, TypedDict
 
 from sidecar.policy.model import DecisionInput, Deployment, Limits
 from sidecar.policy.pack import is_complete
 
-_DEPLOYMENT: Final = {"type": "Deployment", "id": "local"}
-_OPEN_ACL: Final = {"allow": ["*"], "allowIpLiterals": True}
+#: A value in Cedar's JSON format: a string, long or boolean, a set, or a record (an entity
+#: reference is the record ``{"__entity": {"type": ..., "id": ...}}``).
+CedarValue: TypeAlias = str | int | bool | Sequence["CedarValue"] | Mapping[str, "CedarValue"]
+
+
+class EntityUid(TypedDict):
+    type: str
+    id: str
+
+
+class Entity(TypedDict):
+    """One entity of Cedar's JSON entity list."""
+
+    uid: EntityUid
+    attrs: Mapping[str, CedarValue]
+    parents: list[EntityUid]
+
+
+class Request(TypedDict):
+    """A Cedar request: principal, action and resource by uid, and the context record."""
+
+    principal: EntityUid
+    action: EntityUid
+    resource: EntityUid
+    context: dict[str, CedarValue]
+
+
+_DEPLOYMENT: Final[EntityUid] = {"type": "Deployment", "id": "local"}
+_OPEN_ACL: Final[Mapping[str, CedarValue]] = {"allow": ["*"], "allowIpLiterals": True}
 
 
 def limits_record(lim: Limits) -> dict[str, int]:
@@ -34,7 +62,7 @@ def limits_record(lim: Limits) -> dict[str, int]:
     }
 
 
-def deployment_entity(dep: Deployment) -> dict[str, Any]:
+def deployment_entity(dep: Deployment) -> Entity:
     """The Deployment entity: settings, limits, pre-joined partner servers and the org lists."""
     # Cedar has no loops: the audience servers complete partner records admit are joined here.
     partners = {
@@ -55,10 +83,10 @@ def deployment_entity(dep: Deployment) -> dict[str, Any]:
     }
 
 
-def _user(inp: DecisionInput) -> dict[str, Any]:
+def _user(inp: DecisionInput) -> Entity:
     p = inp.principal
     if p is None:
-        attrs: dict[str, Any] = {
+        attrs: dict[str, CedarValue] = {
             "known": False,
             "mxid": "",
             "localpart": "",
@@ -82,13 +110,13 @@ def _user(inp: DecisionInput) -> dict[str, Any]:
             "origin": p.origin.value,
             "partnerOrigins": sorted(origins),
         }
-    return {"uid": {"type": "User", "id": attrs["mxid"]}, "attrs": attrs, "parents": []}
+    return {"uid": {"type": "User", "id": p.mxid if p is not None else ""}, "attrs": attrs, "parents": []}
 
 
-def _scope(inp: DecisionInput) -> dict[str, Any]:
+def _scope(inp: DecisionInput) -> Entity:
     s = inp.scope
     if s is None:
-        attrs: dict[str, Any] = {
+        attrs: dict[str, CedarValue] = {
             "exists": False,
             "enabled": False,
             "generation": -1,
@@ -112,9 +140,9 @@ def _scope(inp: DecisionInput) -> dict[str, Any]:
     return {"uid": {"type": "Scope", "id": s.scope_id}, "attrs": attrs, "parents": []}
 
 
-def _delegation(inp: DecisionInput) -> dict[str, Any]:
+def _delegation(inp: DecisionInput) -> dict[str, CedarValue]:
     req = inp.request
-    out: dict[str, Any] = {
+    out: dict[str, CedarValue] = {
         "present": req.context.present,
         "valid": req.context.valid,
         "expired": req.context.expired,
@@ -129,7 +157,7 @@ def _delegation(inp: DecisionInput) -> dict[str, Any]:
     return out
 
 
-def _room(inp: DecisionInput) -> dict[str, Any] | None:
+def _room(inp: DecisionInput) -> dict[str, CedarValue] | None:
     room = inp.room
     if room is None:
         return None
@@ -146,9 +174,9 @@ def _room(inp: DecisionInput) -> dict[str, Any] | None:
     }
 
 
-def _context(inp: DecisionInput) -> dict[str, Any]:
+def _context(inp: DecisionInput) -> dict[str, CedarValue]:
     a, req, b, lim = inp.agent, inp.request, inp.budget, inp.deployment.limits
-    request: dict[str, Any] = {
+    request: dict[str, CedarValue] = {
         "keyValid": req.key_valid,
         "userIdMatches": req.user_id_matches,
         "agentNameMatches": req.agent_name_matches,
@@ -157,7 +185,7 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
     }
     if req.presented_generation is not None:
         request["presentedGeneration"] = req.presented_generation
-    context: dict[str, Any] = {
+    context: dict[str, CedarValue] = {
         "agent": {
             "known": a is not None,
             "ref": a.ref if a else "",
@@ -178,7 +206,7 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
         },
         "entries": {"count": inp.entries.count, "cap": inp.entries.cap},
         "now": inp.now,
-        "deployment": {"__entity": _DEPLOYMENT},
+        "deployment": {"__entity": {"type": _DEPLOYMENT["type"], "id": _DEPLOYMENT["id"]}},
     }
     room = _room(inp)
     if room is not None:
@@ -188,12 +216,12 @@ def _context(inp: DecisionInput) -> dict[str, Any]:
     return context
 
 
-def entities(inp: DecisionInput) -> list[dict[str, Any]]:
+def entities(inp: DecisionInput) -> list[Entity]:
     """The Deployment, User and Scope entities of an input."""
     return [deployment_entity(inp.deployment), _user(inp), _scope(inp)]
 
 
-def request(inp: DecisionInput) -> dict[str, Any]:
+def request(inp: DecisionInput) -> Request:
     """The Cedar request of an input: principal, action, resource and context."""
     return {
         "principal": {"type": "User", "id": inp.principal.mxid if inp.principal else ""},

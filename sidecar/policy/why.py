@@ -70,8 +70,8 @@ def split_top(body: str) -> tuple[str, list[str]]:
     return "", [" ".join(body.split())]
 
 
-def _cedar_value(condition: str, scope: str, request: dict[str, object], entities: str, schema: str) -> str:
-    result = cedarpy.is_authorized(request, f"permit ({scope}) when {{ {condition} }};", entities, schema)
+def _cedar_value(condition: str, scope: str, request: cedar_input.Request, entities: str, schema: str) -> str:
+    result = cedarpy.is_authorized(dict(request), f"permit ({scope}) when {{ {condition} }};", entities, schema)
     if result.diagnostics.errors:
         return "error"
     return "true" if result.allowed else "false"
