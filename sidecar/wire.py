@@ -28,7 +28,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, Final, TypeGuard
+from typing import Final, TypeGuard
 
 import orjson
 
@@ -176,7 +176,7 @@ class StrictJSON:
             raise BadBody("unencodable") from None
         return value
 
-    def parse_object(self, body: bytes) -> dict[str, Any]:
+    def parse_object(self, body: bytes) -> dict[str, object]:
         """Parse a body that must be a JSON object."""
         value = self.parse(body)
         if not isinstance(value, dict):
@@ -193,7 +193,7 @@ def _skip_ws(text: str, at: int) -> int:
     return at
 
 
-def is_vector(value: object, dim: int = VECTOR_DIM) -> bool:
+def is_vector(value: object, dim: int = VECTOR_DIM) -> TypeGuard[list[float]]:
     """Exactly ``dim`` finite float32-range numbers, not all (float32-)zero (SPEC R-10).
 
     kagent answers 500 to every search whose query or results hold an all-zero vector, after
@@ -214,7 +214,7 @@ def is_int64(value: object) -> TypeGuard[int]:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[float]:
     """A finite JSON number (not a bool)."""
     return type(value) in _NUMBER_TYPES and math.isfinite(value)  # type: ignore[arg-type]  # the type test admits int and float only
 

@@ -53,10 +53,10 @@ class EraseAdapter(Protocol):
     async def close(self) -> None: ...
 
 
-def listed(outcome: Found | Refused | Unknown) -> list[dict[str, Any]]:
-    """The rows of a namespace listing; AdapterError with a code when kagent did not list it."""
+def listed(outcome: Found | Refused | Unknown) -> Found:
+    """A namespace listing; AdapterError with a code when kagent did not list it."""
     if isinstance(outcome, Found):
-        return outcome.rows
+        return outcome
     # SECURITY: kagent's error body can quote database errors; the client read and dropped it.
     raise AdapterError(Reason.UPSTREAM_UNAVAILABLE if isinstance(outcome, Unknown) else Reason.UPSTREAM_ERROR)
 
@@ -82,9 +82,8 @@ class RestAdapter:
             raise AdapterError(Reason.ERASURE_FAILED)
 
     async def remaining(self, agent_name: str, storage_key: str, entry_ids: Iterable[str] | None = None) -> set[str]:
-        rows = listed(await self._kagent.list(agent_name, storage_key))
         # Only ids are kept; the content kagent returns with them is dropped right here.
-        found = {r["id"] for r in rows}
+        found = set(listed(await self._kagent.list(agent_name, storage_key)).ids)
         return found if entry_ids is None else found & set(entry_ids)
 
     async def delete_created_before(self, cutoff: datetime) -> int | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlencode
 
 import aiohttp
@@ -46,9 +46,17 @@ class Created:
     id: str
 
 
+#: One memory row as kagent answers it, relayed unchanged; memgov reads only its id (and, for
+#: inspect and rotation, its content).
+Row = dict[str, object]
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
-    rows: list[dict[str, Any]]
+    """Rows kagent answered, each with a string id (``ids[i]`` is ``rows[i]``'s)."""
+
+    rows: list[Row]
+    ids: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +79,27 @@ class Unknown:
         return UpstreamUnavailable(timeout=self.timeout, sent=self.sent)
 
 
+def contents(found: Found) -> dict[str, str]:
+    """Entry id → content of listed rows ("" where a row carries none); kept in memory only."""
+    return {i: c if isinstance(c := r.get("content"), str) else "" for i, r in zip(found.ids, found.rows, strict=True)}
+
+
 def namespace_query(agent_name: str, storage_key: str) -> str:
     """The path and query of kagent's list/delete of one (agent, user) namespace."""
     return LIST_PATH + "?" + urlencode({"agent_name": agent_name, "user_id": storage_key})
 
 
-def _rows(answer: object) -> list[dict[str, Any]] | None:
+def _found(answer: object) -> Found | None:
+    """The rows of a list answer that carry a string id; None when the answer is not a list."""
     if not isinstance(answer, list):
         return None
-    return [r for r in answer if isinstance(r, dict) and isinstance(r.get("id"), str)]
+    rows: list[Row] = []
+    ids: list[str] = []
+    for r in answer:
+        if isinstance(r, dict) and isinstance(row_id := r.get("id"), str):
+            rows.append(r)
+            ids.append(row_id)
+    return Found(rows, ids)
 
 
 class KagentMemory:
@@ -175,8 +195,8 @@ class KagentMemory:
         if isinstance(got, Unknown):
             return got
         status, answer = got
-        rows = _rows(answer) if status < HTTPStatus.BAD_REQUEST else None
-        return Refused(status) if rows is None else Found(rows)
+        found = _found(answer) if status < HTTPStatus.BAD_REQUEST else None
+        return Refused(status) if found is None else found
 
     async def list(self, agent_name: str, storage_key: str) -> Found | Refused | Unknown:
         """Every row of one namespace, content included (callers keep what they need, in memory only)."""
@@ -184,8 +204,8 @@ class KagentMemory:
         if isinstance(got, Unknown):
             return got
         status, answer = got
-        rows = _rows(answer) if status == HTTPStatus.OK else None
-        return Refused(status) if rows is None else Found(rows)
+        found = _found(answer) if status == HTTPStatus.OK else None
+        return Refused(status) if found is None else found
 
     async def delete(self, agent_name: str, storage_key: str) -> Deleted | Refused | Unknown:
         """Delete one whole namespace (kagent v0.9.11 has no per-row delete)."""

@@ -18,7 +18,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 
@@ -55,7 +55,7 @@ def runtime_vector(raw: Sequence[float]) -> list[float] | None:
     return vector if is_vector(vector) else None
 
 
-def _decode(value: Any) -> list[float] | None:
+def _decode(value: object) -> list[float] | None:
     """An embedding as floats: a JSON list, or base64 little-endian float32 (the OpenAI SDK's default)."""
     if isinstance(value, list):
         return value if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value) else None
@@ -83,7 +83,7 @@ class Reembedder:
     async def embed(self, model: EmbeddingModel, texts: Sequence[str]) -> list[list[float]]:
         """One provider call: a 768-float vector per text, in order; AdapterError (a reason code only) on any
         failure. Callers send at most :data:`BATCH` texts per call."""
-        body: dict[str, Any] = {"model": model.model, "input": list(texts)}
+        body: dict[str, object] = {"model": model.model, "input": list(texts)}
         if model.dimensions is not None:
             body["dimensions"] = model.dimensions
         if model.encoding_format is not None:

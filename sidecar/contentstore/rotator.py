@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sidecar.contentstore.adapters import AdapterError, listed
-from sidecar.contentstore.kagent import Created, KagentMemory, Unknown
+from sidecar.contentstore.kagent import Created, KagentMemory, Unknown, contents
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.reasons import Reason
 
@@ -43,8 +43,7 @@ class Rotator:
 
     async def texts(self, agent_query: str, storage_key: str) -> dict[str, str]:
         """Entry id -> content of every row kagent lists in one namespace (kept in memory only)."""
-        rows = listed(await self._kagent.list(agent_query, storage_key))
-        return {r["id"]: r["content"] if isinstance(r.get("content"), str) else "" for r in rows}
+        return contents(listed(await self._kagent.list(agent_query, storage_key)))
 
     async def save(self, app: str, storage_key: str, content: str, vector: list[float], ttl: int) -> Created | Unknown:
         """Save one copy the way a governed save is forwarded: ``Created`` with its new kagent id, or

@@ -15,6 +15,7 @@ from http import HTTPStatus
 from aiohttp import web
 
 from sidecar.contentstore.adapters import AdapterError, listed
+from sidecar.contentstore.kagent import contents
 from sidecar.control.auth import spend, subject_scope
 from sidecar.control.erasures import erasure_answer
 from sidecar.control.http import ERASURE, ok, operation
@@ -95,10 +96,9 @@ async def inspect(request: web.Request) -> web.StreamResponse:
     texts: dict[str, str] = {}
     if current and live_ns is not None:
         try:
-            rows = listed(await gov.kagent.list(gov.query_name(scope.agent), live_ns.storage_key))
+            texts = contents(listed(await gov.kagent.list(gov.query_name(scope.agent), live_ns.storage_key)))
         except AdapterError as exc:
             raise Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY, scope_id=scope.scope_id) from None
-        texts = {r["id"]: content if isinstance(content := r.get("content"), str) else "" for r in rows}
     after = await entry_reads(gov).scopes.get_scope(scope.scope_id)
     if (
         after is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
@@ -40,7 +40,7 @@ _MODEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}")
 _DROPPED: Final = ("X-User-Id", "X-Agent-Name", "Content-Length", "Content-Encoding")
 
 
-def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+def embedding_request(payload: dict[str, object]) -> tuple[list[str], dict[str, object]] | None:
     """The texts and the body to forward, from a checked OpenAI-style request; None if malformed."""
     value, model = payload.get("input"), payload.get("model")
     if isinstance(value, str):
@@ -49,7 +49,7 @@ def embedding_request(payload: dict[str, Any]) -> tuple[list[str], dict[str, Any
         inputs = list(value)
     else:
         return None
-    body: dict[str, Any] = {"model": model, "input": value}
+    body: dict[str, object] = {"model": model, "input": value}
     if not isinstance(model, str) or _MODEL.fullmatch(model) is None:
         return None
     if "dimensions" in payload:
@@ -68,7 +68,7 @@ class _Embedding:
     """The texts to embed and the body memgov serialises for the provider from the fields it checked."""
 
     inputs: list[str]
-    body: dict[str, Any]
+    body: dict[str, object]
 
 
 async def _parse(call: Call) -> _Embedding:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
@@ -32,7 +32,7 @@ from sidecar.wire import BadBody, StrictJSON
 _INVOKE = StrictJSON(("params", "message", "contextId"))
 
 
-def _is_new_conversation(payload: dict[str, Any]) -> bool:
+def _is_new_conversation(payload: dict[str, object]) -> bool:
     """A message without a contextId starts a conversation (kagent's prefetch runs on its first turn)."""
     params = payload.get("params")
     message = params.get("message") if isinstance(params, dict) else None
@@ -58,7 +58,7 @@ class _Invocation:
     """An invocation's checked body, and the scope a verified context named (None: none found)."""
 
     body: bytes
-    payload: dict[str, Any]
+    payload: dict[str, object]
     scope: ScopeRecord | None = None
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from http import HTTPStatus
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from aiohttp import web
 
 from sidecar import metrics, tracing
-from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Unknown
+from sidecar.contentstore.kagent import Created, KagentMemory, Refused, Row, Unknown
 from sidecar.decide.facts import KeyFacts, agent_of, principal_of, scope_of, utf8_len
 from sidecar.decide.respond import Denied, Facts, json_answer
 from sidecar.enforce import budgets
@@ -40,8 +40,6 @@ _SEARCH_FIELDS: Final = ("agent_name", "user_id", "vector", "limit", "min_score"
 _SAVE = StrictJSON(_SAVE_FIELDS)
 _BATCH = StrictJSON(("items", *_SAVE_FIELDS))
 _SEARCH = StrictJSON(_SEARCH_FIELDS)
-#: One checked save item (a JSON object whose forwarded fields ``_fact_ok`` vouched for).
-Fact = dict[str, Any]
 B = TypeVar("B")
 
 
@@ -53,15 +51,56 @@ class Held(Generic[B]):
     body: B
 
 
-def _fact_ok(item: object) -> bool:
-    """A save item kagent would accept, with every field memgov forwards of the right type."""
-    return (
-        isinstance(item, dict)
-        and isinstance(item.get("content", ""), str)
-        and isinstance(item.get("agent_name"), str)
-        and isinstance(item.get("user_id"), str)
-        and is_vector(item.get("vector"))
-        and ("ttl_days" not in item or is_int64(item["ttl_days"]))
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One save item as checked: exactly the values memgov forwards (and the carriers it verifies)."""
+
+    user_id: str
+    agent_name: str
+    content: str
+    vector: list[float]
+    ttl_days: int | None
+
+
+def _fact(item: object) -> Fact | None:
+    """A save item kagent would accept, with every field memgov forwards of the right type; else None."""
+    if not isinstance(item, dict):
+        return None
+    content, user_id, agent_name, vector = (
+        item.get("content", ""),
+        item.get("user_id"),
+        item.get("agent_name"),
+        item.get("vector"),
+    )
+    ttl = item.get("ttl_days")
+    if not (
+        isinstance(content, str) and isinstance(agent_name, str) and isinstance(user_id, str) and is_vector(vector)
+    ):
+        return None
+    if "ttl_days" in item and not is_int64(ttl):
+        return None
+    return Fact(user_id, agent_name, content, vector, ttl if is_int64(ttl) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAsk:
+    """A search as checked; the carriers stay unchecked values until the key check reads them."""
+
+    user_id: object
+    agent_name: object
+    vector: list[float]
+    limit: int | None
+    min_score: float
+
+
+def _search_ask(payload: dict[str, object]) -> SearchAsk | None:
+    vector, limit, min_score = payload.get("vector"), payload.get("limit"), payload.get("min_score", 0)
+    if not is_vector(vector) or not is_number(min_score):
+        return None
+    if "limit" in payload and not is_int64(limit):
+        return None
+    return SearchAsk(
+        payload.get("user_id"), payload.get("agent_name"), vector, limit if is_int64(limit) else None, min_score
     )
 
 
@@ -191,7 +230,7 @@ async def _forward_save(call: Call, held: Held[list[Fact]], decision: Decision) 
     kagent: KagentMemory = call.request.app[MEMORY_API]
     # The agent's own headers (its bearer, its trace); kagent's identity names are set by the client.
     headers = filter_headers(call.request.headers)
-    ttl = _ttl(facts[0].get("ttl_days"), decision, gov.limits.max_days)
+    ttl = _ttl(facts[0].ttl_days, decision, gov.limits.max_days)
     lifetime = timedelta(days=gov.limits.max_days)
     refusal: Refusal | None = None  # raised once the write is settled
     async with WriteSaga(gov, scope, ns, op_id, adm.slots) as saga:
@@ -199,9 +238,7 @@ async def _forward_save(call: Call, held: Held[list[Fact]], decision: Decision) 
             saga.sending()
             # SECURITY: the client builds the body from the checked values: one canonical agent
             # name and the namespace's storage key, nothing else the caller sent.
-            saved = await kagent.save(
-                app, ns.storage_key, fact.get("content", ""), fact["vector"], ttl, headers=headers
-            )
+            saved = await kagent.save(app, ns.storage_key, fact.content, fact.vector, ttl, headers=headers)
             if isinstance(saved, Unknown):
                 if not saved.sent:
                     saga.answered()  # a connection that never opened wrote nothing
@@ -229,7 +266,7 @@ async def _forward_save(call: Call, held: Held[list[Fact]], decision: Decision) 
     return json_answer(HTTPStatus.CREATED, {"id": created[0]}, decision)
 
 
-async def _parse(call: Call, parser: StrictJSON) -> dict[str, Any]:
+async def _parse(call: Call, parser: StrictJSON) -> dict[str, object]:
     """The strictly parsed body; anything else is refused bad_request (counted, no audit row)."""
     request = call.request
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
@@ -244,13 +281,15 @@ async def _parse_save(call: Call) -> list[Fact]:
     """A save's one fact or a batch's facts, each of a shape kagent accepts, all of one key and agent."""
     batch = call.operation is Operation.MEMORY_SAVE_BATCH
     payload = await _parse(call, _BATCH if batch else _SAVE)
-    items = payload.get("items") if batch else [payload]
-    if not isinstance(items, list) or not items or not all(_fact_ok(i) for i in items):
+    given = payload.get("items") if batch else [payload]
+    items = [_fact(i) for i in given] if isinstance(given, list) else []
+    checked = [i for i in items if i is not None]
+    if not checked or len(checked) != len(items):
         raise Refusal(Reason.BAD_REQUEST)
-    first = items[0]
-    if any(i["user_id"] != first["user_id"] or i["agent_name"] != first["agent_name"] for i in items):
+    first = checked[0]
+    if any(i.user_id != first.user_id or i.agent_name != first.agent_name for i in checked):
         raise Refusal(Reason.KEY_INVALID)
-    return items
+    return checked
 
 
 async def _admit_save(call: Call, items: list[Fact]) -> Admitted[Held[list[Fact]]]:
@@ -260,15 +299,15 @@ async def _admit_save(call: Call, items: list[Fact]) -> Admitted[Held[list[Fact]
     # embedding item for the hour (R-11).
     cost = 1 + 2 * len(items) if call.operation is Operation.MEMORY_SAVE_BATCH else 2
     write = WriteAsk(len(items), gov.limits.max_entries, _lease_s(gov, len(items)))
-    kf, adm = await _admit(call, first["user_id"], first["agent_name"], _save_claims(gov, cost), write=write)
+    kf, adm = await _admit(call, first.user_id, first.agent_name, _save_claims(gov, cost), write=write)
     return _memory_facts(
         call,
         kf,
         adm,
         items,
         item_count=len(items),
-        max_item_bytes=max(utf8_len(i.get("content", "")) for i in items),
-        ttl_days=first.get("ttl_days"),
+        max_item_bytes=max(utf8_len(i.content) for i in items),
+        ttl_days=first.ttl_days,
     )
 
 
@@ -277,22 +316,14 @@ def save_spec(operation: Operation) -> RouteSpec[list[Fact], Held[list[Fact]]]:
     return RouteSpec(operation, _parse_save, _admit_save, _forward_save)
 
 
-def _search_ok(payload: dict[str, Any]) -> bool:
-    return (
-        is_vector(payload.get("vector"))
-        and ("limit" not in payload or is_int64(payload["limit"]))
-        and ("min_score" not in payload or is_number(payload["min_score"]))
-    )
-
-
-async def _parse_search(call: Call) -> dict[str, Any]:
-    payload = await _parse(call, _SEARCH)
-    if not _search_ok(payload):
+async def _parse_search(call: Call) -> SearchAsk:
+    ask = _search_ask(await _parse(call, _SEARCH))
+    if ask is None:
         raise Refusal(Reason.BAD_REQUEST)
-    return payload
+    return ask
 
 
-async def _admit_search(call: Call, payload: dict[str, Any]) -> Admitted[Held[dict[str, Any]]]:
+async def _admit_search(call: Call, ask: SearchAsk) -> Admitted[Held[SearchAsk]]:
     gov = call.gov
 
     def claims(scope: Scope, window: str | None) -> list[BudgetClaim]:
@@ -304,22 +335,22 @@ async def _admit_search(call: Call, payload: dict[str, Any]) -> Admitted[Held[di
         )
         return [first, budgets.scope_hour(lim, scope.scope_id, 2)]
 
-    kf, adm = await _admit(call, payload.get("user_id"), payload.get("agent_name"), claims, window=True)
-    return _memory_facts(call, kf, adm, payload, limit=payload.get("limit"), is_prefetch=adm.window is not None)
+    kf, adm = await _admit(call, ask.user_id, ask.agent_name, claims, window=True)
+    return _memory_facts(call, kf, adm, ask, limit=ask.limit, is_prefetch=adm.window is not None)
 
 
-async def _forward_search(call: Call, held: Held[dict[str, Any]], decision: Decision) -> web.StreamResponse:
+async def _forward_search(call: Call, held: Held[SearchAsk], decision: Decision) -> web.StreamResponse:
     """Search the scope's live namespace and answer only what the ledger still holds live."""
-    gov, scope, payload = call.gov, held.admission.scope, held.body
+    gov, scope, ask = call.gov, held.admission.scope, held.body
     if scope is None or scope.namespace is None:
         return json_answer(HTTPStatus.OK, [], decision)
     ns: Namespace | None = scope.namespace
-    limit = payload.get("limit")
+    limit = ask.limit
     ceiling = decision.obligations.max_limit or gov.limits.search_max_limit
     app = gov.app_name(scope.agent)
     kagent: KagentMemory = call.request.app[MEMORY_API]
     headers = filter_headers(call.request.headers)
-    found: list[Any] = []
+    found: list[Row] = []
     # At most twice: a rotation may switch the scope to a fresh namespace while a search is under way.
     for _ in range(2):
         if ns is None:
@@ -327,9 +358,9 @@ async def _forward_search(call: Call, held: Held[dict[str, Any]], decision: Deci
         searched = await kagent.search(
             app,
             ns.storage_key,
-            payload["vector"],
+            ask.vector,
             min(limit if limit and limit > 0 else 5, ceiling),
-            payload.get("min_score", 0),
+            ask.min_score,
             headers=headers,
         )
         if isinstance(searched, Unknown):
@@ -338,10 +369,9 @@ async def _forward_search(call: Call, held: Held[dict[str, Any]], decision: Deci
             raise Refusal(
                 Reason.UPSTREAM_ERROR, scope_id=scope.scope_id, credentialed=True, upstream_status=searched.status
             )
-        rows = searched.rows
-        ids = [r["id"] for r in rows]
+        ids = searched.ids
         keep = await write_path(gov).ledger.filter_live(scope.scope_id, ns.ns_id, ids, gov.now())
-        found = [r for r in rows if r["id"] in keep]
+        found = [r for i, r in zip(ids, searched.rows, strict=True) if i in keep]
         if ids and len(keep) == len(ids):
             break
         ns = await _switched(gov, scope, ns)

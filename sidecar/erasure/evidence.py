@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sidecar.erasure.machine import WHOLE_SCOPE, Kind
 from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace
@@ -27,7 +26,7 @@ def iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat().replace("+00:00", "Z")
 
 
-def _entry(entry_id: str, e: LedgerEntry | None) -> dict[str, Any]:
+def _entry(entry_id: str, e: LedgerEntry | None) -> dict[str, object]:
     return {
         "entry_id": entry_id,
         "generation": None if e is None else e.generation,
@@ -79,7 +78,7 @@ def _frozen(erasure: Erasure, namespaces: list[Namespace]) -> set[str]:
     return {n.ns_id for n in namespaces if n.frozen_by == erasure.erasure_id}
 
 
-def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, Any] | None:
+def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, object] | None:
     """What a rotation moved where: both namespaces and every old -> new entry id."""
     if erasure.kind != Kind.ROTATE:
         return None
@@ -92,7 +91,7 @@ def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, Any] |
     }
 
 
-def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, Any] | None:
+def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, object] | None:
     """For forget-one: the rotation that physically removed its entries, else the latest attempt since."""
     if erasure.kind != Kind.FORGET_ONE:
         return None
@@ -106,7 +105,7 @@ def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, Any
 
 def build_evidence(
     erasure: Erasure, ledger: list[LedgerEntry], namespaces: list[Namespace], rotations: Sequence[Erasure] = ()
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The exportable evidence record of one erasure; ``ledger``, ``namespaces`` and ``rotations``
     (newest first) are the scope's."""
     by_id = {e.entry_id: e for e in ledger}

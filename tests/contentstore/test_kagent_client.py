@@ -64,9 +64,9 @@ class TestRoundTrip:
                 listed = await kagent.list(APP, KEY)
                 assert isinstance(listed, Found)
                 assert [(r["id"], r["content"]) for r in listed.rows] == [(saved.id, "lives in Lisbon")]
-                assert await kagent.list(APP, "mgs1.scope-b.1") == Found([])  # another namespace holds nothing
+                assert await kagent.list(APP, "mgs1.scope-b.1") == Found([], [])  # another namespace holds nothing
                 assert await kagent.delete(APP, KEY) == Deleted()
-                assert await kagent.list(APP, KEY) == Found([])
+                assert await kagent.list(APP, KEY) == Found([], [])
         finally:
             await stack.stop()
 
@@ -146,7 +146,7 @@ class TestOutcomes:
             outcomes = await _calls(kagent)
         if expected is None:
             rows = [{"id": "r1", "content": "c"}]
-            expected = [Refused(200), Found(rows), Found(rows), Deleted()]
+            expected = [Refused(200), Found(rows, ["r1"]), Found(rows, ["r1"]), Deleted()]
         assert outcomes == expected
 
     async def test_silence_is_an_unknown_outcome_that_was_sent(self) -> None:
@@ -189,7 +189,7 @@ class TestWire:
         caller = {"X-User-Id": "else", "X-Agent-Name": "other", "Content-Length": "3", "Authorization": "Bearer t"}
         async with hostile(created) as (url, seen), client(url, auth_mode="trusted-proxy") as kagent:
             assert await kagent.save(APP, KEY, "text", [0.5], 7, headers=caller) == Created("r1")
-            assert await kagent.list(APP, KEY) == Found([])
+            assert await kagent.list(APP, KEY) == Found([], [])
         save, listing = seen
         assert save.path == "/api/memories/sessions" and save.headers["Authorization"] == "Bearer t"
         assert (save.headers["X-User-Id"], save.headers["X-Agent-Name"]) == (KEY, APP)
