@@ -26,7 +26,7 @@ from sidecar.policy.pack import read_pack
 from sidecar.policy.runtime import PolicyRuntime
 from sidecar.settings import PACKAGED_POLICY_DIR, PolicySettings
 
-#: Targets for p50 of a single decision, input included, in microseconds (issue 13 for Cedar).
+#: Targets for p50 of a single decision, input included, in microseconds.
 TARGETS_US: Final = {"cedar": 50.0, "opa": 1000.0}
 SCENARIOS: Final = ("save", "invoke")
 FAN_OUT: Final = 8
