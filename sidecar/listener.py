@@ -7,6 +7,7 @@ those too with the one content-free error shape (SPEC D7): a reason code and a f
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -22,11 +23,15 @@ class _ContentFreeErrors(RequestHandler):
     """A connection handler whose parser-level and last-resort errors carry only a reason code."""
 
     def handle_error(
-        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+        self,
+        request: Any,
+        status: int = HTTPStatus.INTERNAL_SERVER_ERROR,
+        exc: BaseException | None = None,
+        message: str | None = None,
     ) -> web.StreamResponse:
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started")
-        reason = Reason.INTERNAL_ERROR if status >= 500 else Reason.BAD_REQUEST
+        reason = Reason.INTERNAL_ERROR if status >= HTTPStatus.INTERNAL_SERVER_ERROR else Reason.BAD_REQUEST
         decision_id = new_decision_id()
         # SECURITY: the parser's message and the exception may quote the request; neither is kept.
         log.info(
