@@ -3,10 +3,11 @@
 Runs ``profile_governed.run`` without its stage timers (they cost tens of microseconds per stage
 on a VM where the thread-CPU clock is a system call) and prints one line: the process's CPU
 microseconds per save and per search (gateway, client and canned kagent in one process).
-Alternate two trees, B A B A …, and compare medians:
+Alternate two trees, B A B A …, and compare medians; this script may come from either tree, the
+code measured is the one PYTHONPATH names:
 
-    (cd /path/to/before && PYTHONPATH=$PWD /path/to/.venv/bin/python benchmarks/cpu_per_call.py)
-    (cd /path/to/after  && PYTHONPATH=$PWD /path/to/.venv/bin/python benchmarks/cpu_per_call.py)
+    PYTHONPATH=/path/to/before .venv/bin/python benchmarks/cpu_per_call.py
+    PYTHONPATH=/path/to/after  .venv/bin/python benchmarks/cpu_per_call.py
 """
 
 from __future__ import annotations
