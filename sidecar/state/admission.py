@@ -24,9 +24,15 @@ from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
 from sidecar.state.db import Facet, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
-from sidecar.state.prefetch import current_window
-from sidecar.state.scopes import SCOPE_SELECT, scope_of_row, valid_scope_id
+from sidecar.state.prefetch import WINDOW_JOIN, window_key
+from sidecar.state.prefetch import window_id as open_window
+from sidecar.state.scopes import SCOPE_COLUMNS, SCOPE_FROM, SCOPE_SELECT, scope_of_row, valid_scope_id
 from sidecar.state.types import Admission, Claims, StateError, WriteAsk
+
+_SCOPE = f"{SCOPE_SELECT} WHERE s.scope_id = $1"
+#: A search reads the scope and its open prefetch window in one statement.
+_WITH_WINDOW = f"SELECT {SCOPE_COLUMNS}, w.at_us FROM {SCOPE_FROM}{WINDOW_JOIN} WHERE s.scope_id = $1"
+_WINDOW_AT = SCOPE_COLUMNS.count(",") + 1  # the column after the scope's
 
 
 def _admit(
@@ -40,11 +46,15 @@ def _admit(
     reserving: bool,
     lock: str,
 ) -> Script[Admission]:
-    row = yield fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1{lock}", scope_id)
+    if window:
+        # A search reads the prefetch window in the same statement as its scope.
+        row = yield fetchrow(_WITH_WINDOW + lock, scope_id, window_key(scope_id), now_us)
+    else:
+        row = yield fetchrow(_SCOPE + lock, scope_id)
     scope = scope_of_row(row) if row is not None else None
     if scope is None or not scope.enabled or scope.generation != generation or scope.namespace is None:
         return Admission(scope)
-    window_id = (yield from current_window(scope_id, now_us)) if window else None
+    window_id = open_window(scope_id, row[_WINDOW_AT]) if window else None
     levels: dict[str, int] = {}
     if reserving:
         asked = claims(scope, window_id)

@@ -22,14 +22,24 @@ ON CONFLICT (kind, bkey) DO UPDATE SET level = 0, mark = excluded.mark, at_us = 
 _CURRENT = "SELECT at_us FROM budgets WHERE kind = 'pwin' AND bkey = $1 AND mark > $2"
 
 
-def _key(scope_id: str) -> str:
+#: The scope's open window joined to a read of the scope, as one more column (``w.at_us``): its
+#: key is the statement's ``$2`` (``window_key``) and the time ``$3``. At most one row joins.
+WINDOW_JOIN = " LEFT JOIN budgets w ON w.kind = 'pwin' AND w.bkey = $2 AND w.mark > $3"
+
+
+def window_key(scope_id: str) -> str:
     return codec.digest("pwin:" + scope_id)
+
+
+def window_id(scope_id: str, opened_us: int | None) -> str | None:
+    """An opaque id of a scope's open window (for its prefetch counter) from its opening time; None if none is open."""
+    return None if opened_us is None else f"{scope_id}.{int(opened_us)}"
 
 
 def current_window(scope_id: str, now_us: int) -> Script[str | None]:
     """Script part: an opaque id of the scope's open window (for its prefetch counter), or None."""
-    row = yield fetchrow(_CURRENT, _key(scope_id), now_us)
-    return None if row is None else f"{scope_id}.{int(row[0])}"
+    row = yield fetchrow(_CURRENT, window_key(scope_id), now_us)
+    return None if row is None else window_id(scope_id, row[0])
 
 
 class PrefetchOps(Facet):
@@ -39,7 +49,7 @@ class PrefetchOps(Facet):
         """Start a new window for the scope (a new conversation replaces the previous window)."""
         codec.check_scope_id(scope_id)
         async with self._db.tx("write") as tx:
-            await tx.execute(_OPEN, _key(scope_id), to_us(until), to_us(now))
+            await tx.execute(_OPEN, window_key(scope_id), to_us(until), to_us(now))
 
     async def prefetch_window(self, scope_id: str, now: datetime) -> str | None:
         """An opaque id of the scope's open window (for its prefetch counter), or None."""

@@ -24,12 +24,14 @@ _SCOPE_COLS = (
     " created_us, updated_us, consented_us"
 )
 #: A scope row joined with its live namespace (none while disabled).
-SCOPE_SELECT = (
-    "SELECT s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
+#: A scope's columns and its live namespace's, in the order ``scope_of_row`` reads them.
+SCOPE_COLUMNS = (
+    "s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
     " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
     " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us, n.frozen_by"
-    " FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
 )
+SCOPE_FROM = "scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
+SCOPE_SELECT = f"SELECT {SCOPE_COLUMNS} FROM {SCOPE_FROM}"
 _RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
 
 
