@@ -99,6 +99,16 @@ def _release(slots: list[str], op_id: str) -> Script[None]:
     yield execute("DELETE FROM inflight WHERE op_id = $1", op_id)
 
 
+_LIVE_NS = (
+    "SELECT n.ns_id FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
+    " WHERE s.scope_id = $1"
+)
+_END_IF_LIVE = (
+    "DELETE FROM inflight WHERE op_id = $1 AND EXISTS (SELECT 1 FROM namespaces n"
+    " WHERE n.scope_id = $2 AND n.ns_id = $3 AND n.state = 'live')"
+)
+
+
 def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, int, int]]) -> Script[bool]:
     for slot_id, entry_id, created, expires in fills:
         changed = yield execute(
@@ -111,15 +121,15 @@ def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, i
         )
         if changed != 1:
             raise StateError(Reason.INTERNAL_ERROR)
-    row = yield fetchrow(
-        "SELECT n.ns_id FROM scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
-        " WHERE s.scope_id = $1",
-        scope_id,
-    )
-    if row is None or row[0] != ns_id:
-        return False  # withdrawn or switched meanwhile: the in-flight record stays until the undo is done
-    yield execute("DELETE FROM inflight WHERE op_id = $1", op_id)
-    return True
+    # The in-flight record ends only while ``ns_id`` is still the scope's live namespace: one
+    # statement checks and ends it.
+    ended = yield execute(_END_IF_LIVE, op_id, scope_id, ns_id)
+    if ended:
+        return True
+    # Nothing ended: the namespace was withdrawn or switched meanwhile (the in-flight record stays
+    # until the undo is done), or the record was already gone while the namespace is live.
+    row = yield fetchrow(_LIVE_NS, scope_id)
+    return row is not None and row[0] == ns_id
 
 
 class AdmissionOps(Facet):

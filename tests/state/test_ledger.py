@@ -8,6 +8,7 @@ import pytest
 
 from sidecar.reasons import Reason
 from sidecar.state import CapReached, Fenced, StateError, StateStore
+from sidecar.state.types import WriteAsk
 from tests.support.state import NOW, WEEK, new_scope, ns_of
 
 
@@ -225,3 +226,34 @@ class TestSweep:
         assert [n.ns_id for n in await store.namespaces.sweepable_namespaces(NOW, 10)] == [second]
         states = {n.ns_id: n.state for n in await store.namespaces.namespaces_of_scope(scope.scope_id)}
         assert states == {first: "cleared", second: "retired"}
+
+
+class TestFinishWrite:
+    """A save's finish binds its slot and ends its in-flight record only in the live namespace."""
+
+    async def _admitted(self, store: StateStore) -> tuple[str, str, str, str]:
+        scope = await new_scope(store)
+        adm = await store.admission.admit(
+            scope.scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 100, 600)
+        )
+        assert adm.op_id is not None and adm.scope is not None and adm.scope.namespace is not None
+        return scope.scope_id, adm.scope.namespace.ns_id, adm.op_id, adm.slots[0]
+
+    async def test_in_the_live_namespace_the_record_ends(self, store: StateStore) -> None:
+        scope_id, ns_id, op_id, slot = await self._admitted(store)
+        assert await store.admission.finish_write(op_id, scope_id, ns_id, [(slot, "e1", NOW, NOW + WEEK)])
+        assert (await store.stats())["inflight"] == 0
+        assert [e.entry_id for e in await store.ledger.entries_of_scope(scope_id)] == ["e1"]
+
+    async def test_after_a_withdrawal_the_record_stays_for_the_undo(self, store: StateStore) -> None:
+        scope_id, ns_id, op_id, slot = await self._admitted(store)
+        await store.scopes.withdraw(scope_id, NOW)
+        assert not await store.admission.finish_write(op_id, scope_id, ns_id, [(slot, "e1", NOW, NOW + WEEK)])
+        # SECURITY: the withdrawal's erasure waits on this record until the write is undone.
+        assert (await store.stats())["inflight"] == 1
+
+    async def test_a_record_already_gone_in_the_live_namespace_still_finishes(self, store: StateStore) -> None:
+        scope_id, ns_id, op_id, slot = await self._admitted(store)
+        await store.scopes.end_write(op_id)
+        assert await store.admission.finish_write(op_id, scope_id, ns_id, [(slot, "e1", NOW, NOW + WEEK)])
+        assert [e.entry_id for e in await store.ledger.entries_of_scope(scope_id)] == ["e1"]
