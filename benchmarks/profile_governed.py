@@ -8,6 +8,13 @@ stage of the handler (thread CPU time while that stage's code runs, its awaits e
 encoded once, before the timed loop, so the client's own JSON work is not counted.
 
     .venv/bin/python benchmarks/profile_governed.py --requests 600 --out benchmarks/flamegraphs
+
+``--totals`` measures the whole process only: the stage timers cost tens of microseconds per stage
+where the thread-CPU clock is a system call, so A/B runs of two trees use it, alternated B A B A …
+(the code measured is the tree PYTHONPATH names; this script may come from either):
+
+    PYTHONPATH=/path/to/before .venv/bin/python benchmarks/profile_governed.py --totals --requests 2000
+    PYTHONPATH=/path/to/after  .venv/bin/python benchmarks/profile_governed.py --totals --requests 2000
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
-async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
+async def run(state: str, requests: int, out: Path | None, *, stages: bool = True) -> dict[str, float]:
     from pyinstrument import Profiler
 
     kagent = CannedKagent()
@@ -162,6 +169,8 @@ async def run(state: str, requests: int, out: Path | None) -> dict[str, float]:
                 for _ in range(requests):
                     await send(path, body)
                 results[name] = (time.process_time() - cpu) / requests * 1e6
+                if not stages:
+                    continue
                 for label in STAGE_TIMES:
                     STAGE_TIMES[label] = 0
                 for _ in range(requests):
@@ -260,11 +269,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--state", default="sqlite", help="sqlite, or a postgresql:// URL")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--totals",
+        action="store_true",
+        help="Only the CPU per save and per search, without stage timers or flame graphs (for A/B runs of two trees).",
+    )
     args = parser.parse_args()
     configure_logging("warning")
-    # Before the gateway starts: the data app registers `guarded` handlers when it is built.
-    _instrument(STAGE_TIMES)
-    results = evloop.run(run(args.state, args.requests, args.out))
+    if not args.totals:
+        # Before the gateway starts: the data app registers `guarded` handlers when it is built.
+        _instrument(STAGE_TIMES)
+    results = evloop.run(run(args.state, args.requests, args.out, stages=not args.totals))
     for name, us in results.items():
         print(
             f"{name}: {us:.0f} µs CPU per request"

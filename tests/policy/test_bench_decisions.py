@@ -40,3 +40,27 @@ class TestDecisionBench:
         data = json.loads(report.read_text())
         assert data["command"].startswith("memgov bench decisions --engine cedar --iterations 40")
         assert set(data["results"]["cedar"]) == {*SCENARIOS, f"prefetch_x{FAN_OUT}"}
+
+    def test_context_cost_times_each_part_of_the_context(self, tmp_path: Path) -> None:
+        """--context-cost times the cedarpy call with the full context, each top-level record left out, and none."""
+        code = _run(
+            "decisions",
+            "--engine",
+            "cedar",
+            "--iterations",
+            "20",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--context-cost",
+        )
+        assert code == 0
+        (report,) = tmp_path.glob("decisions-*.json")
+        data = json.loads(report.read_text())
+        assert data["command"].endswith("--context-cost")
+        context = data["cedar_context_us"]
+        assert set(context) == set(SCENARIOS)
+        for row in context.values():
+            assert {"full", "empty", "without budget", "without request"} <= set(row)
+            assert all(us > 0 for us in row.values())

@@ -17,9 +17,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
+import cedarpy
+import orjson
+
 from sidecar.dev.bench.report import machine_info, versions, write_json
 from sidecar.logs import configure_logging
 from sidecar.policy.cases import load_bases
+from sidecar.policy.cedar import CedarEngine
+from sidecar.policy.cedar_input import Request, request
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.opa_server import OpaServer, start_opa
 from sidecar.policy.pack import read_pack
@@ -80,13 +85,53 @@ async def _bench_engine(engine: str, url: str | None, pack_dir: Path, iterations
     return out
 
 
-def _render(results: dict[str, dict[str, Any]]) -> str:
+def _cpu_us(call: Callable[[], object], calls: int) -> float:
+    """Process CPU microseconds per call, after a short warm-up."""
+    for _ in range(min(200, calls)):
+        call()
+    start = time.process_time_ns()
+    for _ in range(calls):
+        call()
+    return (time.process_time_ns() - start) / calls / 1000
+
+
+async def _context_cost(pack_dir: Path, calls: int) -> dict[str, dict[str, float]]:
+    """What one cedarpy call costs per scenario, with the full context, each top-level context
+    record left out in turn, and an empty context (the call's floor on this machine)."""
+    pack = read_pack(pack_dir)
+    bases = load_bases(pack_dir.parent / "policy-tests", pack)
+    engine = CedarEngine()
+    compiled = engine.prepare(pack)
+    out: dict[str, dict[str, float]] = {}
+    for name in SCENARIOS:
+        inp = DecisionInput.model_validate(bases[name])
+        handle = engine._entities(compiled, inp)
+        asked = request(inp)
+        context: dict[str, object] = dict(asked["context"])
+
+        def cost(ctx: dict[str, object], asked: Request = asked, handle: cedarpy.Entities = handle) -> float:
+            wire = [{**asked, "context": orjson.dumps(ctx).decode()}]
+            policies = compiled.policies
+            return _cpu_us(
+                lambda: cedarpy._internal.is_authorized_batch(wire, policies, handle._inner, None, False), calls
+            )
+
+        row = {"full": cost(context), "empty": cost({})}
+        row.update({f"without {key}": cost({k: v for k, v in context.items() if k != key}) for key in context})
+        out[name] = row
+    return out
+
+
+def _render(results: dict[str, dict[str, Any]], context: dict[str, dict[str, float]]) -> str:
     lines = [f"{'engine':<7}{'scenario':<14}{'p50 µs':>10}{'p99 µs':>10}{'mean µs':>10}{'n':>7}"]
     for engine, scenarios in results.items():
         for name, s in scenarios.items():
             lines.append(
                 f"{engine:<7}{name:<14}{s['p50_us']:>10.1f}{s['p99_us']:>10.1f}{s['mean_us']:>10.1f}{s['n']:>7}"
             )
+    for name, row in context.items():
+        parts = "  ".join(f"{k} {v:.1f}" for k, v in row.items())
+        lines.append(f"cedar call µs CPU, {name}: {parts}")
     for engine, target in TARGETS_US.items():
         if engine in results:
             p50 = results[engine][SCENARIOS[0]]["p50_us"]
@@ -102,12 +147,15 @@ def _cmd(args: argparse.Namespace) -> int:
     configure_logging("info", stream=open(os.devnull, "w"))  # noqa: SIM115 - lives for the process
     server: OpaServer | None = None
     results: dict[str, dict[str, Any]] = {}
+    context: dict[str, dict[str, float]] = {}
     try:
         if "opa" in engines and not args.opa_url:
             server = start_opa(pack_dir)
         url = args.opa_url or (server.url if server else None)
         for engine in engines:
             results[engine] = asyncio.run(_bench_engine(engine, url, pack_dir, args.iterations, args.warmup))
+        if args.context_cost and "cedar" in engines:
+            context = asyncio.run(_context_cost(pack_dir, args.iterations))
     finally:
         if server is not None:
             server.stop()
@@ -123,6 +171,7 @@ def _cmd(args: argparse.Namespace) -> int:
         str(args.warmup),
         "--out",
         args.out,
+        *(["--context-cost"] if args.context_cost else []),
     ]
     stamp = time.strftime("%Y%m%dT%H%M%S")
     report = {
@@ -132,8 +181,9 @@ def _cmd(args: argparse.Namespace) -> int:
         "versions": versions(None),
         "targets_p50_us": TARGETS_US,
         "results": results,
+        "cedar_context_us": context,
     }
-    print(_render(results))
+    print(_render(results, context))
     print(f"\nresults: {write_json(report, Path(args.out), 'decisions-' + stamp)}")
     return 0
 
@@ -147,4 +197,9 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--opa-url", help="OPA server to use; without it a local opa is started on loopback.")
     p.add_argument("--dir", help="Policy pack folder (default: the packaged policies/).")
     p.add_argument("--out", default="benchmarks/results", help="Folder for the JSON result.")
+    p.add_argument(
+        "--context-cost",
+        action="store_true",
+        help="Also time one cedarpy call per scenario with the full, each reduced and an empty context.",
+    )
     p.set_defaults(func=_cmd)
