@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+from sidecar.decide.ports import DecisionLog
 from sidecar.governance import Governance
 from sidecar.state.types import Erasure, LedgerEntry, Namespace, Receipt, Scope
 
 
-class _ScopeReadsScopes(Protocol):
+class _ScopeById(Protocol):
     async def get_scope(self, scope_id: str) -> Scope | None: ...
 
 
@@ -21,96 +22,64 @@ class ScopeReads(Protocol):
     """One scope by id (every route under /v1/scopes/{scope_id})."""
 
     @property
-    def scopes(self) -> _ScopeReadsScopes: ...
+    def scopes(self) -> _ScopeById: ...
 
 
-class _EntryReadsHistory(Protocol):
+class _EntryHistory(Protocol):
     async def entries_by_id(self, scope_id: str, entry_ids: list[str]) -> list[LedgerEntry]: ...
 
 
-class _EntryReadsScopes(Protocol):
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
-
-class _EntryReadsRotations(Protocol):
+class _EntryLineage(Protocol):
     async def lineage(self, scope_id: str, entry_id: str) -> list[str]: ...
 
 
-class _EntryReadsLedger(Protocol):
+class _LiveLedger(Protocol):
     async def live_count(self, scope_id: str, now: datetime) -> int: ...
 
     async def live_entries(self, scope_id: str, now: datetime, after: str | None, limit: int) -> list[LedgerEntry]: ...
 
 
-class EntryReads(Protocol):
+class EntryReads(ScopeReads, Protocol):
     """Inspect and forget-one: the live ledger of a scope and an entry's rotation lineage."""
 
     @property
-    def history(self) -> _EntryReadsHistory: ...
+    def history(self) -> _EntryHistory: ...
 
     @property
-    def scopes(self) -> _EntryReadsScopes: ...
+    def rotations(self) -> _EntryLineage: ...
 
     @property
-    def rotations(self) -> _EntryReadsRotations: ...
-
-    @property
-    def ledger(self) -> _EntryReadsLedger: ...
+    def ledger(self) -> _LiveLedger: ...
 
 
-class _EvidenceReadsHistory(Protocol):
+class _EvidenceHistory(Protocol):
     async def evidence_entries(self, erasure_id: str) -> list[LedgerEntry]: ...
 
 
-class _EvidenceReadsErasures(Protocol):
+class _EvidenceErasures(Protocol):
     async def get_erasure(self, erasure_id: str) -> Erasure | None: ...
 
     async def rotations_after(self, erasure: Erasure) -> list[Erasure]: ...
 
 
-class _EvidenceReadsScopes(Protocol):
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
-
-class _EvidenceReadsNamespaces(Protocol):
+class _ScopeNamespaces(Protocol):
     async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]: ...
 
 
-class EvidenceReads(Protocol):
+class EvidenceReads(ScopeReads, Protocol):
     """An erasure's evidence: its entries, the scope's namespaces and the rotations after it."""
 
     @property
-    def history(self) -> _EvidenceReadsHistory: ...
+    def history(self) -> _EvidenceHistory: ...
 
     @property
-    def erasures(self) -> _EvidenceReadsErasures: ...
+    def erasures(self) -> _EvidenceErasures: ...
 
     @property
-    def scopes(self) -> _EvidenceReadsScopes: ...
-
-    @property
-    def namespaces(self) -> _EvidenceReadsNamespaces: ...
+    def namespaces(self) -> _ScopeNamespaces: ...
 
 
-class _ConfirmationsAuditLog(Protocol):
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
-
-
-class _ConfirmationsSingleUse(Protocol):
+class _ConfirmationTokens(Protocol):
     async def put_confirmation(
         self, token_hash: str, scope_id: str, subject: str, action: str, expires_at: datetime
     ) -> None: ...
@@ -120,42 +89,21 @@ class _ConfirmationsSingleUse(Protocol):
     ) -> bool: ...
 
 
-class _ConfirmationsScopes(Protocol):
+class _PrincipalScopes(Protocol):
     async def scopes_for_principal(self, mxid: str) -> list[Scope]: ...
 
 
-class Confirmations(Protocol):
+class Confirmations(DecisionLog, Protocol):
     """Erasures that need a confirmation token, and offboarding's list of a principal's scopes."""
 
     @property
-    def audit_log(self) -> _ConfirmationsAuditLog: ...
+    def single_use(self) -> _ConfirmationTokens: ...
 
     @property
-    def single_use(self) -> _ConfirmationsSingleUse: ...
-
-    @property
-    def scopes(self) -> _ConfirmationsScopes: ...
+    def scopes(self) -> _PrincipalScopes: ...
 
 
-class _ScopeWritesAuditLog(Protocol):
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-    async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
-
-
-class _ScopeWritesScopes(Protocol):
+class _ScopeConsent(Protocol):
     async def create_scope(
         self, mxid: str, origin: str, agent: str, kind: str, room_id: str, now: datetime
     ) -> tuple[Scope, bool]: ...
@@ -165,30 +113,27 @@ class _ScopeWritesScopes(Protocol):
     async def receipts(self, scope_id: str) -> list[Receipt]: ...
 
 
-class _ScopeWritesHistory(Protocol):
+class _EntryCounts(Protocol):
     async def entry_counts(self, scope_id: str, live_ns: str | None, now: datetime) -> tuple[int, int]: ...
 
 
-class _ScopeWritesErasures(Protocol):
+class _ScopeErasures(Protocol):
     async def erasures_of_scope(
         self, scope_id: str, limit: int = 100, *, kind: str | None = None, not_kind: str | None = None
     ) -> list[Erasure]: ...
 
 
-class ScopeWrites(Protocol):
+class ScopeWrites(DecisionLog, Protocol):
     """Creating a scope, granting consent, and a scope's status."""
 
     @property
-    def audit_log(self) -> _ScopeWritesAuditLog: ...
+    def scopes(self) -> _ScopeConsent: ...
 
     @property
-    def scopes(self) -> _ScopeWritesScopes: ...
+    def history(self) -> _EntryCounts: ...
 
     @property
-    def history(self) -> _ScopeWritesHistory: ...
-
-    @property
-    def erasures(self) -> _ScopeWritesErasures: ...
+    def erasures(self) -> _ScopeErasures: ...
 
 
 def scope_reads(gov: Governance) -> ScopeReads:

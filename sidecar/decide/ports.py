@@ -12,22 +12,11 @@ from datetime import datetime
 from typing import Protocol
 
 from sidecar.governance import Governance
+from sidecar.state.types import AuditLog
 
 
-class _DecisionLogAuditLog(Protocol):
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
+class RefusalLog(AuditLog, Protocol):
+    """Audit rows, and the hourly counts of refusals that proved no credential."""
 
     async def count_refusal(self, operation: str, reason: str, now: datetime) -> None: ...
 
@@ -36,7 +25,7 @@ class DecisionLog(Protocol):
     """Audit rows of credentialed refusals, and hourly counts of the others (R-15)."""
 
     @property
-    def audit_log(self) -> _DecisionLogAuditLog: ...
+    def audit_log(self) -> RefusalLog: ...
 
 
 class _ContextLedgerSingleUse(Protocol):

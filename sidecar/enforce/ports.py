@@ -15,6 +15,12 @@ from sidecar.governance import Governance
 from sidecar.state.types import Admission, BudgetClaim, Claims, Scope, WriteAsk
 
 
+class _Budgets(Protocol):
+    """All-or-nothing budget claims, with each claim's level after it."""
+
+    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
+
+
 class _WritePathAdmission(Protocol):
     async def admit(
         self,
@@ -75,10 +81,6 @@ class _InvokeStatePrefetch(Protocol):
     async def open_prefetch_window(self, scope_id: str, now: datetime, until: datetime) -> None: ...
 
 
-class _InvokeStateBudgets(Protocol):
-    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
-
-
 class InvokeState(Protocol):
     """An invocation: the conversation's scope, its budget claims and the prefetch window."""
 
@@ -89,15 +91,11 @@ class InvokeState(Protocol):
     def prefetch(self) -> _InvokeStatePrefetch: ...
 
     @property
-    def budgets(self) -> _InvokeStateBudgets: ...
+    def budgets(self) -> _Budgets: ...
 
 
 class _EmbeddingStateScopes(Protocol):
     async def has_enabled_scope(self, agent: str) -> bool: ...
-
-
-class _EmbeddingStateBudgets(Protocol):
-    async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]: ...
 
 
 class EmbeddingState(Protocol):
@@ -107,7 +105,7 @@ class EmbeddingState(Protocol):
     def scopes(self) -> _EmbeddingStateScopes: ...
 
     @property
-    def budgets(self) -> _EmbeddingStateBudgets: ...
+    def budgets(self) -> _Budgets: ...
 
 
 def write_path(gov: Governance) -> WritePath:

@@ -2,7 +2,9 @@
 
 Like the handlers' ports: each consumer reaches the store through its protocol
 (``tests/test_ports.py``), and mypy checks the store against each one, so the surface each part
-depends on is written down and cannot grow unnoticed.
+depends on is written down and cannot grow unnoticed. A port names the store's facets it reaches,
+each through a protocol of the calls it makes; the shared fence and ledger marks are written once
+and each consumer's facet protocol extends them with its own calls.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Protocol
 from sidecar.governance import Governance
 from sidecar.state.history import Compaction
 from sidecar.state.rotations import Move, SwitchOutcome
-from sidecar.state.types import Erasure, LedgerEntry, Namespace, Receipt, Scope
+from sidecar.state.types import Audited, Erasure, LedgerEntry, Namespace, Receipt, Scope
+
+# --- the fence: a scope, its namespaces by id, and the saves still in flight in it ---------------
 
 
-class _ScopeFenceScopes(Protocol):
+class _FenceScopes(Protocol):
     async def get_scope(self, scope_id: str) -> Scope | None: ...
 
     async def inflight_count(
@@ -31,7 +35,7 @@ class _ScopeFenceScopes(Protocol):
     ) -> int: ...
 
 
-class _ScopeFenceNamespaces(Protocol):
+class _FenceNamespaces(Protocol):
     async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]: ...
 
 
@@ -39,17 +43,20 @@ class ScopeFence(Protocol):
     """A scope, its namespaces by id, and the saves still in flight in it (who must wait for whom)."""
 
     @property
-    def scopes(self) -> _ScopeFenceScopes: ...
+    def scopes(self) -> _FenceScopes: ...
 
     @property
-    def namespaces(self) -> _ScopeFenceNamespaces: ...
+    def namespaces(self) -> _FenceNamespaces: ...
 
 
-class _LedgerMarksNamespaces(Protocol):
+# --- read-back marks: what is still unswept, and what kagent no longer holds ----------------------
+
+
+class _MarkNamespaces(Protocol):
     async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None: ...
 
 
-class _LedgerMarksLedger(Protocol):
+class _MarkLedger(Protocol):
     async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
 
     async def mark_verified(self, entry_ids: list[str], now: datetime) -> None: ...
@@ -57,11 +64,11 @@ class _LedgerMarksLedger(Protocol):
     async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
 
 
-class _LedgerMarksErasures(Protocol):
+class _MarkErasures(Protocol):
     async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None: ...
 
 
-class _LedgerMarksHistory(Protocol):
+class _MarkHistory(Protocol):
     async def unswept_entries(self, scope_id: str, ns_ids: list[str] | None = None) -> list[LedgerEntry]: ...
 
 
@@ -69,19 +76,42 @@ class LedgerMarks(Protocol):
     """Read-back marks on the ledger and namespaces: what is still unswept, and what kagent no longer holds."""
 
     @property
-    def namespaces(self) -> _LedgerMarksNamespaces: ...
+    def namespaces(self) -> _MarkNamespaces: ...
 
     @property
-    def ledger(self) -> _LedgerMarksLedger: ...
+    def ledger(self) -> _MarkLedger: ...
 
     @property
-    def erasures(self) -> _LedgerMarksErasures: ...
+    def erasures(self) -> _MarkErasures: ...
 
     @property
-    def history(self) -> _LedgerMarksHistory: ...
+    def history(self) -> _MarkHistory: ...
 
 
-class _ErasureRecordsErasures(Protocol):
+class _FencedNamespaces(_FenceNamespaces, _MarkNamespaces, Protocol):
+    """Namespaces as a port with both the fence and the marks sees them."""
+
+
+# --- the erasure state machine -------------------------------------------------------------------
+
+
+class _MachineScopes(_FenceScopes, Protocol):
+    async def advance_generation(self, scope_id: str, now: datetime) -> Scope: ...
+
+    async def disable(self, scope_id: str, now: datetime) -> Scope: ...
+
+    async def withdraw(self, scope_id: str, now: datetime) -> tuple[Scope, Receipt]: ...
+
+
+class _MachineNamespaces(_FencedNamespaces, Protocol):
+    async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]: ...
+
+
+class _MachineLedger(_MarkLedger, Protocol):
+    async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]: ...
+
+
+class _MachineErasures(_MarkErasures, Protocol):
     async def advance_erasure(
         self, erasure_id: str, state: str, now: datetime, failure_reason: str | None = None
     ) -> Erasure: ...
@@ -100,8 +130,6 @@ class _ErasureRecordsErasures(Protocol):
 
     async def get_erasure(self, erasure_id: str) -> Erasure | None: ...
 
-    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None: ...
-
     async def release_erasure(self, erasure_id: str, runner: str) -> None: ...
 
     async def renew_erasure(self, erasure_id: str, runner: str, until: datetime) -> bool: ...
@@ -109,67 +137,11 @@ class _ErasureRecordsErasures(Protocol):
     async def unfinished_erasures(self) -> list[Erasure]: ...
 
 
-class _ErasureRecordsScopes(Protocol):
-    async def advance_generation(self, scope_id: str, now: datetime) -> Scope: ...
-
-    async def disable(self, scope_id: str, now: datetime) -> Scope: ...
-
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
-    async def inflight_count(
-        self,
-        scope_id: str,
-        now: datetime,
-        *,
-        ns_id: str | None = None,
-        except_ns: str | None = None,
-        running: bool = False,
-    ) -> int: ...
-
-    async def withdraw(self, scope_id: str, now: datetime) -> tuple[Scope, Receipt]: ...
-
-
-class _ErasureRecordsAuditLog(Protocol):
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-
-class _ErasureRecordsHistory(Protocol):
+class _MachineHistory(_MarkHistory, Protocol):
     async def entries_by_id(self, scope_id: str, entry_ids: list[str]) -> list[LedgerEntry]: ...
 
-    async def unswept_entries(self, scope_id: str, ns_ids: list[str] | None = None) -> list[LedgerEntry]: ...
 
-
-class _ErasureRecordsLedger(Protocol):
-    async def filter_live(self, scope_id: str, ns_id: str, entry_ids: list[str], now: datetime) -> set[str]: ...
-
-    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def mark_verified(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
-
-
-class _ErasureRecordsNamespaces(Protocol):
-    async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None: ...
-
-    async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]: ...
-
-    async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]: ...
-
-
-class _ErasureRecordsRotations(Protocol):
+class _MachineRotations(Protocol):
     async def release_rotation(self, erasure_id: str, now: datetime) -> None: ...
 
     async def tombstone_forgotten(
@@ -177,87 +149,46 @@ class _ErasureRecordsRotations(Protocol):
     ) -> list[str]: ...
 
 
-class ErasureRecords(Protocol):
+class ErasureRecords(ScopeFence, LedgerMarks, Audited, Protocol):
     """The erasure state machine: an erasure's rows, its scope's fence and its ledger marks."""
 
     @property
-    def erasures(self) -> _ErasureRecordsErasures: ...
+    def scopes(self) -> _MachineScopes: ...
 
     @property
-    def scopes(self) -> _ErasureRecordsScopes: ...
+    def namespaces(self) -> _MachineNamespaces: ...
 
     @property
-    def audit_log(self) -> _ErasureRecordsAuditLog: ...
+    def ledger(self) -> _MachineLedger: ...
 
     @property
-    def history(self) -> _ErasureRecordsHistory: ...
+    def erasures(self) -> _MachineErasures: ...
 
     @property
-    def ledger(self) -> _ErasureRecordsLedger: ...
+    def history(self) -> _MachineHistory: ...
 
     @property
-    def namespaces(self) -> _ErasureRecordsNamespaces: ...
-
-    @property
-    def rotations(self) -> _ErasureRecordsRotations: ...
+    def rotations(self) -> _MachineRotations: ...
 
 
-class _ReadbackRecordsAuditLog(Protocol):
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-
-class _ReadbackRecordsNamespaces(Protocol):
-    async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None: ...
-
-
-class _ReadbackRecordsLedger(Protocol):
-    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def mark_verified(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
-
-
-class _ReadbackRecordsErasures(Protocol):
-    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None: ...
-
-
-class _ReadbackRecordsHistory(Protocol):
-    async def unswept_entries(self, scope_id: str, ns_ids: list[str] | None = None) -> list[LedgerEntry]: ...
-
-
-class ReadbackRecords(Protocol):
+class ReadbackRecords(LedgerMarks, Audited, Protocol):
     """Read-back after a physical delete: the marks, and an audit row when it fails."""
 
-    @property
-    def audit_log(self) -> _ReadbackRecordsAuditLog: ...
 
-    @property
-    def namespaces(self) -> _ReadbackRecordsNamespaces: ...
-
-    @property
-    def ledger(self) -> _ReadbackRecordsLedger: ...
-
-    @property
-    def erasures(self) -> _ReadbackRecordsErasures: ...
-
-    @property
-    def history(self) -> _ReadbackRecordsHistory: ...
+# --- namespace rotation --------------------------------------------------------------------------
 
 
-class _RotationRecordsRotations(Protocol):
+class _RotationScopes(_FenceScopes, Protocol):
+    async def end_write(self, op_id: str) -> None: ...
+
+    async def write_outcome_unknown(self, op_id: str, until: datetime) -> None: ...
+
+
+class _RotationNamespaces(_FencedNamespaces, Protocol):
+    async def open_namespaces(self, scope_id: str) -> list[Namespace]: ...
+
+
+class _RotationSteps(Protocol):
     async def begin_copy(self, erasure_id: str, ns_id: str, lease_s: float, now: datetime) -> tuple[str, Namespace]: ...
 
     async def freeze_namespace(self, scope_id: str, erasure_id: str) -> Namespace | None: ...
@@ -275,147 +206,63 @@ class _RotationRecordsRotations(Protocol):
     async def touch_erasure(self, erasure_id: str, now: datetime) -> None: ...
 
 
-class _RotationRecordsScopes(Protocol):
-    async def end_write(self, op_id: str) -> None: ...
-
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
-    async def inflight_count(
-        self,
-        scope_id: str,
-        now: datetime,
-        *,
-        ns_id: str | None = None,
-        except_ns: str | None = None,
-        running: bool = False,
-    ) -> int: ...
-
-    async def write_outcome_unknown(self, op_id: str, until: datetime) -> None: ...
-
-
-class _RotationRecordsNamespaces(Protocol):
-    async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None: ...
-
-    async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]: ...
-
-    async def open_namespaces(self, scope_id: str) -> list[Namespace]: ...
-
-
-class _RotationRecordsLedger(Protocol):
-    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def mark_verified(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
-
-
-class _RotationRecordsErasures(Protocol):
-    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None: ...
-
-
-class _RotationRecordsHistory(Protocol):
-    async def unswept_entries(self, scope_id: str, ns_ids: list[str] | None = None) -> list[LedgerEntry]: ...
-
-
-class RotationRecords(Protocol):
+class RotationRecords(ScopeFence, LedgerMarks, Protocol):
     """Namespace rotation: staging, the copy's write fence, the moves and the switch."""
 
     @property
-    def rotations(self) -> _RotationRecordsRotations: ...
+    def scopes(self) -> _RotationScopes: ...
 
     @property
-    def scopes(self) -> _RotationRecordsScopes: ...
+    def namespaces(self) -> _RotationNamespaces: ...
 
     @property
-    def namespaces(self) -> _RotationRecordsNamespaces: ...
-
-    @property
-    def ledger(self) -> _RotationRecordsLedger: ...
-
-    @property
-    def erasures(self) -> _RotationRecordsErasures: ...
-
-    @property
-    def history(self) -> _RotationRecordsHistory: ...
+    def rotations(self) -> _RotationSteps: ...
 
 
-class _SweepRecordsHistory(Protocol):
-    async def compact_history(self, now: datetime, older_than: datetime, limit: int = 500) -> Compaction: ...
-
-    async def unswept_entries(self, scope_id: str, ns_ids: list[str] | None = None) -> list[LedgerEntry]: ...
+# --- the sweepers --------------------------------------------------------------------------------
 
 
-class _SweepRecordsLedger(Protocol):
-    async def expired_unswept(self, now: datetime, limit: int) -> list[LedgerEntry]: ...
-
-    async def mark_physically_deleted(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def mark_verified(self, entry_ids: list[str], now: datetime) -> None: ...
-
-    async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int: ...
-
-
-class _SweepRecordsScopes(Protocol):
-    async def get_scope(self, scope_id: str) -> Scope | None: ...
-
-    async def inflight_count(
-        self,
-        scope_id: str,
-        now: datetime,
-        *,
-        ns_id: str | None = None,
-        except_ns: str | None = None,
-        running: bool = False,
-    ) -> int: ...
-
-
-class _SweepRecordsNamespaces(Protocol):
-    async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None: ...
-
-    async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]: ...
-
+class _SweepNamespaces(_FencedNamespaces, Protocol):
     async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]: ...
 
 
-class _SweepRecordsAuditLog(Protocol):
+class _SweepLedger(_MarkLedger, Protocol):
+    async def expired_unswept(self, now: datetime, limit: int) -> list[LedgerEntry]: ...
+
+
+class _SweepHistory(_MarkHistory, Protocol):
+    async def compact_history(self, now: datetime, older_than: datetime, limit: int = 500) -> Compaction: ...
+
+
+class _SweepAudit(Protocol):
     async def purge_audit(self, older_than: datetime) -> int: ...
 
 
-class _SweepRecordsRotations(Protocol):
+class _SweepRotations(Protocol):
     async def purge_erasures(self, older_than: datetime) -> int: ...
 
     async def rotation_candidates(self, now: datetime, expired_before: datetime, limit: int) -> list[str]: ...
 
 
-class _SweepRecordsErasures(Protocol):
-    async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None: ...
-
-
-class SweepRecords(Protocol):
+class SweepRecords(ScopeFence, LedgerMarks, Protocol):
     """The sweepers: what expired or was left behind, and the purges of what evidence no longer needs."""
 
     @property
-    def history(self) -> _SweepRecordsHistory: ...
+    def namespaces(self) -> _SweepNamespaces: ...
 
     @property
-    def ledger(self) -> _SweepRecordsLedger: ...
+    def ledger(self) -> _SweepLedger: ...
 
     @property
-    def scopes(self) -> _SweepRecordsScopes: ...
+    def history(self) -> _SweepHistory: ...
 
     @property
-    def namespaces(self) -> _SweepRecordsNamespaces: ...
+    def audit_log(self) -> _SweepAudit: ...
 
     @property
-    def audit_log(self) -> _SweepRecordsAuditLog: ...
-
-    @property
-    def rotations(self) -> _SweepRecordsRotations: ...
+    def rotations(self) -> _SweepRotations: ...
 
     async def purge_expired(self, now: datetime) -> dict[str, int]: ...
-
-    @property
-    def erasures(self) -> _SweepRecordsErasures: ...
 
 
 def erasure_records(gov: Governance) -> ErasureRecords:

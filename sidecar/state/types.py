@@ -292,3 +292,10 @@ class AuditLog(Protocol):
         policy_revision: str | None = None,
         now: datetime,
     ) -> None: ...
+
+
+class Audited(Protocol):
+    """A port that writes audit rows: the store's ``audit_log`` facet, seen as an :class:`AuditLog`."""
+
+    @property
+    def audit_log(self) -> AuditLog: ...
