@@ -8,10 +8,12 @@ model leaves out may be present, as a newer server may add one.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Mapping
 from functools import cache
-from typing import Literal, TypedDict, TypeGuard, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Literal, TypeGuard, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 State = Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
 
@@ -195,39 +197,15 @@ T = TypeVar("T", bound=Mapping[str, object])
 
 
 def conforms(value: object, shape: type[T]) -> TypeGuard[T]:
-    """Whether a decoded JSON value has ``shape``: every key it requires, each value of its type."""
-    return _matches(value, shape)
+    """Whether a decoded JSON value has ``shape``: every key it requires, each value of its type
+    (pydantic's strict validation of the TypedDict; keys the shape does not name are allowed)."""
+    try:
+        _adapter(shape).validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 @cache
-def _fields(shape: type) -> tuple[dict[str, object], frozenset[str]]:
-    required: object = getattr(shape, "__required_keys__", None)
-    if not isinstance(required, frozenset):
-        raise TypeError(f"{shape.__name__} is not a TypedDict")
-    return get_type_hints(shape), frozenset(str(k) for k in required)
-
-
-def _matches(value: object, hint: object) -> bool:
-    if hint is str:
-        return isinstance(value, str)
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is type(None):
-        return value is None
-    if hint is object:
-        return True
-    if isinstance(hint, type) and hasattr(hint, "__required_keys__"):
-        if not isinstance(value, dict):
-            return False
-        hints, required = _fields(hint)
-        return all(_matches(value[key], of) if key in value else key not in required for key, of in hints.items())
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Literal:
-        return any(type(value) is type(option) and value == option for option in args)
-    if origin is Union or origin is types.UnionType:
-        return any(_matches(value, option) for option in args)
-    if origin is list:
-        return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
-    raise TypeError(f"no check for {hint!r}")
+def _adapter(shape: type) -> TypeAdapter[object]:
+    return TypeAdapter(shape)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typing
 
 import pytest
+import typing_extensions
 from pydantic import BaseModel
 
 from sidecar.control import answers
 from sidecar.control import models as m
 
-SHAPES = {n: v for n, v in vars(answers).items() if typing.is_typeddict(v) and not n.startswith("_")}
+SHAPES = {n: v for n, v in vars(answers).items() if typing_extensions.is_typeddict(v) and not n.startswith("_")}
 MIRRORS = [(shape, getattr(m, name)) for name, shape in SHAPES.items()]
 
 
@@ -18,7 +19,7 @@ class TestShapes:
     @pytest.mark.parametrize("shape, model", MIRRORS, ids=lambda v: getattr(v, "__name__", ""))
     def test_fields_match_the_model(self, shape: type, model: type[BaseModel]) -> None:
         """Same keys, and a key is required exactly when the model has no default."""
-        hints, required = answers._fields(shape)
+        hints, required = typing.get_type_hints(shape), shape.__required_keys__
         assert set(hints) == set(model.model_fields)
         assert required == {k for k, f in model.model_fields.items() if f.is_required()}
 
