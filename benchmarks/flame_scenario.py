@@ -6,6 +6,10 @@ process with py-spy (``pip install -e '.[profile]'``) meanwhile. Writes ``<out>/
 memgov's CPU per request.
 
     .venv/bin/python benchmarks/flame_scenario.py --scenario governed-kagent-search --out benchmarks/flamegraphs
+
+``--owners`` samples native frames as well and prints whose code the CPU is in (memgov's modules,
+aiohttp, uvloop, cedarpy, SQLite, ...; ``benchmarks/owners.py``); ``--target bare`` loads and
+samples the bare proxy instead, so the two splits can be set side by side.
 """
 
 from __future__ import annotations
@@ -17,14 +21,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+from owners import report, tally  # benchmarks/owners.py, beside this script
+
 from sidecar.dev.bench.catalog import SCENARIOS
 from sidecar.dev.bench.loadgen import LoadJob, run_python
 from sidecar.dev.bench.procs import ServerProcess
 
 
-def record(name: str, out: Path, seconds: float, concurrency: int) -> float:
-    """Profile memgov under ``name``'s mix; return memgov's CPU microseconds per request."""
+def record(
+    name: str, out: Path, seconds: float, concurrency: int, owners: bool = False, target: str = "memgov"
+) -> float:
+    """Profile ``target`` (memgov, or the bare proxy) under ``name``'s mix; return its CPU microseconds per request.
+
+    With ``owners`` the samples include native frames (py-spy pauses memgov for each one, so the
+    CPU figure is higher than unprofiled) and are written raw to ``<out>/<name>.raw`` for
+    ``benchmarks/owners.py``.
+    """
     scenario = SCENARIOS[name]
+    stem = name if target == "memgov" else f"{name}.{target}"
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="memgov-flame-") as tmp:
@@ -38,28 +52,31 @@ def record(name: str, out: Path, seconds: float, concurrency: int) -> float:
             )
             bare = ServerProcess("bare", {"upstream": upstream.urls["url"]})
             urls = {upstream.kind: upstream.urls, "memgov": memgov.urls, "bare": bare.urls}
+            procs = {"memgov": memgov, "bare": bare}
             with scenario.prepared(urls) as mix:
                 sampler = subprocess.Popen(
                     [
                         spy,
                         "record",
                         "--pid",
-                        str(memgov.pid),
+                        str(procs[target].pid),
                         "--rate",
-                        "250",
+                        "100" if owners else "250",
                         "--duration",
                         f"{seconds:g}",
-                        "--format",
-                        "flamegraph",
-                        "--nonblocking",
-                        "--output",
-                        str(out / f"{name}.svg"),
+                        *(
+                            ("--native", "--format", "raw", "--output", str(out / f"{stem}.raw"))
+                            if owners
+                            else ("--format", "flamegraph", "--nonblocking", "--output", str(out / f"{stem}.svg"))
+                        ),
                     ],
                     stdout=subprocess.DEVNULL,
                 )
-                before = memgov.cpu_seconds()
-                result = run_python(LoadJob(memgov.urls["url"], tuple(mix), "closed", seconds, 0.5, concurrency, 100.0))
-                used = memgov.cpu_seconds() - before
+                before = procs[target].cpu_seconds()
+                result = run_python(
+                    LoadJob(procs[target].urls["url"], tuple(mix), "closed", seconds, 0.5, concurrency, 100.0)
+                )
+                used = procs[target].cpu_seconds() - before
                 sampler.wait()
         finally:
             for proc in (bare, memgov, upstream):
@@ -74,10 +91,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/flamegraphs"))
+    parser.add_argument(
+        "--owners",
+        action="store_true",
+        help="Sample native frames too and print whose code the CPU is in (memgov, aiohttp, cedarpy, SQLite, ...).",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("memgov", "bare"),
+        default="memgov",
+        help="The process to load and sample: memgov, or the bare proxy in front of the same upstream.",
+    )
     args = parser.parse_args()
     for name in args.scenario:
-        us = record(name, args.out, args.seconds, args.concurrency)
-        print(f"{name}: memgov {us:.0f} µs CPU per request -> {args.out / (name + '.svg')}")
+        us = record(name, args.out, args.seconds, args.concurrency, args.owners, args.target)
+        if args.owners:
+            stem = name if args.target == "memgov" else f"{name}.{args.target}"
+            raw = args.out / f"{stem}.raw"
+            with raw.open() as fh:
+                print(f"{name}: {args.target} {us:.0f} µs CPU per request (native sampling pauses it) -> {raw}")
+                print(report(tally(fh)))
+        else:
+            stem = name if args.target == "memgov" else f"{name}.{args.target}"
+            print(f"{name}: {args.target} {us:.0f} µs CPU per request -> {args.out / (stem + '.svg')}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""Who owns the CPU in a py-spy ``--native --format raw`` profile: memgov's code or a library.
+
+Each sample is charged to the innermost frame that names an owner: a Python source frame by its
+package (``sidecar/...`` is memgov, by module), a native frame by the extension it lives in
+(cedarpy's Rust, SQLite, orjson, uvloop, aiohttp's HTTP parser, ...). Interpreter and libc frames
+name no owner, so their time goes to the code that called them: a ``dict`` built in memgov's code
+is memgov's, a ``write`` issued by uvloop is uvloop's.
+
+    .venv/bin/python benchmarks/owners.py profile.raw [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+#: Native frames by the file or library py-spy names, first match wins.
+_NATIVE = (
+    ("cedarpy", "cedarpy (Rust)"),
+    ("libsqlite3", "sqlite3"),
+    ("cursor.c", "sqlite3"),
+    ("connection.c", "sqlite3"),
+    ("orjson", "orjson"),
+    ("pydantic_core", "pydantic"),
+    ("psycopg", "psycopg"),
+    ("libpq", "psycopg"),
+    ("_http_parser", "aiohttp"),
+    ("llhttp", "aiohttp"),
+    ("_http_writer", "aiohttp"),
+    ("_helpers_c", "aiohttp"),
+    ("_find_header", "aiohttp"),
+    ("_multidict", "multidict"),
+    ("yarl", "yarl"),
+    ("loop.c", "uvloop"),
+    ("stream.c", "uvloop"),
+    ("core.c", "uvloop"),
+    ("linux.c", "uvloop"),
+    ("loop-watcher.c", "uvloop"),
+    ("timer.c", "uvloop"),
+    ("protocol.c", "uvloop"),
+    ("_asynciomodule", "asyncio"),
+    ("libcrypto", "hashlib/hmac"),
+    ("_hashopenssl", "hashlib/hmac"),
+)
+#: Python packages by path prefix; anything else under site-packages is "other library".
+_PYTHON = (
+    ("aiohttp/", "aiohttp"),
+    ("asyncio/", "asyncio"),
+    ("pydantic", "pydantic"),
+    ("structlog/", "structlog"),
+    ("prometheus_client/", "prometheus_client"),
+    ("opentelemetry/", "opentelemetry"),
+    ("psycopg", "psycopg"),
+    ("aiosqlite/", "aiosqlite"),
+    ("multidict/", "multidict"),
+    ("yarl/", "yarl"),
+    ("cedarpy/", "cedarpy (Python)"),
+)
+_NOT_BUSY = frozenset({"idle thread (waiting)", "startup (imports)"})
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<where>[^()]*?)(?::\d+)?\)$")
+
+
+#: Python frames that block a thread on a queue or a condition: a native profile samples them too.
+_WAITS = ("concurrent/futures/thread.py", "aiosqlite/core.py", "threading.py", "queue.py")
+
+
+def owner(frames: list[str]) -> str:
+    """The owner of one sample, its frames outermost first."""
+    if any("<frozen importlib" in f for f in frames):
+        return "startup (imports)"
+    for frame in reversed(frames):
+        m = _FRAME.match(frame)
+        where = m.group("where") if m else frame
+        if where.endswith(".py"):
+            if where.endswith(_WAITS) and frame is not frames[-1]:
+                return "idle thread (waiting)"
+            if where.startswith("sidecar/") or "/sidecar/" in where:
+                module = where[where.index("sidecar/") :].removesuffix(".py").replace("/", ".")
+                return "memgov: " + module
+            for prefix, name in _PYTHON:
+                if prefix in where:
+                    return name
+            if "site-packages" in where:
+                return "other library"
+            return "python stdlib"
+        for needle, name in _NATIVE:
+            if needle in where:
+                return name
+    return "interpreter (no Python frame)"
+
+
+def tally(lines: Iterable[str]) -> Counter[str]:
+    """Samples per owner from py-spy raw lines (``frame;frame;... count``)."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        stack, _, n = line.rstrip("\n").rpartition(" ")
+        if stack and n.isdigit():
+            counts[owner(stack.split(";"))] += int(n)
+    return counts
+
+
+def report(counts: Counter[str], top: int = 25) -> str:
+    """A table of owners by share of the busy samples, memgov's modules summed in a first line."""
+    counts = Counter({k: v for k, v in counts.items() if k not in _NOT_BUSY})
+    total = sum(counts.values()) or 1
+    ours = sum(v for k, v in counts.items() if k.startswith("memgov: "))
+    rows = [f"{'owner':<48} {'share':>6}", f"{'memgov (all modules)':<48} {100 * ours / total:5.1f}%"]
+    rows += [f"{k:<48} {100 * v / total:5.1f}%" for k, v in counts.most_common(top)]
+    rows.append(f"{'samples':<48} {total:>6}")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("raw", type=Path)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    with args.raw.open() as fh:
+        print(report(tally(fh), args.top))
+
+
+if __name__ == "__main__":
+    main()

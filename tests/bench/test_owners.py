@@ -1,0 +1,45 @@
+"""benchmarks/owners.py: each sample is charged to the innermost frame that names an owner."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+_SPEC = importlib.util.spec_from_file_location("owners", Path(__file__).parents[2] / "benchmarks" / "owners.py")
+assert _SPEC is not None and _SPEC.loader is not None
+owners = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(owners)
+
+LOOP = "run_forever (loop.c:33397);Handle__run (loop.c:70959);task_step (_asynciomodule.c:2990)"
+
+
+def test_interpreter_and_libc_frames_go_to_the_python_code_that_called_them() -> None:
+    ours = f"{LOOP};_context (sidecar/policy/cedar_input.py:190);PyDict_New (object.h:12);0x7f (libc.so.6)"
+    assert owners.owner(ours.split(";")) == "memgov: sidecar.policy.cedar_input"
+
+
+def test_native_extension_frames_name_their_library() -> None:
+    cedar = f"{LOOP};_authorize (sidecar/policy/cedar.py:318);is_authorized_batch (cedarpy/_internal.cpython-311.so)"
+    sqlite = (
+        f"{LOOP};_run_sync (sidecar/state/db.py:462);execute (cursor.c:800);x (libsqlite3.so.0.8.6)"
+    )
+    write = f"{LOOP};Upstream.request (sidecar/upstream.py:150);uv_write (stream.c:1);0x7f (libc.so.6)"
+    assert owners.owner(cedar.split(";")) == "cedarpy (Rust)"
+    assert owners.owner(sqlite.split(";")) == "sqlite3"
+    assert owners.owner(write.split(";")) == "uvloop"
+
+
+def test_library_python_frames_are_not_memgovs() -> None:
+    client = f"{LOOP};Upstream.request (sidecar/upstream.py:150);ClientSession._request (aiohttp/client.py:700)"
+    assert owners.owner(client.split(";")) == "aiohttp"
+
+
+def test_waiting_threads_and_imports_are_left_out_of_the_shares() -> None:
+    idle = "_bootstrap (threading.py:1);_worker (concurrent/futures/thread.py:81);0x7f (libc.so.6)"
+    start = "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1);y (sidecar/proxy.py:3)"
+    busy = f"{LOOP};observe_data (sidecar/proxy.py:109)"
+    counts = owners.tally([f"{idle} 5\n", f"{start} 7\n", f"{busy} 2\n"])
+    assert counts["idle thread (waiting)"] == 5 and counts["startup (imports)"] == 7
+    table = owners.report(counts)
+    assert "memgov (all modules)                             100.0%" in table
+    assert table.splitlines()[-1].split() == ["samples", "2"]
