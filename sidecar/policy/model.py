@@ -19,7 +19,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
-    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -240,6 +239,16 @@ class AgentLimit(_Model):
     )
 
 
+#: agent_caps per (limits, limit name, org mapping): all three are immutable for a loaded pack, and
+#: a decision asks for its agent's caps several times (the Cedar context, the floor). Each entry
+#: holds the very objects its key names by id, so it is used only for them. The memo lives outside
+#: the model: a private attribute would take part in pydantic's ``==``, and two equal deployments
+#: would compare unequal once one of them had answered a decision (the Cedar engine's entity
+#: cache compares deployments by value).
+_AGENT_CAPS: dict[tuple[int, str, int], tuple[Limits, Mapping[str, list[str]], Mapping[str, int]]] = {}
+_AGENT_CAPS_MAX: Final = 64
+
+
 class Limits(_Model):
     """policies/data/limits.yaml (R-9 to R-11)."""
 
@@ -286,21 +295,16 @@ class Limits(_Model):
                     )
         return self
 
-    #: agent_caps per (limit name, org mapping): both are immutable for a loaded pack, and a decision
-    #: asks for its agent's caps several times (the Cedar context, the floor). The org mapping is held
-    #: with its entry, so an entry is used only for that very object.
-    _caps: dict[tuple[str, int], tuple[Mapping[str, list[str]], Mapping[str, int]]] = PrivateAttr(default_factory=dict)
-
     def agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> Mapping[str, int]:
         """Each agent an ``agent_limits`` entry gives limit ``name``, directly or through a list, with its value."""
-        key = (name, id(org))
-        found = self._caps.get(key)
-        if found is not None and found[0] is org:
-            return found[1]
+        key = (id(self), name, id(org))
+        found = _AGENT_CAPS.get(key)
+        if found is not None and found[0] is self and found[1] is org:
+            return found[2]
         caps = MappingProxyType(self._agent_caps(name, org))
-        if len(self._caps) >= 64:
-            self._caps.clear()
-        self._caps[key] = (org, caps)
+        if len(_AGENT_CAPS) >= _AGENT_CAPS_MAX:
+            _AGENT_CAPS.clear()
+        _AGENT_CAPS[key] = (self, org, caps)
         return caps
 
     def _agent_caps(self, name: AgentLimitName, org: Mapping[str, list[str]]) -> dict[str, int]:

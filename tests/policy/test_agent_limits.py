@@ -135,6 +135,21 @@ class TestResolution:
         assert limits.agent_caps("hourly_operations", org) == {}
         assert limits.agent_cap("hourly_operations", "team/helper", org) == 60
 
+    def test_answering_leaves_equality_alone(self) -> None:
+        """Caps are remembered outside the model: limits that have answered still equal a fresh copy
+        (the Cedar engine reuses a scope's parsed entities only for an equal deployment)."""
+        data = {
+            **yaml.safe_load((PACK_DIR / "data" / "limits.yaml").read_text()),
+            "agent_limits": [{"agents": ["team/helper"], "hourly_operations": 5}],
+        }
+        used, fresh = Limits.model_validate(data), Limits.model_validate(data)
+        assert used.agent_cap("hourly_operations", "team/helper", {}) == 5
+        assert used == fresh
+        # Each object answers from its own values, never from an equal object's remembered caps.
+        other = Limits.model_validate({**data, "agent_limits": [{"agents": ["team/helper"], "hourly_operations": 3}]})
+        assert other.agent_cap("hourly_operations", "team/helper", {}) == 3
+        assert used.agent_cap("hourly_operations", "team/helper", {}) == 5
+
 
 class TestThroughAnOrgList:
     def test_list_cases_pass_on_both_engines(
