@@ -24,7 +24,7 @@ from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAda
 from sidecar.contentstore.kagent import KagentMemory
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
 from sidecar.contentstore.rotator import Rotator
-from sidecar.identity.appname import app_name, parse_agent_ref, query_spelling
+from sidecar.identity.appname import AgentNames, app_name, parse_agent_ref, query_spelling
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.tokens import Verifier, load_verifier
 from sidecar.logs import get_logger
@@ -59,13 +59,14 @@ class Governance:
     kagent: KagentMemory
     initial_limits: Limits  # used only until a pack is live; decisions fail closed meanwhile anyway
     clock: Callable[[], datetime] = utcnow
-    agent_refs: frozenset[str] = field(default_factory=frozenset)
+    #: The configured memory-enabled agents and the names each answers to.
+    agent_names: AgentNames = field(default_factory=lambda: AgentNames(()))
     kagent_bearer: KagentBearer | None = None
     #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
     rotator: Rotator | None = None
 
     def __post_init__(self) -> None:
-        self.agent_refs = frozenset(self.settings.agents)
+        self.agent_names = AgentNames(self.settings.agents)
         if self.kagent_bearer is None:
             self.kagent_bearer = KagentBearer(self.settings.upstream)
 
@@ -84,7 +85,7 @@ class Governance:
         return pack.limits if pack is not None else self.initial_limits
 
     def is_memory_agent(self, ref: str) -> bool:
-        return ref in self.agent_refs
+        return ref in self.agent_names.refs
 
     def app_name(self, ref: str) -> str:
         """The one canonical kagent ``app_name`` every memory call of this agent is forwarded with."""

@@ -83,7 +83,9 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
         if wait <= 0:
             raise BodyTooSlow
         try:
-            chunk = await asyncio.wait_for(request.content.readany(), wait)
+            # asyncio.timeout arms one timer; wait_for would also wrap each read in a new task.
+            async with asyncio.timeout(wait):
+                chunk = await request.content.readany()
         except TimeoutError:
             raise BodyTooSlow from None
         if not chunk:

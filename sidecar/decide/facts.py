@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sidecar.identity import IdentityError
-from sidecar.identity.appname import agent_name_matches
+from sidecar.identity.appname import AgentNames
 from sidecar.identity.keys import SessionKeys
 from sidecar.identity.mxid import Origin, parse_mxid
 from sidecar.identity.tokens import AudienceClaim, RoomClaim
@@ -87,8 +87,8 @@ class KeyFacts:
         self.agent_name = agent_name if isinstance(agent_name, str) else None
         self.header_agent = header_agent
 
-    def agent_matches(self, scope_agent: str, all_refs: frozenset[str]) -> bool:
+    def agent_matches(self, scope_agent: str, names: AgentNames) -> bool:
         """Body and header agent names both name the scope's agent (collisions refused)."""
-        if self.agent_name is None or not agent_name_matches(self.agent_name, scope_agent, all_refs):
+        if self.agent_name is None or not names.matches(self.agent_name, scope_agent):
             return False
-        return self.header_agent is None or agent_name_matches(self.header_agent, scope_agent, all_refs)
+        return self.header_agent is None or names.matches(self.header_agent, scope_agent)

@@ -179,7 +179,7 @@ def _memory_facts(
         user_id_matches=kf.user_id_matches,
         caller_agent_name=kf.agent_name,
         header_agent_name=kf.header_agent,
-        agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_refs),
+        agent_name_matches=scope is not None and kf.agent_matches(scope.agent, gov.agent_names),
         item_count=item_count,
         max_item_bytes=max_item_bytes,
         ttl_days=ttl_days,

@@ -54,20 +54,50 @@ def query_spelling(ref: str) -> str:
     return f"{namespace}{SEPARATOR}{name}"
 
 
-def agent_name_matches(presented: str, agent_ref: str, all_refs: Iterable[str]) -> bool:
-    """Return whether ``presented`` names ``agent_ref`` in kagent's or the UI's spelling.
+def accepted_names(agent_ref: str, all_refs: Iterable[str]) -> frozenset[str]:
+    """The names a call may give ``agent_ref`` by: its ``app_name`` and the UI's spelling.
 
-    Refuses (False) when another configured reference normalises to the same ``app_name``: the
-    shared kagent namespace would let either agent read or erase the other's memory. The UI
-    spelling needs no separate check, since it can only equal another agent's ``app_name`` when
-    the two ``app_name`` values already collide.
+    None (an empty set) when the reference is malformed, or when another configured reference
+    normalises to the same ``app_name``: the shared kagent namespace would let either agent read
+    or erase the other's memory. The UI spelling needs no separate check, since it can only equal
+    another agent's ``app_name`` when the two ``app_name`` values already collide.
     """
     try:
         namespace, name = parse_agent_ref(agent_ref)
     except IdentityError:
-        return False
+        return frozenset()
     expected = app_name(namespace, name)
     # SECURITY: an ambiguous pair is refused for both members, whichever one is asked about.
     if any(ref != agent_ref and _raw_app_name(ref) == expected for ref in all_refs):
-        return False
-    return isinstance(presented, str) and presented in (expected, f"{namespace}{SEPARATOR}{name}")
+        return frozenset()
+    return frozenset((expected, f"{namespace}{SEPARATOR}{name}"))
+
+
+def agent_name_matches(presented: str, agent_ref: str, all_refs: Iterable[str]) -> bool:
+    """Return whether ``presented`` names ``agent_ref`` in kagent's or the UI's spelling (collisions refused)."""
+    return isinstance(presented, str) and presented in accepted_names(agent_ref, all_refs)
+
+
+class AgentNames:
+    """``accepted_names`` of every configured agent, worked out once per configuration.
+
+    A governed call compares the names it presents against its scope's agent; with the names
+    computed here, that costs a lookup instead of a pass over every configured agent. A scope
+    whose agent is no longer configured is checked in full, against the configured set.
+    """
+
+    __slots__ = ("_names", "refs")
+
+    def __init__(self, refs: Iterable[str]) -> None:
+        self.refs = frozenset(refs)
+        by_app: dict[str, list[str]] = {}
+        for ref in self.refs:
+            by_app.setdefault(_raw_app_name(ref), []).append(ref)
+        self._names = {ref: accepted_names(ref, by_app.get(_raw_app_name(ref), ())) for ref in self.refs}
+
+    def matches(self, presented: object, agent_ref: str) -> bool:
+        """Whether ``presented`` names ``agent_ref`` (``agent_name_matches`` over the configured agents)."""
+        names = self._names.get(agent_ref)
+        if names is None:
+            names = accepted_names(agent_ref, self.refs)
+        return isinstance(presented, str) and presented in names

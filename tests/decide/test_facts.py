@@ -6,12 +6,13 @@ import pytest
 
 from sidecar.decide.facts import KeyFacts, principal_of, utf8_len
 from sidecar.enforce.invoke import _is_new_conversation, _without_query_user
+from sidecar.identity.appname import AgentNames
 from sidecar.identity.keys import SessionKeys
 
 KEYS = SessionKeys(b"k" * 32)
 SCOPE = "s" + "ab" * 12
 KEY = KEYS.session_key(SCOPE, 3)
-REFS = frozenset({"kagent/k8s-agent", "team/other"})
+REFS = AgentNames({"kagent/k8s-agent", "team/other"})
 
 
 class TestParsing:
@@ -65,10 +66,18 @@ class TestKeyFacts:
 
     def test_hyphen_underscore_collision_is_refused(self):
         """Two configured agents sharing one kagent namespace can use neither key."""
-        refs = frozenset({"team/my-agent", "team/my_agent"})
+        refs = AgentNames({"team/my-agent", "team/my_agent", "team/third"})
         kf = KeyFacts(KEYS, KEY, None, "team__NS__my_agent", None)
         assert not kf.agent_matches("team/my-agent", refs)
         assert not kf.agent_matches("team/my_agent", refs)
+        assert KeyFacts(KEYS, KEY, None, "team__NS__third", None).agent_matches("team/third", refs)
+
+    def test_a_scope_agent_no_longer_configured_is_checked_against_the_configured_ones(self):
+        """A scope whose agent left the configuration still gets the full check, collisions included."""
+        kf = KeyFacts(KEYS, KEY, None, "team__NS__gone_agent", None)
+        assert kf.agent_matches("team/gone-agent", AgentNames({"team/other"}))
+        assert not kf.agent_matches("team/gone-agent", AgentNames({"team/gone_agent"}))
+        assert not kf.agent_matches("not a ref", AgentNames({"team/other"}))
 
 
 class TestInvokeHelpers:

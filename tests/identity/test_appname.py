@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.identity import IdentityError
-from sidecar.identity.appname import agent_name_matches, app_name, parse_agent_ref
+from sidecar.identity.appname import AgentNames, agent_name_matches, app_name, parse_agent_ref
 from sidecar.reasons import Reason
 from tests.identity.strategies import PROPERTY
 
@@ -62,6 +64,13 @@ class TestAppName:
         assert exc.value.reason is Reason.BAD_REQUEST
 
 
+def matches(presented: str, ref: str, refs: Iterable[str]) -> bool:
+    """agent_name_matches, checked to agree with the precomputed AgentNames of the same agents."""
+    answer = agent_name_matches(presented, ref, refs)
+    assert AgentNames(refs).matches(presented, ref) is answer
+    return answer
+
+
 class TestAgentNameMatches:
     @pytest.mark.parametrize(
         ("presented", "ref", "ok"),
@@ -80,7 +89,7 @@ class TestAgentNameMatches:
     )
     def test_presented_name_must_name_the_agent(self, presented: str, ref: str, ok: bool) -> None:
         """Only the kagent or UI spelling of the scope's own agent matches."""
-        assert agent_name_matches(presented, ref, CONFIGURED) is ok
+        assert matches(presented, ref, CONFIGURED) is ok
 
     @pytest.mark.parametrize(
         ("ref", "other"),
@@ -91,8 +100,8 @@ class TestAgentNameMatches:
         """Two configured agents sharing one app_name are both refused, in every spelling."""
         namespace, name = parse_agent_ref(ref)
         presented = app_name(namespace, name) if spelling == "normalised" else f"{namespace}__NS__{name}"
-        assert agent_name_matches(presented, ref, [ref]) is True
-        assert agent_name_matches(presented, ref, [ref, other]) is False
+        assert matches(presented, ref, [ref]) is True
+        assert matches(presented, ref, [ref, other]) is False
 
     @PROPERTY
     @given(namespaces, hyphen_names)
@@ -101,7 +110,7 @@ class TestAgentNameMatches:
         hyphens, underscores = f"{namespace}/{name}", f"{namespace}/{name.replace('-', '_')}"
         normalised = app_name(namespace, name)
         refs = [hyphens, underscores]
-        assert agent_name_matches(normalised, hyphens, [hyphens]) is True
-        assert agent_name_matches(normalised, underscores, [underscores]) is True
-        assert agent_name_matches(normalised, hyphens, refs) is False
-        assert agent_name_matches(normalised, underscores, refs) is False
+        assert matches(normalised, hyphens, [hyphens]) is True
+        assert matches(normalised, underscores, [underscores]) is True
+        assert matches(normalised, hyphens, refs) is False
+        assert matches(normalised, underscores, refs) is False
