@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from owners import report, tally  # benchmarks/owners.py, beside this script
+from owners import report, stage, tally  # benchmarks/owners.py, beside this script
 
 from sidecar.dev.bench.catalog import SCENARIOS
 from sidecar.dev.bench.loadgen import LoadJob, run_python
@@ -110,7 +110,9 @@ def main() -> None:
             raw = args.out / f"{stem}.raw"
             with raw.open() as fh:
                 print(f"{name}: {args.target} {us:.0f} µs CPU per request (native sampling pauses it) -> {raw}")
-                print(report(tally(fh)))
+                lines = fh.readlines()
+            print(report(tally(lines)))
+            print(report(tally(lines, stage), title="stage"))
         else:
             stem = name if args.target == "memgov" else f"{name}.{args.target}"
             print(f"{name}: {args.target} {us:.0f} µs CPU per request -> {args.out / (stem + '.svg')}")

@@ -6,7 +6,11 @@ package (``sidecar/...`` is memgov, by module), a native frame by the extension 
 name no owner, so their time goes to the code that called them: a ``dict`` built in memgov's code
 is memgov's, a ``write`` issued by uvloop is uvloop's.
 
-    .venv/bin/python benchmarks/owners.py profile.raw [--top 25]
+    .venv/bin/python benchmarks/owners.py profile.raw [--top 25] [--stages]
+
+``--stages`` splits the same samples by where in a governed call they fall: the function memgov's
+pipeline runner called (parse, admit, decide and record, forward), the middlewares, or aiohttp's
+server and the event loop around them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 #: Native frames by the file or library py-spy names, first match wins.
@@ -92,22 +96,40 @@ def owner(frames: list[str]) -> str:
     return "interpreter (no Python frame)"
 
 
-def tally(lines: Iterable[str]) -> Counter[str]:
-    """Samples per owner from py-spy raw lines (``frame;frame;... count``)."""
+#: The governed pipeline's stage runner: the frame it calls names the stage (parse, admit, decide, forward).
+_RUNNER = "_stages (sidecar/enforce/pipeline.py"
+
+
+def stage(frames: list[str]) -> str:
+    """Where in a governed call a sample falls: the function the pipeline runner called, else outside it."""
+    for i in range(len(frames) - 1, -1, -1):
+        if frames[i].startswith(_RUNNER):
+            callee = next((f for f in frames[i + 1 :] if ".py:" in f), None)
+            return "pipeline: " + (callee.split(" (")[0] if callee else "(the runner itself)")
+    if any("observe_data (sidecar/proxy.py" in f for f in frames):
+        return "middlewares and routing"
+    return "aiohttp's server and the event loop"
+
+
+def tally(lines: Iterable[str], by: Callable[[list[str]], str] = owner) -> Counter[str]:
+    """Samples per owner (or per ``by``) from py-spy raw lines (``frame;... count``); idle and start-up left out."""
     counts: Counter[str] = Counter()
     for line in lines:
         stack, _, n = line.rstrip("\n").rpartition(" ")
         if stack and n.isdigit():
-            counts[owner(stack.split(";"))] += int(n)
+            frames = stack.split(";")
+            if owner(frames) not in _NOT_BUSY:
+                counts[by(frames)] += int(n)
     return counts
 
 
-def report(counts: Counter[str], top: int = 25) -> str:
-    """A table of owners by share of the busy samples, memgov's modules summed in a first line."""
-    counts = Counter({k: v for k, v in counts.items() if k not in _NOT_BUSY})
+def report(counts: Counter[str], top: int = 25, title: str = "owner") -> str:
+    """A table by share of the busy samples; for owners, memgov's modules are also summed in a first line."""
     total = sum(counts.values()) or 1
     ours = sum(v for k, v in counts.items() if k.startswith("memgov: "))
-    rows = [f"{'owner':<48} {'share':>6}", f"{'memgov (all modules)':<48} {100 * ours / total:5.1f}%"]
+    rows = [f"{title:<48} {'share':>6}"]
+    if ours:
+        rows.append(f"{'memgov (all modules)':<48} {100 * ours / total:5.1f}%")
     rows += [f"{k:<48} {100 * v / total:5.1f}%" for k, v in counts.most_common(top)]
     rows.append(f"{'samples':<48} {total:>6}")
     return "\n".join(rows)
@@ -117,9 +139,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("raw", type=Path)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--stages", action="store_true", help="Split by pipeline stage instead of by owner.")
     args = parser.parse_args()
     with args.raw.open() as fh:
-        print(report(tally(fh), args.top))
+        print(report(tally(fh, stage), args.top, "stage") if args.stages else report(tally(fh), args.top))
 
 
 if __name__ == "__main__":

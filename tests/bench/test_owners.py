@@ -20,9 +20,7 @@ def test_interpreter_and_libc_frames_go_to_the_python_code_that_called_them() ->
 
 def test_native_extension_frames_name_their_library() -> None:
     cedar = f"{LOOP};_authorize (sidecar/policy/cedar.py:318);is_authorized_batch (cedarpy/_internal.cpython-311.so)"
-    sqlite = (
-        f"{LOOP};_run_sync (sidecar/state/db.py:462);execute (cursor.c:800);x (libsqlite3.so.0.8.6)"
-    )
+    sqlite = f"{LOOP};_run_sync (sidecar/state/db.py:462);execute (cursor.c:800);x (libsqlite3.so.0.8.6)"
     write = f"{LOOP};Upstream.request (sidecar/upstream.py:150);uv_write (stream.c:1);0x7f (libc.so.6)"
     assert owners.owner(cedar.split(";")) == "cedarpy (Rust)"
     assert owners.owner(sqlite.split(";")) == "sqlite3"
@@ -38,8 +36,24 @@ def test_waiting_threads_and_imports_are_left_out_of_the_shares() -> None:
     idle = "_bootstrap (threading.py:1);_worker (concurrent/futures/thread.py:81);0x7f (libc.so.6)"
     start = "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1);y (sidecar/proxy.py:3)"
     busy = f"{LOOP};observe_data (sidecar/proxy.py:109)"
+    assert owners.owner(idle.split(";")) == "idle thread (waiting)"
+    assert owners.owner(start.split(";")) == "startup (imports)"
     counts = owners.tally([f"{idle} 5\n", f"{start} 7\n", f"{busy} 2\n"])
-    assert counts["idle thread (waiting)"] == 5 and counts["startup (imports)"] == 7
+    assert counts == {"memgov: sidecar.proxy": 2}
     table = owners.report(counts)
     assert "memgov (all modules)                             100.0%" in table
     assert table.splitlines()[-1].split() == ["samples", "2"]
+
+
+def test_stages_are_named_by_what_the_pipeline_runner_called() -> None:
+    handler = f"{LOOP};observe_data (sidecar/proxy.py:109);handler (sidecar/enforce/pipeline.py:115)"
+    decide = f"{handler};_stages (sidecar/enforce/pipeline.py:95);decide_and_record (sidecar/decide/respond.py:60)"
+    cedar = f"{decide};_authorize (sidecar/policy/cedar.py:318);x (cedarpy/_internal.so)"
+    middleware = f"{LOOP};observe_data (sidecar/proxy.py:131);emit (structlog/_native.py:1)"
+    server = f"{LOOP};RequestHandler.start (aiohttp/web_protocol.py:1)"
+    counts = owners.tally([f"{cedar} 3\n", f"{middleware} 2\n", f"{server} 1\n"], owners.stage)
+    assert counts == {
+        "pipeline: decide_and_record": 3,
+        "middlewares and routing": 2,
+        "aiohttp's server and the event loop": 1,
+    }
