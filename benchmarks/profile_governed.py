@@ -2,8 +2,9 @@
 
 Runs an in-process gateway (Cedar, SQLite or PostgreSQL state) in front of a canned kagent that
 answers every save with a fresh id and every search with a fixed list of rows the ledger knows,
-so the profile shows memgov's work only. Writes a pyinstrument HTML flame graph per scenario and
-prints CPU microseconds per request; a second pass prints the CPU microseconds per request of each
+so the profile shows memgov's work only (and a pass-through ``GET /health``, relayed to it, for
+the per-request cost every route pays). Writes a pyinstrument HTML flame graph per governed
+scenario and prints CPU microseconds per request; a second pass prints the CPU microseconds per request of each
 stage of the handler (thread CPU time while that stage's code runs, its awaits excluded). Client requests are
 encoded once, before the timed loop, so the client's own JSON work is not counted.
 
@@ -154,14 +155,18 @@ async def run(state: str, requests: int, out: Path | None, *, stages: bool = Tru
             headers = {"X-Agent-Name": APP, "Content-Type": "application/json"}
             results: dict[str, float] = {}
 
-            async def send(path: str, body: bytes) -> None:
-                async with http.post(gw.data_url + path, data=body, headers=headers) as resp:
+            async def send(path: str, body: bytes | None) -> None:
+                method = "GET" if body is None else "POST"
+                async with http.request(method, gw.data_url + path, data=body, headers=headers) as resp:
                     await resp.read()
                     assert resp.status in (200, 201), resp.status
 
             for name, path, body in (
                 ("save", "/api/memories/sessions", save),
                 ("search", "/api/memories/search", search),
+                # A pass-through relay (GET /health to the canned upstream): memgov's per-request cost
+                # on every route, without governance.
+                ("relay", "/health", None),
             ):
                 for _ in range(20):  # warm up
                     await send(path, body)
@@ -169,7 +174,7 @@ async def run(state: str, requests: int, out: Path | None, *, stages: bool = Tru
                 for _ in range(requests):
                     await send(path, body)
                 results[name] = (time.process_time() - cpu) / requests * 1e6
-                if not stages:
+                if not stages or body is None:
                     continue
                 for label in STAGE_TIMES:
                     STAGE_TIMES[label] = 0
