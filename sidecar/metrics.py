@@ -105,6 +105,17 @@ def request_children(route_class: str, status: int) -> tuple[Any, Any]:
     return children
 
 
+_UPSTREAM_CHILDREN: dict[str, Any] = {}
+
+
+def upstream_seconds(upstream: str) -> Any:
+    """The upstream latency histogram child for one upstream name (a fixed few), made once."""
+    child = _UPSTREAM_CHILDREN.get(upstream)
+    if child is None:
+        child = _UPSTREAM_CHILDREN[upstream] = UPSTREAM_SECONDS.labels(upstream)
+    return child
+
+
 def status_label(status: int) -> str:
     """Return a bounded status label: the code when it is a valid HTTP status, else 'other'."""
     return str(status) if 100 <= status <= 599 else "other"

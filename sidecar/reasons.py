@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import re
-import secrets
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from http import HTTPStatus
 from types import MappingProxyType
@@ -314,9 +315,38 @@ class Refusal(Exception):
         self.upstream_status = upstream_status
 
 
+class _RandomPool:
+    """Bytes from the OS's random source, fetched 4 KiB at a time: one system call per 512 decision
+    ids instead of one per request. Each id still takes its own 8 bytes, never shared or reused."""
+
+    __slots__ = ("_at", "_buf", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buf, self._at = b"", 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            at = self._at
+            if at + n > len(self._buf):
+                self._buf, at = os.urandom(4096), 0
+            self._at = at + n
+            return self._buf[at : at + n]
+
+    def forget(self) -> None:
+        # A new lock too: the parent may have held it while forking.
+        self._lock = threading.Lock()
+        self._buf, self._at = b"", 0
+
+
+_POOL: Final = _RandomPool()
+# SECURITY: a forked worker starts with an empty pool, or it would hand out its parent's next ids.
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
 def new_decision_id() -> str:
     """Return an opaque, unguessable id that ties a response, a log line and an audit row."""
-    return "d_" + secrets.token_hex(8)
+    return "d_" + _POOL.take(8).hex()
 
 
 def error_body(reason: Code, decision_id: str, *, status: int | None = None) -> bytes:

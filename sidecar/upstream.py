@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from http import HTTPStatus
 from typing import Final
 
@@ -93,11 +94,18 @@ class UpstreamUnavailable(Refusal):
         self.timeout, self.sent = timeout, sent
 
 
-def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
+@lru_cache(maxsize=32)
+def _skipped(drop: tuple[str, ...]) -> frozenset[str]:
+    # ``drop`` comes from memgov's code (a handful of fixed tuples), never from a request.
+    return HOP_BY_HOP | {d.lower() for d in drop} | {CONTEXT_HEADER.lower()}
+
+
+def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: tuple[str, ...] = ()) -> CIMultiDict[str]:
     """Copy headers without hop-by-hop ones, those named in Connection, ``drop`` and the context header."""
-    connection = headers.get("Connection", "")
-    named = {h.strip().lower() for h in connection.split(",") if h.strip()}
-    skip = HOP_BY_HOP | named | {d.lower() for d in drop} | {CONTEXT_HEADER.lower()}
+    skip = _skipped(drop)
+    connection = headers.get("Connection")
+    if connection:
+        skip = skip | {h.strip().lower() for h in connection.split(",") if h.strip()}
     out: CIMultiDict[str] = CIMultiDict()
     for key, value in headers.items():
         if key.lower() not in skip:
@@ -160,7 +168,7 @@ class Upstream:
                 raise UpstreamUnavailable(
                     timeout=False, sent=not isinstance(exc, aiohttp.ClientConnectorError)
                 ) from None
-            metrics.UPSTREAM_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+            metrics.upstream_seconds(self.name).observe(time.perf_counter() - started)
             client.set(status=resp.status)
             try:
                 yield resp

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from sidecar import reasons
@@ -56,3 +60,32 @@ class TestDeclaredCodes:
         monkeypatch.setattr(reasons, "MAX_DECLARED", len(reasons._DECLARED))
         with pytest.raises(ValueError, match="more than"):
             declare([("one_code_too_many", "allowed")])
+
+
+class TestDecisionIds:
+    def test_ids_have_their_shape_and_never_repeat_across_pool_refills(self) -> None:
+        """Each id takes its own 8 random bytes; 3,000 ids span several 4 KiB refills."""
+        ids = [reasons.new_decision_id() for _ in range(3000)]
+        assert all(re.fullmatch(r"d_[0-9a-f]{16}", i) for i in ids)
+        assert len(set(ids)) == len(ids)
+
+    def test_ids_from_concurrent_threads_never_collide(self) -> None:
+        with ThreadPoolExecutor(4) as pool:
+            batches = list(pool.map(lambda _: [reasons.new_decision_id() for _ in range(2000)], range(4)))
+        ids = [i for batch in batches for i in batch]
+        assert len(set(ids)) == len(ids)
+
+    def test_a_forked_worker_does_not_repeat_its_parents_next_ids(self) -> None:
+        """A worker forked mid-pool draws fresh bytes; without the fork hook both would hand out the same ids."""
+        reasons.new_decision_id()  # the pool now holds unused bytes the child would otherwise inherit
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe and exits
+            os.write(write, ",".join(reasons.new_decision_id() for _ in range(50)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            child = set(fh.read().split(","))
+        os.waitpid(pid, 0)
+        parent = {reasons.new_decision_id() for _ in range(50)}
+        assert len(child) == 50 and not child & parent
