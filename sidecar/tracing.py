@@ -208,6 +208,8 @@ def annotate(**attrs: object) -> None:
 @web.middleware
 async def trace_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The root span of each data-plane request, continuing the caller's trace when it sent one."""
+    if _State.tracer is None:
+        return await handler(request)
     method = request.method if ALLOWED["method"](request.method) else "OTHER"
     with span("memgov.request", parent=request.headers, kind=SpanKind.SERVER, method=method) as root:
         response = await handler(request)
