@@ -7,9 +7,8 @@ plane marks its calls with :func:`data_lane`, migrations and bulk loads mark the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from typing import Final
 
 IN_DATA_LANE: ContextVar[bool] = ContextVar("memgov_state_data_lane", default=False)
@@ -18,20 +17,29 @@ LONG_STATEMENTS: ContextVar[bool] = ContextVar("memgov_state_long_statements", d
 LONG_STATEMENT_S: Final = 3600.0
 
 
-@contextmanager
-def _flagged(flag: ContextVar[bool]) -> Iterator[None]:
-    token = flag.set(True)
-    try:
-        yield
-    finally:
-        flag.reset(token)
+class _Flagged(AbstractContextManager[None]):
+    """Sets a flag for the block (a class, not a generator: the data plane enters one per request)."""
+
+    __slots__ = ("_flag", "_token")
+
+    def __init__(self, flag: ContextVar[bool]) -> None:
+        self._flag = flag
+        self._token: Token[bool] | None = None
+
+    def __enter__(self) -> None:
+        self._token = self._flag.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            self._flag.reset(self._token)
+            self._token = None
 
 
 def data_lane() -> AbstractContextManager[None]:
     """Run the state work of the calls inside in the data lane (see ``sidecar.state.db`` on lanes)."""
-    return _flagged(IN_DATA_LANE)
+    return _Flagged(IN_DATA_LANE)
 
 
 def long_statements() -> AbstractContextManager[None]:
     """Let the statements inside run for up to ``LONG_STATEMENT_S`` (schema migrations)."""
-    return _flagged(LONG_STATEMENTS)
+    return _Flagged(LONG_STATEMENTS)
