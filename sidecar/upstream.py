@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
+from types import TracebackType
 from typing import Final
 
 import aiohttp
@@ -125,55 +125,85 @@ class Upstream:
         """Join the base with a raw, still-encoded path and query, keeping its encoding."""
         return URL(self.base + raw_path_and_query, encoded=True)
 
-    @asynccontextmanager
-    async def request(
+    def request(
         self,
         method: str,
         raw_path_and_query: str,
         *,
         headers: CIMultiDict[str],
         data: object = None,
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """Send one request; yield the response once headers arrive; map failures to UpstreamUnavailable.
+    ) -> Exchange:
+        """Send one request; the response once headers arrive; failures map to UpstreamUnavailable.
 
         The exchange is a CLIENT span (memgov.forward) naming the upstream, its host and port, the
         method and the status; kagent and providers join it through ``traceparent``.
         """
-        url = self.url(raw_path_and_query)
-        async with tracing.span(
+        return Exchange(self, method, raw_path_and_query, headers, data)
+
+
+class Exchange:
+    """One request to an upstream, as ``async with upstream.request(...) as response``.
+
+    A class rather than a generator-based context manager: every relayed request opens one.
+    """
+
+    __slots__ = ("_cm", "_data", "_headers", "_method", "_path", "_span", "_upstream")
+
+    def __init__(self, upstream: Upstream, method: str, path: str, headers: CIMultiDict[str], data: object) -> None:
+        self._upstream, self._method, self._path, self._headers, self._data = upstream, method, path, headers, data
+        self._span: tracing.span | None = None
+        self._cm: aiohttp.client._RequestContextManager | None = None
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        up, headers = self._upstream, self._headers
+        url = up.url(self._path)
+        opened = self._span = tracing.span(
             "memgov.forward",
             kind=SpanKind.CLIENT,
-            upstream=self.name,
-            method=method,
+            upstream=up.name,
+            method=self._method,
             server_address=url.host,
             server_port=url.port,
-        ) as client:
+        )
+        client = opened.__enter__()
+        try:
             tracing.inject(headers)  # W3C traceparent: kagent and providers join memgov's trace (tracing on)
             skip = [h for h in _AUTO_HEADERS if h not in headers]
             started = time.perf_counter()
             try:
-                cm = self.session.request(
-                    method, url, headers=headers, data=data, skip_auto_headers=skip, allow_redirects=False
+                self._cm = up.session.request(
+                    self._method, url, headers=headers, data=self._data, skip_auto_headers=skip, allow_redirects=False
                 )
-                resp = await cm.__aenter__()
+                resp = await self._cm.__aenter__()
             except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
                 if (refused := _refusal_in_chain(exc)) is not None:
                     raise refused from None
-                metrics.UPSTREAM_FAILURES.labels(self.name, "timeout").inc()
+                metrics.UPSTREAM_FAILURES.labels(up.name, "timeout").inc()
                 raise UpstreamUnavailable(timeout=True) from None
             except (aiohttp.ClientError, OSError) as exc:
                 if (refused := _refusal_in_chain(exc)) is not None:
                     raise refused from None
-                metrics.UPSTREAM_FAILURES.labels(self.name, "connect").inc()
+                metrics.UPSTREAM_FAILURES.labels(up.name, "connect").inc()
                 raise UpstreamUnavailable(
                     timeout=False, sent=not isinstance(exc, aiohttp.ClientConnectorError)
                 ) from None
-            metrics.upstream_seconds(self.name).observe(time.perf_counter() - started)
+            metrics.upstream_seconds(up.name).observe(time.perf_counter() - started)
             client.set(status=resp.status)
-            try:
-                yield resp
-            finally:
-                await cm.__aexit__(None, None, None)
+        except BaseException as exc:
+            self._cm = None
+            opened.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return resp
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._cm is not None:
+                await self._cm.__aexit__(None, None, None)
+        finally:
+            if self._span is not None:
+                self._span.__exit__(kind, exc, tb)
 
 
 class KagentBearer:
