@@ -57,7 +57,7 @@ def query_spelling(ref: str) -> str:
 def accepted_names(agent_ref: str, all_refs: Iterable[str]) -> frozenset[str]:
     """The names a call may give ``agent_ref`` by: its ``app_name`` and the UI's spelling.
 
-    None (an empty set) when the reference is malformed, or when another configured reference
+    Empty when the reference is malformed, or when another configured reference
     normalises to the same ``app_name``: the shared kagent namespace would let either agent read
     or erase the other's memory. The UI spelling needs no separate check, since it can only equal
     another agent's ``app_name`` when the two ``app_name`` values already collide.
