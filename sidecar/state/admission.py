@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from functools import lru_cache
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
-from sidecar.state.db import Facet, Script, execute, executemany, fetchrow
+from sidecar.state.db import Facet, Param, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import WINDOW_JOIN, window_key
 from sidecar.state.prefetch import window_id as open_window
@@ -45,6 +46,7 @@ def _admit(
     write: WriteAsk | None,
     reserving: bool,
     lock: str,
+    combined: bool,
 ) -> Script[Admission]:
     if window:
         # A search reads the prefetch window in the same statement as its scope.
@@ -74,23 +76,34 @@ def _admit(
     if held + write.n > write.cap:
         return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED, levels=levels)
     slots = [codec.new_id("l") for _ in range(write.n)]
-    yield executemany(
-        "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6)",
-        [(s, scope_id, generation, now_us, now_us + SLOT_LEASE_S * 1_000_000, ns.ns_id) for s in slots],
-    )
     op_id = codec.new_id("w")
-    yield execute(
-        "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6)",
-        op_id,
-        scope_id,
-        generation,
-        now_us,
-        now_us + int(write.lease_s * 1_000_000),
-        ns.ns_id,
-    )
+    slot_lease, op_lease = now_us + SLOT_LEASE_S * 1_000_000, now_us + int(write.lease_s * 1_000_000)
+    if combined:
+        # PostgreSQL: one round trip writes the in-flight record and the slots.
+        yield execute(
+            _slots_with_op(len(slots)), op_id, scope_id, generation, now_us, op_lease, ns.ns_id, slot_lease, *slots
+        )
+    else:
+        yield executemany(
+            "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            [(s, scope_id, generation, now_us, slot_lease, ns.ns_id) for s in slots],
+        )
+        yield execute(_OP, op_id, scope_id, generation, now_us, op_lease, ns.ns_id)
     return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id, levels=levels)
+
+
+_OP = "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id) VALUES ($1, $2, $3, $4, $5, $6)"
+
+
+@lru_cache(maxsize=16)
+def _slots_with_op(n: int) -> str:
+    """The in-flight record ($1–$6) and ``n`` slots ($8… with lease $7) in one statement (PostgreSQL)."""
+    rows = ", ".join(f"(${8 + i}, $2, $3, $4, $7, $6)" for i in range(n))
+    return (
+        f"WITH op AS ({_OP})"
+        f" INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id) VALUES {rows}"
+    )
 
 
 def _release(slots: list[str], op_id: str) -> Script[None]:
@@ -109,27 +122,56 @@ _END_IF_LIVE = (
 )
 
 
-def _finish(op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, int, int]]) -> Script[bool]:
-    for slot_id, entry_id, created, expires in fills:
-        changed = yield execute(
-            "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
-            " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
-            slot_id,
-            entry_id,
-            created,
-            expires,
-        )
-        if changed != 1:
+def _finish(
+    op_id: str, scope_id: str, ns_id: str, fills: list[tuple[str, str, int, int]], combined: bool
+) -> Script[bool]:
+    if combined and fills:
+        # PostgreSQL: one round trip fills the slots and, when every one of them filled and the
+        # namespace is still live, ends the in-flight record.
+        args: list[Param] = [op_id, scope_id, ns_id]
+        for fill in fills:
+            args.extend(fill)
+        row = yield fetchrow(_fill_and_end(len(fills)), *args)
+        if row is None or int(row[0]) != len(fills):
             raise StateError(Reason.INTERNAL_ERROR)
-    # The in-flight record ends only while ``ns_id`` is still the scope's live namespace: one
-    # statement checks and ends it.
-    ended = yield execute(_END_IF_LIVE, op_id, scope_id, ns_id)
+        ended = int(row[1])
+    else:
+        for slot_id, entry_id, created, expires in fills:
+            changed = yield execute(_FILL, slot_id, entry_id, created, expires)
+            if changed != 1:
+                raise StateError(Reason.INTERNAL_ERROR)
+        # The in-flight record ends only while ``ns_id`` is still the scope's live namespace: one
+        # statement checks and ends it.
+        ended = yield execute(_END_IF_LIVE, op_id, scope_id, ns_id)
     if ended:
         return True
     # Nothing ended: the namespace was withdrawn or switched meanwhile (the in-flight record stays
     # until the undo is done), or the record was already gone while the namespace is live.
     row = yield fetchrow(_LIVE_NS, scope_id)
     return row is not None and row[0] == ns_id
+
+
+_FILL = (
+    "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
+    " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3"
+)
+
+
+@lru_cache(maxsize=16)
+def _fill_and_end(n: int) -> str:
+    """``n`` fills ($4… in fours) and the in-flight end ($1–$3) as ``_FILL`` and ``_END_IF_LIVE`` do,
+    in one statement (PostgreSQL): it answers how many slots filled and whether the record ended."""
+    values = ", ".join(
+        f"(${4 + 4 * i}::varchar, ${5 + 4 * i}::varchar, ${6 + 4 * i}::bigint, ${7 + 4 * i}::bigint)" for i in range(n)
+    )
+    return (
+        f"WITH v (slot_id, entry_id, created_us, expires_us) AS (VALUES {values}),"
+        " filled AS (UPDATE ledger AS l SET entry_id = v.entry_id, created_us = v.created_us,"
+        " expires_us = v.expires_us, lease_us = NULL FROM v"
+        " WHERE l.slot_id = v.slot_id AND l.expires_us IS NULL AND l.lease_us > v.created_us RETURNING l.slot_id),"
+        f" ended AS ({_END_IF_LIVE} AND (SELECT COUNT(*) FROM filled) = {n} RETURNING 1)"
+        " SELECT (SELECT COUNT(*) FROM filled), (SELECT COUNT(*) FROM ended)"
+    )
 
 
 class AdmissionOps(Facet):
@@ -151,17 +193,34 @@ class AdmissionOps(Facet):
         now_us = to_us(now)
         # The scope row lock serializes a scope's savers (as reserve_entries' does) and holds off a
         # consent change until the in-flight record is in (as begin_write's share lock does).
-        lock = " FOR UPDATE OF s" if write is not None and self._db.dialect == "postgresql" else ""
+        pg = self._db.dialect == "postgresql"
+        lock = " FOR UPDATE OF s" if write is not None and pg else ""
         try:
             return await self._db.run(
                 lambda: _admit(
-                    scope_id, generation, claims, now_us, window=window, write=write, reserving=True, lock=lock
+                    scope_id,
+                    generation,
+                    claims,
+                    now_us,
+                    window=window,
+                    write=write,
+                    reserving=True,
+                    lock=lock,
+                    combined=pg,
                 )
             )
         except Refused as refused:
             seen = await self._db.run(
                 lambda: _admit(
-                    scope_id, generation, claims, now_us, window=window, write=write, reserving=False, lock=""
+                    scope_id,
+                    generation,
+                    claims,
+                    now_us,
+                    window=window,
+                    write=write,
+                    reserving=False,
+                    lock="",
+                    combined=pg,
                 ),
                 "snapshot",
             )
@@ -184,4 +243,5 @@ class AdmissionOps(Facet):
         for slot_id, entry_id, created_at, expires_at in fills:
             codec.check_id(entry_id, "entry_id")
             rows.append((slot_id, entry_id, to_us(created_at), to_us(expires_at)))
-        return await self._db.run(lambda: _finish(op_id, scope_id, ns_id, rows), "single")
+        combined = self._db.dialect == "postgresql"
+        return await self._db.run(lambda: _finish(op_id, scope_id, ns_id, rows, combined), "single")

@@ -257,3 +257,33 @@ class TestFinishWrite:
         await store.scopes.end_write(op_id)
         assert await store.admission.finish_write(op_id, scope_id, ns_id, [(slot, "e1", NOW, NOW + WEEK)])
         assert [e.entry_id for e in await store.ledger.entries_of_scope(scope_id)] == ["e1"]
+
+    async def test_a_batch_fills_every_slot_and_ends_its_record_once(self, store: StateStore) -> None:
+        scope = await new_scope(store)
+        adm = await store.admission.admit(
+            scope.scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(3, 100, 600)
+        )
+        assert adm.op_id is not None and adm.scope is not None and adm.scope.namespace is not None
+        fills = [(slot, f"e{i}", NOW, NOW + WEEK) for i, slot in enumerate(adm.slots)]
+        assert await store.admission.finish_write(adm.op_id, scope.scope_id, adm.scope.namespace.ns_id, fills)
+        assert (await store.stats())["inflight"] == 0
+        assert sorted(e.entry_id for e in await store.ledger.entries_of_scope(scope.scope_id)) == ["e0", "e1", "e2"]
+
+    async def test_a_slot_that_cannot_fill_fails_and_keeps_the_record(self, store: StateStore) -> None:
+        """A slot already filled (or gone) is an internal error, and the in-flight record stays: the
+        erasure fence never loses a write whose outcome memgov did not record."""
+        scope_id, ns_id, op_id, slot = await self._admitted(store)
+        assert await store.admission.finish_write(op_id, scope_id, ns_id, [(slot, "e1", NOW, NOW + WEEK)])
+        scope = await store.scopes.get_scope(scope_id)
+        assert scope is not None
+        adm = await store.admission.admit(
+            scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 100, 600)
+        )
+        assert adm.op_id is not None
+        with pytest.raises(StateError) as err:
+            await store.admission.finish_write(
+                adm.op_id, scope_id, ns_id, [(adm.slots[0], "e2", NOW, NOW + WEEK), (slot, "e3", NOW, NOW + WEEK)]
+            )
+        assert err.value.reason is Reason.INTERNAL_ERROR
+        assert (await store.stats())["inflight"] == 1
+        assert "e3" not in {e.entry_id for e in await store.ledger.entries_of_scope(scope_id)}
