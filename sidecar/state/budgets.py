@@ -18,40 +18,42 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import NEVER_US, to_us
-from sidecar.state.db import Facet, Script, Stmt, fetchrow
+from sidecar.state.db import Facet, Param, Script, fetchmany
 from sidecar.state.types import BudgetClaim
 
 _KINDS = frozenset({"bucket", "window", "counter"})
 
-# Refill by elapsed time (never negative if replica clocks disagree), cap at the limit, take cost.
-# The tiny tolerance keeps e.g. 6/min (0.1/s) exact despite binary floating point.
-_BUCKET = """
+# One statement for every kind, so a request's claims go to the database together (``fetchmany``:
+# on PostgreSQL one round trip for all of them, each still its own statement, in order).
+# Parameters: $1 kind, $2 key, $3 the level of a fresh row, $4 cost, $5 limit, $6 now, $7 expiry,
+# $8 mark, $9 refill per microsecond (buckets), $10 the claim's position (answered back).
+#
+# bucket: refill by elapsed time (never negative if replica clocks disagree), cap at the limit,
+#   take the cost; the tiny tolerance keeps e.g. 6/min (0.1/s) exact despite binary floating point.
+# window, counter: a count that starts over once its mark has passed.
+# Every right-hand side reads the row as it was before this update.
+_ELAPSED = "(CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)"
+_REFILLED = f"b.level + {_ELAPSED} * CAST($9 AS DOUBLE PRECISION)"
+_LIMIT = "CAST($5 AS DOUBLE PRECISION)"
+_COST = "CAST($4 AS DOUBLE PRECISION)"
+_CLAIM = f"""
 INSERT INTO budgets AS b (kind, bkey, level, mark, at_us, expires_us)
-VALUES ('bucket', $1, CAST($2 AS DOUBLE PRECISION) - CAST($3 AS DOUBLE PRECISION), 0, $4, $5)
+VALUES ($1, $2, CAST($3 AS DOUBLE PRECISION), $8, $6, $7)
 ON CONFLICT (kind, bkey) DO UPDATE SET
-  level = (CASE WHEN b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
-                     * CAST($6 AS DOUBLE PRECISION) >= CAST($2 AS DOUBLE PRECISION)
-                THEN CAST($2 AS DOUBLE PRECISION)
-                ELSE b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
-                     * CAST($6 AS DOUBLE PRECISION) END) - CAST($3 AS DOUBLE PRECISION),
-  at_us = CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us ELSE b.at_us END,
-  expires_us = CASE WHEN excluded.expires_us > b.expires_us THEN excluded.expires_us ELSE b.expires_us END
-WHERE b.level + (CASE WHEN excluded.at_us > b.at_us THEN excluded.at_us - b.at_us ELSE 0 END)
-      * CAST($6 AS DOUBLE PRECISION) >= CAST($3 AS DOUBLE PRECISION) - 0.000000001
-RETURNING level
-"""
-
-# Window and counter share one shape: a count that starts over once its mark has passed.
-_COUNT = """
-INSERT INTO budgets AS b (kind, bkey, level, mark, at_us, expires_us)
-VALUES ($1, $2, CAST($3 AS DOUBLE PRECISION), $4, $5, $4)
-ON CONFLICT (kind, bkey) DO UPDATE SET
-  level = CASE WHEN b.mark <= excluded.at_us THEN excluded.level ELSE b.level + excluded.level END,
-  mark = CASE WHEN b.mark <= excluded.at_us THEN excluded.mark ELSE b.mark END,
-  expires_us = CASE WHEN b.mark <= excluded.at_us THEN excluded.mark ELSE b.mark END,
-  at_us = excluded.at_us
-WHERE b.mark <= excluded.at_us OR b.level + excluded.level <= CAST($6 AS DOUBLE PRECISION)
-RETURNING level
+  level = CASE WHEN b.kind = 'bucket'
+               THEN (CASE WHEN {_REFILLED} >= {_LIMIT} THEN {_LIMIT} ELSE {_REFILLED} END) - {_COST}
+               WHEN b.mark <= excluded.at_us THEN excluded.level
+               ELSE b.level + excluded.level END,
+  mark = CASE WHEN b.kind <> 'bucket' AND b.mark <= excluded.at_us THEN excluded.mark ELSE b.mark END,
+  at_us = CASE WHEN b.kind = 'bucket' AND excluded.at_us <= b.at_us THEN b.at_us ELSE excluded.at_us END,
+  expires_us = CASE WHEN b.kind = 'bucket'
+                    THEN (CASE WHEN excluded.expires_us > b.expires_us THEN excluded.expires_us ELSE b.expires_us END)
+                    WHEN b.mark <= excluded.at_us THEN excluded.mark
+                    ELSE b.mark END
+WHERE CASE WHEN b.kind = 'bucket'
+           THEN {_REFILLED} >= {_COST} - 0.000000001
+           ELSE b.mark <= excluded.at_us OR b.level + excluded.level <= {_LIMIT} END
+RETURNING level, CAST($10 AS INTEGER)
 """
 
 
@@ -73,18 +75,20 @@ def _check(claim: BudgetClaim) -> None:
         raise ValueError("budget claim period must be positive")
 
 
-def _claim(claim: BudgetClaim, key: str, now_us: int) -> Stmt:
+def _claim(claim: BudgetClaim, key: str, now_us: int, position: int) -> tuple[Param, ...]:
+    """The parameters of ``_CLAIM`` for one claim."""
+    cost, limit = float(claim.cost), float(claim.limit)
     if claim.kind == "bucket":
         rate = claim.refill_per_s / 1_000_000
         # A bucket untouched for limit/rate seconds is full again, i.e. equal to a missing row.
         expires = now_us + math.ceil(claim.limit / rate) if rate > 0 else NEVER_US
-        return fetchrow(_BUCKET, key, float(claim.limit), float(claim.cost), now_us, expires, rate)
+        return ("bucket", key, limit - cost, cost, limit, now_us, expires, 0, rate, position)
     if claim.kind == "window":
         period = claim.window_s * 1_000_000
         mark = (now_us // period + 1) * period
     else:
         mark = now_us + claim.ttl_s * 1_000_000
-    return fetchrow(_COUNT, claim.kind, key, float(claim.cost), mark, now_us, float(claim.limit))
+    return (claim.kind, key, cost, cost, limit, now_us, mark, mark, 0.0, position)
 
 
 def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
@@ -100,13 +104,15 @@ def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
         if claim.cost > claim.limit:
             raise Refused(claim.reason)
     ordered = sorted(((c.kind, codec.digest(c.key), i, c) for i, c in enumerate(claims)), key=lambda t: (t[0], t[1]))
-    levels = [0.0] * len(claims)
-    for _, key, index, claim in ordered:
-        row = yield _claim(claim, key, now_us)
-        if row is None:
+    if not ordered:
+        return []
+    rows = yield fetchmany(_CLAIM, [_claim(claim, key, now_us, index) for _, key, index, claim in ordered])
+    reached: dict[int, float] = {int(row[1]): float(row[0]) for row in rows}
+    for _, _, index, claim in ordered:
+        if index not in reached:
+            # The first claim in (kind, key) order that did not fit names the refusal.
             raise Refused(claim.reason)
-        levels[index] = float(row[0])
-    return levels
+    return [reached[i] for i in range(len(claims))]
 
 
 class BudgetOps(Facet):

@@ -73,10 +73,10 @@ T = TypeVar("T")
 class Stmt:
     """One statement of a script, and which Tx method reads its result."""
 
-    op: Literal["fetch", "fetchrow", "execute", "executemany"]
+    op: Literal["fetch", "fetchrow", "execute", "executemany", "fetchmany"]
     sql: str
     args: tuple[Param, ...] = ()
-    #: An ``executemany``'s rows (each bound to the same statement); empty for every other kind.
+    #: An ``executemany``'s or ``fetchmany``'s rows (each bound to the same statement); empty for every other kind.
     rows: tuple[Sequence[Param], ...] = ()
 
 
@@ -96,6 +96,15 @@ def executemany(sql: str, rows: Iterable[Sequence[Param]]) -> Stmt:
     return Stmt("executemany", sql, rows=tuple(rows))
 
 
+def fetchmany(sql: str, rows: Iterable[Sequence[Param]]) -> Stmt:
+    """One statement run once per row of parameters, in order, answering every row each run returned.
+
+    On PostgreSQL the runs share one round trip (asyncpg pipelines them); each is still its own
+    statement, so a later run sees what an earlier one wrote.
+    """
+    return Stmt("fetchmany", sql, rows=tuple(rows))
+
+
 #: A transaction written once for both backends: yields statements, receives their results.
 Script = Generator[Stmt, Any, T]
 #: Makes a fresh script (SQLite runs it again after a lock conflict).
@@ -110,6 +119,8 @@ async def drive(script: Script[T], tx: Tx) -> T:
             result: Any = None
             if stmt.op == "executemany":
                 await tx.executemany(stmt.sql, stmt.rows)
+            elif stmt.op == "fetchmany":
+                result = await tx.fetchmany(stmt.sql, stmt.rows)
             else:
                 result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
             stmt = script.send(result)
@@ -140,6 +151,8 @@ class Tx(Protocol):
     async def execute(self, sql: str, *args: Param) -> int: ...
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None: ...
+
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Param]]) -> list[Row]: ...
 
 
 class Database(Protocol):
@@ -204,6 +217,9 @@ class _PgTx:
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None:
         await self._con.executemany(sql, list(rows), timeout=self._timeout)
+
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Param]]) -> list[Row]:
+        return cast(list[Row], await self._con.fetchmany(sql, list(rows), timeout=self._timeout))
 
 
 async def _keep_session(con: asyncpg.Connection) -> None:
@@ -337,6 +353,12 @@ class _SqliteTx:
     async def executemany(self, sql: str, rows: Iterable[Sequence[Param]]) -> None:
         await self._con.executemany(_qmark(sql), [tuple(r) for r in rows])
 
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Param]]) -> list[Row]:
+        out: list[Row] = []
+        for r in rows:
+            out.extend(await self._con.execute_fetchall(_qmark(sql), tuple(r)))
+        return out
+
 
 class SqliteDatabase:
     """One writer and one reader connection in WAL mode; a lock per connection keeps one
@@ -458,6 +480,8 @@ def _run_sync(con: sqlite3.Connection, script: Script[T], mode: Mode) -> T:
             if stmt.op == "executemany":
                 con.executemany(sql, [tuple(r) for r in stmt.rows])
                 result: Any = None
+            elif stmt.op == "fetchmany":
+                result = [row for r in stmt.rows for row in con.execute(sql, tuple(r)).fetchall()]
             else:
                 cur = con.execute(sql, stmt.args)
                 if stmt.op == "execute":

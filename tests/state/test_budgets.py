@@ -65,6 +65,14 @@ class TestCounted:
         # The refused reservation charged nothing: the bucket still has its one token.
         assert await store.budgets.reserve_counted([RATE], NOW) == (None, [0])
 
+    async def test_one_key_claimed_twice_in_a_request_is_charged_twice_in_order(self, store: StateStore) -> None:
+        """The claims of one request run one after the other: the second sees what the first took."""
+        once = BudgetClaim("bucket", "pair", limit=3, cost=1, refill_per_s=0.0001, reason="rate_limited")
+        assert await store.budgets.reserve_counted([once, once], NOW) == (None, [2, 1])
+        twice = BudgetClaim("bucket", "pair", limit=3, cost=1, refill_per_s=0.0001, reason="rate_limited")
+        assert await store.budgets.reserve_counted([twice, twice], NOW) == ("rate_limited", [])
+        assert await store.budgets.reserve_counted([once], NOW) == (None, [0])
+
 
 class TestAllOrNothing:
     async def test_a_refused_claim_charges_nothing(self, store: StateStore) -> None:
