@@ -23,7 +23,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
-from sidecar.state.db import Facet, Param, Script, execute, executemany, fetchrow
+from sidecar.state.db import Facet, MakeScript, Param, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import WINDOW_JOIN, window_key
 from sidecar.state.prefetch import window_id as open_window
@@ -195,35 +195,24 @@ class AdmissionOps(Facet):
         # consent change until the in-flight record is in (as begin_write's share lock does).
         pg = self._db.dialect == "postgresql"
         lock = " FOR UPDATE OF s" if write is not None and pg else ""
+
+        def script(reserving: bool, lock: str) -> MakeScript[Admission]:
+            return lambda: _admit(
+                scope_id,
+                generation,
+                claims,
+                now_us,
+                window=window,
+                write=write,
+                reserving=reserving,
+                lock=lock,
+                combined=pg,
+            )
+
         try:
-            return await self._db.run(
-                lambda: _admit(
-                    scope_id,
-                    generation,
-                    claims,
-                    now_us,
-                    window=window,
-                    write=write,
-                    reserving=True,
-                    lock=lock,
-                    combined=pg,
-                )
-            )
+            return await self._db.run(script(True, lock))
         except Refused as refused:
-            seen = await self._db.run(
-                lambda: _admit(
-                    scope_id,
-                    generation,
-                    claims,
-                    now_us,
-                    window=window,
-                    write=write,
-                    reserving=False,
-                    lock="",
-                    combined=pg,
-                ),
-                "snapshot",
-            )
+            seen = await self._db.run(script(False, ""), "snapshot")
             return Admission(
                 seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count, window=seen.window
             )
