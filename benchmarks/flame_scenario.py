@@ -30,8 +30,10 @@ from sidecar.dev.bench.procs import ServerProcess
 
 def record(
     name: str, out: Path, seconds: float, concurrency: int, owners: bool = False, target: str = "memgov"
-) -> float:
-    """Profile ``target`` (memgov, or the bare proxy) under ``name``'s mix; return its CPU microseconds per request.
+) -> tuple[float, Path]:
+    """Profile ``target`` (memgov, or the bare proxy) under ``name``'s mix.
+
+    Returns its CPU microseconds per request and the profile file it wrote.
 
     With ``owners`` the samples include native frames (py-spy pauses memgov for each one, so the
     CPU figure is higher than unprofiled) and are written raw to ``<out>/<name>.raw`` for
@@ -39,6 +41,7 @@ def record(
     """
     scenario = SCENARIOS[name]
     stem = name if target == "memgov" else f"{name}.{target}"
+    written = out / (f"{stem}.raw" if owners else f"{stem}.svg")
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="memgov-flame-") as tmp:
@@ -65,9 +68,9 @@ def record(
                         "--duration",
                         f"{seconds:g}",
                         *(
-                            ("--native", "--format", "raw", "--output", str(out / f"{stem}.raw"))
+                            ("--native", "--format", "raw", "--output", str(written))
                             if owners
-                            else ("--format", "flamegraph", "--nonblocking", "--output", str(out / f"{stem}.svg"))
+                            else ("--format", "flamegraph", "--nonblocking", "--output", str(written))
                         ),
                     ],
                     stdout=subprocess.DEVNULL,
@@ -82,7 +85,7 @@ def record(
             for proc in (bare, memgov, upstream):
                 if proc is not None:
                     proc.stop()
-    return used * 1e6 / max(result.requests, 1)
+    return used * 1e6 / max(result.requests, 1), written
 
 
 def main() -> None:
@@ -103,19 +106,18 @@ def main() -> None:
         help="The process to load and sample: memgov, or the bare proxy in front of the same upstream.",
     )
     args = parser.parse_args()
+    lines: list[str] = []
     for name in args.scenario:
-        us = record(name, args.out, args.seconds, args.concurrency, args.owners, args.target)
-        if args.owners:
-            stem = name if args.target == "memgov" else f"{name}.{args.target}"
-            raw = args.out / f"{stem}.raw"
-            with raw.open() as fh:
-                print(f"{name}: {args.target} {us:.0f} µs CPU per request (native sampling pauses it) -> {raw}")
-                lines = fh.readlines()
-            print(report(tally(lines)))
-            print(report(tally(lines, stage), title="stage"))
-        else:
-            stem = name if args.target == "memgov" else f"{name}.{args.target}"
-            print(f"{name}: {args.target} {us:.0f} µs CPU per request -> {args.out / (stem + '.svg')}")
+        us, written = record(name, args.out, args.seconds, args.concurrency, args.owners, args.target)
+        if not args.owners:
+            lines.append(f"{name}: {args.target} {us:.0f} µs CPU per request -> {written}")
+            continue
+        lines.append(f"{name}: {args.target} {us:.0f} µs CPU per request (native sampling pauses it) -> {written}")
+        with written.open() as fh:
+            samples = fh.readlines()
+        lines += [report(tally(samples)), report(tally(samples, stage), title="stage")]
+    # The script's report on the terminal (figures and function names, nothing from a request).
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
