@@ -203,9 +203,11 @@ def _shared_processors() -> list[Processor]:
 
 def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
     """Route structlog and stdlib logging through the sanitizer into JSON lines on ``stream``."""
+    global _generation
     out = stream if stream is not None else sys.stdout
     lvl = getattr(logging, level.upper())
     sanitizer = AllowListSanitizer()
+    _generation += 1
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -244,9 +246,40 @@ def error_type(exc: BaseException) -> str:
     return name or type(exc).__name__
 
 
+#: Counts configure_logging calls: a component logger made under an older configuration is stale.
+_generation = 0
+
+
+class _ComponentLogger:
+    """A component's logger, bound once per logging configuration and output stream.
+
+    structlog's lazy proxy binds a new logger (and a new writer with its own lock) on every
+    attribute access, which cost more than a pass-through relay's own logging. This one keeps the
+    bound logger until ``configure_logging`` runs again or, for a logger writing to whatever
+    ``sys.stdout`` is, until ``sys.stdout`` is replaced (test capture does that).
+    """
+
+    __slots__ = ("_bound", "_component", "_generation", "_stdout")
+
+    def __init__(self, component: str) -> None:
+        self._component = component
+        self._bound: Any = None
+        self._generation = -1
+        self._stdout: object = None
+
+    def _logger(self) -> Any:
+        if self._generation != _generation or self._stdout is not sys.stdout:
+            self._bound = structlog.get_logger(component=self._component).bind()
+            self._generation, self._stdout = _generation, sys.stdout
+        return self._bound
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger(), name)
+
+
 def get_logger(component: str) -> Any:
-    """Return a structlog logger bound to a component name."""
-    return structlog.get_logger(component=component)
+    """Return a logger bound to a component name (configure logging through ``configure_logging``)."""
+    return _ComponentLogger(component)
 
 
 def sanitize_for_test(event: Mapping[str, object]) -> EventDict | None:

@@ -6,6 +6,7 @@ import errno
 import io
 import json
 import logging
+import sys
 
 import pytest
 
@@ -91,6 +92,43 @@ class TestConfiguredPipeline:
         finally:
             configure_logging("info")
         assert [json.loads(x)["event"] for x in out.getvalue().splitlines()] == ["loud.event"]
+
+    def test_a_logger_made_earlier_follows_each_configuration(self):
+        """A module-level logger keeps its bound logger only while the configuration and the
+        output stream it was bound under stand: it writes where and at the level configured now."""
+        log = get_logger("t")
+        first, second = io.StringIO(), io.StringIO()
+        try:
+            configure_logging("info", first)
+            log.info("one.event")
+            log.debug("hidden.event")
+            configure_logging("debug", second)
+            log.debug("two.event")
+        finally:
+            configure_logging("info")
+        assert [json.loads(x)["event"] for x in first.getvalue().splitlines()] == ["one.event"]
+        assert [json.loads(x)["event"] for x in second.getvalue().splitlines()] == ["two.event"]
+
+    def test_a_logger_on_stdout_follows_a_replaced_stdout(self, monkeypatch):
+        """Configured without a stream, a logger writes to ``sys.stdout`` as it is at the call."""
+        log = get_logger("t")
+        configure_logging("info")
+        before, after = io.StringIO(), io.StringIO()
+        monkeypatch.setattr(sys, "stdout", before)
+        log.info("one.event")
+        monkeypatch.setattr(sys, "stdout", after)
+        log.info("two.event")
+        assert [json.loads(x)["event"] for x in before.getvalue().splitlines()] == ["one.event"]
+        assert [json.loads(x)["event"] for x in after.getvalue().splitlines()] == ["two.event"]
+
+    def test_the_bound_logger_is_reused_between_calls(self):
+        """Under one configuration a logging call binds nothing new (the per-request saving)."""
+        log = get_logger("t")
+        configure_logging("info", io.StringIO())
+        try:
+            assert log._logger() is log._logger()
+        finally:
+            configure_logging("info")
 
 
 class TestErrorType:
