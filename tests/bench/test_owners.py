@@ -27,6 +27,17 @@ def test_native_extension_frames_name_their_library() -> None:
     assert owners.owner(write.split(";")) == "uvloop"
 
 
+def test_asyncpg_is_its_own_owner_not_the_event_loops() -> None:
+    """asyncpg's Cython protocol is built as protocol.c, like a name uvloop could have: it is asyncpg's."""
+    bind = f"{LOOP};fetchrow (asyncpg/connection.py:1);CoreProtocol__bind_execute (protocol.c:55447)"
+    record = f"{LOOP};_run (sidecar/state/db.py:1);decode (pgproto.c:10);0x7f (libc.so.6)"
+    sent = f"{bind};BaseProtocol__write (protocol.c:86300);UVStream_write (loop.c:1);0x7f (libc.so.6)"
+    assert owners.owner(bind.split(";")) == "asyncpg"
+    assert owners.owner(record.split(";")) == "asyncpg"
+    assert owners.owner(f"{LOOP};Pool.acquire (asyncpg/pool.py:1)".split(";")) == "asyncpg"
+    assert owners.owner(sent.split(";")) == "uvloop"  # the socket write itself is the event loop's
+
+
 def test_library_python_frames_are_not_memgovs() -> None:
     client = f"{LOOP};Upstream.request (sidecar/upstream.py:150);ClientSession._request (aiohttp/client.py:700)"
     assert owners.owner(client.split(";")) == "aiohttp"
