@@ -11,6 +11,9 @@ afterwards on the facts the transaction saw; a denial gives the reservation back
 
 A refused budget claim rolls the whole transaction back (no claim is half spent) and the facts
 are read again without reserving anything, so the policy still sees the scope and the count.
+On PostgreSQL a search's admission runs without an explicit transaction: its scope read is one
+statement and its claims are one round trip that rolls itself back when a claim does not fit
+(``budgets.reserve(declining=True)``), so BEGIN and COMMIT would only add two round trips.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.budgets import Refused, reserve
 from sidecar.state.codec import to_us
-from sidecar.state.db import Facet, MakeScript, Param, Script, execute, executemany, fetchrow
+from sidecar.state.db import Facet, MakeScript, Mode, Param, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import WINDOW_JOIN, window_key
 from sidecar.state.prefetch import window_id as open_window
@@ -60,7 +63,7 @@ def _admit(
     levels: dict[str, int] = {}
     if reserving:
         asked = claims(scope, window_id)
-        reached = yield from reserve(asked, now_us)
+        reached = yield from reserve(asked, now_us, declining=combined)
         levels = {c.key: math.floor(level) for c, level in zip(asked, reached, strict=True)}
     if write is None:
         return Admission(scope, live=True, window=window_id, levels=levels)
@@ -209,8 +212,12 @@ class AdmissionOps(Facet):
                 combined=pg,
             )
 
+        # PostgreSQL: a search's admission is one read and one round trip of claims that roll
+        # themselves back when one does not fit: no transaction, so no BEGIN and COMMIT round trips.
+        # A save's keeps its transaction (the scope's row lock must be held until its slots are in).
+        mode: Mode = "single" if pg and write is None else "write"
         try:
-            return await self._db.run(script(True, lock))
+            return await self._db.run(script(True, lock), mode)
         except Refused as refused:
             seen = await self._db.run(script(False, ""), "snapshot")
             return Admission(

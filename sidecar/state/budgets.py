@@ -3,7 +3,9 @@
 Each claim is one ``INSERT … ON CONFLICT DO UPDATE … WHERE <admits>`` statement: the database
 locks the budget row, re-reads it, and updates it only when the claim fits, so concurrent
 reservers can never over-admit. A claim that returns no row does not fit; the transaction is
-rolled back and that claim's reason is returned. Claims run in a fixed (kind, key) order so two
+rolled back and that claim's reason is returned. On PostgreSQL the statement itself declines
+(``memgov_decline``), which rolls back the claims before it even outside an explicit transaction,
+so a reservation needs no BEGIN and COMMIT round trips. Claims run in a fixed (kind, key) order so two
 multi-claim reservations cannot deadlock on PostgreSQL.
 
 Rows: ``level`` is the bucket's tokens left, or the count used in the current window/period;
@@ -18,7 +20,7 @@ from datetime import datetime
 
 from sidecar.state import codec
 from sidecar.state.codec import NEVER_US, to_us
-from sidecar.state.db import Facet, Param, Script, fetchmany
+from sidecar.state.db import Declined, Facet, Param, Script, fetchmany
 from sidecar.state.types import BudgetClaim
 
 _KINDS = frozenset({"bucket", "window", "counter"})
@@ -53,8 +55,14 @@ ON CONFLICT (kind, bkey) DO UPDATE SET
 WHERE CASE WHEN b.kind = 'bucket'
            THEN {_REFILLED} >= {_COST} - 0.000000001
            ELSE b.mark <= excluded.at_us OR b.level + excluded.level <= {_LIMIT} END
-RETURNING level, CAST($10 AS INTEGER)
+RETURNING level, CAST($10 AS INTEGER) AS pos
 """
+#: PostgreSQL: the claim, or ``memgov_decline(position)`` when it does not fit, which rolls back
+#: the claims before it in the same (implicit or explicit) transaction.
+_CLAIM_OR_DECLINE = (
+    f"WITH c AS ({_CLAIM}) SELECT level, pos FROM c"
+    " UNION ALL SELECT memgov_decline(CAST($10 AS INTEGER)), CAST($10 AS INTEGER) WHERE NOT EXISTS (SELECT 1 FROM c)"
+)
 
 
 class Refused(Exception):
@@ -91,11 +99,13 @@ def _claim(claim: BudgetClaim, key: str, now_us: int, position: int) -> tuple[Pa
     return (claim.kind, key, cost, cost, limit, now_us, mark, mark, 0.0, position)
 
 
-def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
+def reserve(claims: list[BudgetClaim], now_us: int, *, declining: bool = False) -> Script[list[float]]:
     """Script part: reserve every claim, or raise :class:`Refused` (the caller's transaction rolls back).
 
     Returns each claim's level after it, in the order of ``claims``: a bucket's tokens left, a
-    window's or counter's count used, this claim's cost included.
+    window's or counter's count used, this claim's cost included. ``declining`` (PostgreSQL): a
+    claim that does not fit ends the statements with :class:`Declined`, which rolls back the claims
+    before it on its own, so the script may run outside a transaction (``single``).
     """
     for claim in claims:
         _check(claim)
@@ -106,7 +116,14 @@ def reserve(claims: list[BudgetClaim], now_us: int) -> Script[list[float]]:
     ordered = sorted(((c.kind, codec.digest(c.key), i, c) for i, c in enumerate(claims)), key=lambda t: (t[0], t[1]))
     if not ordered:
         return []
-    rows = yield fetchmany(_CLAIM, [_claim(claim, key, now_us, index) for _, key, index, claim in ordered])
+    params = [_claim(claim, key, now_us, index) for _, key, index, claim in ordered]
+    try:
+        rows = yield fetchmany(_CLAIM_OR_DECLINE if declining else _CLAIM, params)
+    except Declined as declined:
+        # memgov_decline names the refused claim's position in ``claims``.
+        if not 0 <= declined.detail < len(claims):
+            raise
+        raise Refused(claims[declined.detail].reason) from None
     reached: dict[int, float] = {int(row[1]): float(row[0]) for row in rows}
     for _, _, index, claim in ordered:
         if index not in reached:
@@ -125,9 +142,11 @@ class BudgetOps(Facet):
 
     async def reserve_counted(self, claims: list[BudgetClaim], now: datetime) -> tuple[str | None, list[int]]:
         """Like :meth:`reserve_budget`, with each claim's level after it (rounded down; empty when refused)."""
+        pg = self._db.dialect == "postgresql"
         try:
             now_us = to_us(now)
-            levels = await self._db.run(lambda: reserve(claims, now_us))
+            # PostgreSQL: the claims roll themselves back, so no BEGIN and COMMIT round trips.
+            levels = await self._db.run(lambda: reserve(claims, now_us, declining=pg), "single" if pg else "write")
         except Refused as refused:
             return refused.reason, []
         return None, [math.floor(level) for level in levels]

@@ -100,9 +100,27 @@ def fetchmany(sql: str, rows: Iterable[Sequence[Param]]) -> Stmt:
     """One statement run once per row of parameters, in order, answering every row each run returned.
 
     On PostgreSQL the runs share one round trip (asyncpg pipelines them); each is still its own
-    statement, so a later run sees what an earlier one wrote.
+    statement, so a later run sees what an earlier one wrote. Outside a transaction (``single``)
+    they share one implicit transaction: a run that fails, or declines (:class:`Declined`),
+    takes every earlier run back with it.
     """
     return Stmt("fetchmany", sql, rows=tuple(rows))
+
+
+#: The SQLSTATE of ``memgov_decline(n)`` (PostgreSQL, schema version 9): a statement declining on a
+#: condition only it can see, e.g. a budget claim that does not fit.
+DECLINED_SQLSTATE: Final = "MG001"
+
+
+class Declined(Exception):
+    """A statement called ``memgov_decline(detail)``; its transaction, implicit or not, is rolled back.
+
+    Thrown into the script that yielded the statement, which decides what it means.
+    """
+
+    def __init__(self, detail: int) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 #: A transaction written once for both backends: yields statements, receives their results.
@@ -117,12 +135,16 @@ async def drive(script: Script[T], tx: Tx) -> T:
         stmt = next(script)
         while True:
             result: Any = None
-            if stmt.op == "executemany":
-                await tx.executemany(stmt.sql, stmt.rows)
-            elif stmt.op == "fetchmany":
-                result = await tx.fetchmany(stmt.sql, stmt.rows)
-            else:
-                result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
+            try:
+                if stmt.op == "executemany":
+                    await tx.executemany(stmt.sql, stmt.rows)
+                elif stmt.op == "fetchmany":
+                    result = await tx.fetchmany(stmt.sql, stmt.rows)
+                else:
+                    result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
+            except Declined as declined:
+                stmt = script.throw(declined)
+                continue
             stmt = script.send(result)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]  # a generator's return value is Any to mypy
@@ -219,7 +241,14 @@ class _PgTx:
         await self._con.executemany(sql, list(rows), timeout=self._timeout)
 
     async def fetchmany(self, sql: str, rows: Iterable[Sequence[Param]]) -> list[Row]:
-        return cast(list[Row], await self._con.fetchmany(sql, list(rows), timeout=self._timeout))
+        try:
+            return cast(list[Row], await self._con.fetchmany(sql, list(rows), timeout=self._timeout))
+        except asyncpg.PostgresError as exc:
+            if getattr(exc, "sqlstate", None) == DECLINED_SQLSTATE:
+                detail = getattr(exc, "detail", None) or ""
+                if detail.isdigit():
+                    raise Declined(int(detail)) from None
+            raise
 
 
 async def _keep_session(con: asyncpg.Connection) -> None:

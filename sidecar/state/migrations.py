@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
-from sidecar.state.db import Database, Param
+from sidecar.state.db import DECLINED_SQLSTATE, Database, Param
 from sidecar.state.lanes import long_statements
 from sidecar.state.types import SchemaMismatch
 
@@ -536,6 +536,23 @@ def _v8(d: Dialect) -> list[str]:
     return [d.table("audit_spool_segments", d.s("segment_id", ID_MAX) + " PRIMARY KEY", d.i("replayed_us"))]
 
 
+def _v9(d: Dialect) -> list[str]:
+    """PostgreSQL: ``memgov_decline(n)`` lets a statement roll back its own implicit transaction.
+
+    A request's budget claims call it when one does not fit, so the claims need no explicit
+    transaction (its BEGIN and COMMIT were two round trips of a search's five). VOLATILE, so the
+    planner never evaluates it ahead of the row that calls it.
+    """
+    if not d.pg:
+        return []
+    return [
+        "CREATE OR REPLACE FUNCTION memgov_decline(detail INTEGER) RETURNS DOUBLE PRECISION"
+        " LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN"
+        f" RAISE EXCEPTION USING ERRCODE = '{DECLINED_SQLSTATE}', MESSAGE = 'declined', DETAIL = detail::text;"
+        " END $fn$"
+    ]
+
+
 #: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
 _COMPAT_RECORDED = 7
 
@@ -556,6 +573,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "bounded_history", _v6),
     Migration(7, "schema_compatibility", _v7, compatible_from=6),
     Migration(8, "audit_spool_segments", _v8, compatible_from=7),
+    Migration(9, "declining_statements", _v9, compatible_from=8),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 
-from sidecar.state import BudgetClaim, StateStore
+from sidecar.state import BudgetClaim, StateStore, open_store
+from sidecar.state.db import Declined, Mode, Script, execute, fetchmany
 from tests.support.state import NOW, new_scope
 
 RATE = BudgetClaim("bucket", "sender+agent", limit=3, refill_per_s=0.1, reason="rate_limited")
@@ -110,6 +112,70 @@ class TestAllOrNothing:
         assert (await store.purge_expired(NOW + timedelta(seconds=29)))["budgets"] == 0
         assert (await store.purge_expired(NOW + timedelta(hours=1)))["budgets"] == 3
         assert await admitted(store, [RATE], timedelta(hours=1), 4) == [None, None, None, "rate_limited"]
+
+
+class TestSearchAdmission:
+    """A search's admission: on PostgreSQL no explicit transaction, so its claims roll themselves back."""
+
+    async def test_a_refused_later_claim_charges_the_earlier_ones_nothing(self, store: StateStore) -> None:
+        scope = await new_scope(store)
+        await admitted(store, [HOURLY], timedelta(0), 2)  # the hourly window is full
+        # (kind, key) order runs the bucket first: it fits, then the window declines.
+        claims = lambda _scope, _window: [RATE, HOURLY]  # noqa: E731 - the admission's claim maker
+        for _ in range(3):
+            adm = await store.admission.admit(scope.scope_id, scope.generation, claims, NOW, window=True)
+            assert adm.refused == "hourly_budget_exhausted" and adm.live and adm.levels == {}
+            assert adm.scope is not None and adm.scope.scope_id == scope.scope_id
+        assert await admitted(store, [RATE], timedelta(0), 4) == [None, None, None, "rate_limited"]
+
+    async def test_an_admitted_search_reports_each_claims_level(self, store: StateStore) -> None:
+        scope = await new_scope(store)
+        claims = lambda _scope, _window: [HOURLY, RATE]  # noqa: E731 - the admission's claim maker
+        adm = await store.admission.admit(scope.scope_id, scope.generation, claims, NOW, window=True)
+        assert adm.refused is None and adm.live and adm.levels == {"scope": 1, "sender+agent": 2}
+
+
+class _Stop(Exception):
+    pass
+
+
+class TestDecline:
+    """PostgreSQL's ``memgov_decline`` (SQLite's claims always run in a transaction)."""
+
+    @staticmethod
+    def _declines_second(caught: list[int]) -> Callable[[], Script[None]]:
+        def script() -> Script[None]:
+            yield execute("INSERT INTO scratch (k, n) VALUES ('before', 0) ON CONFLICT (k) DO NOTHING")
+            try:
+                yield fetchmany(
+                    "INSERT INTO scratch (k, n) SELECT $1, $2 WHERE $2 > 0"
+                    " UNION ALL SELECT 'x', CAST(memgov_decline($2 * -1) AS INTEGER) WHERE $2 <= 0",
+                    [("a", 1), ("b", -7), ("c", 3)],
+                )
+            except Declined as declined:
+                caught.append(declined.detail)
+                raise _Stop from None
+
+        return script
+
+    @pytest.mark.parametrize(("mode", "kept"), [("single", ["before"]), ("write", [])])
+    async def test_a_declining_run_takes_back_the_runs_before_it(
+        self, pg_url: str, mode: Mode, kept: list[str]
+    ) -> None:
+        """The decline reaches the script with its detail; outside a transaction it takes back the
+        runs of its own round trip only, inside one the whole transaction."""
+        store = await open_store(pg_url)
+        try:
+            async with store.db.tx("write") as tx:
+                await tx.execute("CREATE TABLE scratch (k VARCHAR(8) PRIMARY KEY, n INTEGER NOT NULL)")
+            caught: list[int] = []
+            with pytest.raises(_Stop):
+                await store.db.run(self._declines_second(caught), mode)
+            assert caught == [7]
+            async with store.db.tx("read") as tx:
+                assert [r[0] for r in await tx.fetch("SELECT k FROM scratch")] == kept
+        finally:
+            await store.close()
 
 
 class TestPrefetchWindow:
