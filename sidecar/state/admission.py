@@ -67,12 +67,36 @@ def _admit(
         levels = {c.key: math.floor(level) for c, level in zip(asked, reached, strict=True)}
     if write is None:
         return Admission(scope, live=True, window=window_id, levels=levels)
+    ns = scope.namespace
+    if combined and reserving and ns.frozen_by is None:
+        # PostgreSQL: one round trip counts the entries (after the row lock above, so from a fresh
+        # snapshot) and, when the cap admits them, writes the in-flight record and the slots.
+        slots, op_id = [codec.new_id("l") for _ in range(write.n)], codec.new_id("w")
+        row = yield fetchrow(
+            _counted_slots(write.n),
+            scope_id,
+            now_us,
+            op_id,
+            generation,
+            now_us + int(write.lease_s * 1_000_000),
+            ns.ns_id,
+            now_us + SLOT_LEASE_S * 1_000_000,
+            write.cap,
+            *slots,
+        )
+        if row is None:
+            raise StateError(Reason.INTERNAL_ERROR)
+        live_count, made = min(int(row[0]), write.cap + 1), int(row[1])
+        if made == 0:
+            return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED, levels=levels)
+        if made != write.n:
+            raise StateError(Reason.INTERNAL_ERROR)
+        return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id, levels=levels)
     counts = yield fetchrow(COUNTS, scope_id, now_us)
     # Reported up to the cap + 1: every comparison with the cap comes out the same.
     live_count, held = (min(int(counts[0]), write.cap + 1), int(counts[1])) if counts is not None else (0, 0)
     if not reserving:
         return Admission(scope, live=True, live_count=live_count)
-    ns = scope.namespace
     if ns.frozen_by is not None:
         # SECURITY: a rotation is copying the namespace: write nowhere it could leave behind.
         return Admission(scope, live=True, live_count=live_count, blocked=Reason.STALE_GENERATION, levels=levels)
@@ -81,18 +105,12 @@ def _admit(
     slots = [codec.new_id("l") for _ in range(write.n)]
     op_id = codec.new_id("w")
     slot_lease, op_lease = now_us + SLOT_LEASE_S * 1_000_000, now_us + int(write.lease_s * 1_000_000)
-    if combined:
-        # PostgreSQL: one round trip writes the in-flight record and the slots.
-        yield execute(
-            _slots_with_op(len(slots)), op_id, scope_id, generation, now_us, op_lease, ns.ns_id, slot_lease, *slots
-        )
-    else:
-        yield executemany(
-            "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            [(s, scope_id, generation, now_us, slot_lease, ns.ns_id) for s in slots],
-        )
-        yield execute(_OP, op_id, scope_id, generation, now_us, op_lease, ns.ns_id)
+    yield executemany(
+        "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6)",
+        [(s, scope_id, generation, now_us, slot_lease, ns.ns_id) for s in slots],
+    )
+    yield execute(_OP, op_id, scope_id, generation, now_us, op_lease, ns.ns_id)
     return Admission(scope, live=True, live_count=live_count, slots=slots, op_id=op_id, levels=levels)
 
 
@@ -100,12 +118,21 @@ _OP = "INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, 
 
 
 @lru_cache(maxsize=16)
-def _slots_with_op(n: int) -> str:
-    """The in-flight record ($1–$6) and ``n`` slots ($8… with lease $7) in one statement (PostgreSQL)."""
-    rows = ", ".join(f"(${8 + i}, $2, $3, $4, $7, $6)" for i in range(n))
+def _counted_slots(n: int) -> str:
+    """PostgreSQL: the scope's counts ($1 scope, $2 now, as ``COUNTS``) and, when its held entries
+    plus ``n`` stay within the cap $8, the in-flight record ($3 op, $4 generation, $5 its lease, $6
+    namespace) and ``n`` slots ($9…, lease $7), in one statement. Answers the live count and how
+    many slots it wrote (0 or ``n``)."""
+    values = ", ".join(f"(${9 + i}::varchar)" for i in range(n))
     return (
-        f"WITH op AS ({_OP})"
-        f" INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id) VALUES {rows}"
+        f"WITH k (live, held) AS ({COUNTS}),"
+        f" ok AS (SELECT 1 AS one WHERE COALESCE((SELECT held FROM k), 0) + {n} <= $8),"
+        " op AS (INSERT INTO inflight (op_id, scope_id, generation, started_us, lease_us, ns_id)"
+        " SELECT $3::varchar, $1, $4::bigint, $2, $5::bigint, $6::varchar FROM ok RETURNING op_id),"
+        " made AS (INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
+        " SELECT v.slot_id, $1, $4::bigint, $2, $7::bigint, $6::varchar"
+        f" FROM (VALUES {values}) AS v (slot_id), op RETURNING 1)"
+        " SELECT COALESCE((SELECT live FROM k), 0), (SELECT COUNT(*) FROM made)"
     )
 
 

@@ -228,6 +228,40 @@ class TestSweep:
         assert states == {first: "cleared", second: "retired"}
 
 
+class TestAdmitSave:
+    """A save's admission counts, checks the cap and writes its slots and in-flight record (on
+    PostgreSQL in one statement), or writes nothing."""
+
+    async def test_a_batch_fits_whole_or_writes_nothing(self, store: StateStore) -> None:
+        scope = await new_scope(store)
+
+        async def admit(n: int) -> tuple[int, str | None, Reason | None, int]:
+            adm = await store.admission.admit(
+                scope.scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(n, 3, 600)
+            )
+            return len(adm.slots), adm.op_id and "op", adm.blocked, adm.live_count
+
+        assert await admit(2) == (2, "op", None, 0)
+        assert await admit(2) == (0, None, Reason.ENTRY_CAP_REACHED, 0)
+        stats = await store.stats()
+        assert (stats["ledger_pending"], stats["inflight"]) == (2, 1)
+        assert await admit(1) == (1, "op", None, 0)
+        assert await admit(1) == (0, None, Reason.ENTRY_CAP_REACHED, 0)
+
+    async def test_the_live_count_is_reported_up_to_the_cap_plus_one(self, store: StateStore) -> None:
+        scope = await new_scope(store)
+        for i in range(3):
+            await save(store, scope.scope_id, f"e{i}")
+        adm = await store.admission.admit(
+            scope.scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 1, 600)
+        )
+        assert (adm.live_count, adm.blocked, adm.slots) == (2, Reason.ENTRY_CAP_REACHED, [])
+        adm = await store.admission.admit(
+            scope.scope_id, scope.generation, lambda _scope, _window: [], NOW, write=WriteAsk(1, 4, 600)
+        )
+        assert (adm.live_count, adm.blocked, len(adm.slots)) == (3, None, 1)
+
+
 class TestFinishWrite:
     """A save's finish binds its slot and ends its in-flight record only in the live namespace."""
 
