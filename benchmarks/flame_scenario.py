@@ -115,7 +115,10 @@ def main() -> None:
         lines.append(f"{name}: {args.target} {us:.0f} µs CPU per request (native sampling pauses it) -> {written}")
         with written.open() as fh:
             samples = fh.readlines()
-        lines += [report(tally(samples)), report(tally(samples, stage), title="stage")]
+        lines += [
+            report(tally(samples), per_request_us=us),
+            report(tally(samples, stage), title="stage", per_request_us=us),
+        ]
     # The script's report on the terminal (figures and function names, nothing from a request).
     print("\n".join(lines))
 

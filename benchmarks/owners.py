@@ -127,14 +127,22 @@ def tally(lines: Iterable[str], by: Callable[[list[str]], str] = owner) -> Count
     return counts
 
 
-def report(counts: Counter[str], top: int = 25, title: str = "owner") -> str:
-    """A table by share of the busy samples; for owners, memgov's modules are also summed in a first line."""
+def report(counts: Counter[str], top: int = 25, title: str = "owner", per_request_us: float | None = None) -> str:
+    """A table by share of the busy samples; for owners, memgov's modules are also summed in a first line.
+
+    With ``per_request_us`` (the process's CPU per request), each share is also given in µs per request.
+    """
     total = sum(counts.values()) or 1
     ours = sum(v for k, v in counts.items() if k.startswith("memgov: "))
-    rows = [f"{title:<48} {'share':>6}"]
+
+    def row(name: str, n: int) -> str:
+        us = f" {per_request_us * n / total:8.0f}" if per_request_us is not None else ""
+        return f"{name:<48} {100 * n / total:5.1f}%{us}"
+
+    rows = [f"{title:<48} {'share':>6}" + (f" {'µs/req':>8}" if per_request_us is not None else "")]
     if ours:
-        rows.append(f"{'memgov (all modules)':<48} {100 * ours / total:5.1f}%")
-    rows += [f"{k:<48} {100 * v / total:5.1f}%" for k, v in counts.most_common(top)]
+        rows.append(row("memgov (all modules)", ours))
+    rows += [row(k, v) for k, v in counts.most_common(top)]
     rows.append(f"{'samples':<48} {total:>6}")
     return "\n".join(rows)
 

@@ -54,6 +54,9 @@ def test_waiting_threads_and_imports_are_left_out_of_the_shares() -> None:
     table = owners.report(counts)
     assert "memgov (all modules)                             100.0%" in table
     assert table.splitlines()[-1].split() == ["samples", "2"]
+    # Given the process's CPU per request, each share is also given in µs per request.
+    costed = owners.report(owners.Counter({"memgov: sidecar.proxy": 3, "aiohttp": 1}), per_request_us=200.0)
+    assert [line.split()[-1] for line in costed.splitlines()[1:4]] == ["150", "150", "50"]
 
 
 def test_stages_are_named_by_what_the_pipeline_runner_called() -> None:
