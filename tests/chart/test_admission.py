@@ -8,6 +8,7 @@ the server's own CEL evaluation.
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,11 @@ from tests.support.kube import KubeApi, Reply
 EXCEPTION_LABEL = "memgov/boundary-exception"
 SETTLE_S = 60.0
 
+
+#: Numbers each setup's namespace: pytest may set a module-scoped fixture up again for the same
+#: parameter when a worker's tests interleave, and a namespace (and its cluster-scoped policy,
+#: named after it) can be created only once per server.
+_setups = itertools.count(1)
 
 #: The chart configurations whose admission policies differ: (mode, kagent.ui.gatewayAccess).
 SETUPS = [("gateway", "none"), ("gateway", "port-forward"), ("sidecar", "none")]
@@ -50,7 +56,7 @@ def send(kube: KubeApi, policy: dict[str, Any]) -> Reply:
 def guarded(request: pytest.FixtureRequest, kube: KubeApi) -> Iterator[tuple[str, str]]:
     """A namespace per setup with the chart's admission policy and binding in force: (mode, namespace)."""
     mode, access = request.param
-    namespace = f"vap-{mode}-{access}"
+    namespace = f"vap-{mode}-{access}-{next(_setups)}"
     kube.create_namespace(namespace, pod_security=None)
     manifests = render(values(mode, access, namespace), namespace)
     admission = [m for m in manifests if m["kind"].startswith("ValidatingAdmissionPolicy")]
@@ -111,7 +117,7 @@ class TestAdmitted:
     def test_the_charts_own_policies(self, kube: KubeApi, guarded: tuple[str, str]) -> None:
         """Every NetworkPolicy the chart renders for this setup passes its own admission policy."""
         mode, namespace = guarded
-        access = namespace.removeprefix(f"vap-{mode}-")
+        access = namespace.removeprefix(f"vap-{mode}-").rsplit("-", 1)[0]  # less the setup number
         own = [m for m in render(values(mode, access, namespace), namespace) if m["kind"] == "NetworkPolicy"]
         expected = {("gateway", "none"): 2, ("gateway", "port-forward"): 3, ("sidecar", "none"): 1}[(mode, access)]
         assert len(own) == expected
