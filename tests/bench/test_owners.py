@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 _SPEC = importlib.util.spec_from_file_location("owners", Path(__file__).parents[2] / "benchmarks" / "owners.py")
 assert _SPEC is not None and _SPEC.loader is not None
 owners = importlib.util.module_from_spec(_SPEC)
@@ -18,24 +20,25 @@ def test_interpreter_and_libc_frames_go_to_the_python_code_that_called_them() ->
     assert owners.owner(ours.split(";")) == "memgov: sidecar.policy.cedar_input"
 
 
-def test_native_extension_frames_name_their_library() -> None:
-    cedar = f"{LOOP};_authorize (sidecar/policy/cedar.py:318);is_authorized_batch (cedarpy/_internal.cpython-311.so)"
-    sqlite = f"{LOOP};_run_sync (sidecar/state/db.py:462);execute (cursor.c:800);x (libsqlite3.so.0.8.6)"
-    write = f"{LOOP};Upstream.request (sidecar/upstream.py:150);uv_write (stream.c:1);0x7f (libc.so.6)"
-    assert owners.owner(cedar.split(";")) == "cedarpy (Rust)"
-    assert owners.owner(sqlite.split(";")) == "sqlite3"
-    assert owners.owner(write.split(";")) == "uvloop"
+_BIND = f"{LOOP};fetchrow (asyncpg/connection.py:1);CoreProtocol__bind_execute (protocol.c:55447)"
 
 
-def test_asyncpg_is_its_own_owner_not_the_event_loops() -> None:
-    """asyncpg's Cython protocol is built as protocol.c, like a name uvloop could have: it is asyncpg's."""
-    bind = f"{LOOP};fetchrow (asyncpg/connection.py:1);CoreProtocol__bind_execute (protocol.c:55447)"
-    record = f"{LOOP};_run (sidecar/state/db.py:1);decode (pgproto.c:10);0x7f (libc.so.6)"
-    sent = f"{bind};BaseProtocol__write (protocol.c:86300);UVStream_write (loop.c:1);0x7f (libc.so.6)"
-    assert owners.owner(bind.split(";")) == "asyncpg"
-    assert owners.owner(record.split(";")) == "asyncpg"
-    assert owners.owner(f"{LOOP};Pool.acquire (asyncpg/pool.py:1)".split(";")) == "asyncpg"
-    assert owners.owner(sent.split(";")) == "uvloop"  # the socket write itself is the event loop's
+@pytest.mark.parametrize(
+    ("stack", "expected"),
+    [
+        (f"{LOOP};_authorize (sidecar/policy/cedar.py:318);x (cedarpy/_internal.cpython-311.so)", "cedarpy (Rust)"),
+        (f"{LOOP};_run_sync (sidecar/state/db.py:462);execute (cursor.c:800);x (libsqlite3.so.0.8.6)", "sqlite3"),
+        (f"{LOOP};Upstream.request (sidecar/upstream.py:150);uv_write (stream.c:1);0x7f (libc.so.6)", "uvloop"),
+        # asyncpg's Cython protocol is built as protocol.c, a name an event loop could have: it is asyncpg's.
+        (_BIND, "asyncpg"),
+        (f"{LOOP};_run (sidecar/state/db.py:1);decode (pgproto.c:10);0x7f (libc.so.6)", "asyncpg"),
+        (f"{LOOP};Pool.acquire (asyncpg/pool.py:1)", "asyncpg"),
+        # ...while the socket write it asks for is the event loop's.
+        (f"{_BIND};BaseProtocol__write (protocol.c:86300);UVStream_write (loop.c:1);0x7f (libc.so.6)", "uvloop"),
+    ],
+)
+def test_native_extension_frames_name_their_library(stack: str, expected: str) -> None:
+    assert owners.owner(stack.split(";")) == expected
 
 
 def test_library_python_frames_are_not_memgovs() -> None:
