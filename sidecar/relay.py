@@ -71,7 +71,7 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
     limit, rate = listen.max_body_bytes, listen.body_min_rate_bps
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
-    loop = asyncio.get_running_loop()
+    loop, content = asyncio.get_running_loop(), request.content
     started, size = loop.time(), 0
     while True:
         # Latest moment the next chunk may arrive: the overall deadline, or when the average rate
@@ -82,12 +82,16 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
         wait = started + due - loop.time()
         if wait <= 0:
             raise BodyTooSlow
-        try:
-            # asyncio.timeout arms one timer; wait_for would also wrap each read in a new task.
-            async with asyncio.timeout(wait):
-                chunk = await request.content.readany()
-        except TimeoutError:
-            raise BodyTooSlow from None
+        # What has already arrived is taken without a timer (most bodies arrive with their headers);
+        # only a wait for more data is bounded: asyncio.timeout arms one timer, where wait_for would
+        # also wrap each read in a new task.
+        chunk = content.read_nowait()
+        if not chunk and not content.is_eof():
+            try:
+                async with asyncio.timeout(wait):
+                    chunk = await content.readany()
+            except TimeoutError:
+                raise BodyTooSlow from None
         if not chunk:
             return
         size += len(chunk)
