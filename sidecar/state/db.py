@@ -162,7 +162,7 @@ _BACKEND_ERRORS: tuple[type[BaseException], ...] = (
 
 
 class Tx(Protocol):
-    """Statements inside one connection (and, except in ``read`` mode, one transaction)."""
+    """Statements inside one connection (and, except in ``read`` and ``single`` modes, one transaction)."""
 
     dialect: str
 
