@@ -68,19 +68,20 @@ def _admit(
     if write is None:
         return Admission(scope, live=True, window=window_id, levels=levels)
     ns = scope.namespace
+    slots, op_id = [codec.new_id("l") for _ in range(write.n)], codec.new_id("w")
+    slot_lease, op_lease = now_us + SLOT_LEASE_S * 1_000_000, now_us + int(write.lease_s * 1_000_000)
     if combined and reserving and ns.frozen_by is None:
         # PostgreSQL: one round trip counts the entries (after the row lock above, so from a fresh
         # snapshot) and, when the cap admits them, writes the in-flight record and the slots.
-        slots, op_id = [codec.new_id("l") for _ in range(write.n)], codec.new_id("w")
         row = yield fetchrow(
             _counted_slots(write.n),
             scope_id,
             now_us,
             op_id,
             generation,
-            now_us + int(write.lease_s * 1_000_000),
+            op_lease,
             ns.ns_id,
-            now_us + SLOT_LEASE_S * 1_000_000,
+            slot_lease,
             write.cap,
             *slots,
         )
@@ -102,9 +103,6 @@ def _admit(
         return Admission(scope, live=True, live_count=live_count, blocked=Reason.STALE_GENERATION, levels=levels)
     if held + write.n > write.cap:
         return Admission(scope, live=True, live_count=live_count, blocked=Reason.ENTRY_CAP_REACHED, levels=levels)
-    slots = [codec.new_id("l") for _ in range(write.n)]
-    op_id = codec.new_id("w")
-    slot_lease, op_lease = now_us + SLOT_LEASE_S * 1_000_000, now_us + int(write.lease_s * 1_000_000)
     yield executemany(
         "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
         " VALUES ($1, $2, $3, $4, $5, $6)",

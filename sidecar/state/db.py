@@ -123,6 +123,14 @@ class Declined(Exception):
         self.detail = detail
 
 
+def _declined(exc: asyncpg.PostgresError) -> Declined | None:
+    """The :class:`Declined` a statement's error stands for (``memgov_decline``'s), else None."""
+    detail = getattr(exc, "detail", None) or ""
+    if getattr(exc, "sqlstate", None) == DECLINED_SQLSTATE and detail.isdigit():
+        return Declined(int(detail))
+    return None
+
+
 #: A transaction written once for both backends: yields statements, receives their results.
 Script = Generator[Stmt, Any, T]
 #: Makes a fresh script (SQLite runs it again after a lock conflict).
@@ -142,7 +150,11 @@ async def drive(script: Script[T], tx: Tx) -> T:
                     result = await tx.fetchmany(stmt.sql, stmt.rows)
                 else:
                     result = await getattr(tx, stmt.op)(stmt.sql, *stmt.args)
-            except Declined as declined:
+            except asyncpg.PostgresError as exc:
+                # memgov_decline's error is the script's to read; any other stays a backend error.
+                declined = _declined(exc)
+                if declined is None:
+                    raise
                 stmt = script.throw(declined)
                 continue
             stmt = script.send(result)
@@ -241,14 +253,7 @@ class _PgTx:
         await self._con.executemany(sql, list(rows), timeout=self._timeout)
 
     async def fetchmany(self, sql: str, rows: Iterable[Sequence[Param]]) -> list[Row]:
-        try:
-            return cast(list[Row], await self._con.fetchmany(sql, list(rows), timeout=self._timeout))
-        except asyncpg.PostgresError as exc:
-            if getattr(exc, "sqlstate", None) == DECLINED_SQLSTATE:
-                detail = getattr(exc, "detail", None) or ""
-                if detail.isdigit():
-                    raise Declined(int(detail)) from None
-            raise
+        return cast(list[Row], await self._con.fetchmany(sql, list(rows), timeout=self._timeout))
 
 
 async def _keep_session(con: asyncpg.Connection) -> None:

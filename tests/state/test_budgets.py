@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from sidecar.state import BudgetClaim, StateStore, open_store
-from sidecar.state.db import Declined, Mode, Script, execute, fetchmany
+from sidecar.state import BudgetClaim, StateError, StateStore, open_store
+from sidecar.state.db import Declined, Mode, Script, execute, fetchmany, fetchrow
 from tests.support.state import NOW, new_scope
 
 RATE = BudgetClaim("bucket", "sender+agent", limit=3, refill_per_s=0.1, reason="rate_limited")
@@ -174,6 +174,29 @@ class TestDecline:
             assert caught == [7]
             async with store.db.tx("read") as tx:
                 assert [r[0] for r in await tx.fetch("SELECT k FROM scratch")] == kept
+        finally:
+            await store.close()
+
+    async def test_any_statement_kind_declines_and_other_errors_stay_backend_errors(self, pg_url: str) -> None:
+        """The decline is read wherever a statement raises it; a script that lets it pass on
+        leaves the call, and any other database error is still ``state_unavailable``."""
+        store = await open_store(pg_url)
+        caught: list[int] = []
+
+        def one_row() -> Script[None]:
+            try:
+                yield fetchrow("SELECT memgov_decline(4)")
+            except Declined as declined:
+                caught.append(declined.detail)
+
+        def broken() -> Script[None]:
+            yield fetchrow("SELECT CAST('x' AS INTEGER)")
+
+        try:
+            await store.db.run(one_row, "read")
+            assert caught == [4]
+            with pytest.raises(StateError):
+                await store.db.run(broken, "read")
         finally:
             await store.close()
 
