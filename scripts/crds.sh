@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The prometheus-operator CRDs the chart's ServiceMonitor and PrometheusRule are checked against on
-# the tests' API server: taken from the pinned Go module through the module proxy (Go's module cache
-# keeps the download), copied once into the tools cache and linked as .tools/crds/prometheus-operator.
-# usage: scripts/prometheus-crds.sh VERSION
+# CustomResourceDefinitions the chart's tests install on their API server, taken from a pinned Go
+# module through the module proxy (Go's module cache keeps the download), copied once into the tools
+# cache and linked as .tools/crds/NAME: prometheus-operator's ServiceMonitor and PrometheusRule,
+# Cilium's network policies.
+# usage: scripts/crds.sh NAME MODULE VERSION FOLDER FILE...   (FOLDER and FILEs inside the module)
 set -euo pipefail
-version=$1
-module=github.com/prometheus-operator/prometheus-operator
+name=$1 module=$2 version=$3 folder=$4
+shift 4
 . "$(dirname "$0")/tool-cache.sh"
-dest="$cache/prometheus-operator-crds-$version"
+dest="$cache/$name-crds-$version"
 mkdir -p .tools/crds
 # Two checkouts may fetch at once: one copies, the other waits on the lock and finds the copy.
 exec 9>"$dest.lock"
@@ -17,9 +18,9 @@ if [ ! -d "$dest" ]; then
   dir=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   [ -n "$dir" ] || { echo "could not download $module $version" >&2; exit 1; }
   mkdir -p "$dest.tmp"
-  for kind in servicemonitors prometheusrules; do
-    cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
+  for file in "$@"; do
+    cp "$dir/$folder/$file" "$dest.tmp/"
   done
   chmod -R u+w "$dest.tmp" && mv "$dest.tmp" "$dest"
 fi
-ln -sfn "$dest" .tools/crds/prometheus-operator
+ln -sfn "$dest" ".tools/crds/$name"
