@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.chart import cases
-from tests.chart.helm import find, render, render_error
+from tests.chart.helm import find, notes, render, render_error
 
 POLICY = "memgov-kagent-boundary"
 GUARDS = [POLICY, f"{POLICY}-own", f"{POLICY}-identity", f"{POLICY}-cilium"]
@@ -154,3 +154,20 @@ class TestGrant:
         guard = find(render(values), "ValidatingAdmissionPolicy", f"{POLICY}-own")
         (own,) = [c["expression"] for c in guard["spec"]["matchConditions"] if c["name"] == "memgovs-own"]
         assert '["memgov-session-key","memgov-bridge"]' in own
+
+
+class TestNotes:
+    def test_the_notes_say_to_grant_before_enforcing(self) -> None:
+        """Before the enforce stage the install notes give the RoleBinding that grants the boundary verbs."""
+        text = notes({})
+        assert "create rolebinding memgov-boundary-admins \\\n     --clusterrole=memgov-kagent-boundary-admin" in text
+        assert "create rolebinding" not in notes({"rollout": cases.ENFORCE})
+
+    def test_kagent_commands_name_kagents_namespace(self) -> None:
+        """With memgov in its own namespace, the notes run kagent's commands in kagent's namespace."""
+        text = notes({}, "memgov")
+        assert "in namespace memgov (kagent's: kagent)" in text
+        assert "helm upgrade kagent <kagent chart> -n kagent" in text
+        assert "kubectl -n kagent rollout restart deployment -l app=kagent,kagent" in text
+        assert "kubectl -n memgov get configmap memgov-kagent" in text
+        assert "(http://memgov.kagent:8083)" in text
