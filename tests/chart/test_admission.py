@@ -599,6 +599,20 @@ CILIUM_CASES = [
         },
         False,
     ),
+    (
+        "rules-out-controller-and-ui",
+        True,
+        "spec",
+        {
+            "endpointSelector": {
+                "matchExpressions": [
+                    {"key": "k8s:app.kubernetes.io/component", "operator": "NotIn", "values": ["controller", "ui"]}
+                ]
+            },
+            "ingress": [{"fromEntities": ["cluster"]}],
+        },
+        False,
+    ),
     ("deny-only", True, "spec", {"endpointSelector": {}, "ingressDeny": [{"fromEntities": ["world"]}]}, False),
     ("egress-only", True, "spec", {"endpointSelector": {}, "egress": [{"toEntities": ["world"]}]}, False),
     (
