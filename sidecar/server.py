@@ -13,7 +13,7 @@ from typing import Final, Literal
 
 from aiohttp import web
 
-from sidecar import evloop, tracing
+from sidecar import connections, evloop, tracing
 from sidecar.control.app import control_plane
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.governance import GOVERNANCE, Governance, governance
@@ -42,6 +42,7 @@ class Gateway:
     runners: list[web.AppRunner] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
     governance: Governance | None = None
+    gates: dict[connections.Listener, connections.Gate] = field(default_factory=dict)
 
     @property
     def data_url(self) -> str:
@@ -60,12 +61,15 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
     """Serve ``app`` on every address of one listener (``0.0.0.0:8080,[::]:8080`` binds both families)."""
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
+    # keepalive_timeout: aiohttp's keep-alive timer is the request-head deadline (sidecar/connections.py).
     runner = ContentFreeRunner(
         app,
         access_log=None,
         handle_signals=False,
         shutdown_timeout=gw.settings.listen.shutdown_timeout_s,
         auto_decompress=False,
+        keepalive_timeout=gw.settings.listen.header_timeout_s,
+        gate=gw.gates[name],
     )
     await runner.setup()
     gw.runners.append(runner)
@@ -94,7 +98,7 @@ async def running_gateway(
     ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
     resumes them as it starts (the sweepers of every worker still pick up stalled ones).
     """
-    gw = Gateway(settings)
+    gw = Gateway(settings, gates=connections.gates(settings))
     readiness = Readiness()
     async with (
         governance(settings, readiness, clock=clock) as gov,
@@ -166,6 +170,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memgov: {exc}")
         return EXIT_CONFIG
     configure_logging(settings.log.level)
+    connections.raise_fd_limit()  # before the workers start: they inherit it
     workers = args.workers or settings.listen.workers
     try:
         if workers > 1:

@@ -103,6 +103,18 @@ class UpstreamSettings(_Section):
         return v.rstrip("/") if v else v
 
 
+class MaxConnections(_Section):
+    data: int = Field(4096, ge=1, description="Open connections the data-plane listener holds at most (503 above).")
+    control: int = Field(256, ge=1, description="Open connections the control API listener holds at most.")
+    ops: int = Field(64, ge=1, description="Open connections the operations listener holds at most.")
+
+
+class MaxConnectionsPerAddress(_Section):
+    data: int = Field(256, ge=1, description="Open data-plane connections one peer address holds at most (429 above).")
+    control: int = Field(32, ge=1, description="Open control API connections one peer address holds at most.")
+    ops: int = Field(16, ge=1, description="Open operations connections one peer address holds at most.")
+
+
 class ListenSettings(_Section):
     data: str = Field(
         "0.0.0.0:8080",
@@ -128,6 +140,22 @@ class ListenSettings(_Section):
     max_concurrent_per_client: int = Field(
         64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request head must be complete this many seconds after the connection is accepted, and after"
+        " each response on a kept-alive connection; otherwise the connection is closed (an idle one too).",
+    )
+    max_connections: MaxConnections = Field(
+        default_factory=MaxConnections,
+        description="Open connections per listener and process; one more is answered and closed at accept.",
+    )
+    max_connections_per_address: MaxConnectionsPerAddress = Field(
+        default_factory=MaxConnectionsPerAddress,
+        description="Open connections per TCP peer address, listener and process; one more is answered and closed"
+        " at accept (X-Forwarded-For is never read).",
+    )
     workers: int = Field(
         1,
         ge=1,
@@ -141,6 +169,13 @@ class ListenSettings(_Section):
     def _hostport(cls, v: str) -> str:
         parse_listen(v)
         return v
+
+    @model_validator(mode="after")
+    def _caps(self) -> ListenSettings:
+        for name in ("data", "control", "ops"):
+            if getattr(self.max_connections_per_address, name) > getattr(self.max_connections, name):
+                raise ValueError(f"max_connections_per_address.{name} is above max_connections.{name}")
+        return self
 
     def addresses(self, name: Literal["data", "control", "ops"]) -> list[tuple[str, int]]:
         """Every (host, port) one listener binds."""
