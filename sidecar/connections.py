@@ -207,21 +207,27 @@ def fit(caps: Mapping[Listener, Caps], room: int) -> dict[Listener, Caps]:
     return {name: Caps(totals[name], min(caps[name].per_address, totals[name])) for name in LISTENERS}
 
 
-def gates(settings: Settings) -> dict[Listener, Gate]:
-    """One gate per listener, its caps fitted under this process's soft descriptor limit (as it is now)."""
-    listen, upstream = settings.listen, settings.upstream
-    configured = {
-        name: Caps(getattr(listen.max_connections, name), getattr(listen.max_connections_per_address, name))
+def configured(settings: Settings) -> dict[Listener, Caps]:
+    """Each listener's caps as configured (an address's cap is at most its listener's)."""
+    listen = settings.listen
+    totals = {name: getattr(listen.max_connections, name) for name in LISTENERS}
+    return {
+        name: Caps(totals[name], min(totals[name], getattr(listen.max_connections_per_address, name)))
         for name in LISTENERS
     }
+
+
+def gates(settings: Settings) -> dict[Listener, Gate]:
+    """One gate per listener, its caps fitted under this process's soft descriptor limit (as it is now)."""
+    caps, upstream = configured(settings), settings.upstream
     pools = upstream.pool_size + upstream.memory_pool_size + settings.state.pool_size
     if upstream.embedding_url:
         pools += upstream.embedding_pool_size
     fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if fd_limit == resource.RLIM_INFINITY:
-        return {name: Gate(name, configured[name]) for name in LISTENERS}
-    fitted = fit(configured, fd_limit - pools - OWN_FILES)
+        return {name: Gate(name, caps[name]) for name in LISTENERS}
+    fitted = fit(caps, fd_limit - pools - OWN_FILES)
     for name in LISTENERS:
-        if fitted[name] != configured[name]:
+        if fitted[name] != caps[name]:
             log.warning("listener.capacity_reduced", listener=name, count=fitted[name].total, fd_limit=fd_limit)
     return {name: Gate(name, fitted[name]) for name in LISTENERS}

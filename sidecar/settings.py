@@ -153,8 +153,8 @@ class ListenSettings(_Section):
     )
     max_connections_per_address: MaxConnectionsPerAddress = Field(
         default_factory=MaxConnectionsPerAddress,
-        description="Open connections per TCP peer address, listener and process; one more is answered and closed"
-        " at accept (X-Forwarded-For is never read).",
+        description="Open connections per TCP peer address, listener and process (at most the listener's cap); one"
+        " more is answered and closed at accept (X-Forwarded-For is never read).",
     )
     workers: int = Field(
         1,
@@ -169,13 +169,6 @@ class ListenSettings(_Section):
     def _hostport(cls, v: str) -> str:
         parse_listen(v)
         return v
-
-    @model_validator(mode="after")
-    def _caps(self) -> ListenSettings:
-        for name in ("data", "control", "ops"):
-            if getattr(self.max_connections_per_address, name) > getattr(self.max_connections, name):
-                raise ValueError(f"max_connections_per_address.{name} is above max_connections.{name}")
-        return self
 
     def addresses(self, name: Literal["data", "control", "ops"]) -> list[tuple[str, int]]:
         """Every (host, port) one listener binds."""

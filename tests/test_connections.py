@@ -21,6 +21,7 @@ from sidecar.connections import (
     Caps,
     Closed,
     Gate,
+    configured,
     fit,
     gates,
     peer_address,
@@ -28,7 +29,6 @@ from sidecar.connections import (
     refusal,
 )
 from sidecar.listener import ContentFreeRunner
-from sidecar.settings import SettingsError
 from tests.support.gateway import gateway, gateway_settings
 from tests.support.wait import until
 
@@ -275,19 +275,16 @@ class TestHeadDeadline:
 
 
 class TestSettings:
-    def test_an_address_cap_above_its_listener_cap_is_refused(self) -> None:
-        """max_connections_per_address above max_connections for a listener is a configuration error."""
-        with pytest.raises(SettingsError, match="max_connections_per_address.control"):
-            gateway_settings("http://127.0.0.1:9", listen={"max_connections": {"control": 8}})
+    def test_an_address_cap_never_exceeds_its_listener_cap(self) -> None:
+        """Lowering a listener's cap lowers its per-address cap with it."""
+        caps = configured(gateway_settings("http://127.0.0.1:9", listen={"max_connections": {"control": 8}}))
+        assert caps["control"] == Caps(total=8, per_address=8)
 
     def test_each_listener_has_its_own_defaults(self) -> None:
         """Without configuration every listener is capped, ops with its own small capacity."""
-        listen = gateway_settings("http://127.0.0.1:9").listen
-        caps = {
-            n: (getattr(listen.max_connections, n), getattr(listen.max_connections_per_address, n)) for n in LISTENERS
-        }
-        assert caps == {"data": (4096, 256), "control": (256, 32), "ops": (64, 16)}
-        assert listen.header_timeout_s == 10
+        settings = gateway_settings("http://127.0.0.1:9")
+        assert configured(settings) == {"data": Caps(4096, 256), "control": Caps(256, 32), "ops": Caps(64, 16)}
+        assert settings.listen.header_timeout_s == 10
 
 
 class TestListenersOfAGateway:
