@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 from prometheus_client import REGISTRY
 
@@ -35,6 +36,21 @@ from tests.support.wait import until
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 GET = b"GET / HTTP/1.1\r\nHost: memgov\r\n\r\n"
 PARTIAL = b"GET / HTTP/1.1\r\nHost: memgov\r\nX-Unfinished: "
+
+
+Run = Callable[[Coroutine[Any, Any, None]], None]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    """Runs a test's connections on asyncio's loop, and on uvloop's, which `memgov serve` uses."""
+
+    def on_loop(scenario: Coroutine[Any, Any, None]) -> None:
+        factory = asyncio.new_event_loop if request.param == "asyncio" else uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(scenario)
+
+    return on_loop
 
 
 def closed(listener: str, reason: Closed) -> float:
@@ -188,90 +204,114 @@ class TestCapsAtAccept:
             ),
         ],
     )
-    async def test_over_a_cap_a_connection_is_answered_and_closed(
-        self, caps: Caps, sources: list[str], answers: list[int]
+    def test_over_a_cap_a_connection_is_answered_and_closed(
+        self, caps: Caps, sources: list[str], answers: list[int], run: Run
     ) -> None:
         """Admitted connections are served and stay open; one over a cap gets 429 or 503, counted by reason."""
-        before = {reason: closed("data", reason) for reason in (Closed.PER_ADDRESS, Closed.TOTAL)}
-        seen: list[int] = []
-        async with listening(caps) as (gate, port):
-            held: list[Streams] = []
-            for source in sources:
-                reader, writer = await connect(port, source)
-                writer.write(GET)
-                status_line = await reader.readline()
-                seen.append(int(status_line.split()[1]))
-                if seen[-1] == 200:
-                    held.append((reader, writer))
-                    await opened(gate, len(held))
-                else:
-                    assert b"concurrency_limited" in await rest(reader)  # and then closed
-            assert gate.open == len(held)
-        assert seen == answers
-        assert closed("data", Closed.PER_ADDRESS) - before[Closed.PER_ADDRESS] == answers.count(429)
-        assert closed("data", Closed.TOTAL) - before[Closed.TOTAL] == answers.count(503)
 
-    async def test_a_refused_connection_is_never_read(self) -> None:
+        async def scenario() -> None:
+            before = {reason: closed("data", reason) for reason in (Closed.PER_ADDRESS, Closed.TOTAL)}
+            seen: list[int] = []
+            async with listening(caps) as (gate, port):
+                held: list[Streams] = []
+                for source in sources:
+                    reader, writer = await connect(port, source)
+                    writer.write(GET)
+                    status_line = await reader.readline()
+                    seen.append(int(status_line.split()[1]))
+                    if seen[-1] == 200:
+                        held.append((reader, writer))
+                        await opened(gate, len(held))
+                    else:
+                        assert b"concurrency_limited" in await rest(reader)  # and then closed
+                assert gate.open == len(held)
+            assert seen == answers
+            assert closed("data", Closed.PER_ADDRESS) - before[Closed.PER_ADDRESS] == answers.count(429)
+            assert closed("data", Closed.TOTAL) - before[Closed.TOTAL] == answers.count(503)
+
+        run(scenario())
+
+    def test_a_refused_connection_is_never_read(self, run: Run) -> None:
         """Over the cap, even an unparsable request gets the fixed answer: nothing of it is parsed."""
-        async with listening(Caps(total=1, per_address=1)) as (gate, port):
-            _held = await connect(port)
-            await opened(gate, 1)
-            reader, writer = await connect(port)
-            writer.write(b"\x00\x01 not http at all\r\n\r\n")
-            assert (await rest(reader)).startswith(b"HTTP/1.1 429 ")
 
-    async def test_a_closed_connection_gives_its_place_back(self) -> None:
+        async def scenario() -> None:
+            async with listening(Caps(total=1, per_address=1)) as (gate, port):
+                _held = await connect(port)
+                await opened(gate, 1)
+                reader, writer = await connect(port)
+                writer.write(b"\x00\x01 not http at all\r\n\r\n")
+                assert (await rest(reader)).startswith(b"HTTP/1.1 429 ")
+
+        run(scenario())
+
+    def test_a_closed_connection_gives_its_place_back(self, run: Run) -> None:
         """Once a held connection closes, its address may open another one."""
-        async with listening(Caps(total=8, per_address=1)) as (gate, port):
-            _, writer = await connect(port)
-            await opened(gate, 1)
-            writer.close()
-            await opened(gate, 0)
-            reader, writer = await connect(port)
-            writer.write(GET)
-            assert (await reader.readline()).startswith(b"HTTP/1.1 200 ")
+
+        async def scenario() -> None:
+            async with listening(Caps(total=8, per_address=1)) as (gate, port):
+                _, writer = await connect(port)
+                await opened(gate, 1)
+                writer.close()
+                await opened(gate, 0)
+                reader, writer = await connect(port)
+                writer.write(GET)
+                assert (await reader.readline()).startswith(b"HTTP/1.1 200 ")
+
+        run(scenario())
 
 
 class TestHeadDeadline:
-    async def test_a_head_not_complete_in_time_is_closed(self) -> None:
+    def test_a_head_not_complete_in_time_is_closed(self, run: Run) -> None:
         """A connection whose request head is unfinished at the deadline is closed unanswered (header_timeout)."""
-        before = closed("data", Closed.HEADER_TIMEOUT)
-        async with listening(Caps(8, 8), header_timeout_s=0.2) as (gate, port):
-            reader, writer = await connect(port)
-            writer.write(PARTIAL)
-            assert await rest(reader) == b""
-            await opened(gate, 0)
-        assert closed("data", Closed.HEADER_TIMEOUT) == before + 1
 
-    async def test_bytes_that_trickle_in_do_not_extend_the_deadline(self) -> None:
+        async def scenario() -> None:
+            before = closed("data", Closed.HEADER_TIMEOUT)
+            async with listening(Caps(8, 8), header_timeout_s=0.2) as (gate, port):
+                reader, writer = await connect(port)
+                writer.write(PARTIAL)
+                assert await rest(reader) == b""
+                await opened(gate, 0)
+            assert closed("data", Closed.HEADER_TIMEOUT) == before + 1
+
+        run(scenario())
+
+    def test_bytes_that_trickle_in_do_not_extend_the_deadline(self, run: Run) -> None:
         """A head sent a byte at a time is closed at the deadline, long before it could be complete."""
-        head = PARTIAL + b"x" * 2000 + b"\r\n\r\n"
-        async with listening(Caps(8, 8), header_timeout_s=0.3) as (_, port):
-            reader, writer = await connect(port)
-            ended = asyncio.ensure_future(rest(reader))
-            sent = 0
-            while not ended.done() and sent < len(head):
-                writer.write(head[sent : sent + 1])
-                sent += 1
-                await asyncio.sleep(0.01)  # the attacker's pace: the whole head would take 20 s
-            assert ended.done() and await ended == b""
-            assert sent < len(head)
+
+        async def scenario() -> None:
+            head = PARTIAL + b"x" * 2000 + b"\r\n\r\n"
+            async with listening(Caps(8, 8), header_timeout_s=0.3) as (_, port):
+                reader, writer = await connect(port)
+                ended = asyncio.ensure_future(rest(reader))
+                sent = 0
+                while not ended.done() and sent < len(head):
+                    writer.write(head[sent : sent + 1])
+                    sent += 1
+                    await asyncio.sleep(0.01)  # the attacker's pace: the whole head would take 20 s
+                assert ended.done() and await ended == b""
+                assert sent < len(head)
+
+        run(scenario())
 
     @pytest.mark.parametrize(
         ("then", "reason"), [(b"", Closed.IDLE), (PARTIAL, Closed.HEADER_TIMEOUT)], ids=["idle", "partial-head"]
     )
-    async def test_the_deadline_is_armed_again_after_each_response(self, then: bytes, reason: Closed) -> None:
+    def test_the_deadline_is_armed_again_after_each_response(self, then: bytes, reason: Closed, run: Run) -> None:
         """A handler may outlast the deadline; after its response the next head has a fresh deadline."""
-        before = closed("data", reason)
-        async with listening(Caps(8, 8), header_timeout_s=0.2) as (_, port):
-            reader, writer = await connect(port)
-            writer.write(b"GET /slow?s=0.5 HTTP/1.1\r\nHost: memgov\r\n\r\n")
-            assert (await reader.readuntil(b"slow")).startswith(b"HTTP/1.1 200 ")
-            writer.write(GET)  # kept alive past the first deadline, served
-            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
-            writer.write(then)
-            assert await rest(reader) == b""
-        assert closed("data", reason) == before + 1
+
+        async def scenario() -> None:
+            before = closed("data", reason)
+            async with listening(Caps(8, 8), header_timeout_s=0.2) as (_, port):
+                reader, writer = await connect(port)
+                writer.write(b"GET /slow?s=0.5 HTTP/1.1\r\nHost: memgov\r\n\r\n")
+                assert (await reader.readuntil(b"slow")).startswith(b"HTTP/1.1 200 ")
+                writer.write(GET)  # kept alive past the first deadline, served
+                assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+                writer.write(then)
+                assert await rest(reader) == b""
+            assert closed("data", reason) == before + 1
+
+        run(scenario())
 
 
 class TestSettings:
@@ -288,35 +328,43 @@ class TestSettings:
 
 
 class TestListenersOfAGateway:
-    async def test_a_full_data_plane_leaves_control_and_ops_answering(self) -> None:
+    def test_a_full_data_plane_leaves_control_and_ops_answering(self, run: Run) -> None:
         """With the data listener at its cap, /readyz, /metrics and the control API still answer."""
-        limits = {"max_connections": {"data": 2}, "max_connections_per_address": {"data": 2}}
-        async with gateway("http://127.0.0.1:9", listen=limits) as gw:
-            port = int(gw.data_url.rsplit(":", 1)[1])
-            flood = [await connect(port) for _ in range(2)]
-            for _, writer in flood:
-                writer.write(PARTIAL)
-            await opened(gw.gates["data"], 2)
-            reader, writer = await connect(port, "127.0.0.2")
-            writer.write(GET)
-            assert (await rest(reader)).startswith(b"HTTP/1.1 503 ")
-            assert gw.gates["data"].open == 2
-            async with aiohttp.ClientSession() as http:
-                async with http.get(gw.ops_url + "/readyz") as resp:
-                    assert resp.status == 200
-                async with http.get(gw.ops_url + "/metrics") as resp:
-                    assert 'memgov_connections_closed_total{listener="data",reason="total"}' in await resp.text()
-                async with http.get(gw.control_url + "/v1/openapi.json") as resp:
-                    assert resp.status == 200
 
-    async def test_every_listener_closes_a_late_head(self) -> None:
+        async def scenario() -> None:
+            limits = {"max_connections": {"data": 2}, "max_connections_per_address": {"data": 2}}
+            async with gateway("http://127.0.0.1:9", listen=limits) as gw:
+                port = int(gw.data_url.rsplit(":", 1)[1])
+                flood = [await connect(port) for _ in range(2)]
+                for _, writer in flood:
+                    writer.write(PARTIAL)
+                await opened(gw.gates["data"], 2)
+                reader, writer = await connect(port, "127.0.0.2")
+                writer.write(GET)
+                assert (await rest(reader)).startswith(b"HTTP/1.1 503 ")
+                assert gw.gates["data"].open == 2
+                async with aiohttp.ClientSession() as http:
+                    async with http.get(gw.ops_url + "/readyz") as resp:
+                        assert resp.status == 200
+                    async with http.get(gw.ops_url + "/metrics") as resp:
+                        assert 'memgov_connections_closed_total{listener="data",reason="total"}' in await resp.text()
+                    async with http.get(gw.control_url + "/v1/openapi.json") as resp:
+                        assert resp.status == 200
+
+        run(scenario())
+
+    def test_every_listener_closes_a_late_head(self, run: Run) -> None:
         """The head deadline holds on the data plane, the control API and the operations listener alike."""
-        before = {name: closed(name, Closed.HEADER_TIMEOUT) for name in LISTENERS}
-        async with gateway("http://127.0.0.1:9", listen={"header_timeout_s": 0.2}) as gw:
-            for name in LISTENERS:
-                reader, writer = await connect(int(gw.urls[name].rsplit(":", 1)[1]))
-                writer.write(PARTIAL)
-                assert await rest(reader) == b""
-        assert {name: closed(name, Closed.HEADER_TIMEOUT) - before[name] for name in LISTENERS} == dict.fromkeys(
-            LISTENERS, 1
-        )
+
+        async def scenario() -> None:
+            before = {name: closed(name, Closed.HEADER_TIMEOUT) for name in LISTENERS}
+            async with gateway("http://127.0.0.1:9", listen={"header_timeout_s": 0.2}) as gw:
+                for name in LISTENERS:
+                    reader, writer = await connect(int(gw.urls[name].rsplit(":", 1)[1]))
+                    writer.write(PARTIAL)
+                    assert await rest(reader) == b""
+            assert {name: closed(name, Closed.HEADER_TIMEOUT) - before[name] for name in LISTENERS} == dict.fromkeys(
+                LISTENERS, 1
+            )
+
+        run(scenario())
