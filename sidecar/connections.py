@@ -8,11 +8,14 @@ long a request head may take.
   read, because any client can write one, and a cap that waited for the header would already
   have spent the parsing it exists to save. Each listener has its own caps, so a flood of the
   data plane never takes the operations listener's capacity (probes, ``/metrics``).
-- **A request head has a deadline.** It must be complete ``listen.header_timeout_s`` after the
-  accept and after each response on a kept-alive connection, or the connection is closed.
-  aiohttp's keep-alive timer is exactly that timer: armed at accept and after each response, it
-  closes a connection that is still waiting for a complete head, and arriving bytes do not
-  re-arm it; the deadline is its timeout.
+- **A request head has a deadline and a size.** It must be complete ``listen.header_timeout_s``
+  after the accept and after each response on a kept-alive connection, or the connection is
+  closed. aiohttp's keep-alive timer is exactly that timer: armed at accept and after each
+  response, it closes a connection that is still waiting for a complete head, and arriving bytes
+  do not re-arm it; the deadline is its timeout. An unfinished head may also take at most
+  ``listen.max_header_bytes`` (431, then close): aiohttp alone would hold about a megabyte of
+  header lines per connection until the deadline. (A head pipelined behind a request that is
+  still under way is left to aiohttp's own limits.)
 - **File descriptors.** At start the soft ``RLIMIT_NOFILE`` is raised to the hard limit, and the
   caps are fitted under it (with room for upstream pools and the process's own files), so a
   flood meets a cap before the process runs out of descriptors.
@@ -51,21 +54,24 @@ class Closed(enum.StrEnum):
 
     PER_ADDRESS = "per_address"  # refused at accept: the peer address holds its cap
     TOTAL = "total"  # refused at accept: the listener holds its cap
+    HEADER_TOO_LARGE = "header_too_large"  # an unfinished request head outgrew listen.max_header_bytes
     HEADER_TIMEOUT = "header_timeout"  # a request head had begun and was not complete in time
     IDLE = "idle"  # no byte of a request arrived in time
 
 
-_STATUS_LINES: Final = {
-    Closed.PER_ADDRESS: b"HTTP/1.1 429 Too Many Requests",
-    Closed.TOTAL: b"HTTP/1.1 503 Service Unavailable",
+_ANSWERS: Final = {
+    Closed.PER_ADDRESS: (b"HTTP/1.1 429 Too Many Requests", Reason.CONCURRENCY_LIMITED),
+    Closed.TOTAL: (b"HTTP/1.1 503 Service Unavailable", Reason.CONCURRENCY_LIMITED),
+    Closed.HEADER_TOO_LARGE: (b"HTTP/1.1 431 Request Header Fields Too Large", Reason.BAD_REQUEST),
 }
 
 
 def refusal(reason: Closed) -> bytes:
-    """The whole answer to a connection refused at accept: a status, the one error body, close."""
-    body = error_body(Reason.CONCURRENCY_LIMITED, new_decision_id())
+    """The whole answer to a refused connection or head: a status, the one error body, close."""
+    status_line, code = _ANSWERS[reason]
+    body = error_body(code, new_decision_id())
     head = b"%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-    return head % (_STATUS_LINES[reason], len(body)) + body
+    return head % (status_line, len(body)) + body
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +144,18 @@ class BoundedConnection(RequestHandler):
     tell a late head from an idle connection in the metric; the deadline itself needs neither.
     """
 
-    __slots__ = ("_address", "_gate", "_reads", "_reads_answered")
+    __slots__ = ("_address", "_gate", "_head_bytes", "_in_request", "_max_head_bytes", "_unread_body")
 
-    def __init__(self, manager: Any, *, gate: Gate, **kwargs: Any) -> None:
+    def __init__(self, manager: Any, *, gate: Gate, max_head_bytes: int, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._gate = gate
         self._address: str | None = None
-        # Reads so far, and when the last response was written: a read since then began a head.
-        # (Counted, not timed: uvloop's clock only moves once per loop iteration.)
-        self._reads = self._reads_answered = 0
+        self._max_head_bytes = max_head_bytes
+        # Bytes read since the last head was completed or answered, while no request was under way:
+        # the unfinished head (counted, not timed: uvloop's clock moves once per loop iteration).
+        self._head_bytes = 0
+        self._in_request = False
+        self._unread_body: Any = None  # an answered request's body still arriving (aiohttp reads and drops it)
 
     def connection_made(self, transport: Any) -> None:
         address = peer_address(transport.get_extra_info("peername"))
@@ -168,19 +177,32 @@ class BoundedConnection(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if data:
-            self._reads += 1
+        parsed, unread = self._request_count, self._unread_body
         super().data_received(data)
+        if self._request_count != parsed:
+            self._in_request, self._head_bytes = True, 0  # a head is complete: its request is under way
+        elif unread is not None:
+            if unread.is_eof():
+                self._unread_body = None  # the next read begins a head
+        elif not self._in_request:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head_bytes and self.transport is not None:
+                # SECURITY: an unfinished head does not grow until its deadline.
+                self._gate.timed_out(Closed.HEADER_TOO_LARGE)
+                self.transport.write(refusal(Closed.HEADER_TOO_LARGE))
+                self.force_close()
 
     def log_access(self, request: Any, response: Any, time: float | None) -> None:
-        self._reads_answered = self._reads
+        self._in_request = bool(self._messages)  # a pipelined request may already be waiting
+        if not request.content.is_eof():
+            self._unread_body = request.content
         super().log_access(request, response, time)
 
     def _process_keepalive(self) -> None:
         open_before = self.transport is not None
         super()._process_keepalive()
         if open_before and self.transport is None:
-            self._gate.timed_out(Closed.HEADER_TIMEOUT if self._reads > self._reads_answered else Closed.IDLE)
+            self._gate.timed_out(Closed.HEADER_TIMEOUT if self._head_bytes else Closed.IDLE)
 
 
 def raise_fd_limit() -> int:

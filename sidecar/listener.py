@@ -58,8 +58,8 @@ class _Server(web.Server):
 class ContentFreeRunner(web.AppRunner):
     """``web.AppRunner`` whose connection handlers never answer with aiohttp's text pages.
 
-    Takes ``gate`` (a :class:`sidecar.connections.Gate`) and ``keepalive_timeout`` (the head
-    deadline) among the handler arguments.
+    Takes ``gate`` (a :class:`sidecar.connections.Gate`), ``max_head_bytes`` and
+    ``keepalive_timeout`` (the head deadline) among the handler arguments.
     """
 
     async def _make_server(self) -> web.Server:

@@ -61,8 +61,9 @@ AUDIT_SPOOL_DROPPED = Counter(
 
 # Client connections of each listener (data, control, ops), counted as they open and close
 # (sidecar/connections.py). A reason is per_address or total (refused at accept, over a cap),
-# header_timeout (a request head had begun but was not complete in time) or idle (no byte of a
-# request arrived in time: how every kept-alive connection ends).
+# header_too_large (an unfinished head outgrew its size), header_timeout (a request head had begun
+# but was not complete in time) or idle (no byte of a request arrived in time: how every
+# kept-alive connection ends).
 CONNECTIONS_OPEN = Gauge(
     "memgov_connections_open", "Open client connections by listener.", ["listener"], multiprocess_mode="livesum"
 )

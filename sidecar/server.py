@@ -70,6 +70,7 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
         auto_decompress=False,
         keepalive_timeout=gw.settings.listen.header_timeout_s,
         gate=gw.gates[name],
+        max_head_bytes=gw.settings.listen.max_header_bytes,
     )
     await runner.setup()
     gw.runners.append(runner)

@@ -147,6 +147,13 @@ class ListenSettings(_Section):
         description="A request head must be complete this many seconds after the connection is accepted, and after"
         " each response on a kept-alive connection; otherwise the connection is closed (an idle one too).",
     )
+    max_header_bytes: int = Field(
+        32768,
+        ge=8192,
+        le=1024 * 1024,
+        description="Largest unfinished request head, in bytes, on every listener; one that grows past it is"
+        " answered 431 and closed.",
+    )
     max_connections: MaxConnections = Field(
         default_factory=MaxConnections,
         description="Open connections per listener and process; one more is answered and closed at accept.",

@@ -67,13 +67,17 @@ async def _slow(request: web.Request) -> web.Response:
 
 
 @asynccontextmanager
-async def listening(caps: Caps, header_timeout_s: float = 60.0) -> AsyncIterator[tuple[Gate, int]]:
+async def listening(
+    caps: Caps, header_timeout_s: float = 60.0, max_head_bytes: int = 65536
+) -> AsyncIterator[tuple[Gate, int]]:
     """memgov's own runner around a tiny app on a loopback port, under one gate (listener ``data``)."""
     app = web.Application()
     app.router.add_get("/", _ok)
     app.router.add_get("/slow", _slow)
     gate = Gate("data", caps)
-    runner = ContentFreeRunner(app, access_log=None, keepalive_timeout=header_timeout_s, gate=gate)
+    runner = ContentFreeRunner(
+        app, access_log=None, keepalive_timeout=header_timeout_s, gate=gate, max_head_bytes=max_head_bytes
+    )
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
@@ -180,15 +184,22 @@ class TestFdLimit:
 
 
 class TestRefusal:
-    @pytest.mark.parametrize(("reason", "status"), [(Closed.PER_ADDRESS, 429), (Closed.TOTAL, 503)])
-    def test_the_answer_is_the_content_free_error(self, reason: Closed, status: int) -> None:
+    @pytest.mark.parametrize(
+        ("reason", "status", "code"),
+        [
+            (Closed.PER_ADDRESS, 429, "concurrency_limited"),
+            (Closed.TOTAL, 503, "concurrency_limited"),
+            (Closed.HEADER_TOO_LARGE, 431, "bad_request"),
+        ],
+    )
+    def test_the_answer_is_the_content_free_error(self, reason: Closed, status: int, code: str) -> None:
         """A refused connection gets a status, Connection: close and the one error body, with a fresh id."""
         head, _, body = refusal(reason).partition(b"\r\n\r\n")
         lines = head.decode().split("\r\n")
         assert lines[0].startswith(f"HTTP/1.1 {status} ") and "Connection: close" in lines
         assert f"Content-Length: {len(body)}" in lines
         answer = json.loads(body)
-        assert sorted(answer) == ["decision_id", "error"] and answer["error"] == "concurrency_limited"
+        assert sorted(answer) == ["decision_id", "error"] and answer["error"] == code
         assert json.loads(refusal(reason).partition(b"\r\n\r\n")[2])["decision_id"] != answer["decision_id"]
 
 
@@ -314,6 +325,55 @@ class TestHeadDeadline:
         run(scenario())
 
 
+class TestHeadSize:
+    @pytest.mark.parametrize(
+        ("headers", "finished", "answer"),
+        [
+            (7, True, b"HTTP/1.1 200 OK\r\n"),
+            (7, False, b""),  # closed at the deadline, unanswered
+            (9, False, b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        ],
+        ids=["complete-under", "unfinished-under", "unfinished-over"],
+    )
+    def test_an_unfinished_head_may_not_outgrow_the_limit(
+        self, headers: int, finished: bool, answer: bytes, run: Run
+    ) -> None:
+        """Header lines arriving one read at a time are answered 431 and closed once they pass 64 KiB unfinished."""
+
+        async def scenario() -> None:
+            before = closed("data", Closed.HEADER_TOO_LARGE)
+            async with listening(Caps(8, 8), header_timeout_s=0.5) as (_, port):
+                reader, writer = await connect(port)
+                writer.write(b"GET / HTTP/1.1\r\nHost: memgov\r\n")
+                for n in range(headers):  # each read is a line under aiohttp's own 8190-byte limit
+                    writer.write(b"X-Pad-%d: %s\r\n" % (n, b"p" * 8000))
+                    await writer.drain()
+                    await asyncio.sleep(0.01)  # separate reads, as a slow client sends them
+                if finished:
+                    writer.write(b"\r\n")
+                assert await reader.readline() == answer
+            assert closed("data", Closed.HEADER_TOO_LARGE) - before == (b" 431 " in answer)
+
+        run(scenario())
+
+    def test_a_body_left_unread_is_not_taken_for_a_head(self, run: Run) -> None:
+        """A body answered without being read may go on arriving; then the connection serves the next request."""
+
+        async def scenario() -> None:
+            async with listening(Caps(8, 8), max_head_bytes=8192) as (_, port):
+                reader, writer = await connect(port)
+                writer.write(b"POST / HTTP/1.1\r\nHost: memgov\r\nContent-Length: 100000\r\n\r\n")
+                assert await reader.readline() == b"HTTP/1.1 405 Method Not Allowed\r\n"
+                for _ in range(10):  # the body, after the answer, in reads larger than the head limit
+                    writer.write(b"b" * 10000)
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+                writer.write(GET)
+                assert b"HTTP/1.1 200 OK\r\n" in await reader.readuntil(b"ok")
+
+        run(scenario())
+
+
 class TestSettings:
     def test_an_address_cap_never_exceeds_its_listener_cap(self) -> None:
         """Lowering a listener's cap lowers its per-address cap with it."""
@@ -324,7 +384,7 @@ class TestSettings:
         """Without configuration every listener is capped, ops with its own small capacity."""
         settings = gateway_settings("http://127.0.0.1:9")
         assert configured(settings) == {"data": Caps(4096, 256), "control": Caps(256, 32), "ops": Caps(64, 16)}
-        assert settings.listen.header_timeout_s == 10
+        assert (settings.listen.header_timeout_s, settings.listen.max_header_bytes) == (10, 32768)
 
 
 class TestListenersOfAGateway:
