@@ -139,9 +139,11 @@ class Gate:
 class BoundedConnection(RequestHandler):
     """aiohttp's connection handler under a :class:`Gate`, with ``keepalive_timeout`` as the head deadline.
 
-    Beside the public ``keepalive_timeout`` and ``log_access`` (called once each response is
-    written), this overrides aiohttp 3.14's ``_process_keepalive`` (the timer's callback) only to
-    tell a late head from an idle connection in the metric; the deadline itself needs neither.
+    Besides aiohttp's public hooks (``connection_made``, ``data_received``, ``log_access``, called
+    once each response is written), it reads aiohttp 3.14's ``_request_count`` (heads parsed) and
+    ``_messages`` (parsed, not yet handled), and wraps ``_process_keepalive`` (the timer's
+    callback) only to tell a late head from an idle connection in the metric. mypy checks these
+    names against the installed aiohttp; the tests check their behaviour.
     """
 
     __slots__ = ("_address", "_gate", "_head_bytes", "_in_request", "_max_head_bytes", "_unread_body")
