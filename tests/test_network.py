@@ -154,6 +154,11 @@ class TestConnectionFlood:
         argv = [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", str(workers)]
         with serving(argv, log=log, cwd=tmp_path, preexec_fn=_limited(*limits)) as proc:
             await wait_ready(proc, url(config, "ops"), log)
+
+            async def all_workers_serve() -> bool:  # /readyz answers from whichever worker the kernel picks
+                return workers == 1 or b'"workers.started"' in log.read_bytes()
+
+            await until(all_workers_serve)
             port = int(config["listen"]["data"].rsplit(":", 1)[1])
             flood = await asyncio.to_thread(_open_flood, port)
             try:
