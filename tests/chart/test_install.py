@@ -225,7 +225,7 @@ class TestLifecycle:
             ns,
             {
                 "serviceMonitor": {"enabled": True},
-                "prometheusRule": {"enabled": True},
+                "prometheusRule": cases.PROMETHEUS_RULE,
                 "grafanaDashboard": {"enabled": True},
             },
         )

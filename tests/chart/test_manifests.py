@@ -119,11 +119,14 @@ class TestRenderedKinds:
                     "ConfigMap",
                     "Deployment",
                     "Job",
+                    "Job",
+                    "NetworkPolicy",
                     "NetworkPolicy",
                     "NetworkPolicy",
                     "Pod",
                     "PodDisruptionBudget",
                     "Service",
+                    "ServiceAccount",
                     "ServiceAccount",
                     "ServiceMonitor",
                     "ValidatingAdmissionPolicy",
@@ -152,6 +155,7 @@ class TestRenderedKinds:
 
         The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies,
         the admission policy and the `helm test` pod (and its script's ConfigMap) only at the enforce stage.
+        PostgreSQL state adds the hook Jobs (migrate, schema check) with their ServiceAccount and egress policy.
         """
         assert kinds(render(values)) == expected
 

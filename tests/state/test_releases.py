@@ -4,20 +4,16 @@ schema never changes without a new version recorded in RELEASES (docs/releases.m
 from __future__ import annotations
 
 import re
-import tarfile
 import tomllib
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 import sidecar
 from sidecar.state.migrations import LATEST, MIGRATIONS, RELEASES, Dialect, Migration, Release, digest
+from tests.chart.helm import CHART, REPO, previous_chart_file
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "chart" / "fixtures"
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 
 
@@ -31,25 +27,9 @@ def package_version() -> str:
     return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
 
 
-def chart_meta(path: Path) -> dict[str, Any]:
-    """Chart.yaml of a chart folder or of a chart archive."""
-    if path.is_dir():
-        return dict(yaml.safe_load((path / "Chart.yaml").read_text()))
-    with tarfile.open(path) as tar:
-        member = tar.extractfile("memgov/Chart.yaml")
-        assert member is not None
-        return dict(yaml.safe_load(member.read()))
-
-
-def previous_chart() -> Path:
-    """The chart of the last landed release, kept for the upgrade tests (tests/chart/fixtures)."""
-    (archive,) = FIXTURES.glob("memgov-*.tgz")
-    return archive
-
-
 def released() -> tuple[str, int | None]:
     """The last released version, and the schema its chart names (charts name it from 0.2.0 on)."""
-    chart = chart_meta(previous_chart())
+    chart = yaml.safe_load(previous_chart_file("Chart.yaml"))
     schema = (chart.get("annotations") or {}).get("memgov/schema-version")
     return str(chart["version"]), None if schema is None else int(schema)
 
@@ -100,7 +80,7 @@ class TestVersions:
     def test_package_chart_and_image_tag_name_one_version(self) -> None:
         """pyproject.toml, sidecar.__version__, the chart's version and its appVersion (the default image tag) agree,
         and the chart names the schema version its binary migrates to."""
-        chart = chart_meta(REPO / "charts" / "memgov")
+        chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
         assert {package_version(), sidecar.__version__, chart["version"], chart["appVersion"]} == {package_version()}
         assert chart["annotations"]["memgov/schema-version"] == str(LATEST)
 
