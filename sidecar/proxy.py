@@ -17,7 +17,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from sidecar import metrics, tracing
-from sidecar.contentstore.kagent import KagentMemory
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import (
@@ -26,7 +25,6 @@ from sidecar.relay import (
     EMBEDDING,
     MATCH,
     MEMORY,
-    MEMORY_API,
     NO_EMBEDDING_UPSTREAM,
     SETTINGS,
     ClassHandler,
@@ -36,7 +34,7 @@ from sidecar.relay import (
 from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
 from sidecar.settings import Settings
 from sidecar.state.lanes import data_lane
-from sidecar.upstream import Upstream, make_session
+from sidecar.upstream import Upstreams, open_upstreams
 from sidecar.wsproxy import is_websocket, relay_websocket
 
 HANDLERS: Final = web.AppKey("handlers", dict[RouteClass, ClassHandler])
@@ -181,13 +179,17 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 
 def create_data_app(
     settings: Settings,
+    upstreams: Upstreams | None = None,
     *,
     handlers: dict[RouteClass, ClassHandler] | None = None,
     middlewares: tuple[Middleware, ...] = (),
 ) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table, ``middlewares``
     run first, right after tracing, before anything else looks at the request (governance spends
-    contexts there, so even a request refused on its target spends the context it carried)."""
+    contexts there, so even a request refused on its target spends the context it carried).
+
+    ``upstreams`` are the gateway's pools (the composition root owns them); a bare relay without
+    governance opens and closes its own."""
     app = web.Application(
         middlewares=[tracing.trace_requests, *middlewares, observe_data, admit],
         client_max_size=settings.listen.max_body_bytes,
@@ -198,31 +200,20 @@ def create_data_app(
     table.update(handlers or {})
     app[HANDLERS] = table
 
-    async def upstreams(app: web.Application) -> AsyncIterator[None]:
-        cfg = settings.upstream
-        # One pool per traffic group, so long or slow passthrough traffic cannot take the
-        # connections governed memory and embedding calls need.
-        sessions = [
-            make_session(cfg),
-            make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s),
-        ]
-        app[CONTROLLER] = Upstream("controller", cfg.controller_url, sessions[0])
-        app[MEMORY] = Upstream("memory", cfg.controller_url, sessions[1])
-        app[MEMORY_API] = KagentMemory(app[MEMORY])
-        if cfg.embedding_url:
-            sessions.append(
-                make_session(
-                    cfg,
-                    pool_size=cfg.embedding_pool_size,
-                    total_timeout_s=cfg.embedding_timeout_s,
-                    trust_env=cfg.embedding_trust_env,
-                )
-            )
-            app[EMBEDDING] = Upstream("embedding", cfg.embedding_url, sessions[2])
-        yield
-        for session in sessions:
-            await session.close()
+    def attach(ups: Upstreams) -> None:
+        app[CONTROLLER], app[MEMORY] = ups.controller, ups.memory
+        if ups.embedding is not None:
+            app[EMBEDDING] = ups.embedding
 
-    app.cleanup_ctx.append(upstreams)
+    if upstreams is not None:
+        attach(upstreams)
+    else:
+
+        async def own(app: web.Application) -> AsyncIterator[None]:
+            async with open_upstreams(settings.upstream) as ups:
+                attach(ups)
+                yield
+
+        app.cleanup_ctx.append(own)
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app

@@ -14,7 +14,6 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar.contentstore.kagent import KagentMemory
 from sidecar.reasons import Code, Reason, Refusal, error_body
 from sidecar.routes import RouteMatch
 from sidecar.settings import Settings
@@ -25,8 +24,6 @@ ClassHandler = Callable[[web.Request, RouteMatch], Awaitable[web.StreamResponse]
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTROLLER: Final = web.AppKey("controller", Upstream)
 MEMORY: Final = web.AppKey("memory_upstream", Upstream)
-#: kagent's memory API over the MEMORY upstream: governed saves and searches are forwarded through it.
-MEMORY_API: Final = web.AppKey("memory_api", KagentMemory)
 EMBEDDING: Final = web.AppKey("embedding", Upstream)
 MATCH: Final = web.RequestKey("match", RouteMatch)
 DECISION_ID: Final = web.RequestKey("decision_id", str)

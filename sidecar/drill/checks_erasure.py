@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from sidecar.control import answers
+from typing import Any
+
 from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
 from sidecar.reasons import Reason
 
 
-def physical_after_forget(record: answers.ErasureRecord) -> str:
+def physical_after_forget(record: dict[str, Any]) -> str:
     """What a forget-one erasure may honestly report (SPEC D4): ``kagent-db`` deletes by id; ``rest`` is exact
     when it rotated the namespace (an embedding provider configured), else pending until the namespace is cleared."""
     if record.get("adapter") == "kagent-db" or record.get("rotated_by") is not None:
@@ -17,7 +18,7 @@ def physical_after_forget(record: answers.ErasureRecord) -> str:
     return "pending_namespace_clear"
 
 
-def _record(record: answers.ErasureRecord) -> dict[str, object]:
+def _record(record: dict[str, Any]) -> dict[str, object]:
     """The evidence form of an erasure record: ids, states, timestamps."""
     return {
         "erasure_id": record.get("erasure_id"),

@@ -19,10 +19,10 @@ from sidecar.policy import metrics
 from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import Engine, EngineUnavailable
 from sidecar.policy.floor import apply_floor
-from sidecar.policy.model import Decision, DecisionInput, Deployment
+from sidecar.policy.model import Decision, DecisionInput, Deployment, Limits
 from sidecar.policy.opa import OpaEngine, opa_part
 from sidecar.policy.outcome import Verdict, assemble, unavailable
-from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
+from sidecar.policy.pack import Pack, PackError, fingerprint, load_limits, read_pack
 from sidecar.policy.shadow import DECISION_IDS, ShadowEngine
 from sidecar.policy.vet import vet
 from sidecar.reasons import declare, new_decision_id
@@ -89,6 +89,9 @@ class PolicyRuntime:
         #: Deployment facts per (server, bot, ghost) of the live pack: built once, then the same
         #: object, which the Cedar engine's entity cache recognises by identity.
         self._deployments: tuple[Pack | None, dict[tuple[str, str | None, str | None], Deployment]] = (None, {})
+        #: The pack folder's limits as read at start: used only until a pack is live (decisions fail
+        #: closed meanwhile anyway), so status pages and caps still have their numbers.
+        self.fallback_limits: Limits | None = None
 
     @classmethod
     async def start(
@@ -96,6 +99,7 @@ class PolicyRuntime:
     ) -> PolicyRuntime:
         """Load the pack (a failure leaves the runtime not ready) and start the file watcher."""
         runtime = cls(settings, build_engine(settings, engine, opa_url))
+        runtime.fallback_limits = load_limits(settings.dir)
         await runtime.reload()
         if watch and settings.reload_interval_s > 0:
             runtime._spawn(runtime._watch())
@@ -115,6 +119,15 @@ class PolicyRuntime:
     def pack(self) -> Pack | None:
         """The live pack (limits and federation data included)."""
         return self._pack
+
+    def limits(self) -> Limits:
+        """The live pack's limits (hot-reloaded with it), or the folder's as read at start."""
+        pack = self._pack
+        if pack is not None:
+            return pack.limits
+        if self.fallback_limits is None:
+            raise PackError("no policy pack is loaded")
+        return self.fallback_limits
 
     def deployment(self, server_name: str, bridge_bot: str | None, agent_ghost: str | None) -> Deployment:
         """Deployment facts for an input, with the live pack's limits and partners."""

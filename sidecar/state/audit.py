@@ -12,11 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Facet, Tx
 from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
-from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
+from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, ErasureKind, ErasureState, StateError
 
 _AUDIT_COLS = (
     "at",
@@ -346,9 +347,9 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
     return Erasure(
         erasure_id=row[0],
         scope_id=row[1],
-        kind=row[2],
-        state=row[3],
-        adapter=row[4],
+        kind=ErasureKind(row[2]),
+        state=ErasureState(row[3]),
+        adapter=AdapterName(row[4]),
         requested_by_kind=row[5],
         failure_reason=row[6],
         created_at=from_us(row[7]),

@@ -18,6 +18,7 @@ from typing import Final, Literal, Protocol
 
 from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 
 ReceiptAction = Literal["grant", "withdraw"]
 BudgetKind = Literal["bucket", "window", "counter"]
@@ -35,6 +36,21 @@ class ErasureState(StrEnum):
     FAILED = "failed"
 
 
+class ErasureKind(StrEnum):
+    """What an erasure erases, and how it fences the scope first."""
+
+    FORGET_ONE = "forget_one"
+    FORGET_ALL = "forget_all"
+    OFF = "off"
+    WITHDRAW = "withdraw"
+    OFFBOARD = "offboard"
+    ROTATE = "rotate"
+
+
+#: Kinds that erase every entry of a scope (and fence it by retiring its live namespace first).
+WHOLE_SCOPE: Final = frozenset({ErasureKind.FORGET_ALL, ErasureKind.OFF, ErasureKind.WITHDRAW, ErasureKind.OFFBOARD})
+
+
 #: The one transition table: every state an erasure may move to from each state.
 ERASURE_NEXT: dict[ErasureState, frozenset[ErasureState]] = {
     ErasureState.REQUESTED: frozenset({ErasureState.FENCED, ErasureState.FAILED}),
@@ -45,9 +61,9 @@ ERASURE_NEXT: dict[ErasureState, frozenset[ErasureState]] = {
     ErasureState.FAILED: frozenset(),
 }
 ERASURE_STATES: tuple[str, ...] = tuple(ErasureState)
-ERASURE_TERMINAL: frozenset[str] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
+ERASURE_TERMINAL: frozenset[ErasureState] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
 #: Each unfinished state's step forward when nothing fails (derived from the table).
-ERASURE_FORWARD: dict[str, ErasureState] = {
+ERASURE_FORWARD: dict[ErasureState, ErasureState] = {
     s: next(iter(nxt - {ErasureState.FAILED})) for s, nxt in ERASURE_NEXT.items() if nxt
 }
 #: The terminal states as an SQL list, for ``state NOT IN (...)`` (fixed names, never input).
@@ -220,12 +236,12 @@ class Erasure:
 
     erasure_id: str
     scope_id: str
-    kind: str
-    state: str
+    kind: ErasureKind
+    state: ErasureState
     entry_ids: list[str]
     steps: list[tuple[str, datetime]]
     failure_reason: str | None
-    adapter: str
+    adapter: AdapterName
     requested_by_kind: str
     created_at: datetime
     updated_at: datetime
