@@ -73,15 +73,18 @@ class TestStateCli:
         out = capsys.readouterr().out
         assert out.strip() == "memgov state: state_unavailable"
 
-    def test_migrate_speaks_json_only_when_the_store_is_down(
-        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    @pytest.mark.parametrize(
+        ("command", "event"), [("migrate", "state.migrate_failed"), ("check", "state.check_failed")]
+    )
+    def test_the_hook_commands_speak_json_only_when_the_store_is_down(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str, event: str
     ) -> None:
-        """The migration Job's output is JSON lines naming the code, exit 1, no driver text."""
+        """The hook Jobs' output (migrate, check) is JSON lines naming the code, exit 1, no driver text."""
         monkeypatch.setenv("MEMGOV_STATE__URL", "postgresql://u:secretpw@127.0.0.1:1/x")
-        assert main(["state", "migrate"]) == 1
+        assert main(["state", command]) == 1
         out = capsys.readouterr().out
         (line,) = _json_lines(out)
-        assert (line["event"], line["reason"]) == ("state.migrate_failed", "state_unavailable")
+        assert (line["event"], line["reason"]) == (event, "state_unavailable")
         assert "secretpw" not in out
 
 
@@ -149,17 +152,6 @@ class TestSchemaCheck:
         assert main(["state", "check"]) == 0
         (line,) = _json_lines(capsys.readouterr().out)
         assert (line["event"], line["schema_version"]) == ("state.schema_compatible", LATEST)
-
-    def test_check_reports_a_store_that_does_not_answer_by_code(
-        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        """A down database: exit 1 with the reason code, no driver text."""
-        monkeypatch.setenv("MEMGOV_STATE__URL", "postgresql://u:secretpw@127.0.0.1:1/x")
-        assert main(["state", "check"]) == 1
-        out = capsys.readouterr().out
-        (line,) = _json_lines(out)
-        assert (line["event"], line["reason"]) == ("state.check_failed", "state_unavailable")
-        assert "secretpw" not in out
 
 
 class TestMigrationRefused:
