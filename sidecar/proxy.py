@@ -31,7 +31,7 @@ from sidecar.relay import (
     forward,
     refusal_answer,
 )
-from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
+from sidecar.routes import CONTENT_CLASSES, Operation, RouteClass, RouteMatch, Traffic, classify
 from sidecar.settings import Settings
 from sidecar.state.lanes import data_lane
 from sidecar.upstream import Upstreams, open_upstreams
@@ -76,14 +76,14 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
     table: dict[RouteClass, ClassHandler] = {c: _content for c in CONTENT_CLASSES}
     table.update(
         {
-            RouteClass.PASSTHROUGH: _passthrough,
-            RouteClass.A2A_INVOKE: _passthrough,
-            RouteClass.A2A_CARD: _passthrough,
-            RouteClass.EMBEDDING: _embedding,
-            RouteClass.MEMORY_OTHER: _route_denied,
-            RouteClass.A2A_NONCANONICAL: _route_denied,
-            RouteClass.MEMORY_UNGOVERNED: _ungoverned,
-            RouteClass.INVALID: _bad_target,
+            Traffic.PASSTHROUGH: _passthrough,
+            Operation.A2A_INVOKE: _passthrough,
+            Traffic.A2A_CARD: _passthrough,
+            Operation.EMBEDDING: _embedding,
+            Traffic.MEMORY_OTHER: _route_denied,
+            Traffic.A2A_NONCANONICAL: _route_denied,
+            Operation.MEMORY_UNGOVERNED: _ungoverned,
+            Traffic.INVALID: _bad_target,
         }
     )
     return table
@@ -100,7 +100,7 @@ async def observe_data(request: web.Request, handler: Handler) -> web.StreamResp
     request[DECISION_ID] = new_decision_id()
     resp: web.StreamResponse
     try:
-        if match.cls is RouteClass.INVALID:
+        if match.cls is Traffic.INVALID:
             # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
             raise Refusal(Reason.BAD_REQUEST)
         with data_lane():  # agents' calls never take the state connections withdrawals and the sweeper need
@@ -126,7 +126,7 @@ async def observe_data(request: web.Request, handler: Handler) -> web.StreamResp
     timed.observe(elapsed)
     # Successful pass-through traffic is counted by the metrics above; a log line per such request
     # would cost more than the relay itself, so it is kept for debug level.
-    emit = log.debug if match.cls is RouteClass.PASSTHROUGH and resp.status < 400 else log.info
+    emit = log.debug if match.cls is Traffic.PASSTHROUGH and resp.status < 400 else log.info
     emit(
         "request.done",
         method=request.method if request.method in _METHODS else "OTHER",
@@ -144,9 +144,9 @@ _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 
 #: Traffic groups for per-client concurrency: a client saturating one cannot starve another.
 _GROUP: Final = {cls: "memory" for cls in CONTENT_CLASSES} | {
-    RouteClass.EMBEDDING: "embedding",
-    RouteClass.A2A_INVOKE: "a2a",
-    RouteClass.A2A_CARD: "a2a",
+    Operation.EMBEDDING: "embedding",
+    Operation.A2A_INVOKE: "a2a",
+    Traffic.A2A_CARD: "a2a",
 }
 
 
@@ -171,7 +171,7 @@ async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     match = request[MATCH]
-    if is_websocket(request) and match.cls is not RouteClass.PASSTHROUGH:
+    if is_websocket(request) and match.cls is not Traffic.PASSTHROUGH:
         # SECURITY: governed routes are plain HTTP; an upgrade there would bypass body inspection.
         raise Refusal(Reason.ROUTE_DENIED)
     return await request.app[HANDLERS][match.cls](request, match)

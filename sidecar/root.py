@@ -31,12 +31,12 @@ from sidecar.control.app import create_control_app, handlers
 from sidecar.control.auth import Authenticator
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import Evidence
+from sidecar.control.erasures import ErasureEvidence
 from sidecar.control.http import SWEEPERS
 from sidecar.control.scopes import Scopes
 from sidecar.decide.context import Contexts
 from sidecar.decide.decider import Decider
-from sidecar.decide.record import Recorder
+from sidecar.decide.record import AuditRecorder
 from sidecar.enforce import governed_handlers, governed_middlewares
 from sidecar.enforce.embedding import EmbeddingParts
 from sidecar.enforce.invoke import InvokeParts
@@ -82,7 +82,7 @@ class Parts:
     eraser: EraseAdapter
     #: Namespace rotation (exact erasure over REST), when an embedding provider is configured.
     rotator: Rotator | None
-    recorder: Recorder
+    recorder: AuditRecorder
     decider: Decider
     contexts: Contexts
 
@@ -193,7 +193,7 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
             {ref: a.disabled_variant for ref, a in settings.agents.items()},
             {ref: a.ghost for ref, a in settings.agents.items()},
         )
-        recorder = Recorder(store.audit_log, now)
+        recorder = AuditRecorder(store.audit_log, now)
         matrix = settings.matrix
         parts = Parts(
             settings=settings,
@@ -288,6 +288,7 @@ def erasure_parts(parts: Parts) -> ErasureParts:
         ledger=store.ledger,
         history=store.history,
         rotations=store.rotations,
+        lineage=store.lineage,
         audit=store.audit_log,
         eraser=parts.eraser,
         rotator=parts.rotator,
@@ -324,7 +325,7 @@ class ControlRoutes:
     scopes: Scopes
     entries: EntryRoutes
     erase: EraseRoutes
-    evidence: Evidence
+    evidence: ErasureEvidence
 
 
 def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
@@ -339,7 +340,7 @@ def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
         subject_max_age_s=trust.subject_max_age_s,
         operator_max_age_s=trust.operator_max_age_s,
     )
-    evidence = Evidence(auth, store.scopes, store.erasures, store.history, store.namespaces)
+    evidence = ErasureEvidence(auth, store.scopes, store.erasures, store.history, store.namespaces)
     scopes = Scopes(
         auth,
         evidence,
@@ -362,7 +363,7 @@ def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
         engine,
         store.ledger,
         store.history,
-        store.rotations,
+        store.lineage,
         parts.kagent,
         parts.agents,
         parts.policy.limits,

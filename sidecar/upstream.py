@@ -50,24 +50,8 @@ CONTEXT_HEADER: Final = "X-Memgov-Context"
 
 
 class BodyRefused(Refusal):
-    """The request body broke a listener limit; the subclass says which."""
-
-    code = Reason.BAD_REQUEST
-
-    def __init__(self) -> None:
-        super().__init__(self.code)
-
-
-class BodyTooLarge(BodyRefused):
-    """The request body exceeded ``listen.max_body_bytes``."""
-
-    code = Reason.BODY_TOO_LARGE
-
-
-class BodyTooSlow(BodyRefused):
-    """The request body missed ``listen.body_timeout_s`` or ``listen.body_min_rate_bps``."""
-
-    code = Reason.BODY_TIMEOUT
+    """The request body broke a listener limit: ``body_too_large`` (``listen.max_body_bytes``) or
+    ``body_timeout`` (``listen.body_timeout_s``, ``listen.body_min_rate_bps``)."""
 
 
 def _refusal_in_chain(exc: BaseException) -> BodyRefused | None:

@@ -18,12 +18,12 @@ from aiohttp.typedefs import Handler, Middleware
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import Evidence
+from sidecar.control.erasures import ErasureEvidence
 from sidecar.control.http import MAX_BODY_BYTES, OPERATION
 from sidecar.control.openapi import openapi
 from sidecar.control.routes import OPS
 from sidecar.control.scopes import Scopes
-from sidecar.decide.record import Recorder
+from sidecar.decide.record import AuditRecorder
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import DECISION_ID, refusal_answer
@@ -41,7 +41,7 @@ _ROUTER: Final = {
 }
 
 
-def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: Evidence) -> dict[str, Handler]:
+def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: ErasureEvidence) -> dict[str, Handler]:
     """The handler of each operation id of ``routes.OPS``."""
     return {
         "getOpenApi": openapi,
@@ -58,7 +58,7 @@ def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence:
     }
 
 
-def observing(recorder: Recorder) -> Middleware:
+def observing(recorder: AuditRecorder) -> Middleware:
     """Decision id, content-free errors, no caching, one sanitized log line per request."""
 
     async def refused(request: web.Request, refusal: Refusal) -> web.Response:
@@ -133,7 +133,7 @@ def observing(recorder: Recorder) -> Middleware:
     return observe_control
 
 
-def create_control_app(routes: Mapping[str, Handler], recorder: Recorder) -> web.Application:
+def create_control_app(routes: Mapping[str, Handler], recorder: AuditRecorder) -> web.Application:
     """Build the control API: every operation of ``routes.OPS`` served by its handler."""
     declared = {op.operation_id for op in OPS}
     if declared != set(routes):

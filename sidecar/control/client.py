@@ -3,7 +3,7 @@
 Every method returns the answer read with its response model (:mod:`sidecar.control.models`, the
 same models the server answers with). A refusal raises :class:`ControlError` with the HTTP status,
 the reason code, the decision id and, for a failed erasure, the evidence location; an answer of
-another shape raises :class:`AnswerError`. An erasure record can also be fetched exactly as the
+another shape raises it too, as ``internal_error``. An erasure record can also be fetched exactly as the
 server sent it, for export (:meth:`ControlClient.erasure_document`).
 """
 
@@ -17,7 +17,7 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 
 from sidecar.control import models as a
-from sidecar.reasons import REASON_VALUES
+from sidecar.reasons import REASON_VALUES, Reason
 from sidecar.upstream import CONTEXT_HEADER
 
 
@@ -27,14 +27,6 @@ class ControlError(Exception):
     def __init__(self, status: int, reason: str, decision_id: str | None, location: str | None) -> None:
         super().__init__(f"{status} {reason}")
         self.status, self.reason, self.decision_id, self.location = status, reason, decision_id, location
-
-
-class AnswerError(ValueError):
-    """A successful call answered JSON of another shape than the control API documents."""
-
-    def __init__(self, status: int, path: str, shape: str) -> None:
-        super().__init__(f"{status} answer to {path} is not a {shape}")
-        self.status = status
 
 
 T = TypeVar("T", bound=BaseModel)
@@ -104,17 +96,8 @@ class ControlClient:
                 )
             return resp.status, body
 
-    async def _json(
-        self,
-        shape: type[T],
-        method: str,
-        path: str,
-        *,
-        json: object = None,
-        headers: dict[str, str] | None = None,
-        params: dict[str, str] | None = None,
-    ) -> T:
-        return (await self._checked(shape, method, path, json=json, headers=headers, params=params))[0]
+    async def _json(self, shape: type[T], method: str, path: str, **how: Any) -> T:
+        return (await self._checked(shape, method, path, **how))[0]
 
     async def _checked(
         self,
@@ -128,12 +111,13 @@ class ControlClient:
     ) -> tuple[T, Mapping[str, object]]:
         """The answer read with ``shape``, and the JSON object it was read from."""
         status, body = await self.call(method, path, json=json, headers=headers, params=params)
-        if not isinstance(body, dict):
-            raise AnswerError(status, path, shape.__name__)
         try:
-            return shape.model_validate(body), body
+            if isinstance(body, dict):
+                return shape.model_validate(body), body
         except ValidationError:
-            raise AnswerError(status, path, shape.__name__) from None
+            pass
+        # An answer of another shape than the control API documents is the server's failure.
+        raise ControlError(status, Reason.INTERNAL_ERROR.value, None, None)
 
     async def openapi(self) -> dict[str, object]:
         body = (await self.call("GET", "/v1/openapi.json"))[1]

@@ -20,7 +20,7 @@ from sidecar.clock import Clock
 from sidecar.contentstore.adapters import AdapterError, listed
 from sidecar.contentstore.kagent import KagentMemory, contents
 from sidecar.control.auth import Authenticator
-from sidecar.control.erasures import Evidence
+from sidecar.control.erasures import ErasureEvidence
 from sidecar.control.http import ok, operation
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.decide.context import Contexts
@@ -39,7 +39,7 @@ from sidecar.state.types import ErasureKind, Scope
 if TYPE_CHECKING:
     from sidecar.state.history import HistoryOps
     from sidecar.state.ledger import LedgerOps
-    from sidecar.state.rotations import RotationOps
+    from sidecar.state.lineage import LineageOps
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50
@@ -70,11 +70,11 @@ class EntryRoutes:
         auth: Authenticator,
         decider: Decider,
         contexts: Contexts,
-        evidence: Evidence,
+        evidence: ErasureEvidence,
         engine: ErasureEngine,
         ledger: LedgerOps,
         history: HistoryOps,
-        rotations: RotationOps,
+        lineage: LineageOps,
         kagent: KagentMemory,
         agents: Agents,
         limits: Callable[[], Limits],
@@ -87,7 +87,7 @@ class EntryRoutes:
             evidence,
             engine,
         )
-        self._ledger, self._history, self._rotations, self._kagent = ledger, history, rotations, kagent
+        self._ledger, self._history, self._lineage, self._kagent = ledger, history, lineage, kagent
         self._agents, self._limits, self._clock = agents, limits, clock
 
     async def attest(self, request: web.Request, scope: Scope, live: int) -> Decision:
@@ -167,7 +167,7 @@ class EntryRoutes:
         # An id shown before a rotation re-saved the entry still names it: follow it to the current copy,
         # and erase every copy (the evidence then covers them all). A copy whose row was compacted was
         # erased and verified long ago, with its own evidence; it is no part of this erasure.
-        chain = await self._rotations.lineage(scope.scope_id, entry_id)
+        chain = await self._lineage.lineage(scope.scope_id, entry_id)
         held = {e.entry_id: e for e in await self._history.entries_by_id(scope.scope_id, chain)}
         entry = held.get(chain[-1])
         if entry is None or entry.tombstoned_at is not None or entry.physically_deleted_at is not None:

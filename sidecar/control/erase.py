@@ -18,7 +18,7 @@ from aiohttp import web
 
 from sidecar.clock import Clock
 from sidecar.control.auth import Authenticator
-from sidecar.control.erasures import Evidence, location
+from sidecar.control.erasures import ErasureEvidence, location
 from sidecar.control.http import ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
 from sidecar.erasure.evidence import iso
@@ -46,7 +46,7 @@ class EraseRoutes:
     def __init__(
         self,
         auth: Authenticator,
-        evidence: Evidence,
+        evidence: ErasureEvidence,
         engine: ErasureEngine,
         tokens: SingleUseOps,
         scopes: ScopeOps,

@@ -29,7 +29,7 @@ def location(erasure: Erasure) -> dict[str, str]:
     return {"Location": f"/v1/erasures/{erasure.erasure_id}"}
 
 
-class Evidence:
+class ErasureEvidence:
     """Erasure evidence as the control API answers it, built from the erasure's own rows."""
 
     __slots__ = ("_auth", "_erasures", "_history", "_namespaces", "_scopes")

@@ -59,6 +59,22 @@ class Op:
     params: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _confirmed(action: str, operation_id: str, what: str) -> Op:
+    """Forget-all and off: the first call answers a confirmation token, the second, carrying it, the erasure."""
+    return Op(
+        "post",
+        f"/v1/scopes/{{scope_id}}/{action}",
+        operation_id,
+        f"{what} First call: confirmation token; second call with it: erasure.",
+        _SUBJECT,
+        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
+        (400, 401, 403, 404, 409, 413, 500, 502),
+        m.Confirm,
+        body_required=False,
+        params=("scope_id",),
+    )
+
+
 OPS: tuple[Op, ...] = (
     Op("get", "/v1/openapi.json", "getOpenApi", "This document.", [], {}, ()),
     Op(
@@ -122,30 +138,8 @@ OPS: tuple[Op, ...] = (
         (401, 403, 404, 500, 502),
         params=("scope_id", "entry_id"),
     ),
-    Op(
-        "post",
-        "/v1/scopes/{scope_id}/forget-all",
-        "forgetAll",
-        "Erase every entry, keep consent. First call: confirmation token; second call with it: erasure.",
-        _SUBJECT,
-        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
-        (400, 401, 403, 404, 409, 413, 500, 502),
-        m.Confirm,
-        body_required=False,
-        params=("scope_id",),
-    ),
-    Op(
-        "post",
-        "/v1/scopes/{scope_id}/off",
-        "turnOff",
-        "Disable, then erase every entry. First call: confirmation token; second call with it: erasure.",
-        _SUBJECT,
-        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
-        (400, 401, 403, 404, 409, 413, 500, 502),
-        m.Confirm,
-        body_required=False,
-        params=("scope_id",),
-    ),
+    _confirmed("forget-all", "forgetAll", "Erase every entry, keep consent."),
+    _confirmed("off", "turnOff", "Disable, then erase every entry."),
     Op(
         "post",
         "/v1/principals/{mxid}/offboard",

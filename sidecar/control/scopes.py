@@ -10,7 +10,7 @@ from aiohttp import web
 
 from sidecar.clock import Clock
 from sidecar.control.auth import Authenticator, ensure_subject
-from sidecar.control.erasures import Evidence, location
+from sidecar.control.erasures import ErasureEvidence, location
 from sidecar.control.http import ok, operation, parse
 from sidecar.control.models import (
     ConsentChange,
@@ -61,7 +61,7 @@ class Scopes:
     def __init__(
         self,
         auth: Authenticator,
-        evidence: Evidence,
+        evidence: ErasureEvidence,
         engine: ErasureEngine,
         scopes: ScopeOps,
         history: HistoryOps,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sidecar import tracing
 from sidecar.clock import Clock
-from sidecar.decide.record import Recorder
+from sidecar.decide.record import AuditRecorder
 from sidecar.identity.appname import Agents
 from sidecar.policy.model import (
     Agent,
@@ -67,7 +67,7 @@ class Decider:
     def __init__(
         self,
         policy: PolicyRuntime,
-        recorder: Recorder,
+        recorder: AuditRecorder,
         agents: Agents,
         clock: Clock,
         *,

@@ -1,6 +1,6 @@
 """Recording: every decision and every refusal, counted, logged and audited once, content-free (R-15).
 
-One :class:`Recorder` per process serves both planes. A refusal or rewrite that carried a genuine
+One :class:`AuditRecorder` per process serves both planes. A refusal or rewrite that carried a genuine
 credential (a session key or a context that verified, a bearer token that authenticated) gets
 its own audit row; one that did not is only counted per hour, operation and reason, so an
 anonymous caller cannot grow the store. While the state store is down the row or count waits in
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = get_logger("enforce")
 
 
-class Recorder:
+class AuditRecorder:
     """Counts, logs and audits decisions (data plane, inspect) and control-API refusals."""
 
     __slots__ = ("_audit", "_clock")

@@ -48,15 +48,15 @@ def governed_handlers(
     """The class table entries that replace the transparent defaults once governance is on."""
     saves = Saves(memory)
     return {
-        RouteClass.A2A_INVOKE: run(Invocations(invoke).spec(), decider),
-        RouteClass.MEMORY_SAVE: run(saves.spec(Operation.MEMORY_SAVE), decider),
-        RouteClass.MEMORY_SAVE_BATCH: run(saves.spec(Operation.MEMORY_SAVE_BATCH), decider),
-        RouteClass.MEMORY_SEARCH: run(Searches(memory).spec(), decider),
-        RouteClass.EMBEDDING: run(Embeddings(embedding).spec(), decider),
-        RouteClass.MEMORY_UNGOVERNED: run(UNGOVERNED, decider),
+        Operation.A2A_INVOKE: run(Invocations(invoke).spec(), decider),
+        Operation.MEMORY_SAVE: run(saves.spec(Operation.MEMORY_SAVE), decider),
+        Operation.MEMORY_SAVE_BATCH: run(saves.spec(Operation.MEMORY_SAVE_BATCH), decider),
+        Operation.MEMORY_SEARCH: run(Searches(memory).spec(), decider),
+        Operation.EMBEDDING: run(Embeddings(embedding).spec(), decider),
+        Operation.MEMORY_UNGOVERNED: run(UNGOVERNED, decider),
         # Whole-namespace list and delete are control-plane work: the data plane refuses them.
-        RouteClass.MEMORY_LIST: closed(Operation.MEMORY_LIST, Reason.ROUTE_DENIED, decider),
-        RouteClass.MEMORY_DELETE_ALL: closed(Operation.MEMORY_DELETE_ALL, Reason.ROUTE_DENIED, decider),
+        Operation.MEMORY_LIST: closed(Operation.MEMORY_LIST, Reason.ROUTE_DENIED, decider),
+        Operation.MEMORY_DELETE_ALL: closed(Operation.MEMORY_DELETE_ALL, Reason.ROUTE_DENIED, decider),
     }
 
 

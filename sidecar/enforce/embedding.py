@@ -25,7 +25,7 @@ from sidecar.decide.decider import Facts
 from sidecar.decide.facts import agent_of, utf8_len
 from sidecar.decide.respond import decision_headers
 from sidecar.enforce import budgets
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.identity.appname import Agents
 from sidecar.policy.model import Budget, Decision, Limits, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
@@ -92,13 +92,8 @@ class _Embedding:
     body: dict[str, object]
 
 
-class Embeddings:
+class Embeddings(Stages[EmbeddingParts]):
     """The stages of the governed embedding route, over one :class:`EmbeddingParts`."""
-
-    __slots__ = ("_p",)
-
-    def __init__(self, parts: EmbeddingParts) -> None:
-        self._p = parts
 
     async def parse(self, call: Call) -> _Embedding:
         if self._p.provider is None:

@@ -21,7 +21,7 @@ from sidecar.decide.decider import Facts
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
 from sidecar.decide.respond import Denied, decision_headers
 from sidecar.enforce import budgets
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.identity import IdentityError
 from sidecar.identity.appname import Agents
 from sidecar.identity.keys import SessionKeys
@@ -104,13 +104,8 @@ async def _parse(call: Call) -> _Invocation:
         raise Refusal(Reason.BAD_REQUEST) from None
 
 
-class Invocations:
+class Invocations(Stages[InvokeParts]):
     """The stages of a governed A2A invocation, over one :class:`InvokeParts`."""
-
-    __slots__ = ("_p",)
-
-    def __init__(self, parts: InvokeParts) -> None:
-        self._p = parts
 
     def governs(self, call: Call) -> bool:
         """Only A2A invocations of a memory-enabled agent are governed; any other is relayed as it came."""

@@ -34,6 +34,7 @@ from sidecar.state.types import StateError
 
 P = TypeVar("P")
 T = TypeVar("T")
+B = TypeVar("B")
 
 #: The request or the upstream failed: there is nothing to degrade to, the answer is the error.
 _FAILED_EXCHANGE: Final = frozenset(
@@ -54,6 +55,15 @@ class Call:
     @property
     def decision_id(self) -> str:
         return self.request[DECISION_ID]
+
+
+class Stages(Generic[B]):
+    """A governed route's stages, built with the one bundle of parts they use (``root.py`` fills it)."""
+
+    __slots__ = ("_p",)
+
+    def __init__(self, parts: B) -> None:
+        self._p = parts
 
 
 @dataclass(frozen=True, slots=True)

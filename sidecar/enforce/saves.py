@@ -20,7 +20,7 @@ from sidecar.decide.facts import utf8_len
 from sidecar.decide.respond import Denied, json_answer
 from sidecar.enforce import budgets
 from sidecar.enforce.memory import Held, MemoryParts, admit_key, memory_facts, parse_json
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.enforce.saga import WriteSaga
 from sidecar.policy.model import Decision, Operation
 from sidecar.reasons import Reason, Refusal
@@ -87,13 +87,8 @@ async def _parse_save(call: Call) -> list[SaveItem]:
     return checked
 
 
-class Saves:
+class Saves(Stages[MemoryParts]):
     """The admit and forward stages of governed saves, over one :class:`MemoryParts`."""
-
-    __slots__ = ("_p",)
-
-    def __init__(self, parts: MemoryParts) -> None:
-        self._p = parts
 
     def _claims(self, cost: int) -> Claims:
         limits = self._p.limits

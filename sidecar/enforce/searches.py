@@ -17,7 +17,7 @@ from sidecar.decide.facts import current_namespace
 from sidecar.decide.respond import json_answer
 from sidecar.enforce import budgets
 from sidecar.enforce.memory import Held, MemoryParts, admit_key, memory_facts, parse_json
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.policy.model import Decision, Operation
 from sidecar.reasons import Reason, Refusal
 from sidecar.state.types import BudgetClaim, Namespace, Scope
@@ -57,13 +57,8 @@ async def _parse_search(call: Call) -> SearchAsk:
     return ask
 
 
-class Searches:
+class Searches(Stages[MemoryParts]):
     """The admit and forward stages of governed searches, over one :class:`MemoryParts`."""
-
-    __slots__ = ("_p",)
-
-    def __init__(self, parts: MemoryParts) -> None:
-        self._p = parts
 
     async def admit(self, call: Call, ask: SearchAsk) -> Admitted[Held[SearchAsk]]:
         p = self._p

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sidecar.state.audit import AuditOps, ErasureOps
     from sidecar.state.history import HistoryOps
     from sidecar.state.ledger import LedgerOps
+    from sidecar.state.lineage import LineageOps
     from sidecar.state.namespaces import NamespaceOps
     from sidecar.state.rotations import RotationOps
     from sidecar.state.scopes import ScopeOps
@@ -32,6 +33,7 @@ class ErasureParts:
     ledger: LedgerOps
     history: HistoryOps
     rotations: RotationOps
+    lineage: LineageOps
     audit: AuditOps
     eraser: EraseAdapter
     #: Namespace rotation's handles (exact erasure over REST), when an embedding provider is configured.

@@ -197,7 +197,7 @@ class Runner:
         if ours and advanced.state is ErasureState.VERIFIED:
             await audit_erasure(self._p, advanced, Reason.ALLOWED)
             if advanced.kind is ErasureKind.ROTATE:
-                metrics.ROTATIONS.labels("verified").inc()
+                metrics.ROTATIONS.labels(ErasureState.VERIFIED).inc()
         return advanced
 
     async def _fail(self, erasure: Erasure, reason: Reason) -> Erasure:
@@ -206,7 +206,7 @@ class Runner:
         if not ours:
             return failed
         if erasure.kind is ErasureKind.ROTATE:
-            metrics.ROTATIONS.labels("failed").inc()
+            metrics.ROTATIONS.labels(ErasureState.FAILED).inc()
         log.warning(
             "erasure.failed",
             erasure_id=erasure.erasure_id,

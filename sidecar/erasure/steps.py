@@ -140,7 +140,7 @@ class EntrySteps(_Disables):
     async def fence(self, scope: Scope, erasure: Erasure) -> None:
         # The entry, and every copy a rotation made of it, is unreadable through memgov from this
         # moment, whatever the adapter.
-        await self._p.rotations.tombstone_forgotten(
+        await self._p.lineage.tombstone_forgotten(
             scope.scope_id, erasure.erasure_id, erasure.entry_ids, self._p.clock()
         )
 

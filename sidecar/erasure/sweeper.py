@@ -189,7 +189,7 @@ class _Pass:
                 self.report.failures += done.state is ErasureState.FAILED
                 failed_in_a_row = failed_in_a_row + 1 if done.state is ErasureState.FAILED else 0
 
-        candidates = await store.rotations.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
+        candidates = await store.lineage.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
         await asyncio.gather(*(rotate(s) for s in candidates))
 
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
@@ -228,7 +228,7 @@ async def sweep_once(parts: ErasureParts, plan: SweepPlan, engine: ErasureEngine
     # Audit rows have their own retention window, independent of memory expiry.
     retention = p.clock() - timedelta(days=plan.audit_retention_days)
     report.audit_purged = await p.audit.purge_audit(retention)
-    await p.rotations.purge_erasures(retention)
+    await p.lineage.purge_erasures(retention)
     log.info(
         "sweep.done",
         deleted=report.dead_cleared + report.expired_deleted,

@@ -133,7 +133,13 @@ class ErasureOps(Facet):
     """Erasure records: created, advanced through their states, claimed by one runner at a time."""
 
     async def create_erasure(
-        self, scope_id: str, kind: str, entry_ids: list[str], adapter: str, requested_by_kind: str, now: datetime
+        self,
+        scope_id: str,
+        kind: ErasureKind,
+        entry_ids: list[str],
+        adapter: AdapterName,
+        requested_by_kind: str,
+        now: datetime,
     ) -> Erasure:
         """Record a requested erasure of the given entries (empty for whole-scope erasures)."""
         codec.check_scope_id(scope_id)
@@ -171,11 +177,11 @@ class ErasureOps(Facet):
         return erasure
 
     async def advance_erasure(
-        self, erasure_id: str, state: str, now: datetime, failure_reason: str | None = None
+        self, erasure_id: str, state: ErasureState, now: datetime, failure_reason: str | None = None
     ) -> Erasure:
         """Move an erasure to its next state; an illegal or lost transition raises StateError(internal_error)."""
         allowed_from = sorted(s for s, nxt in ERASURE_NEXT.items() if state in nxt)
-        if not allowed_from or (failure_reason is not None) != (state == "failed"):
+        if not allowed_from or (failure_reason is not None) != (state == ErasureState.FAILED):
             raise ValueError("erasure transition is invalid")
         if failure_reason is not None:
             codec.check_reason(failure_reason, "failure_reason")
@@ -278,7 +284,7 @@ class ErasureOps(Facet):
             return await _load(tx, erasure_id)
 
     async def erasures_of_scope(
-        self, scope_id: str, limit: int = 100, *, kind: str | None = None, not_kind: str | None = None
+        self, scope_id: str, limit: int = 100, *, kind: ErasureKind | None = None, not_kind: ErasureKind | None = None
     ) -> list[Erasure]:
         """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
         of every kind but ``not_kind``, when given."""

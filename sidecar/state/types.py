@@ -3,9 +3,10 @@
 Error tree (every error carries a :class:`~sidecar.reasons.Reason` in ``reason``; the message is
 that code and nothing else, so no stored or requested value can surface through it)::
 
-    StateError            backend unreachable or failing (state_unavailable), unknown record
-    ├── Fenced            consent_missing | consent_disabled | stale_generation
-    └── CapReached        entry_cap_reached
+    StateError            backend unreachable or failing (state_unavailable), an unknown record (not_found),
+    │                     a fence (consent_missing | consent_disabled | stale_generation), a full scope
+    │                     (entry_cap_reached)
+    └── RunTaken          another runner holds the erasure (its caller stops, changing nothing)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
@@ -127,23 +128,12 @@ class MigrationFailed(SchemaMismatch):
         return {**super().fields(), "migration": self.migration, "error_code": self.code}
 
 
-class Fenced(StateError):
-    """The scope is missing, disabled, or at another generation than the caller's."""
-
-
 class RunTaken(StateError):
     """Another runner holds this erasure now (its run lease), or replaced the rotation's staged namespace:
     the caller stops without changing anything more; the other runner finishes the erasure."""
 
     def __init__(self) -> None:
         super().__init__(Reason.ERASURE_PENDING)
-
-
-class CapReached(StateError):
-    """The scope already holds as many live entries as its cap allows."""
-
-    def __init__(self) -> None:
-        super().__init__(Reason.ENTRY_CAP_REACHED)
 
 
 NamespaceState = Literal["live", "retired", "cleared", "staged"]
@@ -318,28 +308,3 @@ class WriteAsk:
     n: int
     cap: int
     lease_s: float
-
-
-class AuditLog(Protocol):
-    """The store's audit rows, as every consumer that records one sees them (content-free fields only)."""
-
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-
-class Audited(Protocol):
-    """A port that writes audit rows: the store's ``audit_log`` facet, seen as an :class:`AuditLog`."""
-
-    @property
-    def audit_log(self) -> AuditLog: ...

@@ -14,7 +14,7 @@ from sidecar.policy.model import Operation
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Action
 from sidecar.root import route_parts
-from sidecar.routes import CONTENT_CLASSES, RouteClass
+from sidecar.routes import CONTENT_CLASSES
 
 
 async def _never(*_args: object) -> None:
@@ -26,7 +26,7 @@ class TestDeclarations:
         # Memory and embedding classes carry content, invocations carry memory, other runtimes' stores
         # are the policy's to refuse: none may fall back to the transparent relay once governance is on.
         handlers = governed_handlers(stack.parts.decider, *route_parts(stack.parts))
-        assert set(handlers) == {*CONTENT_CLASSES, RouteClass.A2A_INVOKE, RouteClass.MEMORY_UNGOVERNED}
+        assert set(handlers) == {*CONTENT_CLASSES, Operation.A2A_INVOKE, Operation.MEMORY_UNGOVERNED}
 
     async def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, stack) -> None:
         memory, invoke, embedding = route_parts(stack.parts)

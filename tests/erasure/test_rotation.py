@@ -546,7 +546,7 @@ class TestSweeper:
         assert (await sweep(rot.parts, engine)).rotated == 0
         doomed = await rot.saved(scopes[2], "lives in Lisbon")
         await rot.parts.store.ledger.tombstone(scopes[2], [doomed], rot.parts.clock())  # e.g. a rolled-back save
-        assert await rot.parts.store.rotations.rotation_candidates(rot.parts.clock(), rot.parts.clock(), 100) == [
+        assert await rot.parts.store.lineage.rotation_candidates(rot.parts.clock(), rot.parts.clock(), 100) == [
             scopes[2]
         ]
         assert (await sweep(rot.parts, engine)).rotated == 1

@@ -104,13 +104,13 @@ async def run_sweep_bench(
         async with open_parts(settings, Readiness()) as gov:
             load_s = await grow(gov.store, scopes, ledger_rows, int(now.timestamp() * 1_000_000))
             prepared = await _prepare(gov, stack, rotations, entries, now)
-            found = set(await gov.store.rotations.rotation_candidates(now, now, 10 * rotations + 10))
+            found = set(await gov.store.lineage.rotation_candidates(now, now, 10 * rotations + 10))
             if found != prepared:
                 raise RuntimeError("the candidate query found other scopes than the prepared ones")
             samples = []
             for _ in range(ops):
                 begin = time.perf_counter_ns()
-                await gov.store.rotations.rotation_candidates(now, now, 10_000)
+                await gov.store.lineage.rotation_candidates(now, now, 10_000)
                 samples.append(time.perf_counter_ns() - begin)
             engine, erasing, plan = erasure_engine(gov), erasure_parts(gov), sweep_plan(gov)
             started = time.perf_counter()
