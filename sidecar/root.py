@@ -21,12 +21,13 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar import metrics
+from sidecar import evloop
 from sidecar.clock import Clock, utcnow
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.contentstore.controller import KagentController, KagentWatch
 from sidecar.contentstore.kagent import KagentMemory
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
-from sidecar.contentstore.rotator import Rotator
+from sidecar.contentstore.rotator import ModelBook, Rotator
 from sidecar.control.app import create_control_app, handlers
 from sidecar.control.auth import Authenticator
 from sidecar.control.entries import EntryRoutes
@@ -103,31 +104,30 @@ def make_rotator(settings: Settings, kagent: KagentMemory, upstreams: Upstreams)
 
     Its kagent calls share memgov's one kagent client; the provider is reached over its own small
     pool with a whole-call timeout (``upstreams.reembedding``), so rotation never waits on the data plane.
+    Each agent's model is the configured one, else the one its kagent definition declares.
     """
     provider = upstreams.reembedding
     if settings.erasure.adapter is not AdapterName.REST or not settings.erasure.rotate or provider is None:
         return None
-    pinned = {
+    configured = {
         ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
         for ref, a in settings.agents.items()
         if a.embedding_model is not None
     }
-    return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), pinned)
+    models = ModelBook(settings.agents, configured)
+    return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), models)
 
 
-def rotation_check(parts: Parts) -> ReadyCheck:
-    """A readiness detail naming the agents whose erasures rotation cannot make exact (no configured model).
+def rotation_check(rotator: Rotator | None) -> ReadyCheck:
+    """A readiness detail naming the agents whose erasures rotation cannot make exact (no model known).
 
     It never makes the pod unready: memory keeps working, only physical deletion waits for the
     namespace to be cleared. The same count is the ``memgov_rotation_agents_without_model`` gauge.
     """
-    rotator = parts.rotator
-    missing = sorted(ref for ref in parts.agents.refs if rotator is not None and not rotator.knows_model(ref))
-    metrics.ROTATION_AGENTS_WITHOUT_MODEL.set(len(missing))
-    detail: dict[str, object] = {"enabled": rotator is not None, "agents_without_model": missing}
 
     async def check() -> tuple[bool, dict[str, object]]:
-        return True, detail
+        missing = rotator.models.missing() if rotator is not None else []
+        return True, {"enabled": rotator is not None, "agents_without_model": missing}
 
     return check
 
@@ -219,10 +219,21 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
         async def state_ready() -> tuple[bool, dict[str, object]]:
             return True, {"backend": store.backend, "available": store.health.available}
 
-        checks = {"policy": policy.ready_check, "state": state_ready, "rotation": rotation_check(parts)}
+        controller = KagentController(upstreams.controller, lambda: bearer.headers(MEMGOV_USER, int(now().timestamp())))
+        rotator = parts.rotator
+        watch = KagentWatch(
+            controller, rotator.models if rotator is not None else None, settings.upstream.kagent_refresh_s
+        )
+        checks = {
+            "policy": policy.ready_check,
+            "state": state_ready,
+            "rotation": rotation_check(rotator),
+            "kagent": watch.ready_check,
+        }
         readiness.checks.update(checks)
         opened.callback(lambda: [readiness.checks.pop(name, None) for name in checks])
         await opened.enter_async_context(store.watched(settings.state.check_interval_s))
+        await opened.enter_async_context(evloop.background(watch.run()))
         yield parts
 
 
