@@ -38,6 +38,12 @@ GOVERNED_DECISIONS = Counter(
     "Governed requests by operation, action and reason.",
     ["operation", "action", "reason"],
 )
+DEFINITION_CLAIMS = Counter(
+    "memgov_definition_claims_total",
+    "kagent definition writes found claiming memgov's boundary, by kind of field (label, annotation, name,"
+    " service_account, secret).",
+    ["claim"],
+)
 MEMORY_OPERATIONS = Counter(
     "memgov_memory_operations_total",
     "Admitted memory work by kind (embedding items, summarizations, saves, retrievals); not model tokens.",

@@ -70,6 +70,9 @@ class Reason(enum.StrEnum):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     EMBEDDING_MODEL_UNKNOWN = "embedding_model_unknown"
+    # kagent's definitions (controller writes)
+    OPERATOR_REQUIRED = "operator_required"
+    BOUNDARY_CLAIMED = "boundary_claimed"
     # dependencies
     POLICY_UNAVAILABLE = "policy_unavailable"
     STATE_UNAVAILABLE = "state_unavailable"
@@ -137,6 +140,8 @@ RULE_REASONS: Final[tuple[Reason, ...]] = (
     Reason.HOURLY_BUDGET_EXHAUSTED,
     Reason.PREFETCH_LIMIT,
     Reason.UNGOVERNED_STORE,
+    Reason.OPERATOR_REQUIRED,
+    Reason.BOUNDARY_CLAIMED,
 )
 
 #: The codes built into memgov; a pack can never redefine them.
@@ -210,12 +215,14 @@ _PRIORITY: Final[tuple[Reason, ...]] = (
     Reason.BAD_REQUEST,
     Reason.POLICY_UNAVAILABLE,
     Reason.STATE_UNAVAILABLE,
+    Reason.BOUNDARY_CLAIMED,
     Reason.CONTEXT_MISSING,
     Reason.CONTEXT_EXPIRED,
     Reason.CONTEXT_REPLAYED,
     Reason.CONTEXT_INVALID,
     Reason.KEY_INVALID,
     Reason.PRINCIPAL_INVALID,
+    Reason.OPERATOR_REQUIRED,
     Reason.ORIGIN_NOT_ALLOWED,
     Reason.AGENT_MISMATCH,
     Reason.CONSENT_MISSING,

@@ -36,8 +36,10 @@ from sidecar.control.http import SWEEPERS
 from sidecar.control.scopes import Scopes
 from sidecar.decide.context import Contexts
 from sidecar.decide.decider import Decider
+from sidecar.decide.definitions import Boundary
 from sidecar.decide.record import AuditRecorder
 from sidecar.enforce import governed_handlers, governed_middlewares
+from sidecar.enforce.definitions import DefinitionParts
 from sidecar.enforce.embedding import EmbeddingParts
 from sidecar.enforce.invoke import InvokeParts
 from sidecar.enforce.memory import MemoryParts
@@ -226,8 +228,21 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
         yield parts
 
 
-def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts]:
-    """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings."""
+def governed_definitions(settings: Settings) -> tuple[frozenset[str], frozenset[str]]:
+    """namespace/name of every definition an operator token guards: the memory agents with their
+    memory-disabled variants, and the ModelConfigs they use (a bare name is in the agent's namespace)."""
+    agents: set[str] = set()
+    models: set[str] = set()
+    for ref, agent in settings.agents.items():
+        ns = ref.partition("/")[0]
+        agents |= {ref, f"{ns}/{agent.disabled_variant}"}
+        models |= {m if "/" in m else f"{ns}/{m}" for m in agent.model_configs}
+    return frozenset(agents), frozenset(models)
+
+
+def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts]:
+    """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings,
+    definition writes."""
     s, store = parts.settings, parts.store
     memory = MemoryParts(
         admission=store.admission,
@@ -265,7 +280,17 @@ def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts]
         clock=parts.clock,
         provider=parts.upstreams.embedding,
     )
-    return memory, invoke, embedding
+    agents, models = governed_definitions(s)
+    definitions = DefinitionParts(
+        boundary=Boundary.of(s.boundary),
+        governed_agents=agents,
+        governed_models=models,
+        operators=parts.operators,
+        operator_max_age_s=s.trust.operator_max_age_s,
+        clock=parts.clock,
+        controller=parts.upstreams.controller,
+    )
+    return memory, invoke, embedding, definitions
 
 
 def data_app(parts: Parts) -> web.Application:

@@ -56,6 +56,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A Kubernetes object name (DNS-1123 subdomain).
+_K8S_NAME = r"[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?"
+
+
 class UpstreamSettings(_Section):
     controller_url: str = Field("http://127.0.0.1:8083", description="kagent controller base URL.")
     embedding_url: str | None = Field(
@@ -249,6 +253,21 @@ class AgentSettings(_Section):
     embedding_dimensions: int | None = Field(
         None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."
     )
+    model_configs: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The kagent ModelConfigs the agent uses (its modelConfig, memory.modelConfig and summarizer):"
+        " names in the agent's namespace or namespace/name. Changing one needs an operator token, like the"
+        " agent's own definition.",
+    )
+
+    @field_validator("model_configs")
+    @classmethod
+    def _model_configs(cls, v: list[str]) -> list[str]:
+        for ref in v:
+            if not re.fullmatch(rf"(?:{_K8S_NAME}/)?{_K8S_NAME}", ref):
+                raise ValueError("each entry must be a Kubernetes object name or namespace/name")
+        return v
 
     @field_validator("embedding_model")
     @classmethod
@@ -265,7 +284,7 @@ class AgentSettings(_Section):
     @field_validator("disabled_variant")
     @classmethod
     def _variant(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?", v):
+        if not re.fullmatch(_K8S_NAME, v):
             raise ValueError("must be a Kubernetes object name")
         return v
 
@@ -276,6 +295,80 @@ def _identity_check(kind: str, value: str) -> str:
         return normalise_server_name(value) if kind == "server_name" else str(parse_mxid(value))
     except IdentityError:
         raise ValueError(f"not a valid {'server name' if kind == 'server_name' else 'Matrix user id'}") from None
+
+
+#: A label or annotation key: an optional DNS prefix and a name (Kubernetes' qualified name).
+_LABEL_KEY = re.compile(
+    r"(?:[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9._\-]{0,61}[A-Za-z0-9])?"
+)
+
+
+class BoundarySettings(_Section):
+    """What a kagent definition relayed through memgov may never claim (docs/security.md).
+
+    Whatever is set here, a definition is also refused for the markers every memgov carries: the
+    label ``app.kubernetes.io/name: memgov``, any label or annotation key under ``memgov/``, and
+    the name ``memgov``. The chart fills every list from its own templates.
+    """
+
+    selectors: list[dict[str, str]] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Label sets of the pods memgov's boundary lets through or sends to: memgov's own selector"
+        " labels, kagent's controller and UI pods. A definition carrying any one label of them is refused.",
+    )
+    marker_keys: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Label and annotation keys that mark the boundary (e.g. an exception label), refused with"
+        " any value.",
+    )
+    service_accounts: list[str] = Field(
+        default_factory=list, max_length=8, description="memgov's service accounts: no definition may run as one."
+    )
+    secrets: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="The Secrets memgov reads its keys and URLs from: no definition may refer to one, by any field.",
+    )
+    names: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Names of memgov's own objects (Service, Deployment, ConfigMaps, claim): no definition may"
+        " take one, since kagent names the objects it creates for a definition after it.",
+    )
+    kagent_namespace: str = Field(
+        "kagent", description="kagent's own namespace, where kagent puts a definition that names no namespace."
+    )
+
+    @field_validator("selectors")
+    @classmethod
+    def _selectors(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
+        for labels in v:
+            if not labels or any(_LABEL_KEY.fullmatch(k) is None for k in labels):
+                raise ValueError("each selector is a non-empty map of label keys to values")
+        return v
+
+    @field_validator("marker_keys")
+    @classmethod
+    def _markers(cls, v: list[str]) -> list[str]:
+        if any(_LABEL_KEY.fullmatch(k) is None for k in v):
+            raise ValueError("each marker key must be a label key")
+        return v
+
+    @field_validator("service_accounts", "secrets", "names")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        if any(re.fullmatch(_K8S_NAME, n) is None for n in v):
+            raise ValueError("each entry must be a Kubernetes object name")
+        return v
+
+    @field_validator("kagent_namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if re.fullmatch(r"[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?", v) is None:
+            raise ValueError("must be a Kubernetes namespace name")
+        return v
 
 
 class AdapterName(StrEnum):
@@ -386,6 +479,9 @@ class Settings(BaseSettings):
     trust: TrustSettings = Field(default_factory=TrustSettings, description="Token verification keys.")
     matrix: MatrixSettings = Field(default_factory=MatrixSettings, description="Matrix deployment facts.")
     agents: dict[str, AgentSettings] = Field(default_factory=dict, description="Memory-enabled agents by ns/name.")
+    boundary: BoundarySettings = Field(
+        default_factory=BoundarySettings, description="What relayed kagent definitions may never claim."
+    )
     erasure: ErasureSettings = Field(default_factory=ErasureSettings, description="Erasure.")
     enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit record retention.")
