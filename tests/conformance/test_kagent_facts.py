@@ -120,3 +120,35 @@ class TestCleanupLoop:
         finally:
             await db.close()
             kagent.stop()
+
+
+#: Spellings of a BYO agent's deployment labels Go's encoding/json reads as those labels; ``{labels}``
+#: stands for memgov's selector labels. memgov refuses each one (tests/enforce/test_definitions.py).
+LABEL_SPELLINGS = {
+    "field-case": '"Spec": {"type": "BYO", "BYO": {"Deployment": {"image": "i", "LABELS": {labels}}}}',
+    "later-duplicate": '"spec": {"type": "BYO", "byo": {"deployment": {"image": "i",'
+    ' "labels": {}, "Labels": {labels}}}}',
+    "long-s-folds": '"spec": {"type": "BYO", "byo": {"deployment": {"image": "i", "labelſ": {labels}}}}',
+    "later-spec": '"spec": {"type": "BYO", "byo": {"deployment": {"image": "i"}}},'
+    ' "SPEC": {"type": "BYO", "byo": {"deployment": {"image": "i", "labels": {labels}}}}',
+}
+#: memgov's name label, behind an innocent value for the same key (Go keeps the later).
+NAME_LABEL_TWICE = '{"app.kubernetes.io/name": "chat", "app.kubernetes.io/name": "memgov"}'
+
+
+class TestDefinitions:
+    @pytest.mark.parametrize("kagent_auth_mode", ["unsecure"])
+    async def test_kagent_reads_every_spelling_of_a_definitions_labels(
+        self, real_kagent: RealKagent, http: aiohttp.ClientSession
+    ) -> None:
+        """Field names in any case, the later of two keys for one field or one label, and `ſ` for `s`
+        all reach the stored definition: what memgov checks must be read the same way."""
+        headers = {"Authorization": f"Bearer {UNSIGNED_ALICE}", "Content-Type": "application/json"}
+        for name, spec in LABEL_SPELLINGS.items():
+            spec_text = spec.replace("{labels}", NAME_LABEL_TWICE)
+            body = f'{{"metadata": {{"name": "{name}", "namespace": "team"}}, {spec_text}}}'
+            async with http.post(real_kagent.url + "/api/agents", data=body.encode(), headers=headers) as resp:
+                assert resp.status == 201, (name, await resp.text())
+            async with http.get(f"{real_kagent.url}/api/agents/team/{name}", headers=headers) as resp:
+                stored = (await resp.json())["data"]["agent"]["spec"]["byo"]["deployment"]["labels"]
+            assert stored == {"app.kubernetes.io/name": "memgov"}, name
