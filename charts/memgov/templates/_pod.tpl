@@ -104,7 +104,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "trust" dict
   "matrix" $matrix
   "agents" $agents
-  "boundary" (include "memgov.boundary" . | fromYaml)
+  "boundary" (include "memgov.boundarySettings" . | fromYaml)
   "erasure" (dict "adapter" $v.erasure.adapter "rotate" $v.erasure.rotate)
   "log" (dict "level" $v.log.level)
   "tracing" $tracing }}
