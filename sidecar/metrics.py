@@ -41,7 +41,7 @@ GOVERNED_DECISIONS = Counter(
 DEFINITION_CLAIMS = Counter(
     "memgov_definition_claims_total",
     "kagent definition writes found claiming memgov's boundary, by kind of field (label, annotation, name,"
-    " service_account, secret).",
+    " service_account, secret, host_path).",
     ["claim"],
 )
 MEMORY_OPERATIONS = Counter(

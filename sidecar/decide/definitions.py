@@ -18,6 +18,8 @@ past it:
 - every string anywhere that names one of memgov's Secrets, alone or as ``namespace/name`` (a
   volume, ``secretKeyRef``, ``envFrom``, ``imagePullSecrets``, ``systemMessageFrom``,
   ``headersFrom``, ``apiKeySecret``, companion ``secrets``, ...);
+- every ``hostPath`` volume source: the node's files hold the kubelet's copy of every pod's
+  Secrets, whatever namespace memgov runs in;
 - the definition's own name, after which kagent names the Deployment, Service, ServiceAccount,
   Secret and ConfigMap it creates, and which it copies into ``app.kubernetes.io/name``.
 """
@@ -235,6 +237,9 @@ class Boundary:
                         found.add("label")
                     elif folded.endswith("annotations") and self._labels(item, "annotation", own):
                         found.add("annotation")
+                if folded == "hostpath" and item is not None:
+                    # SECURITY: the node's own files hold every pod's mounted Secrets, memgov's included.
+                    found.add("host_path")
                 if (
                     folded in ("serviceaccountname", "serviceaccount")
                     and isinstance(item, str)

@@ -96,8 +96,9 @@ DefinitionKind = Literal["agents", "sandboxagents", "agentharnesses", "modelconf
 WriteVerb = Literal["create", "update", "delete"]
 #: What a definition claims of memgov's boundary (docs/security.md): a label or annotation that
 #: names memgov's pods or marks the boundary, a name of one of memgov's objects, memgov's service
-#: account, or a reference to one of memgov's Secrets.
-BoundaryClaim = Literal["label", "annotation", "name", "service_account", "secret"]
+#: account, a reference to one of memgov's Secrets, or a volume of the node's own files (where
+#: the kubelet keeps every pod's Secrets).
+BoundaryClaim = Literal["label", "annotation", "name", "service_account", "secret", "host_path"]
 
 
 class WriteFacts(_Model):
@@ -118,7 +119,7 @@ class WriteFacts(_Model):
     operator: bool = Field(False, description="The write carries an operator token that verified (X-Memgov-Operator).")
     claims: list[BoundaryClaim] = Field(
         default_factory=list,
-        max_length=5,
+        max_length=6,
         description="Sorted unique kinds of field in the definition that claim memgov's identity or touch its"
         " boundary; empty for a definition that claims nothing.",
     )

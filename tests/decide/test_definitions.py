@@ -277,6 +277,21 @@ class TestSecrets:
         assert claims_of(body, kind=kind) == ["secret"]
 
 
+class TestHostPath:
+    @pytest.mark.parametrize(
+        "deployment",
+        [
+            {"volumes": [{"name": "node", "hostPath": {"path": "/var/lib/kubelet/pods"}}]},
+            {"Volumes": [{"name": "node", "HOSTPATH": {"path": "/"}}]},
+            {"extraContainers": [{"name": "x"}], "volumes": [{"name": "n", "hostPath": {"path": "/var/lib"}}]},
+        ],
+        ids=["kubelet-dir", "case-variant", "beside-extra-container"],
+    )
+    def test_a_volume_of_the_nodes_files_is_claimed(self, deployment):
+        """The node keeps every pod's Secrets on disk: a hostPath volume reaches memgov's wherever it runs."""
+        assert claims_of(byo(deployment)) == ["host_path"]
+
+
 class TestNames:
     @pytest.mark.parametrize(
         ("kind", "body"),
