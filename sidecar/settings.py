@@ -372,6 +372,12 @@ class BoundarySettings(_Section):
         description="Names of memgov's own objects (Service, Deployment, ConfigMaps, claim): no definition may"
         " take one, since kagent names the objects it creates for a definition after it.",
     )
+    name_prefixes: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Prefixes of the names of memgov's own objects (the chart's '<full name>-'): no definition's"
+        " name may start with one.",
+    )
     kagent_namespace: str = Field(
         "kagent", description="kagent's own namespace, where kagent puts a definition that names no namespace."
     )
@@ -396,6 +402,13 @@ class BoundarySettings(_Section):
     def _names(cls, v: list[str]) -> list[str]:
         if any(re.fullmatch(_K8S_NAME, n) is None for n in v):
             raise ValueError("each entry must be a Kubernetes object name")
+        return v
+
+    @field_validator("name_prefixes")
+    @classmethod
+    def _prefixes(cls, v: list[str]) -> list[str]:
+        if any(re.fullmatch(r"[a-z0-9][a-z0-9.\-]{0,252}", p) is None for p in v):
+            raise ValueError("each entry must be the start of a Kubernetes object name")
         return v
 
     @field_validator("kagent_namespace")

@@ -55,7 +55,8 @@ class Unreadable(ValueError):
     target kagent would resolve in a way memgov cannot follow (fixed message, never the input)."""
 
 
-#: Deeper than any kagent definition nests (a pod template's affinity is about 12 levels).
+#: Deeper than any kagent definition nests (its deepest field, an affinity term's values under
+#: spec.byo.deployment, is 13 levels down).
 MAX_DEPTH: Final = 48
 
 
@@ -179,6 +180,7 @@ class Boundary:
     service_accounts: frozenset[str]
     secrets: frozenset[str]
     names: frozenset[str]
+    name_prefixes: tuple[str, ...]
     kagent_namespace: str
 
     @classmethod
@@ -193,6 +195,7 @@ class Boundary:
             service_accounts=frozenset(settings.service_accounts),
             secrets=frozenset(settings.secrets),
             names=frozenset({*settings.names, *settings.secrets, *settings.service_accounts, *named, MEMGOV}),
+            name_prefixes=tuple(settings.name_prefixes),
             kagent_namespace=settings.kagent_namespace,
         )
 
@@ -200,7 +203,7 @@ class Boundary:
         """The kinds of field of ``body`` (and of its own names ``own``) that claim memgov's identity."""
         found: set[BoundaryClaim] = set()
         names = {t.name for t in own}
-        if names & self.names:
+        if names & self.names or any(n.startswith(self.name_prefixes) for n in names if self.name_prefixes):
             found.add("name")
         self._walk(body, names, found)
         return sorted(found)

@@ -33,16 +33,18 @@ class TestBoundary:
 
     @pytest.mark.parametrize(("name", "values"), list(cases.MATRIX.items()), ids=list(cases.MATRIX))
     def test_the_names_of_memgovs_objects_are_protected(self, name: str, values: dict[str, Any]) -> None:
-        """Every object the chart creates in kagent's namespace is named in boundary.names (kagent would
-        take over an existing object of an agent's name)."""
+        """Every object the chart creates in kagent's namespace is named in boundary.names or starts with
+        one of boundary.name_prefixes (kagent would take over an existing object of an agent's name)."""
         manifests = render(values)
-        protected = set(config_file(manifests)["boundary"]["names"])
+        boundary = config_file(manifests)["boundary"]
+        names, prefixes = set(boundary["names"]), tuple(boundary["name_prefixes"])
         namespaced = {
             m["metadata"]["name"]
             for m in manifests
             if m["kind"] in ("Service", "Deployment", "ConfigMap", "PersistentVolumeClaim", "Job", "ServiceAccount")
         }
-        assert namespaced <= protected, sorted(namespaced - protected)
+        unprotected = sorted(n for n in namespaced if n not in names and not n.startswith(prefixes))
+        assert namespaced and unprotected == []
 
     def test_memgovs_pods_its_service_account_and_kagents_pods_are_the_boundary(self) -> None:
         """memgov's selector labels and kagent's controller and UI labels are the selectors; memgov's

@@ -19,11 +19,28 @@ SETTINGS = BoundarySettings(
     marker_keys=["memgov/boundary-exception", "example.org/open-door"],
     service_accounts=["rel-memgov"],
     secrets=["rel-memgov-session-key", "memgov-bridge"],
-    names=["rel-memgov", "rel-memgov-config", "rel-memgov-policies"],
+    names=["rel-memgov", "claimed-state"],
+    name_prefixes=["rel-memgov-"],
     kagent_namespace="kagent",
 )
 BOUNDARY = Boundary.of(SETTINGS)
 BARE = Boundary.of(BoundarySettings())
+
+
+#: A pod anti-affinity away from memgov's pods: the deepest field a definition has, and no claim.
+AFFINITY = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 1,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db"]}]},
+                },
+            }
+        ]
+    }
+}
 
 
 def byo(deployment: dict[str, Any] | None = None, *, name: str = "chat", **meta: Any) -> dict[str, Any]:
@@ -63,8 +80,17 @@ class TestLegitimate:
             byo({"serviceAccountName": "chat"}),
             byo({"labels": {"kagent": "chat"}}),
             byo(annotations={"description": "memgov-bridge is a word in a sentence"}),
+            byo({"affinity": AFFINITY}),
         ],
-        ids=["plain", "own-labels", "own-secret", "own-service-account", "own-kagent-label", "secret-name-in-text"],
+        ids=[
+            "plain",
+            "own-labels",
+            "own-secret",
+            "own-service-account",
+            "own-kagent-label",
+            "secret-name-in-text",
+            "deepest-field",
+        ],
     )
     def test_an_ordinary_definition_claims_nothing(self, body):
         """Labels, Secrets and service accounts of its own are none of memgov's business."""
@@ -299,11 +325,20 @@ class TestNames:
             ("agents", byo(name="rel-memgov")),
             ("agents", byo(name="memgov")),
             ("sandboxagents", byo(name="rel-memgov-config")),
+            ("agents", byo(name="claimed-state")),
             ("modelconfigs", {"ref": "kagent/rel-memgov-session-key", "spec": {}}),
             ("toolservers", {"type": "RemoteMCPServer", "remoteMCPServer": {"metadata": {"name": "rel-memgov"}}}),
             ("prompttemplates", {"namespace": "kagent", "name": "rel-memgov-policies", "data": {"a": "b"}}),
         ],
-        ids=["service", "generic-name", "config-map", "secret-by-ref", "tool-server", "policy-config-map"],
+        ids=[
+            "service",
+            "generic-name",
+            "config-map",
+            "named-claim",
+            "secret-by-ref",
+            "tool-server",
+            "policy-config-map",
+        ],
     )
     def test_taking_one_of_memgovs_names_is_claimed(self, kind, body):
         """kagent names what it creates after the definition and takes over an existing object of that name."""

@@ -11,11 +11,8 @@ objects this chart creates, and kagent's namespace (where kagent puts a definiti
 {{- $selectors := list (include "memgov.selectorLabels" . | fromYaml) $v.kagent.controllerSelector $v.kagent.ui.selector }}
 {{- $secrets := list }}
 {{- range (include "memgov.secretFiles" . | fromYaml).files }}{{- $secrets = append $secrets .secret }}{{- end }}
-{{- $names := list $full }}
-{{- range list "config" "policies" "dashboard" "kagent" "migrate" "kagent-controller" "kagent-ui" "state" "boundary-test" }}
-{{- $names = append $names (printf "%s-%s" $full .) }}
-{{- end }}
-{{- $names = append $names (include "memgov.stateClaim" .) }}
+{{- /* Every object this chart creates is named "<full name>" or "<full name>-…"; a claim may be the user's own. */}}
+{{- $names := list $full (include "memgov.stateClaim" .) }}
 {{- $accounts := list }}
 {{- /* memgov's own ServiceAccount (gateway mode); never "default", which every pod without one runs as. */}}
 {{- if and (eq $v.mode "gateway") (or $v.serviceAccount.create $v.serviceAccount.name) }}
@@ -27,5 +24,6 @@ objects this chart creates, and kagent's namespace (where kagent puts a definiti
   "service_accounts" $accounts
   "secrets" ($secrets | uniq)
   "names" ($names | uniq)
+  "name_prefixes" (list (printf "%s-" $full))
   "kagent_namespace" $v.kagent.namespace) }}
 {{- end }}
