@@ -3,9 +3,9 @@
 #
 #   conformance/kagent/build.sh server [V]   kagent's controller HTTP server of release V (our main.go in its tree)
 #   conformance/kagent/build.sh client [V]   a venv with release V's kagent-adk/kagent-core (kagent's Python runtime)
-#   conformance/kagent/build.sh runtime      a driver of kagent v0.9.11's Go runtime memory code (our runtime/main.go)
+#   conformance/kagent/build.sh runtime [V]  a driver of release V's Go runtime memory code (our runtime/main.go)
 #   conformance/kagent/build.sh pgvector     pgvector 0.8.6 for the installed PostgreSQL server
-#   conformance/kagent/build.sh release V    everything release V's tests use (server, client, pgvector; runtime for 0.9)
+#   conformance/kagent/build.sh release V    everything release V's tests use (server, runtime, client, pgvector)
 #   conformance/kagent/build.sh all          every release
 #
 # V is a supported kagent release: 0.9 (v0.9.11, with kagent-adk 0.9.11; the default) or 0.10
@@ -26,18 +26,20 @@ PGVECTOR_TARBALL=pgvector-v0.8.6.tar.gz
 PGVECTOR_SHA256=6fb777e18d7e95e1ecec85c7a5fbd1633d504278019a1da0fd09a6b294c74547
 
 # release V: the pins of one supported kagent release (its Go sources, what /version reports, the
-# build tag that picks our harness's per-release file, and its Python runtime's requirements).
+# build tag that picks our harness's per-release file, the major version of Google's Go ADK its
+# runtime imports, and its Python runtime's requirements).
 release() {
   case "$1" in
     0.9)
       KAGENT_TARBALL=kagent-v0.9.11-go.tar.gz
       KAGENT_SHA256=0d9d7b78be6081b8c407347da02f0378a80a3c4ed4a3b53833a26d3ce37a2887
-      KAGENT_VERSION=v0.9.11 KAGENT_COMMIT=14dcbfc KAGENT_BUILD_DATE=2026-07-01 GO_TAGS=
+      KAGENT_VERSION=v0.9.11 KAGENT_COMMIT=14dcbfc KAGENT_BUILD_DATE=2026-07-01 GO_TAGS= ADK_MODULE=google.golang.org/adk
       ;;
     0.10)
       KAGENT_TARBALL=kagent-v0.10.0-rc3-go.tar.gz
       KAGENT_SHA256=32b588cdfcbe23fe7bb4bbdab3a7e42769020be1e1d2e502a3ebf91d56cdba97
       KAGENT_VERSION=v0.10.0-rc3 KAGENT_COMMIT=7c52fff KAGENT_BUILD_DATE=2026-08-18 GO_TAGS=kagent_v0_10
+      ADK_MODULE=google.golang.org/adk/v2
       ;;
     *) echo "unknown kagent release $1 (supported: $RELEASES)" >&2; exit 2 ;;
   esac
@@ -84,13 +86,17 @@ lock() {
 }
 
 # go_step NAME PACKAGE WORK DEST: our SOURCES (main.go, and the per-release files beside it) as the
-# main package at PACKAGE inside kagent's module tree, built with kagent's own go.mod/go.sum.
+# main package at PACKAGE inside kagent's module tree, built with kagent's own go.mod/go.sum. Our
+# sources import Google's Go ADK as v0.9.11 does (google.golang.org/adk/...); v0.10 moved to its
+# v2 module, with the same packages and the API our runtime driver uses, so the import path is
+# the one thing rewritten.
 go_step() {
   local name=$1 package=$2 work=$3 dest=$4 pkg=github.com/kagent-dev/kagent/go/core/internal/version
   log "building $name from kagent $KAGENT_VERSION with $(go env GOVERSION) (first build: minutes)"
   tar -xzf "$vendor/$KAGENT_TARBALL" -C "$work"
   mkdir -p "$work/go/$package"
   cp "${SOURCES[@]}" "$work/go/$package/"
+  sed -i "s#\"google.golang.org/adk/#\"$ADK_MODULE/#" "$work/go/$package"/*.go
   (cd "$work/go" && go build -trimpath -tags "$GO_TAGS" -o "$dest/$name" \
     -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
     "./$package")
@@ -103,7 +109,7 @@ build_go() {
   SOURCES=("$@")
   checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256" >/dev/null
   command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
-  out="$cache/$name-$KAGENT_VERSION-$(key "$KAGENT_SHA256" "$(cat "${SOURCES[@]}" | sha256sum)" "$GO_TAGS" "$(go env GOVERSION)")"
+  out="$cache/$name-$KAGENT_VERSION-$(key "$KAGENT_SHA256" "$(cat "${SOURCES[@]}" | sha256sum)" "$GO_TAGS" "$ADK_MODULE" "$(go env GOVERSION)")"
   once "$out" "$name" go_step "$name" "$package"
   echo "$out/$name"
 }
@@ -173,15 +179,14 @@ build_client() {
 
 build_server() { build_go memgov-conformance core/cmd/memgov-conformance "$here"/main.go "$here"/kagent_v0_*.go; }
 
-# The Go runtime driver builds against v0.9.11's go/adk only (v0.10 moved to google.golang.org/adk/v2).
-build_runtime() { release 0.9; build_go memgov-runtime adk/cmd/memgov-runtime "$here/runtime/main.go"; }
+build_runtime() { build_go memgov-runtime adk/cmd/memgov-runtime "$here/runtime/main.go"; }
 
 build_release() {
   release "$1"
   build_server
+  build_runtime
   build_client
   build_pgvector
-  [ "$1" != 0.9 ] || build_runtime
 }
 
 part=${1:-all}
@@ -189,9 +194,9 @@ version=${2:-0.9}
 case "$part" in
   server) release "$version"; build_server ;;
   client) release "$version"; build_client ;;
-  runtime) build_runtime ;;
+  runtime) release "$version"; build_runtime ;;
   pgvector) build_pgvector ;;
   release) build_release "$version" ;;
   all) for v in $RELEASES; do build_release "$v"; done ;;
-  *) echo "usage: $0 [server [V]|client [V]|runtime|pgvector|release V|all] (V: ${RELEASES// /, })" >&2; exit 2 ;;
+  *) echo "usage: $0 [server [V]|client [V]|runtime [V]|pgvector|release V|all] (V: ${RELEASES// /, })" >&2; exit 2 ;;
 esac

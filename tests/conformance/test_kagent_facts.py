@@ -18,6 +18,7 @@ import pytest
 
 from sidecar.dev.devstack.pg import PgServer
 from sidecar.dev.devstack.realkagent import RealKagent, start_real_kagent
+from sidecar.dev.devstack.releases import KagentRelease
 from tests.conformance.transcript import E0, NS
 from tests.support.upstream import sa_token
 
@@ -92,10 +93,16 @@ class TestLogs:
 
 class TestCleanupLoop:
     async def test_the_loop_deletes_expired_rows_and_keeps_popular_ones(
-        self, pg_server: PgServer, pg_url: str, tmp_path: Path, http: aiohttp.ClientSession
+        self,
+        kagent_release: KagentRelease,
+        pg_server: PgServer,
+        pg_url: str,
+        tmp_path: Path,
+        http: aiohttp.ClientSession,
     ) -> None:
         """With a 1 s interval the real loop deletes an expired row and renews one with 10+ accesses."""
-        kagent = await asyncio.to_thread(functools.partial(start_real_kagent, pg_url, tmp_path, cleanup_interval_s=1))
+        start = functools.partial(start_real_kagent, pg_url, tmp_path, cleanup_interval_s=1, release=kagent_release)
+        kagent = await asyncio.to_thread(start)
         db = await asyncpg.connect(pg_url)
         try:
             for content in ("expired", "popular"):

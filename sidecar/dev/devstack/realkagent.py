@@ -34,10 +34,10 @@ class RealKagentError(RuntimeError):
 
 def build(part: Literal["server", "runtime", "pgvector", "client"], release: KagentRelease = DEFAULT) -> str:
     """Run the cached build of one part of ``release``; returns the path it prints (binary, pgvector
-    folder, python). The Go runtime driver exists for v0.9.11 only."""
+    folder, python)."""
     if not BUILD_SCRIPT.is_file():
         raise RealKagentError(f"{BUILD_SCRIPT} not found: the real kagent runs from a memgov source checkout")
-    argv = ["bash", str(BUILD_SCRIPT), part] + ([release.name] if part in ("server", "client") else [])
+    argv = ["bash", str(BUILD_SCRIPT), part] + ([release.name] if part != "pgvector" else [])
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RealKagentError(f"conformance build of {part} {release.name} failed:\n{done.stderr[-4000:]}")
