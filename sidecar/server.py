@@ -8,19 +8,16 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Final, Literal
 
 from aiohttp import web
 
 from sidecar import evloop, tracing
-from sidecar.control.app import control_plane
-from sidecar.enforce import governed_handlers, governed_middlewares
-from sidecar.governance import GOVERNANCE, Governance, governance
+from sidecar.clock import Clock
 from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, error_type, get_logger
 from sidecar.ops import Readiness, create_ops_app
-from sidecar.proxy import create_data_app
+from sidecar.root import Parts, control_plane, data_app, open_parts
 from sidecar.sampler import sampling
 from sidecar.secretfile import SecretError
 from sidecar.settings import Settings, SettingsError, load_settings
@@ -41,7 +38,7 @@ class Gateway:
     settings: Settings
     runners: list[web.AppRunner] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
-    governance: Governance | None = None
+    parts: Parts | None = None
 
     @property
     def data_url(self) -> str:
@@ -87,7 +84,7 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
 
 @asynccontextmanager
 async def running_gateway(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None, resume: bool = True
+    settings: Settings, *, clock: Clock | None = None, resume: bool = True
 ) -> AsyncIterator[Gateway]:
     """Start every listener of a gateway (ports may be 0) and stop them on exit.
 
@@ -97,13 +94,12 @@ async def running_gateway(
     gw = Gateway(settings)
     readiness = Readiness()
     async with (
-        governance(settings, readiness, clock=clock) as gov,
-        control_plane(gov, resume=resume) as control,
-        sampling(gov.store, gov.now),
+        open_parts(settings, readiness, clock=clock) as parts,
+        control_plane(parts, resume=resume) as control,
+        sampling(parts.store, parts.clock),
     ):
-        gw.governance = gov
-        data = create_data_app(settings, handlers=governed_handlers(), middlewares=governed_middlewares())
-        data[GOVERNANCE] = gov
+        gw.parts = parts
+        data = data_app(parts)
         try:
             await _start(data, "data", gw)
             await _start(control, "control", gw)
@@ -126,8 +122,8 @@ async def serve(settings: Settings, started: Callable[[], object] | None = None,
 
     async def run() -> None:
         async with running_gateway(settings, resume=resume) as gw:
-            if gw.governance is not None:
-                gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            if gw.parts is not None:
+                gw.parts.policy.install_sighup()  # `kill -HUP` reloads the policy pack
             serving.set()
             if started is not None:
                 started()

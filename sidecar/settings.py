@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from enum import StrEnum
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
@@ -277,8 +278,16 @@ def _identity_check(kind: str, value: str) -> str:
         raise ValueError(f"not a valid {'server name' if kind == 'server_name' else 'Matrix user id'}") from None
 
 
+class AdapterName(StrEnum):
+    """How memgov deletes kagent's rows: whole namespaces over its REST API, or by id through a
+    least-privilege role on its database (docs/erasure.md)."""
+
+    REST = "rest"
+    KAGENT_DB = "kagent-db"
+
+
 class ErasureSettings(_Section):
-    adapter: Literal["rest", "kagent-db"] = Field("rest", description="Erasure adapter: rest or kagent-db.")
+    adapter: AdapterName = Field(AdapterName.REST, description="Erasure adapter: rest or kagent-db.")
     kagent_db_url: str | None = Field(None, description="Least-privilege role on kagent's database (kagent-db).")
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
@@ -399,7 +408,7 @@ class Settings(BaseSettings):
             if self.secrets.session_key_file is None:
                 raise ValueError("secrets.session_key_file is required when profile is production")
             erasure = self.erasure
-            if erasure.adapter == "kagent-db" and not (erasure.kagent_db_url or erasure.kagent_db_url_file):
+            if erasure.adapter is AdapterName.KAGENT_DB and not (erasure.kagent_db_url or erasure.kagent_db_url_file):
                 raise ValueError("erasure.kagent_db_url(_file) is required for the kagent-db adapter")
         return self
 
