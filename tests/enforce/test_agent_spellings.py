@@ -4,7 +4,8 @@ kagent stores memory under ``<ns>__NS__<name>`` with ``-`` turned into ``_`` (th
 its UI and earlier memgov releases used the raw spelling. v0.9.11's search matched ``agent_name``
 exactly; v0.10 matches ``agent_name = $name OR agent_name = replace($name, '-', '_')``. Through memgov
 that widening must neither let one agent read another's rows nor let an erasure's read-back miss a
-spelling. Each test runs on both stand-in models and on both releases of kagent itself.
+spelling. Each test runs on both stand-in models and on both releases of kagent itself, in both
+auth modes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.control.client import ControlClient
+from sidecar.dev.devstack.realkagent import AUTH_MODES
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.tokens import mint_subject
@@ -27,7 +29,7 @@ RAW_APP = APP.replace("k8s_agent", "k8s-agent")
 TWIN = "kagent/k8s_agent"
 TWIN_GHOST = "@k8s_agent:example.org"
 
-pytestmark = pytest.mark.kagent(standins=("0.9", "0.10"))
+pytestmark = pytest.mark.kagent(standins=("0.9", "0.10"), auth_modes=AUTH_MODES)
 
 
 async def _plant(stack: Stack, agent_name: str, storage_key: str, content: str) -> None:
@@ -58,7 +60,7 @@ class TestTwinAgents:
         stack = await make_stack(agents={TWIN: twin})
         stack.ghosts[TWIN] = TWIN_GHOST
         one, other = await stack.scope(agent=AGENT), await stack.scope(agent=TWIN)
-        keys = {s.scope_id: stack.gov.keys.session_key(s.scope_id, s.generation) for s in (one, other)}
+        keys = {s.scope_id: stack.parts.keys.session_key(s.scope_id, s.generation) for s in (one, other)}
         for scope in (one, other):
             for spelling in (APP, RAW_APP):
                 await _plant(stack, spelling, scope.namespace.storage_key, f"{scope.scope_id} under {spelling}")
@@ -103,7 +105,7 @@ class TestErasureReadBack:
             session=stack.http,
         )
         record = await control.confirm_and_run(scope.scope_id, "forget-all")
-        assert (record["state"], record["physical_deletion"]) == ("verified", "complete")
+        assert (record.state, record.physical_deletion) == ("verified", "complete")
         assert await stack.rows(user_id=storage_key) == []
         for spelling in (APP, RAW_APP):
             assert await _kagent_search(stack, spelling, storage_key, "green tea") == []

@@ -26,7 +26,7 @@ import pytest
 
 from sidecar.control.client import ControlClient
 from sidecar.dev.devstack.deployment import pack_with_limits
-from sidecar.dev.devstack.realkagent import build
+from sidecar.dev.devstack.realkagent import AUTH_MODES, build
 from sidecar.identity.tokens import mint_subject
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.stack import AGENT, ALICE, APP, BOB, ROOM_B, Stack
@@ -143,7 +143,7 @@ async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
     return [r for r in await stack.rows() if r.id in ids]
 
 
-@pytest.mark.kagent(standins=("0.9", "0.10"))
+@pytest.mark.kagent(standins=("0.9", "0.10"), auth_modes=AUTH_MODES)
 class TestKagentRuntime:
     async def test_consented_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
         """add_memory, the save tool and the fifth-turn auto-save batch land; search, load and prefetch recall them."""
@@ -236,7 +236,7 @@ class TestKagentRuntime:
         assert await _scope_rows(stack, scope.scope_id) == [] and await stack.rows() == []
 
 
-@pytest.mark.kagent(standins=("0.9", "0.10"))
+@pytest.mark.kagent(standins=("0.9", "0.10"), auth_modes=AUTH_MODES)
 class TestKagentGoRuntime:
     async def test_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
         """The save_memory tool and AddSessionToMemory land; SearchMemory and the preload tool recall."""
@@ -269,7 +269,7 @@ class TestKagentGoRuntime:
         assert await stack.rows() == []
 
 
-@pytest.mark.kagent(releases=("0.10",), standins=("0.10",))
+@pytest.mark.kagent(releases=("0.10",), standins=("0.10",), auth_modes=AUTH_MODES)
 class TestSeveralEntries:
     """kagent-adk 0.10.4's ``add_memory`` takes several entries and posts once per entry."""
 
