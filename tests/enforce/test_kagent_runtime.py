@@ -269,22 +269,31 @@ class TestKagentGoRuntime:
         assert await stack.rows() == []
 
 
+#: Five explicit memories for one add_memory call.
+FIVE = [f"alice's fact number {i}" for i in range(5)]
+
+
 @pytest.mark.kagent(releases=("0.10",), standins=("0.10",), auth_modes=AUTH_MODES)
 class TestSeveralEntries:
     """kagent-adk 0.10.4's ``add_memory`` takes several entries and posts once per entry."""
 
-    async def test_each_entry_is_rate_limited(self, stack: Stack, tmp_path: Path):
-        """Five entries in one add_memory against the burst of three explicit saves: three land, the fourth is
-        refused with rate_limited (kagent-adk raises there, so the fifth is never sent)."""
+    async def _add_five(self, stack: Stack, tmp_path: Path) -> tuple[list[str], list[str]]:
+        """One add_memory of FIVE in a consented scope: the contents kagent kept, and the refusals kagent-adk logged.
+
+        kagent-adk raises at the first refused entry, so it never sends the ones after it."""
         scope = await stack.scope()
         key = await stack.session_key()
-        facts = [f"alice's fact number {i}" for i in range(5)]
         async with kagent_runtime(stack, key, tmp_path) as rt:
-            saved = await rt("add_memory", contents=facts)
+            assert await rt("add_memory", contents=FIVE) == {"error": "HTTPStatusError", "status": 403}
             logs = await rt.logs()
-        assert saved == {"error": "HTTPStatusError", "status": 403}
-        assert sorted(r.content for r in await _scope_rows(stack, scope.scope_id)) == facts[:3]
-        refusals = [line for line in logs.splitlines() if "Response body" in line]
+        kept = sorted(r.content for r in await _scope_rows(stack, scope.scope_id))
+        return kept, [line for line in logs.splitlines() if "Response body" in line]
+
+    async def test_each_entry_is_rate_limited(self, stack: Stack, tmp_path: Path):
+        """Five entries against the burst of three explicit saves: three land, the fourth is refused with
+        rate_limited."""
+        kept, refusals = await self._add_five(stack, tmp_path)
+        assert kept == FIVE[:3]
         assert len(refusals) == 1 and "rate_limited" in refusals[0]
 
     async def test_each_entry_pays_the_hourly_budget(self, make_stack, tmp_path: Path):
@@ -292,12 +301,6 @@ class TestSeveralEntries:
         hourly budget: six operations fit three entries of five."""
         pack = pack_with_limits(tmp_path, {"hourly_operations": 6, "rate_per_minute": 60, "rate_burst": 60})
         stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
-        scope = await stack.scope()
-        key = await stack.session_key()
-        facts = [f"alice's fact number {i}" for i in range(5)]
-        async with kagent_runtime(stack, key, tmp_path) as rt:
-            saved = await rt("add_memory", contents=facts)
-            logs = await rt.logs()
-        assert saved == {"error": "HTTPStatusError", "status": 403}
-        assert sorted(r.content for r in await _scope_rows(stack, scope.scope_id)) == facts[:3]
-        assert "hourly_budget_exhausted" in next(line for line in logs.splitlines() if "Response body" in line)
+        kept, refusals = await self._add_five(stack, tmp_path)
+        assert kept == FIVE[:3]
+        assert len(refusals) == 1 and "hourly_budget_exhausted" in refusals[0]
