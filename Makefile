@@ -31,6 +31,10 @@ KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/v
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
 	-X $(p).buildDate=1970-01-01T00:00:00Z)
 
+# The kagent releases the conformance part builds and tests (conformance/kagent/build.sh, docs/conformance.md).
+KAGENT_RELEASES := 0.9 0.10
+KAGENT_TARGETS := $(foreach r,$(KAGENT_RELEASES),kagent-$(r))
+
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= memgov:$(VERSION)
 # docker, podman or buildah: all three build the Containerfile with the same command line.
@@ -38,7 +42,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: prereqs builds $(TOOL_TARGETS) check test-fast venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs builds $(TOOL_TARGETS) check test-fast venv tools promtool check-rules-promtool pg kagent $(KAGENT_TARGETS) conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -105,14 +109,18 @@ prereqs:
 pg:
 	scripts/prereqs.sh initdb
 
-# kagent v0.9.11's own controller server and Go runtime driver, pgvector for the local PostgreSQL, and a
-# venv with kagent's Python runtime: built once from ../shared/vendor and PyPI, cached in
-# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh).
-kagent: pg
-	scripts/prereqs.sh go cc make flock postgres.h
-	conformance/kagent/build.sh all >/dev/null
+# For each supported kagent release (v0.9.11, v0.10.0-rc3): its own controller server and Go runtime
+# driver, and a venv with its Python runtime (kagent-adk 0.9.11, 0.10.4); pgvector for the local
+# PostgreSQL. Built once from ../shared/vendor, the Go module proxy and PyPI, cached in
+# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh). One target per release,
+# so `make -j` builds them side by side.
+kagent: $(KAGENT_TARGETS)
 
-# Only the conformance part: every test that runs kagent v0.9.11 itself or kagent's own runtime code.
+$(KAGENT_TARGETS): pg
+	scripts/prereqs.sh go cc make flock postgres.h
+	conformance/kagent/build.sh release $(@:kagent-%=%) >/dev/null
+
+# Only the conformance part: every test that runs kagent itself (either release) or kagent's own runtime code.
 conformance: venv kagent
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m real_kagent
 

@@ -1,4 +1,4 @@
-"""A governed stack on loopback: the stand-ins (or kagent v0.9.11 itself), a gateway in front, and the
+"""A governed stack on loopback: the stand-ins (or kagent itself), a gateway in front, and the
 bridge's and agent runtime's side of the conversation (see tests/support/upstream.py for the real kagent)."""
 
 from __future__ import annotations
@@ -277,8 +277,17 @@ AGENT_MODEL_CONFIGS = ("default-model-config", "embeddings")
 RUNTIME_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
-def stack_settings(keys: Keys, kagent_url: str, dev: Devstack, kagent: Upstream = STANDIN, **overrides: Any) -> Any:
-    """Settings of a data-plane test gateway: the packaged pack, the two memory agents, ``overrides`` merged in."""
+def stack_settings(
+    keys: Keys,
+    kagent_url: str,
+    dev: Devstack,
+    kagent: Upstream = STANDIN,
+    *,
+    agents: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Settings of a data-plane test gateway: the packaged pack, the two memory agents (and ``agents``),
+    ``overrides`` merged in."""
     return gateway_config(
         keys,
         kagent_url=kagent_url,
@@ -296,6 +305,7 @@ def stack_settings(keys: Keys, kagent_url: str, dev: Devstack, kagent: Upstream 
                 "model_configs": list(AGENT_MODEL_CONFIGS),
             },
             OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"},
+            **(agents or {}),
         },
         upstream={"kagent_auth_mode": kagent.auth_mode, **overrides.pop("upstream", {})},
         **overrides,
