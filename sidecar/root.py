@@ -31,7 +31,7 @@ from sidecar.control.app import create_control_app, handlers
 from sidecar.control.auth import Authenticator
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import ErasureEvidence
+from sidecar.control.erasures import ErasureAdmin, ErasureEvidence
 from sidecar.control.http import SWEEPERS
 from sidecar.control.scopes import Scopes
 from sidecar.decide.context import Contexts
@@ -326,6 +326,7 @@ class ControlRoutes:
     entries: EntryRoutes
     erase: EraseRoutes
     evidence: ErasureEvidence
+    admin: ErasureAdmin
 
 
 def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
@@ -370,7 +371,7 @@ def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
         clock,
     )
     erase = EraseRoutes(auth, evidence, engine, store.single_use, store.scopes, store.audit_log, clock)
-    return ControlRoutes(scopes, entries, erase, evidence)
+    return ControlRoutes(scopes, entries, erase, evidence, ErasureAdmin(auth, evidence, engine, store.erasures))
 
 
 @asynccontextmanager
@@ -381,7 +382,8 @@ async def control_plane(parts: Parts, *, resume: bool = True) -> AsyncIterator[w
     if resume:
         await engine.resume_all()
     routes = control_routes(parts, engine)
-    app = create_control_app(handlers(routes.scopes, routes.entries, routes.erase, routes.evidence), parts.recorder)
+    table = handlers(routes.scopes, routes.entries, routes.erase, routes.evidence, routes.admin)
+    app = create_control_app(table, parts.recorder)
     sweepers = app[SWEEPERS] = Sweepers(erasing, sweep_plan(parts), engine)
     sweepers.start()
     try:

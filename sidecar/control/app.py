@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler, Middleware
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import ErasureEvidence
+from sidecar.control.erasures import ErasureAdmin, ErasureEvidence
 from sidecar.control.http import MAX_BODY_BYTES, OPERATION
 from sidecar.control.openapi import openapi
 from sidecar.control.routes import OPS
@@ -41,7 +41,9 @@ _ROUTER: Final = {
 }
 
 
-def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: ErasureEvidence) -> dict[str, Handler]:
+def handlers(
+    scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: ErasureEvidence, admin: ErasureAdmin
+) -> dict[str, Handler]:
     """The handler of each operation id of ``routes.OPS``."""
     return {
         "getOpenApi": openapi,
@@ -55,6 +57,8 @@ def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence:
         "turnOff": erase.off,
         "offboardPrincipal": erase.offboard,
         "getErasure": evidence.get,
+        "listErasures": admin.list,
+        "retryErasure": admin.retry,
     }
 
 

@@ -553,6 +553,18 @@ def _v9(d: Dialect) -> list[str]:
     ]
 
 
+def _v10(d: Dialect) -> list[str]:
+    """Retries of failed erasures: each names the first failure of its chain, and a chain has at most one
+    unfinished retry at a time (two replicas asked to retry the same failure start one)."""
+    return [
+        f"ALTER TABLE erasures ADD COLUMN {d.s('retry_of', 25, null=True)}",
+        "CREATE UNIQUE INDEX erasures_retry_unfinished ON erasures (retry_of)"
+        " WHERE retry_of IS NOT NULL AND state NOT IN ('verified', 'failed')",
+        "CREATE INDEX erasures_retries ON erasures (retry_of) WHERE retry_of IS NOT NULL",
+        "CREATE INDEX erasures_by_state ON erasures (state, created_us)",
+    ]
+
+
 #: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
 _COMPAT_RECORDED = 7
 
@@ -574,6 +586,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "schema_compatibility", _v7, compatible_from=6),
     Migration(8, "audit_spool_segments", _v8, compatible_from=7),
     Migration(9, "declining_statements", _v9, compatible_from=8),
+    Migration(10, "erasure_retries", _v10, compatible_from=9),
 )
 LATEST: int = MIGRATIONS[-1].version
 

@@ -133,6 +133,40 @@ class TestScopeCommands:
         assert (record["format"], record["kind"], record["state"]) == ("memgov.erasure.v1", "forget_all", "verified")
 
 
+class TestErasureCommands:
+    async def test_list_failed_then_retry_as_the_runbook_says(self, deployment, memgov, tmp_path):
+        """`erasures list --state failed --open` names the failure, `retry` verifies it, the list is then empty."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        await dep.run.remember(scope, 1, "cli")
+        dep.local.dev.store.fault = DbFault(times=100)
+        code, _, err = await memgov(
+            *_base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject))), "off", scope.scope_id, "--yes"
+        )
+        assert code == 3
+        failed_id = err.split("evidence at /v1/erasures/", 1)[1].split()[0]
+        operator = ["erasures", "--control-url", dep.target.control_url]
+        operator += ["--token-file", str(dep.token_file(tmp_path, dep.run.operator_token(), "operator"))]
+        code, out, _ = await memgov(*operator, "list", "--state", "failed", "--open")
+        assert code == 0 and out.startswith(f"{failed_id} {scope.scope_id} off failed (upstream_error)")
+        code, out, _ = await memgov(*operator, "--json", "list", "--scope", scope.scope_id, "--all")
+        listed = json.loads(out)
+        assert code == 0 and [e["erasure_id"] for e in listed["erasures"]] == [failed_id]
+        code, out, err = await memgov(*operator, "retry", failed_id)
+        assert code == 3 and "failed: upstream_error (HTTP 502" in err  # kagent still fails: a failed retry
+        dep.local.dev.store.fault = None
+        code, out, _ = await memgov(*operator, "retry", failed_id)
+        assert code == 0 and "(off): verified" in out
+        code, out, _ = await memgov(*operator, "list", "--state", "failed", "--open")
+        assert (code, out) == (0, "no erasure matches\n")
+        code, out, _ = await memgov(*operator, "list", "--state", "failed")
+        assert code == 0 and f"{failed_id} " in out and "superseded by e" in out
+        subject = ["erasures", "--control-url", dep.target.control_url]
+        subject += ["--token-file", str(dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))]
+        code, _, err = await memgov(*subject, "list")
+        assert code == 1 and "memgov erasures: refused: route_denied (HTTP 403" in err
+
+
 class TestScopeErrors:
     @pytest.mark.parametrize(
         "who, command, status, reason",
