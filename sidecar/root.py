@@ -11,17 +11,14 @@ never this module's :class:`Parts`. ``server.py`` is the only runtime module tha
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Final
 
 from aiohttp import web
 
-from sidecar import metrics
+from sidecar import evloop, metrics
 from sidecar.clock import Clock, utcnow
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
 from sidecar.contentstore.kagent import KagentMemory
@@ -51,14 +48,12 @@ from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime
 from sidecar.proxy import create_data_app
-from sidecar.reasons import Reason
 from sidecar.settings import AdapterName, Settings
-from sidecar.state import StateError, StateStore, open_store
+from sidecar.state import StateError, StateStore
+from sidecar.state.store import pending_store
 from sidecar.upstream import MEMGOV_USER, KagentBearer, Upstreams, open_upstreams
 
 log = get_logger("root")
-#: Longest wait between two attempts to reach a state store that does not answer at start-up.
-_CONNECT_BACKOFF_MAX_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,47 +127,34 @@ def rotation_check(parts: Parts) -> ReadyCheck:
     return check
 
 
-async def open_state(settings: Settings) -> StateStore:
-    """Open (and migrate, unless told not to) the state store, waiting with backoff while it does not answer.
-
-    Nothing is served meanwhile; a signal ends the wait (``server.serve``). A schema this release
-    cannot run on is not waited for: SchemaMismatch is raised at once.
-    """
-    url = settings.state_url()
-    backend = "postgresql" if url.startswith("postgres") else "sqlite"
-    delay, attempt = 0.5, 0
-    while True:
-        attempt += 1
-        try:
-            return await open_store(
-                url,
-                pool_size=settings.state.pool_size,
-                auto_migrate=settings.state.auto_migrate,
-                spool_rows=settings.audit.spool_records,
-                spool_dir=settings.audit.spool_dir,
-                statement_timeout_s=settings.state.statement_timeout_s,
-                acquire_timeout_s=settings.state.acquire_timeout_s,
-            )
-        except StateError as exc:
-            if exc.reason is not Reason.STATE_UNAVAILABLE:
-                raise
-        # Jitter, so replicas restarted together do not knock in step.
-        wait = delay * random.uniform(0.75, 1.25)
-        log.warning("state.connect_failed", backend=backend, attempt=attempt, retry_in_ms=round(wait * 1000))
-        await asyncio.sleep(wait)
-        delay = min(delay * 2, _CONNECT_BACKOFF_MAX_S)
+def state_store(settings: Settings) -> StateStore:
+    """The state store, not connected yet: it connects (and migrates, unless told not to) in the background
+    once watched, waiting with backoff while it does not answer; meanwhile memory is degraded."""
+    return pending_store(
+        settings.state_url(),
+        pool_size=settings.state.pool_size,
+        auto_migrate=settings.state.auto_migrate,
+        spool_rows=settings.audit.spool_records,
+        spool_dir=settings.audit.spool_dir,
+        statement_timeout_s=settings.state.statement_timeout_s,
+        acquire_timeout_s=settings.state.acquire_timeout_s,
+    )
 
 
 @asynccontextmanager
-async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock | None = None) -> AsyncIterator[Parts]:
+async def open_parts(
+    settings: Settings, readiness: Readiness, *, clock: Clock | None = None, wait_for_store: bool = True
+) -> AsyncIterator[Parts]:
     """Open every long-lived part, register the readiness checks, and close everything on exit.
 
-    Readiness means "can serve traffic": a state store that stops answering degrades memory (SPEC
-    D6) but leaves the gateway ready; the check reports whether the store answers.
+    Readiness means "can serve traffic": a state store that stops answering, or has not answered yet,
+    degrades memory (SPEC D6) but leaves the gateway ready; the check reports whether the store
+    answers. The store connects in the background; ``wait_for_store`` (tools, benches, tests that need
+    memory at once) yields only once it did, and raises what stopped it (SchemaMismatch).
     """
     now = clock or utcnow
     async with contextlib.AsyncExitStack() as opened:
-        store = await open_state(settings)
+        store = state_store(settings)
         opened.push_async_callback(store.close)
         policy = await PolicyRuntime.start(settings.policy)
         opened.push_async_callback(policy.close)
@@ -223,6 +205,8 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
         readiness.checks.update(checks)
         opened.callback(lambda: [readiness.checks.pop(name, None) for name in checks])
         await opened.enter_async_context(store.watched(settings.state.check_interval_s))
+        if wait_for_store:
+            await store.wait_connected()
         yield parts
 
 
@@ -376,18 +360,31 @@ def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
 
 @asynccontextmanager
 async def control_plane(parts: Parts, *, resume: bool = True) -> AsyncIterator[web.Application]:
-    """Resume unfinished erasures (unless ``resume`` is False), then yield the control app while the sweepers run."""
+    """Yield the control app at once; once the state store is connected, resume unfinished erasures (unless
+    ``resume`` is False) and start the sweepers, which run until the block ends."""
     erasing = erasure_parts(parts)
     engine = ErasureEngine(erasing)
-    if resume:
-        await engine.resume_all()
     routes = control_routes(parts, engine)
     table = handlers(routes.scopes, routes.entries, routes.erase, routes.evidence, routes.admin)
     app = create_control_app(table, parts.recorder)
     sweepers = app[SWEEPERS] = Sweepers(erasing, sweep_plan(parts), engine)
-    sweepers.start()
+
+    async def once_connected() -> None:
+        try:
+            await parts.store.wait_connected()
+        except Exception:  # noqa: BLE001 - a store that can never connect stops the process (server.py)
+            return
+        if resume:
+            try:
+                await engine.resume_all()
+            except StateError:
+                # The store went away again: the sweepers resume what is left once it answers.
+                log.warning("erasure.resume_deferred")
+        sweepers.start()
+
     try:
-        yield app
+        async with evloop.background(once_connected()):
+            yield app
     finally:
         await sweepers.stop()
         await engine.close()

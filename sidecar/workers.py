@@ -237,6 +237,7 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
             await _any_of([stop, died])
             for proc in workers.processes:
                 loop.remove_reader(proc.sentinel)
+            exited = [proc.exitcode for proc in workers.processes if proc.exitcode is not None]
     except StartAborted:
         return 0
     except WorkerExited as exc:
@@ -245,7 +246,9 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
         return SchemaMismatch.EXIT_CODE if exc.exitcode == SchemaMismatch.EXIT_CODE else 1
     if died.is_set() and not stop.is_set():
         log.error("workers.worker_exited", count=count, step="serve")
-        return 1
+        # The store connects after the listeners open: a schema this release cannot run on ends a
+        # serving worker, and the gateway with the same code.
+        return SchemaMismatch.EXIT_CODE if SchemaMismatch.EXIT_CODE in exited else 1
     return 0
 
 
