@@ -59,6 +59,13 @@ AUDIT_SPOOL_DROPPED = Counter(
     ["kind"],
 )
 
+AUDIT_SPOOL_LEFT = Counter(
+    "memgov_audit_spool_left_total",
+    "Audit records (kind audit) and counted refusals (kind refusal_count) a stopping process left in its"
+    " spool folder with the state store down: the next process replays them; lost if the folder goes too.",
+    ["kind"],
+)
+
 # Set by the state store's health check (sidecar/state/health.py). With several workers
 # (sidecar/workers.py) it is merged over the live ones: the store is down when any worker found it down.
 STATE_AVAILABLE = Gauge(

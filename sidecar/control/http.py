@@ -19,6 +19,8 @@ from sidecar.reasons import Reason, Refusal
 
 SWEEPERS: Final = web.AppKey("sweepers", Sweepers)
 OPERATION: Final = web.RequestKey("control_operation", str)
+#: The caller's bearer token verified (set before any state is read, so an outage's refusal knows it).
+CREDENTIALED: Final = web.RequestKey("control_credentialed", bool)
 MAX_BODY_BYTES: Final = 16 * 1024
 
 M = TypeVar("M", bound=BaseModel)
