@@ -59,6 +59,19 @@ AUDIT_SPOOL_DROPPED = Counter(
     ["kind"],
 )
 
+KEY_VERIFICATIONS = Counter(
+    "memgov_key_verifications_total",
+    "Credentials that verified, by purpose (session, bridge, operator) and key slot: the session-key slot"
+    " (current, previous, next) or the verification key's configured id. A slot that stops counting is no"
+    " longer used.",
+    ["purpose", "slot"],
+)
+KEY_RELOADS = Counter(
+    "memgov_key_reloads_total",
+    "Key files and folders read again after a change, by outcome: loaded, or rejected (the keys in use stay).",
+    ["outcome"],
+)
+
 AUDIT_SPOOL_LEFT = Counter(
     "memgov_audit_spool_left_total",
     "Audit records (kind audit) and counted refusals (kind refusal_count) a stopping process left in its"

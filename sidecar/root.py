@@ -11,10 +11,13 @@ never this module's :class:`Parts`. ``server.py`` is the only runtime module tha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import hashlib
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -43,17 +46,20 @@ from sidecar.erasure.parts import ErasureParts
 from sidecar.erasure.sweeper import Sweepers, SweepPlan
 from sidecar.identity.appname import Agents
 from sidecar.identity.keys import SessionKeys
-from sidecar.identity.tokens import Verifier, load_verifier
+from sidecar.identity.tokens import KEY_ID, KeySet, Verifier, load_keys, load_verifier
 from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime
 from sidecar.proxy import create_data_app
+from sidecar.secretfile import SecretError
 from sidecar.settings import AdapterName, Settings
 from sidecar.state import StateError, StateStore
 from sidecar.state.store import pending_store
 from sidecar.upstream import MEMGOV_USER, KagentBearer, Upstreams, open_upstreams
 
 log = get_logger("root")
+#: Session-key secrets: current, previous, next (``settings.session_keys``).
+KeyMaterial = tuple[bytes, bytes | None, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,95 @@ def make_rotator(settings: Settings, kagent: KagentMemory, upstreams: Upstreams)
     return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), pinned)
 
 
+def _verification_keys(file: Path | None, folder: Path | None, name: str) -> dict[str, Verifier] | None:
+    """One purpose's verification keys: a folder of keys named by id, or one file (id ``default``)."""
+    if folder is not None:
+        return load_keys(folder, f"trust.{name}_keys_dir")
+    if file is not None:
+        return {"default": load_verifier(file, setting=f"trust.{name}_key_file")}
+    return None
+
+
+def _read_keys(settings: Settings) -> tuple[KeyMaterial, dict[str, Verifier] | None, dict[str, Verifier] | None]:
+    trust = settings.trust
+    return (
+        settings.session_keys(),
+        _verification_keys(trust.bridge_key_file, trust.bridge_keys_dir, "bridge"),
+        _verification_keys(trust.operator_key_file, trust.operator_keys_dir, "operator"),
+    )
+
+
+def _counted(purpose: str) -> Callable[[str], None]:
+    """Count a verification per key slot (the slot names are configured: the labels stay few)."""
+    return lambda slot: metrics.KEY_VERIFICATIONS.labels(purpose, slot).inc()
+
+
+def trusted_keys(settings: Settings) -> tuple[SessionKeys, KeySet | None, KeySet | None]:
+    """The session keys and the bridge's and operators' verification keys (None: not configured, so every
+    such token is invalid), each counting its verifications per slot."""
+    session, bridge, operators = _read_keys(settings)
+    keys = SessionKeys(*session)
+    keys.on_verified = _counted("session")
+    sets = []
+    for purpose, slots in (("bridge", bridge), ("operator", operators)):
+        ring = KeySet(slots) if slots is not None else None
+        if ring is not None:
+            ring.on_verified = _counted(purpose)
+        sets.append(ring)
+    return keys, sets[0], sets[1]
+
+
+def _fingerprint(settings: Settings) -> bytes:
+    """A digest of every key file and key folder the settings name, as they are on disk now."""
+    digest = hashlib.sha256()
+    s, t = settings.secrets, settings.trust
+    for path in (
+        s.session_key_file,
+        s.previous_session_key_file,
+        s.next_session_key_file,
+        t.bridge_key_file,
+        t.operator_key_file,
+    ):
+        digest.update(b"\0" + (Path(path).read_bytes() if path is not None and Path(path).exists() else b"-"))
+    for folder in (t.bridge_keys_dir, t.operator_keys_dir):
+        if folder is not None and Path(folder).is_dir():
+            for entry in sorted(p for p in Path(folder).iterdir() if KEY_ID.fullmatch(p.name) and p.is_file()):
+                digest.update(b"\1" + entry.name.encode() + b"\0" + entry.read_bytes())
+    return digest.digest()
+
+
+async def reload_keys(settings: Settings, keys: SessionKeys, bridge: KeySet | None, operators: KeySet | None) -> None:
+    """Read the key files again every ``secrets.reload_interval_s`` and use them once they changed.
+
+    A Secret updated in place reaches a running pod this way, without a restart (docs/deploy.md, key
+    rotation). Keys that do not load (a half-written file, a placeholder) change nothing: the keys in use
+    stay, ``memgov_key_reloads_total{outcome="rejected"}`` counts it and the log says which kind of error.
+    """
+    seen = await asyncio.to_thread(_fingerprint, settings)
+    while True:
+        await asyncio.sleep(settings.secrets.reload_interval_s)
+        try:
+            now = await asyncio.to_thread(_fingerprint, settings)
+            if now == seen:
+                continue
+            session, bridge_keys, operator_keys = await asyncio.to_thread(_read_keys, settings)
+            keys.replace(*session)
+            for ring, slots in ((bridge, bridge_keys), (operators, operator_keys)):
+                if ring is not None:
+                    # SECURITY: an emptied folder verifies nothing: a removed key is refused at once.
+                    ring.replace(slots or {})
+        except (SecretError, ValueError, OSError) as exc:
+            metrics.KEY_RELOADS.labels("rejected").inc()
+            log.error("keys.reload_failed", error_type=type(exc).__name__)
+            continue
+        seen = now
+        metrics.KEY_RELOADS.labels("loaded").inc()
+        log.info(
+            "keys.reloaded",
+            count=len(keys.slots) + len(bridge.ids if bridge else ()) + len(operators.ids if operators else ()),
+        )
+
+
 def rotation_check(parts: Parts) -> ReadyCheck:
     """A readiness detail naming the agents whose erasures rotation cannot make exact (no configured model).
 
@@ -164,13 +259,10 @@ async def open_parts(
         eraser = make_eraser(settings, kagent)
         opened.push_async_callback(eraser.close)
         trust = settings.trust
-        current, previous = settings.session_keys()
-        bridge = load_verifier(trust.bridge_key_file) if trust.bridge_key_file else None
-        operators = (
-            load_verifier(trust.operator_key_file, setting="trust.operator_key_file")
-            if trust.operator_key_file is not None
-            else None
-        )
+        keys, bridge, operators = trusted_keys(settings)
+        if settings.secrets.reload_interval_s > 0:
+            reloading = reload_keys(settings, keys, bridge, operators)
+            await opened.enter_async_context(evloop.background(reloading))
         agents = Agents(
             {ref: a.disabled_variant for ref, a in settings.agents.items()},
             {ref: a.ghost for ref, a in settings.agents.items()},
@@ -182,7 +274,7 @@ async def open_parts(
             clock=now,
             store=store,
             policy=policy,
-            keys=SessionKeys(current, previous),
+            keys=keys,
             bridge=bridge,
             operators=operators,
             agents=agents,
