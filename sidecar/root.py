@@ -188,6 +188,8 @@ async def reload_keys(settings: Settings, keys: SessionKeys, bridge: KeySet | No
             if now == seen:
                 continue
             session, bridge_keys, operator_keys = await asyncio.to_thread(_read_keys, settings)
+            if await asyncio.to_thread(_fingerprint, settings) != now:
+                continue  # changed while read (several files, one update): read again next time, whole
             keys.replace(*session)
             for ring, slots in ((bridge, bridge_keys), (operators, operator_keys)):
                 if ring is not None:
