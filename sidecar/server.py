@@ -134,9 +134,11 @@ async def _until_stopped(stop: asyncio.Event, connected: Coroutine[Any, Any, Non
 async def serve(settings: Settings, started: Callable[[], object] | None = None, *, resume: bool = True) -> None:
     """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open.
 
-    A signal that arrives while the gateway is still starting (a state store that does not answer,
-    a long erasure resume) cancels the start-up, whose clean-up then runs as on any error: the
-    orchestrator's SIGTERM is never held up by a start-up that may not finish.
+    A signal that arrives while the gateway is still starting (before its listeners open: the policy
+    pack loading, OPA not answering) cancels the start-up, whose clean-up then runs as on any error:
+    the orchestrator's SIGTERM is never held up by a start-up that may not finish. The state store
+    does not hold the start-up (``running_gateway``); one this release can never run on (a newer
+    schema) ends ``serve`` with SchemaMismatch once it is found.
     """
     stop, serving = asyncio.Event(), asyncio.Event()
     tracing.configure(settings.tracing)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +201,26 @@ class TestList:
             sinks.extra.append(await sh.audit_text())
         assert failed_id in repr(listed) and retried[0] == 200
         sinks.assert_clean(stored, upstream)
+
+
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
+
+
+class TestRunbookRequests:
+    async def test_the_runbooks_requests_answer_as_it_says(self, sh: Harness) -> None:
+        """`GET /v1/erasures?…`, `GET /v1/erasures/<id>` and `POST /v1/erasures/<id>/retry`, sent as the
+        MemgovErasureFailed section writes them, list the failure, show its evidence and retry it."""
+        section = RUNBOOK.read_text().split("## MemgovErasureFailed\n", 1)[1].split("\n## ", 1)[0]
+        requests = re.findall(r"`((?:GET|POST) /v1/erasures[^`]*)`", section)
+        assert len(requests) == 3
+        scope_id, failed_id = await _failed(sh, "off")
+        sh.stack.store.fault = None
+        ops = sh.client(sh.operator_token()).client
+        answers = []
+        for request in requests:
+            method, path = request.replace("<id>", failed_id).split(" ", 1)
+            answers.append(await ops.call(method, path))
+        (_, listed), (_, evidence), (_, retried) = answers
+        assert [e["erasure_id"] for e in listed["erasures"]] == [failed_id]
+        assert (evidence["erasure_id"], evidence["state"]) == (failed_id, "failed")
+        assert (retried["scope_id"], retried["state"]) == (scope_id, "verified")
