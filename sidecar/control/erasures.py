@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from sidecar.control.auth import Authenticator
-from sidecar.control.http import ok, operation
+from sidecar.control.http import ok, operation, page_limit
 from sidecar.control.models import ErasureList, ErasureListed, ErasureRecord
 from sidecar.erasure.evidence import build_evidence, iso
 from sidecar.erasure.machine import ErasureEngine, NotRetryable
@@ -28,6 +28,19 @@ if TYPE_CHECKING:
     from sidecar.state.scopes import ScopeOps
 
 _UPSTREAM = frozenset({Reason.UPSTREAM_ERROR.value, Reason.UPSTREAM_UNAVAILABLE.value})
+
+
+async def named_erasure(erasures: ErasureOps, request: web.Request) -> Erasure:
+    """The erasure the path names, or 404 not_found (also for an id of another shape)."""
+    erasure_id = request.match_info["erasure_id"]
+    try:
+        codec.check_id(erasure_id, "erasure_id")
+    except ValueError:
+        raise Refusal(Reason.NOT_FOUND) from None
+    erasure = await erasures.get_erasure(erasure_id)
+    if erasure is None:
+        raise Refusal(Reason.NOT_FOUND)
+    return erasure
 
 
 def location(erasure: Erasure) -> dict[str, str]:
@@ -78,14 +91,7 @@ class ErasureEvidence:
         """GET /v1/erasures/{erasure_id}: the evidence, for the scope's subject or an operator."""
         operation(request, "erasure.get")
         caller = self._auth.authenticate(request)
-        erasure_id = request.match_info["erasure_id"]
-        try:
-            codec.check_id(erasure_id, "erasure_id")
-        except ValueError:
-            raise Refusal(Reason.NOT_FOUND) from None
-        erasure = await self._erasures.get_erasure(erasure_id)
-        if erasure is None:
-            raise Refusal(Reason.NOT_FOUND)
+        erasure = await named_erasure(self._erasures, request)
         if caller.kind == "subject":
             scope = await self._scopes.get_scope(erasure.scope_id)
             if scope is None or scope.principal_mxid != caller.sub:
@@ -94,18 +100,7 @@ class ErasureEvidence:
         return ok(record, headers={"Content-Disposition": f'inline; filename="erasure-{erasure.erasure_id}.json"'})
 
 
-#: A listing's page size (``limit``), and its largest.
-DEFAULT_PAGE = 20
-MAX_PAGE = 50
 _CURSOR = re.compile(r"^([0-9]{1,19})\.(e[0-9a-f]{24})$")
-
-
-def _page_limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_PAGE
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise Refusal(Reason.BAD_REQUEST)
-    return int(raw)
 
 
 def _time(raw: str | None) -> datetime | None:
@@ -196,7 +191,7 @@ class ErasureAdmin:
             until=_time(q.get("until")),
             superseded=_flag(q.get("superseded")),
         )
-        limit = _page_limit(q.get("limit"))
+        limit = page_limit(q.get("limit"))
         page = await self._erasures.list_erasures(which, limit, _cursor(q.get("cursor")))
         last = page[-1] if len(page) == limit else None
         cursor = f"{to_us(last.created_at)}.{last.erasure_id}" if last is not None else None
@@ -206,14 +201,7 @@ class ErasureAdmin:
         """POST /v1/erasures/{erasure_id}/retry: run a failed erasure again (operator only)."""
         operation(request, "erasure.retry")
         self._auth.require_operator(request)
-        erasure_id = request.match_info["erasure_id"]
-        try:
-            codec.check_id(erasure_id, "erasure_id")
-        except ValueError:
-            raise Refusal(Reason.NOT_FOUND) from None
-        failed = await self._erasures.get_erasure(erasure_id)
-        if failed is None:
-            raise Refusal(Reason.NOT_FOUND)
+        failed = await named_erasure(self._erasures, request)
         try:
             erasure = await self._engine.retry(failed, "operator")
         except NotRetryable as refused:

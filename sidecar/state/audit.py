@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sidecar.reasons import Reason
 from sidecar.settings import AdapterName
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Facet, Param, Tx
+from sidecar.state.db import Database, Facet, Param, Row, Tx
 from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
 from sidecar.state.types import (
     ERASURE_NEXT,
@@ -440,22 +441,7 @@ class ErasureOps(Facet):
         )
         async with self._db.tx("snapshot") as tx:
             rows = await tx.fetch(sql, *args)
-        return [
-            ErasureSummary(
-                erasure_id=r[0],
-                scope_id=r[1],
-                kind=ErasureKind(r[2]),
-                state=ErasureState(r[3]),
-                adapter=AdapterName(r[4]),
-                requested_by_kind=r[5],
-                failure_reason=r[6],
-                created_at=from_us(r[7]),
-                updated_at=from_us(r[8]),
-                retry_of=r[9],
-                superseded_by=r[10],
-            )
-            for r in rows
-        ]
+        return [ErasureSummary(**_head(r), retry_of=r[9], superseded_by=r[10]) for r in rows]
 
     async def unfinished_erasures(self) -> list[Erasure]:
         """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
@@ -466,6 +452,21 @@ class ErasureOps(Facet):
             )
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]
+
+
+def _head(row: Row) -> dict[str, Any]:
+    """The fields every erasure row starts with (``_ERASURE_COLS`` up to ``updated_us``), decoded."""
+    return {
+        "erasure_id": row[0],
+        "scope_id": row[1],
+        "kind": ErasureKind(row[2]),
+        "state": ErasureState(row[3]),
+        "adapter": AdapterName(row[4]),
+        "requested_by_kind": row[5],
+        "failure_reason": row[6],
+        "created_at": from_us(row[7]),
+        "updated_at": from_us(row[8]),
+    }
 
 
 async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
@@ -489,15 +490,7 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         else []
     )
     return Erasure(
-        erasure_id=row[0],
-        scope_id=row[1],
-        kind=ErasureKind(row[2]),
-        state=ErasureState(row[3]),
-        adapter=AdapterName(row[4]),
-        requested_by_kind=row[5],
-        failure_reason=row[6],
-        created_at=from_us(row[7]),
-        updated_at=from_us(row[8]),
+        **_head(row),
         not_before=opt_from_us(row[9]),
         entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
