@@ -23,6 +23,9 @@ KUBE_VERSION := v1.36.3
 KUBE_APISERVER := scripts/kube-apiserver
 # The ServiceMonitor and PrometheusRule CRDs the chart is installed against (from this Go module).
 PROMETHEUS_OPERATOR_VERSION := v0.85.0
+# The CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy CRDs the admission guards are tested
+# against (github.com/cilium/cilium at this version, a 38 MB module download, once).
+CILIUM_VERSION := v1.20.2
 KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
@@ -73,7 +76,10 @@ tool-kubectl:
 tool-symcc:
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 tool-crds:
-	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
+	scripts/crds.sh prometheus-operator github.com/prometheus-operator/prometheus-operator $(PROMETHEUS_OPERATOR_VERSION) \
+	  example/prometheus-operator-crd monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
+	scripts/crds.sh cilium github.com/cilium/cilium $(CILIUM_VERSION) \
+	  pkg/k8s/apis/cilium.io/client/crds/v2 ciliumnetworkpolicies.yaml ciliumclusterwidenetworkpolicies.yaml
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
 # modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.

@@ -113,6 +113,8 @@ ALLOWED: Final[dict[str, Callable[[object], bool]]] = {
     "attempt": _int,
     "port": _int,
     "pid": _int,
+    "fd_limit": _int,
+    "fd_limit_before": _int,
     "duration_ms": _num,
     "upstream_ms": _num,
     "retry_in_ms": _num,

@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from aiohttp import web
 
-from sidecar import evloop, tracing
+from sidecar import connections, evloop, tracing
 from sidecar.clock import Clock
 from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, error_type, get_logger
@@ -39,6 +39,7 @@ class Gateway:
     runners: list[web.AppRunner] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
     parts: Parts | None = None
+    gates: dict[connections.Listener, connections.Gate] = field(default_factory=dict)
 
     @property
     def data_url(self) -> str:
@@ -57,12 +58,16 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
     """Serve ``app`` on every address of one listener (``0.0.0.0:8080,[::]:8080`` binds both families)."""
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
+    # keepalive_timeout: aiohttp's keep-alive timer is the request-head deadline (sidecar/connections.py).
     runner = ContentFreeRunner(
         app,
         access_log=None,
         handle_signals=False,
         shutdown_timeout=gw.settings.listen.shutdown_timeout_s,
         auto_decompress=False,
+        keepalive_timeout=gw.settings.listen.header_timeout_s,
+        gate=gw.gates[name],
+        max_head_bytes=gw.settings.listen.max_header_bytes,
     )
     await runner.setup()
     gw.runners.append(runner)
@@ -97,7 +102,7 @@ async def running_gateway(
     ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
     resumes them as it starts (the sweepers of every worker still pick up stalled ones).
     """
-    gw = Gateway(settings)
+    gw = Gateway(settings, gates=connections.gates(settings))
     readiness = Readiness()
     async with (
         open_parts(settings, readiness, clock=clock, wait_for_store=False) as parts,
@@ -187,6 +192,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memgov: {exc}")
         return EXIT_CONFIG
     configure_logging(settings.log.level)
+    connections.raise_fd_limit()  # before the workers start: they inherit it
     workers = args.workers or settings.listen.workers
     try:
         if workers > 1:

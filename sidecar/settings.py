@@ -104,6 +104,18 @@ class UpstreamSettings(_Section):
         return v.rstrip("/") if v else v
 
 
+class MaxConnections(_Section):
+    data: int = Field(4096, ge=1, description="Open connections the data-plane listener holds at most (503 above).")
+    control: int = Field(256, ge=1, description="Open connections the control API listener holds at most.")
+    ops: int = Field(64, ge=1, description="Open connections the operations listener holds at most.")
+
+
+class MaxConnectionsPerAddress(_Section):
+    data: int = Field(256, ge=1, description="Open data-plane connections one peer address holds at most (429 above).")
+    control: int = Field(32, ge=1, description="Open control API connections one peer address holds at most.")
+    ops: int = Field(16, ge=1, description="Open operations connections one peer address holds at most.")
+
+
 class ListenSettings(_Section):
     data: str = Field(
         "0.0.0.0:8080",
@@ -128,6 +140,29 @@ class ListenSettings(_Section):
     )
     max_concurrent_per_client: int = Field(
         64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request head must be complete this many seconds after the connection is accepted, and after"
+        " each response on a kept-alive connection; otherwise the connection is closed (an idle one too).",
+    )
+    max_header_bytes: int = Field(
+        32768,
+        ge=8192,
+        le=1024 * 1024,
+        description="Largest unfinished request head, in bytes, on every listener; one that grows past it is"
+        " answered 431 and closed.",
+    )
+    max_connections: MaxConnections = Field(
+        default_factory=MaxConnections,
+        description="Open connections per listener and process; one more is answered and closed at accept.",
+    )
+    max_connections_per_address: MaxConnectionsPerAddress = Field(
+        default_factory=MaxConnectionsPerAddress,
+        description="Open connections per TCP peer address, listener and process (at most the listener's cap); one"
+        " more is answered and closed at accept (X-Forwarded-For is never read).",
     )
     workers: int = Field(
         1,

@@ -98,7 +98,7 @@ def render_error(values: dict[str, Any], namespace: str = NAMESPACE, *, choose_s
     raise AssertionError("helm rendered values that should have been refused")
 
 
-def notes(values: dict[str, Any]) -> str:
+def notes(values: dict[str, Any], namespace: str = NAMESPACE) -> str:
     """The install notes `helm install` would print for these values.
 
     `helm template` never renders NOTES.txt, so a scratch copy of the chart renders its text
@@ -112,7 +112,7 @@ def notes(values: dict[str, Any]) -> str:
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
             'data: {notes: {{ tpl (.Files.Get "notes-source.txt") . | quote }}}\n'
         )
-        out = run_helm("template", values, chart=copy_, extra=("--show-only", "templates/zz-notes.yaml"))
+        out = run_helm("template", values, namespace, chart=copy_, extra=("--show-only", "templates/zz-notes.yaml"))
     return str(yaml.safe_load(out)["data"]["notes"])
 
 

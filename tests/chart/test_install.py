@@ -97,21 +97,7 @@ def _deployments(kube: KubeApi, namespace: str) -> list[dict[str, Any]]:
 def prometheus_crds(kube: KubeApi) -> None:
     """prometheus-operator's ServiceMonitor and PrometheusRule CRDs (`make tools` fetches them)."""
     assert CRDS.exists(), f"{CRDS} is missing: run `make tools`"
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        reply = kube.create(crd)
-        assert reply.status in (201, 409), reply.body.get("message")
-        name = crd["metadata"]["name"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            stored = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").ok()
-            conditions = (stored.get("status") or {}).get("conditions") or []
-            established = [c for c in conditions if c["type"] == "Established"]
-            if established and established[0]["status"] == "True":
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"CRD {name} not established")
+    kube.install_crds(CRDS)
 
 
 class JobController:

@@ -175,3 +175,18 @@ ephemeral (SQLite in an emptyDir) - or nothing when they chose none (memgov.vali
 {{- printf "%s:%s" $image.repository $image.tag }}
 {{- end }}
 {{- end }}
+
+{{/*
+memgov.ownNamespace: "true" when memgov runs in a namespace of its own, not kagent's (gateway mode
+only). Its pods are then selected by that namespace and their labels, so no pod in kagent's
+namespace can pass for memgov.
+*/}}
+{{- define "memgov.ownNamespace" -}}
+{{- if ne .Release.Namespace .Values.kagent.namespace }}true{{- end }}
+{{- end }}
+
+{{/* memgov.namespaceSelector: the selector of one namespace by its immutable name label. */}}
+{{- define "memgov.namespaceSelector" -}}
+matchLabels:
+  kubernetes.io/metadata.name: {{ . }}
+{{- end }}

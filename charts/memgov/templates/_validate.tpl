@@ -7,12 +7,11 @@ mode renders.
 {{- $v := .Values }}
 {{- $np := $v.networkPolicy }}
 {{- $errors := list }}
-{{- if ne .Release.Namespace $v.kagent.namespace }}
-{{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s %s"
-  "memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
-  "agents reach http://<KAGENT_CONTROLLER_NAME>.<kagent namespace>:8083,"
-  "and the sidecar patch mounts ConfigMaps of that namespace."
-  (printf "Use --namespace %s or set kagent.namespace." $v.kagent.namespace)) }}
+{{- if and (eq $v.mode "sidecar") (ne .Release.Namespace $v.kagent.namespace) }}
+{{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s"
+  "in sidecar mode memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
+  "memgov runs in kagent's controller pod, and the patch mounts ConfigMaps of that namespace."
+  (printf "Use --namespace %s or set kagent.namespace (gateway mode may run in a namespace of its own)." $v.kagent.namespace)) }}
 {{- end }}
 {{- $chosen := list }}
 {{- if $v.state.postgresql.existingSecret }}{{- $chosen = append $chosen "state.postgresql.existingSecret" }}{{- end }}
@@ -121,7 +120,8 @@ mode renders.
 {{- if and $v.admissionPolicy.enabled $np.enabled $np.allowOtherControllerPorts (eq $v.rollout.stage "enforce") }}
 {{- $errors = append $errors (list "networkPolicy.allowOtherControllerPorts=true opens the controller's other ports to anyone,"
   "which admissionPolicy refuses, the chart's own policy included. Open the one port a peer needs with a policy"
-  "labelled memgov/boundary-exception=true, or set admissionPolicy.enabled=false." | join " ") }}
+  "labelled memgov/boundary-exception=true, written by someone granted the verb exempt (docs/boundary.md),"
+  "or set admissionPolicy.enabled=false." | join " ") }}
 {{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if eq $v.kagent.ui.gatewayAccess "port-forward" }}
