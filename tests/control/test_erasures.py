@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import re
+import secrets
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from sidecar.control.client import ControlError
 from sidecar.dev.devstack import DbFault
 from sidecar.erasure.evidence import iso
+from sidecar.identity.tokens import mint_operator
 from sidecar.sampler import sample_once
 from sidecar.state.gauges import read_gauges
-from tests.support.harness import BOB, BOB_ROOM, Harness
+from tests.support.harness import BOB, BOB_ROOM, Harness, harness
 from tests.support.sentinel import capture_sinks, make_sentinel
+from tests.support.wait import until
 
 
 async def _failed(h: Harness, action: str, fault: DbFault | None = None) -> tuple[str, str]:
@@ -224,3 +229,37 @@ class TestRunbookRequests:
         assert [e["erasure_id"] for e in listed["erasures"]] == [failed_id]
         assert (evidence["erasure_id"], evidence["state"]) == (failed_id, "failed")
         assert (retried["scope_id"], retried["state"]) == (scope_id, "verified")
+
+
+class TestOperatorKeyRotation:
+    async def test_an_operator_key_added_in_place_is_used_without_a_restart(self, tmp_path: Path) -> None:
+        """A key file added under a new id to trust.operator_keys_dir verifies tokens naming it (kid) once it is
+        read again; each verification is counted under its id; removed, the key verifies nothing."""
+        folder = tmp_path / "operators"
+        folder.mkdir()
+        (folder / "2026-a").write_bytes(secrets.token_hex(32).encode())
+        new = secrets.token_hex(32).encode()
+        trust = {"operator_key_file": None, "operator_keys_dir": str(folder)}
+        async with harness(tmp_path, store_url=None, trust=trust, secrets={"reload_interval_s": 0.05}) as h:
+            api = h.client(lambda: mint_operator("ops-oncall", new, "HS256", now=h.now(), kid="2026-b"))
+
+            async def answers() -> int:
+                try:
+                    await api.erasures()
+                except ControlError as err:
+                    return err.status
+                return 200
+
+            assert await answers() == 401
+            (folder / "2026-b").write_bytes(new)
+            await until(lambda: _status_is(answers, 200), timeout_s=30)
+            counted = REGISTRY.get_sample_value(
+                "memgov_key_verifications_total", {"purpose": "operator", "slot": "2026-b"}
+            )
+            assert counted is not None and counted >= 1
+            (folder / "2026-b").unlink()
+            await until(lambda: _status_is(answers, 401), timeout_s=30)
+
+
+async def _status_is(answers: Callable[[], Awaitable[int]], status: int) -> bool:
+    return await answers() == status
