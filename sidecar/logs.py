@@ -120,6 +120,9 @@ ALLOWED: Final[dict[str, Callable[[object], bool]]] = {
     "retry_in_ms": _num,
     "schema_version": _int,
     "supported": _int,
+    "migration": _int,
+    # A backend's error class, never its message: PostgreSQL's SQLSTATE or SQLite's result name.
+    "error_code": _match(re.compile(r"^([0-9A-Z]{5}|SQLITE_[A-Z_]{1,40}|unknown)$")),
     "trace_id": _match(re.compile(r"^[0-9a-f]{32}$")),
     "span_id": _match(re.compile(r"^[0-9a-f]{16}$")),
     "error_type": _match(_TYPE_NAME),

@@ -21,13 +21,14 @@ from sidecar.root import Parts, control_plane, data_app, open_parts
 from sidecar.sampler import sampling
 from sidecar.secretfile import SecretError
 from sidecar.settings import Settings, SettingsError, load_settings
-from sidecar.state.types import SchemaMismatch
+from sidecar.state.types import MigrationFailed, SchemaMismatch
 
 log = get_logger("server")
 
 #: Exit codes of `memgov serve` (stable; the orchestrator and operators read them).
 EXIT_CONFIG: Final = 2  # the configuration is invalid
 EXIT_SCHEMA: Final = SchemaMismatch.EXIT_CODE  # the state schema is not one this release runs on
+EXIT_MIGRATION: Final = MigrationFailed.EXIT_CODE  # the state store refused a migration statement
 EXIT_START: Final = 1  # anything else that stopped the start-up (a policy pack that does not load, …)
 
 
@@ -202,9 +203,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         evloop.run(serve(settings))
     except SchemaMismatch as exc:
         # A rolled-back release on a schema a newer one migrated (or an unmigrated one with
-        # auto_migrate off): refuse before serving anything, and say which versions.
-        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
-        return EXIT_SCHEMA
+        # auto_migrate off, or a migration the store refused): refuse before serving anything, and
+        # say which versions (and, for a refused migration, which one and the backend's error code).
+        log.error(exc.event, **exc.fields())
+        return exc.EXIT_CODE
     except (SettingsError, SecretError) as exc:
         log.error("server.start_failed", error_type=type(exc).__name__)
         return EXIT_CONFIG

@@ -81,9 +81,10 @@ class StateError(Exception):
 
 class SchemaMismatch(Exception):
     """The database's schema is not one this binary runs on: migrated by a newer release that this
-    one cannot follow, or (when this process does not migrate) not yet migrated to this release."""
+    one cannot follow, or (when this process does not migrate) not yet migrated to this release, or
+    (:class:`MigrationFailed`) its migration was refused by the store."""
 
-    #: The exit code of a command that stops on it (`memgov serve`, `memgov state migrate`).
+    #: The exit code of a command that stops on it (`memgov serve`, `memgov state migrate | check`).
     EXIT_CODE = 3
 
     def __init__(self, found: int, supported: int) -> None:
@@ -98,6 +99,33 @@ class SchemaMismatch(Exception):
     def event(self) -> str:
         """The log event that reports it."""
         return "state.schema_unknown" if self.newer else "state.schema_not_migrated"
+
+    def fields(self) -> dict[str, int | str]:
+        """The log fields that go with :attr:`event`: content-free versions and codes only."""
+        return {"schema_version": self.found, "supported": self.supported}
+
+
+class MigrationFailed(SchemaMismatch):
+    """The store answered but refused a migration statement (a missing privilege, a full disk, a lock
+    that timed out): nothing of the run was applied, the schema stays at ``found``.
+
+    ``migration`` is the version whose statement failed; ``code`` is the backend's error class,
+    never its message (PostgreSQL's SQLSTATE such as ``42501``, or SQLite's result name such as
+    ``SQLITE_FULL``), so an operator can act on it and no stored or statement text can leak.
+    """
+
+    EXIT_CODE = 4
+
+    def __init__(self, found: int, supported: int, migration: int, code: str) -> None:
+        super().__init__(found, supported)
+        self.migration, self.code = migration, code
+
+    @property
+    def event(self) -> str:
+        return "state.migration_failed"
+
+    def fields(self) -> dict[str, int | str]:
+        return {**super().fields(), "migration": self.migration, "error_code": self.code}
 
 
 class RunTaken(StateError):

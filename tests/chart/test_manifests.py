@@ -125,11 +125,14 @@ class TestRenderedKinds:
                     "ConfigMap",
                     "Deployment",
                     "Job",
+                    "Job",
+                    "NetworkPolicy",
                     "NetworkPolicy",
                     "NetworkPolicy",
                     "Pod",
                     "PodDisruptionBudget",
                     "Service",
+                    "ServiceAccount",
                     "ServiceAccount",
                     "ServiceMonitor",
                     *GUARDS,
@@ -158,6 +161,7 @@ class TestRenderedKinds:
         The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies,
         the admission guards (four policies and their bindings) and the `helm test` pod (and its script's
         ConfigMap) only at the enforce stage; the ClusterRole that grants passage through the guards from the start.
+        PostgreSQL state adds the hook Jobs (migrate, schema check) with their ServiceAccount and egress policy.
         """
         assert kinds(render(values)) == expected
 

@@ -259,16 +259,37 @@ class KubeApi:
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}}
         ).ok()
 
-    def helm(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-        """Run the pinned helm against this server (helm's caches kept in the server's folder)."""
-        env = {
+    def env(self) -> dict[str, str]:
+        """The environment of a client of this server: its kubeconfig, helm's caches in the server's folder,
+        and the pinned tools (helm) first on PATH."""
+        return {
             **os.environ,
+            "PATH": f"{HELM.parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.kubeconfig),
             "HELM_CACHE_HOME": str(self.folder / "helm" / "cache"),
             "HELM_CONFIG_HOME": str(self.folder / "helm" / "config"),
             "HELM_DATA_HOME": str(self.folder / "helm" / "data"),
         }
-        return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+    def helm(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+        """Run the pinned helm against this server (helm's caches kept in the server's folder)."""
+        return subprocess.run(
+            [str(HELM), *args], capture_output=True, text=True, timeout=timeout, check=False, env=self.env()
+        )
+
+    def shell(
+        self, command: str, *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 180.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one command line as an operator types it (bash), against this server."""
+        return subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**self.env(), **(env or {})},
+            cwd=cwd,
+        )
 
 
 #: The resource (plural) of each kind the tests send; core kinds live under /api/v1.

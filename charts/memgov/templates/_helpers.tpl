@@ -93,7 +93,22 @@ app.kubernetes.io/part-of: memgov
 {{- else if eq .Values.mode "sidecar" }}
 {{- printf "http://127.0.0.1:%s" (include "memgov.port.controller" .) }}
 {{- else }}
-{{- printf "http://kagent-controller.%s.svc:%s" .Values.kagent.namespace (include "memgov.port.controller" .) }}
+{{- printf "http://%s.%s.svc:%s" .Values.kagent.controller.name .Values.kagent.namespace (include "memgov.port.controller" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+memgov.imagePullSecrets: the pod's imagePullSecrets, global.imagePullSecrets (an umbrella chart's,
+names or {name} objects) then imagePullSecrets, each name once; nothing when there are none.
+*/}}
+{{- define "memgov.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) .Values.imagePullSecrets }}
+{{- $name := ternary . (get (kindIs "map" . | ternary . dict) "name") (kindIs "string" .) }}
+{{- if and $name (not (has $name $names)) }}{{- $names = append $names $name }}{{- end }}
+{{- end }}
+{{- range $names }}
+- name: {{ . | quote }}
 {{- end }}
 {{- end }}
 

@@ -7,6 +7,26 @@ mode renders.
 {{- $v := .Values }}
 {{- $np := $v.networkPolicy }}
 {{- $errors := list }}
+{{- $missing := list }}
+{{- range $version, $paths := .Files.Get "files/added-values.yaml" | fromYaml }}
+{{- range $path := $paths }}
+{{- $node := $v }}
+{{- range $key := splitList "." $path }}
+{{- $node = and (kindIs "map" $node) (hasKey $node $key) | ternary (index (kindIs "map" $node | ternary $node dict) $key) nil }}
+{{- end }}
+{{- if kindIs "invalid" $node }}{{- $missing = append $missing (printf "%s (new in %s)" $path $version) }}{{- end }}
+{{- end }}
+{{- end }}
+{{- if $missing }}
+{{- $errors = append $errors (printf "chart %s's values %s are missing: %s %s" .Chart.Version (join ", " $missing)
+  "`helm upgrade --reuse-values` from an older chart keeps that chart's values and drops this one's defaults."
+  "Upgrade with --reset-then-reuse-values (docs/deploy.md, \"Upgrade and rollback\").") }}
+{{- end }}
+{{- if and $v.prometheusRule.enabled (not (regexMatch "^https?://[^\\s]+$" (toString $v.prometheusRule.runbookUrl))) }}
+{{- $errors = append $errors (list "prometheusRule.enabled=true needs prometheusRule.runbookUrl: the absolute http(s) URL where your team"
+  "reads docs/runbook.md (each alert links <runbookUrl>#<alert name in lower case>; a relative path leads nowhere from a pager)."
+  | join " ") }}
+{{- end }}
 {{- if and (eq $v.mode "sidecar") (ne .Release.Namespace $v.kagent.namespace) }}
 {{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s"
   "in sidecar mode memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
@@ -103,6 +123,10 @@ mode renders.
 {{- $errors = append $errors (list "policy.opa.url is set but networkPolicy.opa.to is empty:"
   "memgov's egress policy would block OPA. List the OPA peers." | join " ") }}
 {{- end }}
+{{- end }}
+{{- if and $np.enabled (include "memgov.migrationJob" .) (not $np.postgresql.to) (ne $v.mode "gateway") }}
+{{- $errors = append $errors (list "state.migrationJob.enabled=true with networkPolicy.enabled: the migration Jobs' egress policy"
+  "would block PostgreSQL. List the PostgreSQL peers in networkPolicy.postgresql.to." | join " ") }}
 {{- end }}
 {{- $files := $v.policy.pack.files }}
 {{- if and $files (not (hasKey $files "data/limits.yaml")) }}
