@@ -56,7 +56,7 @@ venv: $(VENV)/.installed
 # The pinned Go tools above, and memgov-symcc, the symbolic checker of `memgov policy prove` (tools/symcc/,
 # built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra). One
 # target per tool, so `make -j` builds them side by side (the longest first).
-TOOL_TARGETS := tool-kube-apiserver tool-symcc tool-opa tool-regal tool-helm tool-cyclonus tool-rulecheck tool-crds
+TOOL_TARGETS := tool-kube-apiserver tool-symcc tool-kubectl tool-opa tool-regal tool-helm tool-cyclonus tool-rulecheck tool-crds
 tools: $(TOOL_TARGETS)
 
 tool-opa:
@@ -72,6 +72,11 @@ tool-rulecheck:
 tool-kube-apiserver:
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
+# kubectl at the API server's version: the runbook's kubectl commands run against it (tests/chart).
+KUBECTL := scripts/kubectl
+tool-kubectl:
+	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kubectl ./$(KUBECTL) \
+	  $(KUBE_VERSION)-$$(cat $(KUBECTL)/go.mod $(KUBECTL)/go.sum $(KUBECTL)/main.go | sha256sum | cut -c1-12) .
 tool-symcc:
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 tool-crds:

@@ -65,6 +65,26 @@ AUDIT_SPOOL_DROPPED = Counter(
     ["kind"],
 )
 
+KEY_VERIFICATIONS = Counter(
+    "memgov_key_verifications_total",
+    "Credentials that verified, by purpose (session, bridge, operator) and key slot: the session-key slot"
+    " (current, previous, next) or the verification key's configured id. A slot that stops counting is no"
+    " longer used.",
+    ["purpose", "slot"],
+)
+KEY_RELOADS = Counter(
+    "memgov_key_reloads_total",
+    "Key files and folders read again after a change, by outcome: loaded, or rejected (the keys in use stay).",
+    ["outcome"],
+)
+
+AUDIT_SPOOL_LEFT = Counter(
+    "memgov_audit_spool_left_total",
+    "Audit records (kind audit) and counted refusals (kind refusal_count) a stopping process left in its"
+    " spool folder with the state store down: the next process replays them; lost if the folder goes too.",
+    ["kind"],
+)
+
 # Client connections of each listener (data, control, ops), counted as they open and close
 # (sidecar/connections.py). A reason is per_address or total (refused at accept, over a cap),
 # header_too_large (an unfinished head outgrew its size), header_timeout (a request head had begun

@@ -83,6 +83,7 @@ class Reason(enum.StrEnum):
     NOT_SUBJECT = "not_subject"
     ERASURE_FAILED = "erasure_failed"
     ERASURE_PENDING = "erasure_pending"
+    ERASURE_NOT_RETRYABLE = "erasure_not_retryable"
     VERIFICATION_FAILED = "verification_failed"
     # the policy allowed the request
     ALLOWED = "allowed"
@@ -273,6 +274,7 @@ STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType(
         Reason.BODY_TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
         Reason.CONFIRMATION_REQUIRED: HTTPStatus.CONFLICT,
         Reason.ERASURE_PENDING: HTTPStatus.CONFLICT,
+        Reason.ERASURE_NOT_RETRYABLE: HTTPStatus.CONFLICT,
         Reason.BODY_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         Reason.CONCURRENCY_LIMITED: HTTPStatus.TOO_MANY_REQUESTS,
         Reason.INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR,

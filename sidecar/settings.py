@@ -245,7 +245,19 @@ class SecretsSettings(_Section):
         None, description="HMAC key for session/storage keys; generated under ./.memgov/ in dev when unset."
     )
     previous_session_key_file: Path | None = Field(
-        None, description="Previous HMAC key, still accepted for verification during rotation."
+        None,
+        description="Previous HMAC key, still accepted for verification during rotation (a missing file: none).",
+    )
+    next_session_key_file: Path | None = Field(
+        None,
+        description="Next HMAC key, accepted for verification before any replica mints with it: the first step"
+        " of a rotation (a missing file: none).",
+    )
+    reload_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="How often key files and folders (secrets.*, trust.*) are read again; a changed one is used"
+        " from then on, one that does not load keeps the keys in use. 0 reads them once at start.",
     )
 
 
@@ -254,6 +266,16 @@ class TrustSettings(_Section):
         None, description="Verifies delegation contexts and subject tokens (HS256 secret or PEM public key)."
     )
     operator_key_file: Path | None = Field(None, description="Verifies operator tokens (role: operator).")
+    bridge_keys_dir: Path | None = Field(
+        None,
+        description="Folder of bridge verification keys, one file each, named by its key id (the tokens' kid);"
+        " instead of bridge_key_file, for rotation.",
+    )
+    operator_keys_dir: Path | None = Field(
+        None,
+        description="Folder of operator verification keys, one file each, named by its key id (the tokens' kid);"
+        " instead of operator_key_file, for rotation.",
+    )
     context_max_age_s: int = Field(120, ge=1, le=120, description="Longest accepted context lifetime (exp - iat).")
     subject_max_age_s: int = Field(
         300, ge=1, le=3600, description="Longest accepted subject-token lifetime (exp - iat); jti is required."
@@ -546,6 +568,17 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
+    def _one_source_of_trust(self) -> Settings:
+        trust = self.trust
+        for name, file, folder in (
+            ("bridge", trust.bridge_key_file, trust.bridge_keys_dir),
+            ("operator", trust.operator_key_file, trust.operator_keys_dir),
+        ):
+            if file is not None and folder is not None:
+                raise ValueError(f"trust.{name}_key_file and trust.{name}_keys_dir are exclusive")
+        return self
+
+    @model_validator(mode="after")
     def _production_guards(self) -> Settings:
         if self.profile == "production":
             # SECURITY: production never runs on a generated or missing secret.
@@ -588,8 +621,9 @@ class Settings(BaseSettings):
             return read_secret(self.erasure.kagent_db_url_file, "erasure.kagent_db_url_file").decode().strip()
         return self.erasure.kagent_db_url
 
-    def session_keys(self) -> tuple[bytes, bytes | None]:
-        """Return (current, previous) HMAC keys; in dev a missing current key is generated once."""
+    def session_keys(self) -> tuple[bytes, bytes | None, bytes | None]:
+        """Return (current, previous, next) HMAC keys; in dev a missing current key is generated once. A
+        previous or next file that does not exist holds no key (a rotation step removed it)."""
         if self.secrets.session_key_file is None:
             path = DEV_DIR / "session.key"
             if not path.exists():
@@ -600,10 +634,18 @@ class Settings(BaseSettings):
             current = read_secret(path, "secrets.session_key_file")
         else:
             current = read_secret(self.secrets.session_key_file, "secrets.session_key_file")
-        previous = None
-        if self.secrets.previous_session_key_file is not None:
-            previous = read_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file")
-        return current, previous
+        return (
+            current,
+            _optional_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file"),
+            _optional_secret(self.secrets.next_session_key_file, "secrets.next_session_key_file"),
+        )
+
+
+def _optional_secret(path: Path | None, key: str) -> bytes | None:
+    """The secret of a file that may be absent (None then); one that exists must be a real secret."""
+    if path is None or not Path(path).exists():
+        return None
+    return read_secret(path, key)
 
 
 class _YamlSource(PydanticBaseSettingsSource):
