@@ -109,11 +109,14 @@ class TestProve:
             "room-state-valid",
             "no-unknown-agent",
             "agent-caps",
+            "definitions-claim-nothing",
+            "governed-definitions-need-an-operator",
             "never-errors",
         ):
             assert f"proved  {prop}: " in out
         assert "proved  room-state-valid: a2a.invoke, control.inspect" in out
-        assert "7 of 7 properties proved" in out
+        assert "proved  governed-definitions-need-an-operator: controller.write" in out
+        assert "9 of 9 properties proved" in out
         assert "FAILS" not in out
 
     @pytest.mark.parametrize(("name", "edits", "fails", "replayed"), PLANTED, ids=[p[0] for p in PLANTED])
@@ -165,7 +168,7 @@ class TestProve:
         assert "FAILS   never-errors: memory.save (@id entry-cap-reached)" in out
         assert "FAILS   never-errors: memory.save_batch (@id entry-cap-reached)" in out
         assert "counterexample outside the decision input's bounds" in out
-        assert "6 of 7 properties proved" in out
+        assert "8 of 9 properties proved" in out
 
     def test_an_unrealistic_property_file_is_refused_with_its_field(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
@@ -187,7 +190,7 @@ class TestSemanticDiff:
             capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--semantic", "--exit-code"
         )
         assert code == 0, out
-        assert "9 of 9 actions decide every request alike" in out
+        assert "10 of 10 actions decide every request alike" in out
         assert "equivalent  a2a.invoke" in out
         assert "base inputs), 0 change(s)" in out
 
@@ -203,7 +206,7 @@ class TestSemanticDiff:
         assert code == 1, out
         # No case row or mutant that Cedar decides changes (Rego's null-agent rows do; see test_diff).
         assert "\ncedar:" not in out[out.index("policy diff ") :]
-        assert "7 of 9 actions decide every request alike" in out
+        assert "8 of 10 actions decide every request alike" in out
         section = out[out.index("CHANGED     a2a.invoke") :]
         assert "ref: kagent/ops-bot" in section
         for line in (
