@@ -211,6 +211,7 @@ async def reload_keys(settings: Settings, keys: SessionKeys, bridge: KeySet | No
             count=len(keys.slots) + len(bridge.ids if bridge else ()) + len(operators.ids if operators else ()),
         )
 
+
 def rotation_check(rotator: Rotator | None) -> ReadyCheck:
     """A readiness detail naming the agents whose erasures rotation cannot make exact (no model known).
 
