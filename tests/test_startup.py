@@ -151,7 +151,7 @@ class TestStateDownAtStart:
             return any(line["event"] == "state.connect_failed" for line in _lines(log))
 
         with _serve(config, tmp_path, log) as proc:
-            await wait_ready(proc, url(config, "ops"), log)
+            await wait_ready(proc, url(config, "ops"), log, store=False)
             await until(retried, timeout_s=60)
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(proc.wait, 30) == 0
