@@ -44,6 +44,7 @@ from sidecar.enforce.definitions import DefinitionParts
 from sidecar.enforce.embedding import EmbeddingParts
 from sidecar.enforce.invoke import InvokeParts
 from sidecar.enforce.memory import MemoryParts
+from sidecar.enforce.shares import ShareParts
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.parts import ErasureParts
 from sidecar.erasure.sweeper import Sweepers, SweepPlan
@@ -53,7 +54,7 @@ from sidecar.identity.tokens import KEY_ID, KeySet, Verifier, load_keys, load_ve
 from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime
-from sidecar.proxy import create_data_app
+from sidecar.proxy import create_data_app, passthrough
 from sidecar.secretfile import SecretError
 from sidecar.settings import AdapterName, Settings
 from sidecar.state import StateError, StateStore
@@ -335,9 +336,9 @@ def governed_definitions(settings: Settings) -> tuple[frozenset[str], frozenset[
     return frozenset(agents), frozenset(models)
 
 
-def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts]:
+def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts, ShareParts]:
     """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings,
-    definition writes."""
+    definition writes, session shares."""
     s, store = parts.settings, parts.store
     memory = MemoryParts(
         admission=store.admission,
@@ -385,7 +386,7 @@ def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts,
         clock=parts.clock,
         controller=parts.upstreams.controller,
     )
-    return memory, invoke, embedding, definitions
+    return memory, invoke, embedding, definitions, ShareParts(controller=parts.upstreams.controller)
 
 
 def data_app(parts: Parts) -> web.Application:
@@ -393,7 +394,7 @@ def data_app(parts: Parts) -> web.Application:
     return create_data_app(
         parts.settings,
         parts.upstreams,
-        handlers=governed_handlers(parts.decider, *route_parts(parts)),
+        handlers=governed_handlers(parts.decider, *route_parts(parts), passthrough=passthrough),
         middlewares=governed_middlewares(parts.contexts),
     )
 
