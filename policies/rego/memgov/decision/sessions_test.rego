@@ -4,14 +4,16 @@ import data.memgov.decision
 
 session_share := {
 	"operation": "session.share",
-	"request": {"share": {"verb": "create", "owner": "user"}},
+	"request": {"share": share_facts},
 	"budget": budget,
 	"entries": {"count": 0, "cap": 100},
 	"now": 1800000000,
 	"deployment": deployment,
 }
 
-with_share(changes) := object.union(session_share, {"request": {"share": object.union(session_share.request.share, changes)}})
+share_facts := {"verb": "create", "owner": "user"}
+
+with_share(changes) := object.union(session_share, {"request": {"share": object.union(share_facts, changes)}})
 
 test_a_user_shares_their_own_session if {
 	decision.allow with input as session_share
