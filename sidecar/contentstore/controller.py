@@ -88,13 +88,17 @@ class KagentController:
         name = _dig(await self._get("/version"), "kagent_version")
         return Release(name if isinstance(name, str) and _RELEASE.fullmatch(name) else None)
 
-    async def declared_model(self, ref: str) -> EmbeddingModel | None:
-        """The embedding model an agent's definition names for its memory; None when it names none usable."""
+    async def declared_model(self, ref: str) -> tuple[str | None, EmbeddingModel | None]:
+        """The ModelConfig (``namespace/name``) an agent's definition names for its memory, and that
+        ModelConfig's embedding model; None for either when the definition names none usable."""
         ns, _, name = ref.partition("/")
         agent = _dig(await self._get(f"/api/agents/{ns}/{name}"), "data", "agent")
         config = _dig(agent, "spec", "declarative", "memory", "modelConfig")
         if not isinstance(config, str) or _NAME.fullmatch(config) is None:
-            return None
+            return None, None
+        return f"{ns}/{config}", await self._model(ns, config)
+
+    async def _model(self, ns: str, config: str) -> EmbeddingModel | None:
         spec = _dig(await self._get(f"/api/modelconfigs/{ns}/{config}"), "data", "spec")
         model, provider = _dig(spec, "model"), _dig(spec, "provider")
         # SECURITY: memgov re-embeds through the OpenAI embeddings API only; another provider's model id,
@@ -117,7 +121,7 @@ class KagentWatch:
         metrics.KAGENT_RELEASE_UNTESTED.set(0 if self.release.tested else 1)
         if self._models is not None:
             for ref in self._models.undeclared():
-                self._models.learn(ref, await self._controller.declared_model(ref))
+                self._models.learn(ref, *await self._controller.declared_model(ref))
             metrics.ROTATION_AGENTS_WITHOUT_MODEL.set(len(self._models.missing()))
         log.info(
             "kagent.read",

@@ -21,23 +21,33 @@ from sidecar.reasons import Reason
 class ModelBook:
     """Each memory agent's embedding model: configured, or declared by its kagent definition (configured wins)."""
 
-    __slots__ = ("_configured", "_declared", "refs")
+    __slots__ = ("_configs", "_configured", "_declared", "refs")
 
     def __init__(self, refs: Iterable[str], configured: Mapping[str, EmbeddingModel]) -> None:
         self.refs = frozenset(refs)
         self._configured = dict(configured)
         self._declared: dict[str, EmbeddingModel] = {}
+        self._configs: dict[str, str] = {}
 
     def undeclared(self) -> list[str]:
         """The agents whose model only a definition can tell (none configured)."""
         return sorted(self.refs - set(self._configured))
 
-    def learn(self, ref: str, model: EmbeddingModel | None) -> None:
-        """What the agent's definition declares now (None: nothing usable, so nothing is known)."""
+    def learn(self, ref: str, config: str | None, model: EmbeddingModel | None) -> None:
+        """What the agent's definition declares now: its memory ModelConfig (``namespace/name``) and that
+        ModelConfig's model (None: nothing usable, so nothing is known)."""
+        if config is None:
+            self._configs.pop(ref, None)
+        else:
+            self._configs[ref] = config
         if model is None:
             self._declared.pop(ref, None)
         else:
             self._declared[ref] = model
+
+    def declared_configs(self) -> frozenset[str]:
+        """The ModelConfigs the agents' definitions name for their memory (each a governed definition)."""
+        return frozenset(self._configs.values())
 
     def model(self, ref: str) -> EmbeddingModel:
         found = self._configured.get(ref) or self._declared.get(ref)

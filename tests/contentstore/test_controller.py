@@ -96,7 +96,7 @@ class TestDeclaredModel:
         fake, controller = kagent
         fake.json("/api/agents/kagent/helper", _agent("embeddings"))
         fake.json("/api/modelconfigs/kagent/embeddings", _model_config({"provider": "OpenAI", "model": "text-3-small"}))
-        assert await controller.declared_model(AGENT) == EmbeddingModel("text-3-small", 768)
+        assert await controller.declared_model(AGENT) == ("kagent/embeddings", EmbeddingModel("text-3-small", 768))
 
     @pytest.mark.parametrize(
         ("model_config", "spec"),
@@ -113,12 +113,15 @@ class TestDeclaredModel:
         fake, controller = kagent
         fake.json("/api/agents/kagent/helper", _agent(model_config))
         fake.json("/api/modelconfigs/kagent/embeddings", _model_config(spec))
-        assert await controller.declared_model(AGENT) is None
+        config, model = await controller.declared_model(AGENT)
+        assert model is None
+        # A ModelConfig named validly stays governed even when its model is unusable.
+        assert config == ("kagent/embeddings" if model_config == "embeddings" else None)
 
     async def test_an_agent_kagent_does_not_know_has_no_model(self, kagent) -> None:
         """A 404 for the definition gives no model."""
         _, controller = kagent
-        assert await controller.declared_model(AGENT) is None
+        assert await controller.declared_model(AGENT) == (None, None)
 
 
 class TestModelBook:
@@ -126,16 +129,17 @@ class TestModelBook:
         """The operator's configuration overrides what a definition declares; only undeclared agents are read."""
         configured = EmbeddingModel("configured", 768)
         book = ModelBook(["a/x", "a/y"], {"a/x": configured})
-        book.learn("a/x", EmbeddingModel("declared", 768))
-        book.learn("a/y", EmbeddingModel("declared", 768))
+        book.learn("a/x", "a/m", EmbeddingModel("declared", 768))
+        book.learn("a/y", "a/m", EmbeddingModel("declared", 768))
         assert (book.model("a/x"), book.model("a/y").model, book.undeclared()) == (configured, "declared", ["a/y"])
 
     def test_a_model_no_longer_declared_is_forgotten(self) -> None:
         """A definition that stops naming a model takes the model away: rotation then waits."""
         book = ModelBook(["a/y"], {})
-        book.learn("a/y", EmbeddingModel("declared", 768))
-        book.learn("a/y", None)
-        assert (book.knows("a/y"), book.missing()) == (False, ["a/y"])
+        book.learn("a/y", "a/m", EmbeddingModel("declared", 768))
+        assert book.declared_configs() == {"a/m"}
+        book.learn("a/y", None, None)
+        assert (book.knows("a/y"), book.missing(), book.declared_configs()) == (False, ["a/y"], frozenset())
 
 
 class TestWatch:

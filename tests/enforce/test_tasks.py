@@ -61,7 +61,7 @@ def _forged(key: str) -> str:
 
 class TestTaskIsolation:
     async def test_no_other_identity_reads_a_conversations_tasks(self, stack: Stack) -> None:
-        """alice's conversation's task: read back as her key only; bob's key, the people and a forged key get nothing."""
+        """alice's conversation's task: read as her key only; bob's key, the people and a forged key get nothing."""
         await stack.scope()
         await stack.scope(mxid=BOB)
         alice_key = await stack.session_key()
