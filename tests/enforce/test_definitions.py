@@ -11,9 +11,8 @@ import copy
 import json
 from typing import Any
 
-import pytest
-
 import aiohttp
+import pytest
 
 from sidecar.dev.devstack import Devstack, definitions
 from sidecar.wire import dumps
