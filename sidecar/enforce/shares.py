@@ -29,10 +29,16 @@ from sidecar.decide.respond import decision_headers
 from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.identity.keys import is_session_key_shaped
 from sidecar.policy.model import Decision, Operation, RequestFacts, ShareFacts, ShareOwner, ShareVerb
+from sidecar.reasons import Reason, Refusal
 from sidecar.relay import ClassHandler, forward, read_body
 from sidecar.routes import SESSION_PATH, RouteMatch
 from sidecar.upstream import SHARE_HEADER, Upstream, filter_headers
+from sidecar.wire import BadBody, StrictJSON
 
+#: The fields of an A2A call kagent reads a session from, for the strict parse (case-folded spellings refused).
+_A2A: Final = StrictJSON(("params", "message", "contextId"))
+#: The session of a call that names several, or one memgov cannot name exactly: its owner is unknown.
+UNREADABLE: Final = ""
 #: Most bytes of kagent's answer about a session read to find its owner (one event is asked for).
 _OWNER_READ_MAX: Final = 1 << 20
 _NOT_SENT: Final = ("Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding")
@@ -86,17 +92,27 @@ async def owner_of(controller: Upstream, request: web.Request, share: ShareCall)
 
 
 def _context_id(body: bytes) -> str | None:
-    """The session an A2A JSON-RPC call names: ``params.contextId`` or ``params.message.contextId``."""
+    """The one session an A2A JSON-RPC call names (``params.contextId``, ``params.message.contextId``);
+    None when it names none, ``UNREADABLE`` when it names several or one memgov cannot name exactly."""
     try:
-        payload = json.loads(body)
-    except ValueError:
-        return None
+        payload = _A2A.parse(body)
+    except BadBody:
+        # SECURITY: a body kagent's decoder could read otherwise (a duplicate or case-folded key).
+        raise Refusal(Reason.BAD_REQUEST) from None
     params = payload.get("params") if isinstance(payload, dict) else None
-    if not isinstance(params, dict):
+    message = params.get("message") if isinstance(params, dict) else None
+    named = [
+        holder.get("contextId") for holder in (params, message) if isinstance(holder, dict) and "contextId" in holder
+    ]
+    found = {value for value in named if value not in (None, "")}
+    if not found:
         return None
-    message = params.get("message")
-    found = params.get("contextId") or (message.get("contextId") if isinstance(message, dict) else None)
-    return found if isinstance(found, str) and SESSION_PATH.fullmatch(f"/api/sessions/{found}") else None
+    (session,) = found if len(found) == 1 else (None,)
+    if not isinstance(session, str) or SESSION_PATH.fullmatch(f"/api/sessions/{session}") is None:
+        # SECURITY: two sessions, or one memgov cannot name exactly, in one call: kagent may act as the
+        # owner of one the decision never saw (decided with an unknown owner: refused).
+        return UNREADABLE
+    return session
 
 
 class Shares(Stages[ShareParts]):
@@ -113,7 +129,7 @@ class Shares(Stages[ShareParts]):
 
     async def admit(self, call: Call, share: ShareCall) -> Admitted[ShareCall]:
         """Whose session it is, as kagent answers the caller."""
-        owner = await owner_of(self._p.controller, call.request, share)
+        owner = "unknown" if share.session == UNREADABLE else await owner_of(self._p.controller, call.request, share)
         facts = RequestFacts(share=ShareFacts(verb=share.verb, owner=owner))
         return Admitted(Facts(request=facts), share)
 

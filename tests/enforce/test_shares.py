@@ -131,6 +131,26 @@ class TestMemorySessions:
         assert (status, body["error"]) == (403, "share_refused")
         assert len(stack.dev.recorder.of_kind("a2a")) == before
 
+    async def test_a_call_naming_two_sessions_or_spelling_one_twice_is_refused(self, stack: Stack) -> None:
+        """Another agent's call with a token naming an ordinary session in one field and the keyed one in another,
+        or the keyed one under a case-folded key kagent's decoder also reads: refused, kagent never asked."""
+        key = await _key(stack)
+        keyed = await _session(stack, _runtime(stack, key))
+        token = await _share_directly(stack, keyed, _runtime(stack, key))
+        ordinary = await _session(stack, _user(stack, ALICE), agent=PLAIN)
+        visitor = {**_user(stack, BOB), "X-Share-Token": token}
+        before = len(stack.dev.recorder.of_kind("a2a"))
+        two = _rpc(keyed)
+        two["params"]["contextId"] = ordinary
+        _refused(await _call(stack, "POST", f"/api/a2a/{PLAIN}/", visitor, two))
+        folded = _rpc(ordinary)
+        raw = json.dumps(folded).replace('"parts"', f'"CONTEXTID": "{keyed}", "parts"')
+        async with stack.http.post(
+            f"{stack.gw.data_url}/api/a2a/{PLAIN}/", data=raw, headers={**visitor, "Content-Type": "application/json"}
+        ) as resp:
+            assert resp.status == 400 and (await resp.json())["error"] == "bad_request"
+        assert len(stack.dev.recorder.of_kind("a2a")) == before
+
     async def test_a_forged_owner_header_does_not_make_a_keyed_session_shareable(self, stack: Stack) -> None:
         """A caller naming itself the session key still meets the key as the owner kagent shows: refused."""
         key = await _key(stack)
