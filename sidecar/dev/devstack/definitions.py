@@ -51,6 +51,20 @@ def _ref(namespace: object, name: object) -> str | None:
     return f"{namespace if isinstance(namespace, str) and namespace else KAGENT_NAMESPACE}/{name}"
 
 
+def _keep(table: dict[str, dict[str, Any]], ref: str, value: dict[str, Any], kind: str) -> web.Response:
+    """Create: 409 for a name taken, else keep ``value`` and answer 201 with it."""
+    if ref in table:
+        return go_error(409, f"{kind} already exists")
+    table[ref] = value
+    return go_json(201, {"error": False, "data": value, "message": f"Successfully created {kind}"})
+
+
+def _found(request: web.Request, table: dict[str, dict[str, Any]], kind: str) -> dict[str, Any] | web.Response:
+    """Get: the definition the path names, or kagent's 404 for it."""
+    kept = table.get(f"{request[PARAMS]['namespace']}/{request[PARAMS]['name']}")
+    return kept if kept is not None else go_error(404, f"{kind} not found")
+
+
 async def create_agent(request: web.Request) -> web.Response:
     """POST /api/agents: an Agent object, kept under its metadata's namespace and name."""
     agent = await _object(request)
@@ -58,19 +72,16 @@ async def create_agent(request: web.Request) -> web.Response:
     ref = _ref(meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else None
     if agent is None or ref is None:
         return go_error(400, "Invalid request body")
-    book = request.app[BOOK]
-    if ref in book.agents:
-        return go_error(409, "Agent already exists")
-    book.agents[ref] = agent
-    return go_json(201, {"error": False, "data": agent, "message": "Successfully created agent"})
+    return _keep(request.app[BOOK].agents, ref, agent, "agent")
 
 
 async def get_agent(request: web.Request) -> web.Response:
     """GET /api/agents/{namespace}/{name}: ``data.agent`` is the object created."""
-    ref = f"{request[PARAMS]['namespace']}/{request[PARAMS]['name']}"
-    agent = request.app[BOOK].agents.get(ref)
-    if agent is None:
-        return go_error(404, "Agent not found")
+    agent = _found(request, request.app[BOOK].agents, "Agent")
+    if isinstance(agent, web.Response):
+        return agent
+    meta = agent["metadata"]
+    ref = f"{meta.get('namespace') or KAGENT_NAMESPACE}/{meta['name']}"
     data = {"id": ref.replace("-", "_").replace("/", "__NS__"), "agent": agent}
     return go_json(200, {"error": False, "data": data, "message": "Successfully retrieved agent"})
 
@@ -82,20 +93,14 @@ async def create_model_config(request: web.Request) -> web.Response:
     ref = _ref(ns, name)
     if body is None or ref is None or not isinstance(body.get("spec"), dict):
         return go_error(400, "Invalid request body")
-    book = request.app[BOOK]
-    if ref in book.model_configs:
-        return go_error(409, "ModelConfig already exists")
-    kept = {"ref": ref, "spec": body["spec"], "status": {}}
-    book.model_configs[ref] = kept
-    return go_json(201, {"error": False, "data": kept, "message": "Successfully created ModelConfig"})
+    return _keep(request.app[BOOK].model_configs, ref, {"ref": ref, "spec": body["spec"], "status": {}}, "ModelConfig")
 
 
 async def get_model_config(request: web.Request) -> web.Response:
     """GET /api/modelconfigs/{namespace}/{name}: ``data`` is ``{"ref", "spec", "status"}``."""
-    ref = f"{request[PARAMS]['namespace']}/{request[PARAMS]['name']}"
-    kept = request.app[BOOK].model_configs.get(ref)
-    if kept is None:
-        return go_error(404, "ModelConfig not found")
+    kept = _found(request, request.app[BOOK].model_configs, "ModelConfig")
+    if isinstance(kept, web.Response):
+        return kept
     return go_json(200, {"error": False, "data": kept, "message": "Successfully retrieved ModelConfig"})
 
 
