@@ -17,7 +17,7 @@ from sidecar.policy.cases import Case, CaseError, Result, coverage, judge, load_
 from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput
-from sidecar.policy.mutate import Mutant, data_strings, mutants, vocabulary
+from sidecar.policy.mutate import Mutant, data_mutants, data_strings, mutants, vocabulary
 from sidecar.policy.opa import OpaEngine
 from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack, PackError, read_pack
@@ -195,8 +195,21 @@ async def run_suite(
     return report
 
 
+def differential_inputs(bases: dict[str, dict[str, Any]], cases: list[Case], pack: Pack) -> list[Mutant]:
+    """The differential run's inputs: one-field variants of every base, every base under changed
+    data, and every row of a non-native principal under changed data (the partner records that
+    admit it are data, and no base has such a principal)."""
+    variants = mutants(bases, vocabulary([c.changes for c in cases]), data_strings(pack.org))
+    for name, doc in bases.items():
+        variants += data_mutants(name, doc)
+    for case in cases:
+        if case.inp.principal is not None and case.inp.principal.origin != "native":
+            variants += data_mutants(case.id, case.inp.model_dump(mode="json"))
+    return list({m.label: m for m in variants}.values())
+
+
 async def _differential(report: SuiteReport, tools: Engines, engines: list[str], cases: list[Case]) -> None:
-    variants = mutants(report.bases, vocabulary([c.changes for c in cases]), data_strings(report.pack.org))
+    variants = differential_inputs(report.bases, cases, report.pack)
     report.mutants = len(variants)
     # Probes carry no expectation: only the engines' answers are compared.
     probes = [Case("mutant", m.label, "", "", m.inp, Action.FORWARD, ()) for m in variants]
