@@ -42,13 +42,22 @@ def _fail(command: str, exc: BaseException) -> int:
     return 2
 
 
+def _configured_agents() -> list[str] | None:
+    """The agents the gateway configuration names, or None when there is no usable configuration."""
+    try:
+        return list(load_settings().agents)
+    except SettingsError:
+        return None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
-        steps = check_pack(_pack_dir(args))
+        steps = check_pack(_pack_dir(args), _configured_agents())
     except _EXPECTED as exc:
         return _fail("check", exc)
     for step in steps:
-        mark = "FAIL" if not step.ok or (step.skipped and args.require_tools) else "SKIP" if step.skipped else "ok  "
+        marks = {"fail": "FAIL", "skip": "SKIP", "warn": "warn", "ok": "ok  "}
+        mark = "FAIL" if step.skipped and args.require_tools else marks[step.status]
         print(f"{mark} {step.name}")
         if step.detail:
             print("     " + step.detail.replace("\n", "\n     "))
