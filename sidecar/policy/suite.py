@@ -15,6 +15,7 @@ from typing import Any
 
 from sidecar.policy.cases import Case, CaseError, Result, coverage, judge, load_bases, load_cases
 from sidecar.policy.cedar import CedarEngine
+from sidecar.policy.conditions import Uncovered, cedar_uncovered, rego_uncovered, rego_unevaluated
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.mutate import Mutant, data_mutants, data_strings, mutants, vocabulary
@@ -55,6 +56,8 @@ class Engines:
         self._cedar = CedarEngine()
         self._cedar_ready = False
         self._rego: RegoEval | None = None
+        #: The Rego lines OPA evaluated in the last ``evaluate`` with rules, as (file, line).
+        self.covered_lines: set[tuple[str, int]] = set()
 
     async def cedar(self) -> CedarEngine:
         """The Cedar engine with this pack committed."""
@@ -87,7 +90,7 @@ class Engines:
                     fired[site] = fired.get(site, 0) + 1
             return verdicts, fired
         if rules:
-            verdicts, hits, _ = self.rego().covered([i.model_dump(mode="json") for i in inputs])
+            verdicts, hits, self.covered_lines = self.rego().covered([i.model_dump(mode="json") for i in inputs])
             fired = dict.fromkeys(hits, 1)
         if self._opa_url:
             return await self._server(inputs), fired
@@ -134,6 +137,11 @@ class SuiteReport:
     rules: dict[str, dict[Site, int]]
     mutants: int = 0
     differences: list[tuple[Mutant, dict[str, Result]]] = field(default_factory=list)
+    #: Conditions no selected case made do their job, and Rego lines OPA never evaluated (reported only).
+    conditions: list[Uncovered] = field(default_factory=list)
+    unevaluated: list[str] = field(default_factory=list)
+    #: Why condition coverage is missing for a language, when it could not be computed.
+    conditions_note: str = ""
 
     def failures(self) -> list[Result]:
         """Results that differ from the case's expectation."""
@@ -188,11 +196,25 @@ async def run_suite(
             verdicts, fired = await tools.evaluate(name, [c.inp for c in cases])
             report.results[name] = [judge(c, name, v) for c, v in zip(cases, verdicts, strict=True)]
             report.rules[name] = {site: fired.get(site, 0) for site in tools.sites(name)}
+        _conditions(report, tools, engines)
         if len(engines) > 1:
             await _differential(report, tools, engines, everything)
     finally:
         await tools.close()
     return report
+
+
+def _conditions(report: SuiteReport, tools: Engines, engines: list[str]) -> None:
+    """Coverage per condition of the selected cases, in each language run."""
+    inputs = [c.inp for c in report.cases]
+    if "cedar" in engines:
+        report.conditions += cedar_uncovered(report.pack, inputs)
+    if "opa" in engines:
+        try:
+            report.conditions += rego_uncovered(report.pack, tools.rego(), inputs)
+        except PackError as exc:
+            report.conditions_note = f"Rego conditions not evaluated: {exc}"
+        report.unevaluated = rego_unevaluated(report.pack, tools.covered_lines)
 
 
 def differential_inputs(bases: dict[str, dict[str, Any]], cases: list[Case], pack: Pack) -> list[Mutant]:
@@ -276,6 +298,12 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
         for site, count in fired.items():
             shown = (str(count) if engine == "cedar" else "fired") if count else "never  <- no case fires this rule"
             lines.append(f"  {engine:<6}{site.where:<44}{site.name:<36}{shown}")
+    if report.conditions or report.unevaluated or report.conditions_note:
+        lines.append("conditions no case exercises (reported, not enforced; add a row that makes each one matter):")
+        lines += [f"  {u}" for u in report.conditions]
+        lines += [f"  opa   {line.replace(': ', ' is never evaluated: ', 1)}" for line in report.unevaluated]
+        if report.conditions_note:
+            lines.append(f"  {report.conditions_note}")
     for r in report.failures():
         want = f"{r.case.action.value} {list(r.case.reasons)}"
         lines.append(f"FAIL [{r.engine}] {r.case.id}: got {r.action} {list(r.reasons)}, want {want}")

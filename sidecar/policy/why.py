@@ -70,6 +70,30 @@ def split_top(body: str) -> tuple[str, list[str]]:
     return "", [" ".join(body.split())]
 
 
+_CODE: Final = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*')
+
+
+def uncomment(text: str) -> str:
+    """Cedar text without its ``//`` comments (strings kept as they are)."""
+    return _CODE.sub(lambda m: m.group(0) if m.group(0).startswith('"') else "", text)
+
+
+def clauses(statement: str) -> tuple[str, list[tuple[str, str]]]:
+    """A Cedar policy's scope (the text inside its head's parentheses) and its ``when``/``unless``
+    clauses as (kind, body), in order; comments are left out."""
+    statement = uncomment(statement)
+    effect = _EFFECT.search(statement)
+    if effect is None:
+        return "", []
+    head = statement.index("(", effect.end())
+    scope = " ".join(statement[head + 1 : _closing(statement, head)].split())
+    found = []
+    for clause in _CLAUSE.finditer(statement):
+        brace = clause.end() - 1
+        found.append((clause.group(1), statement[brace + 1 : _closing(statement, brace)]))
+    return scope, found
+
+
 def _cedar_value(condition: str, scope: str, request: cedar_input.Request, entities: str, schema: str) -> str:
     result = cedarpy.is_authorized(dict(request), f"permit ({scope}) when {{ {condition} }};", entities, schema)
     if result.diagnostics.errors:
@@ -90,16 +114,13 @@ def cedar_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
             effect = _EFFECT.search(st.text)
             if code_of_id(ident) != code or effect is None:
                 continue  # another rule's statement (a statement always names its effect)
-            head = st.text.index("(", effect.end())
-            scope = " ".join(st.text[head + 1 : _closing(st.text, head)].split())
+            scope, found = clauses(st.text)
             applies = _cedar_value("true", scope, request, entities, schema) == "true"
             out.append(
                 f"  cedar {rel}:{st.line} @id {ident}: scope ({scope}) {'applies' if applies else 'does not apply'}"
             )
-            for clause in _CLAUSE.finditer(st.text):
-                brace = clause.end() - 1
-                body = st.text[brace + 1 : _closing(st.text, brace)]
-                out.append(f"    {clause.group(1)} is {_cedar_value(body, anything, request, entities, schema)}:")
+            for kind, body in found:
+                out.append(f"    {kind} is {_cedar_value(body, anything, request, entities, schema)}:")
                 flat = " ".join(body.split())
                 branch = _IF.fullmatch(flat)
                 if branch:
@@ -113,17 +134,53 @@ def cedar_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
     return out
 
 
-def _statements(lines: list[str], first: int) -> list[str]:
-    """The top-level statements of a Rego rule body starting after line ``first`` (1-based), one per entry."""
-    out: list[str] = []
-    for row in lines[first:]:
+_HEAD: Final = re.compile(r'^(?!default\b|package\b|import\b)(?:deny contains ("(?:[^"\\]|\\.)*")|([a-z_][a-z0-9_]*))')
+
+
+def rego_rule_heads(lines: list[str]) -> list[tuple[int, str]]:
+    """(0-based line, name) of every rule head of a Rego file that has a body; a deny rule is named
+    ``deny["<code>"]`` as the rule tables name it."""
+    out = []
+    for at, line in enumerate(lines):
+        m = _HEAD.match(line)
+        if m is None or " if" not in line:
+            continue
+        out.append((at, f"deny[{m.group(1)}]" if m.group(1) else m.group(2)))
+    return out
+
+
+def rego_body(lines: list[str], at: int) -> list[tuple[int, str]]:
+    """The top-level statements of the rule whose head is line ``at`` (0-based), each with its line;
+    [] for a function, whose body cannot be evaluated without its arguments."""
+    head = lines[at]
+    name_end = len(head) - len(head.lstrip("abcdefghijklmnopqrstuvwxyz_0123456789"))
+    if head[name_end : name_end + 1] == "(":
+        return []
+    if head.rstrip().endswith("{"):
+        return numbered_statements(lines, at + 1)
+    _, _, condition = head.partition(" if ")
+    return [(at + 1, condition.strip())] if condition.strip() else []
+
+
+def numbered_statements(lines: list[str], first: int) -> list[tuple[int, str]]:
+    """The top-level statements of a Rego rule body starting after line ``first`` (1-based), each with
+    the line it starts on; comment lines are not statements."""
+    out: list[tuple[int, str]] = []
+    for number, row in enumerate(lines[first:], first + 1):
         if row.startswith("}"):
             break
+        if row.strip().startswith("#"):
+            continue
         if row.startswith("\t") and not row.startswith("\t\t") and not row.startswith("\t}"):
-            out.append(row.strip())
+            out.append((number, row.strip()))
         elif out and row.strip():
-            out[-1] += "\n" + row.rstrip()
+            out[-1] = (out[-1][0], out[-1][1] + "\n" + row.rstrip())
     return out
+
+
+def _statements(lines: list[str], first: int) -> list[str]:
+    """The top-level statements of a Rego rule body starting after line ``first`` (1-based), one per entry."""
+    return [text for _, text in numbered_statements(lines, first)]
 
 
 def rego_conditions(pack: Pack, inp: DecisionInput, code: str) -> list[str]:
