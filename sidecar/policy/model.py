@@ -24,8 +24,6 @@ from pydantic import (
 )
 
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
-from sidecar.identity import IdentityError
-from sidecar.identity.appname import parse_agent_ref
 from sidecar.identity.mxid import Origin
 from sidecar.reasons import Action, Code, Reason, code
 
@@ -286,15 +284,6 @@ class Limits(_Model):
         for index, entry in enumerate(self.agent_limits):
             if not (entry.agents or entry.lists):
                 raise ValueError(f"agent_limits[{index}] names no agent and no list")
-            for ref in entry.agents:
-                # SECURITY: a reference that is not namespace/name matches no agent, so it would limit nobody.
-                try:
-                    parse_agent_ref(ref)
-                except IdentityError:
-                    raise ValueError(
-                        f"agent_limits[{index}] names {ref!r}, which is not an agent reference namespace/name"
-                        " (it would limit no agent)"
-                    ) from None
             if all(getattr(entry, name) is None for name in AGENT_LIMIT_NAMES):
                 raise ValueError(f"agent_limits[{index}] sets no limit (one of {', '.join(AGENT_LIMIT_NAMES)})")
             for name in AGENT_LIMIT_NAMES:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.policy.model import Limits
+from sidecar.policy.cedar_input import LIMIT_NAMES
 from sidecar.policy.opa_server import tool_binary
 from sidecar.policy.pack import Pack
 from sidecar.policy.rules import cedar_annotations, cedar_statements, code_of_id, limit_keys, rego_sites
@@ -29,13 +29,8 @@ from sidecar.policy.rules import cedar_annotations, cedar_statements, code_of_id
 EVERY: Final = "*"
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-#: Cedar's names of the limits (cedar_input.limits_record) and of the joined agent caps.
-_CEDAR_LIMITS: Final = {_camel(k): k for k in Limits.model_fields if k != "agent_limits"}
+#: Cedar's names of the limits and of the agent caps memgov joins in (cedar_input).
+_CEDAR_LIMITS: Final = LIMIT_NAMES
 _CEDAR_CAPS: Final = {"embeddingCap": "embedding_items_per_agent_hour", "hourlyCap": "hourly_operations"}
 _DOT: Final = r"\s*\.\s*"
 _LIMITS: Final = re.compile(
