@@ -12,6 +12,7 @@ reads against its code's typed keys; ``opa fmt``; ``opa check --strict --schema`
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from sidecar.policy.model import ADR_CEILINGS
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import DATA_FILES, Pack, PackError, read_pack, reference_data
+from sidecar.policy.properties import properties_or_none
 from sidecar.policy.reads import cedar_misreads, rego_misreads
 from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
 from sidecar.policy.vet import (
@@ -155,6 +157,49 @@ def _typed_keys(pack: Pack) -> Step:
     return Step(name, not found, "\n".join(found))
 
 
+_ACTION_DECL = re.compile(r"^\s*action\s+(.+?)(?:\s+in\s+\[|\s+appliesTo|;)", re.MULTILINE)
+
+
+def _schema_actions(pack: Pack) -> set[str]:
+    """The action ids and action groups the Cedar schema declares."""
+    names: set[str] = set()
+    for text in pack.select("cedar", ".cedarschema").values():
+        for m in _ACTION_DECL.finditer(text):
+            names.update(n.strip().strip('"') for n in m.group(1).split(","))
+    return names
+
+
+def _properties(pack: Pack, root: Path) -> Step:
+    """Every rule's code is enforcing some property of properties.yaml, and every property names
+    known actions and codes: a new rule comes with the guarantee it gives, or check says so."""
+    name = "properties.yaml names every code and action"
+    try:
+        props = properties_or_none(root)
+    except PackError as exc:
+        return Step(name, False, str(exc))
+    if props is None:
+        return Step(name, True, "no properties.yaml: `memgov policy prove` has nothing to prove", warning=True)
+    codes = set(rule_codes(pack))
+    actions = _schema_actions(pack)
+    lines = []
+    for prop in props.properties:
+        lines += [
+            f"properties.yaml: {prop.name}: enforced_by {c!r} is not a reason code"
+            for c in prop.enforced_by
+            if c not in codes
+        ]
+        lines += [
+            f"properties.yaml: {prop.name}: action {a!r} is not in the schema" for a in prop.actions if a not in actions
+        ]
+    named = {c for p in props.properties for c in p.enforced_by}
+    lines += [
+        f"properties.yaml: no property is enforced_by {code}: say which guarantee its rules give"
+        for code in rule_codes(pack)
+        if code not in named
+    ]
+    return Step(name, not lines, "\n".join(lines))
+
+
 def _schema_check(pack: Pack) -> Step:
     name = "opa check --strict --schema (decision input)"
     try:
@@ -212,6 +257,7 @@ def check_pack(root: Path, agents: Collection[str] | None = None) -> list[Step]:
         _rego_rules(pack),
         _parity(pack),
         _typed_keys(pack),
+        _properties(pack, root),
     ]
     try:
         steps.append(_formatting("opa fmt", rego_unformatted(root)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -195,3 +195,58 @@ def nearest(
         if best is None or len(diff) < len(best.changes):
             best = Nearest(name, accepted, diff)
     return best
+
+
+#: How many batches ``nearest_batch`` asks at most per base (each batch is one evaluation of many inputs).
+_BATCHES: Final = 24
+
+
+async def nearest_batch(
+    inp: DecisionInput,
+    bases: dict[str, dict[str, Any]],
+    still_many: Callable[[list[DecisionInput]], Awaitable[list[bool]]],
+) -> Nearest | None:
+    """``nearest`` for a test that is costly per call but cheap per input (an ``opa eval`` of many inputs):
+    each round asks about every single-field revert at once, then about the longest run of the ones
+    that kept it, so a reduction takes a few evaluations instead of one per field."""
+    doc = inp.model_dump(mode="json")
+    best: Nearest | None = None
+    for name, raw in bases.items():
+        if raw.get("operation") != doc["operation"]:
+            continue
+        try:
+            base = DecisionInput.model_validate(raw).model_dump(mode="json")
+        except ValidationError:
+            continue
+        current = doc
+        for _ in range(_BATCHES):
+            paths = list(_diff(base, current))
+            tried = [(p, with_set(current, p, _get(base, p), create=True)) for p in paths]
+            valid = [(p, d, v) for p, d in tried if (v := _valid(d)) is not None]
+            kept = [p for (p, _, _), ok in zip(valid, await still_many([v for _, _, v in valid]), strict=True) if ok]
+            if not kept:
+                break
+            runs = []
+            for k in range(1, len(kept) + 1):
+                run = current
+                for p in kept[:k]:
+                    run = with_set(run, p, _get(base, p), create=True)
+                runs.append(run)
+            checked = [(d, v) for d in runs if (v := _valid(d)) is not None]
+            answers = await still_many([v for _, v in checked])
+            good = [d for (d, _), ok in zip(checked, answers, strict=True) if ok]
+            current = good[-1] if good else runs[0]
+        final = _valid(current)
+        if final is None or not (await still_many([final]))[0]:
+            continue
+        diff = changes(base, current)
+        if best is None or len(diff) < len(best.changes):
+            best = Nearest(name, final, diff)
+    return best
+
+
+def _valid(doc: dict[str, Any]) -> DecisionInput | None:
+    try:
+        return DecisionInput.model_validate(doc)
+    except ValidationError:
+        return None

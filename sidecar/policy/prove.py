@@ -18,13 +18,14 @@ dropped or changed is proved against the pack too, so a change cannot weaken its
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from sidecar.policy.assumptions import any_data, pack_data, schema_with_empty_set
+from sidecar.policy.assumptions import any_data, lit, pack_data, schema_with_empty_set
 from sidecar.policy.cases import Case
 from sidecar.policy.counterexample import (
     Example,
@@ -35,6 +36,8 @@ from sidecar.policy.counterexample import (
     smallest,
     to_input,
 )
+from sidecar.policy.minimize import nearest_batch
+from sidecar.policy.model import DecisionInput
 from sidecar.policy.pack import Pack
 from sidecar.policy.properties import NEVER_ERRORS, Properties, Property
 from sidecar.policy.review import ENGINES, answers
@@ -43,6 +46,8 @@ from sidecar.policy.symcc import Verdict, run_helper, verdicts
 SCHEMA_FILE: Final = "cedar/memgov.cedarschema"
 #: The suffix of an older property's name when ``--baseline`` proves it beside the new file's.
 BASELINE: Final = "@baseline"
+#: The prefix of the checks that find a request breaking one property alone (replayed on Rego).
+WITNESS: Final = "witness "
 
 
 def _policies(pack: Pack) -> str:
@@ -82,8 +87,33 @@ def claims(props: Properties, baseline: Properties | None = None, only: list[str
     return out
 
 
-def job(pack: Pack, wanted: list[Claim], *, data: str, never_errors: bool) -> dict[str, Any]:
-    """The helper's job: one implication per claim under ``data`` (a Cedar condition), and never-errors."""
+def _guarded(prop: Property) -> str:
+    """A property's condition, required only of its own actions (an action is ``in`` itself)."""
+    actions = " || ".join(f"action in Action::{lit(a)}" for a in prop.actions)
+    return f"(!({actions}) ||\n({prop.allows_only_if}))"
+
+
+def witness_check(prop: Property, props: Properties, data: str) -> dict[str, Any]:
+    """A request that meets every property but ``prop`` and not ``prop``: one the pack must refuse
+    because of ``prop`` alone. Rego is asked about it too (the solver's inputs replayed on Rego)."""
+    others = [_guarded(p) for p in props.properties if p.name != prop.name]
+    lhs = "permit (principal, action, resource);\n" + assume_forbid(f"({props.assume}) &&\n  {data}")
+    if others:
+        lhs += assume_forbid(" &&\n".join(others)).replace('"prove-assumption"', '"prove-others"')
+    return {
+        "name": WITNESS + prop.name,
+        "kind": "implies",
+        "actions": prop.actions,
+        "lhs": lhs,
+        "rhs": f"permit (principal, action, resource)\nwhen {{\n{prop.allows_only_if}\n}};\n",
+    }
+
+
+def job(
+    pack: Pack, wanted: list[Claim], *, data: str, never_errors: bool, witnesses: Properties | None = None
+) -> dict[str, Any]:
+    """The helper's job: one implication per claim under ``data`` (a Cedar condition), never-errors,
+    and for each claim of ``witnesses`` a request that breaks that property alone."""
     policies = _policies(pack)
     checks: list[dict[str, Any]] = [
         {
@@ -100,6 +130,8 @@ def job(pack: Pack, wanted: list[Claim], *, data: str, never_errors: bool) -> di
         checks.append(
             {"name": NEVER_ERRORS, "kind": "never_errors", "actions": [], "lhs": policies + "\n" + assume_forbid(data)}
         )
+    if witnesses is not None:
+        checks += [witness_check(c.prop, witnesses, data) for c in wanted if not c.baseline]
     return {"schema": schema_with_empty_set(pack.files[SCHEMA_FILE]), "checks": checks}
 
 
@@ -133,18 +165,33 @@ class Outcome:
         return not self.failed
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A solver input that breaks one property alone, and how each engine decided it."""
+
+    prop: str
+    action: str
+    example: Example
+
+    @property
+    def agree(self) -> bool:
+        """Both engines gave the same answer."""
+        return len({said for _, said in self.example.answers}) == 1
+
+
 @dataclass
 class ProofReport:
-    """Every property's outcome on one pack."""
+    """Every property's outcome on one pack, and the solver's inputs replayed on both engines."""
 
     revision: str
     outcomes: list[Outcome]
     files: dict[str, Path] = field(default_factory=dict)
+    replayed: list[Replayed] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Every property proved."""
-        return all(o.proved for o in self.outcomes)
+        """Every property proved, and Rego decides every replayed solver input as Cedar does."""
+        return all(o.proved for o in self.outcomes) and all(r.agree for r in self.replayed)
 
 
 def _by_check(results: list[Verdict]) -> dict[str, list[Verdict]]:
@@ -214,7 +261,8 @@ async def prove(
     """Prove each claim under any data; each failure checked under the pack's data, reduced and explained."""
     wanted = claims(props, baseline, only)
     check_errors = not only or NEVER_ERRORS in only
-    general = _by_check(verdicts(run_helper(job(pack, wanted, data=any_data(), never_errors=check_errors))))
+    found = run_helper(job(pack, wanted, data=any_data(), never_errors=check_errors, witnesses=props))
+    general = _by_check(verdicts(found))
     examples: dict[str, Example | None] = {}
     for c in wanted:
         bad = [v for v in general.get(c.check, []) if not v.proved]
@@ -264,7 +312,89 @@ async def prove(
                 policies=sorted({f"{v.action} (@id {v.policy})" for v in bad}),
             )
         )
-    return ProofReport(pack.revision, await _decided(pack, outcomes))
+    proved = {o.name for o in outcomes if o.proved}
+    replayed = await _replay(pack, props, general, tables, [c for c in wanted if c.check in proved])
+    return ProofReport(pack.revision, await _decided(pack, outcomes), replayed=replayed)
+
+
+async def _replay(
+    pack: Pack, props: Properties, general: dict[str, list[Verdict]], tables: Tables, proved: list[Claim]
+) -> list[Replayed]:
+    """Each request that breaks one proved property alone, decided by both engines; where Rego answers
+    otherwise than Cedar, the request reduced towards a base (while Cedar still refuses it the same way)."""
+    inputs: dict[str, tuple[Claim, Verdict, DecisionInput]] = {}
+    for c in proved:
+        for v in general.get(WITNESS + c.prop.name, []):
+            if v.proved or v.counterexample is None:
+                continue  # no request breaks this property alone (another one implies it)
+            try:
+                inp = to_input(v.counterexample, pack, own_data=True)
+            except ValueError:
+                continue
+            inputs[f"{c.prop.name} {v.action}"] = (c, v, inp)
+    if not inputs:
+        return []
+    said = await answers(pack, {k: inp for k, (_, _, inp) in inputs.items()})
+    out = []
+    for key, (c, v, inp) in inputs.items():
+        pairs = tuple((e, said[e][key]) for e in ENGINES)
+        example = Example(v, inp, answers=pairs)
+        if len({a for _, a in pairs}) > 1:
+            example = await _reduced_disagreement(pack, props, c, example, tables)
+        out.append(Replayed(c.prop.name, v.action, example))
+    return out
+
+
+async def _reduced_disagreement(
+    pack: Pack, props: Properties, claim: Claim, example: Example, tables: Tables
+) -> Example:
+    """A disagreement reduced towards a base while Cedar answers it the same way and it breaks the
+    property alone; kept only if Rego still answers otherwise on the reduced input."""
+    assert example.inp is not None
+    others = " && ".join(_guarded(p) for p in props.properties if p.name != claim.prop.name) or "true"
+    oracle = Oracle(pack, {"assume": props.assume, "property": claim.prop.allows_only_if, "others": others})
+    cedar = oracle.decide(example.inp)
+
+    def still(inp: DecisionInput) -> bool:
+        held = oracle.holds(inp)
+        return oracle.decide(inp) == cedar and held == {"assume": True, "property": False, "others": True}
+
+    seeds = [(r.base, r.inp) for r in tables.rows if r.rule in claim.prop.enforced_by and r.kind != "allow"]
+    small = reduced(example.verdict, example.inp, tables.bases, still, seeds)
+    pairs: tuple[tuple[str, str], ...] = ()
+    if small.inp is not None:
+        said = await answers(pack, {"reduced": small.inp})
+        pairs = tuple((e, said[e]["reduced"]) for e in ENGINES)
+    if small.inp is None or len({a for _, a in pairs}) == 1:
+        # What separates the engines is not what breaks the property: reduce asking both engines.
+
+        async def disagree(inputs: list[DecisionInput]) -> list[bool]:
+            found = await answers(pack, {str(i): x for i, x in enumerate(inputs)}) if inputs else {}
+            return [found["cedar"][str(i)] != found["opa"][str(i)] for i in range(len(inputs))]
+
+        near = await nearest_batch(example.inp, tables.bases, disagree) if tables.bases else None
+        if near is None:
+            return example
+        said = await answers(pack, {"reduced": near.inp})
+        pairs = tuple((e, said[e]["reduced"]) for e in ENGINES)
+        small = Example(example.verdict, near.inp, near.base, tuple(near.changes))
+    assert small.inp is not None
+    # Explain the codes one engine gave and the other did not (the property's own codes otherwise).
+    split = [set(answer_codes(a)) for _, a in pairs]
+    everywhere = split[0].intersection(*split[1:]) if split else set()
+    differing = sorted({c for codes in split for c in codes} - everywhere)
+    why = explained(pack, small.inp, differing or claim.prop.enforced_by)
+    return replace(small, answers=pairs, why=why)
+
+
+def answer_codes(answer: str) -> list[str]:
+    """The reason codes of an answer as ``answers`` writes it (``deny ['a', 'b']``), ``allowed`` left out."""
+    _, _, rest = answer.partition(" ")
+    try:
+        codes = ast.literal_eval(rest)
+    except (ValueError, SyntaxError):
+        return []
+    return [c for c in codes if isinstance(c, str) and c != "allowed"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +406,7 @@ def _yaml(data: Any) -> list[str]:
     return yaml.safe_dump(data, sort_keys=False, width=120).splitlines()
 
 
-def example_lines(example: Example, where: Path | None, codes_hint: str = "") -> list[str]:
+def example_lines(example: Example, where: Path | None, codes_hint: str = "", why_title: str = "") -> list[str]:
     """A counterexample as a reviewer reads it, indented under its heading."""
     if example.inp is None:
         return [
@@ -295,7 +425,8 @@ def example_lines(example: Example, where: Path | None, codes_hint: str = "") ->
     if example.answers:
         out.append("  " + "; ".join(f"{engine}: {said}" for engine, said in example.answers))
     if example.why:
-        out.append(f"  why {codes_hint or 'its rules'} did not refuse it:")
+        title = why_title or f"why {codes_hint or 'its rules'} did not refuse it"
+        out.append(f"  {title}:")
         out += [f"    {ln}" for ln in example.why]
     return out
 
@@ -321,6 +452,15 @@ def render_proof(report: ProofReport) -> str:
             lines += example_lines(o.example, report.files.get(o.name), ", ".join(o.codes))
     proved = sum(o.proved for o in report.outcomes)
     lines.append(f"{proved} of {len(report.outcomes)} properties proved")
+    if report.replayed:
+        differ = [r for r in report.replayed if not r.agree]
+        lines.append(
+            f"{'FAILS   ' if differ else ''}rego replay: {len(report.replayed)} solver inputs that break one property"
+            f" alone, {len(differ)} decided otherwise by the Rego pack"
+        )
+        for r in differ:
+            lines.append(f"  {r.prop} on {r.action}:")
+            lines += ["  " + ln for ln in example_lines(r.example, None, why_title="each engine's rules on it")]
     return "\n".join(lines)
 
 
@@ -340,6 +480,12 @@ def proof_json(report: ProofReport) -> dict[str, Any]:
     return {
         "revision": report.revision,
         "ok": report.ok,
+        "rego_replay": [
+            {"property": r.prop, "action": r.action, "agree": r.agree, "example": example_json(r.example)}
+            for r in report.replayed
+            if not r.agree
+        ],
+        "replayed": len(report.replayed),
         "properties": [
             {
                 "name": o.name,

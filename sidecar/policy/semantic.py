@@ -24,7 +24,7 @@ from sidecar.policy.counterexample import Example, Oracle, explained, reduced, t
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.pack import Pack
 from sidecar.policy.properties import Properties
-from sidecar.policy.prove import SCHEMA_FILE, Tables, assume_forbid
+from sidecar.policy.prove import SCHEMA_FILE, Tables, answer_codes, assume_forbid
 from sidecar.policy.review import ENGINES, answers
 from sidecar.policy.symcc import Verdict, run_helper, verdicts
 
@@ -152,7 +152,7 @@ async def _decided(old: Pack, new: Pack, diffs: list[ActionDiff]) -> list[Action
         said = tuple((f"old {e}", before[e][key]) for e in ENGINES) + tuple(
             (f"new {e}", after[e][key]) for e in ENGINES
         )
-        codes = sorted({c.strip("[]',") for _, a in said for c in a.split()[1:] if c.strip("[]',") != "allowed"})
+        codes = sorted({c for _, a in said for c in answer_codes(a)})
         why = explained(new, d.example.inp, codes)
         out.append(replace(d, example=replace(d.example, answers=said, why=why)))
     return out
