@@ -1,7 +1,9 @@
-"""``memgov policy diff``: old and new tables both decided, one-sided inputs kept apart, real changes counted."""
+"""``memgov policy diff``: old and new tables both decided, each pack with its own data, one-sided inputs kept
+apart, changes grouped by direction, and every change to properties.yaml and the data listed."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -24,7 +26,7 @@ class TestDiff:
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path, tmp_path: Path
     ) -> None:
         """The audience check and its remote-server rows removed together: the old tables' rows now forward."""
-        for rel, old, new in PLANTED[3][1]:
+        for rel, old, new in PLANTED[2][1]:
             _edit(pack_copy / rel, old, new)
         tables = _tables(tmp_path)
         doc = yaml.safe_load((tables / "identity.yaml").read_text())
@@ -42,21 +44,58 @@ class TestDiff:
             "--exit-code",
         )
         assert code == 1, out
+        loosened = out[out.index("LOOSENED (refused before, forwarded now):") :]
         assert (
-            "  case identity::remote homeserver in the audience is refused\n"
+            "  [cedar+opa] case identity::remote homeserver in the audience is refused\n"
             "      rewrite_disabled ['audience_mismatch']  ->  forward ['allowed']"
-        ) in out
+        ) in loosened
 
-    def test_an_org_list_no_rule_reads_changes_nothing(
+    def test_an_org_list_no_rule_reads_changes_no_decision(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
     ) -> None:
-        """A new, unused org list gives 0 changes, no one-sided inputs, and --exit-code 0."""
+        """A new, unused org list changes no decision and loosens nothing, but the contract lists it."""
         (pack_copy / "data/org.yaml").write_text("unused_agents: [kagent/a-bot, kagent/b-bot]\n")
         _edit(pack_copy / "cedar/memgov.cedarschema", "type Org = {};", "type Org = { unused_agents: Set<String> };")
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
+        args = ("diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
+        code, out = run_cli(capsys, *args, "--loosening-only")
         assert code == 0, out
-        assert "0 change(s)" in out.splitlines()[0]
+        assert "0 change(s): 0 loosened, 0 tightened, 0 with other reasons" in out
         assert "exist for one pack only" not in out
+        code, out = run_cli(capsys, *args)
+        assert code == 1
+        assert "changed  data/org.yaml: unused_agents: added ['kagent/a-bot', 'kagent/b-bot'], removed []" in out
+
+    def test_a_weakened_property_is_flagged(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """No decision changes, yet properties.yaml loses a condition: diff says so, and --exit-code fails."""
+        _edit(pack_copy / "properties.yaml", " &&\n       !context.room.serverAcl.allowIpLiterals", "")
+        code, out = run_cli(
+            capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code", "--loosening-only"
+        )
+        assert code == 1, out
+        assert "LOOSER   properties.yaml: room-state-valid: allows_only_if -" in out
+        assert "!context.room.serverAcl.allowIpLiterals" in out
+        assert "0 change(s)" in out
+
+    def test_a_looser_limit_loosens_the_rows_under_each_packs_data(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """Each pack decides its rows with its own data: a larger fact limit forwards the 513-byte rows."""
+        _edit(pack_copy / "data" / "limits.yaml", "max_fact_bytes: 512", "max_fact_bytes: 600")
+        code, out = run_cli(
+            capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--format", "json"
+        )
+        assert code == 0, out
+        data = json.loads(out)
+        assert data["loosened"] is True
+        assert {
+            "area": "data/limits.yaml",
+            "item": "max_fact_bytes",
+            "direction": "looser",
+            "detail": "512 -> 600",
+        } in (data["contract"])
+        loosened = [c for c in data["changes"] if c["direction"] == "loosened"]
+        assert any(c["input"] == "case limits::fact of 513 ASCII bytes is refused" for c in loosened)
+        assert data["summary"]["memory.save"]["loosened"] >= 1
 
     def test_each_row_is_also_decided_with_each_unknown_object(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
@@ -69,9 +108,8 @@ class TestDiff:
         )
         code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR))
         assert code == 0, out
-        opa = out[out.index("\nopa:") :]
-        assert "case identity::" in opa and " ~ principal=null\n" in opa
-        assert "\ncedar:" not in out
+        assert "  [opa] case identity::" in out and " ~ principal=null\n" in out
+        assert "[cedar" not in out
 
     def test_a_rule_needing_two_conditions_shows_on_a_pair_of_rows(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
@@ -94,9 +132,9 @@ class TestDiff:
         code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
         assert code == 1, out
         pair = (
-            "  pair room::encrypted room is refused + room::public join rule is refused\n"
+            "  [cedar+opa] pair room::encrypted room is refused + room::public join rule is refused\n"
             "      rewrite_disabled ['room_state_invalid']  ->  forward ['allowed']"
         )
-        assert out.count(pair) == 2  # once per engine
-        assert "  case room::encrypted room is refused\n" not in out
-        assert "  case room::public join rule is refused\n" not in out
+        assert out.count(pair) == 1  # once, for both engines
+        assert "] case room::encrypted room is refused\n" not in out
+        assert "] case room::public join rule is refused\n" not in out
