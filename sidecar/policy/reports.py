@@ -265,7 +265,24 @@ def _semantic_lines(diffs: list[ActionDiff]) -> list[str]:
     return lines
 
 
-def diff_text(report: DiffReport, old: Path, new: Path, *, loosening_only: bool = False) -> str:
+def loosens(report: DiffReport, semantic: list[ActionDiff] | None) -> bool:
+    """Anything admits more than before: a decision, the contract, or a request the proof found."""
+    return report.loosened() or any(d.changed and d.direction == LOOSENS for d in semantic or [])
+
+
+def changes_anything(report: DiffReport, semantic: list[ActionDiff] | None) -> bool:
+    """Any decision, contract or proved difference at all (``--exit-code``)."""
+    return bool(report.changes or report.contract or any(d.changed for d in semantic or []))
+
+
+def diff_text(
+    report: DiffReport,
+    old: Path,
+    new: Path,
+    semantic: list[ActionDiff] | None = None,
+    *,
+    loosening_only: bool = False,
+) -> str:
     """Contract changes, the per-action proof, then every changed decision: loosenings first, with a
     per-action summary; ``loosening_only`` leaves out everything that admits no more than before."""
     contract = [c for c in report.contract if c.direction == LOOSER or not loosening_only]
@@ -273,11 +290,11 @@ def diff_text(report: DiffReport, old: Path, new: Path, *, loosening_only: bool 
     if report.contract:
         lines.append(f"contract: {len(report.contract)} change(s) to properties.yaml and the data files")
         lines += [f"  {c.direction.upper() if c.direction == LOOSER else c.direction:<8} {c}" for c in contract]
-    if report.semantic is not None:
+    if semantic is not None:
         lines.append(
             f"semantic diff {old} -> {new} (Cedar, every request; rules under any data, then each pack's data):"
         )
-        lines += _semantic_lines(report.semantic)
+        lines += _semantic_lines(semantic)
     groups = report.grouped()
     loose = sum(1 for c, _ in groups if c.direction == LOOSENED)
     tight = sum(1 for c, _ in groups if c.direction == TIGHTENED)
@@ -305,11 +322,11 @@ def diff_text(report: DiffReport, old: Path, new: Path, *, loosening_only: bool 
     return "\n".join(lines)
 
 
-def diff_json(report: DiffReport, *, loosening_only: bool = False) -> str:
+def diff_json(report: DiffReport, semantic: list[ActionDiff] | None = None, *, loosening_only: bool = False) -> str:
     """The diff as JSON: contract changes, per-action proof, summary and every grouped change."""
     return _dump(
         {
-            "loosened": report.loosened(),
+            "loosened": loosens(report, semantic),
             "compared": report.compared,
             "one_sided": report.one_sided,
             "contract": [
@@ -318,7 +335,7 @@ def diff_json(report: DiffReport, *, loosening_only: bool = False) -> str:
                 if c.direction == LOOSER or not loosening_only
             ],
             "semantic": None
-            if report.semantic is None
+            if semantic is None
             else [
                 {
                     "action": d.action,
@@ -327,7 +344,7 @@ def diff_json(report: DiffReport, *, loosening_only: bool = False) -> str:
                     "changed": d.changed,
                     "example": example_json(d.example),
                 }
-                for d in report.semantic
+                for d in semantic
             ],
             "summary": report.summary(),
             "changes": [
@@ -346,9 +363,16 @@ def diff_json(report: DiffReport, *, loosening_only: bool = False) -> str:
     )
 
 
-def diff_markdown(report: DiffReport, old: Path, new: Path, *, loosening_only: bool = False) -> str:
+def diff_markdown(
+    report: DiffReport,
+    old: Path,
+    new: Path,
+    semantic: list[ActionDiff] | None = None,
+    *,
+    loosening_only: bool = False,
+) -> str:
     """A pull-request comment: what loosens first (contract, proof, decisions), then the rest folded."""
-    verdict = "**loosens** the pack" if report.loosened() else "loosens nothing"
+    verdict = "**loosens** the pack" if loosens(report, semantic) else "loosens nothing"
     lines = [f"### memgov policy diff `{old}` → `{new}`: {verdict}", ""]
     if report.contract:
         lines += [
@@ -363,8 +387,8 @@ def diff_markdown(report: DiffReport, old: Path, new: Path, *, loosening_only: b
             if c.direction == LOOSER or not loosening_only
         ]
         lines.append("")
-    if report.semantic is not None:
-        changed = sorted((d for d in report.semantic if d.changed), key=lambda d: d.direction != LOOSENS)
+    if semantic is not None:
+        changed = sorted((d for d in semantic if d.changed), key=lambda d: d.direction != LOOSENS)
         lines.append(f"**Semantic diff**: {len(changed)} action(s) decide some request differently")
         for d in changed:
             lines += ["", f"`{d.action}` {d.direction} ({d.question})", ""]
@@ -389,6 +413,6 @@ def diff_markdown(report: DiffReport, old: Path, new: Path, *, loosening_only: b
         lines += [f"<details><summary>{len(rest)} other change(s)</summary>", ""]
         lines += [f"- {c.direction}: `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in rest[:200]]
         lines += ["", "</details>"]
-    if not (report.contract or groups or (report.semantic and any(d.changed for d in report.semantic))):
+    if not changes_anything(report, semantic):
         lines.append("No decision, property or data changes.")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import yaml
 from pydantic import ValidationError
@@ -29,9 +29,6 @@ from sidecar.policy.properties import properties_or_none
 from sidecar.policy.rules import Site, rule_codes
 from sidecar.policy.suite import Engines, load, select
 from sidecar.reasons import Action
-
-if TYPE_CHECKING:
-    from sidecar.policy.semantic import ActionDiff
 
 ENGINES = ("cedar", "opa")
 
@@ -217,14 +214,13 @@ def _inputs(
 
 @dataclass
 class DiffReport:
-    """What changed between two packs: per engine, and how many inputs were compared or one-sided;
-    the contract changes (properties.yaml, data) and, with ``--semantic``, the per-action proof."""
+    """What changed between two packs: per engine, and how many inputs were compared or one-sided,
+    and the contract changes (properties.yaml, data)."""
 
     changes: list[Change]
     compared: int
     one_sided: int
     contract: list[ContractChange] = field(default_factory=list)
-    semantic: list[ActionDiff] | None = None
 
     def grouped(self) -> list[tuple[Change, list[str]]]:
         """Each distinct change once, with the engines that show it: loosenings first, then
@@ -245,15 +241,8 @@ class DiffReport:
         return dict(sorted(out.items()))
 
     def loosened(self) -> bool:
-        """Anything admits more than before: a decision, the contract, or a proof of it."""
-        changed = any(c.direction == LOOSENED for c in self.changes)
-        contract = any(c.direction == LOOSER for c in self.contract)
-        return changed or contract or any(d.changed and d.direction == "loosens" for d in self.semantic or [])
-
-    @property
-    def any_change(self) -> bool:
-        """Any decision, contract or proved difference at all (``--exit-code``)."""
-        return bool(self.changes or self.contract or any(d.changed for d in self.semantic or []))
+        """Anything admits more than before: a decision or the contract."""
+        return any(c.direction == LOOSENED for c in self.changes) or any(c.direction == LOOSER for c in self.contract)
 
 
 async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path | None = None) -> DiffReport:

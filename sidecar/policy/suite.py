@@ -311,7 +311,9 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
         lines += [f"       {d}" for d in input_diff(report.bases[r.case.base], r.case.inp)]
     for case, answers in report.disagreements():
         lines.append(f"DISAGREE {case.id}: {_said(answers)}")
-    for variant, said in report.differences[:25]:
+    # Where one engine forwards what the other refuses comes first: that is a hole, not a wording.
+    differences = sorted(report.differences, key=lambda d: all(r.action != "forward" for r in d[1].values()))
+    for variant, said in differences[:25]:
         lines.append(f"DIFFER {variant.label}: {_said(said)}")
     if len(report.differences) > 25:
         lines.append(f"... and {len(report.differences) - 25} more mutated inputs on which the engines differ")

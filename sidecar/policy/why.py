@@ -116,10 +116,10 @@ class ClauseValue:
         """The parts that make the clause what it is: the true parts of a true ``||``, the false parts
         of a false ``&&``, or how many parts there are otherwise."""
         flip = {"||": "true", "&&": "false"}.get(self.op)
-        if self.op == "" or (flip and self.value != flip):
-            shown = (
-                self.parts[0][0] if self.op == "" else f"{'all' if self.op == '&&' else 'none'} of {len(self.parts)}"
-            )
+        if self.op == "":
+            shown = self.parts[0][0]
+        elif self.value != flip:
+            shown = f"{'all' if self.op == '&&' else 'none'} of its {len(self.parts)} parts"
         else:
             shown = "; ".join(p for p, v in self.parts if v == flip)
         if self.test is not None:

@@ -343,7 +343,7 @@ MISTAKES = [
         'entry cap checking only "already full", its row edited',
         "diff-only",
         "prove",
-        "FAILS   entry-cap: memory.save_batch",
+        "FAILS   entry-cap: memory.save, memory.save_batch",
         [
             (
                 "cedar/limits.cedar",

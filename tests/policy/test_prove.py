@@ -114,6 +114,7 @@ def _block(out: str, heading: str) -> list[str]:
 
 
 class TestProve:
+    @pytest.mark.timeout(1200)  # every property and its solver inputs: a few minutes on a busy machine
     def test_reference_pack_proves_every_property_and_rego_agrees(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Every property holds under any valid data, and Rego decides every solver input as Cedar does."""
         code, out = _prove(capsys, PACK_DIR)
