@@ -23,6 +23,9 @@ KUBE_VERSION := v1.36.3
 KUBE_APISERVER := scripts/kube-apiserver
 # The ServiceMonitor and PrometheusRule CRDs the chart is installed against (from this Go module).
 PROMETHEUS_OPERATOR_VERSION := v0.85.0
+# The CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy CRDs the admission guards are tested
+# against (github.com/cilium/cilium at this version, a 38 MB module download, once).
+CILIUM_VERSION := v1.20.2
 KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
@@ -61,26 +64,37 @@ tool-helm:
 tool-cyclonus:
 	scripts/go-tool.sh cyclonus github.com/mattfenwick/cyclonus $(CYCLONUS_VERSION) github.com/mattfenwick/cyclonus/cmd/cyclonus
 tool-rulecheck:
-	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/main.go | sha256sum | cut -c1-16) .
+	scripts/go-tool.sh rulecheck ./$(RULECHECK) $$(cat $(RULECHECK)/go.mod $(RULECHECK)/go.sum $(RULECHECK)/*.go | sha256sum | cut -c1-16) .
 tool-kube-apiserver:
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
 tool-symcc:
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 tool-crds:
-	scripts/prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
+	scripts/crds.sh prometheus-operator github.com/prometheus-operator/prometheus-operator $(PROMETHEUS_OPERATOR_VERSION) \
+	  example/prometheus-operator-crd monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
+	scripts/crds.sh cilium github.com/cilium/cilium $(CILIUM_VERSION) \
+	  pkg/k8s/apis/cilium.io/client/crds/v2 ciliumnetworkpolicies.yaml ciliumclusterwidenetworkpolicies.yaml
 
 # The full promtool (not part of `make test`: a cold build takes 5-6 minutes and over 1 GB of
-# modules; rulecheck runs the same rule parser). `make check-rules-promtool` uses it.
+# modules; rulecheck runs the same rule parser, and Prometheus's rule manager and PromQL engine for
+# the alerts' unit tests). `make check-rules-promtool` uses it: `promtool check rules` on the
+# rendered rules and `promtool test rules` on tests/chart/alerts.test.yaml, the file rulecheck runs.
 promtool:
 	GO_TOOL_TAGS=remove_all_sd scripts/go-tool.sh promtool github.com/prometheus/prometheus $(PROMETHEUS_VERSION) github.com/prometheus/prometheus/cmd/promtool
 
 check-rules-promtool: venv tools promtool
-	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true --set state.ephemeral=true \
+	mkdir -p .tools/alert-tests
+	helm template memgov charts/memgov -n kagent --kube-version 1.33.0 --set prometheusRule.enabled=true \
+	  --set prometheusRule.runbookUrl=https://docs.example.org/memgov/runbook.md --set state.ephemeral=true \
 	  --show-only templates/prometheusrule.yaml \
 	  | $(PY) -c 'import sys, yaml; print(yaml.safe_dump({"groups": yaml.safe_load(sys.stdin)["spec"]["groups"]}))' \
 	  > .tools/memgov-rules.yaml
 	promtool check rules .tools/memgov-rules.yaml
+	$(PY) -c 'import sys, yaml; g = yaml.safe_load(open(sys.argv[1]))["groups"]; [r.pop("annotations") for x in g for r in x["rules"]]; print(yaml.safe_dump({"groups": g}))' \
+	  .tools/memgov-rules.yaml > .tools/alert-tests/memgov-rules.yaml
+	cp tests/chart/alerts.test.yaml .tools/alert-tests/
+	promtool test rules .tools/alert-tests/alerts.test.yaml
 
 # Every system prerequisite of `make test` (PostgreSQL server and headers, a C compiler, Go, buildah,
 # mmdebstrap, ...), each detected by the file that is used and installed with apt when missing.

@@ -5,14 +5,14 @@
 #
 #   scripts/prereqs.sh [--check] [NAME...]
 #
-# NAME is any of: python-venv cc make flock initdb postgres.h go cargo etcd buildah mmdebstrap (default: all).
+# NAME is any of: python-venv cc make flock initdb postgres.h pg_dump go cargo etcd buildah mmdebstrap (default: all).
 # --check only reports; it never installs, and exits 1 when anything is missing.
 # `make demo` needs none of this: it runs on Python alone.
 set -euo pipefail
 
 check_only=0
 if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
-all=(python-venv cc make flock initdb postgres.h go cargo etcd buildah mmdebstrap)
+all=(python-venv cc make flock initdb postgres.h pg_dump go cargo etcd buildah mmdebstrap)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -89,6 +89,12 @@ check() {
       need postgres.h "pg_config --includedir-server of PostgreSQL $major" \
         "[ -f \"\$(/usr/lib/postgresql/$major/bin/pg_config --includedir-server 2>/dev/null)/postgres.h\" ]" \
         "postgresql-server-dev-$major${version:+=$version}" ;;
+    pg_dump)
+      # The documented backup and restore (docs/deploy.md) run in the upgrade tests, with the server's major.
+      check initdb
+      [ -n "$(pg_bindir)" ] || return 0
+      need pg_dump "pg_dump and pg_restore of PostgreSQL $(pg_major)" \
+        '[ -x "$(pg_bindir)/pg_dump" ] && [ -x "$(pg_bindir)/pg_restore" ]' "postgresql-client-$(pg_major)" ;;
     go)
       # Go comes with the machine: Debian's golang is too old for the pinned tools.
       if command -v go >/dev/null; then

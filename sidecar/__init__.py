@@ -1,3 +1,3 @@
 """memgov: a governed-memory gateway in front of kagent's controller API (import package ``sidecar``)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -3,6 +3,8 @@
 aiohttp answers a request its HTTP parser refuses (``GET *``, an authority-form target, a
 malformed header) with a text body that can quote the request line. memgov's listeners answer
 those too with the one content-free error shape (SPEC D7): a reason code and a fresh decision id.
+Every connection is bounded by its listener's caps and the request-head deadline
+(``sidecar/connections.py``).
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from sidecar.connections import BoundedConnection
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, error_body, new_decision_id
 
 log = get_logger("server")
 
 
-class _ContentFreeErrors(RequestHandler):
+class _ContentFreeErrors(BoundedConnection):
     """A connection handler whose parser-level and last-resort errors carry only a reason code."""
+
+    __slots__ = ()
 
     def handle_error(
         self,
@@ -51,7 +56,11 @@ class _Server(web.Server):
 
 
 class ContentFreeRunner(web.AppRunner):
-    """``web.AppRunner`` whose connection handlers never answer with aiohttp's text pages."""
+    """``web.AppRunner`` whose connection handlers never answer with aiohttp's text pages.
+
+    Takes ``gate`` (a :class:`sidecar.connections.Gate`), ``max_head_bytes`` and
+    ``keepalive_timeout`` (the head deadline) among the handler arguments.
+    """
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

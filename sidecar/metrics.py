@@ -59,6 +59,20 @@ AUDIT_SPOOL_DROPPED = Counter(
     ["kind"],
 )
 
+# Client connections of each listener (data, control, ops), counted as they open and close
+# (sidecar/connections.py). A reason is per_address or total (refused at accept, over a cap),
+# header_too_large (an unfinished head outgrew its size), header_timeout (a request head had begun
+# but was not complete in time) or idle (no byte of a request arrived in time: how every
+# kept-alive connection ends).
+CONNECTIONS_OPEN = Gauge(
+    "memgov_connections_open", "Open client connections by listener.", ["listener"], multiprocess_mode="livesum"
+)
+CONNECTIONS_CLOSED = Counter(
+    "memgov_connections_closed_total",
+    "Client connections refused at accept or closed before a complete request head, by listener and reason.",
+    ["listener", "reason"],
+)
+
 # Set by the state store's health check (sidecar/state/health.py). With several workers
 # (sidecar/workers.py) it is merged over the live ones: the store is down when any worker found it down.
 STATE_AVAILABLE = Gauge(

@@ -17,7 +17,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from sidecar import metrics, tracing
-from sidecar.contentstore.kagent import KagentMemory
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason, Refusal, new_decision_id
 from sidecar.relay import (
@@ -26,17 +25,16 @@ from sidecar.relay import (
     EMBEDDING,
     MATCH,
     MEMORY,
-    MEMORY_API,
     NO_EMBEDDING_UPSTREAM,
     SETTINGS,
     ClassHandler,
     forward,
     refusal_answer,
 )
-from sidecar.routes import CONTENT_CLASSES, RouteClass, RouteMatch, classify
+from sidecar.routes import CONTENT_CLASSES, Operation, RouteClass, RouteMatch, Traffic, classify
 from sidecar.settings import Settings
 from sidecar.state.lanes import data_lane
-from sidecar.upstream import Upstream, make_session
+from sidecar.upstream import Upstreams, open_upstreams
 from sidecar.wsproxy import is_websocket, relay_websocket
 
 HANDLERS: Final = web.AppKey("handlers", dict[RouteClass, ClassHandler])
@@ -78,14 +76,14 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
     table: dict[RouteClass, ClassHandler] = {c: _content for c in CONTENT_CLASSES}
     table.update(
         {
-            RouteClass.PASSTHROUGH: _passthrough,
-            RouteClass.A2A_INVOKE: _passthrough,
-            RouteClass.A2A_CARD: _passthrough,
-            RouteClass.EMBEDDING: _embedding,
-            RouteClass.MEMORY_OTHER: _route_denied,
-            RouteClass.A2A_NONCANONICAL: _route_denied,
-            RouteClass.MEMORY_UNGOVERNED: _ungoverned,
-            RouteClass.INVALID: _bad_target,
+            Traffic.PASSTHROUGH: _passthrough,
+            Operation.A2A_INVOKE: _passthrough,
+            Traffic.A2A_CARD: _passthrough,
+            Operation.EMBEDDING: _embedding,
+            Traffic.MEMORY_OTHER: _route_denied,
+            Traffic.A2A_NONCANONICAL: _route_denied,
+            Operation.MEMORY_UNGOVERNED: _ungoverned,
+            Traffic.INVALID: _bad_target,
         }
     )
     return table
@@ -102,7 +100,7 @@ async def observe_data(request: web.Request, handler: Handler) -> web.StreamResp
     request[DECISION_ID] = new_decision_id()
     resp: web.StreamResponse
     try:
-        if match.cls is RouteClass.INVALID:
+        if match.cls is Traffic.INVALID:
             # SECURITY: a target that is not origin-form never reaches a route (not even the router's 404).
             raise Refusal(Reason.BAD_REQUEST)
         with data_lane():  # agents' calls never take the state connections withdrawals and the sweeper need
@@ -128,7 +126,7 @@ async def observe_data(request: web.Request, handler: Handler) -> web.StreamResp
     timed.observe(elapsed)
     # Successful pass-through traffic is counted by the metrics above; a log line per such request
     # would cost more than the relay itself, so it is kept for debug level.
-    emit = log.debug if match.cls is RouteClass.PASSTHROUGH and resp.status < 400 else log.info
+    emit = log.debug if match.cls is Traffic.PASSTHROUGH and resp.status < 400 else log.info
     emit(
         "request.done",
         method=request.method if request.method in _METHODS else "OTHER",
@@ -146,9 +144,9 @@ _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 
 #: Traffic groups for per-client concurrency: a client saturating one cannot starve another.
 _GROUP: Final = {cls: "memory" for cls in CONTENT_CLASSES} | {
-    RouteClass.EMBEDDING: "embedding",
-    RouteClass.A2A_INVOKE: "a2a",
-    RouteClass.A2A_CARD: "a2a",
+    Operation.EMBEDDING: "embedding",
+    Operation.A2A_INVOKE: "a2a",
+    Traffic.A2A_CARD: "a2a",
 }
 
 
@@ -173,7 +171,7 @@ async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     match = request[MATCH]
-    if is_websocket(request) and match.cls is not RouteClass.PASSTHROUGH:
+    if is_websocket(request) and match.cls is not Traffic.PASSTHROUGH:
         # SECURITY: governed routes are plain HTTP; an upgrade there would bypass body inspection.
         raise Refusal(Reason.ROUTE_DENIED)
     return await request.app[HANDLERS][match.cls](request, match)
@@ -181,13 +179,17 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 
 def create_data_app(
     settings: Settings,
+    upstreams: Upstreams | None = None,
     *,
     handlers: dict[RouteClass, ClassHandler] | None = None,
     middlewares: tuple[Middleware, ...] = (),
 ) -> web.Application:
     """Build the data-plane app; ``handlers`` overrides entries of the class table, ``middlewares``
     run first, right after tracing, before anything else looks at the request (governance spends
-    contexts there, so even a request refused on its target spends the context it carried)."""
+    contexts there, so even a request refused on its target spends the context it carried).
+
+    ``upstreams`` are the gateway's pools (the composition root owns them); a bare relay without
+    governance opens and closes its own."""
     app = web.Application(
         middlewares=[tracing.trace_requests, *middlewares, observe_data, admit],
         client_max_size=settings.listen.max_body_bytes,
@@ -198,31 +200,20 @@ def create_data_app(
     table.update(handlers or {})
     app[HANDLERS] = table
 
-    async def upstreams(app: web.Application) -> AsyncIterator[None]:
-        cfg = settings.upstream
-        # One pool per traffic group, so long or slow passthrough traffic cannot take the
-        # connections governed memory and embedding calls need.
-        sessions = [
-            make_session(cfg),
-            make_session(cfg, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s),
-        ]
-        app[CONTROLLER] = Upstream("controller", cfg.controller_url, sessions[0])
-        app[MEMORY] = Upstream("memory", cfg.controller_url, sessions[1])
-        app[MEMORY_API] = KagentMemory(app[MEMORY])
-        if cfg.embedding_url:
-            sessions.append(
-                make_session(
-                    cfg,
-                    pool_size=cfg.embedding_pool_size,
-                    total_timeout_s=cfg.embedding_timeout_s,
-                    trust_env=cfg.embedding_trust_env,
-                )
-            )
-            app[EMBEDDING] = Upstream("embedding", cfg.embedding_url, sessions[2])
-        yield
-        for session in sessions:
-            await session.close()
+    def attach(ups: Upstreams) -> None:
+        app[CONTROLLER], app[MEMORY] = ups.controller, ups.memory
+        if ups.embedding is not None:
+            app[EMBEDDING] = ups.embedding
 
-    app.cleanup_ctx.append(upstreams)
+    if upstreams is not None:
+        attach(upstreams)
+    else:
+
+        async def own(app: web.Application) -> AsyncIterator[None]:
+            async with open_upstreams(settings.upstream) as ups:
+                attach(ups)
+                yield
+
+        app.cleanup_ctx.append(own)
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app

@@ -14,19 +14,16 @@ from typing import Final
 
 from aiohttp import web
 
-from sidecar.contentstore.kagent import KagentMemory
 from sidecar.reasons import Code, Reason, Refusal, error_body
 from sidecar.routes import RouteMatch
 from sidecar.settings import Settings
-from sidecar.upstream import BodyTooLarge, BodyTooSlow, Upstream, filter_headers, relay_response
+from sidecar.upstream import BodyRefused, Upstream, filter_headers, relay_response
 
 ClassHandler = Callable[[web.Request, RouteMatch], Awaitable[web.StreamResponse]]
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTROLLER: Final = web.AppKey("controller", Upstream)
 MEMORY: Final = web.AppKey("memory_upstream", Upstream)
-#: kagent's memory API over the MEMORY upstream: governed saves and searches are forwarded through it.
-MEMORY_API: Final = web.AppKey("memory_api", KagentMemory)
 EMBEDDING: Final = web.AppKey("embedding", Upstream)
 MATCH: Final = web.RequestKey("match", RouteMatch)
 DECISION_ID: Final = web.RequestKey("decision_id", str)
@@ -70,7 +67,7 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
     listen = request.app[SETTINGS].listen
     limit, rate = listen.max_body_bytes, listen.body_min_rate_bps
     if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge
+        raise BodyRefused(Reason.BODY_TOO_LARGE)
     loop, content = asyncio.get_running_loop(), request.content
     started, size = loop.time(), 0
     while True:
@@ -81,7 +78,7 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
             due = min(due, _RATE_GRACE_S + size / rate)
         wait = started + due - loop.time()
         if wait <= 0:
-            raise BodyTooSlow
+            raise BodyRefused(Reason.BODY_TIMEOUT)
         # What has already arrived is taken without a timer (most bodies arrive with their headers);
         # only a wait for more data is bounded: asyncio.timeout arms one timer, where wait_for would
         # also wrap each read in a new task.
@@ -91,12 +88,12 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
                 async with asyncio.timeout(wait):
                     chunk = await content.readany()
             except TimeoutError:
-                raise BodyTooSlow from None
+                raise BodyRefused(Reason.BODY_TIMEOUT) from None
         if not chunk:
             return
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge
+            raise BodyRefused(Reason.BODY_TOO_LARGE)
         yield chunk
 
 

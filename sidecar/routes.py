@@ -13,37 +13,51 @@ import enum
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias
 from urllib.parse import unquote
 
 
-class RouteClass(enum.StrEnum):
-    """Traffic classes; the values are the bounded ``route_class`` metric and log label."""
+class Operation(enum.StrEnum):
+    """The governed operations (SPEC §2) and the content-bearing control call: what the policy decides.
+
+    The values are the decision input's ``operation``, the Cedar action ids, and the ``route_class``
+    metric and log label of the data plane's governed routes.
+    """
 
     A2A_INVOKE = "a2a.invoke"
-    A2A_CARD = "a2a.card"
-    A2A_NONCANONICAL = "a2a.noncanonical"
     MEMORY_SAVE = "memory.save"
     MEMORY_SAVE_BATCH = "memory.save_batch"
     MEMORY_SEARCH = "memory.search"
     MEMORY_LIST = "memory.list"
     MEMORY_DELETE_ALL = "memory.delete_all"
-    MEMORY_OTHER = "memory.other"
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
+    CONTROL_INSPECT = "control.inspect"
+
+
+class Traffic(enum.StrEnum):
+    """Traffic no policy decides: relayed as it came, or refused for its spelling before any decision."""
+
+    A2A_CARD = "a2a.card"
+    A2A_NONCANONICAL = "a2a.noncanonical"
+    MEMORY_OTHER = "memory.other"
     PASSTHROUGH = "passthrough"
     INVALID = "invalid"
+
+
+#: Every class a data-plane request is classified into; the values are the bounded ``route_class`` label.
+RouteClass: TypeAlias = Operation | Traffic
 
 
 #: Classes whose upstream error bodies are replaced (they can carry memory or DB text).
 CONTENT_CLASSES: Final = frozenset(
     {
-        RouteClass.MEMORY_SAVE,
-        RouteClass.MEMORY_SAVE_BATCH,
-        RouteClass.MEMORY_SEARCH,
-        RouteClass.MEMORY_LIST,
-        RouteClass.MEMORY_DELETE_ALL,
-        RouteClass.EMBEDDING,
+        Operation.MEMORY_SAVE,
+        Operation.MEMORY_SAVE_BATCH,
+        Operation.MEMORY_SEARCH,
+        Operation.MEMORY_LIST,
+        Operation.MEMORY_DELETE_ALL,
+        Operation.EMBEDDING,
     }
 )
 
@@ -59,11 +73,11 @@ class RouteMatch:
 
 _SEG = r"[A-Za-z0-9][A-Za-z0-9._\-]{0,252}"
 _MEMORY_EXACT: Final[dict[tuple[str, str], RouteClass]] = {
-    ("POST", "/api/memories/sessions"): RouteClass.MEMORY_SAVE,
-    ("POST", "/api/memories/sessions/batch"): RouteClass.MEMORY_SAVE_BATCH,
-    ("POST", "/api/memories/search"): RouteClass.MEMORY_SEARCH,
-    ("GET", "/api/memories"): RouteClass.MEMORY_LIST,
-    ("DELETE", "/api/memories"): RouteClass.MEMORY_DELETE_ALL,
+    ("POST", "/api/memories/sessions"): Operation.MEMORY_SAVE,
+    ("POST", "/api/memories/sessions/batch"): Operation.MEMORY_SAVE_BATCH,
+    ("POST", "/api/memories/search"): Operation.MEMORY_SEARCH,
+    ("GET", "/api/memories"): Operation.MEMORY_LIST,
+    ("DELETE", "/api/memories"): Operation.MEMORY_DELETE_ALL,
 }
 _A2A = re.compile(rf"^/api/(?P<kind>a2a|a2a-sandboxes)/(?P<ns>{_SEG})/(?P<name>{_SEG})(?P<rest>/.*)?$")
 _CARD_SUFFIX: Final = "/.well-known/agent-card.json"
@@ -119,7 +133,7 @@ def classify(method: str, raw_path: str) -> RouteMatch:
     if _ORIGIN_FORM.fullmatch(raw_path) is None or _PCT.search(raw_path.partition("?")[0]) is not None:
         # SECURITY: what memgov classifies is what it forwards; a target it cannot read exactly
         # the way kagent will is refused, whatever it appears to name.
-        return RouteMatch(RouteClass.INVALID, "/{invalid}")
+        return RouteMatch(Traffic.INVALID, "/{invalid}")
     method = method.upper()
     path = raw_path.split("?", 1)[0]
 
@@ -128,33 +142,33 @@ def classify(method: str, raw_path: str) -> RouteMatch:
         return RouteMatch(exact, path)
     if (m := _EMBEDDING.match(path)) is not None:
         if method == "POST":
-            return RouteMatch(RouteClass.EMBEDDING, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
-        return RouteMatch(RouteClass.MEMORY_OTHER, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
+            return RouteMatch(Operation.EMBEDDING, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
+        return RouteMatch(Traffic.MEMORY_OTHER, "/embeddings/{ns}/{name}/v1/embeddings", m.groupdict())
     if (m := _A2A.match(path)) is not None:
         kind, rest = m["kind"], m["rest"] or ""
         params = {"ns": m["ns"], "name": m["name"], "kind": kind}
         if rest == _CARD_SUFFIX:
-            return RouteMatch(RouteClass.A2A_CARD, f"/api/{kind}/{{ns}}/{{name}}{_CARD_SUFFIX}", params)
+            return RouteMatch(Traffic.A2A_CARD, f"/api/{kind}/{{ns}}/{{name}}{_CARD_SUFFIX}", params)
         # SECURITY: a card path under another segment ("x/../k8s-agent/.well-known/…") names a
         # different agent once kagent's router cleans it: not a card of {name}, refused here.
         if "%" in rest or "//" in rest or "/." in rest:
-            return RouteMatch(RouteClass.A2A_NONCANONICAL, f"/api/{kind}/{{ns}}/{{name}}/{{rest}}", params)
-        return RouteMatch(RouteClass.A2A_INVOKE, f"/api/{kind}/{{ns}}/{{name}}", params)
+            return RouteMatch(Traffic.A2A_NONCANONICAL, f"/api/{kind}/{{ns}}/{{name}}/{{rest}}", params)
+        return RouteMatch(Operation.A2A_INVOKE, f"/api/{kind}/{{ns}}/{{name}}", params)
     if _UNGOVERNED.match(path) is not None:
-        return RouteMatch(RouteClass.MEMORY_UNGOVERNED, _ungoverned_template(path))
+        return RouteMatch(Operation.MEMORY_UNGOVERNED, _ungoverned_template(path))
 
     # Anything whose decoded, folded form lands on a governed prefix is a bypass attempt or a typo.
     folded = _canonical(unquote(unquote(path)))
     if folded == "/api/memories" or folded.startswith(("/api/memories/", "/embeddings/")):
-        return RouteMatch(RouteClass.MEMORY_OTHER, "/api/memories/{other}")
+        return RouteMatch(Traffic.MEMORY_OTHER, "/api/memories/{other}")
     if folded.startswith(("/api/a2a/", "/api/a2a-sandboxes/")):
-        return RouteMatch(RouteClass.A2A_NONCANONICAL, "/api/a2a/{other}")
+        return RouteMatch(Traffic.A2A_NONCANONICAL, "/api/a2a/{other}")
     if folded.startswith(("/api/crewai/", "/api/langgraph")):
-        return RouteMatch(RouteClass.MEMORY_UNGOVERNED, "/api/{ungoverned}")
+        return RouteMatch(Operation.MEMORY_UNGOVERNED, "/api/{ungoverned}")
     for rx, template in _TEMPLATES:
         if rx.match(path):
-            return RouteMatch(RouteClass.PASSTHROUGH, template)
-    return RouteMatch(RouteClass.PASSTHROUGH, "/{unknown}")
+            return RouteMatch(Traffic.PASSTHROUGH, template)
+    return RouteMatch(Traffic.PASSTHROUGH, "/{unknown}")
 
 
 def _ungoverned_template(path: str) -> str:

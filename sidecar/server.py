@@ -8,29 +8,27 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Final, Literal
 
 from aiohttp import web
 
-from sidecar import evloop, tracing
-from sidecar.control.app import control_plane
-from sidecar.enforce import governed_handlers, governed_middlewares
-from sidecar.governance import GOVERNANCE, Governance, governance
+from sidecar import connections, evloop, tracing
+from sidecar.clock import Clock
 from sidecar.listener import ContentFreeRunner
 from sidecar.logs import configure_logging, error_type, get_logger
 from sidecar.ops import Readiness, create_ops_app
-from sidecar.proxy import create_data_app
+from sidecar.root import Parts, control_plane, data_app, open_parts
 from sidecar.sampler import sampling
 from sidecar.secretfile import SecretError
 from sidecar.settings import Settings, SettingsError, load_settings
-from sidecar.state.types import SchemaMismatch
+from sidecar.state.types import MigrationFailed, SchemaMismatch
 
 log = get_logger("server")
 
 #: Exit codes of `memgov serve` (stable; the orchestrator and operators read them).
 EXIT_CONFIG: Final = 2  # the configuration is invalid
 EXIT_SCHEMA: Final = SchemaMismatch.EXIT_CODE  # the state schema is not one this release runs on
+EXIT_MIGRATION: Final = MigrationFailed.EXIT_CODE  # the state store refused a migration statement
 EXIT_START: Final = 1  # anything else that stopped the start-up (a policy pack that does not load, …)
 
 
@@ -41,7 +39,8 @@ class Gateway:
     settings: Settings
     runners: list[web.AppRunner] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
-    governance: Governance | None = None
+    parts: Parts | None = None
+    gates: dict[connections.Listener, connections.Gate] = field(default_factory=dict)
 
     @property
     def data_url(self) -> str:
@@ -60,12 +59,16 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
     """Serve ``app`` on every address of one listener (``0.0.0.0:8080,[::]:8080`` binds both families)."""
     # auto_decompress=False: a compressed body is relayed exactly as sent (passthrough byte for
     # byte) and never parsed as something other than what arrived on a governed route.
+    # keepalive_timeout: aiohttp's keep-alive timer is the request-head deadline (sidecar/connections.py).
     runner = ContentFreeRunner(
         app,
         access_log=None,
         handle_signals=False,
         shutdown_timeout=gw.settings.listen.shutdown_timeout_s,
         auto_decompress=False,
+        keepalive_timeout=gw.settings.listen.header_timeout_s,
+        gate=gw.gates[name],
+        max_head_bytes=gw.settings.listen.max_header_bytes,
     )
     await runner.setup()
     gw.runners.append(runner)
@@ -87,23 +90,22 @@ async def _start(app: web.Application, name: Literal["data", "control", "ops"], 
 
 @asynccontextmanager
 async def running_gateway(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None, resume: bool = True
+    settings: Settings, *, clock: Clock | None = None, resume: bool = True
 ) -> AsyncIterator[Gateway]:
     """Start every listener of a gateway (ports may be 0) and stop them on exit.
 
     ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
     resumes them as it starts (the sweepers of every worker still pick up stalled ones).
     """
-    gw = Gateway(settings)
+    gw = Gateway(settings, gates=connections.gates(settings))
     readiness = Readiness()
     async with (
-        governance(settings, readiness, clock=clock) as gov,
-        control_plane(gov, resume=resume) as control,
-        sampling(gov.store, gov.now),
+        open_parts(settings, readiness, clock=clock) as parts,
+        control_plane(parts, resume=resume) as control,
+        sampling(parts.store, parts.clock),
     ):
-        gw.governance = gov
-        data = create_data_app(settings, handlers=governed_handlers(), middlewares=governed_middlewares())
-        data[GOVERNANCE] = gov
+        gw.parts = parts
+        data = data_app(parts)
         try:
             await _start(data, "data", gw)
             await _start(control, "control", gw)
@@ -126,8 +128,8 @@ async def serve(settings: Settings, started: Callable[[], object] | None = None,
 
     async def run() -> None:
         async with running_gateway(settings, resume=resume) as gw:
-            if gw.governance is not None:
-                gw.governance.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            if gw.parts is not None:
+                gw.parts.policy.install_sighup()  # `kill -HUP` reloads the policy pack
             serving.set()
             if started is not None:
                 started()
@@ -166,6 +168,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memgov: {exc}")
         return EXIT_CONFIG
     configure_logging(settings.log.level)
+    connections.raise_fd_limit()  # before the workers start: they inherit it
     workers = args.workers or settings.listen.workers
     try:
         if workers > 1:
@@ -175,9 +178,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         evloop.run(serve(settings))
     except SchemaMismatch as exc:
         # A rolled-back release on a schema a newer one migrated (or an unmigrated one with
-        # auto_migrate off): refuse before serving anything, and say which versions.
-        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
-        return EXIT_SCHEMA
+        # auto_migrate off, or a migration the store refused): refuse before serving anything, and
+        # say which versions (and, for a refused migration, which one and the backend's error code).
+        log.error(exc.event, **exc.fields())
+        return exc.EXIT_CODE
     except (SettingsError, SecretError) as exc:
         log.error("server.start_failed", error_type=type(exc).__name__)
         return EXIT_CONFIG

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from enum import StrEnum
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
@@ -103,6 +104,18 @@ class UpstreamSettings(_Section):
         return v.rstrip("/") if v else v
 
 
+class MaxConnections(_Section):
+    data: int = Field(4096, ge=1, description="Open connections the data-plane listener holds at most (503 above).")
+    control: int = Field(256, ge=1, description="Open connections the control API listener holds at most.")
+    ops: int = Field(64, ge=1, description="Open connections the operations listener holds at most.")
+
+
+class MaxConnectionsPerAddress(_Section):
+    data: int = Field(256, ge=1, description="Open data-plane connections one peer address holds at most (429 above).")
+    control: int = Field(32, ge=1, description="Open control API connections one peer address holds at most.")
+    ops: int = Field(16, ge=1, description="Open operations connections one peer address holds at most.")
+
+
 class ListenSettings(_Section):
     data: str = Field(
         "0.0.0.0:8080",
@@ -127,6 +140,29 @@ class ListenSettings(_Section):
     )
     max_concurrent_per_client: int = Field(
         64, ge=1, description="Requests in flight per client address and traffic group (429 concurrency_limited above)."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request head must be complete this many seconds after the connection is accepted, and after"
+        " each response on a kept-alive connection; otherwise the connection is closed (an idle one too).",
+    )
+    max_header_bytes: int = Field(
+        32768,
+        ge=8192,
+        le=1024 * 1024,
+        description="Largest unfinished request head, in bytes, on every listener; one that grows past it is"
+        " answered 431 and closed.",
+    )
+    max_connections: MaxConnections = Field(
+        default_factory=MaxConnections,
+        description="Open connections per listener and process; one more is answered and closed at accept.",
+    )
+    max_connections_per_address: MaxConnectionsPerAddress = Field(
+        default_factory=MaxConnectionsPerAddress,
+        description="Open connections per TCP peer address, listener and process (at most the listener's cap); one"
+        " more is answered and closed at accept (X-Forwarded-For is never read).",
     )
     workers: int = Field(
         1,
@@ -277,8 +313,16 @@ def _identity_check(kind: str, value: str) -> str:
         raise ValueError(f"not a valid {'server name' if kind == 'server_name' else 'Matrix user id'}") from None
 
 
+class AdapterName(StrEnum):
+    """How memgov deletes kagent's rows: whole namespaces over its REST API, or by id through a
+    least-privilege role on its database (docs/erasure.md)."""
+
+    REST = "rest"
+    KAGENT_DB = "kagent-db"
+
+
 class ErasureSettings(_Section):
-    adapter: Literal["rest", "kagent-db"] = Field("rest", description="Erasure adapter: rest or kagent-db.")
+    adapter: AdapterName = Field(AdapterName.REST, description="Erasure adapter: rest or kagent-db.")
     kagent_db_url: str | None = Field(None, description="Least-privilege role on kagent's database (kagent-db).")
     kagent_db_url_file: Path | None = Field(None, description="File holding kagent_db_url.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="Hard-expiry and dead-generation sweeper interval.")
@@ -399,7 +443,7 @@ class Settings(BaseSettings):
             if self.secrets.session_key_file is None:
                 raise ValueError("secrets.session_key_file is required when profile is production")
             erasure = self.erasure
-            if erasure.adapter == "kagent-db" and not (erasure.kagent_db_url or erasure.kagent_db_url_file):
+            if erasure.adapter is AdapterName.KAGENT_DB and not (erasure.kagent_db_url or erasure.kagent_db_url_file):
                 raise ValueError("erasure.kagent_db_url(_file) is required for the kagent-db adapter")
         return self
 

@@ -6,14 +6,16 @@ are dropped; the client's bytes reach kagent unchanged (no added compression or 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import jwt
@@ -48,24 +50,8 @@ CONTEXT_HEADER: Final = "X-Memgov-Context"
 
 
 class BodyRefused(Refusal):
-    """The request body broke a listener limit; the subclass says which."""
-
-    code = Reason.BAD_REQUEST
-
-    def __init__(self) -> None:
-        super().__init__(self.code)
-
-
-class BodyTooLarge(BodyRefused):
-    """The request body exceeded ``listen.max_body_bytes``."""
-
-    code = Reason.BODY_TOO_LARGE
-
-
-class BodyTooSlow(BodyRefused):
-    """The request body missed ``listen.body_timeout_s`` or ``listen.body_min_rate_bps``."""
-
-    code = Reason.BODY_TIMEOUT
+    """The request body broke a listener limit: ``body_too_large`` (``listen.max_body_bytes``) or
+    ``body_timeout`` (``listen.body_timeout_s``, ``listen.body_min_rate_bps``)."""
 
 
 def _refusal_in_chain(exc: BaseException) -> BodyRefused | None:
@@ -252,6 +238,57 @@ def make_session(
         skip_auto_headers=("User-Agent",),
         trust_env=trust_env,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Upstreams:
+    """Every upstream pool of one gateway, each with one owner (:func:`open_upstreams`).
+
+    One pool per traffic group, so long or slow passthrough traffic cannot take the connections
+    governed memory and embedding calls need, and rotation never waits on the data plane's.
+    """
+
+    #: Passthrough traffic and invocations.
+    controller: Upstream
+    #: kagent's memory API: governed saves and searches, and memgov's own calls (erasure, inspect, rotation).
+    memory: Upstream
+    #: The agents' embedding provider (None when no ``embedding_url`` is configured).
+    embedding: Upstream | None = None
+    #: The same provider, for rotation's re-embedding: a small pool with a whole-call timeout.
+    reembedding: Upstream | None = None
+
+
+@asynccontextmanager
+async def open_upstreams(cfg: UpstreamSettings) -> AsyncIterator[Upstreams]:
+    """Open every pool the configuration needs; closed, in reverse, when the block ends."""
+    async with contextlib.AsyncExitStack() as opened:
+
+        def pool(name: str, base: str, **how: Any) -> Upstream:
+            session = make_session(cfg, **how)
+            opened.push_async_callback(session.close)
+            return Upstream(name, base, session)
+
+        controller = pool("controller", cfg.controller_url)
+        memory = pool(
+            "memory", cfg.controller_url, pool_size=cfg.memory_pool_size, total_timeout_s=cfg.memory_timeout_s
+        )
+        embedding = reembedding = None
+        if cfg.embedding_url:
+            embedding = pool(
+                "embedding",
+                cfg.embedding_url,
+                pool_size=cfg.embedding_pool_size,
+                total_timeout_s=cfg.embedding_timeout_s,
+                trust_env=cfg.embedding_trust_env,
+            )
+            reembedding = pool(
+                "reembedding",
+                cfg.embedding_url,
+                pool_size=4,
+                total_timeout_s=cfg.embedding_timeout_s,
+                trust_env=cfg.embedding_trust_env,
+            )
+        yield Upstreams(controller, memory, embedding, reembedding)
 
 
 async def relay_response(

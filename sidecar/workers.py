@@ -33,7 +33,7 @@ from typing import Any, Literal
 from sidecar import evloop
 from sidecar.logs import configure_logging, error_type, get_logger
 from sidecar.settings import Settings, load_settings
-from sidecar.state.types import SchemaMismatch
+from sidecar.state.types import MigrationFailed, SchemaMismatch
 
 log = get_logger("workers")
 _LISTENERS: tuple[Literal["data", "control", "ops"], ...] = ("data", "control", "ops")
@@ -78,7 +78,7 @@ def _worker(serve: Serve, config: dict[str, Any], ready: Connection, supervisor:
     try:
         evloop.run(serve(settings, started=lambda: ready.send(os.getpid()), resume=index == 0))
     except SchemaMismatch as exc:
-        log.error(exc.event, schema_version=exc.found, supported=exc.supported)
+        log.error(exc.event, **exc.fields())
         sys.exit(exc.EXIT_CODE)  # the supervisor ends with the same code
     except Exception as exc:  # noqa: BLE001 - SECURITY: a traceback can quote configuration or upstream text
         log.error("server.start_failed", error_type=error_type(exc))
@@ -241,8 +241,9 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
         return 0
     except WorkerExited as exc:
         log.error("workers.worker_exited", count=count, step="start")
-        # A schema this release cannot run on ends the gateway with its own code, as with one process.
-        return SchemaMismatch.EXIT_CODE if exc.exitcode == SchemaMismatch.EXIT_CODE else 1
+        # A schema this release cannot run on, or a refused migration, ends the gateway with its own
+        # code, as with one process.
+        return exc.exitcode if exc.exitcode in (SchemaMismatch.EXIT_CODE, MigrationFailed.EXIT_CODE) else 1
     if died.is_set() and not stop.is_set():
         log.error("workers.worker_exited", count=count, step="serve")
         return 1

@@ -114,3 +114,97 @@ class TestLinks:
         linked = {(index.parent / t.partition("#")[0]).resolve() for t in LINK.findall(index.read_text())}
         unlisted = sorted(p.name for p in index.parent.glob("*.md") if p != index and p.resolve() not in linked)
         assert not unlisted, f"docs/README.md does not list: {unlisted}"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+LAYER_LINE = re.compile(r"^ (?P<title>[a-z][a-z ]+?)\s{2,}(?P<modules>[a-z_/│→ ]+?)(?:\s{2,}.*)?$")
+
+
+def _doc_layers() -> list[set[str]]:
+    """The module names of each line of the layer drawing in docs/architecture.md, top first."""
+    drawing = next(b for b in FENCED.findall(ARCHITECTURE.read_text()) if "entry points" in b)
+    layers = []
+    for line in drawing.splitlines()[1:-1]:
+        found = LAYER_LINE.match(line)
+        assert found is not None, f"unreadable layer line: {line!r}"
+        layers.append({m.strip("/ ") for m in re.split(r"[│→]", found["modules"]) if m.strip("/ ")})
+    return layers
+
+
+def _contract_layers() -> list[set[str]]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers"]
+    return [{m.strip() for m in layer.split("|")} for layer in contract["layers"]]
+
+
+class TestArchitecture:
+    def test_the_layer_drawing_is_the_contract(self) -> None:
+        """docs/architecture.md draws exactly the layers import-linter enforces, in order."""
+        drawn = [m for layer in _doc_layers() for m in layer]
+        enforced = [m for layer in _contract_layers() for m in layer]
+        assert sorted(drawn) == sorted(enforced)
+        order = {m: i for i, layer in enumerate(_contract_layers()) for m in layer}
+        ranks = [min(order[m] for m in layer) for layer in _doc_layers()]
+        assert ranks == sorted(ranks), "the drawing lists the layers in another order than the contract"
+
+    def test_the_module_map_lists_every_module_and_nothing_else(self) -> None:
+        """Every module or package directly under sidecar/ has a row in the module map, and every row exists."""
+        table = re.findall(r"^\| (`[^|]+`) \|", ARCHITECTURE.read_text(), re.MULTILINE)
+        named = {n.strip("`/") for cell in table for n in re.findall(r"`([^`]+)`", cell)}
+        children = list((ROOT / "sidecar").iterdir())
+        present = {p.stem for p in children if p.suffix == ".py"} | {p.name for p in children if p.is_dir()}
+        present -= {"__init__", "__main__", "__pycache__"}
+        named = {n.removesuffix(".py") for n in named}
+        assert named == present
+
+    def test_every_module_path_the_page_names_exists(self) -> None:
+        """A `package/module.py` named on the page is a file under sidecar/."""
+        paths = set(re.findall(r"`((?:[a-z_]+/)+[a-z_<>]+\.py)`", ARCHITECTURE.read_text()))
+        gone = sorted(
+            p for p in paths if "<" not in p and not (ROOT / "sidecar" / p).is_file() and not (ROOT / p).is_file()
+        )
+        assert not gone, f"docs/architecture.md names files that do not exist: {gone}"
+
+    def test_the_pipeline_stages_are_the_code_s(self) -> None:
+        """The stages the page names are the fields of a RouteSpec and the runner's answer."""
+        from dataclasses import fields
+
+        from sidecar.enforce import pipeline
+
+        line = next(ln for ln in ARCHITECTURE.read_text().splitlines() if ln.startswith("classify →"))
+        stages = [s.strip() for s in line.split("→")]
+        assert stages == ["classify", "parse", "admit", "decide + record", "forward", "answer"]
+        assert {"parse", "admit", "forward"} <= {f.name for f in fields(pipeline.RouteSpec)}
+        assert callable(pipeline.answer)
+
+
+SOURCE_FILE = re.compile(r"(?<![\w/.-])((?:[a-z_]+/)*[a-z_]+\.py)\b")
+
+
+class TestSourceReferences:
+    def test_files_named_in_the_code_exist(self) -> None:
+        """A ``something.py`` a module of sidecar/ names (in a comment or docstring) is a file of the repository."""
+        files = {
+            p.relative_to(ROOT).as_posix()
+            for d in ("sidecar", "tests", "scripts", "benchmarks")
+            for p in (ROOT / d).rglob("*.py")
+        }
+        gone = set()
+        for path in sorted((ROOT / "sidecar").rglob("*.py")):
+            for name in SOURCE_FILE.findall(path.read_text()):
+                if not any(f == name or f.endswith("/" + name) for f in files):
+                    gone.add(f"{path.relative_to(ROOT)}: {name}")
+        assert not gone, sorted(gone)
+
+
+class TestDocsIndex:
+    def test_no_page_is_listed_twice_for_one_reader(self) -> None:
+        """Each reader's section of docs/README.md links a page once."""
+        sections = re.split(r"^## ", (ROOT / "docs" / "README.md").read_text(), flags=re.MULTILINE)
+        doubled = []
+        for section in sections:
+            links = [t.partition("#")[0] for t in LINK.findall(section)]
+            doubled += sorted({t for t in links if links.count(t) > 1})
+        assert not doubled, f"listed twice in one section of docs/README.md: {doubled}"

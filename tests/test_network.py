@@ -1,9 +1,16 @@
-"""Where memgov listens (a list of addresses, IPv6 included) and how it reaches the embedding provider
-(directly, or through the egress proxy the environment names when told to)."""
+"""Where memgov listens (a list of addresses, IPv6 included), what a flood of unfinished connections
+leaves answering, and how it reaches the embedding provider (directly, or through the egress proxy
+the environment names when told to)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import resource
+import select
+import socket
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +23,8 @@ from sidecar.settings import SettingsError, parse_listen
 from tests.support.echo import create_echo_app
 from tests.support.gateway import gateway, gateway_settings
 from tests.support.pg import free_port
-from tests.support.smoke import production_config, serving, url, wait_ready, write_config
+from tests.support.smoke import SEARCH, production_config, serving, url, wait_ready, write_config
+from tests.support.wait import until
 
 
 class TestListenAddresses:
@@ -67,6 +75,125 @@ class TestListenAddresses:
                 for host in ("127.0.0.1", "[::1]"):
                     async with http.get(f"http://{host}:{port}/version") as resp:
                         assert resp.status == 200
+
+
+#: Unfinished connections one address opens, each with a partial request head, all kept open.
+FLOOD = 2000
+PARTIAL = b"POST /api/memories/search HTTP/1.1\r\nHost: memgov\r\nX-Unfinished: "
+
+
+@pytest.fixture
+def own_fd_limit() -> Iterator[None]:
+    """This test process holds the flood's sockets: its soft descriptor limit is raised to the hard one."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert before[1] >= FLOOD + 500, f"the flood needs {FLOOD + 500} descriptors; the hard limit is {before[1]}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (before[1], before[1]))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def _limited(soft: int, hard: int | None) -> Callable[[], None]:
+    """Run the gateway under these descriptor limits (None: the hard limit it would have anyway)."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard or resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    return apply
+
+
+def _open_flood(port: int) -> list[socket.socket]:
+    """FLOOD connections from 127.0.0.1, each sending a partial head and then nothing."""
+    socks = []
+    for _ in range(FLOOD):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=("127.0.0.1", 0))
+        socks.append(sock)
+        try:
+            sock.sendall(PARTIAL)
+        except OSError:
+            pass  # already answered and closed at accept: the cap at work
+    return socks
+
+
+def _answered(socks: list[socket.socket]) -> int:
+    """How many of the flood's connections the gateway has answered or closed (readable on this side)."""
+    poller = select.poll()
+    for sock in socks:
+        poller.register(sock, select.POLLIN)
+    return len(poller.poll(0))
+
+
+def _sample(metrics: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(name))
+
+
+class TestConnectionFlood:
+    @pytest.mark.parametrize(
+        ("limits", "workers", "held"),
+        [
+            # containerd's default: a soft limit of 1024 under a high hard one, which memgov raises.
+            pytest.param((1024, None), 1, 256, id="soft-1024"),
+            # A hard limit of 1024: each worker's caps are reduced to fit it; each holds its own.
+            pytest.param((1024, 1024), 2, 2 * 256, id="hard-1024-two-workers"),
+        ],
+    )
+    async def test_unfinished_connections_from_one_address_leave_the_gateway_answering(
+        self,
+        tmp_path: Path,
+        aiohttp_server: Any,
+        own_fd_limit: None,
+        limits: tuple[int, int | None],
+        workers: int,
+        held: int,
+    ) -> None:
+        """2,000 partial heads held open by one address: memory calls from another, control and /readyz answer."""
+        echo = await aiohttp_server(create_echo_app())
+        # A deadline longer than the test: the flood stays open, and only the caps stand in its way.
+        config = production_config(tmp_path, str(echo.make_url("")).rstrip("/"), listen={"header_timeout_s": 300})
+        path = write_config(tmp_path / "memgov.yaml", config)
+        log = tmp_path / "serve.log"
+        argv = [sys.executable, "-m", "sidecar", "--config", str(path), "serve", "--workers", str(workers)]
+        with serving(argv, log=log, cwd=tmp_path, preexec_fn=_limited(*limits)) as proc:
+            await wait_ready(proc, url(config, "ops"), log)
+
+            async def all_workers_serve() -> bool:  # /readyz answers from whichever worker the kernel picks
+                return workers == 1 or b'"workers.started"' in log.read_bytes()
+
+            await until(all_workers_serve)
+            port = int(config["listen"]["data"].rsplit(":", 1)[1])
+            flood = await asyncio.to_thread(_open_flood, port)
+            try:
+                async with aiohttp.ClientSession() as http:
+
+                    async def scrape() -> str:
+                        async with http.get(url(config, "ops") + "/metrics") as resp:
+                            return await resp.text()
+
+                    async def settled() -> bool:
+                        # Every connection of the flood is either held by the gateway or answered and closed.
+                        opened = _sample(await scrape(), 'memgov_connections_open{listener="data"}')
+                        return _answered(flood) + opened == FLOOD
+
+                    await until(settled, timeout_s=120)
+                    assert _sample(await scrape(), 'memgov_connections_open{listener="data"}') == held
+                    async with http.get(url(config, "ops") + "/readyz") as resp:
+                        assert resp.status == 200
+                    async with http.get(url(config, "control") + "/v1/openapi.json") as resp:
+                        assert resp.status == 200
+                other = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+                async with aiohttp.ClientSession(connector=other) as http:
+                    for _ in range(3):
+                        async with http.post(url(config, "data") + "/api/memories/search", json=SEARCH) as resp:
+                            assert (resp.status, await resp.json()) == (200, [])
+                            assert resp.headers["X-Memgov-Decision"].startswith("empty_result; reason=")
+            finally:
+                for sock in flood:
+                    sock.close()
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+        raised = [x for x in lines if x["event"] == "process.fd_limit_raised"]
+        if limits[1] is None:
+            assert raised and raised[0]["fd_limit_before"] == 1024 and raised[0]["fd_limit"] > 1024
+        else:
+            assert not raised and any(x["event"] == "listener.capacity_reduced" for x in lines)
 
 
 class TestEmbeddingEgress:

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from sidecar.cli import EXIT_FAILED, main
-from sidecar.server import EXIT_SCHEMA
-from sidecar.state.db import connect
-from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, Migration, migrate
+from sidecar.server import EXIT_MIGRATION, EXIT_SCHEMA
+from sidecar.state.migrations import LATEST
 from tests.support.pg import PgServer, start_pg
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.smoke import production_config, serving, url, wait_ready, write_config
+from tests.support.state import migrate_as, next_release
 from tests.support.wait import until
 
 
@@ -86,21 +86,9 @@ class TestStateDownAtStart:
         assert events[-2:] == ["server.start_aborted", "server.stopped"]
 
 
-def _newer_release() -> tuple[Migration, ...]:
-    """The next release's migrations: one more that does not name this release compatible."""
-
-    def breaking(d: Dialect) -> list[str]:
-        return [d.table("next_release_table", d.i("x") + " PRIMARY KEY")]
-
-    return (*MIGRATIONS, Migration(LATEST + 1, "next_release", breaking))
-
-
 async def _newer_schema(db_file: Path) -> None:
-    db = await connect(f"sqlite:///{db_file}")
-    try:
-        await migrate(db, migrations=_newer_release())
-    finally:
-        await db.close()
+    """The next release migrated this file, with a change this release cannot run on."""
+    await migrate_as(f"sqlite:///{db_file}", next_release(compatible_from=None))
 
 
 class TestSchema:
@@ -137,6 +125,23 @@ class TestSchema:
             assert await asyncio.to_thread(proc.wait, 60) == EXIT_SCHEMA
         (line,) = [x for x in _lines(log) if x["level"] == "error"]
         assert (line["event"], line["schema_version"]) == ("state.schema_not_migrated", 0)
+
+    async def test_a_migration_the_store_refuses_has_its_own_exit_code(
+        self, tmp_path: Path, pg_server: PgServer
+    ) -> None:
+        """A role without the right to create tables (PostgreSQL 15 grants none on public): serve exits 4 with
+        one JSON line naming the migration and the SQLSTATE, not state_unavailable, and no driver text."""
+        pg_server.psql("CREATE ROLE memgov_no_ddl LOGIN")
+        pg_server.create_database("no_ddl")
+        config = production_config(
+            tmp_path, "http://127.0.0.1:9", state={"url": pg_server.url("no_ddl", "memgov_no_ddl")}
+        )
+        log = tmp_path / "serve.log"
+        with _serve(config, tmp_path, log) as proc:
+            assert await asyncio.to_thread(proc.wait, 60) == EXIT_MIGRATION
+        (line,) = [x for x in _lines(log) if x["level"] == "error"]
+        assert (line["event"], line["migration"], line["error_code"]) == ("state.migration_failed", 0, "42501")
+        assert "permission denied" not in log.read_text() and "Traceback" not in log.read_text()
 
 
 class TestNoTraceback:

@@ -4,8 +4,10 @@ It reads memgov's chart values and the NetworkPolicies exported from kagent's na
 (``kubectl get networkpolicy -n kagent -o yaml``), models the install (``model``), asks cyclonus
 which connections the policies allow, and prints each connection that reaches kagent's
 controller (API 8083, pprof 6060) without passing memgov, or reaches kagent's UI while the UI may
-reach the controller, with the policy that opens it. Exit codes: 0 no path, 1 at least one
-path, 2 unreadable input, 3 cyclonus is missing or failed.
+reach the controller, with the policy that opens it. Without ``--pods`` it knows only the labels
+the chart values name, so a selector asking for others may select the controller or UI and is
+tried as if it did. Exit codes: 0 no path, 1 at least one path, 2 unreadable input, 3 cyclonus
+is missing or failed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sidecar.boundary.model import (
     policy_name,
     selects,
     selects_for_ingress,
+    stand_ins,
     witnesses,
 )
 
@@ -58,31 +61,45 @@ class Bypass:
         return f"{self.flow.describe()}{hop}  opened by {'; '.join(self.openers)}"
 
 
+def _targets(install: Install, policies: Sequence[Policy]) -> dict[Peer, Peer]:
+    """Each pod a bypass ends at (the controller, in gateway mode the UI, and their stand-ins) -> the pod it is."""
+    pods = [install.controller, *([install.ui] if install.mode == "gateway" else [])]
+    return {variant: pod for pod in pods for variant in (pod, *stand_ins(pod, policies))}
+
+
 def check_flows(install: Install, policies: Sequence[Policy]) -> list[Flow]:
     """Every connection from a modelled source or a policy's witness to what bypasses memgov."""
     sources = [*install.sources, *witnesses(policies)]
-    targets = [(install.controller, KAGENT_API_PORT), (install.controller, PPROF_PORT)]
-    if install.mode == "gateway":
-        targets.append((install.ui, UI_PORT))
-    return [Flow(s, t, port) for t, port in targets for s in sources if s != t]
+    flows = []
+    for target, pod in _targets(install, policies).items():
+        ports = (KAGENT_API_PORT, PPROF_PORT) if pod == install.controller else (UI_PORT,)
+        flows += [Flow(s, target, port) for port in ports for s in sources if s != pod]
+    return flows
 
 
 def bypasses(install: Install, policies: Sequence[Policy], binary: str) -> list[Bypass]:
-    """Every connection around memgov these policies allow, with the policies that open it."""
+    """Every connection around memgov these policies allow, with the policies that open it.
+
+    A target whose labels are not all known is also tried as each of its stand-ins, so a policy
+    that may select it counts as selecting it.
+    """
+    targets = _targets(install, policies)
     flows = check_flows(install, policies)
     open_flows = [f for f, ok in zip(flows, allowed(policies, flows, binary), strict=True) if ok]
-    ui_api = Flow(install.ui, install.controller, KAGENT_API_PORT)
-    ui_reaches_api = ui_api in open_flows
-    found = [
-        (f, f.target == install.ui)
+    ui_reaches_api = any(
+        f.source == install.ui and targets[f.target] == install.controller and f.port == KAGENT_API_PORT
         for f in open_flows
-        if (f.target == install.controller and not install.legitimate(f))
+    )
+
+    def legitimate(source: Peer) -> bool:
+        return install.legitimate(Flow(source, install.controller, KAGENT_API_PORT))
+
+    found = [
+        (f, targets[f.target] == install.ui)
+        for f in open_flows
+        if (targets[f.target] == install.controller and not (f.port == KAGENT_API_PORT and legitimate(f.source)))
         # memgov itself never calls the UI; any other pod that reaches it reaches the API through it.
-        or (
-            f.target == install.ui
-            and ui_reaches_api
-            and not install.legitimate(Flow(f.source, install.controller, KAGENT_API_PORT))
-        )
+        or (targets[f.target] == install.ui and ui_reaches_api and not legitimate(f.source))
     ]
     openers = _openers(policies, [f for f, _ in found], binary)
     return [Bypass(f, via_ui, openers[f]) for f, via_ui in found]
@@ -197,15 +214,14 @@ def build(args: argparse.Namespace) -> tuple[Install, list[Policy]]:
     values = _values(args.values)
     policies = normalize_policies(_load_yaml(args.policies, "--policies"), args.namespace)
     pods = _pods(args.pods, args.namespace)
-    probe = Install.from_values(values, namespace=args.namespace, release=args.release)
+    where = {"namespace": args.namespace, "release": args.release, "memgov_namespace": args.memgov_namespace}
+    probe = Install.from_values(values, **where)
     controller = next((p for p in pods if selects({"matchLabels": probe.controller.labels}, p.labels)), None)
     ui = next((p for p in pods if selects({"matchLabels": probe.ui.labels}, p.labels)), None)
     others = [
         p for p in pods if p not in (controller, ui) and (probe.memgov is None or p.labels != probe.memgov.labels)
     ]
-    install = Install.from_values(
-        values, namespace=args.namespace, release=args.release, controller=controller, ui=ui, neighbours=others
-    )
+    install = Install.from_values(values, **where, controller=controller, ui=ui, neighbours=others)
     return install, policies
 
 
@@ -221,6 +237,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(CYCLONUS_NEEDED if exc.missing else f"memgov doctor: {exc}", file=sys.stderr)
         return EXIT_CYCLONUS
     where = f"namespace {install.namespace}, {install.mode} mode, {install.stage} stage, {len(policies)} policies"
+    if install.memgov_namespace != install.namespace:
+        where = f"{where}, memgov in namespace {install.memgov_namespace}"
     if not found:
         print(f"memgov doctor: no path around memgov ({where})")
         return EXIT_CLEAR
@@ -240,6 +258,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--policies", type=Path, required=True, help="kubectl get networkpolicy -n <ns> -o yaml output.")
     p.add_argument("--values", type=Path, help="memgov's Helm values file (chart defaults when left out).")
     p.add_argument("--pods", type=Path, help="kubectl get pods -n <ns> -o yaml output: real labels and more sources.")
-    p.add_argument("--namespace", default="kagent", help="kagent's namespace, where memgov is installed.")
+    p.add_argument("--namespace", default="kagent", help="kagent's namespace.")
+    p.add_argument(
+        "--memgov-namespace", help="memgov's namespace when it has its own (gateway mode); kagent's by default."
+    )
     p.add_argument("--release", default="memgov", help="memgov's Helm release name (its pods' instance label).")
     p.set_defaults(func=_cmd_doctor)

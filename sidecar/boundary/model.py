@@ -5,14 +5,16 @@ target pod; the cyclonus engine says whether the policies allow it. The flows th
 memgov end at kagent's controller (its API on 8083, its pprof on 6060) or, in gateway mode, at
 kagent's UI, whose nginx proxies ``/api/`` to the controller. *Witnesses* are synthetic sources
 built to match each ingress rule of each policy, so a rule that admits someone is exercised
-even when no pod of the model happens to carry the labels it names.
+even when no pod of the model happens to carry the labels it names. *Stand-ins* do the same for
+a target whose labels are not all known (the controller and UI as the chart values describe them):
+one per policy that may select it, carrying the labels that policy asks for besides the known ones.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Labels = Mapping[str, str]
@@ -45,6 +47,8 @@ class Peer:
     namespace_labels: Labels = field(default_factory=dict, hash=False)
     #: Container port number -> name, so a policy that names a port ("http") matches it.
     port_names: Mapping[int, str] = field(default_factory=dict, hash=False)
+    #: False when the pod may carry labels beyond these (only a selector's labels are known).
+    labels_known: bool = field(default=True, hash=False)
 
     def traffic_peer(self) -> dict[str, Any]:
         """This peer in cyclonus's traffic format (``matcher.TrafficPeer``)."""
@@ -176,6 +180,8 @@ class Install:
     #: The labels the chart selects memgov's pods (gateway mode) and kagent's UI pods by.
     memgov_selector: Labels | None = None
     ui_selector: Labels = field(default_factory=dict)
+    #: memgov's namespace: kagent's, or in gateway mode one of its own.
+    memgov_namespace: str = ""
 
     @classmethod
     def from_values(
@@ -184,6 +190,7 @@ class Install:
         *,
         namespace: str = "kagent",
         release: str = "memgov",
+        memgov_namespace: str | None = None,
         controller: Peer | None = None,
         ui: Peer | None = None,
         neighbours: Sequence[Peer] = (),
@@ -191,7 +198,8 @@ class Install:
         """The install the chart values describe.
 
         The controller and UI pods default to what the chart's selectors name, with kagent's port
-        names; pass the real pods (labels, port names) when they are known.
+        names and labels_known false; pass the real pods (labels, port names) when they are known.
+        memgov's namespace is kagent's unless given (gateway mode only).
         """
         v = merged(CHART_DEFAULTS, values)
         try:
@@ -205,15 +213,29 @@ class Install:
             raise BoundaryInputError(f"values: {exc} is missing or not a mapping") from None
         if mode not in {"gateway", "sidecar"} or stage not in {"prepare", "enforce"}:
             raise BoundaryInputError("values: mode must be gateway or sidecar, rollout.stage prepare or enforce")
+        home = memgov_namespace or namespace
+        if mode == "sidecar" and home != namespace:
+            raise BoundaryInputError("values: in sidecar mode memgov lives in kagent's namespace")
         ips = _Addresses("10.244.0.10")  # kind's pod range
         memgov = None
+        impostors: list[Peer] = []
         if mode == "gateway":
             labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": release}
-            memgov = Peer(f"{namespace}/memgov", ips.take(), namespace, labels)
+            memgov = Peer(f"{home}/memgov", ips.take(), home, labels)
+            # A pod in kagent's namespace with memgov's labels: the admission guard's business, unless
+            # memgov lives elsewhere and the policies select it by its namespace too.
+            impostors.append(Peer(f"{namespace}/memgov-impostor", ips.take(), namespace, labels))
         controller = controller or Peer(
-            f"{namespace}/kagent-controller", ips.take(), namespace, controller_sel, port_names=CONTROLLER_PORT_NAMES
+            f"{namespace}/kagent-controller",
+            ips.take(),
+            namespace,
+            controller_sel,
+            port_names=CONTROLLER_PORT_NAMES,
+            labels_known=False,
         )
-        ui = ui or Peer(f"{namespace}/kagent-ui", ips.take(), namespace, ui_sel, port_names=UI_PORT_NAMES)
+        ui = ui or Peer(
+            f"{namespace}/kagent-ui", ips.take(), namespace, ui_sel, port_names=UI_PORT_NAMES, labels_known=False
+        )
         callers = [
             _selected_pod("agent", agents, namespace, ips),
             _selected_pod("bridge", bridge, namespace, ips),
@@ -221,12 +243,13 @@ class Install:
         ]
         attackers = [
             Peer(f"{namespace}/attacker", ips.take(), namespace, {"app": "attacker"}),
+            *impostors,
             Peer(f"{ELSEWHERE}/attacker", ips.take(), ELSEWHERE, {"app": "attacker"}),
         ]
         extra = tuple(p for p in (*callers, *neighbours) if p is not None)
         memgov_selector = memgov.labels if memgov else None
         neighbours = (*extra, *attackers)
-        return cls(namespace, mode, stage, memgov, controller, ui, access, neighbours, memgov_selector, ui_sel)
+        return cls(namespace, mode, stage, memgov, controller, ui, access, neighbours, memgov_selector, ui_sel, home)
 
     @property
     def sources(self) -> tuple[Peer, ...]:
@@ -237,12 +260,16 @@ class Install:
         """Whether memgov's design allows this flow: memgov's pods (or, in gateway mode, the UI) to the API."""
         if flow.target != self.controller or flow.port != KAGENT_API_PORT:
             return False
-        ui = self.mode == "gateway" and self._selected(flow.source, self.ui_selector)
-        return ui or (self.memgov_selector is not None and self._selected(flow.source, self.memgov_selector))
+        ui = self.mode == "gateway" and self._selected(flow.source, self.ui_selector, self.namespace)
+        memgov = self.memgov_selector is not None and self._selected(
+            flow.source, self.memgov_selector, self.memgov_namespace or self.namespace
+        )
+        return ui or memgov
 
-    def _selected(self, peer: Peer, selector: Labels) -> bool:
+    @staticmethod
+    def _selected(peer: Peer, selector: Labels, namespace: str) -> bool:
         """Whether the chart's selector picks this peer (any pod it picks is, to the policies, that pod)."""
-        return peer.namespace == self.namespace and selects({"matchLabels": selector}, peer.labels)
+        return peer.namespace == namespace and selects({"matchLabels": selector}, peer.labels)
 
 
 def _selected_pod(role: str, peer: Mapping[str, Any], namespace: str, ips: _Addresses) -> Peer | None:
@@ -320,6 +347,31 @@ def _check_shape(spec: Mapping[str, Any], index: int) -> None:
                         raise BoundaryInputError(bad)
                 if peer.get("ipBlock") is not None:
                     _block_witness(peer["ipBlock"], bad)
+
+
+def stand_ins(target: Peer, policies: Sequence[Policy]) -> list[Peer]:
+    """The target as each policy that may select it for ingress would have it, when its labels are not all known.
+
+    A selector "may select" the target unless one of its terms contradicts a label the target is
+    known to carry; the stand-in carries the known labels and whatever else that selector asks for.
+    """
+    if target.labels_known:
+        return []
+    out: dict[str, Peer] = {}
+    for policy in policies:
+        spec = policy["spec"]
+        if policy["metadata"]["namespace"] != target.namespace or "Ingress" not in spec["policyTypes"]:
+            continue
+        wanted = satisfying(spec.get("podSelector"))
+        if wanted is None:
+            continue
+        labels = {**wanted, **target.labels}
+        extra = {k: v for k, v in labels.items() if k not in target.labels}
+        if not extra or not selects(spec.get("podSelector"), labels):
+            continue
+        name = f"{target.name}[{','.join(f'{k}={v}' for k, v in sorted(extra.items()))}]"
+        out[name] = replace(target, name=name, labels=labels)
+    return list(out.values())
 
 
 def selects_for_ingress(policy: Policy, pod: Peer) -> bool:

@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from sidecar.contentstore.kagent import Deleted, Found, KagentMemory, Refused, Unknown
+from sidecar.contentstore.kagent import Deleted, Found, KagentMemory, Rejected, Unknown
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 
 #: Every storage key starts with this; the kagent-db orphan sweep never touches other rows.
 STORAGE_PREFIX = "mgs1."
@@ -37,7 +38,7 @@ class AdapterError(Exception):
 class EraseAdapter(Protocol):
     """What the erasure engine, the sweepers and the enforcement rollback need from the content store."""
 
-    name: str
+    name: AdapterName
     exact: bool  # True when single entries of a live namespace can be deleted physically
 
     async def delete_entries(self, agent_name: str, storage_key: str, entry_ids: Iterable[str]) -> None: ...
@@ -53,7 +54,7 @@ class EraseAdapter(Protocol):
     async def close(self) -> None: ...
 
 
-def listed(outcome: Found | Refused | Unknown) -> Found:
+def listed(outcome: Found | Rejected | Unknown) -> Found:
     """A namespace listing; AdapterError with a code when kagent did not list it."""
     if isinstance(outcome, Found):
         return outcome
@@ -64,7 +65,7 @@ def listed(outcome: Found | Refused | Unknown) -> Found:
 class RestAdapter:
     """Whole-namespace deletion through kagent's own REST API."""
 
-    name = "rest"
+    name = AdapterName.REST
     exact = False
 
     def __init__(self, kagent: KagentMemory) -> None:
@@ -96,7 +97,7 @@ class RestAdapter:
 class KagentDbAdapter:
     """Deletes and verifies by id through a role that cannot read content (see docs/erasure-role.sql)."""
 
-    name = "kagent-db"
+    name = AdapterName.KAGENT_DB
     exact = True
 
     def __init__(self, url: str) -> None:

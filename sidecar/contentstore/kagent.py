@@ -8,7 +8,7 @@ four outcomes, never as an exception or an error body:
 
 - :class:`Created` — a save answered 201 with the new row's id;
 - :class:`Found` — a search or list answered with a JSON list (rows without a string id dropped);
-- :class:`Refused` — kagent answered, but not with what the call needs (its body is read and dropped:
+- :class:`Rejected` — kagent answered, but not with what the call needs (its body is read and dropped:
   kagent's error texts can quote database errors);
 - :class:`Unknown` — no complete answer arrived; ``sent`` is False only when the connection never
   opened, so a write certainly did not happen. A save answered 201 whose id cannot be read is
@@ -65,7 +65,7 @@ class Deleted:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class Rejected:
     status: int
 
 
@@ -155,7 +155,7 @@ class KagentMemory:
         ttl_days: int,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> Created | Refused | Unknown:
+    ) -> Created | Rejected | Unknown:
         """Save one row; ``Created(id)`` only for 201 with a string id."""
         # SECURITY: the body is built from checked values only: one agent name, the storage key.
         body = dumps(
@@ -172,7 +172,7 @@ class KagentMemory:
             return got
         status, answer = got
         if status != HTTPStatus.CREATED:
-            return Refused(status)
+            return Rejected(status)
         entry_id = answer.get("id") if isinstance(answer, dict) else None
         # A 201 names a row that exists; without its id memgov cannot account for it.
         return Created(entry_id) if isinstance(entry_id, str) else Unknown(sent=True)
@@ -186,7 +186,7 @@ class KagentMemory:
         min_score: object,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> Found | Refused | Unknown:
+    ) -> Found | Rejected | Unknown:
         """Search one namespace; ``Found(rows)`` for a successful answer that is a JSON list."""
         body = dumps(
             {"agent_name": agent_name, "user_id": storage_key, "vector": vector, "limit": limit, "min_score": min_score}
@@ -196,20 +196,20 @@ class KagentMemory:
             return got
         status, answer = got
         found = _found(answer) if status < HTTPStatus.BAD_REQUEST else None
-        return Refused(status) if found is None else found
+        return Rejected(status) if found is None else found
 
-    async def list(self, agent_name: str, storage_key: str) -> Found | Refused | Unknown:
+    async def list(self, agent_name: str, storage_key: str) -> Found | Rejected | Unknown:
         """Every row of one namespace, content included (callers keep what they need, in memory only)."""
         got = await self._call("GET", namespace_query(agent_name, storage_key), self._with(None), None)
         if isinstance(got, Unknown):
             return got
         status, answer = got
         found = _found(answer) if status == HTTPStatus.OK else None
-        return Refused(status) if found is None else found
+        return Rejected(status) if found is None else found
 
-    async def delete(self, agent_name: str, storage_key: str) -> Deleted | Refused | Unknown:
+    async def delete(self, agent_name: str, storage_key: str) -> Deleted | Rejected | Unknown:
         """Delete one whole namespace (kagent v0.9.11 has no per-row delete)."""
         got = await self._call("DELETE", namespace_query(agent_name, storage_key), self._with(None), None)
         if isinstance(got, Unknown):
             return got
-        return Deleted() if got[0] == HTTPStatus.OK else Refused(got[0])
+        return Deleted() if got[0] == HTTPStatus.OK else Rejected(got[0])

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
+from pydantic import BaseModel
 
-from sidecar.control import answers
+from sidecar.control import models as answers
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.identity.tokens import control_room, load_signing_key, mint_context
 from sidecar.policy.pack import load_federation
@@ -80,15 +81,15 @@ async def _contexts(args: argparse.Namespace, client: ControlClient, scope_id: s
         raise UsageError(str(exc)) from None
     scope = await client.status(scope_id)
     classification = args.classification or load_federation(PACKAGED_POLICY_DIR).classification
-    sub, bot, server = scope["principal"]["mxid"], args.bridge_bot, args.server_name
+    sub, bot, server = scope.principal.mxid, args.bridge_bot, args.server_name
     while True:
         yield mint_context(
             key.material,
             key.alg,
             sub=sub,
-            origin=scope["principal"]["origin"],
-            agent=scope["agent"],
-            room_id=scope["scope"]["room_id"],
+            origin=scope.principal.origin,
+            agent=scope.agent,
+            room_id=scope.scope.room_id,
             room=control_room([sub, bot, args.ghost], server),
             servers=[server],
             classification=classification,
@@ -101,17 +102,19 @@ async def _inspect(args: argparse.Namespace, client: ControlClient) -> answers.I
     try:
         if args.all:
             entries = await client.inspect_all(args.scope_id, contexts, limit=args.limit)
-            return {"scope_id": args.scope_id, "entries": entries, "next_cursor": None}
+            return answers.InspectPage(scope_id=args.scope_id, entries=entries, next_cursor=None)
         return await client.inspect(args.scope_id, await anext(contexts), cursor=args.cursor, limit=args.limit)
     finally:
         await contexts.aclose()
 
 
 async def _erasure(args: argparse.Namespace, client: ControlClient) -> answers.ErasureRecord:
-    record = await client.erasure(args.erasure_id)
-    if args.output is not None:
-        args.output.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return record
+    if args.output is None:
+        return await client.erasure(args.erasure_id)
+    # Exported exactly as the server sent it (checked to be an erasure record).
+    document = await client.erasure_document(args.erasure_id)
+    args.output.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return answers.ErasureRecord.model_validate(document)
 
 
 # --- human output ----------------------------------------------------------------------------
@@ -129,73 +132,68 @@ def _because(reason: str | None) -> str:
 
 
 def _show_created(a: answers.ScopeCreated) -> str:
-    return f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"
+    return f"scope {a.scope_id}: enabled {_yn(a.enabled)}, generation {a.generation}"
 
 
 def _show_status(a: answers.ScopeStatus) -> str:
-    counts, last = a["entries"], a.get("last_erasure")
+    counts, last = a.entries, a.last_erasure
     consent = (
-        f'purpose "{a["purpose"]}", policy {a["policy_version"]}, since {a["consented_at"]}'
-        if a.get("consented_at")
-        else "never given"
+        f'purpose "{a.purpose}", policy {a.policy_version}, since {a.consented_at}' if a.consented_at else "never given"
     )
-    erasure = f"adapter {a['erasure_adapter']}; " + (
-        f"last {last['kind']} {last['erasure_id']} {last['state']} at {last['updated_at']}" if last else "none yet"
+    erasure = f"adapter {a.erasure_adapter}; " + (
+        f"last {last.kind} {last.erasure_id} {last.state} at {last.updated_at}" if last else "none yet"
     )
     rows = [
-        ("scope", a["scope_id"]),
-        ("principal", f"{a['principal']['mxid']} ({a['principal']['origin']})"),
-        ("agent", a["agent"]),
-        ("room", f"{a['scope']['room_id']} ({a['scope']['kind']})"),
-        ("enabled", f"{_yn(a['enabled'])}, generation {a['generation']}"),
+        ("scope", a.scope_id),
+        ("principal", f"{a.principal.mxid} ({a.principal.origin})"),
+        ("agent", a.agent),
+        ("room", f"{a.scope.room_id} ({a.scope.kind})"),
+        ("enabled", f"{_yn(a.enabled)}, generation {a.generation}"),
         ("consent", consent),
         (
             "entries",
-            f"{counts['live']} live of {counts['cap']}, "
-            f"{counts['pending_physical_deletion']} pending physical deletion",
+            f"{counts.live} live of {counts.cap}, {counts.pending_physical_deletion} pending physical deletion",
         ),
-        ("expiry", f"{a['hard_expiry_days']} days after creation, never extended"),
+        ("expiry", f"{a.hard_expiry_days} days after creation, never extended"),
         ("erasure", erasure),
     ]
     return "\n".join(f"{k:<10} {v}" for k, v in rows)
 
 
 def _show_consent(a: answers.ConsentChange) -> str:
-    lines = [f"scope {a['scope_id']}: enabled {_yn(a['enabled'])}, generation {a['generation']}"]
-    if r := a.get("receipt"):
-        lines.append(f"receipt {r['receipt_id']}: {r['action']} (policy {r['policy_version']}) at {r['at']}")
-    if erasure := a.get("erasure"):
+    lines = [f"scope {a.scope_id}: enabled {_yn(a.enabled)}, generation {a.generation}"]
+    if r := a.receipt:
+        lines.append(f"receipt {r.receipt_id}: {r.action} (policy {r.policy_version}) at {r.at}")
+    if erasure := a.erasure:
         lines.append(_show_erasure(erasure))
     return "\n".join(lines)
 
 
 def _show_page(a: answers.InspectPage) -> str:
     lines = [
-        f"{e['id']}  created {e['created_at']}  expires {e['expires_at']}\n    {_printable(e['text'])}"
-        for e in a["entries"]
+        f"{e.id}  created {e.created_at}  expires {e.expires_at}\n    {_printable(e.text)}" for e in a.entries
     ] or ["no entries"]
-    if a.get("next_cursor"):
-        lines.append(f"more entries: add --cursor {a['next_cursor']}")
+    if a.next_cursor:
+        lines.append(f"more entries: add --cursor {a.next_cursor}")
     return "\n".join(lines)
 
 
 def _show_erasure(a: answers.ErasureRecord) -> str:
     text = (
-        f"erasure {a['erasure_id']} ({a['kind']}): {a['state']}; verification {a['verification']['result']}; "
-        f"physical deletion {a['physical_deletion']}\nnot reached: {', '.join(a['residuals'])}"
+        f"erasure {a.erasure_id} ({a.kind}): {a.state}; verification {a.verification.result}; "
+        f"physical deletion {a.physical_deletion}\nnot reached: {', '.join(a.residuals)}"
     )
-    if (rotation := a.get("rotated_by")) is not None:
-        text += f"\nrotation {rotation['erasure_id']}: {rotation['state']}{_because(rotation['failure_reason'])}"
+    if (rotation := a.rotated_by) is not None:
+        text += f"\nrotation {rotation.erasure_id}: {rotation.state}{_because(rotation.failure_reason)}"
     return text
 
 
 def _show_offboard(a: answers.OffboardResult) -> str:
-    lines = [f"offboarding {'complete' if a['complete'] else 'INCOMPLETE'}: {len(a['scopes'])} scope(s)"]
+    lines = [f"offboarding {'complete' if a.complete else 'INCOMPLETE'}: {len(a.scopes)} scope(s)"]
     lines += [
-        f"  {s['scope_id']} {s['agent']}: erasure {s['erasure_id']} {s['state']}"
-        f"{_because(s['failure_reason'])}, "
-        f"physical deletion {s['physical_deletion']}"
-        for s in a["scopes"]
+        f"  {s.scope_id} {s.agent}: erasure {s.erasure_id} {s.state}{_because(s.failure_reason)}, "
+        f"physical deletion {s.physical_deletion}"
+        for s in a.scopes
     ]
     return "\n".join(lines)
 
@@ -210,22 +208,22 @@ def _show_confirmation(a: answers.ConfirmationIssued, command: str, scope_id: st
     what = "disable memory, then erase every entry" if command == "off" else "erase every entry, keep consent"
     return (
         f"Confirmation required to {what} of scope {scope_id}.\n"
-        f"confirm token: {a['confirm_token']} (single use, expires {a['expires_at']})\n"
-        f"to proceed: memgov scope {command} {scope_id} --confirm {a['confirm_token']}"
+        f"confirm token: {a.confirm_token} (single use, expires {a.expires_at})\n"
+        f"to proceed: memgov scope {command} {scope_id} --confirm {a.confirm_token}"
     )
 
 
 @dataclass(frozen=True)
 class _Answer:
-    """A command's answer: the API's JSON (printed with ``--json``) and its human-readable form."""
+    """A command's answer: the API's answer (printed as JSON with ``--json``) and its human-readable form."""
 
-    body: Mapping[str, object]
+    body: BaseModel
     human: Callable[[], str]
     #: A confirmation token was issued; nothing was erased.
     pending: bool = False
 
 
-_T = TypeVar("_T", bound=Mapping[str, object])
+_T = TypeVar("_T", bound=BaseModel)
 _Action = Callable[[argparse.Namespace, ControlClient], Awaitable[_Answer]]
 
 
@@ -295,7 +293,7 @@ def _cmd_scope(args: argparse.Namespace) -> int:
             {"error": "unreachable"},
         )
     if args.json:
-        print(json.dumps(answer.body, indent=2, sort_keys=True))
+        print(json.dumps(answer.body.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
         print(answer.human())
         if not answer.pending and getattr(args, "output", None) is not None:

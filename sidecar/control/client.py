@@ -1,21 +1,23 @@
 """An async client for every control API endpoint (used by ``memgov scope``, ``memgov drill`` and tests).
 
-Every method returns the decoded JSON answer, checked against its shape in
-:mod:`sidecar.control.answers`. A refusal raises :class:`ControlError` with the HTTP status, the
-reason code, the decision id and, for a failed erasure, the evidence location; an answer of
-another shape raises :class:`AnswerError`.
+Every method returns the answer read with its response model (:mod:`sidecar.control.models`, the
+same models the server answers with). A refusal raises :class:`ControlError` with the HTTP status,
+the reason code, the decision id and, for a failed erasure, the evidence location; an answer of
+another shape raises it too, as ``internal_error``. An erasure record can also be fetched exactly as the
+server sent it, for export (:meth:`ControlClient.erasure_document`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TypeVar, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar, overload
 from urllib.parse import quote
 
 import aiohttp
+from pydantic import BaseModel, ValidationError
 
-from sidecar.control import answers as a
-from sidecar.reasons import REASON_VALUES
+from sidecar.control import models as a
+from sidecar.reasons import REASON_VALUES, Reason
 from sidecar.upstream import CONTEXT_HEADER
 
 
@@ -27,15 +29,7 @@ class ControlError(Exception):
         self.status, self.reason, self.decision_id, self.location = status, reason, decision_id, location
 
 
-class AnswerError(ValueError):
-    """A successful call answered JSON of another shape than the control API documents."""
-
-    def __init__(self, status: int, path: str, shape: str) -> None:
-        super().__init__(f"{status} answer to {path} is not a {shape}")
-        self.status = status
-
-
-T = TypeVar("T", bound=Mapping[str, object])
+T = TypeVar("T", bound=BaseModel)
 
 #: A bearer token, or something that mints a fresh one per call (subject tokens are single-use
 #: for consent changes and erasures).
@@ -102,7 +96,10 @@ class ControlClient:
                 )
             return resp.status, body
 
-    async def _json(
+    async def _json(self, shape: type[T], method: str, path: str, **how: Any) -> T:
+        return (await self._checked(shape, method, path, **how))[0]
+
+    async def _checked(
         self,
         shape: type[T],
         method: str,
@@ -111,11 +108,16 @@ class ControlClient:
         json: object = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
-    ) -> T:
+    ) -> tuple[T, Mapping[str, object]]:
+        """The answer read with ``shape``, and the JSON object it was read from."""
         status, body = await self.call(method, path, json=json, headers=headers, params=params)
-        if not a.conforms(body, shape):
-            raise AnswerError(status, path, shape.__name__)
-        return body
+        try:
+            if isinstance(body, dict):
+                return shape.model_validate(body), body
+        except ValidationError:
+            pass
+        # An answer of another shape than the control API documents is the server's failure.
+        raise ControlError(status, Reason.INTERNAL_ERROR.value, None, None)
 
     async def openapi(self) -> dict[str, object]:
         body = (await self.call("GET", "/v1/openapi.json"))[1]
@@ -158,8 +160,8 @@ class ControlClient:
         cursor = None
         async for context in contexts:
             page = await self.inspect(scope_id, context, cursor=cursor, limit=limit)
-            entries.extend(page["entries"])
-            cursor = page["next_cursor"]
+            entries.extend(page.entries)
+            cursor = page.next_cursor
             if cursor is None:
                 break
         return entries
@@ -199,11 +201,52 @@ class ControlClient:
     async def confirm_and_run(self, scope_id: str, action: str) -> a.ErasureRecord:
         """Both calls of forget-all (``forget-all``) or off (``off``)."""
         issued = await self._confirmed(scope_id, action, None)
-        return await self._confirmed(scope_id, action, issued["confirm_token"])
+        return await self._confirmed(scope_id, action, issued.confirm_token)
 
     async def offboard(self, mxid: str) -> a.OffboardResult:
         return await self._json(a.OffboardResult, "POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")
 
     async def erasure(self, erasure_id: str) -> a.ErasureRecord:
-        """The evidence record; write it to a file as is to export it."""
+        """The evidence record."""
         return await self._json(a.ErasureRecord, "GET", f"/v1/erasures/{quote(erasure_id, safe='')}")
+
+    async def erasure_document(self, erasure_id: str) -> Mapping[str, object]:
+        """The evidence record exactly as the server sent it (checked to be one), to export as is."""
+        return (await self._checked(a.ErasureRecord, "GET", f"/v1/erasures/{quote(erasure_id, safe='')}"))[1]
+
+
+def _as_json(value: object) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_as_json(v) for v in value]
+    return value
+
+
+class JsonAnswers:
+    """The same calls as a :class:`ControlClient`, each answer as the JSON object its model read (the
+    model's own dump): the drill writes evidence bundles of them, and scripts compare them as JSON."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: ControlClient) -> None:
+        self.client = client
+
+    def as_caller(self, token: Token) -> JsonAnswers:
+        return JsonAnswers(self.client.as_caller(token))
+
+    @property
+    def token(self) -> Token:
+        return self.client.token
+
+    @token.setter
+    def token(self, token: Token) -> None:
+        self.client.token = token
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        call = getattr(self.client, name)
+
+        async def as_json(*args: Any, **kwargs: Any) -> Any:
+            return _as_json(await call(*args, **kwargs))
+
+        return as_json

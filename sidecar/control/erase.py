@@ -12,21 +12,26 @@ import hashlib
 import secrets
 from datetime import timedelta
 from http import HTTPStatus
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from sidecar.control.auth import require_operator, spend, subject_scope
-from sidecar.control.erasures import erasure_answer, evidence_of, location
-from sidecar.control.http import ERASURE, ok, operation, parse_optional
+from sidecar.clock import Clock
+from sidecar.control.auth import Authenticator
+from sidecar.control.erasures import ErasureEvidence, location
+from sidecar.control.http import ok, operation, parse_optional
 from sidecar.control.models import Confirm, ConfirmationIssued, OffboardResult, OffboardScope
-from sidecar.control.ports import confirmations
 from sidecar.erasure.evidence import iso
-from sidecar.erasure.machine import Kind
-from sidecar.governance import GOVERNANCE
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.identity import IdentityError
 from sidecar.identity.mxid import parse_mxid
 from sidecar.reasons import Reason, Refusal
+from sidecar.state.types import ErasureKind, ErasureState
+
+if TYPE_CHECKING:
+    from sidecar.state.audit import AuditOps
+    from sidecar.state.scopes import ScopeOps
+    from sidecar.state.single_use import SingleUseOps
 
 CONFIRM_TTL_S: Final = 300
 
@@ -35,71 +40,79 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def _confirmed(request: web.Request, kind: Kind) -> web.Response:
-    gov = request.app[GOVERNANCE]
-    caller, scope = await subject_scope(request)
-    body = await parse_optional(request, Confirm)
-    now = gov.now()
-    if body is None or body.confirm is None:  # no body, or `{}`: no confirmation yet
-        # Hex, not URL-safe base64: a token starting with "-" would read as an option on a command line.
-        token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
-        await confirmations(gov).single_use.put_confirmation(
-            _hash(token), scope.scope_id, caller.sub, kind.value, expires
-        )
-        issued = ConfirmationIssued.model_validate(
-            {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)}
-        )
-        return ok(issued, status=HTTPStatus.ACCEPTED)
-    if not await confirmations(gov).single_use.take_confirmation(
-        _hash(body.confirm), scope.scope_id, caller.sub, kind.value, now
-    ):
-        raise Refusal(Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
-    await spend(request, caller)  # executing the erasure changes state: the token works once
-    erasure = await request.app[ERASURE].erase(scope, kind, "subject")
-    return ok(await erasure_answer(gov, erasure), headers=location(erasure))
+class EraseRoutes:
+    """Forget-all and off (each confirmed by a single-use token), and offboarding."""
 
+    def __init__(
+        self,
+        auth: Authenticator,
+        evidence: ErasureEvidence,
+        engine: ErasureEngine,
+        tokens: SingleUseOps,
+        scopes: ScopeOps,
+        audit: AuditOps,
+        clock: Clock,
+    ) -> None:
+        self._auth, self._evidence, self._engine = auth, evidence, engine
+        self._tokens, self._scopes, self._audit, self._clock = tokens, scopes, audit, clock
 
-async def forget_all(request: web.Request) -> web.Response:
-    """POST /v1/scopes/{scope_id}/forget-all: erase every entry, keep consent (new generation)."""
-    operation(request, "scope.forget_all")
-    return await _confirmed(request, Kind.FORGET_ALL)
-
-
-async def off(request: web.Request) -> web.Response:
-    """POST /v1/scopes/{scope_id}/off: disable first, then erase every entry."""
-    operation(request, "scope.off")
-    return await _confirmed(request, Kind.OFF)
-
-
-async def offboard(request: web.Request) -> web.Response:
-    """POST /v1/principals/{mxid}/offboard: disable every scope of one MXID, then erase and verify each."""
-    operation(request, "principal.offboard")
-    gov = request.app[GOVERNANCE]
-    require_operator(request)
-    try:
-        mxid = str(parse_mxid(request.match_info["mxid"]))
-    except IdentityError:
-        raise Refusal(Reason.PRINCIPAL_INVALID) from None
-    scopes = await confirmations(gov).scopes.scopes_for_principal(mxid)
-    erasures = await request.app[ERASURE].offboard(scopes, "operator")
-    agents = {s.scope_id: s.agent for s in scopes}
-    results = []
-    for erasure in erasures:
-        record = await evidence_of(gov, erasure)
-        results.append(
-            OffboardScope(
-                scope_id=erasure.scope_id,
-                agent=agents[erasure.scope_id],
-                erasure_id=erasure.erasure_id,
-                state=erasure.state,
-                failure_reason=erasure.failure_reason,
-                physical_deletion=record.physical_deletion,
+    async def _confirmed(self, request: web.Request, kind: ErasureKind) -> web.Response:
+        caller, scope = await self._auth.subject_scope(request)
+        body = await parse_optional(request, Confirm)
+        now = self._clock()
+        if body is None or body.confirm is None:  # no body, or `{}`: no confirmation yet
+            # Hex, not URL-safe base64: a token starting with "-" would read as an option on a command line.
+            token, expires = secrets.token_hex(32), now + timedelta(seconds=CONFIRM_TTL_S)
+            await self._tokens.put_confirmation(_hash(token), scope.scope_id, caller.sub, kind.value, expires)
+            issued = ConfirmationIssued.model_validate(
+                {"action": kind.value, "confirm_token": token, "expires_at": iso(expires)}
             )
+            return ok(issued, status=HTTPStatus.ACCEPTED)
+        if not await self._tokens.take_confirmation(_hash(body.confirm), scope.scope_id, caller.sub, kind.value, now):
+            raise Refusal(Reason.CONFIRMATION_REQUIRED, scope_id=scope.scope_id)
+        await self._auth.spend(caller)  # executing the erasure changes state: the token works once
+        erasure = await self._engine.erase(scope, kind, "subject")
+        return ok(await self._evidence.answer(erasure), headers=location(erasure))
+
+    async def forget_all(self, request: web.Request) -> web.Response:
+        """POST /v1/scopes/{scope_id}/forget-all: erase every entry, keep consent (new generation)."""
+        operation(request, "scope.forget_all")
+        return await self._confirmed(request, ErasureKind.FORGET_ALL)
+
+    async def off(self, request: web.Request) -> web.Response:
+        """POST /v1/scopes/{scope_id}/off: disable first, then erase every entry."""
+        operation(request, "scope.off")
+        return await self._confirmed(request, ErasureKind.OFF)
+
+    async def offboard(self, request: web.Request) -> web.Response:
+        """POST /v1/principals/{mxid}/offboard: disable every scope of one MXID, then erase and verify each."""
+        operation(request, "principal.offboard")
+        self._auth.require_operator(request)
+        try:
+            mxid = str(parse_mxid(request.match_info["mxid"]))
+        except IdentityError:
+            raise Refusal(Reason.PRINCIPAL_INVALID) from None
+        scopes = await self._scopes.scopes_for_principal(mxid)
+        erasures = await self._engine.offboard(scopes, "operator")
+        agents = {s.scope_id: s.agent for s in scopes}
+        results = []
+        for erasure in erasures:
+            record = await self._evidence.of(erasure)
+            results.append(
+                OffboardScope(
+                    scope_id=erasure.scope_id,
+                    agent=agents[erasure.scope_id],
+                    erasure_id=erasure.erasure_id,
+                    state=erasure.state,
+                    failure_reason=erasure.failure_reason,
+                    physical_deletion=record.physical_deletion,
+                )
+            )
+        complete = all(r.state is ErasureState.VERIFIED for r in results)
+        await self._audit.audit(
+            "offboard",
+            Reason.ALLOWED.value if complete else Reason.ERASURE_FAILED.value,
+            operation="principal.offboard",
+            now=self._clock(),
         )
-    await confirmations(gov).audit_log.audit(
-        "offboard",
-        Reason.ALLOWED.value if all(r.state == "verified" for r in results) else Reason.ERASURE_FAILED.value,
-        operation="principal.offboard",
-        now=gov.now(),
-    )
-    return ok(OffboardResult(complete=all(r.state == "verified" for r in results), scopes=results))
+        return ok(OffboardResult(complete=complete, scopes=results))

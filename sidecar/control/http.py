@@ -1,4 +1,4 @@
-"""Shared pieces of the control handlers: app keys, JSON answers, body parsing.
+"""Shared pieces of the control handlers: app and request keys, JSON answers, body parsing.
 
 A handler refuses by raising ``reasons.Refusal``; the middleware (``app``) turns it into the one
 error shape (``reasons.error_body``), writes a content-free audit row or refusal count and logs
@@ -14,16 +14,9 @@ from typing import Final, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from sidecar.control.ports import scope_reads
-from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import Sweepers
-from sidecar.governance import Governance
-from sidecar.identity.tokens import Verifier
 from sidecar.reasons import Reason, Refusal
-from sidecar.state.types import Scope
 
-ERASURE: Final = web.AppKey("erasure_engine", ErasureEngine)
-OPERATORS: Final = web.AppKey("operator_verifier", Verifier)
 SWEEPERS: Final = web.AppKey("sweepers", Sweepers)
 OPERATION: Final = web.RequestKey("control_operation", str)
 MAX_BODY_BYTES: Final = 16 * 1024
@@ -60,11 +53,3 @@ async def parse(request: web.Request, model: type[M]) -> M:
     if body is None:
         raise Refusal(Reason.BAD_REQUEST)
     return body
-
-
-async def load_scope(gov: Governance, scope_id: str) -> Scope:
-    """The scope named in the path, or 404 not_found."""
-    scope: Scope | None = await scope_reads(gov).scopes.get_scope(scope_id)
-    if scope is None:
-        raise Refusal(Reason.NOT_FOUND)
-    return scope

@@ -1,4 +1,10 @@
-"""Request and response bodies of the control API; the OpenAPI document is generated from them."""
+"""Request and response bodies of the control API: the OpenAPI document is generated from them, and the
+control client (``client.py``) reads answers with the same models.
+
+A response model ignores keys it does not name, so a client keeps working against a newer
+server that adds one; the server builds its answers from these models only, so it sends no key
+they do not declare.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from sidecar.identity.mxid import Origin
+from sidecar.settings import AdapterName
+from sidecar.state.types import ErasureKind, ErasureState
 
 Purpose = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
 PolicyVersion = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 ]
 Timestamp = Annotated[str, Field(description="RFC 3339 UTC timestamp.")]
+#: Whether kagent still stores what an erasure erased (``complete`` only after a read-back found nothing).
+PhysicalDeletion = Literal["complete", "pending_namespace_clear", "in_progress", "incomplete", "unverified"]
 
 
 class _In(BaseModel):
@@ -20,7 +30,9 @@ class _In(BaseModel):
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The server sends no key a model does not declare (the document says so); a client reading an
+    # answer ignores keys a newer server may add.
+    model_config = ConfigDict(extra="ignore", frozen=True, json_schema_extra={"additionalProperties": False})
 
 
 class PrincipalIn(_In):
@@ -86,8 +98,8 @@ class LastErasure(_Out):
     """The newest erasure of a scope."""
 
     erasure_id: str
-    kind: str
-    state: str
+    kind: ErasureKind
+    state: ErasureState
     failure_reason: str | None
     updated_at: Timestamp
 
@@ -116,7 +128,7 @@ class ScopeStatus(_Out):
     consented_at: Timestamp | None
     hard_expiry_days: int
     entries: EntryCounts
-    erasure_adapter: Literal["rest", "kagent-db"]
+    erasure_adapter: AdapterName
     last_erasure: LastErasure | None
 
 
@@ -156,7 +168,7 @@ class ConfirmationIssued(_Out):
 class StepOut(_Out):
     """One state an erasure passed, with its time."""
 
-    state: str
+    state: ErasureState
     at: Timestamp
 
 
@@ -218,7 +230,7 @@ class RotationRef(_Out):
     """For forget-one: the rotation that removed the entry physically, or the latest that tried."""
 
     erasure_id: str
-    state: Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
+    state: ErasureState
     failure_reason: str | None
 
 
@@ -228,9 +240,9 @@ class ErasureRecord(_Out):
     format: Literal["memgov.erasure.v1"]
     erasure_id: str
     scope_id: str
-    kind: Literal["forget_one", "forget_all", "off", "withdraw", "offboard", "rotate"]
-    state: Literal["requested", "fenced", "quiesced", "deleted", "verified", "failed"]
-    adapter: Literal["rest", "kagent-db"]
+    kind: ErasureKind
+    state: ErasureState
+    adapter: AdapterName
     requested_by: Literal["subject", "operator", "sweeper"]
     created_at: Timestamp
     updated_at: Timestamp
@@ -242,7 +254,7 @@ class ErasureRecord(_Out):
     entries: list[EvidenceEntry]
     read_back: list[ReadBackOut]
     verification: Verification
-    physical_deletion: Literal["complete", "pending_namespace_clear", "in_progress", "incomplete", "unverified"]
+    physical_deletion: PhysicalDeletion
     residuals: list[str] = Field(..., description="What this erasure cannot reach (codes, see docs/control-api.md).")
     rotation: RotationOut | None = Field(..., description="Kind rotate: the namespaces and the re-saved ids.")
     rotated_by: RotationRef | None = Field(
@@ -266,9 +278,9 @@ class OffboardScope(_Out):
     scope_id: str
     agent: str
     erasure_id: str
-    state: str
+    state: ErasureState
     failure_reason: str | None
-    physical_deletion: str
+    physical_deletion: PhysicalDeletion
 
 
 class OffboardResult(_Out):

@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 document of the control API, generated from the pydantic models.
+"""The OpenAPI 3.1 document of the control API, generated from its route table and the pydantic models.
 
 Served at ``/v1/openapi.json`` and checked in as ``docs/openapi.json`` (a test keeps the two
 identical); regenerate with ``python -m sidecar.control.openapi docs/openapi.json``.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,12 +16,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from sidecar.control import models as m
+from sidecar.control.routes import OPS, PARAMS, Op
 from sidecar.reasons import STATUS, Reason
 
 _REF = "#/components/schemas/{model}"
-_SUBJECT: list[dict[str, list[str]]] = [{"subjectToken": []}]
-_OPERATOR: list[dict[str, list[str]]] = [{"operatorToken": []}]
-_EITHER = [*_SUBJECT, *_OPERATOR]
 #: What each error status means on the control API, after the codes that answer with it.
 _MEANING = {
     400: "malformed input.",
@@ -43,162 +40,6 @@ def _error_description(status: int) -> str:
     return f"{text}: {_MEANING[status]}" if status in _MEANING else f"{text}."
 
 
-_PARAMS: dict[str, dict[str, object]] = {
-    "scope_id": {"in": "path", "required": True, "schema": {"type": "string", "pattern": "^s[0-9a-f]{24}$"}},
-    "entry_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
-    "erasure_id": {"in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
-    "mxid": {
-        "in": "path",
-        "required": True,
-        "description": "Complete MXID, percent-encoded.",
-        "schema": {"type": "string", "maxLength": 255},
-    },
-    "cursor": {
-        "in": "query",
-        "required": False,
-        "description": "next_cursor of the previous page.",
-        "schema": {"type": "string", "maxLength": 64},
-    },
-    "limit": {
-        "in": "query",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
-    },
-    "X-Memgov-Context": {
-        "in": "header",
-        "required": True,
-        "description": "Fresh signed delegation context attesting the control room (R-5).",
-        "schema": {"type": "string"},
-    },
-}
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation of the control API."""
-
-    method: str
-    path: str
-    operation_id: str
-    summary: str
-    security: list[dict[str, list[str]]]
-    ok: dict[int, type[BaseModel]]
-    errors: tuple[int, ...]
-    body: type[BaseModel] | None = None
-    body_required: bool = True
-    params: tuple[str, ...] = field(default_factory=tuple)
-
-
-OPS: tuple[Op, ...] = (
-    Op("get", "/v1/openapi.json", "getOpenApi", "This document.", [], {}, ()),
-    Op(
-        "post",
-        "/v1/scopes",
-        "createScope",
-        "Create a disabled scope for the typed triple (same triple: the existing one).",
-        _SUBJECT,
-        {201: m.ScopeCreated, 200: m.ScopeCreated},
-        (400, 401, 403, 413),
-        m.CreateScope,
-    ),
-    Op(
-        "get",
-        "/v1/scopes/{scope_id}",
-        "getScopeStatus",
-        "Consent, counts, limits and last erasure; no content.",
-        _SUBJECT,
-        {200: m.ScopeStatus},
-        (401, 403, 404),
-        params=("scope_id",),
-    ),
-    Op(
-        "put",
-        "/v1/scopes/{scope_id}/consent",
-        "grantConsent",
-        "Enable for a purpose: generation+1 and a receipt.",
-        _SUBJECT,
-        {200: m.ConsentChange},
-        (400, 401, 403, 404, 409, 413),
-        m.GrantConsent,
-        params=("scope_id",),
-    ),
-    Op(
-        "delete",
-        "/v1/scopes/{scope_id}/consent",
-        "withdrawConsent",
-        "Withdraw: disable and generation+1 (receipt), then erase every entry with evidence.",
-        _SUBJECT,
-        {200: m.ConsentChange},
-        (401, 403, 404, 500, 502),
-        params=("scope_id",),
-    ),
-    Op(
-        "get",
-        "/v1/scopes/{scope_id}/entries",
-        "inspectEntries",
-        "One bounded page of the subject's memory; needs a fresh attested control room.",
-        _SUBJECT,
-        {200: m.InspectPage},
-        (400, 401, 403, 404, 502),
-        params=("scope_id", "cursor", "limit", "X-Memgov-Context"),
-    ),
-    Op(
-        "delete",
-        "/v1/scopes/{scope_id}/entries/{entry_id}",
-        "forgetEntry",
-        "Erase exactly one entry and verify it; evidence says whether physical deletion is pending.",
-        _SUBJECT,
-        {200: m.ErasureRecord},
-        (401, 403, 404, 500, 502),
-        params=("scope_id", "entry_id"),
-    ),
-    Op(
-        "post",
-        "/v1/scopes/{scope_id}/forget-all",
-        "forgetAll",
-        "Erase every entry, keep consent. First call: confirmation token; second call with it: erasure.",
-        _SUBJECT,
-        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
-        (400, 401, 403, 404, 409, 413, 500, 502),
-        m.Confirm,
-        body_required=False,
-        params=("scope_id",),
-    ),
-    Op(
-        "post",
-        "/v1/scopes/{scope_id}/off",
-        "turnOff",
-        "Disable, then erase every entry. First call: confirmation token; second call with it: erasure.",
-        _SUBJECT,
-        {202: m.ConfirmationIssued, 200: m.ErasureRecord},
-        (400, 401, 403, 404, 409, 413, 500, 502),
-        m.Confirm,
-        body_required=False,
-        params=("scope_id",),
-    ),
-    Op(
-        "post",
-        "/v1/principals/{mxid}/offboard",
-        "offboardPrincipal",
-        "Operator: disable every scope of one MXID first, then erase and verify each; content-free result.",
-        _OPERATOR,
-        {200: m.OffboardResult},
-        (400, 401, 403),
-        params=("mxid",),
-    ),
-    Op(
-        "get",
-        "/v1/erasures/{erasure_id}",
-        "getErasure",
-        "Content-free erasure evidence (subject or operator).",
-        _EITHER,
-        {200: m.ErasureRecord},
-        (401, 403, 404),
-        params=("erasure_id",),
-    ),
-)
-
-
 def _schemas() -> dict[str, object]:
     inputs = {op.body for op in OPS if op.body is not None}
     outputs = {model for op in OPS for model in op.ok.values()} | {m.ErrorOut}
@@ -217,7 +58,7 @@ def _json(model: type[BaseModel]) -> dict[str, object]:
 def _operation(op: Op) -> dict[str, object]:
     out: dict[str, object] = {"operationId": op.operation_id, "summary": op.summary, "security": op.security}
     if op.params:
-        out["parameters"] = [{"name": name, **_PARAMS[name]} for name in op.params]
+        out["parameters"] = [{"name": name, **PARAMS[name]} for name in op.params]
     if op.body is not None:
         out["requestBody"] = {"required": op.body_required, "content": _json(op.body)}
     responses: dict[str, object] = {

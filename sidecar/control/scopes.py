@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from http import HTTPStatus
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from sidecar.control.auth import authenticate, ensure_subject, subject_scope
-from sidecar.control.erasures import erasure_answer, location
-from sidecar.control.http import ERASURE, load_scope, ok, operation, parse
+from sidecar.clock import Clock
+from sidecar.control.auth import Authenticator, ensure_subject
+from sidecar.control.erasures import ErasureEvidence, location
+from sidecar.control.http import ok, operation, parse
 from sidecar.control.models import (
     ConsentChange,
     CreateScope,
@@ -21,16 +24,20 @@ from sidecar.control.models import (
     ScopeIn,
     ScopeStatus,
 )
-from sidecar.control.ports import scope_writes
 from sidecar.erasure.evidence import iso
-from sidecar.erasure.machine import Kind
-from sidecar.governance import GOVERNANCE, Governance
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.identity import IdentityError
-from sidecar.identity.appname import parse_agent_ref
+from sidecar.identity.appname import Agents, parse_agent_ref
 from sidecar.identity.mxid import Origin, check_principal, parse_room_id
 from sidecar.logs import get_logger
+from sidecar.policy.model import Limits
 from sidecar.reasons import Reason, Refusal
-from sidecar.state.types import Receipt, Scope
+from sidecar.state.types import ErasureKind, Receipt, Scope
+
+if TYPE_CHECKING:
+    from sidecar.state.audit import AuditOps, ErasureOps
+    from sidecar.state.history import HistoryOps
+    from sidecar.state.scopes import ScopeOps
 
 log = get_logger("control")
 
@@ -48,133 +55,146 @@ def _receipt(r: Receipt | None) -> ReceiptOut | None:
     )
 
 
-async def create_scope(request: web.Request) -> web.Response:
-    """POST /v1/scopes: validate the typed triple; the same triple again answers the existing scope."""
-    operation(request, "scope.create")
-    gov = request.app[GOVERNANCE]
-    caller = authenticate(request)
-    body = await parse(request, CreateScope)
-    try:
-        principal = check_principal(
-            body.principal.mxid, body.principal.origin.value, gov.settings.matrix.server_name or ""
+class Scopes:
+    """The scope and consent routes of the control API."""
+
+    def __init__(
+        self,
+        auth: Authenticator,
+        evidence: ErasureEvidence,
+        engine: ErasureEngine,
+        scopes: ScopeOps,
+        history: HistoryOps,
+        erasures: ErasureOps,
+        audit: AuditOps,
+        agents: Agents,
+        limits: Callable[[], Limits],
+        clock: Clock,
+        *,
+        revision: Callable[[], str | None],
+        server_name: str,
+    ) -> None:
+        self._auth, self._evidence, self._engine = auth, evidence, engine
+        self._scopes, self._history, self._erasures, self._audit = scopes, history, erasures, audit
+        self._agents, self._limits, self._clock = agents, limits, clock
+        self._revision, self._server = revision, server_name
+
+    async def create(self, request: web.Request) -> web.Response:
+        """POST /v1/scopes: validate the typed triple; the same triple again answers the existing scope."""
+        operation(request, "scope.create")
+        caller = self._auth.authenticate(request)
+        body = await parse(request, CreateScope)
+        try:
+            principal = check_principal(body.principal.mxid, body.principal.origin.value, self._server)
+        except IdentityError:
+            raise Refusal(Reason.PRINCIPAL_INVALID) from None
+        mxid = str(principal.mxid)
+        ensure_subject(caller, mxid)
+        try:
+            parse_agent_ref(body.agent)
+            parse_room_id(body.scope.room_id)
+        except IdentityError:
+            raise Refusal(Reason.BAD_REQUEST) from None
+        if not self._agents.has_memory(body.agent):
+            raise Refusal(Reason.AGENT_MISMATCH)
+        if body.scope.kind != "control_room":
+            raise Refusal(Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
+        scope, created = await self._scopes.create_scope(
+            mxid, principal.origin.value, body.agent, body.scope.kind, body.scope.room_id, self._clock()
         )
-    except IdentityError:
-        raise Refusal(Reason.PRINCIPAL_INVALID) from None
-    mxid = str(principal.mxid)
-    ensure_subject(caller, mxid)
-    try:
-        parse_agent_ref(body.agent)
-        parse_room_id(body.scope.room_id)
-    except IdentityError:
-        raise Refusal(Reason.BAD_REQUEST) from None
-    if not gov.is_memory_agent(body.agent):
-        raise Refusal(Reason.AGENT_MISMATCH)
-    if body.scope.kind != "control_room":
-        raise Refusal(Reason.SCOPE_MISMATCH)  # cross_room needs a canonical-person binding (ADR 5)
-    scope, created = await scope_writes(gov).scopes.create_scope(
-        mxid, principal.origin.value, body.agent, body.scope.kind, body.scope.room_id, gov.now()
-    )
-    if created:
-        await scope_writes(gov).audit_log.audit(
-            "scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create", now=gov.now()
+        if created:
+            await self._audit.audit(
+                "scope", Reason.ALLOWED.value, scope_id=scope.scope_id, operation="scope.create", now=self._clock()
+            )
+        return ok(
+            ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
+            status=HTTPStatus.CREATED if created else HTTPStatus.OK,
         )
-    return ok(
-        ScopeCreated(scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation),
-        status=HTTPStatus.CREATED if created else HTTPStatus.OK,
-    )
 
-
-async def grant_consent(request: web.Request) -> web.Response:
-    """PUT /v1/scopes/{scope_id}/consent: enable, generation+1, receipt."""
-    operation(request, "consent.grant")
-    gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request, changes_state=True)
-    body = await parse(request, GrantConsent)
-    if not gov.is_memory_agent(scope.agent):
-        raise Refusal(Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
-    # SECURITY: consent never resumes over an unfinished or failed erasure (ADR 12).
-    blocked = await request.app[ERASURE].blocked(scope.scope_id)
-    if blocked is not None:
-        raise Refusal(blocked, status=HTTPStatus.CONFLICT, scope_id=scope.scope_id)
-    scope, receipt = await scope_writes(gov).scopes.grant(scope.scope_id, body.purpose, body.policy_version, gov.now())
-    await scope_writes(gov).audit_log.audit(
-        "consent",
-        Reason.ALLOWED.value,
-        scope_id=scope.scope_id,
-        operation="consent.grant",
-        policy_revision=gov.policy.revision,
-        now=gov.now(),
-    )
-    log.info("consent.granted", scope_id=scope.scope_id, receipt_id=receipt.receipt_id, generation=scope.generation)
-    return ok(
-        ConsentChange(
-            scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation, receipt=_receipt(receipt)
-        )
-    )
-
-
-async def withdraw_consent(request: web.Request) -> web.Response:
-    """DELETE /v1/scopes/{scope_id}/consent: disable + generation+1 (receipt), then erase everything."""
-    operation(request, "consent.withdraw")
-    gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request, changes_state=True)
-    erasure = await request.app[ERASURE].erase(scope, Kind.WITHDRAW, "subject")
-    record = await erasure_answer(gov, erasure)
-    after = await load_scope(gov, scope.scope_id)
-    receipts = [r for r in await scope_writes(gov).scopes.receipts(scope.scope_id) if r.at >= erasure.created_at]
-    return ok(
-        ConsentChange(
-            scope_id=after.scope_id,
-            enabled=after.enabled,
-            generation=after.generation,
-            receipt=_receipt(receipts[-1] if receipts else None),
-            erasure=record,
-        ),
-        headers=location(erasure),
-    )
-
-
-async def entry_counts(gov: Governance, scope: Scope) -> EntryCounts:
-    """The status's entry counts: what the scope's live namespace serves, and what awaits physical deletion."""
-    live_ns = scope.namespace.ns_id if scope.namespace is not None else None
-    live, pending = await scope_writes(gov).history.entry_counts(scope.scope_id, live_ns, gov.now())
-    return EntryCounts(live=live, cap=gov.limits.max_entries, pending_physical_deletion=pending)
-
-
-async def last_erasure(gov: Governance, scope: Scope) -> LastErasure | None:
-    """The scope's newest erasure, as status shows it."""
-    history = await scope_writes(gov).erasures.erasures_of_scope(scope.scope_id, limit=1)
-    if not history:
-        return None
-    e = history[0]
-    return LastErasure(
-        erasure_id=e.erasure_id,
-        kind=e.kind,
-        state=e.state,
-        failure_reason=e.failure_reason,
-        updated_at=iso(e.updated_at) or "",
-    )
-
-
-async def scope_status(request: web.Request) -> web.Response:
-    """GET /v1/scopes/{scope_id}: consent, counts, limits and the last erasure; never memory content."""
-    operation(request, "scope.status")
-    gov = request.app[GOVERNANCE]
-    _, scope = await subject_scope(request)
-    return ok(
-        ScopeStatus(
+    async def grant(self, request: web.Request) -> web.Response:
+        """PUT /v1/scopes/{scope_id}/consent: enable, generation+1, receipt."""
+        operation(request, "consent.grant")
+        _, scope = await self._auth.subject_scope(request, changes_state=True)
+        body = await parse(request, GrantConsent)
+        if not self._agents.has_memory(scope.agent):
+            raise Refusal(Reason.AGENT_MISMATCH, scope_id=scope.scope_id)
+        # SECURITY: consent never resumes over an unfinished or failed erasure (ADR 12).
+        blocked = await self._engine.blocked(scope.scope_id)
+        if blocked is not None:
+            raise Refusal(blocked, status=HTTPStatus.CONFLICT, scope_id=scope.scope_id)
+        scope, receipt = await self._scopes.grant(scope.scope_id, body.purpose, body.policy_version, self._clock())
+        await self._audit.audit(
+            "consent",
+            Reason.ALLOWED.value,
             scope_id=scope.scope_id,
-            principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
-            agent=scope.agent,
-            scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]  # a stored kind; pydantic checks it
-            enabled=scope.enabled,
-            generation=scope.generation,
-            purpose=scope.purpose,
-            policy_version=scope.policy_version,
-            consented_at=iso(scope.consented_at),
-            hard_expiry_days=gov.limits.max_days,
-            entries=await entry_counts(gov, scope),
-            erasure_adapter=gov.eraser.name,  # type: ignore[arg-type]  # an adapter's name; pydantic checks it
-            last_erasure=await last_erasure(gov, scope),
+            operation="consent.grant",
+            policy_revision=self._revision(),
+            now=self._clock(),
         )
-    )
+        log.info("consent.granted", scope_id=scope.scope_id, receipt_id=receipt.receipt_id, generation=scope.generation)
+        return ok(
+            ConsentChange(
+                scope_id=scope.scope_id, enabled=scope.enabled, generation=scope.generation, receipt=_receipt(receipt)
+            )
+        )
+
+    async def withdraw(self, request: web.Request) -> web.Response:
+        """DELETE /v1/scopes/{scope_id}/consent: disable + generation+1 (receipt), then erase everything."""
+        operation(request, "consent.withdraw")
+        _, scope = await self._auth.subject_scope(request, changes_state=True)
+        erasure = await self._engine.erase(scope, ErasureKind.WITHDRAW, "subject")
+        record = await self._evidence.answer(erasure)
+        after = await self._auth.scope(scope.scope_id)
+        receipts = [r for r in await self._scopes.receipts(scope.scope_id) if r.at >= erasure.created_at]
+        return ok(
+            ConsentChange(
+                scope_id=after.scope_id,
+                enabled=after.enabled,
+                generation=after.generation,
+                receipt=_receipt(receipts[-1] if receipts else None),
+                erasure=record,
+            ),
+            headers=location(erasure),
+        )
+
+    async def entry_counts(self, scope: Scope) -> EntryCounts:
+        """The status's entry counts: what the scope's live namespace serves, and what awaits physical deletion."""
+        live_ns = scope.namespace.ns_id if scope.namespace is not None else None
+        live, pending = await self._history.entry_counts(scope.scope_id, live_ns, self._clock())
+        return EntryCounts(live=live, cap=self._limits().max_entries, pending_physical_deletion=pending)
+
+    async def last_erasure(self, scope: Scope) -> LastErasure | None:
+        """The scope's newest erasure, as status shows it."""
+        history = await self._erasures.erasures_of_scope(scope.scope_id, limit=1)
+        if not history:
+            return None
+        e = history[0]
+        return LastErasure(
+            erasure_id=e.erasure_id,
+            kind=e.kind,
+            state=e.state,
+            failure_reason=e.failure_reason,
+            updated_at=iso(e.updated_at) or "",
+        )
+
+    async def status(self, request: web.Request) -> web.Response:
+        """GET /v1/scopes/{scope_id}: consent, counts, limits and the last erasure; never memory content."""
+        operation(request, "scope.status")
+        _, scope = await self._auth.subject_scope(request)
+        return ok(
+            ScopeStatus(
+                scope_id=scope.scope_id,
+                principal=PrincipalIn(mxid=scope.principal_mxid, origin=Origin(scope.origin)),
+                agent=scope.agent,
+                scope=ScopeIn(kind=scope.kind, room_id=scope.room_id),  # type: ignore[arg-type]  # a stored kind; pydantic checks it
+                enabled=scope.enabled,
+                generation=scope.generation,
+                purpose=scope.purpose,
+                policy_version=scope.policy_version,
+                consented_at=iso(scope.consented_at),
+                hard_expiry_days=self._limits().max_days,
+                entries=await self.entry_counts(scope),
+                erasure_adapter=self._engine.adapter,
+                last_erasure=await self.last_erasure(scope),
+            )
+        )

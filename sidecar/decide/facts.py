@@ -8,7 +8,7 @@ from sidecar.identity.keys import SessionKeys
 from sidecar.identity.mxid import Origin, parse_mxid
 from sidecar.identity.tokens import AudienceClaim, RoomClaim
 from sidecar.policy.model import Agent, Audience, Principal, RoomState, ScopeRecord, ServerAcl
-from sidecar.state.types import Scope
+from sidecar.state.types import Namespace, Scope
 
 
 def utf8_len(value: object) -> int:
@@ -92,3 +92,11 @@ class KeyFacts:
         if self.agent_name is None or not names.matches(self.agent_name, scope_agent):
             return False
         return self.header_agent is None or names.matches(self.header_agent, scope_agent)
+
+
+def current_namespace(before: Scope, now: Scope | None) -> Namespace | None:
+    """The namespace a scope serves now, while it is still the consent ``before`` was read under
+    (enabled, same generation); None once consent changed."""
+    if now is None or not now.enabled or now.generation != before.generation:
+        return None
+    return now.namespace

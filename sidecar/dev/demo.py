@@ -151,8 +151,8 @@ async def _story(
 
     story.say("Alice creates her scope and gives explicit, versioned consent (control API)")
     scope = await control.create_scope(ALICE, AGENT, ROOM)
-    receipt = await control.grant(scope["scope_id"], "remember my preferences", "privacy-v1")
-    story.note(f"scope {scope['scope_id']}: enabled={receipt.get('enabled')} generation={receipt.get('generation')}")
+    receipt = await control.grant(scope.scope_id, "remember my preferences", "privacy-v1")
+    story.note(f"scope {scope.scope_id}: enabled={receipt.enabled} generation={receipt.generation}")
 
     story.say("Alice asks the agent to remember something")
     decision, reply = await _say_to_agent(
@@ -171,16 +171,13 @@ async def _story(
     story.note(_last_line(reply, "recalled"))
 
     story.say("Alice inspects her memory (needs a fresh attested control-room context)")
-    page = await control.inspect(scope["scope_id"], bridge.context())
-    for entry in page["entries"]:
-        story.note(f'entry {entry["id"][:8]}…  "{entry["text"]}"  hard expiry {entry["expires_at"]}')
+    page = await control.inspect(scope.scope_id, bridge.context())
+    for entry in page.entries:
+        story.note(f'entry {entry.id[:8]}…  "{entry.text}"  hard expiry {entry.expires_at}')
 
     story.say("Alice forgets that one entry")
-    record = await control.forget(scope["scope_id"], page["entries"][0]["id"])
-    story.note(
-        f"erasure {record['erasure_id']}: state={record['state']} "
-        f"physical_deletion={record.get('physical_deletion', '-')}"
-    )
+    record = await control.forget(scope.scope_id, page.entries[0].id)
+    story.note(f"erasure {record.erasure_id}: state={record.state} physical_deletion={record.physical_deletion}")
     # With an embedding provider the REST adapter is exact: the scope's namespace was rotated.
     story.note(f"rows kagent holds for Alice after the forget: {len(await dev.store.rows())}")
     decision, reply = await _say_to_agent(http, gw.data_url, RECALL, context=bridge.context())
@@ -197,8 +194,8 @@ async def _story(
 
     story.say("Alice withdraws consent while a background auto-save is still on its way")
     key = dev.recorder.of_kind("a2a")[-1].user_id_header
-    withdrawn = await control.withdraw(scope["scope_id"])
-    story.note(f"consent withdrawn: enabled={withdrawn.get('enabled')} generation={withdrawn.get('generation')}")
+    withdrawn = await control.withdraw(scope.scope_id)
+    story.note(f"consent withdrawn: enabled={withdrawn.enabled} generation={withdrawn.generation}")
     late = {
         "items": [
             {
@@ -218,19 +215,19 @@ async def _story(
     story.note(f"rows kagent holds for Alice after the withdrawal's erasure: {len(await dev.store.rows())}")
 
     story.say("Off: disable first, then clear everything, with a confirmation")
-    await control.grant(scope["scope_id"], "remember my preferences", "privacy-v1")
+    await control.grant(scope.scope_id, "remember my preferences", "privacy-v1")
     await _say_to_agent(http, gw.data_url, "remember: I live in Lyon", context=bridge.context())
     story.note(f"after re-consent a new fact is stored: {len(await dev.store.rows())} row(s)")
-    issued = await control.off(scope["scope_id"])
-    story.note(f"confirmation required, token expires {issued['expires_at']}")
-    record = await control.off(scope["scope_id"], issued["confirm_token"])
-    evidence = await control.erasure(record["erasure_id"])
+    issued = await control.off(scope.scope_id)
+    story.note(f"confirmation required, token expires {issued.expires_at}")
+    record = await control.off(scope.scope_id, issued.confirm_token)
+    evidence = await control.erasure_document(record.erasure_id)
     story.note("erasure evidence (content-free):")
     for line in json.dumps(evidence, indent=2, sort_keys=True).splitlines():
         story.note("  " + line)
     story.note(f"rows kagent holds for Alice now: {len(await dev.store.rows())}")
     try:
-        await control.as_caller(None).status(scope["scope_id"])
+        await control.as_caller(None).status(scope.scope_id)
     except ControlError as exc:
         story.note(f"status without a token: HTTP {exc.status} {exc.reason}")
 

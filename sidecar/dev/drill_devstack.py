@@ -55,7 +55,7 @@ class LocalStack:
         return (row.expires_at - row.created_at).total_seconds() / 86400
 
     async def sink_texts(self) -> dict[str, str]:
-        gov = self.gw.governance
+        gov = self.gw.parts
         audit = repr(await gov.store.audit_log.audit_rows(limit=1_000_000)) if gov is not None else ""
         return {"logs": self.logs.getvalue(), "audit_rows": audit, "kagent_log": self.dev.kagent_log()}
 

@@ -13,13 +13,12 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 from urllib.parse import urlencode
 
 import aiohttp
 
-from sidecar.control import answers
-from sidecar.control.client import ControlClient, ControlError, Token
+from sidecar.control.client import ControlClient, ControlError, JsonAnswers, Token
 from sidecar.drill.result import CheckFailed
 from sidecar.drill.sentinels import make_sentinel
 from sidecar.drill.target import Agent, Target
@@ -149,7 +148,7 @@ class DrillRun:
             "memgov-drill", self.target.operator_key.material, self.target.operator_key.alg, now=self._now()
         )
 
-    def control(self, subject: str | None = None, *, operator: bool = False) -> ControlClient:
+    def control(self, subject: str | None = None, *, operator: bool = False) -> JsonAnswers:
         """A control client on the run's session, as ``subject``, as an operator, or anonymous.
 
         Each call carries a freshly minted token, as a bridge would send.
@@ -159,7 +158,7 @@ class DrillRun:
             token = self.operator_token
         elif subject:
             token = functools.partial(self.subject_token, subject)
-        return ControlClient(self.target.control_url, token, session=self.http)
+        return JsonAnswers(ControlClient(self.target.control_url, token, session=self.http))
 
     # --- scopes -------------------------------------------------------------------------------
     async def new_scope(
@@ -176,9 +175,9 @@ class DrillRun:
             scope.generation = int(granted["generation"])
         return scope
 
-    async def status(self, scope: Scope) -> answers.ScopeStatus:
+    async def status(self, scope: Scope) -> dict[str, Any]:
         """The scope's status as its subject sees it; keeps the known generation current."""
-        answer = await self.control(scope.subject).status(scope.scope_id)
+        answer: dict[str, Any] = await self.control(scope.subject).status(scope.scope_id)
         scope.generation = int(answer["generation"])
         return answer
 
@@ -198,7 +197,7 @@ class DrillRun:
             storage_key(scope.scope_id, scope.generation, new_salt()),
         ]
 
-    async def inspect_all(self, scope: Scope) -> list[answers.EntryOut]:
+    async def inspect_all(self, scope: Scope) -> list[dict[str, Any]]:
         """Every entry, as the subject, with a fresh attested context per page."""
 
         async def contexts() -> AsyncIterator[str]:
@@ -206,7 +205,8 @@ class DrillRun:
                 yield self.context(scope.subject, scope.agent, scope.room)
 
         with Recorder.content_channel():
-            return await self.control(scope.subject).inspect_all(scope.scope_id, contexts())
+            entries: list[dict[str, Any]] = await self.control(scope.subject).inspect_all(scope.scope_id, contexts())
+        return entries
 
     # --- the data plane -----------------------------------------------------------------------
     async def invoke(self, agent: Agent, context: str | None, *, user: str, text: str | None = None) -> Answer:
@@ -295,7 +295,7 @@ class DrillRun:
         )
 
 
-class Refusal(TypedDict):
+class RefusalSeen(TypedDict):
     """How the control API answered a call that should be refused (status 200 when it was not)."""
 
     status: int
@@ -303,7 +303,7 @@ class Refusal(TypedDict):
     decision_id: str | None
 
 
-async def refusal(pending: Awaitable[object]) -> Refusal:
+async def refusal(pending: Awaitable[object]) -> RefusalSeen:
     """Await a control call that should be refused; its status, reason code and decision id."""
     try:
         await pending

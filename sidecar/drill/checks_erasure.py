@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from sidecar.control import answers
+from typing import Any
+
 from sidecar.drill.actors import DrillRun, Scope, refusal
 from sidecar.drill.checks_consent import CONSENT_REFUSALS
 from sidecar.drill.result import Evidence, expect
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 
 
-def physical_after_forget(record: answers.ErasureRecord) -> str:
+def physical_after_forget(record: dict[str, Any]) -> str:
     """What a forget-one erasure may honestly report (SPEC D4): ``kagent-db`` deletes by id; ``rest`` is exact
     when it rotated the namespace (an embedding provider configured), else pending until the namespace is cleared."""
-    if record.get("adapter") == "kagent-db" or record.get("rotated_by") is not None:
+    if record.get("adapter") == AdapterName.KAGENT_DB or record.get("rotated_by") is not None:
         return "complete"
     return "pending_namespace_clear"
 
 
-def _record(record: answers.ErasureRecord) -> dict[str, object]:
+def _record(record: dict[str, Any]) -> dict[str, object]:
     """The evidence form of an erasure record: ids, states, timestamps."""
     return {
         "erasure_id": record.get("erasure_id"),
@@ -75,13 +77,13 @@ async def exact_one_entry_erase(run: DrillRun, ev: Evidence) -> None:
         # The deployment rotates namespaces: a rotation that did not finish is a failure, with its reason shown.
         expect(rotation.get("state") == "verified", "rotation_not_verified")
     expect(record.get("physical_deletion") == physical_after_forget(record), "physical_deletion_misreported")
-    if adapter == "rest" and rotation is not None:
+    if adapter == AdapterName.REST and rotation is not None:
         ev.note(
             "REST adapter with an embedding provider: the scope's namespace was rotated (the other entry "
             "re-saved under a fresh storage key, the old namespace deleted whole and read back empty), so "
             "the forgotten row is physically gone."
         )
-    elif adapter == "rest":
+    elif adapter == AdapterName.REST:
         ev.note(
             "REST adapter without an embedding provider: the forgotten entry is tombstoned and unreadable at "
             "once; kagent keeps the row until the whole namespace is cleared, as the evidence record states."

@@ -13,22 +13,30 @@ untouched and is never logged; kagent's identity headers stop here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
 from sidecar import metrics
+from sidecar.clock import Clock
+from sidecar.decide.decider import Facts
 from sidecar.decide.facts import agent_of, utf8_len
-from sidecar.decide.respond import Facts, decision_headers
+from sidecar.decide.respond import decision_headers
 from sidecar.enforce import budgets
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
-from sidecar.enforce.ports import embedding_state
-from sidecar.policy.model import Budget, Decision, Operation, RequestFacts
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
+from sidecar.identity.appname import Agents
+from sidecar.policy.model import Budget, Decision, Limits, Operation, RequestFacts
 from sidecar.reasons import Reason, Refusal
-from sidecar.relay import EMBEDDING, NO_EMBEDDING_UPSTREAM, forward, read_body
+from sidecar.relay import NO_EMBEDDING_UPSTREAM, forward, read_body
 from sidecar.state.types import ENCODINGS
+from sidecar.upstream import Upstream
 from sidecar.wire import BadBody, StrictJSON, dumps, is_int64
+
+if TYPE_CHECKING:
+    from sidecar.state.budgets import BudgetOps
+    from sidecar.state.scopes import ScopeOps
 
 #: Fields an OpenAI-compatible provider reads; ``user`` (a free-text end-user id) is never forwarded.
 _FIELDS: Final = ("model", "input", "dimensions", "encoding_format", "user")
@@ -64,6 +72,19 @@ def embedding_request(payload: dict[str, object]) -> tuple[list[str], dict[str, 
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddingParts:
+    """What the embedding route uses: whether an agent has a consented scope, its item budgets, the provider."""
+
+    scopes: ScopeOps
+    budgets: BudgetOps
+    agents: Agents
+    limits: Callable[[], Limits]
+    clock: Clock
+    #: The provider; None when no embedding URL is configured (the route does not exist then).
+    provider: Upstream | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Embedding:
     """The texts to embed and the body memgov serialises for the provider from the fields it checked."""
 
@@ -71,54 +92,56 @@ class _Embedding:
     body: dict[str, object]
 
 
-async def _parse(call: Call) -> _Embedding:
-    if EMBEDDING not in call.request.app:
-        raise Refusal(Reason.ROUTE_DENIED, status=NO_EMBEDDING_UPSTREAM)
-    try:
-        if call.request.headers.get("Content-Encoding", "identity").lower() != "identity":
-            raise BadBody("encoded")
-        parsed = embedding_request(_PARSER.parse_object(await read_body(call.request)))
-    except BadBody:
-        parsed = None
-    if parsed is None:
-        raise Refusal(Reason.BAD_REQUEST)
-    return _Embedding(*parsed)
+class Embeddings(Stages[EmbeddingParts]):
+    """The stages of the governed embedding route, over one :class:`EmbeddingParts`."""
 
+    async def parse(self, call: Call) -> _Embedding:
+        if self._p.provider is None:
+            raise Refusal(Reason.ROUTE_DENIED, status=NO_EMBEDDING_UPSTREAM)
+        try:
+            if call.request.headers.get("Content-Encoding", "identity").lower() != "identity":
+                raise BadBody("encoded")
+            parsed = embedding_request(_PARSER.parse_object(await read_body(call.request)))
+        except BadBody:
+            parsed = None
+        if parsed is None:
+            raise Refusal(Reason.BAD_REQUEST)
+        return _Embedding(*parsed)
 
-async def _admit(call: Call, emb: _Embedding) -> Admitted[_Embedding]:
-    """A consented agent's item budget, reserved per agent and per source address."""
-    gov = call.gov
-    ref = f"{call.match.params['ns']}/{call.match.params['name']}"
-    if not gov.is_memory_agent(ref) or not await embedding_state(gov).scopes.has_enabled_scope(ref):
-        # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
-        raise Refusal(Reason.CONSENT_MISSING)
-    lim, inputs = gov.limits, emb.inputs
-    # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
-    # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
-    failed, levels = await embedding_state(gov).budgets.reserve_counted(
-        budgets.embedding_items(lim, ref, call.request.remote or "", len(inputs)),
-        gov.now(),
-    )
-    # A prefetch query is embedded here before its search (which carries only a vector), so the
-    # prefetch query size is enforced on every item too.
-    facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
-    budget = Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0)
-    agent = agent_of(ref, gov.app_name(ref), True)
-    return Admitted(Facts(agent_ref=ref, agent=agent, request=facts, budget=budget), emb)
+    async def admit(self, call: Call, emb: _Embedding) -> Admitted[_Embedding]:
+        """A consented agent's item budget, reserved per agent and per source address."""
+        p = self._p
+        ref = f"{call.match.params['ns']}/{call.match.params['name']}"
+        if not p.agents.has_memory(ref) or not await p.scopes.has_enabled_scope(ref):
+            # SECURITY: no consented scope for this agent means no memory work at all, embeddings included.
+            raise Refusal(Reason.CONSENT_MISSING)
+        inputs = emb.inputs
+        # Reserved against the global hourly value (the floor); the count it reaches goes to the policy,
+        # which holds the agent to its own stricter cap from limits.yaml's agent_limits.
+        failed, levels = await p.budgets.reserve_counted(
+            budgets.embedding_items(p.limits(), ref, call.request.remote or "", len(inputs)), p.clock()
+        )
+        # A prefetch query is embedded here before its search (which carries only a vector), so the
+        # prefetch query size is enforced on every item too.
+        facts = RequestFacts(item_count=len(inputs), max_item_bytes=max(utf8_len(i) for i in inputs))
+        budget = Budget(embedding_ok=failed is None, embedding_items_used=levels[1] if failed is None else 0)
+        agent = agent_of(ref, p.agents.app_name(ref), True)
+        return Admitted(Facts(agent_ref=ref, agent=agent, request=facts, budget=budget), emb)
 
+    async def forward(self, call: Call, emb: _Embedding, decision: Decision) -> web.StreamResponse:
+        provider = self._p.provider
+        assert provider is not None  # parse refused the call otherwise
+        metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(emb.inputs))
+        return await forward(
+            call.request,
+            provider,
+            path="/embeddings",
+            body=dumps(emb.body),
+            drop=_DROPPED,
+            headers={"Content-Type": "application/json"},
+            response_headers=decision_headers(decision),
+            replace_errors=True,
+        )
 
-async def _forward(call: Call, emb: _Embedding, decision: Decision) -> web.StreamResponse:
-    metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(emb.inputs))
-    return await forward(
-        call.request,
-        call.request.app[EMBEDDING],
-        path="/embeddings",
-        body=dumps(emb.body),
-        drop=_DROPPED,
-        headers={"Content-Type": "application/json"},
-        response_headers=decision_headers(decision),
-        replace_errors=True,
-    )
-
-
-EMBED: Final = RouteSpec(Operation.EMBEDDING, _parse, _admit, _forward)
+    def spec(self) -> RouteSpec[_Embedding, _Embedding]:
+        return RouteSpec(Operation.EMBEDDING, self.parse, self.admit, self.forward)

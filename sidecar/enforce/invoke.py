@@ -7,25 +7,35 @@ to the agent's memory-disabled variant with the caller's own identity, so chat k
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from sidecar.decide.context import seen_context
+from sidecar.clock import Clock
+from sidecar.decide.context import Contexts
+from sidecar.decide.decider import Facts
 from sidecar.decide.facts import agent_of, audience_of, principal_of, room_of, scope_of
-from sidecar.decide.respond import Denied, Facts, decision_headers
+from sidecar.decide.respond import Denied, decision_headers
 from sidecar.enforce import budgets
-from sidecar.enforce.pipeline import Admitted, Call, RouteSpec
-from sidecar.enforce.ports import invoke_state
+from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, Stages
 from sidecar.identity import IdentityError
+from sidecar.identity.appname import Agents
+from sidecar.identity.keys import SessionKeys
 from sidecar.identity.mxid import check_principal
-from sidecar.policy.model import Budget, ContextScope, Decision, Operation, RequestFacts, ScopeRecord
+from sidecar.policy.model import Budget, ContextScope, Decision, Limits, Operation, RequestFacts, ScopeRecord
 from sidecar.reasons import Reason, Refusal
-from sidecar.relay import CONTROLLER, forward, read_body
+from sidecar.relay import forward, read_body
+from sidecar.upstream import KagentBearer, Upstream
 from sidecar.wire import BadBody, StrictJSON
+
+if TYPE_CHECKING:
+    from sidecar.state.budgets import BudgetOps
+    from sidecar.state.prefetch import PrefetchOps
+    from sidecar.state.scopes import ScopeOps
 
 #: The A2A fields memgov reads from an invocation; an agent's A2A server (a Go one matches keys
 #: case-insensitively) must read the same ones.
@@ -54,6 +64,25 @@ def _without_query_user(raw_path: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class InvokeParts:
+    """What a governed invocation uses: the conversation's scope, its budget peek and prefetch window,
+    the delegation contexts, the keys a session key is minted with, and the controller it goes to."""
+
+    scopes: ScopeOps
+    budgets: BudgetOps
+    prefetch: PrefetchOps
+    contexts: Contexts
+    keys: SessionKeys
+    bearer: KagentBearer
+    agents: Agents
+    limits: Callable[[], Limits]
+    clock: Clock
+    controller: Upstream
+    server_name: str
+    prefetch_window_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Invocation:
     """An invocation's checked body, and the scope a verified context named (None: none found)."""
 
@@ -66,11 +95,6 @@ def _ref(call: Call) -> str:
     return f"{call.match.params['ns']}/{call.match.params['name']}"
 
 
-def _governs(call: Call) -> bool:
-    """Only A2A invocations of a memory-enabled agent are governed; any other is relayed as it came."""
-    return call.match.params["kind"] == "a2a" and call.gov.is_memory_agent(_ref(call))
-
-
 async def _parse(call: Call) -> _Invocation:
     body = await read_body(call.request)
     try:
@@ -80,90 +104,93 @@ async def _parse(call: Call) -> _Invocation:
         raise Refusal(Reason.BAD_REQUEST) from None
 
 
-async def _admit(call: Call, inv: _Invocation) -> Admitted[_Invocation]:
-    """The context's principal, room and audience, its scope, and whether the scope has an operation left this hour."""
-    gov, ref = call.gov, _ref(call)
-    seen = await seen_context(call.request)
-    facts, ctx = seen.facts, seen.claims
-    principal = scope = room = audience = None
-    budget = Budget()
-    if ctx is not None:
-        try:
-            check_principal(ctx.sub, ctx.origin, gov.settings.matrix.server_name or "")
-            principal = principal_of(ctx.sub, ctx.origin)
-        except IdentityError:
-            principal = None
-        found = await invoke_state(gov).scopes.find_scope(
-            ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id
+class Invocations(Stages[InvokeParts]):
+    """The stages of a governed A2A invocation, over one :class:`InvokeParts`."""
+
+    def governs(self, call: Call) -> bool:
+        """Only A2A invocations of a memory-enabled agent are governed; any other is relayed as it came."""
+        return call.match.params["kind"] == "a2a" and self._p.agents.has_memory(_ref(call))
+
+    async def admit(self, call: Call, inv: _Invocation) -> Admitted[_Invocation]:
+        """The context's principal, room and audience, its scope, and whether it has an operation left this hour."""
+        p, ref = self._p, _ref(call)
+        seen = await p.contexts.seen(call.request)
+        facts, ctx = seen.facts, seen.claims
+        principal = scope = room = audience = None
+        budget = Budget()
+        if ctx is not None:
+            try:
+                check_principal(ctx.sub, ctx.origin, p.server_name)
+                principal = principal_of(ctx.sub, ctx.origin)
+            except IdentityError:
+                principal = None
+            found = await p.scopes.find_scope(ctx.sub, ctx.origin.value, ref, ctx.scope.kind.value, ctx.scope.room_id)
+            scope = scope_of(found) if found is not None else None
+            room, audience = room_of(ctx.room), audience_of(ctx.audience)
+            if found is not None and found.enabled:
+                # Peek: a reservation of nothing against one less than the limit succeeds only while
+                # at least one operation is left this hour, so an exhausted scope chats without memory.
+                failed, levels = await p.budgets.reserve_counted(
+                    [budgets.scope_hour(p.limits(), found.scope_id, 0, headroom=1)], p.clock()
+                )
+                # With the one operation it needs, against the agent's own cap in the policy.
+                budget = Budget(hourly_ok=failed is None, hourly_operations_used=levels[0] + 1 if failed is None else 0)
+        request_facts = RequestFacts(
+            context=facts,
+            context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
+            context_agent=ctx.agent if ctx else None,
         )
-        scope = scope_of(found) if found is not None else None
-        room, audience = room_of(ctx.room), audience_of(ctx.audience)
-        if found is not None and found.enabled:
-            # Peek: a reservation of nothing against one less than the limit succeeds only while
-            # at least one operation is left this hour, so an exhausted scope chats without memory.
-            failed, levels = await invoke_state(gov).budgets.reserve_counted(
-                [budgets.scope_hour(gov.limits, found.scope_id, 0, headroom=1)],
-                gov.now(),
-            )
-            # With the one operation it needs, against the agent's own cap in the policy.
-            budget = Budget(hourly_ok=failed is None, hourly_operations_used=levels[0] + 1 if failed is None else 0)
-    request_facts = RequestFacts(
-        context=facts,
-        context_scope=ContextScope(kind=ctx.scope.kind.value, room_id=ctx.scope.room_id) if ctx else None,
-        context_agent=ctx.agent if ctx else None,
-    )
-    asked = Facts(
-        agent_ref=ref,
-        principal=principal,
-        agent=agent_of(ref, gov.app_name(ref), True),
-        scope=scope,
-        request=request_facts,
-        room=room,
-        audience=audience,
-        budget=budget,
-    )
-    return Admitted(
-        asked,
-        _Invocation(inv.body, inv.payload, scope),
-        scope_id=scope.scope_id if scope else None,
-        credentialed=ctx is not None,
-    )
-
-
-async def _forward(call: Call, inv: _Invocation, decision: Decision) -> web.StreamResponse:
-    """The same agent, every kagent identity carrier set to the scope's session key."""
-    gov, scope, request = call.gov, inv.scope, call.request
-    if scope is None:
-        raise Denied(decision)  # the policy allows no memory without a scope: the memory-free variant answers
-    key = gov.keys.session_key(scope.scope_id, scope.generation)
-    headers = {"X-User-Id": key, **gov.kagent_headers(key)}
-    if _is_new_conversation(inv.payload):
-        now = gov.now()
-        await invoke_state(gov).prefetch.open_prefetch_window(
-            scope.scope_id, now, now + timedelta(seconds=gov.settings.enforce.prefetch_window_s)
+        asked = Facts(
+            agent_ref=ref,
+            principal=principal,
+            agent=agent_of(ref, p.agents.app_name(ref), True),
+            scope=scope,
+            request=request_facts,
+            room=room,
+            audience=audience,
+            budget=budget,
         )
-    return await forward(
-        request,
-        request.app[CONTROLLER],
-        path=_without_query_user(request.raw_path),
-        headers=headers,
-        body=inv.body,
-        response_headers=decision_headers(decision),
-    )
+        return Admitted(
+            asked,
+            _Invocation(inv.body, inv.payload, scope),
+            scope_id=scope.scope_id if scope else None,
+            credentialed=ctx is not None,
+        )
 
+    async def forward(self, call: Call, inv: _Invocation, decision: Decision) -> web.StreamResponse:
+        """The same agent, every kagent identity carrier set to the scope's session key."""
+        p, scope, request = self._p, inv.scope, call.request
+        if scope is None:
+            raise Denied(decision)  # the policy allows no memory without a scope: the memory-free variant answers
+        key = p.keys.session_key(scope.scope_id, scope.generation)
+        now = p.clock()
+        headers = {"X-User-Id": key, **p.bearer.headers(key, int(now.timestamp()))}
+        if _is_new_conversation(inv.payload):
+            until = now + timedelta(seconds=p.prefetch_window_s)
+            await p.prefetch.open_prefetch_window(scope.scope_id, now, until)
+        return await forward(
+            request,
+            p.controller,
+            path=_without_query_user(request.raw_path),
+            headers=headers,
+            body=inv.body,
+            response_headers=decision_headers(decision),
+        )
 
-async def _rewrite_disabled(call: Call, decision: Decision) -> web.StreamResponse:
-    """Send the invocation to the agent's memory-disabled variant with the caller's own identity."""
-    # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
-    request, match = call.request, call.match
-    variant = call.gov.settings.agents[_ref(call)].disabled_variant
-    prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
-    path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix) :])
-    body = await read_body(request)
-    return await forward(
-        request, request.app[CONTROLLER], path=path, body=body, response_headers=decision_headers(decision)
-    )
+    async def rewrite_disabled(self, call: Call, decision: Decision) -> web.StreamResponse:
+        """Send the invocation to the agent's memory-disabled variant with the caller's own identity."""
+        # SECURITY: a refused invocation still answers, but from an agent that has no memory at all.
+        request, match = call.request, call.match
+        variant = self._p.agents.variant(_ref(call))
+        prefix = f"/api/a2a/{match.params['ns']}/{match.params['name']}"
+        path = _without_query_user(f"/api/a2a/{match.params['ns']}/{variant}" + request.raw_path[len(prefix) :])
+        body = await read_body(request)
+        return await forward(
+            request, self._p.controller, path=path, body=body, response_headers=decision_headers(decision)
+        )
 
-
-#: An A2A invocation: governed for memory-enabled agents; a refusal is answered by the memory-free variant.
-INVOKE: Final = RouteSpec(Operation.A2A_INVOKE, _parse, _admit, _forward, governs=_governs, degrade=_rewrite_disabled)
+    def spec(self) -> RouteSpec[_Invocation, _Invocation]:
+        """An A2A invocation: governed for memory-enabled agents; a refusal is answered by the memory-free variant."""
+        return RouteSpec(
+            Operation.A2A_INVOKE, _parse, self.admit, self.forward, governs=self.governs, degrade=self.rewrite_disabled
+        )

@@ -10,7 +10,8 @@ carrying a decision header::
     parse → admit → decide + record → forward → finish
             (refused: release) ──────────┴────→ answer the refusal (degrade or error)
 
-A new governed route is one spec in ``enforce/__init__.py`` and the handlers its stages name.
+A route's stages are built with exactly the parts they use (``root.py`` hands them over); the
+runner holds the decider, so a stage never sees more than its own bundle.
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ from typing import Final, Generic, TypeVar
 
 from aiohttp import web
 
-from sidecar.decide.respond import CREDENTIALED, Denied, Facts, decide_and_record, error, json_answer, refuse, stamp
-from sidecar.governance import GOVERNANCE, Governance
+from sidecar.decide.decider import Decider, Facts
+from sidecar.decide.respond import Denied, error, json_answer, stamp
 from sidecar.policy.model import Decision, Operation
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Action, Reason, Refusal
-from sidecar.relay import CONTROLLER, ClassHandler, forward, refusal_answer
+from sidecar.relay import CONTROLLER, DECISION_ID, ClassHandler, forward, refusal_answer
 from sidecar.routes import RouteMatch
 from sidecar.state.types import StateError
 
 P = TypeVar("P")
 T = TypeVar("T")
+B = TypeVar("B")
 
 #: The request or the upstream failed: there is nothing to degrade to, the answer is the error.
 _FAILED_EXCHANGE: Final = frozenset(
@@ -40,14 +42,28 @@ _FAILED_EXCHANGE: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
-    """One governed request as every stage sees it."""
+    """One governed request as every stage sees it; ``credentialed`` is set once it proved a genuine
+    credential (a session key or a context that verified), so a later refusal is audited as such."""
 
     request: web.Request
     match: RouteMatch
     operation: Operation
-    gov: Governance
+    credentialed: bool = False
+
+    @property
+    def decision_id(self) -> str:
+        return self.request[DECISION_ID]
+
+
+class Stages(Generic[B]):
+    """A governed route's stages, built with the one bundle of parts they use (``root.py`` fills it)."""
+
+    __slots__ = ("_p",)
+
+    def __init__(self, parts: B) -> None:
+        self._p = parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +103,16 @@ class RouteSpec(Generic[P, T]):
             raise TypeError(f"{self.operation.value}: a degrade stage is given exactly when refusals rewrite")
 
 
-async def _stages(spec: RouteSpec[P, T], call: Call) -> web.StreamResponse:
+async def _stages(spec: RouteSpec[P, T], call: Call, decider: Decider) -> web.StreamResponse:
     if spec.governs is not None and not spec.governs(call):
         return await forward(call.request, call.request.app[CONTROLLER])
     parsed = await spec.parse(call)
     admitted = await spec.admit(call, parsed)
-    decision = await decide_and_record(
-        call.request,
+    call.credentialed = admitted.credentialed
+    decision = await decider.decide(
         call.operation,
         admitted.facts,
+        decision_id=call.decision_id,
         scope_id=admitted.scope_id,
         credentialed=admitted.credentialed,
     )
@@ -106,34 +123,37 @@ async def _stages(spec: RouteSpec[P, T], call: Call) -> web.StreamResponse:
     return await spec.forward(call, admitted.held, decision)
 
 
-def run(spec: RouteSpec[P, T]) -> ClassHandler:
+def run(spec: RouteSpec[P, T], decider: Decider) -> ClassHandler:
     """The class handler of one spec: its stages in order, every refusal answered the governed way."""
 
     async def handler(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-        call = Call(request, match, spec.operation, request.app[GOVERNANCE])
+        call = Call(request, match, spec.operation)
         try:
-            return await _stages(spec, call)
+            return await _stages(spec, call, decider)
         except StateError:
             # SECURITY: no control state, no memory: degrade the way a denial would, or answer 503.
             refusal = Refusal(Reason.STATE_UNAVAILABLE)
         except Refusal as raised:
             refusal = raised
-        return await answer(call, refusal, spec.degrade)
+        return await answer(call, refusal, spec.degrade, decider)
 
     return handler
 
 
-def closed(operation: Operation, reason: Reason) -> ClassHandler:
+def closed(operation: Operation, reason: Reason, decider: Decider) -> ClassHandler:
     """A route the data plane never serves (whole-namespace list and delete are control-plane work)."""
 
     async def handler(request: web.Request, match: RouteMatch) -> web.StreamResponse:
-        return await answer(Call(request, match, operation, request.app[GOVERNANCE]), Refusal(reason), None)
+        return await answer(Call(request, match, operation), Refusal(reason), None, decider)
 
     return handler
 
 
 async def answer(
-    call: Call, refusal: Refusal, degrade: Callable[[Call, Decision], Awaitable[web.StreamResponse]] | None
+    call: Call,
+    refusal: Refusal,
+    degrade: Callable[[Call, Decision], Awaitable[web.StreamResponse]] | None,
+    decider: Decider,
 ) -> web.StreamResponse:
     """The one way a governed request is refused: record the refusal, then degrade or answer the error.
 
@@ -146,12 +166,12 @@ async def answer(
     if isinstance(refusal, Denied):
         decision = refusal.decision
     else:
-        decision = await refuse(
-            request,
+        decision = await decider.refuse(
             operation,
             refusal.reason,
+            decision_id=call.decision_id,
             scope_id=refusal.scope_id,
-            credentialed=refusal.credentialed or request.get(CREDENTIALED, False),
+            credentialed=refusal.credentialed or call.credentialed,
         )
     action = deny_action(operation)
     if action is Action.DENY or refusal.reason in _FAILED_EXCHANGE:

@@ -23,8 +23,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from sidecar.contentstore.adapters import AdapterError
-from sidecar.enforce.ports import write_path
-from sidecar.governance import Governance
+from sidecar.enforce.memory import MemoryParts
 from sidecar.state.types import Namespace, Scope
 
 
@@ -37,10 +36,10 @@ class Phase(enum.Enum):
 class WriteSaga:
     """The slots and in-flight record of one admitted write, settled whatever happens to the forwarding."""
 
-    __slots__ = ("_gov", "_op_id", "_slots", "created", "ns", "phase", "scope")
+    __slots__ = ("_op_id", "_p", "_slots", "created", "ns", "phase", "scope")
 
-    def __init__(self, gov: Governance, scope: Scope, ns: Namespace, op_id: str, slots: list[str]) -> None:
-        self._gov, self.scope, self.ns, self._op_id, self._slots = gov, scope, ns, op_id, slots
+    def __init__(self, parts: MemoryParts, scope: Scope, ns: Namespace, op_id: str, slots: list[str]) -> None:
+        self._p, self.scope, self.ns, self._op_id, self._slots = parts, scope, ns, op_id, slots
         self.created: list[str] = []
         self.phase = Phase.HELD
 
@@ -60,14 +59,13 @@ class WriteSaga:
         namespace is still live and the end of the in-flight record are one state call; False when the
         namespace was withdrawn or retired meanwhile (the caller undoes the write)."""
         self.phase = Phase.HELD
-        at = self._gov.now()
+        at = self._p.clock()
         fill = (self._slots[len(self.created)], entry_id, at, at + lifetime)
         self.created.append(entry_id)
-        store = write_path(self._gov)
         if not last:
-            await store.ledger.fill_entry(*fill)
+            await self._p.ledger.fill_entry(*fill)
             return True
-        if await store.admission.finish_write(self._op_id, self.scope.scope_id, self.ns.ns_id, [fill]):
+        if await self._p.admission.finish_write(self._op_id, self.scope.scope_id, self.ns.ns_id, [fill]):
             self.phase = Phase.FINISHED
             return True
         return False
@@ -79,7 +77,7 @@ class WriteSaga:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        store = write_path(self._gov)
+        p = self._p
         if exc_type is not None:
             # The save in flight (if any) keeps its slot: it may have landed. The others are undone.
             in_doubt = self.phase is Phase.SENDING
@@ -87,26 +85,26 @@ class WriteSaga:
             if in_doubt:
                 # SECURITY: that save may still commit in kagent. The in-flight record stays until its
                 # lease ends and the namespace is marked possibly written (SPEC D4).
-                until = self._gov.now() + timedelta(seconds=self._gov.settings.enforce.write_lease_s)
-                await store.scopes.write_outcome_unknown(self._op_id, until)
+                until = p.clock() + timedelta(seconds=p.write_lease_s)
+                await p.scopes.write_outcome_unknown(self._op_id, until)
         if self.phase is Phase.HELD:
-            await store.scopes.end_write(self._op_id)
+            await p.scopes.end_write(self._op_id)
 
     async def _roll_back(self, unused_slots: list[str], *, dead_namespace: bool = False) -> None:
-        gov, scope, created = self._gov, self.scope, self.created
+        p, scope, created = self._p, self.scope, self.created
         if unused_slots:
-            await write_path(gov).ledger.release_entries(unused_slots)
+            await p.ledger.release_entries(unused_slots)
         if not created:
             return
-        await write_path(gov).ledger.tombstone(scope.scope_id, created, gov.now())
-        agent = gov.query_name(scope.agent)
+        await p.ledger.tombstone(scope.scope_id, created, p.clock())
+        agent, eraser = p.agents.query_name(scope.agent), p.eraser
         try:
             if dead_namespace:
-                await gov.eraser.delete_namespace(agent, self.ns.storage_key)  # a retired namespace is never read
-            elif gov.eraser.exact:
-                await gov.eraser.delete_entries(agent, self.ns.storage_key, created)
+                await eraser.delete_namespace(agent, self.ns.storage_key)  # a retired namespace is never read
+            elif eraser.exact:
+                await eraser.delete_entries(agent, self.ns.storage_key, created)
             else:
                 return  # rest adapter: tombstoned, physical deletion pending until the namespace is cleared
-            await write_path(gov).ledger.mark_physically_deleted(created, gov.now())
+            await p.ledger.mark_physically_deleted(created, p.clock())
         except AdapterError:
             pass  # tombstoned already; the sweepers retry the physical deletion

@@ -12,8 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sidecar.erasure.machine import WHOLE_SCOPE, Kind
-from sidecar.state.types import ERASURE_TERMINAL, Erasure, LedgerEntry, Namespace
+from sidecar.state.types import (
+    ERASURE_TERMINAL,
+    WHOLE_SCOPE,
+    Erasure,
+    ErasureKind,
+    ErasureState,
+    LedgerEntry,
+    Namespace,
+)
 
 FORMAT = "memgov.erasure.v1"
 
@@ -38,7 +45,7 @@ def _entry(entry_id: str, e: LedgerEntry | None) -> dict[str, object]:
 
 def physical_state(erasure: Erasure, entries: list[LedgerEntry | None]) -> str:
     """``complete``, ``pending_namespace_clear``, ``in_progress`` or ``incomplete`` (failed)."""
-    if erasure.state == "failed":
+    if erasure.state is ErasureState.FAILED:
         return "incomplete"
     if erasure.state not in ERASURE_TERMINAL:
         return "in_progress"
@@ -51,7 +58,7 @@ def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namesp
     """True only when read-backs cover everything the erasure claims and every one found nothing."""
     # A rotation also reads back the namespace it moved entries into: finding them there is the point.
     emptied = [(ns_id, n) for ns_id, _, n, check in erasure.readbacks if check != "moved"]
-    if erasure.state != "verified" or any(n for _, n in emptied):
+    if erasure.state is not ErasureState.VERIFIED or any(n for _, n in emptied):
         return False
     read = {ns_id for ns_id, _ in emptied}
     if erasure.kind in WHOLE_SCOPE:
@@ -62,7 +69,7 @@ def _read_back_clean(erasure: Erasure, entries: list[LedgerEntry | None], namesp
             if n.state != "live" and n.created_at is not None and n.created_at <= erasure.created_at
         }
         return wanted <= read
-    if erasure.kind == Kind.ROTATE:
+    if erasure.kind is ErasureKind.ROTATE:
         # The namespace it rotated away from (and every entry it erased was stamped from that read-back).
         frozen = _frozen(erasure, namespaces)
         return bool(frozen) and frozen <= read and all(e is not None and e.verified_at is not None for e in entries)
@@ -80,7 +87,7 @@ def _frozen(erasure: Erasure, namespaces: list[Namespace]) -> set[str]:
 
 def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, object] | None:
     """What a rotation moved where: both namespaces and every old -> new entry id."""
-    if erasure.kind != Kind.ROTATE:
+    if erasure.kind is not ErasureKind.ROTATE:
         return None
     frozen = min(_frozen(erasure, namespaces), default=None)
     return {
@@ -93,10 +100,12 @@ def _rotation(erasure: Erasure, namespaces: list[Namespace]) -> dict[str, object
 
 def _rotated_by(erasure: Erasure, rotations: Sequence[Erasure]) -> dict[str, object] | None:
     """For forget-one: the rotation that physically removed its entries, else the latest attempt since."""
-    if erasure.kind != Kind.FORGET_ONE:
+    if erasure.kind is not ErasureKind.FORGET_ONE:
         return None
     later = [r for r in rotations if r.created_at >= erasure.created_at]  # newest first
-    done = next((r for r in later if r.state == "verified" and set(r.entry_ids) & set(erasure.entry_ids)), None)
+    done = next(
+        (r for r in later if r.state is ErasureState.VERIFIED and set(r.entry_ids) & set(erasure.entry_ids)), None
+    )
     chosen = done or (later[0] if later else None)
     if chosen is None:
         return None
@@ -111,7 +120,7 @@ def build_evidence(
     by_id = {e.entry_id: e for e in ledger}
     entries = [by_id.get(i) for i in erasure.entry_ids]
     physical = physical_state(erasure, entries)
-    verified = erasure.state == "verified"
+    verified = erasure.state is ErasureState.VERIFIED
     absent = _read_back_clean(erasure, entries, namespaces)
     if physical == "complete" and not absent:
         physical = "unverified"
@@ -146,10 +155,12 @@ def build_evidence(
             for ns_id, at, found, check in erasure.readbacks
         ],
         "verification": {
-            "result": "passed" if verified else ("failed" if erasure.state == "failed" else "pending"),
+            "result": "passed" if verified else ("failed" if erasure.state is ErasureState.FAILED else "pending"),
             # Past the fence step nothing of it is served: tombstoned, stale or disabled.
-            "readable_through_memgov": None if erasure.state == "requested" else False,
-            "physically_absent": True if absent else (False if verified or erasure.state == "failed" else None),
+            "readable_through_memgov": None if erasure.state is ErasureState.REQUESTED else False,
+            "physically_absent": True
+            if absent
+            else (False if verified or erasure.state is ErasureState.FAILED else None),
             "rechecked_after_possible_write": erasure.not_before is not None and verified,
         },
         "physical_deletion": physical,

@@ -28,9 +28,8 @@ from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.kagent import Created
 from sidecar.contentstore.reembed import BATCH
 from sidecar.contentstore.rotator import Rotator
-from sidecar.erasure.ports import rotation_records
+from sidecar.erasure.parts import ErasureParts
 from sidecar.erasure.readback import Deferred, quiesce, read_back
-from sidecar.governance import Governance
 from sidecar.reasons import Reason
 from sidecar.state.types import Erasure, LedgerEntry, Namespace, RunTaken, Scope, StateError
 
@@ -54,12 +53,12 @@ def ttl_days(expires_at: datetime, now: datetime, max_days: int) -> int:
 class RotationSteps:
     """The work of each state of a ``rotate`` erasure; every step may be redone after a crash."""
 
-    def __init__(self, gov: Governance, rotator: Rotator) -> None:
-        self._gov, self._rotator = gov, rotator
+    def __init__(self, parts: ErasureParts, rotator: Rotator) -> None:
+        self._p, self._rotator = parts, rotator
 
     async def _frozen(self, erasure: Erasure) -> Namespace:
         """The live namespace this rotation froze; AdapterError(stale_generation) once it is not."""
-        for ns in await rotation_records(self._gov).rotations.rotation_namespaces(erasure.erasure_id):
+        for ns in await self._p.rotations.rotation_namespaces(erasure.erasure_id):
             if ns.frozen_by == erasure.erasure_id and ns.state == "live":
                 return ns
         # The scope moved on (consent changed) or the rotation was released: nothing left to rotate.
@@ -67,42 +66,42 @@ class RotationSteps:
 
     async def fence(self, scope: Scope, erasure: Erasure) -> None:
         """Freeze the live namespace: still read, no longer written."""
-        if await rotation_records(self._gov).rotations.freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
+        if await self._p.rotations.freeze_namespace(scope.scope_id, erasure.erasure_id) is None:
             raise AdapterError(Reason.STALE_GENERATION)  # disabled, or another rotation holds it
 
     async def quiesce(self, scope: Scope, erasure: Erasure) -> None:
         """Wait, within the erasure bound, for saves that were already writing into it."""
         frozen = await self._frozen(erasure)
-        store, gov = rotation_records(self._gov), self._gov
+        p = self._p
         await quiesce(
-            gov,
+            p,
             scope,
             erasure,
-            lambda: store.scopes.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True),
+            lambda: p.scopes.inflight_count(scope.scope_id, p.clock(), ns_id=frozen.ns_id, running=True),
         )
 
     async def delete(self, scope: Scope, erasure: Erasure) -> None:
         """Copy, switch (unless a previous run did), then delete the old and any abandoned namespace whole."""
         if erasure.ns_id is None:
             await self._copy_and_switch(scope, erasure)
-        agent = self._gov.query_name(scope.agent)
-        for ns in await rotation_records(self._gov).rotations.rotation_namespaces(erasure.erasure_id):
+        agent = self._p.agents.query_name(scope.agent)
+        for ns in await self._p.rotations.rotation_namespaces(erasure.erasure_id):
             if ns.state == "retired":
-                await self._gov.eraser.delete_namespace(agent, ns.storage_key)
+                await self._p.eraser.delete_namespace(agent, ns.storage_key)
 
     async def _copy_and_switch(self, scope: Scope, erasure: Erasure) -> None:
-        store, gov = rotation_records(self._gov), self._gov
+        p = self._p
         frozen = await self._frozen(erasure)
-        if await store.scopes.inflight_count(scope.scope_id, gov.now(), ns_id=frozen.ns_id, running=True):
+        if await p.scopes.inflight_count(scope.scope_id, p.clock(), ns_id=frozen.ns_id, running=True):
             # A save outlived the quiesce bound: copying now could miss it. The namespace stays frozen.
-            raise Deferred(gov.now() + timedelta(seconds=gov.settings.erasure.quiesce_timeout_s))
+            raise Deferred(p.clock() + timedelta(seconds=p.quiesce_timeout_s))
         for _ in range(_ATTEMPTS):
             try:
-                staged = await store.rotations.stage_namespace(scope.scope_id, erasure.erasure_id, gov.now())
+                staged = await p.rotations.stage_namespace(scope.scope_id, erasure.erasure_id, p.clock())
             except StateError:
                 raise AdapterError(Reason.STALE_GENERATION) from None
             await self._copy(scope, erasure, frozen, staged)
-            outcome = await store.rotations.switch_rotation(erasure.erasure_id, staged.ns_id, gov.now())
+            outcome = await p.rotations.switch_rotation(erasure.erasure_id, staged.ns_id, p.clock())
             if outcome == "switched":
                 return
             if outcome == "superseded":
@@ -112,17 +111,17 @@ class RotationSteps:
 
     async def _copy(self, scope: Scope, erasure: Erasure, frozen: Namespace, staged: Namespace) -> None:
         """Re-save the live entries of ``frozen`` into ``staged``; remember the copies (not yet in the ledger)."""
-        gov, store, rot = self._gov, rotation_records(self._gov), self._rotator
-        now = gov.now()
+        p, rot = self._p, self._rotator
+        now = p.clock()
         live = [
             e
-            for e in await store.history.unswept_entries(scope.scope_id, [frozen.ns_id])
+            for e in await p.history.unswept_entries(scope.scope_id, [frozen.ns_id])
             if e.tombstoned_at is None and e.physically_deleted_at is None and e.expires_at > now
         ]
-        if len(live) > gov.limits.max_entries:
+        if len(live) > p.limits().max_entries:
             # SECURITY: re-embedding is bounded per rotation (cost), whatever the ledger holds.
             raise AdapterError(Reason.ENTRY_CAP_REACHED)
-        texts = await rot.texts(gov.query_name(scope.agent), frozen.storage_key)
+        texts = await rot.texts(p.agents.query_name(scope.agent), frozen.storage_key)
         present = [e for e in live if e.entry_id in texts]
         vectors: list[list[float]] = []
         if present:  # nothing kept, nothing to embed: no model needed
@@ -132,7 +131,7 @@ class RotationSteps:
                 vectors += await rot.reembedder.embed(model, batch)
                 # Counted as embedding work, never charged to the person's hourly budget.
                 metrics.MEMORY_OPERATIONS.labels("embedding").inc(len(batch))
-                await store.rotations.touch_erasure(erasure.erasure_id, gov.now())
+                await p.rotations.touch_erasure(erasure.erasure_id, p.clock())
         moves: list[tuple[str, str | None, datetime, datetime]] = [
             (e.entry_id, None, e.created_at, e.expires_at) for e in live if e.entry_id not in texts
         ]
@@ -140,7 +139,7 @@ class RotationSteps:
         for start in range(0, len(pairs), _SAVES_PER_LEASE):
             chunk = pairs[start : start + _SAVES_PER_LEASE]
             moves.extend(await self._save_chunk(scope, erasure, staged, chunk, texts))
-        await store.rotations.record_moves(erasure.erasure_id, staged.ns_id, moves)
+        await p.rotations.record_moves(erasure.erasure_id, staged.ns_id, moves)
 
     async def _save_chunk(
         self,
@@ -150,57 +149,57 @@ class RotationSteps:
         pairs: list[tuple[LedgerEntry, list[float]]],
         texts: dict[str, str],
     ) -> list[tuple[str, str | None, datetime, datetime]]:
-        gov, store = self._gov, rotation_records(self._gov)
-        lease = gov.settings.enforce.write_lease_s + len(pairs) * gov.settings.upstream.memory_timeout_s
+        p = self._p
+        lease = p.write_lease_s + len(pairs) * p.memory_timeout_s
         try:
             # SECURITY: into the namespace this runner staged, or not at all: a copy lands only where
             # the moves recorded for it say (another runner that restaged takes over; RunTaken).
-            op_id, staged = await store.rotations.begin_copy(erasure.erasure_id, staged.ns_id, lease, gov.now())
+            op_id, staged = await p.rotations.begin_copy(erasure.erasure_id, staged.ns_id, lease, p.clock())
         except RunTaken:
             raise
         except StateError:
             raise AdapterError(Reason.STALE_GENERATION) from None
-        app = gov.app_name(scope.agent)
+        app = p.agents.app_name(scope.agent)
         moved: list[tuple[str, str | None, datetime, datetime]] = []
         unknown = False
         try:
             for entry, vector in pairs:
-                ttl = ttl_days(entry.expires_at, gov.now(), gov.limits.max_days)
+                ttl = ttl_days(entry.expires_at, p.clock(), p.limits().max_days)
                 saved = await self._rotator.save(app, staged.storage_key, texts[entry.entry_id], vector, ttl)
                 if not isinstance(saved, Created):
                     # SECURITY: the copy may still land; the staged namespace stays possibly written until
                     # the lease ends, so whoever clears it waits (SPEC D4).
                     unknown = True
-                    until = gov.now() + timedelta(seconds=gov.settings.enforce.write_lease_s)
-                    await store.scopes.write_outcome_unknown(op_id, until)
+                    until = p.clock() + timedelta(seconds=p.write_lease_s)
+                    await p.scopes.write_outcome_unknown(op_id, until)
                     raise AdapterError(Reason.UPSTREAM_UNAVAILABLE)
                 moved.append((entry.entry_id, saved.id, entry.created_at, entry.expires_at))
         finally:
             if not unknown:
-                await store.scopes.end_write(op_id)
-        await store.rotations.touch_erasure(erasure.erasure_id, gov.now())
+                await p.scopes.end_write(op_id)
+        await p.rotations.touch_erasure(erasure.erasure_id, p.clock())
         return moved
 
     async def verify(self, scope: Scope, erasure: Erasure) -> None:
         """The old namespace and every retired one read back empty; the copies read back present."""
-        gov, store = self._gov, rotation_records(self._gov)
+        p = self._p
         # The namespaces not yet cleared, and the one this rotation froze even if a sweep cleared it since.
-        mine = await store.rotations.rotation_namespaces(erasure.erasure_id)
-        namespaces = list(
-            {n.ns_id: n for n in [*await store.namespaces.open_namespaces(scope.scope_id), *mine]}.values()
-        )
+        mine = await p.rotations.rotation_namespaces(erasure.erasure_id)
+        namespaces = list({n.ns_id: n for n in [*await p.namespaces.open_namespaces(scope.scope_id), *mine]}.values())
         await read_back(
-            gov, scope, erasure, [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id]
+            p, scope, erasure, [n for n in namespaces if n.state == "retired" or n.frozen_by == erasure.erasure_id]
         )
         target = next((n for n in namespaces if n.ns_id == erasure.ns_id and n.state == "live"), None)
         copies = [new for _, new in erasure.moves if new is not None]
         if target is None or not copies:
             return  # nothing copied, or the scope moved on since: its own erasure covers the copies
-        found = len(await gov.eraser.remaining(gov.query_name(scope.agent), target.storage_key, copies))
-        await store.erasures.record_readback(erasure.erasure_id, target.ns_id, found, "moved", gov.now())
+        found = len(await p.eraser.remaining(p.agents.query_name(scope.agent), target.storage_key, copies))
+        await p.erasures.record_readback(erasure.erasure_id, target.ns_id, found, "moved", p.clock())
         if found != len(copies):
             raise AdapterError(Reason.VERIFICATION_FAILED)
 
-    async def release(self, erasure: Erasure) -> None:
-        """A failed rotation: unfreeze the live namespace, abandon what was staged (the sweeper clears it)."""
-        await rotation_records(self._gov).rotations.release_rotation(erasure.erasure_id, self._gov.now())
+    async def failed(self, scope: Scope | None, erasure: Erasure) -> None:
+        """A failed rotation: unfreeze the live namespace, abandon what was staged (the sweeper clears it).
+
+        Nothing unsafe happened: the old namespace stays live and writable again, and the scope enabled."""
+        await self._p.rotations.release_rotation(erasure.erasure_id, self._p.clock())

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,11 +34,11 @@ from sidecar import tracing
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.contentstore.rotator import Rotator
 from sidecar.erasure.machine import ErasureEngine
-from sidecar.erasure.ports import sweep_records
-from sidecar.governance import Governance
+from sidecar.erasure.parts import ErasureParts
+from sidecar.erasure.readback import stamp_erased
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
-from sidecar.state.types import LedgerEntry, Namespace, Scope, StateError
+from sidecar.state.types import ErasureState, LedgerEntry, Namespace, Scope, StateError
 
 log = get_logger("sweeper")
 _BATCH = 500
@@ -54,6 +54,19 @@ _ROTATIONS_PER_PASS = 10_000
 _ROTATING_AT_ONCE = 4
 #: Rotations failing in a row before a pass leaves the rest for the next one (the provider is likely down).
 _PAUSE_AFTER_FAILURES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """How often the sweepers pass and what they keep: the erasure and audit settings they read."""
+
+    interval_s: float
+    #: Final ledger rows and cleared namespaces are compacted this long after they became final.
+    history_grace_s: float
+    #: Audit rows have their own retention window (R-15), independent of memory expiry.
+    audit_retention_days: int
+    #: Lapsed leases, slots, budgets, replay ids and confirmations: the store's own housekeeping.
+    purge_expired: Callable[[datetime], Awaitable[object]]
 
 
 @dataclass
@@ -75,50 +88,44 @@ class SweepReport:
 class _Pass:
     """One sweep pass over the state store and the content store."""
 
-    def __init__(self, gov: Governance, report: SweepReport) -> None:
-        self.gov, self.report = gov, report
-        self.now: datetime = gov.now()
+    def __init__(self, parts: ErasureParts, plan: SweepPlan, report: SweepReport) -> None:
+        self.p, self.plan, self.report = parts, plan, report
+        self.now: datetime = parts.clock()
 
     async def clear(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
         """Delete a whole namespace, verify it is empty (read after delete), stamp the ledger."""
-        agent = self.gov.query_name(scope.agent)
-        await self.gov.eraser.delete_namespace(agent, ns.storage_key)
-        if await self.gov.eraser.remaining(agent, ns.storage_key):
+        agent, eraser = self.p.agents.query_name(scope.agent), self.p.eraser
+        await eraser.delete_namespace(agent, ns.storage_key)
+        if await eraser.remaining(agent, ns.storage_key):
             raise AdapterError(Reason.VERIFICATION_FAILED)
-        await self.stamp(scope, ids)
-
-    async def stamp(self, scope: Scope, ids: list[str]) -> None:
-        store = sweep_records(self.gov)
-        await store.ledger.tombstone(scope.scope_id, ids, self.now)
-        await store.ledger.mark_physically_deleted(ids, self.now)
-        await store.ledger.mark_verified(ids, self.now)
+        await stamp_erased(self.p.ledger, scope.scope_id, ids, self.now)
 
     async def unswept(self, scope: Scope, ns_id: str) -> list[LedgerEntry]:
-        entries = await sweep_records(self.gov).history.unswept_entries(scope.scope_id, [ns_id])
+        entries = await self.p.history.unswept_entries(scope.scope_id, [ns_id])
         return [e for e in entries if e.physically_deleted_at is None]
 
     async def retired(self) -> None:
-        for ns in await sweep_records(self.gov).namespaces.sweepable_namespaces(self.now, _BATCH):
-            scope = await sweep_records(self.gov).scopes.get_scope(ns.scope_id)
+        for ns in await self.p.namespaces.sweepable_namespaces(self.now, _BATCH):
+            scope = await self.p.scopes.get_scope(ns.scope_id)
             if scope is None:
                 continue
             ids = [e.entry_id for e in await self.unswept(scope, ns.ns_id)]
             if await self.guard(self.clear(scope, ns, ids), ns.scope_id):
-                await sweep_records(self.gov).namespaces.mark_cleared([ns.ns_id], self.now)
+                await self.p.namespaces.mark_cleared([ns.ns_id], self.now)
                 self.report.dead_cleared += 1
 
     async def expired(self) -> None:
-        exact = self.gov.eraser.exact
+        exact = self.p.eraser.exact
         for _ in range(_MAX_BATCHES if exact else 1):
             # Over REST entries of live namespaces keep coming back; one large batch per pass.
-            batch = await sweep_records(self.gov).ledger.expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
+            batch = await self.p.ledger.expired_unswept(self.now, _BATCH if exact else _BATCH * 20)
             groups: dict[tuple[str, str | None], list[str]] = {}
             for e in batch:
                 groups.setdefault((e.scope_id, e.ns_id), []).append(e.entry_id)
             for (scope_id, ns_id), ids in groups.items():
-                scope = await sweep_records(self.gov).scopes.get_scope(scope_id)
+                scope = await self.p.scopes.get_scope(scope_id)
                 ns = next(
-                    iter(await sweep_records(self.gov).namespaces.namespaces_by_id(scope_id, [ns_id] if ns_id else [])),
+                    iter(await self.p.namespaces.namespaces_by_id(scope_id, [ns_id] if ns_id else [])),
                     None,
                 )
                 if scope is not None and ns is not None:
@@ -128,21 +135,18 @@ class _Pass:
                 return
 
     async def expire_exact(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
-        agent = self.gov.query_name(scope.agent)
-        await self.gov.eraser.delete_entries(agent, ns.storage_key, ids)
-        if await self.gov.eraser.remaining(agent, ns.storage_key, ids):
+        agent = self.p.agents.query_name(scope.agent)
+        await self.p.eraser.delete_entries(agent, ns.storage_key, ids)
+        if await self.p.eraser.remaining(agent, ns.storage_key, ids):
             raise AdapterError(Reason.VERIFICATION_FAILED)
-        await self.stamp(scope, ids)
+        await stamp_erased(self.p.ledger, scope.scope_id, ids, self.now)
         self.report.expired_deleted += len(ids)
 
     async def expire_rest(self, scope: Scope, ns: Namespace, ids: list[str]) -> None:
         rows = await self.unswept(scope, ns.ns_id)
         live = any(e.tombstoned_at is None and e.expires_at > self.now for e in rows)
         current = ns.state == "live"
-        busy = (
-            current
-            and await sweep_records(self.gov).scopes.inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
-        )
+        busy = current and await self.p.scopes.inflight_count(scope.scope_id, self.now, ns_id=ns.ns_id) > 0
         if live or busy or (ns.possibly_until is not None and ns.possibly_until > self.now):
             # SECURITY: these rows are unreadable through memgov already (expiry filter); kagent's
             # REST API can only clear a namespace whole, and this one still holds live memory.
@@ -152,23 +156,23 @@ class _Pass:
         self.report.expired_deleted += len(ids)
 
     async def orphans(self) -> None:
-        cutoff = self.now - timedelta(days=self.gov.limits.max_days) - ORPHAN_GRACE
+        cutoff = self.now - timedelta(days=self.p.limits().max_days) - ORPHAN_GRACE
         try:
-            self.report.orphans_deleted = await self.gov.eraser.delete_created_before(cutoff)
+            self.report.orphans_deleted = await self.p.eraser.delete_created_before(cutoff)
         except AdapterError as exc:
             self.report.failures += 1
-            log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.gov.eraser.name)
+            log.warning("sweep.failed", step="orphans", reason=exc.reason.value, adapter=self.p.eraser.name)
 
     def expired_before(self) -> datetime:
         """Rotate for expiry only entries expired this long, so one rotation takes many expiries at once, yet
         within half the deadline: a rotation that fails (provider down) is retried for hours before it."""
-        interval = timedelta(seconds=self.gov.settings.erasure.sweep_interval_s)
+        interval = timedelta(seconds=self.plan.interval_s)
         return self.now - max(timedelta(0), EXPIRY_DEADLINE / 2 - 2 * interval)
 
     async def rotations(self, engine: ErasureEngine, rotator: Rotator) -> None:
         """Rotate the candidates a few at a time. Scopes whose agent has no known model wait without a failed
         record each pass; after a few failures in a row (provider or kagent down) the rest wait for the next pass."""
-        store, busy = sweep_records(self.gov), asyncio.Semaphore(_ROTATING_AT_ONCE)
+        store, busy = self.p, asyncio.Semaphore(_ROTATING_AT_ONCE)
         failed_in_a_row = 0
 
         async def rotate(scope_id: str) -> None:
@@ -181,11 +185,11 @@ class _Pass:
                     self.report.rotations_waiting += 1
                     return
                 done = await engine.rotate(scope, "sweeper")
-                self.report.rotated += done.state == "verified"
-                self.report.failures += done.state == "failed"
-                failed_in_a_row = failed_in_a_row + 1 if done.state == "failed" else 0
+                self.report.rotated += done.state is ErasureState.VERIFIED
+                self.report.failures += done.state is ErasureState.FAILED
+                failed_in_a_row = failed_in_a_row + 1 if done.state is ErasureState.FAILED else 0
 
-        candidates = await store.rotations.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
+        candidates = await store.lineage.rotation_candidates(self.now, self.expired_before(), _ROTATIONS_PER_PASS)
         await asyncio.gather(*(rotate(s) for s in candidates))
 
     async def guard(self, work: Awaitable[None], scope_id: str) -> bool:
@@ -194,43 +198,44 @@ class _Pass:
             await work
         except AdapterError as exc:
             self.report.failures += 1
-            log.warning("sweep.failed", scope_id=scope_id, reason=exc.reason.value, adapter=self.gov.eraser.name)
+            log.warning("sweep.failed", scope_id=scope_id, reason=exc.reason.value, adapter=self.p.eraser.name)
             return False
         return True
 
 
 @tracing.traced("memgov.sweep")
-async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> SweepReport:
+async def sweep_once(parts: ErasureParts, plan: SweepPlan, engine: ErasureEngine | None = None) -> SweepReport:
     """Run one full sweep pass and report what it did."""
-    report = SweepReport()
-    run = _Pass(gov, report)
+    p, report = parts, SweepReport()
+    run = _Pass(p, plan, report)
     await run.retired()
     await run.expired()
-    if gov.eraser.exact:
+    if p.eraser.exact:
         await run.orphans()
-    if engine is not None and engine.rotates and gov.rotator is not None:
-        await run.rotations(engine, gov.rotator)
+    if engine is not None and engine.rotates and p.rotator is not None:
+        await run.rotations(engine, p.rotator)
     if engine is not None:
-        stalled_after = timedelta(seconds=2 * gov.settings.erasure.quiesce_timeout_s + 60)
+        stalled_after = timedelta(seconds=2 * p.quiesce_timeout_s + 60)
         report.erasures_resumed = await engine.resume_stale(stalled_after)
-    await sweep_records(gov).purge_expired(gov.now())
+    await plan.purge_expired(p.clock())
+    grace = timedelta(seconds=plan.history_grace_s)
     for _ in range(_MAX_BATCHES):
-        grace = timedelta(seconds=gov.settings.erasure.history_grace_s)
-        compacted = await sweep_records(gov).history.compact_history(gov.now(), gov.now() - grace, _COMPACT_SCOPES)
+        now = p.clock()
+        compacted = await p.history.compact_history(now, now - grace, _COMPACT_SCOPES)
         report.history_compacted += compacted.ledger_rows + compacted.namespaces
         if compacted.scopes + compacted.skipped_unfinished < _COMPACT_SCOPES:
             break
     # Audit rows have their own retention window (R-15), independent of memory expiry.
-    retention = gov.now() - timedelta(days=gov.settings.audit.retention_days)
-    report.audit_purged = await sweep_records(gov).audit_log.purge_audit(retention)
-    await sweep_records(gov).rotations.purge_erasures(retention)
+    retention = p.clock() - timedelta(days=plan.audit_retention_days)
+    report.audit_purged = await p.audit.purge_audit(retention)
+    await p.lineage.purge_erasures(retention)
     log.info(
         "sweep.done",
         deleted=report.dead_cleared + report.expired_deleted,
         pending=report.expired_pending + report.rotations_waiting,
         count=report.rotated,
         failures=report.failures,
-        adapter=gov.eraser.name,
+        adapter=p.eraser.name,
     )
     return report
 
@@ -238,8 +243,8 @@ async def sweep_once(gov: Governance, engine: ErasureEngine | None = None) -> Sw
 class Sweepers:
     """The periodic sweep task of one gateway process."""
 
-    def __init__(self, gov: Governance, engine: ErasureEngine) -> None:
-        self._gov, self._engine = gov, engine
+    def __init__(self, parts: ErasureParts, plan: SweepPlan, engine: ErasureEngine) -> None:
+        self._p, self._plan, self._engine = parts, plan, engine
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Set after every pass, with its report; whoever waits for a pass clears it first.
@@ -251,10 +256,10 @@ class Sweepers:
         self._task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
-        interval = self._gov.settings.erasure.sweep_interval_s
+        interval = self._plan.interval_s
         while not self._stop.is_set():
             try:
-                self.last = await sweep_once(self._gov, self._engine)
+                self.last = await sweep_once(self._p, self._plan, self._engine)
                 self.swept.set()
             except StateError as exc:
                 log.warning("sweep.failed", reason=exc.reason.value)

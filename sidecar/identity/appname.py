@@ -10,7 +10,7 @@ pair is ambiguous, so neither member of it is ever matched.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sidecar.identity import IdentityError
 from sidecar.reasons import Reason
@@ -101,3 +101,43 @@ class AgentNames:
         if names is None:
             names = accepted_names(agent_ref, self.refs)
         return isinstance(presented, str) and presented in names
+
+
+class Agents:
+    """The memory-enabled agents of this deployment: names, memory-free variants and Matrix ghosts.
+
+    Built once from the configuration (``agents`` in settings); everything that asks whether an
+    agent has memory, which ``app_name`` it is forwarded with or where its refusals go asks this.
+    """
+
+    __slots__ = ("_ghosts", "_variants", "names")
+
+    def __init__(self, variants: Mapping[str, str], ghosts: Mapping[str, str]) -> None:
+        self._variants = dict(variants)
+        self._ghosts = dict(ghosts)
+        self.names = AgentNames(self._variants)
+
+    @property
+    def refs(self) -> frozenset[str]:
+        return self.names.refs
+
+    def has_memory(self, ref: str) -> bool:
+        return ref in self._variants
+
+    def variant(self, ref: str) -> str:
+        """The agent's memory-disabled variant (KeyError for an agent without memory)."""
+        return self._variants[ref]
+
+    def ghost(self, ref: str | None) -> str | None:
+        return self._ghosts.get(ref or "")
+
+    @staticmethod
+    def app_name(ref: str) -> str:
+        """The one canonical kagent ``app_name`` every memory call of this agent is forwarded with."""
+        ns, name = parse_agent_ref(ref)
+        return app_name(ns, name)
+
+    @staticmethod
+    def query_name(ref: str) -> str:
+        """The ``agent_name`` erasure lists and deletes with, reaching every stored spelling."""
+        return query_spelling(ref)

@@ -8,7 +8,6 @@ input carries identifiers, flags and counts only, never memory content.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Final, Literal
@@ -26,23 +25,10 @@ from pydantic import (
 # The origin kinds of SPEC D1 live with the MXID grammar; importing them here re-exports them.
 from sidecar.identity.mxid import Origin
 from sidecar.reasons import Action, Code, Reason, code
+from sidecar.routes import Operation as Operation
 
 #: Upper bound of every integer fact: exact in JSON numbers and far from 64-bit overflow in sums.
 _BIG = 2**53
-
-
-class Operation(enum.StrEnum):
-    """The governed operation classes of SPEC §2 plus content-bearing control API calls."""
-
-    A2A_INVOKE = "a2a.invoke"
-    MEMORY_SAVE = "memory.save"
-    MEMORY_SAVE_BATCH = "memory.save_batch"
-    MEMORY_SEARCH = "memory.search"
-    MEMORY_LIST = "memory.list"
-    MEMORY_DELETE_ALL = "memory.delete_all"
-    MEMORY_UNGOVERNED = "memory.ungoverned"
-    EMBEDDING = "embedding"
-    CONTROL_INSPECT = "control.inspect"
 
 
 #: A reason code in a model: built in or declared by the loaded pack; the schema shows the built-in ones.

@@ -8,54 +8,24 @@ swap it atomically; on any failure the previous pack keeps serving.
 from __future__ import annotations
 
 import asyncio
-import re
-import signal
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict
 
 from sidecar.logs import get_logger
 from sidecar.policy import metrics
 from sidecar.policy.cedar import CedarEngine
 from sidecar.policy.engine import Engine, EngineUnavailable
 from sidecar.policy.floor import apply_floor
-from sidecar.policy.model import Decision, DecisionInput, Deployment
+from sidecar.policy.model import Decision, DecisionInput, Deployment, Limits
 from sidecar.policy.opa import OpaEngine, opa_part
 from sidecar.policy.outcome import Verdict, assemble, unavailable
-from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
+from sidecar.policy.pack import Pack, PackError, load_limits
+from sidecar.policy.reload import PackLoader, ReloadOutcome
 from sidecar.policy.shadow import DECISION_IDS, ShadowEngine
-from sidecar.policy.vet import vet
-from sidecar.reasons import declare, new_decision_id
+from sidecar.reasons import new_decision_id
 from sidecar.settings import PolicySettings
 
 log = get_logger("policy")
-
-
-@dataclass(frozen=True)
-class ReloadOutcome:
-    """The last reload attempt, as /readyz shows it: outcome, the revision tried, for a refusal step and file."""
-
-    outcome: str
-    revision: str | None = None
-    step: str | None = None
-    file: str | None = None
-    #: For a refusal: the line of ``file`` at fault when the message names one, and the message itself
-    #: (about pack files only, never request data; /readyz is on the operations port).
-    line: int | None = None
-    message: str | None = None
-
-
-#: The longest refusal message /readyz repeats.
-_MESSAGE_MAX = 400
-
-
-def refusal(outcome: str, revision: str | None, exc: PackError) -> ReloadOutcome:
-    """A refused pack as /readyz shows it: the step, the file, and the first line of the message naming it."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    named = [ln for ln in lines if exc.file and exc.file in ln]
-    message = (named or lines or [""])[0][:_MESSAGE_MAX]
-    found = re.search(re.escape(exc.file) + r":(\d+)", message) if exc.file else None
-    return ReloadOutcome(outcome, revision, exc.step, exc.file, int(found.group(1)) if found else None, message)
 
 
 def build_engine(settings: PolicySettings, engine: str | None = None, opa_url: str | None = None) -> Engine:
@@ -78,17 +48,14 @@ class PolicyRuntime:
     def __init__(self, settings: PolicySettings, engine: Engine) -> None:
         self.settings = settings
         self.engine = engine
-        self._pack: Pack | None = None
-        self._prepared: Any = None
-        self._seen: str | None = None
-        self._lock = asyncio.Lock()
-        self._waiters: list[asyncio.Future[bool]] = []
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._sighup: asyncio.AbstractEventLoop | None = None
-        self.last_reload: ReloadOutcome | None = None
+        #: Owns the live pack and replaces it (file watcher, SIGHUP).
+        self.loader = PackLoader(settings, engine)
         #: Deployment facts per (server, bot, ghost) of the live pack: built once, then the same
         #: object, which the Cedar engine's entity cache recognises by identity.
         self._deployments: tuple[Pack | None, dict[tuple[str, str | None, str | None], Deployment]] = (None, {})
+        #: The pack folder's limits as read at start: used only until a pack is live (decisions fail
+        #: closed meanwhile anyway), so status pages and caps still have their numbers.
+        self.fallback_limits: Limits | None = None
 
     @classmethod
     async def start(
@@ -96,29 +63,56 @@ class PolicyRuntime:
     ) -> PolicyRuntime:
         """Load the pack (a failure leaves the runtime not ready) and start the file watcher."""
         runtime = cls(settings, build_engine(settings, engine, opa_url))
+        runtime.fallback_limits = load_limits(settings.dir)
         await runtime.reload()
         if watch and settings.reload_interval_s > 0:
-            runtime._spawn(runtime._watch())
+            runtime.loader.watch()
         return runtime
+
+    @property
+    def last_reload(self) -> ReloadOutcome | None:
+        """The last reload attempt (for /readyz)."""
+        return self.loader.last_reload
+
+    async def reload(self) -> bool:
+        """Read, validate and swap in the pack on disk; keep the live one on any failure."""
+        return await self.loader.reload()
+
+    def next_reload(self) -> asyncio.Future[bool]:
+        """A future, registered now, that resolves when the next reload attempt ends (True: loaded)."""
+        return self.loader.next_reload()
+
+    def install_sighup(self) -> None:
+        """Reload on SIGHUP (call once from the running server; ``close`` removes the handler)."""
+        self.loader.install_sighup()
 
     @property
     def ready(self) -> bool:
         """True while a validated pack is live in the engine."""
-        return self._pack is not None and not self.engine.stale
+        return self.pack is not None and not self.engine.stale
 
     @property
     def revision(self) -> str | None:
         """Content hash of the live pack, or None before one loaded."""
-        return self._pack.revision if self._pack else None
+        return self.pack.revision if self.pack else None
 
     @property
     def pack(self) -> Pack | None:
         """The live pack (limits and federation data included)."""
-        return self._pack
+        return self.loader.pack
+
+    def limits(self) -> Limits:
+        """The live pack's limits (hot-reloaded with it), or the folder's as read at start."""
+        pack = self.pack
+        if pack is not None:
+            return pack.limits
+        if self.fallback_limits is None:
+            raise PackError("no policy pack is loaded")
+        return self.fallback_limits
 
     def deployment(self, server_name: str, bridge_bot: str | None, agent_ghost: str | None) -> Deployment:
         """Deployment facts for an input, with the live pack's limits and partners."""
-        pack = self._pack
+        pack = self.pack
         if pack is None:
             raise PackError("no policy pack is loaded")
         seen_pack, built = self._deployments
@@ -193,7 +187,7 @@ class PolicyRuntime:
 
     async def decide(self, inp: DecisionInput, decision_id: str | None = None) -> Decision:
         """Engine, then floor; never raises."""
-        started, pack = time.perf_counter(), self._pack
+        started, pack = time.perf_counter(), self.pack
         did = decision_id or new_decision_id()
         if pack is None:
             return self._unloaded(inp, did)
@@ -208,7 +202,7 @@ class PolicyRuntime:
         """Decide without awaiting (Cedar only), for callers on a hot synchronous path."""
         if not isinstance(self.engine, CedarEngine):
             raise TypeError("decide_sync needs the cedar engine")
-        started, pack = time.perf_counter(), self._pack
+        started, pack = time.perf_counter(), self.pack
         if pack is None:
             return self._unloaded(inp, decision_id or new_decision_id())
         try:
@@ -219,7 +213,7 @@ class PolicyRuntime:
 
     async def decide_many(self, inputs: list[DecisionInput]) -> list[Decision]:
         """Decide a fan-out (e.g. the prefetch searches of one turn) in one engine call."""
-        started, pack = time.perf_counter(), self._pack
+        started, pack = time.perf_counter(), self.pack
         ids = [new_decision_id() for _ in inputs]
         if pack is None:
             return [self._unloaded(inp, did) for inp, did in zip(inputs, ids, strict=True)]
@@ -230,110 +224,8 @@ class PolicyRuntime:
             verdicts = [exc] * len(inputs)
         return [self._conclude(pack, inp, v, did, started) for inp, v, did in zip(inputs, verdicts, ids, strict=True)]
 
-    async def reload(self) -> bool:
-        """Read, validate and swap in the pack on disk; keep the live one on any failure."""
-        async with self._lock:
-            ok = await self._reload()
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(ok)
-        return ok
-
-    async def _reload(self) -> bool:
-        try:
-            attempted: str | None = None
-            self._seen = fingerprint(self.settings.dir)
-            attempted = self._seen
-            pack = read_pack(self.settings.dir)
-            live = self._pack is not None and pack.revision == self._pack.revision
-            if live and not self.engine.stale:
-                metrics.RELOADS.labels("unchanged").inc()
-                # A refused edit undone: the files on disk are the live pack again.
-                self.last_reload = ReloadOutcome("loaded", pack.revision)
-                return True
-            if not live:
-                await asyncio.to_thread(vet, pack)
-                self._declare(pack)
-            # An engine that fell out of step (OPA serving another revision) is checked again.
-            prepared = self._prepared if live else self.engine.prepare(pack)
-            await self.engine.commit(prepared)
-        except (PackError, EngineUnavailable) as exc:
-            outcome = "rejected" if isinstance(exc, PackError) else "engine_unavailable"
-            step, file = (exc.step, exc.file) if isinstance(exc, PackError) else ("engine", None)
-            metrics.RELOADS.labels(outcome).inc()
-            self.last_reload = (
-                refusal(outcome, attempted, exc)
-                if isinstance(exc, PackError)
-                else ReloadOutcome(outcome, attempted, step, file)
-            )
-            log.error(
-                "policy.reload_failed",
-                outcome=outcome,
-                step=step,
-                pack_file=file,
-                engine=self.engine.name,
-                revision=self.revision,
-            )
-            if self.engine.stale and self._prepared is not None:
-                await self._recommit_live()
-            return False
-        self._pack, self._prepared = pack, prepared
-        self.last_reload = ReloadOutcome("loaded", pack.revision)
-        metrics.RELOADS.labels("loaded").inc()
-        metrics.show_pack(self.engine.name, pack.revision)
-        log.info("policy.loaded", engine=self.engine.name, revision=pack.revision)
-        return True
-
-    @staticmethod
-    def _declare(pack: Pack) -> None:
-        # Before the commit: a decision the new pack makes must find its declared codes accepted.
-        try:
-            declare((d.code, d.after) for d in pack.reasons)
-        except ValueError as exc:
-            raise PackError(f"data/reasons.yaml: {exc}", file="data/reasons.yaml", step="data") from None
-
-    async def _recommit_live(self) -> None:
-        try:
-            await self.engine.commit(self._prepared)
-        except (PackError, EngineUnavailable):
-            return
-
-    def next_reload(self) -> asyncio.Future[bool]:
-        """A future, registered now, that resolves when the next reload attempt ends (True: loaded)."""
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        return fut
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.reload_interval_s)
-            try:
-                current = fingerprint(self.settings.dir)
-            except PackError:
-                current = None
-            # An OPA serving another revision marks the engine stale; check again until it matches.
-            if current != self._seen or self._pack is None or self.engine.stale:
-                await self.reload()
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def install_sighup(self) -> None:
-        """Reload on SIGHUP (call once from the running server; ``close`` removes the handler)."""
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
-        self._sighup = loop
-
     async def close(self) -> None:
         """Stop the watcher, remove the SIGHUP handler and release the engine."""
-        if self._sighup is not None:
-            self._sighup.remove_signal_handler(signal.SIGHUP)
-            self._sighup = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loader.close()
         await self.engine.close()
         metrics.show_pack(self.engine.name, None)

@@ -7,9 +7,7 @@ runs pending migrations and returns a :class:`StateStore`. See docs/state.md.
 from sidecar.state.store import StateStore, open_store
 from sidecar.state.types import (
     BudgetClaim,
-    CapReached,
     Erasure,
-    Fenced,
     LedgerEntry,
     Receipt,
     Scope,
@@ -18,9 +16,7 @@ from sidecar.state.types import (
 
 __all__ = [
     "BudgetClaim",
-    "CapReached",
     "Erasure",
-    "Fenced",
     "LedgerEntry",
     "Receipt",
     "Scope",

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.budgets import Refused, reserve
+from sidecar.state.budgets import ClaimRefused, reserve
 from sidecar.state.codec import to_us
 from sidecar.state.db import Facet, MakeScript, Mode, Param, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
@@ -243,7 +243,7 @@ class AdmissionOps(Facet):
         mode: Mode = "single" if pg and write is None else "write"
         try:
             return await self._db.run(script(True, lock), mode)
-        except Refused as refused:
+        except ClaimRefused as refused:
             seen = await self._db.run(script(False, ""), "snapshot")
             return Admission(
                 seen.scope, live=seen.live, refused=refused.reason, live_count=seen.live_count, window=seen.window

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Database, Facet, Tx
 from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
-from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, StateError
+from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, ErasureKind, ErasureState, StateError
 
 _AUDIT_COLS = (
     "at",
@@ -132,7 +133,13 @@ class ErasureOps(Facet):
     """Erasure records: created, advanced through their states, claimed by one runner at a time."""
 
     async def create_erasure(
-        self, scope_id: str, kind: str, entry_ids: list[str], adapter: str, requested_by_kind: str, now: datetime
+        self,
+        scope_id: str,
+        kind: ErasureKind,
+        entry_ids: list[str],
+        adapter: AdapterName,
+        requested_by_kind: str,
+        now: datetime,
     ) -> Erasure:
         """Record a requested erasure of the given entries (empty for whole-scope erasures)."""
         codec.check_scope_id(scope_id)
@@ -170,11 +177,11 @@ class ErasureOps(Facet):
         return erasure
 
     async def advance_erasure(
-        self, erasure_id: str, state: str, now: datetime, failure_reason: str | None = None
+        self, erasure_id: str, state: ErasureState, now: datetime, failure_reason: str | None = None
     ) -> Erasure:
         """Move an erasure to its next state; an illegal or lost transition raises StateError(internal_error)."""
         allowed_from = sorted(s for s, nxt in ERASURE_NEXT.items() if state in nxt)
-        if not allowed_from or (failure_reason is not None) != (state == "failed"):
+        if not allowed_from or (failure_reason is not None) != (state == ErasureState.FAILED):
             raise ValueError("erasure transition is invalid")
         if failure_reason is not None:
             codec.check_reason(failure_reason, "failure_reason")
@@ -277,7 +284,7 @@ class ErasureOps(Facet):
             return await _load(tx, erasure_id)
 
     async def erasures_of_scope(
-        self, scope_id: str, limit: int = 100, *, kind: str | None = None, not_kind: str | None = None
+        self, scope_id: str, limit: int = 100, *, kind: ErasureKind | None = None, not_kind: ErasureKind | None = None
     ) -> list[Erasure]:
         """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
         of every kind but ``not_kind``, when given."""
@@ -346,9 +353,9 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
     return Erasure(
         erasure_id=row[0],
         scope_id=row[1],
-        kind=row[2],
-        state=row[3],
-        adapter=row[4],
+        kind=ErasureKind(row[2]),
+        state=ErasureState(row[3]),
+        adapter=AdapterName(row[4]),
         requested_by_kind=row[5],
         failure_reason=row[6],
         created_at=from_us(row[7]),

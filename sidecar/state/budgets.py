@@ -65,7 +65,7 @@ _CLAIM_OR_DECLINE = (
 )
 
 
-class Refused(Exception):
+class ClaimRefused(Exception):
     """A claim did not fit; raised inside a transaction so it rolls back every claim before it."""
 
     def __init__(self, reason: str) -> None:
@@ -100,7 +100,7 @@ def _claim(claim: BudgetClaim, key: str, now_us: int, position: int) -> tuple[Pa
 
 
 def reserve(claims: list[BudgetClaim], now_us: int, *, declining: bool = False) -> Script[list[float]]:
-    """Script part: reserve every claim, or raise :class:`Refused` (the caller's transaction rolls back).
+    """Script part: reserve every claim, or raise :class:`ClaimRefused` (the caller's transaction rolls back).
 
     Returns each claim's level after it, in the order of ``claims``: a bucket's tokens left, a
     window's or counter's count used, this claim's cost included. ``declining`` (PostgreSQL): a
@@ -112,7 +112,7 @@ def reserve(claims: list[BudgetClaim], now_us: int, *, declining: bool = False) 
     # A cost above the limit can never fit, and the insert path would not notice it.
     for claim in claims:
         if claim.cost > claim.limit:
-            raise Refused(claim.reason)
+            raise ClaimRefused(claim.reason)
     ordered = sorted(((c.kind, codec.digest(c.key), i, c) for i, c in enumerate(claims)), key=lambda t: (t[0], t[1]))
     if not ordered:
         return []
@@ -123,12 +123,12 @@ def reserve(claims: list[BudgetClaim], now_us: int, *, declining: bool = False) 
         # memgov_decline names the refused claim's position in ``claims``.
         if not 0 <= declined.detail < len(claims):
             raise
-        raise Refused(claims[declined.detail].reason) from None
+        raise ClaimRefused(claims[declined.detail].reason) from None
     reached: dict[int, float] = {int(row[1]): float(row[0]) for row in rows}
     for _, _, index, claim in ordered:
         if index not in reached:
             # The first claim in (kind, key) order that did not fit names the refusal.
-            raise Refused(claim.reason)
+            raise ClaimRefused(claim.reason)
     return [reached[i] for i in range(len(claims))]
 
 
@@ -147,6 +147,6 @@ class BudgetOps(Facet):
             now_us = to_us(now)
             # PostgreSQL: the claims roll themselves back, so no BEGIN and COMMIT round trips.
             levels = await self._db.run(lambda: reserve(claims, now_us, declining=pg), "single" if pg else "write")
-        except Refused as refused:
+        except ClaimRefused as refused:
             return refused.reason, []
         return None, [math.floor(level) for level in levels]

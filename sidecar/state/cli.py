@@ -1,8 +1,18 @@
-"""``memgov state migrate | stats | purge-audit``: operate the configured state store.
+"""``memgov state migrate | check | stats | purge-audit``: operate the configured state store.
 
-``migrate`` speaks JSON log lines only (it runs as the chart's pre-install/pre-upgrade Job): exit 0
-when the schema is current, 1 when the store does not answer, 3 when the schema is newer than this
-release can run on (the same code as ``memgov serve``), 2 for a configuration error.
+``migrate`` and ``check`` speak JSON log lines only (they run as the chart's hook Jobs: migrate
+before install and upgrade, check before a rollback). ``check`` changes nothing: it says whether
+this release runs on the store's schema as it is, without migrating (as a gateway with
+``state.auto_migrate: false`` would find it). Exit codes, the same as ``memgov serve``'s:
+
+  0  the schema is one this release runs on (migrate: after applying what was pending)
+  1  the store does not answer (``state.migrate_failed`` / ``state.check_failed``, reason code)
+  2  a configuration error
+  3  the schema is outside this release's window: migrated by a newer release that does not name
+     this one compatible (``state.schema_unknown``), or, for check, not migrated to this release yet
+     (``state.schema_not_migrated``)
+  4  the store refused a migration statement (``state.migration_failed`` with the migration's
+     version and the backend's error code); nothing of the run was applied
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from sidecar.logs import configure_logging, get_logger
 from sidecar.secretfile import SecretError
 from sidecar.settings import SettingsError, load_settings
 from sidecar.state.db import connect
-from sidecar.state.migrations import LATEST, migrate
+from sidecar.state.migrations import LATEST, migrate, schema_version
 from sidecar.state.store import StateStore, open_store
 from sidecar.state.types import SchemaMismatch, StateError
 
@@ -55,21 +65,41 @@ async def _migrate(url: str) -> int:
     return 0
 
 
-def _cmd_migrate(args: argparse.Namespace) -> int:
+async def _check(url: str) -> int:
+    db = await connect(url)
+    try:
+        await migrate(db, apply=False)
+        found = await schema_version(db)
+    finally:
+        await db.close()
+    _log.info("state.schema_compatible", backend=db.dialect, schema_version=found, supported=LATEST)
+    return 0
+
+
+def _schema_command(run: Callable[[str], Coroutine[object, None, int]], failed: str) -> int:
+    """Run ``migrate`` or ``check`` with JSON lines only, mapping each outcome to its exit code."""
     configure_logging()
     try:
         url = load_settings().state_url()
     except (SettingsError, SecretError) as exc:
-        _log.error("state.migrate_failed", error_type=type(exc).__name__)
+        _log.error(failed, error_type=type(exc).__name__)
         return 2
     try:
-        return asyncio.run(_migrate(url))
+        return asyncio.run(run(url))
     except StateError as exc:
-        _log.error("state.migrate_failed", reason=exc.reason.value)
+        _log.error(failed, reason=exc.reason.value)
         return 1
-    except SchemaMismatch as exc:
-        _log.error(exc.event, schema_version=exc.found, supported=exc.supported)
-        return SchemaMismatch.EXIT_CODE
+    except SchemaMismatch as exc:  # MigrationFailed included: its own event, fields and exit code
+        _log.error(exc.event, **exc.fields())
+        return exc.EXIT_CODE
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    return _schema_command(_migrate, "state.migrate_failed")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    return _schema_command(_check, "state.check_failed")
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
@@ -118,6 +148,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     state.add_parser("migrate", help="Apply pending schema migrations (also done on every start).").set_defaults(
         func=_cmd_migrate
     )
+    state.add_parser(
+        "check", help="Say whether this release runs on the schema as it is; change nothing (exit 0 or 3)."
+    ).set_defaults(func=_cmd_check)
     stats = state.add_parser("stats", help="Row counts per record kind (counts only, no ids).")
     stats.add_argument("--json", action="store_true", help="Print one JSON object.")
     stats.set_defaults(func=_cmd_stats)

@@ -212,6 +212,33 @@ class Facet:
         self._db = db
 
 
+#: Errors a backend raises when it answered and refused a statement (or stopped answering: see refusal_code).
+STATEMENT_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, sqlite3.Error)
+_SQLSTATE = re.compile(r"^[0-9A-Z]{5}$")
+_SQLITE_NAME = re.compile(r"^SQLITE_[A-Z_]{1,40}$")
+
+
+def refusal_code(exc: BaseException) -> str | None:
+    """The backend's error class when the store answered and refused a statement, else None.
+
+    PostgreSQL's SQLSTATE (``42501`` a missing privilege, ``53100`` a full disk, ``55P03`` a lock not
+    available, ...) or SQLite's result name (``SQLITE_FULL``, ``SQLITE_READONLY``, ...). None when
+    the store stopped answering (connection classes ``08``/``57P``, SQLite busy or locked): that is an
+    outage, not a refusal. Only the code is read, never the message, which may quote values.
+    """
+    if isinstance(exc, asyncpg.PostgresError):
+        code = str(getattr(exc, "sqlstate", "") or "")
+        if code.startswith(("08", "57P")):
+            return None
+        return code if _SQLSTATE.match(code) else "unknown"
+    if isinstance(exc, sqlite3.Error):
+        name = str(getattr(exc, "sqlite_errorname", "") or "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return None
+        return name if _SQLITE_NAME.match(name) else "unknown"
+    return None
+
+
 @asynccontextmanager
 async def backend_errors() -> AsyncIterator[None]:
     """Turn driver and socket failures into ``StateError(state_unavailable)``."""

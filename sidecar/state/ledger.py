@@ -15,7 +15,7 @@ from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Facet, Param, Row, Script, fetch
 from sidecar.state.scopes import fence, update_lock, valid_scope_id
-from sidecar.state.types import CapReached, Fenced, LedgerEntry, StateError
+from sidecar.state.types import LedgerEntry, StateError
 
 #: How long a reserved, not yet filled slot counts against the cap before it lapses.
 SLOT_LEASE_S = 300
@@ -104,9 +104,9 @@ class LedgerOps(Facet):
         lease_s: int = SLOT_LEASE_S,
     ) -> list[str]:
         """Reserve ``n`` slots in namespace ``ns_id`` if live entries + pending slots + n <= cap;
-        else raise CapReached."""
+        else raise StateError(entry_cap_reached)."""
         if not valid_scope_id(scope_id):
-            raise Fenced(Reason.CONSENT_MISSING)
+            raise StateError(Reason.CONSENT_MISSING)
         if n <= 0:
             return []
         at = to_us(now)
@@ -116,7 +116,7 @@ class LedgerOps(Facet):
             await fence(tx, scope_id, generation, ns_id, update_lock(tx))
             row = await tx.fetchrow(COUNTS, scope_id, at)
             if (int(row[1]) if row is not None else 0) + n > cap:
-                raise CapReached()
+                raise StateError(Reason.ENTRY_CAP_REACHED)
             await tx.executemany(
                 "INSERT INTO ledger (slot_id, scope_id, generation, created_us, lease_us, ns_id)"
                 " VALUES ($1, $2, $3, $4, $5, $6)",

@@ -13,20 +13,27 @@ runs correctly on the schema it leaves (the previous one for an additive change:
 new nullable column). A binary that finds applied versions it does not know runs only when every
 one of them names a ``compatible_from`` no newer than its own latest version; otherwise it refuses
 (:class:`~sidecar.state.types.SchemaMismatch`) and changes nothing. See docs/deploy.md.
+
+Releases: :data:`RELEASES` records, for every package version, the schema version it runs on and a
+digest of its migrations. tests/state/test_releases.py refuses a change of the migrations that no
+new package version records, and any change of a migration an earlier version shipped
+(docs/releases.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sidecar.logs import get_logger
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, ID_MAX, MODEL_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX
-from sidecar.state.db import DECLINED_SQLSTATE, Database, Param
+from sidecar.state.db import DECLINED_SQLSTATE, STATEMENT_ERRORS, Database, Param, refusal_code
 from sidecar.state.lanes import long_statements
-from sidecar.state.types import SchemaMismatch
+from sidecar.state.types import MigrationFailed, SchemaMismatch
 
 _log = get_logger("state")
 #: Arbitrary constant naming memgov's migration lock among PostgreSQL advisory locks.
@@ -578,11 +585,55 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST: int = MIGRATIONS[-1].version
 
 
+def digest(migrations: tuple[Migration, ...]) -> str:
+    """A SHA-256 of what these migrations do: each one's version, name, ``compatible_from`` and its
+    statements on both backends. It changes with any edit that changes a schema."""
+    h = hashlib.sha256()
+    for m in migrations:
+        h.update(f"{m.version}\0{m.name}\0{m.compatible_from}\0".encode())
+        for dialect in ("postgresql", "sqlite"):
+            for stmt in m.statements(Dialect(dialect)):
+                h.update(stmt.encode() + b"\0")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Release:
+    """One package version: the schema version it runs on and the digest of migrations 1..schema."""
+
+    version: str
+    schema: int
+    migrations: str
+
+
+#: Every package version, oldest first; the last one is this package's (pyproject.toml, the chart's
+#: version and appVersion). A row is never edited once a newer one exists: a new schema needs a new
+#: version, whose row is added here (docs/releases.md).
+RELEASES: tuple[Release, ...] = (
+    Release("0.1.0", 9, "cbadc7ccde08b8322f1030838a3fdbf05ab83ec1e136763a1fb2572211e11f61"),
+    Release("0.2.0", 9, "cbadc7ccde08b8322f1030838a3fdbf05ab83ec1e136763a1fb2572211e11f61"),
+)
+
+
+@contextmanager
+def _refusals(found: int, supported: int, *, migration: int) -> Iterator[None]:
+    """A statement the store refused becomes MigrationFailed (the transaction then rolls the whole run
+    back); a store that stopped answering stays a backend error, i.e. state_unavailable."""
+    try:
+        yield
+    except STATEMENT_ERRORS as exc:
+        code = refusal_code(exc)
+        if code is None:
+            raise
+        raise MigrationFailed(found, supported, migration, code) from exc
+
+
 async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
     """Apply every pending migration; return how many were applied (0 when up to date).
 
     Raises SchemaMismatch, changing nothing, when a newer binary left the schema in a state this one
-    cannot run on, or (``apply`` False: check only) when migrations are pending.
+    cannot run on, or (``apply`` False: check only) when migrations are pending; MigrationFailed
+    when the store refuses one of the statements (nothing of the run is applied).
     """
     dialect = Dialect(db.dialect)
     latest = migrations[-1].version
@@ -591,15 +642,16 @@ async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migrati
         async with db.tx("write") as tx:
             if dialect.pg:
                 await tx.execute("SELECT pg_advisory_xact_lock($1)", _PG_MIGRATION_LOCK)
-            await tx.execute(
-                dialect.table(
-                    "schema_migrations",
-                    dialect.i("version") + " PRIMARY KEY",
-                    dialect.s("name", CODE_MAX),
-                    dialect.i("applied_us"),
-                    if_not_exists=True,
+            with _refusals(0, latest, migration=0):  # 0: the bookkeeping table itself
+                await tx.execute(
+                    dialect.table(
+                        "schema_migrations",
+                        dialect.i("version") + " PRIMARY KEY",
+                        dialect.s("name", CODE_MAX),
+                        dialect.i("applied_us"),
+                        if_not_exists=True,
+                    )
                 )
-            )
             applied = {int(r[0]) for r in await tx.fetch("SELECT version FROM schema_migrations")}
             known = {m.version for m in migrations}
             if applied - known:
@@ -614,14 +666,15 @@ async def migrate(db: Database, *, apply: bool = True, migrations: tuple[Migrati
             if pending and not apply:
                 raise SchemaMismatch(max(applied, default=0), latest)
             for m in pending:
-                for stmt in m.statements(dialect):
-                    await tx.execute(stmt)
                 cols = "version, name, applied_us"
                 args: list[Param] = [m.version, m.name, codec.to_us(datetime.now(UTC))]
                 if m.version >= _COMPAT_RECORDED:
                     cols, args = cols + ", compatible_from", [*args, m.oldest_binary]
                 marks = ", ".join(f"${i}" for i in range(1, len(args) + 1))
-                await tx.execute(f"INSERT INTO schema_migrations ({cols}) VALUES ({marks})", *args)
+                with _refusals(max(applied, default=0), latest, migration=m.version):
+                    for stmt in m.statements(dialect):
+                        await tx.execute(stmt)
+                    await tx.execute(f"INSERT INTO schema_migrations ({cols}) VALUES ({marks})", *args)
     if pending:
         _log.info("state.migrated", backend=db.dialect, count=len(pending), schema_version=latest)
     return len(pending)

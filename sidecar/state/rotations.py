@@ -23,22 +23,13 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import to_us
 from sidecar.state.db import Facet, Param, Tx
-from sidecar.state.ledger import placeholders
 from sidecar.state.namespaces import NS_COLS, namespace_of
 from sidecar.state.scopes import share_lock, update_lock
-from sidecar.state.types import ERASURE_TERMINAL_SQL, Fenced, Namespace, RunTaken
+from sidecar.state.types import ERASURE_TERMINAL_SQL, Namespace, RunTaken, StateError
 
 SwitchOutcome = Literal["switched", "superseded", "retry"]
 #: One copied entry: old id, new id (None when kagent no longer held the row), created, hard expiry.
 Move = tuple[str, str | None, datetime, datetime]
-#: Longest chain of rotations followed from a forgotten id to its current copy.
-_MAX_HOPS = 64
-#: The copies a switched rotation of scope $1 made (the moves of one not yet switched are not copies yet).
-#: Read from the rotation's own records, so a chain survives the compaction of the ledger rows in between.
-_SWITCHED_MOVES = (
-    "erasure_moves m JOIN erasures e ON e.erasure_id = m.erasure_id"
-    " WHERE e.scope_id = $1 AND e.ns_id = m.ns_id AND m.new_entry_id IS NOT NULL"
-)
 
 
 async def _abandon(tx: Tx, erasure_id: str, at: int) -> None:
@@ -80,7 +71,7 @@ async def _count(tx: Tx, sql: str, *args: Param) -> int:
 
 
 class RotationOps(Facet):
-    """Rotation steps that must be atomic, lineage of copied entries, and the sweeper's candidates."""
+    """Rotation steps that must be atomic: freeze, stage, copy leases, switch, release."""
 
     async def freeze_namespace(self, scope_id: str, erasure_id: str) -> Namespace | None:
         """Freeze the scope's live namespace for this rotation; None when it has none or another rotation holds it."""
@@ -110,14 +101,14 @@ class RotationOps(Facet):
         return [namespace_of(r) for r in rows]
 
     async def stage_namespace(self, scope_id: str, erasure_id: str, now: datetime) -> Namespace:
-        """Abandon any namespace the rotation staged before and stage a fresh one; Fenced when the frozen
-        namespace is no longer the scope's live one."""
+        """Abandon any namespace the rotation staged before and stage a fresh one; StateError(stale_generation)
+        when the frozen namespace is no longer the scope's live one."""
         at = to_us(now)
         async with self._db.tx("write") as tx:
             await _abandon(tx, erasure_id, at)
             frozen = await _frozen(tx, erasure_id, share_lock(tx))
             if frozen is None or frozen[1] != scope_id:
-                raise Fenced(Reason.STALE_GENERATION)
+                raise StateError(Reason.STALE_GENERATION)
             row = await tx.fetchrow(
                 "INSERT INTO namespaces (ns_id, scope_id, generation, salt, state, created_us, rotation_id)"
                 f" VALUES ($1, $2, $3, $4, 'staged', $5, $6) RETURNING {NS_COLS}",
@@ -134,7 +125,7 @@ class RotationOps(Facet):
     async def begin_copy(self, erasure_id: str, ns_id: str, lease_s: float, now: datetime) -> tuple[str, Namespace]:
         """Record an in-flight copy into the namespace ``ns_id`` this runner staged: (op id, namespace).
 
-        Fenced while the scope changed since the freeze: a withdrawal then never misses the copy.
+        StateError(stale_generation) while the scope changed since the freeze: a withdrawal then never misses the copy.
         RunTaken when ``ns_id`` is no longer the rotation's staged namespace (another runner restaged):
         a copy is only ever made into the namespace whose moves its runner records.
         """
@@ -145,7 +136,7 @@ class RotationOps(Facet):
                 f"SELECT {NS_COLS} FROM namespaces WHERE rotation_id = $1 AND state = 'staged'", erasure_id
             )
             if frozen is None:
-                raise Fenced(Reason.STALE_GENERATION)
+                raise StateError(Reason.STALE_GENERATION)
             ns = None if staged is None else namespace_of(staged)
             if ns is None or ns.ns_id != ns_id:
                 raise RunTaken()
@@ -282,93 +273,3 @@ class RotationOps(Facet):
                 erasure_id,
                 to_us(now),
             )
-
-    async def tombstone_forgotten(
-        self, scope_id: str, erasure_id: str, entry_ids: list[str], now: datetime
-    ) -> list[str]:
-        """Tombstone forgotten entries and every copy a rotation made of them; return all of them.
-
-        The scope's share lock orders this against a rotation's switch: either the switch sees the
-        tombstone (and copies again without the entry) or this sees the copy (and erases it too).
-        The copies join the erasure's entries, so its evidence covers every copy.
-        """
-        ids = {codec.check_id(e, "entry_id") for e in entry_ids}
-        async with self._db.tx("write") as tx:
-            await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{share_lock(tx)}", scope_id)
-            frontier = set(ids)
-            for _ in range(_MAX_HOPS):
-                if not frontier:
-                    break
-                follow = placeholders(2, len(frontier))
-                rows = await tx.fetch(
-                    f"SELECT m.new_entry_id FROM {_SWITCHED_MOVES} AND m.old_entry_id IN ({follow})",
-                    scope_id,
-                    *frontier,
-                )
-                frontier = {r[0] for r in rows} - ids
-                ids |= frontier
-            added = ids - set(entry_ids)
-            if added:
-                await tx.executemany(
-                    "INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    [(erasure_id, e) for e in sorted(added)],
-                )
-            await tx.execute(
-                "UPDATE ledger SET tombstoned_us = $2 WHERE scope_id = $1 AND tombstoned_us IS NULL"
-                f" AND entry_id IN ({placeholders(3, len(ids))})",
-                scope_id,
-                to_us(now),
-                *sorted(ids),
-            )
-        return sorted(ids)
-
-    async def lineage(self, scope_id: str, entry_id: str) -> list[str]:
-        """``entry_id`` followed by each copy a rotation made of it, oldest first (the last is current)."""
-        chain = [entry_id]
-        async with self._db.tx("read") as tx:
-            for _ in range(_MAX_HOPS):
-                row = await tx.fetchrow(
-                    f"SELECT m.new_entry_id FROM {_SWITCHED_MOVES} AND m.old_entry_id = $2",
-                    scope_id,
-                    chain[-1],
-                )
-                if row is None:
-                    break
-                chain.append(row[0])
-        return chain
-
-    async def rotation_candidates(self, now: datetime, expired_before: datetime, limit: int) -> list[str]:
-        """Scopes whose live namespace must be rotated: it holds a forgotten or rolled-back entry, or one
-        expired before ``expired_before``, that kagent still has; or it is legacy (unsalted).
-
-        Found from the ledger rows and namespaces that need it (partial indexes), never by scanning scopes.
-        """
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                "SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.frozen_by IS NULL AND n.ns_id IN ("
-                "SELECT l.ns_id FROM ledger l WHERE l.deleted_us IS NULL AND l.expires_us <= $1"
-                " UNION SELECT l.ns_id FROM ledger l WHERE l.tombstoned_us IS NOT NULL AND l.deleted_us IS NULL)"
-                " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.salt = ''"
-                " AND n.frozen_by IS NULL LIMIT $2",
-                to_us(min(now, expired_before)),
-                limit,
-            )
-        return [r[0] for r in rows]
-
-    async def purge_erasures(self, older_than: datetime) -> int:
-        """Delete evidence past its retention: finished rotations, and verified forget-ones whose every entry
-        was physically deleted (with their steps, read-backs, moves). Whole-scope erasures and failed
-        forget-ones stay: they decide whether a scope may be consented again."""
-        done = (
-            f"updated_us < $1 AND ((kind = 'rotate' AND state IN ({ERASURE_TERMINAL_SQL}))"
-            " OR (kind = 'forget_one' AND state = 'verified' AND NOT EXISTS (SELECT 1 FROM erasure_entries ee"
-            " LEFT JOIN ledger l ON l.entry_id = ee.entry_id WHERE ee.erasure_id = erasures.erasure_id"
-            " AND COALESCE(l.deleted_us, ee.deleted_us) IS NULL)))"
-        )
-        async with self._db.tx("write") as tx:
-            for table in ("erasure_moves", "erasure_steps", "erasure_readbacks", "erasure_entries"):
-                await tx.execute(
-                    f"DELETE FROM {table} WHERE erasure_id IN (SELECT erasure_id FROM erasures WHERE {done})",
-                    to_us(older_than),
-                )
-            return await tx.execute(f"DELETE FROM erasures WHERE {done}", to_us(older_than))

@@ -17,7 +17,7 @@ from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.codec import AGENT_MAX, CODE_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX, from_us, opt_from_us, to_us
 from sidecar.state.db import Facet, Row, Tx
-from sidecar.state.types import Fenced, Namespace, Receipt, Scope, StateError
+from sidecar.state.types import Namespace, Receipt, Scope, StateError
 
 _SCOPE_COLS = (
     "scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation, purpose, policy_version,"
@@ -102,7 +102,8 @@ def update_lock(tx: Tx) -> str:
 
 
 async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -> None:
-    """Raise Fenced unless the scope exists, is enabled at ``generation`` and ``ns_id`` is its live namespace."""
+    """Raise StateError with a fence code unless the scope exists, is enabled at ``generation`` and ``ns_id``
+    is its live namespace."""
     row = await tx.fetchrow(
         "SELECT s.enabled, s.generation, n.ns_id, n.frozen_by FROM scopes s"
         " LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
@@ -110,15 +111,15 @@ async def fence(tx: Tx, scope_id: str, generation: int, ns_id: str, lock: str) -
         scope_id,
     )
     if row is None:
-        raise Fenced(Reason.CONSENT_MISSING)
+        raise StateError(Reason.CONSENT_MISSING)
     if int(row[1]) != generation:
-        raise Fenced(Reason.STALE_GENERATION)
+        raise StateError(Reason.STALE_GENERATION)
     if not row[0]:
-        raise Fenced(Reason.CONSENT_DISABLED)
+        raise StateError(Reason.CONSENT_DISABLED)
     if row[2] != ns_id or row[3] is not None:
         # SECURITY: the namespace was switched since the caller looked, or a rotation is copying it
         # (frozen): write nowhere the rotation could leave behind.
-        raise Fenced(Reason.STALE_GENERATION)
+        raise StateError(Reason.STALE_GENERATION)
 
 
 async def switch_namespace(tx: Tx, scope_id: str, generation: int, live: bool, at: int) -> None:
@@ -316,7 +317,7 @@ class ScopeOps(Facet):
     async def begin_write(self, scope_id: str, generation: int, ns_id: str, lease_s: float, now: datetime) -> str:
         """Check the fence and record an in-flight write to namespace ``ns_id`` in one step; return its op id."""
         if not valid_scope_id(scope_id):
-            raise Fenced(Reason.CONSENT_MISSING)
+            raise StateError(Reason.CONSENT_MISSING)
         at, op_id = to_us(now), codec.new_id("w")
         async with self._db.tx("write") as tx:
             await fence(tx, scope_id, generation, ns_id, share_lock(tx))

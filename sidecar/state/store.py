@@ -22,6 +22,7 @@ from sidecar.state.db import ACQUIRE_TIMEOUT_S, STATEMENT_TIMEOUT_S, Database, c
 from sidecar.state.health import GuardedDatabase, StoreHealth
 from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
+from sidecar.state.lineage import LineageOps
 from sidecar.state.migrations import migrate, schema_version
 from sidecar.state.namespaces import NamespaceOps
 from sidecar.state.prefetch import PrefetchOps
@@ -64,9 +65,9 @@ _EXPIRED = {
 class StateStore:
     """Durable control state on SQLite or PostgreSQL; never holds memory content.
 
-    Composed of facets over one guarded database handle, one per concern; a consumer reaches the
-    facets its port names (``enforce/ports.py`` and its siblings), the store itself keeps only
-    lifecycle and housekeeping.
+    Composed of facets over one guarded database handle, one per concern; the composition root
+    (``root.py``) hands each consumer the facets it uses, the store itself keeps only lifecycle and
+    housekeeping.
     """
 
     def __init__(self, db: Database, *, spool_rows: int = 10_000, spool_dir: Path | None = None) -> None:
@@ -96,8 +97,10 @@ class StateStore:
         self.erasures = ErasureOps(guarded)
         #: A scope's prefetch windows.
         self.prefetch = PrefetchOps(guarded)
-        #: Namespace rotation steps, lineage and the sweeper's candidates.
+        #: Namespace rotation's atomic steps.
         self.rotations = RotationOps(guarded)
+        #: Copies rotations made of entries, the scopes due for a rotation, and their evidence's retention.
+        self.lineage = LineageOps(guarded)
 
     @property
     def db(self) -> Database:

@@ -3,9 +3,10 @@
 Error tree (every error carries a :class:`~sidecar.reasons.Reason` in ``reason``; the message is
 that code and nothing else, so no stored or requested value can surface through it)::
 
-    StateError            backend unreachable or failing (state_unavailable), unknown record
-    ├── Fenced            consent_missing | consent_disabled | stale_generation
-    └── CapReached        entry_cap_reached
+    StateError            backend unreachable or failing (state_unavailable), an unknown record (not_found),
+    │                     a fence (consent_missing | consent_disabled | stale_generation), a full scope
+    │                     (entry_cap_reached)
+    └── RunTaken          another runner holds the erasure (its caller stops, changing nothing)
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from sidecar.identity.keys import storage_key
 from sidecar.reasons import Reason
+from sidecar.settings import AdapterName
 
 ReceiptAction = Literal["grant", "withdraw"]
 BudgetKind = Literal["bucket", "window", "counter"]
@@ -35,6 +37,21 @@ class ErasureState(StrEnum):
     FAILED = "failed"
 
 
+class ErasureKind(StrEnum):
+    """What an erasure erases, and how it fences the scope first."""
+
+    FORGET_ONE = "forget_one"
+    FORGET_ALL = "forget_all"
+    OFF = "off"
+    WITHDRAW = "withdraw"
+    OFFBOARD = "offboard"
+    ROTATE = "rotate"
+
+
+#: Kinds that erase every entry of a scope (and fence it by retiring its live namespace first).
+WHOLE_SCOPE: Final = frozenset({ErasureKind.FORGET_ALL, ErasureKind.OFF, ErasureKind.WITHDRAW, ErasureKind.OFFBOARD})
+
+
 #: The one transition table: every state an erasure may move to from each state.
 ERASURE_NEXT: dict[ErasureState, frozenset[ErasureState]] = {
     ErasureState.REQUESTED: frozenset({ErasureState.FENCED, ErasureState.FAILED}),
@@ -45,9 +62,9 @@ ERASURE_NEXT: dict[ErasureState, frozenset[ErasureState]] = {
     ErasureState.FAILED: frozenset(),
 }
 ERASURE_STATES: tuple[str, ...] = tuple(ErasureState)
-ERASURE_TERMINAL: frozenset[str] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
+ERASURE_TERMINAL: frozenset[ErasureState] = frozenset(s for s, nxt in ERASURE_NEXT.items() if not nxt)
 #: Each unfinished state's step forward when nothing fails (derived from the table).
-ERASURE_FORWARD: dict[str, ErasureState] = {
+ERASURE_FORWARD: dict[ErasureState, ErasureState] = {
     s: next(iter(nxt - {ErasureState.FAILED})) for s, nxt in ERASURE_NEXT.items() if nxt
 }
 #: The terminal states as an SQL list, for ``state NOT IN (...)`` (fixed names, never input).
@@ -64,9 +81,10 @@ class StateError(Exception):
 
 class SchemaMismatch(Exception):
     """The database's schema is not one this binary runs on: migrated by a newer release that this
-    one cannot follow, or (when this process does not migrate) not yet migrated to this release."""
+    one cannot follow, or (when this process does not migrate) not yet migrated to this release, or
+    (:class:`MigrationFailed`) its migration was refused by the store."""
 
-    #: The exit code of a command that stops on it (`memgov serve`, `memgov state migrate`).
+    #: The exit code of a command that stops on it (`memgov serve`, `memgov state migrate | check`).
     EXIT_CODE = 3
 
     def __init__(self, found: int, supported: int) -> None:
@@ -82,9 +100,32 @@ class SchemaMismatch(Exception):
         """The log event that reports it."""
         return "state.schema_unknown" if self.newer else "state.schema_not_migrated"
 
+    def fields(self) -> dict[str, int | str]:
+        """The log fields that go with :attr:`event`: content-free versions and codes only."""
+        return {"schema_version": self.found, "supported": self.supported}
 
-class Fenced(StateError):
-    """The scope is missing, disabled, or at another generation than the caller's."""
+
+class MigrationFailed(SchemaMismatch):
+    """The store answered but refused a migration statement (a missing privilege, a full disk, a lock
+    that timed out): nothing of the run was applied, the schema stays at ``found``.
+
+    ``migration`` is the version whose statement failed; ``code`` is the backend's error class,
+    never its message (PostgreSQL's SQLSTATE such as ``42501``, or SQLite's result name such as
+    ``SQLITE_FULL``), so an operator can act on it and no stored or statement text can leak.
+    """
+
+    EXIT_CODE = 4
+
+    def __init__(self, found: int, supported: int, migration: int, code: str) -> None:
+        super().__init__(found, supported)
+        self.migration, self.code = migration, code
+
+    @property
+    def event(self) -> str:
+        return "state.migration_failed"
+
+    def fields(self) -> dict[str, int | str]:
+        return {**super().fields(), "migration": self.migration, "error_code": self.code}
 
 
 class RunTaken(StateError):
@@ -93,13 +134,6 @@ class RunTaken(StateError):
 
     def __init__(self) -> None:
         super().__init__(Reason.ERASURE_PENDING)
-
-
-class CapReached(StateError):
-    """The scope already holds as many live entries as its cap allows."""
-
-    def __init__(self) -> None:
-        super().__init__(Reason.ENTRY_CAP_REACHED)
 
 
 NamespaceState = Literal["live", "retired", "cleared", "staged"]
@@ -192,12 +226,12 @@ class Erasure:
 
     erasure_id: str
     scope_id: str
-    kind: str
-    state: str
+    kind: ErasureKind
+    state: ErasureState
     entry_ids: list[str]
     steps: list[tuple[str, datetime]]
     failure_reason: str | None
-    adapter: str
+    adapter: AdapterName
     requested_by_kind: str
     created_at: datetime
     updated_at: datetime
@@ -274,28 +308,3 @@ class WriteAsk:
     n: int
     cap: int
     lease_s: float
-
-
-class AuditLog(Protocol):
-    """The store's audit rows, as every consumer that records one sees them (content-free fields only)."""
-
-    async def audit(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        decision_id: str | None = None,
-        scope_id: str | None = None,
-        entry_id: str | None = None,
-        erasure_id: str | None = None,
-        operation: str | None = None,
-        policy_revision: str | None = None,
-        now: datetime,
-    ) -> None: ...
-
-
-class Audited(Protocol):
-    """A port that writes audit rows: the store's ``audit_log`` facet, seen as an :class:`AuditLog`."""
-
-    @property
-    def audit_log(self) -> AuditLog: ...

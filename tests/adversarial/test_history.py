@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.erasure.sweeper import sweep_once
 from tests.support.adversarial import PINNED, Launch, Target, listed_entries
+from tests.support.erasure import sweep
 from tests.support.procs import governed_like
 
 LIVE = 3
@@ -49,7 +49,7 @@ class TestBoundedHistory:
         assert ledger > FORGETS * LIVE and namespaces > FORGETS  # what the history left before the sweep
 
         async with governed_like(t.gw.settings) as gov:
-            report = await sweep_once(gov)
+            report = await sweep(gov)
         assert report.history_compacted > 0 and report.failures == 0
         assert _scope_rows(t, scope_id) == (LIVE, 1)
         status, body = await t.control("GET", f"/v1/scopes/{scope_id}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -92,8 +93,47 @@ class TestDoctor:
         """An egress-only policy admits no ingress, so it is not a path."""
         assert run(tmp_path, [CONTROLLER_POLICY, HOSTILE["egress-only"]]).returncode == 0
 
-    def test_real_pods_bring_their_labels_and_port_names(self, tmp_path: Path) -> None:
-        """With --pods the controller's real labels and port names count: a policy naming either is caught."""
+    @pytest.mark.parametrize(
+        ("selector", "stand_in"),
+        [
+            ({"matchLabels": {"app.kubernetes.io/instance": "kagent"}}, "app.kubernetes.io/instance=kagent"),
+            ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml", "ops"]}]}, "team=ml"),
+            ({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, "team=present"),
+        ],
+        ids=["instance-label", "in", "exists"],
+    )
+    def test_a_selector_it_cannot_resolve_may_select(
+        self, tmp_path: Path, selector: dict[str, Any], stand_in: str
+    ) -> None:
+        """Without --pods, labels beyond the chart's selectors are unknown: a policy asking for them may select."""
+        policy = {
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "by-other-labels", "namespace": "kagent"},
+            "spec": {"podSelector": selector, "ingress": [{}]},
+        }
+        proc = run(tmp_path, [CONTROLLER_POLICY, policy])
+        assert proc.returncode == 1, proc.stdout
+        assert (
+            f"kagent/attacker -> kagent/kagent-controller[{stand_in}]:8083  "
+            "opened by NetworkPolicy kagent/by-other-labels" in proc.stdout
+        )
+
+    def test_a_selector_that_contradicts_the_known_labels_selects_nothing(self, tmp_path: Path) -> None:
+        """A policy whose selector rules the controller and UI out by a label they are known to carry opens nothing."""
+        policy = {
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "tools", "namespace": "kagent"},
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "querydoc", "team": "ml"}},
+                "ingress": [{}],
+            },
+        }
+        proc = run(tmp_path, [CONTROLLER_POLICY, policy])
+        assert proc.returncode == 0, proc.stdout
+
+    @pytest.mark.parametrize(("team", "status"), [("ml", 1), ("ops", 0)])
+    def test_real_pods_bring_their_labels_and_port_names(self, tmp_path: Path, team: str, status: int) -> None:
+        """With --pods the controller's real labels and port names decide: a policy naming them is a path."""
         pods = {
             "apiVersion": "v1",
             "kind": "List",
@@ -104,7 +144,7 @@ class TestDoctor:
                     "metadata": {
                         "name": "kagent-controller-7d9",
                         "namespace": "kagent",
-                        "labels": {**CONTROLLER_POLICY["spec"]["podSelector"]["matchLabels"], "team": "ml"},
+                        "labels": {**CONTROLLER_POLICY["spec"]["podSelector"]["matchLabels"], "team": team},
                     },
                     "spec": {"containers": [{"name": "controller", "ports": [{"name": "api", "containerPort": 8083}]}]},
                     "status": {"podIP": "10.1.2.3"},
@@ -117,13 +157,26 @@ class TestDoctor:
             "metadata": {"name": "team-ml", "namespace": "kagent"},
             "spec": {"podSelector": {"matchLabels": {"team": "ml"}}, "ingress": [{"ports": [{"port": "api"}]}]},
         }
-        without = run(tmp_path, [CONTROLLER_POLICY, by_team])
-        assert without.returncode == 0, without.stdout  # the chart's selector alone does not carry team=ml
         proc = run(tmp_path, [CONTROLLER_POLICY, by_team], extra=["--pods", str(tmp_path / "pods.yaml")])
+        assert proc.returncode == status, proc.stdout
+        line = "kagent/attacker -> kagent/kagent-controller-7d9:8083  opened by NetworkPolicy kagent/team-ml"
+        assert (line in proc.stdout) is bool(status)
+
+    def test_memgov_in_its_own_namespace(self, tmp_path: Path) -> None:
+        """With memgov elsewhere, a policy admitting memgov's namespace is clear; one admitting its labels from
+        kagent's namespace is a path."""
+        own = copy.deepcopy(CONTROLLER_POLICY)
+        peer = own["spec"]["ingress"][0]["from"][0]
+        peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": "memgov"}}
+        extra = ["--memgov-namespace", "memgov"]
+        clear = run(tmp_path, [own], extra=extra)
+        assert clear.returncode == 0, clear.stdout
+        assert "memgov in namespace memgov" in clear.stdout
+        proc = run(tmp_path, [CONTROLLER_POLICY], extra=extra)
         assert proc.returncode == 1
         assert (
-            "kagent/attacker -> kagent/kagent-controller-7d9:8083  opened by NetworkPolicy kagent/team-ml"
-            in proc.stdout
+            "kagent/memgov-impostor -> kagent/kagent-controller:8083  "
+            "opened by NetworkPolicy kagent/memgov-kagent-controller" in proc.stdout
         )
 
     def test_missing_cyclonus_says_what_it_needs(self, tmp_path: Path) -> None:

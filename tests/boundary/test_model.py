@@ -1,4 +1,5 @@
-"""The install model's pure parts: label selectors, witnesses built to match each ingress peer."""
+"""The install model's pure parts: label selectors, witnesses built to match each ingress peer, stand-ins for
+targets whose labels are not all known."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import yaml
 from sidecar.boundary.model import (
     CHART_DEFAULTS,
     BoundaryInputError,
+    Install,
+    Peer,
     normalize_policies,
     satisfying,
     selects,
+    stand_ins,
     witnesses,
 )
 from tests.support.boundary import REPO
@@ -79,6 +83,64 @@ class TestWitnesses:
         """A Secret in the export is an input error, not something to skip silently."""
         with pytest.raises(BoundaryInputError):
             normalize_policies([{"kind": "Secret", "metadata": {"name": "s"}}], "kagent")
+
+
+def _selecting(selector: dict[str, Any], namespace: str = "kagent", types: list[str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": selector, "ingress": [{}]}
+    if types is not None:
+        spec["policyTypes"] = types
+    return normalize_policies(
+        [{"kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": namespace}, "spec": spec}], "kagent"
+    )[0]
+
+
+class TestStandIns:
+    CONTROLLER = Install.from_values({}).controller
+
+    def test_the_values_controller_has_unknown_labels(self) -> None:
+        """The controller built from the chart's selector may carry more labels; a real pod's are all known."""
+        assert not self.CONTROLLER.labels_known
+        assert Peer("kagent/real", "10.0.0.1", "kagent", {"a": "b"}).labels_known
+
+    @pytest.mark.parametrize(
+        ("selector", "extra"),
+        [
+            ({"matchLabels": {"app.kubernetes.io/instance": "kagent"}}, {"app.kubernetes.io/instance": "kagent"}),
+            ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}, {"team": "ml"}),
+            (
+                {"matchLabels": {"app.kubernetes.io/component": "controller", "team": "ml"}},
+                {"team": "ml"},
+            ),
+        ],
+        ids=["other-label", "in-expression", "known-and-unknown"],
+    )
+    def test_a_selector_asking_for_unknown_labels_gets_a_stand_in(
+        self, selector: dict[str, Any], extra: dict[str, str]
+    ) -> None:
+        """A stand-in carries the known labels and what the selector asks for besides, and the selector selects it."""
+        (stand_in,) = stand_ins(self.CONTROLLER, [_selecting(selector)])
+        assert dict(stand_in.labels) == {**self.CONTROLLER.labels, **extra}
+        assert selects(selector, stand_in.labels) and stand_in.name.startswith("kagent/kagent-controller[")
+
+    @pytest.mark.parametrize(
+        "policy",
+        [
+            _selecting({"matchLabels": {"app.kubernetes.io/component": "ui", "team": "ml"}}),
+            _selecting({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "DoesNotExist"}]}),
+            _selecting({"matchLabels": {"team": "ml"}}, namespace="elsewhere"),
+            _selecting({"matchLabels": {"team": "ml"}}, types=["Egress"]),
+            _selecting({}),
+        ],
+        ids=["contradicts-a-known-label", "excludes-a-known-label", "other-namespace", "egress-only", "selects-anyway"],
+    )
+    def test_no_stand_in_where_the_known_labels_decide(self, policy: dict[str, Any]) -> None:
+        """Contradicting or excluding known labels, another namespace, egress only, or selecting anyway: no stand-in."""
+        assert stand_ins(self.CONTROLLER, [policy]) == []
+
+    def test_known_labels_need_no_stand_in(self) -> None:
+        """A pod whose labels are all known (from --pods) is judged by them alone."""
+        real = Peer("kagent/real", "10.0.0.1", "kagent", dict(self.CONTROLLER.labels))
+        assert stand_ins(real, [_selecting({"matchLabels": {"team": "ml"}})]) == []
 
 
 class TestChartDefaults:

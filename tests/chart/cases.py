@@ -20,6 +20,10 @@ OPA_PEER: dict[str, Any] = {
     "podSelector": {"matchLabels": {"app": "opa"}},
 }
 
+#: The alerts as an operator enables them: with the absolute URL their team reads the runbook at.
+RUNBOOK_URL = "https://docs.example.org/memgov/runbook.md"
+PROMETHEUS_RULE: dict[str, Any] = {"enabled": True, "runbookUrl": RUNBOOK_URL}
+
 GATEWAY_DEFAULT: dict[str, Any] = {}
 
 GATEWAY_PRODUCTION: dict[str, Any] = {

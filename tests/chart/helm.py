@@ -6,6 +6,7 @@ import copy
 import json
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "memgov"
+FIXTURES = REPO / "tests" / "chart" / "fixtures"
 HELM = REPO / ".tools" / "bin" / "helm"
 RELEASE = "memgov"
 NAMESPACE = "kagent"
@@ -98,8 +100,8 @@ def render_error(values: dict[str, Any], namespace: str = NAMESPACE, *, choose_s
     raise AssertionError("helm rendered values that should have been refused")
 
 
-def notes(values: dict[str, Any]) -> str:
-    """The install notes `helm install` would print for these values.
+def notes(values: dict[str, Any], namespace: str = NAMESPACE, *, upgrade: bool = False) -> str:
+    """The install notes `helm install` (or, with ``upgrade``, `helm upgrade`) would print for these values.
 
     `helm template` never renders NOTES.txt, so a scratch copy of the chart renders its text
     through `tpl` in a throwaway ConfigMap; the chart itself is not changed.
@@ -112,7 +114,8 @@ def notes(values: dict[str, Any]) -> str:
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
             'data: {notes: {{ tpl (.Files.Get "notes-source.txt") . | quote }}}\n'
         )
-        out = run_helm("template", values, chart=copy_, extra=("--show-only", "templates/zz-notes.yaml"))
+        extra = ("--show-only", "templates/zz-notes.yaml", *(("--is-upgrade",) if upgrade else ()))
+        out = run_helm("template", values, namespace, chart=copy_, extra=extra)
     return str(yaml.safe_load(out)["data"]["notes"])
 
 
@@ -173,3 +176,17 @@ def umbrella(folder: Path, memgov_values: dict[str, Any]) -> Path:
         )
     )
     return root
+
+
+def previous_chart() -> Path:
+    """The chart of the last landed release, as an archive helm installs (tests/chart/fixtures/README.md)."""
+    (archive,) = FIXTURES.glob("memgov-*.tgz")
+    return archive
+
+
+def previous_chart_file(name: str) -> str:
+    """One file of the previous release's chart, by its path in the chart (``Chart.yaml``, ``values.yaml``)."""
+    with tarfile.open(previous_chart()) as tar:
+        member = tar.extractfile(f"memgov/{name}")
+        assert member is not None, name
+        return member.read().decode()

@@ -112,7 +112,7 @@ class TestModelGuards:
 class TestAlert:
     def test_an_agent_without_a_model_alerts(self) -> None:
         """The PrometheusRule fires on the gauge counting agents rotation cannot re-embed for."""
-        rule = find(render({**DECLARED, "prometheusRule": {"enabled": True}}), "PrometheusRule")
+        rule = find(render({**DECLARED, "prometheusRule": cases.PROMETHEUS_RULE}), "PrometheusRule")
         (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MemgovRotationModelMissing"]
         assert alert["expr"] == "max by (namespace) (memgov_rotation_agents_without_model) > 0"
         assert alert["labels"]["severity"] == "critical" and "/readyz" in alert["annotations"]["description"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart import cases
-from tests.chart.helm import HelmFailed, render_error, run_helm
+from tests.chart.helm import HelmFailed, render, render_error, run_helm
 
 PG = {"to": [cases.POSTGRES_PEER]}
 
@@ -129,9 +129,22 @@ class TestCombinationGuards:
         assert "policy.engine=opa" in error
         assert "erasure.adapter=kagent-db" in error
 
-    def test_wrong_namespace_fails(self) -> None:
-        """Installing outside kagent's namespace fails, because agents could never reach the Service there."""
-        assert 'must be installed in kagent\'s namespace "kagent"' in render_error({}, namespace="default")
+    def test_sidecar_outside_kagents_namespace_fails(self) -> None:
+        """In sidecar mode memgov runs in kagent's controller pod, so its release lives in kagent's namespace."""
+        message = render_error({"mode": "sidecar"}, namespace="memgov")
+        assert 'in sidecar mode memgov must be installed in kagent\'s namespace "kagent"' in message
+
+    def test_gateway_in_a_namespace_of_its_own(self) -> None:
+        """In gateway mode memgov may live elsewhere: kagent's namespace gets an alias of its Service for the agents."""
+        manifests = render({"rollout": cases.ENFORCE}, "memgov")
+        alias = next(m for m in manifests if m["kind"] == "Service" and m["metadata"]["namespace"] == "kagent")
+        assert alias["metadata"]["name"] == "memgov"
+        assert alias["spec"] == {"type": "ExternalName", "externalName": "memgov.memgov.svc.cluster.local"}
+        where = {(m["kind"], m["metadata"]["name"]): m["metadata"].get("namespace") for m in manifests}
+        assert where[("Deployment", "memgov")] == where[("NetworkPolicy", "memgov")] == "memgov"
+        assert where[("NetworkPolicy", "memgov-kagent-controller")] == "kagent"
+        hook = next(m for m in manifests if m["kind"] == "Pod")
+        assert hook["metadata"]["namespace"] == "kagent"  # it stands in for an agent
 
     @pytest.mark.parametrize(
         "values",

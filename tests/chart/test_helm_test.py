@@ -16,6 +16,7 @@ from tests.chart import cases
 from tests.chart.helm import CHART, find, render
 from tests.chart.netpol import Endpoint, Namespace, allows
 from tests.chart.test_networkpolicy import CONTROLLER, MEMGOV, policies
+from tests.support.gateway import gateway
 
 SCRIPT = CHART / "files" / "boundary-check.py"
 KAGENT = Namespace("kagent")
@@ -37,14 +38,36 @@ class TestRender:
                     "http://kagent-controller.kagent:8083/health",
                     "--via-memgov",
                     "http://memgov.kagent:8083/health",
+                    "--memgov-answers",
+                    "http://memgov.kagent:8083/api/memories/",
                 ],
             ),
-            (cases.SIDECAR, ["--via-memgov", "http://kagent-controller.kagent:8083/health"]),
+            (
+                cases.SIDECAR,
+                [
+                    "--via-memgov",
+                    "http://kagent-controller.kagent:8083/health",
+                    "--memgov-answers",
+                    "http://kagent-controller.kagent:8083/api/memories/",
+                ],
+            ),
+            (
+                {"rollout": cases.ENFORCE, "kagent": {"controller": {"name": "platform-kagent-controller"}}},
+                [
+                    "--direct",
+                    "http://platform-kagent-controller.kagent:8083/health",
+                    "--via-memgov",
+                    "http://memgov.kagent:8083/health",
+                    "--memgov-answers",
+                    "http://memgov.kagent:8083/api/memories/",
+                ],
+            ),
         ],
-        ids=["gateway", "sidecar"],
+        ids=["gateway", "sidecar", "renamed-kagent"],
     )
     def test_hook_checks_both_ways(self, values: dict[str, Any], args: list[str]) -> None:
-        """The hook is a helm test that runs the chart's script with the controller and memgov URLs of its mode."""
+        """The hook is a helm test that runs the chart's script with the controller and memgov URLs of its mode
+        (kagent's Service as kagent.controller.name names it), and a path only memgov answers."""
         pod = hook(values)
         assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
         assert pod["spec"]["containers"][0]["command"] == ["python3", "/etc/memgov-test/boundary-check.py", *args]
@@ -66,7 +89,7 @@ class TestRender:
 
 @pytest.fixture
 async def healthy() -> AsyncIterator[str]:
-    """A loopback server answering /health with 200 and /broken with 503."""
+    """A loopback server standing in for kagent: /health answers 200, anything else 503."""
     app = web.Application()
 
     async def ok(_: web.Request) -> web.Response:
@@ -77,6 +100,8 @@ async def healthy() -> AsyncIterator[str]:
 
     app.router.add_get("/health", ok)
     app.router.add_get("/broken", broken)
+    # What kagent's router does with a path it has no route for, whatever the path.
+    app.router.add_route("*", "/{tail:.*}", broken)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -125,3 +150,21 @@ class TestScript:
         """One failed check makes the run fail even when another could not be made."""
         proc = await check("--direct", "http://kagent-controller.invalid:8083/", "--direct", f"{healthy}/health")
         assert proc.returncode == 1
+
+
+class TestMemgovAnswers:
+    async def test_memgovs_own_refusal_proves_memgov_answered(self, healthy: str) -> None:
+        """A real gateway in front of the kagent stand-in: /health comes from kagent through it, and the refused
+        memory path comes back with memgov's own body, so the check passes (exit 0)."""
+        async with gateway(healthy) as gw:
+            url = gw.data_url.rstrip("/")
+            proc = await check("--via-memgov", f"{url}/health", "--memgov-answers", f"{url}/api/memories/")
+        assert proc.returncode == 0, proc.stdout
+        assert proc.stdout.splitlines()[1].startswith("PASS memgov answers")
+
+    async def test_kagent_answering_instead_of_memgov_fails(self, healthy: str) -> None:
+        """Where kagent answers in memgov's place (in sidecar mode: the patch not applied, the Service on the
+        controller), /health still passes but the memgov check fails (exit 1): the test no longer proves nothing."""
+        proc = await check("--via-memgov", f"{healthy}/health", "--memgov-answers", f"{healthy}/api/memories/")
+        assert proc.returncode == 1
+        assert "FAIL memgov answers" in proc.stdout and "something else answered" in proc.stdout

@@ -15,9 +15,6 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ import yaml
 
 from tests.chart import cases
 from tests.chart.helm import CHART, REPO, umbrella, with_state
+from tests.chart.jobs import JobController
 from tests.support.kube import KubeApi, collection, pod_from
 
 CRDS = REPO / ".tools" / "crds" / "prometheus-operator"
@@ -97,70 +95,7 @@ def _deployments(kube: KubeApi, namespace: str) -> list[dict[str, Any]]:
 def prometheus_crds(kube: KubeApi) -> None:
     """prometheus-operator's ServiceMonitor and PrometheusRule CRDs (`make tools` fetches them)."""
     assert CRDS.exists(), f"{CRDS} is missing: run `make tools`"
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        reply = kube.create(crd)
-        assert reply.status in (201, 409), reply.body.get("message")
-        name = crd["metadata"]["name"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            stored = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").ok()
-            conditions = (stored.get("status") or {}).get("conditions") or []
-            established = [c for c in conditions if c["type"] == "Established"]
-            if established and established[0]["status"] == "True":
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"CRD {name} not established")
-
-
-class JobController:
-    """Plays the Job controller for helm's hook Jobs: checks each Job's pod is admitted, then marks
-    the Job complete through its status subresource (helm waits for that)."""
-
-    def __init__(self, kube: KubeApi, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
-        self.admitted: list[str] = []
-        self.refused: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> JobController:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        done: set[str] = set()
-        while not self._stop.is_set():
-            for job in _items(self.kube, f"/apis/batch/v1/namespaces/{self.namespace}/jobs"):
-                uid = job["metadata"]["uid"]
-                if uid in done:
-                    continue
-                done.add(uid)
-                reply = self.kube.create(pod_from(job, self.namespace), dry_run=True)
-                name = job["metadata"]["name"]
-                if reply.status != 201 or reply.warnings:
-                    self.refused.append(f"{name}: {reply.body.get('message')} {reply.warnings}")
-                    continue
-                self.admitted.append(name)
-                self._complete(job)
-            time.sleep(0.2)
-
-    def _complete(self, job: dict[str, Any]) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        conditions = [
-            {"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
-            for kind in ("SuccessCriteriaMet", "Complete")
-        ]
-        status = {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": conditions}
-        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{job['metadata']['name']}/status"
-        reply = self.kube.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
-        if reply.status != 200:
-            self.refused.append(f"{job['metadata']['name']} status: {reply.body.get('message')}")
+    kube.install_crds(CRDS)
 
 
 VALUE_SETS = [
@@ -194,7 +129,8 @@ class TestLifecycle:
     ) -> None:
         ns = _namespace(kube, name)
         release = ("memgov", str(CHART), "--namespace", ns)
-        # With PostgreSQL state a hook Job migrates before install and upgrade: it must be admitted too.
+        # With PostgreSQL state a hook Job migrates before install and upgrade, and another checks the schema
+        # before the rollback: they must be admitted too.
         with JobController(kube, ns) as jobs:
             for stage, action in (("prepare", "install"), ("enforce", "upgrade")):
                 staged = _in(ns, {**values, "rollout": {"stage": stage}})
@@ -203,8 +139,8 @@ class TestLifecycle:
                 assert len(deployments) == (0 if values.get("mode") == "sidecar" else 1)
                 _assert_pods_admitted(kube, ns, deployments)
                 _assert_release_stored(kube, ns)
+            _ok(kube.helm("rollback", "memgov", "1", "--namespace", ns))
         assert jobs.refused == []
-        _ok(kube.helm("rollback", "memgov", "1", "--namespace", ns))
         history = json.loads(_ok(kube.helm("history", "memgov", "--namespace", ns, "--output", "json")))
         assert [h["revision"] for h in history] == [1, 2, 3] and history[-1]["status"] == "deployed"
         config = kube.get(f"/api/v1/namespaces/{ns}/configmaps/memgov-kagent").ok()
@@ -225,7 +161,7 @@ class TestLifecycle:
             ns,
             {
                 "serviceMonitor": {"enabled": True},
-                "prometheusRule": {"enabled": True},
+                "prometheusRule": cases.PROMETHEUS_RULE,
                 "grafanaDashboard": {"enabled": True},
             },
         )

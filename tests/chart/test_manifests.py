@@ -95,6 +95,10 @@ class TestKubernetesSchemas:
             _validate(monitor)
 
 
+#: The four admission guards and their bindings, in the order kinds() sorts them.
+GUARDS = ["ValidatingAdmissionPolicy"] * 4 + ["ValidatingAdmissionPolicyBinding"] * 4
+
+
 class TestRenderedKinds:
     @pytest.mark.parametrize(
         ("values", "expected"),
@@ -102,6 +106,7 @@ class TestRenderedKinds:
             (
                 cases.GATEWAY_DEFAULT,
                 [
+                    "ClusterRole",
                     "ConfigMap",
                     "ConfigMap",
                     "Deployment",
@@ -114,36 +119,39 @@ class TestRenderedKinds:
             (
                 cases.GATEWAY_PRODUCTION,
                 [
+                    "ClusterRole",
                     "ConfigMap",
                     "ConfigMap",
                     "ConfigMap",
                     "Deployment",
                     "Job",
+                    "Job",
+                    "NetworkPolicy",
                     "NetworkPolicy",
                     "NetworkPolicy",
                     "Pod",
                     "PodDisruptionBudget",
                     "Service",
                     "ServiceAccount",
+                    "ServiceAccount",
                     "ServiceMonitor",
-                    "ValidatingAdmissionPolicy",
-                    "ValidatingAdmissionPolicyBinding",
+                    *GUARDS,
                 ],
             ),
             (
                 cases.SIDECAR,
                 [
+                    "ClusterRole",
                     "ConfigMap",
                     "ConfigMap",
                     "ConfigMap",
                     "NetworkPolicy",
                     "Pod",
                     "Service",
-                    "ValidatingAdmissionPolicy",
-                    "ValidatingAdmissionPolicyBinding",
+                    *GUARDS,
                 ],
             ),
-            ({"mode": "sidecar"}, ["ConfigMap", "ConfigMap", "Service"]),
+            ({"mode": "sidecar"}, ["ClusterRole", "ConfigMap", "ConfigMap", "Service"]),
         ],
         ids=["gateway", "gateway-production", "sidecar", "sidecar-prepare"],
     )
@@ -151,7 +159,9 @@ class TestRenderedKinds:
         """Gateway mode owns a Deployment, PDB and ServiceAccount; sidecar mode only patches kagent's pod.
 
         The pack is in memgov's image, so no pack ConfigMap is rendered; kagent's pods get policies,
-        the admission policy and the `helm test` pod (and its script's ConfigMap) only at the enforce stage.
+        the admission guards (four policies and their bindings) and the `helm test` pod (and its script's
+        ConfigMap) only at the enforce stage; the ClusterRole that grants passage through the guards from the start.
+        PostgreSQL state adds the hook Jobs (migrate, schema check) with their ServiceAccount and egress policy.
         """
         assert kinds(render(values)) == expected
 

@@ -18,10 +18,11 @@ from prometheus_client import REGISTRY
 import sidecar.server  # noqa: F401 - registers every metric the gateway exports
 from sidecar.reasons import REASON_VALUES
 from sidecar.state.types import ERASURE_STATES
-from tests.chart.helm import CHART, KUBE_VERSION, REPO, find, render
+from tests.chart import cases
+from tests.chart.helm import CHART, KUBE_VERSION, REPO, find, render, render_error
 
 RULECHECK = REPO / ".tools" / "bin" / "rulecheck"
-MONITORING = {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}
+MONITORING = {"grafanaDashboard": {"enabled": True}, "prometheusRule": cases.PROMETHEUS_RULE}
 # Label values the queries may name, where memgov's label values form a closed set.
 CLOSED_LABELS: dict[str, frozenset[str]] = {
     "reason": REASON_VALUES,
@@ -67,7 +68,10 @@ PROMETHEUS_RULE_SPEC = {
                                     "properties": {
                                         "summary": {"type": "string"},
                                         "description": {"type": "string"},
-                                        "runbook_url": {"type": "string", "pattern": "^docs/runbook.md#memgov[a-z]+$"},
+                                        "runbook_url": {
+                                            "type": "string",
+                                            "pattern": f"^{re.escape(cases.RUNBOOK_URL)}#memgov[a-z]+$",
+                                        },
                                     },
                                 },
                             },
@@ -210,10 +214,18 @@ class TestAlerts:
         rotation cannot re-embed for."""
         assert alert in {r["alert"] for g in _rule()["spec"]["groups"] for r in g["rules"]}
 
+    @pytest.mark.parametrize("runbook", [None, "docs/runbook.md", "/runbook.md", "runbooks.example.org/memgov"])
+    def test_alerts_need_an_absolute_runbook_url(self, runbook: str | None) -> None:
+        """The alerts do not render with the default (none) or a relative runbook URL: a link followed from a
+        pager or Alertmanager must be absolute."""
+        rule = {"enabled": True} if runbook is None else {"enabled": True, "runbookUrl": runbook}
+        assert "needs prometheusRule.runbookUrl" in render_error({"prometheusRule": rule})
+
     def test_erasure_slo_is_configurable(self) -> None:
         """MemgovErasureStuck fires after prometheusRule.erasureSloMinutes."""
         rule = find(
-            render({**MONITORING, "prometheusRule": {"enabled": True, "erasureSloMinutes": 15}}), "PrometheusRule"
+            render({**MONITORING, "prometheusRule": {**cases.PROMETHEUS_RULE, "erasureSloMinutes": 15}}),
+            "PrometheusRule",
         )
         stuck = next(r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MemgovErasureStuck")
         assert stuck["expr"].endswith("> 900")

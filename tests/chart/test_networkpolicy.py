@@ -242,6 +242,49 @@ class TestSidecarMode:
         assert all(egress_allows(nps, CONTROLLER, dst, 443) for dst in (KUBE_API, INTERNET, PROVIDER))
 
 
+#: memgov in a namespace of its own, and a pod in kagent's namespace wearing its labels.
+OWN = Namespace("memgov-system")
+OWN_MEMGOV = Endpoint("memgov", "10.0.9.10", OWN, MEMGOV.labels)
+IMPOSTOR = Endpoint("impostor", "10.0.0.40", KAGENT, MEMGOV.labels)
+
+
+class TestOwnNamespace:
+    @staticmethod
+    def policies(values: dict[str, Any]) -> list[dict[str, Any]]:
+        return [m for m in render(values, OWN.name) if m["kind"] == "NetworkPolicy"]
+
+    @pytest.mark.parametrize(("namespace", "reach"), [(KAGENT.name, {"memgov", "impostor"}), (OWN.name, {"memgov"})])
+    def test_no_pod_in_kagents_namespace_passes_for_memgov(self, namespace: str, reach: set[str]) -> None:
+        """In kagent's namespace any pod with memgov's labels reaches 8083; with memgov in its own, only memgov does."""
+        nps = [m for m in render({"rollout": cases.ENFORCE}, namespace) if m["kind"] == "NetworkPolicy"]
+        memgov = OWN_MEMGOV if namespace == OWN.name else MEMGOV
+        pods = [memgov, IMPOSTOR, AGENT, UI, TOOLS, RANDOM, BRIDGE]
+        assert {p.name for p in pods if allows(nps, p, CONTROLLER, 8083)} == reach
+
+    @pytest.mark.parametrize(
+        ("port", "expected"),
+        [(8080, {"agent", "bridge"}), (8081, {"bridge"}), (9090, {"prometheus"})],
+        ids=["data-plane", "control-api", "metrics"],
+    )
+    def test_callers_still_reach_memgov(self, port: int, expected: set[str]) -> None:
+        """Agents in kagent's namespace, the bridge and monitoring reach memgov across namespaces as before."""
+        nps = self.policies({"rollout": cases.ENFORCE})
+        assert {p.name for p in PODS if p is not MEMGOV and allows(nps, p, OWN_MEMGOV, port)} == expected
+
+    def test_memgov_still_reaches_the_controller_and_dns_only(self) -> None:
+        """memgov's egress names kagent's namespace for the controller, so it still reaches it (and DNS) only."""
+        nps = self.policies({"rollout": cases.ENFORCE})
+        reached = {
+            (dst.name, port, proto)
+            for dst in EVERYONE
+            if dst is not MEMGOV
+            for port, proto in PORTS
+            if egress_allows(nps, OWN_MEMGOV, dst, port, proto)
+        }
+        assert reached == BASE_EGRESS
+        assert allows(nps, OWN_MEMGOV, CONTROLLER, 8083)
+
+
 class TestDisabled:
     def test_no_policies_when_disabled(self) -> None:
         """networkPolicy.enabled=false renders no NetworkPolicy at all."""

@@ -18,6 +18,7 @@ from tests.chart.helm import (
     find,
     kagent_files,
     kinds,
+    notes,
     pod_spec,
     render,
     render_error,
@@ -90,6 +91,86 @@ class TestScheduling:
     def test_min_above_max_is_refused(self) -> None:
         values = {**POSTGRES, "autoscaling": {"enabled": True, "minReplicas": 4, "maxReplicas": 3}}
         assert "autoscaling.minReplicas=4 is above autoscaling.maxReplicas=3." in render_error(values)
+
+    def test_autoscaled_pods_spread_even_with_replica_count_one(self) -> None:
+        """With an autoscaler replicaCount (1 by default) says nothing about how many pods run: they still prefer
+        distinct nodes and zones."""
+        spec = pod_spec(render({**POSTGRES, "autoscaling": {"enabled": True}}))
+        topology = [c["topologyKey"] for c in spec["topologySpreadConstraints"]]
+        assert topology == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+
+
+#: Every pod the chart runs in gateway mode with PostgreSQL, at enforce: the gateway, both hook Jobs, the test pod.
+def _pod_specs(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    specs = {}
+    for m in render({**POSTGRES, "rollout": cases.ENFORCE, **values}):
+        if m["kind"] in ("Deployment", "Job"):
+            specs[f"{m['kind']}/{m['metadata']['name']}"] = m["spec"]["template"]["spec"]
+        elif m["kind"] == "Pod":
+            specs[f"Pod/{m['metadata']['name']}"] = m["spec"]
+    return specs
+
+
+NAMED_KAGENT: dict[str, Any] = {"kagent": {"controller": {"name": "platform-kagent-controller"}}}
+
+
+class TestKagentControllerName:
+    def test_memgov_forwards_to_the_named_service(self) -> None:
+        """The default upstream names kagent's controller Service by kagent.controller.name."""
+        controller_url = config_file(render(NAMED_KAGENT))["upstream"]["controller_url"]
+        assert controller_url == "http://platform-kagent-controller.kagent.svc:8083"
+
+    def test_the_notes_and_the_patch_name_the_deployment(self) -> None:
+        """In sidecar mode the notes and the patch's own comment patch the named Deployment."""
+        values = {**cases.SIDECAR, **NAMED_KAGENT}
+        assert "patch deployment platform-kagent-controller --patch-file" in notes(values)
+        manifests = render(values)
+        assert "kagent-controller " not in yaml.safe_dump(find(manifests, "ConfigMap", f"{RELEASE}-kagent"))
+
+    def test_no_template_names_kagents_controller_itself(self) -> None:
+        """kagent-controller appears in the chart only as the value's default, never in a template."""
+        chart = Path(__file__).resolve().parents[2] / "charts" / "memgov"
+        named = [
+            p.name for p in (chart / "templates").rglob("*") if p.is_file() and "kagent-controller" in p.read_text()
+        ]
+        # The controller's NetworkPolicy is memgov's own object, "<memgov>-kagent-controller".
+        assert named == ["networkpolicy-controller.yaml"]
+        assert '{{ include "memgov.fullname" . }}-kagent-controller' in (chart / "templates" / named[0]).read_text()
+
+
+class TestImagePullSecrets:
+    @pytest.mark.parametrize(
+        ("values", "names"),
+        [
+            ({"global": {"imagePullSecrets": ["platform-registry"]}}, ["platform-registry"]),
+            ({"global": {"imagePullSecrets": [{"name": "platform-registry"}]}}, ["platform-registry"]),
+            (
+                {
+                    "global": {"imagePullSecrets": ["platform-registry", "memgov-registry"]},
+                    "imagePullSecrets": [{"name": "memgov-registry"}, {"name": "own"}],
+                },
+                ["platform-registry", "memgov-registry", "own"],
+            ),
+            ({"imagePullSecrets": [{"name": "own"}]}, ["own"]),
+        ],
+        ids=["global-names", "global-objects", "both-once-each", "local"],
+    )
+    def test_every_pod_pulls_with_global_and_own_secrets(self, values: dict[str, Any], names: list[str]) -> None:
+        """global.imagePullSecrets (an umbrella's, names or objects) and imagePullSecrets reach the gateway, the hook
+        Jobs and the test pod, each name once."""
+        specs = _pod_specs(values)
+        assert len(specs) == 4
+        for where, spec in specs.items():
+            assert spec["imagePullSecrets"] == [{"name": n} for n in names], where
+
+    def test_the_sidecar_patch_adds_them_to_kagents_pod(self) -> None:
+        """memgov's containers in kagent's pod pull with them too (a strategic merge by name)."""
+        values = {**cases.SIDECAR, "global": {"imagePullSecrets": ["platform-registry"]}}
+        patch = kagent_files(render(values))["controller-patch.yaml"]["spec"]["template"]["spec"]
+        assert patch["imagePullSecrets"] == [{"name": "platform-registry"}]
+
+    def test_none_by_default(self) -> None:
+        assert all("imagePullSecrets" not in spec for spec in _pod_specs({}).values())
 
 
 CA_VOLUME: dict[str, Any] = {"name": "pg-ca", "configMap": {"name": "pg-ca"}}

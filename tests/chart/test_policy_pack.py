@@ -22,8 +22,9 @@ def _mounted_pack(values: dict[str, Any]) -> dict[str, str]:
 
 class TestNoCopy:
     def test_chart_holds_no_policy_files(self) -> None:
-        """No Cedar or Rego file is in the chart (files/ holds only the `helm test` script): the image has the pack."""
-        assert sorted(p.name for p in (CHART / "files").iterdir()) == ["boundary-check.py"]
+        """No Cedar or Rego file is in the chart (files/ holds the `helm test` script and the list of values each
+        chart version added): the image has the pack."""
+        assert sorted(p.name for p in (CHART / "files").iterdir()) == ["added-values.yaml", "boundary-check.py"]
         assert [p for p in CHART.rglob("*") if p.suffix in PACK_SUFFIXES] == []
 
     def test_default_renders_no_pack_config_map(self) -> None:

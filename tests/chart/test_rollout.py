@@ -30,9 +30,21 @@ class TestStagedRolloutNotes:
         assert steps == sorted(steps)
 
     def test_enforced_stage_says_it_is_done(self) -> None:
-        """Once enforced the notes no longer warn."""
-        text = notes(cases.GATEWAY_PRODUCTION)
+        """Once upgraded to enforce (after the switch) the notes no longer warn and say it is done."""
+        text = notes(cases.GATEWAY_PRODUCTION, upgrade=True)
         assert "WARNING" not in text and "Done: only memgov reaches kagent's controller API." in text
+
+    @pytest.mark.parametrize(
+        ("values", "steps"), [(cases.GATEWAY_PRODUCTION, "2-3"), (cases.SIDECAR, "2-4")], ids=["gateway", "sidecar"]
+    )
+    def test_an_install_straight_to_enforce_is_not_done_before_kagent_is_switched(
+        self, values: dict[str, Any], steps: str
+    ) -> None:
+        """Installed at enforce in one step, the notes warn that agents fail until kagent is switched, name the
+        steps to do now, and never print "Done"."""
+        text = notes(values)
+        assert "WARNING: installed straight at rollout.stage=enforce" in text and f"do steps {steps} now" in text
+        assert "Done" not in text
 
     @pytest.mark.parametrize("values", [cases.GATEWAY_DEFAULT, cases.SIDECAR], ids=["gateway", "sidecar"])
     def test_notes_repeat_that_f_replaces_controller_env(self, values: dict[str, Any]) -> None:

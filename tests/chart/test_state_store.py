@@ -9,6 +9,7 @@ import pytest
 
 from tests.chart import cases
 from tests.chart.helm import RELEASE, config_file, find, kagent_files, kinds, notes, pod_spec, render, render_error
+from tests.chart.netpol import Endpoint, Namespace, allows, egress_allows
 
 POSTGRES: dict[str, Any] = {
     "state": {"postgresql": {"existingSecret": "memgov-state"}},
@@ -134,35 +135,130 @@ class TestSidecarSqlite:
         assert volume["persistentVolumeClaim"] == {"claimName": f"{RELEASE}-state"}
 
 
+HOOK_JOBS = {
+    f"{RELEASE}-migrate": ("pre-install,pre-upgrade", "migrate"),
+    f"{RELEASE}-schema-check": ("pre-rollback", "check"),
+}
+
+
+def _jobs(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["metadata"]["name"]: m for m in render(values) if m["kind"] == "Job"}
+
+
 class TestMigrationJob:
-    def test_the_job_is_a_pre_install_and_pre_upgrade_hook(self) -> None:
-        job = find(render(MIGRATION_JOB), "Job", f"{RELEASE}-migrate")
-        annotations = job["metadata"]["annotations"]
-        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
-        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
-        (container,) = job["spec"]["template"]["spec"]["containers"]
-        assert container["command"] == ["memgov", "state", "migrate"]
-        assert {"name": "MEMGOV_STATE__URL_FILE", "value": "/var/run/memgov/secrets/state-url"} in container["env"]
+    def test_migrate_runs_before_install_and_upgrade_and_check_before_a_rollback(self) -> None:
+        """Two hook Jobs of the release's own image: `memgov state migrate` before install and upgrade, and
+        `memgov state check` before a rollback to this revision."""
+        jobs = _jobs(MIGRATION_JOB)
+        assert set(jobs) == set(HOOK_JOBS)
+        for name, (hook, command) in HOOK_JOBS.items():
+            annotations = jobs[name]["metadata"]["annotations"]
+            assert annotations["helm.sh/hook"] == hook
+            assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+            (container,) = jobs[name]["spec"]["template"]["spec"]["containers"]
+            assert container["command"] == ["memgov", "state", command]
+            assert (
+                container["image"]
+                == find(render(MIGRATION_JOB), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+            )
+            assert {"name": "MEMGOV_STATE__URL_FILE", "value": "/var/run/memgov/secrets/state-url"} in container["env"]
 
-    def test_the_job_reads_only_the_state_url_and_has_no_token(self) -> None:
-        spec = find(render(MIGRATION_JOB), "Job")["spec"]["template"]["spec"]
-        assert spec["automountServiceAccountToken"] is False
-        # A pre-install hook runs before the chart's ServiceAccount exists: the Job must not name it.
-        assert "serviceAccountName" not in spec
-        secrets = [v["secret"] for v in spec["volumes"] if "secret" in v]
-        assert secrets == [
-            {
-                "secretName": "memgov-state",
-                "defaultMode": 0o440,
-                "items": [{"key": "url", "path": "state-url"}],
-            }
+    def test_the_service_account_and_egress_policy_are_hooks_made_before_the_jobs(self) -> None:
+        """The Jobs' ServiceAccount and NetworkPolicy exist for every hook the Jobs run in, at a lower weight, so a
+        first install (where hooks run before the release's other objects) has them in place first."""
+        manifests = render(MIGRATION_JOB)
+        account = find(manifests, "ServiceAccount", f"{RELEASE}-migrate")
+        policy = find(manifests, "NetworkPolicy", f"{RELEASE}-migrate")
+        for obj in (account, policy):
+            annotations = obj["metadata"]["annotations"]
+            assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade", "pre-rollback"}
+            assert int(annotations["helm.sh/hook-weight"]) < 0
+        assert account["automountServiceAccountToken"] is False
+
+    def test_the_jobs_read_only_the_state_url_as_their_own_account_without_its_token(self) -> None:
+        """Each Job mounts the state URL's Secret key only and runs as its own ServiceAccount, token unmounted."""
+        for job in _jobs(MIGRATION_JOB).values():
+            spec = job["spec"]["template"]["spec"]
+            assert spec["automountServiceAccountToken"] is False
+            assert spec["serviceAccountName"] == f"{RELEASE}-migrate"
+            secrets = [v["secret"] for v in spec["volumes"] if "secret" in v]
+            assert secrets == [
+                {
+                    "secretName": "memgov-state",
+                    "defaultMode": 0o440,
+                    "items": [{"key": "url", "path": "state-url"}],
+                }
+            ]
+
+    def test_an_existing_service_account_can_be_named(self) -> None:
+        """serviceAccount.create=false runs the Jobs as the named account and makes none."""
+        values = {
+            **MIGRATION_JOB,
+            "state": {
+                **MIGRATION_JOB["state"],
+                "migrationJob": {"serviceAccount": {"create": False, "name": "db-jobs"}},
+            },
+        }
+        manifests = render(values)
+        assert not [
+            m for m in manifests if m["kind"] == "ServiceAccount" and m["metadata"]["name"].endswith("-migrate")
         ]
+        assert {j["spec"]["template"]["spec"]["serviceAccountName"] for j in _jobs(values).values()} == {"db-jobs"}
 
-    def test_the_job_pod_is_not_an_endpoint_of_memgovs_service(self) -> None:
+    def test_the_jobs_have_their_own_affinity_and_priority(self) -> None:
+        """migrationJob.affinity and priorityClassName reach both Jobs; the gateway's affinity does not."""
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+        values = {
+            **MIGRATION_JOB,
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "state": {
+                **MIGRATION_JOB["state"],
+                "migrationJob": {"affinity": affinity, "priorityClassName": "platform-jobs"},
+            },
+        }
+        for job in _jobs(values).values():
+            spec = job["spec"]["template"]["spec"]
+            assert (spec["affinity"], spec["priorityClassName"]) == (affinity, "platform-jobs")
+        assert all("affinity" not in j["spec"]["template"]["spec"] for j in _jobs(MIGRATION_JOB).values())
+
+    def test_the_jobs_egress_reaches_dns_and_postgresql_only_and_nothing_reaches_them(self) -> None:
+        """The Jobs' own NetworkPolicy, evaluated: DNS and the PostgreSQL peers are reachable from a Job pod,
+        kagent's controller, the embedding provider and the Kubernetes API are not, and nothing may connect to it."""
+        manifests = render(MIGRATION_JOB)
+        nps = [m for m in manifests if m["kind"] == "NetworkPolicy"]
+        kagent, databases, system = Namespace("kagent"), Namespace("databases"), Namespace("kube-system")
+        job = _jobs(MIGRATION_JOB)[f"{RELEASE}-migrate"]
+        pod = Endpoint("migrate", "10.0.0.50", kagent, job["spec"]["template"]["metadata"]["labels"])
+        postgres = Endpoint("pg", "10.0.3.5", databases, cases.POSTGRES_PEER["podSelector"]["matchLabels"])
+        dns = Endpoint("dns", "10.0.4.10", system, {"k8s-app": "kube-dns"})
+        controller = Endpoint(
+            "controller",
+            "10.0.0.9",
+            kagent,
+            {"app.kubernetes.io/name": "kagent", "app.kubernetes.io/component": "controller"},
+        )
+        apiserver = Endpoint("apiserver", "10.96.0.1")
+        assert egress_allows(nps, pod, postgres, 5432) and egress_allows(nps, pod, dns, 53, "UDP")
+        assert not any(
+            egress_allows(nps, pod, dst, port) for dst, port in ((controller, 8083), (apiserver, 443), (postgres, 80))
+        )
+        assert not allows(nps, controller, pod, 8080)
+
+    def test_the_job_pods_are_not_endpoints_of_memgovs_service_nor_selected_by_its_policy(self) -> None:
+        """A Job's pod carries no label memgov's Service or memgov's own NetworkPolicy selects."""
         manifests = render(MIGRATION_JOB)
         selector = find(manifests, "Service", RELEASE)["spec"]["selector"]
-        labels = find(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
-        assert not all(labels.get(k) == v for k, v in selector.items())
+        memgov_policy = find(manifests, "NetworkPolicy", RELEASE)["spec"]["podSelector"]["matchLabels"]
+        for job in _jobs(MIGRATION_JOB).values():
+            labels = job["spec"]["template"]["metadata"]["labels"]
+            assert not all(labels.get(k) == v for k, v in selector.items())
+            assert not all(labels.get(k) == v for k, v in memgov_policy.items())
+
+    def test_sidecar_mode_needs_postgresql_peers_for_the_jobs(self) -> None:
+        """In sidecar mode memgov's own egress is kagent's pod's, but the Jobs' policy is the chart's: without
+        PostgreSQL peers it would block the migration, so the render refuses."""
+        values = {**cases.SIDECAR, "state": {"postgresql": {"existingSecret": "memgov-state"}}}
+        assert "the migration Jobs' egress policy would block PostgreSQL" in render_error(values)
 
     def test_serve_only_checks_the_schema_the_job_migrated(self) -> None:
         assert config_file(render(MIGRATION_JOB))["state"]["auto_migrate"] is False

@@ -11,12 +11,16 @@ import pytest
 import yaml
 
 from tests.chart import cases
-from tests.chart.helm import CHART, run_helm
+from tests.chart.helm import CHART, previous_chart_file, render_error, run_helm
 
 SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
 VALUES_TEXT = (CHART / "values.yaml").read_text()
 # Kubernetes API types taken verbatim; they are documented where the value holding them is.
 K8S_TYPES = {"#/definitions/labelSelector", "#/definitions/peers", "#/definitions/ports"}
+#: Keys the schema requires although values.yaml sets them: the pod's non-root and seccomp settings, so
+#: that a `null` (which deletes a key in Helm) cannot take them out of the pod. Both are in every release.
+SECURITY_REQUIRED = {"podSecurityContext.runAsNonRoot", "podSecurityContext.seccompProfile"}
+ADDED: dict[str, list[str]] = yaml.safe_load((CHART / "files" / "added-values.yaml").read_text())
 
 
 def _resolve(node: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -117,6 +121,53 @@ class TestValuesFile:
                 yield from walk(values[key], schema["properties"][key], f"{path}.{key}")
 
         assert list(walk(yaml.safe_load(VALUES_TEXT), SCHEMA, "")) == []
+
+    def test_only_keys_without_a_default_are_required(self) -> None:
+        """`helm upgrade --reuse-values` keeps an older chart's values: the schema requires no key values.yaml
+        sets (it would refuse that upgrade before the chart can say why), only keys of what users write
+        themselves (list items, map entries), and the two pod security keys a `null` must not remove."""
+
+        def walk(values: Any, schema: dict[str, Any], path: str) -> Iterator[str]:
+            schema, k8s = _resolve(schema)
+            if k8s or "properties" not in schema or not isinstance(values, dict):
+                return
+            for key in set(schema.get("required") or []) & set(values):
+                yield f"{path}.{key}".lstrip(".")
+            for key in set(values) & set(schema["properties"]):
+                yield from walk(values[key], schema["properties"][key], f"{path}.{key}")
+
+        assert set(walk(yaml.safe_load(VALUES_TEXT), SCHEMA, "")) == SECURITY_REQUIRED
+
+    def test_every_value_new_since_the_last_release_is_listed_as_added(self) -> None:
+        """files/added-values.yaml names each value the last released chart did not have (the topmost new key),
+        so that `--reuse-values` from that chart is refused by name instead of rendering without them."""
+
+        def paths(values: Any, schema: dict[str, Any], path: str = "") -> Iterator[str]:
+            schema, k8s = _resolve(schema)
+            if k8s or "properties" not in schema or not isinstance(values, dict):
+                return
+            for key, value in values.items():
+                yield f"{path}.{key}".lstrip(".")
+                if key in schema["properties"]:  # a value the last release had and this chart no longer has
+                    yield from paths(value, schema["properties"][key], f"{path}.{key}")
+
+        previous = set(paths(yaml.safe_load(previous_chart_file("values.yaml")), SCHEMA))
+        new = {p for p in paths(yaml.safe_load(VALUES_TEXT), SCHEMA) if p not in previous}
+        topmost = {p for p in new if p.rpartition(".")[0] in previous or "." not in p}
+        listed = {p for version in ADDED.values() for p in version}
+        assert topmost <= listed, sorted(topmost - listed)
+        assert listed <= set(paths(yaml.safe_load(VALUES_TEXT), SCHEMA)), "a listed value that this chart lacks"
+
+    @pytest.mark.parametrize("added", sorted({p for version in ADDED.values() for p in version}))
+    def test_values_of_an_older_chart_are_refused_naming_what_is_missing(self, added: str) -> None:
+        """Values without one this chart added (what --reuse-values from the older chart hands it) are refused with
+        a message naming the value and --reset-then-reuse-values."""
+        head, _, last = added.rpartition(".")
+        nulled: dict[str, Any] = {last: None}
+        for key in reversed(head.split(".") if head else []):
+            nulled = {key: nulled}
+        message = render_error(nulled)
+        assert added in message and "--reset-then-reuse-values" in message
 
     def test_every_value_is_documented_starting_with_its_name(self) -> None:
         """Each value in values.yaml has a comment right above it whose first words are the value's name."""

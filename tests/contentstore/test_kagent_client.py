@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from sidecar.contentstore.adapters import AdapterError, RestAdapter
-from sidecar.contentstore.kagent import Created, Deleted, Found, KagentMemory, Refused, Unknown, namespace_query
+from sidecar.contentstore.kagent import Created, Deleted, Found, KagentMemory, Rejected, Unknown, namespace_query
 from sidecar.contentstore.reembed import Reembedder
 from sidecar.contentstore.rotator import Rotator
 from sidecar.dev.devstack.pg import PgServer
@@ -120,7 +120,7 @@ class TestOutcomes:
         with capture_sinks() as sinks:
             async with hostile(fail) as (url, _), client(url) as kagent:
                 outcomes = await _calls(kagent)
-        assert outcomes == [Refused(500)] * 4
+        assert outcomes == [Rejected(500)] * 4
         sinks.extra.append(repr(outcomes))
         sinks.assert_clean(row)
 
@@ -128,12 +128,12 @@ class TestOutcomes:
         ("body", "status", "expected"),
         [
             # A 201 names a row that exists: without its id the save's outcome is unknown, not refused.
-            (b'{"status":"ok"}', 201, [Unknown(sent=True), Refused(201), Refused(201), Refused(201)]),
-            (b"not json", 201, [Unknown(sent=True), Refused(201), Refused(201), Refused(201)]),
-            (b'{"id": 7}', 201, [Unknown(sent=True), Refused(201), Refused(201), Refused(201)]),
+            (b'{"status":"ok"}', 201, [Unknown(sent=True), Rejected(201), Rejected(201), Rejected(201)]),
+            (b"not json", 201, [Unknown(sent=True), Rejected(201), Rejected(201), Rejected(201)]),
+            (b'{"id": 7}', 201, [Unknown(sent=True), Rejected(201), Rejected(201), Rejected(201)]),
             # A list is what search and list need; delete needs 200 only.
             (b'[{"id":"r1","content":"c"},{"content":"no id"},3]', 200, None),
-            (b'{"id":"r1"}', 200, [Refused(200), Refused(200), Refused(200), Deleted()]),
+            (b'{"id":"r1"}', 200, [Rejected(200), Rejected(200), Rejected(200), Deleted()]),
         ],
     )
     async def test_answers_that_are_not_what_the_call_needs(
@@ -146,7 +146,7 @@ class TestOutcomes:
             outcomes = await _calls(kagent)
         if expected is None:
             rows = [{"id": "r1", "content": "c"}]
-            expected = [Refused(200), Found(rows, ["r1"]), Found(rows, ["r1"]), Deleted()]
+            expected = [Rejected(200), Found(rows, ["r1"]), Found(rows, ["r1"]), Deleted()]
         assert outcomes == expected
 
     async def test_silence_is_an_unknown_outcome_that_was_sent(self) -> None:

@@ -120,8 +120,8 @@ class TestForgetAllAndOff:
         assert (status["enabled"], status["generation"]) == (False, 2)
         assert await h.rows(scope_id) == []
         assert (await h.save(scope_id, "after off", generation=2))[1]["error"] == "consent_disabled"
-        assert not await h.gov.store.scopes.receipts(scope_id) or all(
-            r.action == "grant" for r in await h.gov.store.scopes.receipts(scope_id)
+        assert not await h.parts.store.scopes.receipts(scope_id) or all(
+            r.action == "grant" for r in await h.parts.store.scopes.receipts(scope_id)
         )
 
 
@@ -160,9 +160,9 @@ class TestFailures:
         with pytest.raises(ControlError) as err:
             await sh.client().withdraw(scope_id)
         assert (err.value.status, err.value.reason) == (502, "upstream_unavailable")
-        scope = await sh.gov.store.scopes.get_scope(scope_id)
+        scope = await sh.parts.store.scopes.get_scope(scope_id)
         assert scope is not None and not scope.enabled
-        assert [r.action for r in await sh.gov.store.scopes.receipts(scope_id)] == ["grant", "withdraw"]
+        assert [r.action for r in await sh.parts.store.scopes.receipts(scope_id)] == ["grant", "withdraw"]
 
 
 class TestBoundary:

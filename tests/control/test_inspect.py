@@ -38,7 +38,7 @@ class TestPages:
         assert [len(p) for p in pages] == [2, 2, 1]
         entries = [e for p in pages for e in p]
         assert [(e["id"], e["text"]) for e in entries] == list(zip(ids, texts, strict=True))
-        ledger = {e.entry_id: e for e in await h.gov.store.ledger.entries_of_scope(scope_id)}
+        ledger = {e.entry_id: e for e in await h.parts.store.ledger.entries_of_scope(scope_id)}
         first = entries[0]
         assert first["source_scope"] == {"kind": "control_room", "room_id": "!ctrl-alice:example.org"}
         assert first["expires_at"] == ledger[first["id"]].expires_at.isoformat().replace("+00:00", "Z")
@@ -59,7 +59,7 @@ class TestPages:
         scope_id = await h.scope()
         kept, forgotten = await h.saved(scope_id, "kept fact"), await h.saved(scope_id, "forgotten fact")
         await h.client().forget(scope_id, forgotten)
-        live = (await h.gov.store.scopes.get_scope(scope_id)).namespace
+        live = (await h.parts.store.scopes.get_scope(scope_id)).namespace
         await h.stack.store.insert(
             NewMemory(APP, live.storage_key, "planted around memgov", embed_text("planted"), "{}", None)
         )

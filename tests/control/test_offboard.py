@@ -24,8 +24,8 @@ class TestOffboard:
         }
         for scope_id in (first, second):
             assert await h.rows(scope_id) == []
-            assert (await h.gov.store.scopes.get_scope(scope_id)).enabled is False
-        assert len(await h.rows(bobs)) == 1 and (await h.gov.store.scopes.get_scope(bobs)).enabled is True
+            assert (await h.parts.store.scopes.get_scope(scope_id)).enabled is False
+        assert len(await h.rows(bobs)) == 1 and (await h.parts.store.scopes.get_scope(bobs)).enabled is True
 
     async def test_every_scope_is_fenced_before_any_deletion(self, sh: Harness) -> None:
         """Each scope's fenced step precedes the first deleted step of any scope (disable first, R-7)."""
@@ -60,7 +60,7 @@ class TestOffboard:
         with pytest.raises(ControlError) as err:
             await api.offboard(mxid)
         assert (err.value.status, err.value.reason) == (status, reason)
-        assert (await sh.gov.store.scopes.get_scope(scope_id)).enabled is True
+        assert (await sh.parts.store.scopes.get_scope(scope_id)).enabled is True
 
 
 class TestEvidence:

@@ -77,10 +77,10 @@ class TestConsent:
         assert granted["receipt"]["action"] == "grant"
         receipt = granted["receipt"]
         assert (receipt["purpose"], receipt["policy_version"]) == ("remember my preferences", "v1")
-        receipts = await h.gov.store.scopes.receipts(scope_id)
+        receipts = await h.parts.store.scopes.receipts(scope_id)
         assert [(r.receipt_id, r.generation_after) for r in receipts] == [(granted["receipt"]["receipt_id"], 1)]
-        audit = [r for r in await h.gov.store.audit_log.audit_rows(scope_id) if r["operation"] == "consent.grant"]
-        assert [r["policy_revision"] for r in audit] == [h.gov.policy.revision]
+        audit = [r for r in await h.parts.store.audit_log.audit_rows(scope_id) if r["operation"] == "consent.grant"]
+        assert [r["policy_revision"] for r in audit] == [h.parts.policy.revision]
 
     @pytest.mark.kagent
     async def test_withdrawal_disables_advances_and_erases_with_evidence(self, h: Harness) -> None:
@@ -196,5 +196,5 @@ class TestCallers:
         scope_id = await sh.scope()
         with pytest.raises(ControlError) as err:
             await sh.client(sh.subject_token(BOB)).status(scope_id)
-        rows = await sh.gov.store.audit_log.audit_rows(scope_id)
+        rows = await sh.parts.store.audit_log.audit_rows(scope_id)
         assert any(r["reason"] == "not_subject" and r["decision_id"] == err.value.decision_id for r in rows)

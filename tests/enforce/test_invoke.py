@@ -25,7 +25,7 @@ class TestAllowed:
         resp, seen = await stack.invoke(context=stack.context())
         assert resp.status == 200 and decision(resp) == ("forward", "allowed")
         assert seen.agent == AGENT
-        assert seen.user_id_header == stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        assert seen.user_id_header == stack.parts.keys.session_key(scope.scope_id, scope.generation)
         assert seen.header("X-Memgov-Context") is None
         assert ALICE not in seen.raw_path and ALICE.encode() not in b"".join(v.encode() for _, v in seen.headers)
 
@@ -34,7 +34,7 @@ class TestAllowed:
         drops it, so kagent reads the session key from X-User-Id alone."""
         scope = await stack.scope()
         resp, seen = await stack.invoke(context=stack.context(), query="?user_id=%40alice%3Aexample.org")
-        key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        key = stack.parts.keys.session_key(scope.scope_id, scope.generation)
         assert decision(resp)[0] == "forward"
         assert seen.user_id_query is None and seen.user_id_header == key
 
@@ -50,7 +50,7 @@ class TestAllowed:
         assert decision(resp)[0] == "forward"
         token = seen.header("Authorization").removeprefix("Bearer ")
         claims = jwt.decode(token, options={"verify_signature": False})
-        assert claims["sub"] == stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        assert claims["sub"] == stack.parts.keys.session_key(scope.scope_id, scope.generation)
 
     @pytest.mark.kagent
     async def test_agents_without_memory_pass_untouched(self, stack):
@@ -98,7 +98,7 @@ class TestDegraded:
     async def test_withdrawn(self, stack):
         """After withdrawal the same conversation goes to the disabled variant."""
         scope = await stack.scope()
-        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
+        await stack.parts.store.scopes.withdraw(scope.scope_id, stack.clock())
         await self._expect_rewrite(stack, "consent_disabled", context=stack.context())
 
     async def test_replayed_context(self, stack):
@@ -234,7 +234,7 @@ class TestUnreachableAgent:
                 resp, _ = await stack.invoke(f"remember {text}", context=context)
                 assert resp.status == 502
                 sinks.record(resp.status, resp.headers.items(), await resp.text())  # read inside invoke()
-            store = stack.gov.store
+            store = stack.parts.store
             sinks.extra.append(
                 repr(await store.audit_log.audit_rows(limit=100000)) + repr(await store.audit_log.refusal_counts())
             )

@@ -133,7 +133,7 @@ async def kagent_runtime(
 
 async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
     """kagent's rows of the entries memgov's ledger recorded for the scope."""
-    ids = {e.entry_id for e in await stack.gov.store.ledger.entries_of_scope(scope_id)}
+    ids = {e.entry_id for e in await stack.parts.store.ledger.entries_of_scope(scope_id)}
     return [r for r in await stack.rows() if r.id in ids]
 
 
@@ -189,7 +189,8 @@ class TestKagentRuntime:
             )
             record = await control.forget(scope.scope_id, doomed)
             after = [m["text"] for m in (await rt("search_memory", query=query))["memories"]]
-        assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("complete", "verified")
+        assert record.rotated_by is not None
+        assert (record.physical_deletion, record.rotated_by.state) == ("complete", "verified")
         assert sorted(before) == sorted(facts) and after == [t for t in before if t != facts[1]]
         rows = await _scope_rows(stack, scope.scope_id)
         assert sorted(r.content for r in rows) == sorted(f for f in facts if f != facts[1])
@@ -199,7 +200,7 @@ class TestKagentRuntime:
         """Without consent saves are refused and searches are 200 []: the runtime answers anyway, content-free."""
         await stack.scope()  # someone else's consented scope keeps the agent's embedding route open
         bob = await stack.scope(mxid=BOB, room_id=ROOM_B, consent=False)
-        key = stack.gov.keys.session_key(bob.scope_id, bob.generation)
+        key = stack.parts.keys.session_key(bob.scope_id, bob.generation)
         fact = make_sentinel("runtime")
         async with kagent_runtime(stack, key, tmp_path) as rt:
             await rt("add_memory", content=f"bob said {fact}")
@@ -221,7 +222,7 @@ class TestKagentRuntime:
         async with kagent_runtime(stack, key, tmp_path, facts=["alice is moving to Porto"], hold_autosave=True) as rt:
             for i in range(5):
                 await rt("turn", session="s1", text=f"turn {i}")
-            await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
+            await stack.parts.store.scopes.withdraw(scope.scope_id, stack.clock())
             await rt("release")
             assert (await rt("drain"))["drained"] == 1
             logs = await rt.logs()
@@ -251,7 +252,7 @@ class TestKagentGoRuntime:
         """Without consent the save tool reports a failure to the model and searches are empty; turns complete."""
         await stack.scope()
         bob = await stack.scope(mxid=BOB, room_id=ROOM_B, consent=False)
-        key = stack.gov.keys.session_key(bob.scope_id, bob.generation)
+        key = stack.parts.keys.session_key(bob.scope_id, bob.generation)
         async with kagent_runtime(stack, key, tmp_path, go=True) as rt:
             saved = await rt("turn", session="s1", text="remember: bob likes jazz")
             found = await rt("search", query="bob likes jazz")

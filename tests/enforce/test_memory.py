@@ -44,7 +44,7 @@ class TestSave:
         rows = await stack.rows()
         assert [(r.id, r.user_id, r.agent_name) for r in rows] == [(body["id"], scope.namespace.storage_key, APP)]
         assert rows[0].expires_at - rows[0].created_at <= timedelta(days=7, seconds=1)
-        entry = (await stack.gov.store.ledger.entries_of_scope(scope.scope_id))[0]
+        entry = (await stack.parts.store.ledger.entries_of_scope(scope.scope_id))[0]
         assert entry.entry_id == body["id"]
         assert timedelta(days=7) - timedelta(seconds=5) <= entry.expires_at - entry.created_at <= timedelta(days=7)
 
@@ -72,7 +72,7 @@ class TestSave:
         """At 99 live entries a save fits; at 100 it is refused and nothing is evicted."""
         scope = await stack.scope()
         key = await stack.session_key()
-        store, now = stack.gov.store, stack.clock()
+        store, now = stack.parts.store, stack.clock()
         slots = await store.ledger.reserve_entries(
             scope.scope_id, scope.generation, scope.namespace.ns_id, live, 100, now
         )
@@ -89,7 +89,7 @@ class TestSave:
         """A save whose scope is withdrawn while kagent writes is deleted at once and refused."""
         scope = await stack.scope()
         key = await stack.session_key()
-        store = stack.gov.store
+        store = stack.parts.store
         withdraw_around(stack, monkeypatch, scope, "finish_write", before=True)
         status, body, _ = await stack.save(key, "written while consent was withdrawn")
         assert status == 403 and body["error"] == "stale_generation"
@@ -140,7 +140,7 @@ class TestBatch:
         key = await stack.session_key()
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["a", "b", "c"]))
         assert (status, body) == (201, {"count": 3})
-        assert len(await stack.gov.store.ledger.entries_of_scope(scope.scope_id)) == 3
+        assert len(await stack.parts.store.ledger.entries_of_scope(scope.scope_id)) == 3
         assert len(await stack.rows()) == 3
 
     @pytest.mark.kagent
@@ -161,7 +161,7 @@ class TestBatch:
         stack.dev.store.fault = DbFault(message="disk full", ops=frozenset({"insert"}), after=1, times=1)
         status, body, _ = await stack.memory("POST", "/api/memories/sessions/batch", self._batch(key, ["x", "y"]))
         assert status == 502 and body == {"error": "upstream_error", "status": 500, "decision_id": body["decision_id"]}
-        entries = await stack.gov.store.ledger.entries_of_scope(scope.scope_id)
+        entries = await stack.parts.store.ledger.entries_of_scope(scope.scope_id)
         assert len(entries) == 1 and entries[0].tombstoned_at is not None
         status, rows, _ = await stack.search(key, "x")
         assert rows == []
@@ -261,7 +261,7 @@ class TestIsolation:
         scope = await stack.scope()
         key = await stack.session_key()
         await stack.save(key, "before withdrawal")
-        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
+        await stack.parts.store.scopes.withdraw(scope.scope_id, stack.clock())
         status, rows, headers = await stack.search(key, "before withdrawal")
         assert (status, rows) == (200, []) and reason(headers) == "consent_disabled"
         status, body, _ = await stack.save(key, "after withdrawal")
@@ -273,8 +273,8 @@ class TestIsolation:
         scope = await stack.scope()
         old = await stack.session_key()
         await stack.save(old, "generation one fact")
-        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
-        await stack.gov.store.scopes.grant(scope.scope_id, "again", "v1", stack.clock())
+        await stack.parts.store.scopes.withdraw(scope.scope_id, stack.clock())
+        await stack.parts.store.scopes.grant(scope.scope_id, "again", "v1", stack.clock())
         new = await stack.session_key()
         assert new != old
         _, rows, _ = await stack.search(new, "generation one fact")
@@ -347,7 +347,7 @@ class TestFencedBetweenDecisionAndWrite:
 
 def withdraw_around(stack, monkeypatch, scope, method: str, *, before: bool) -> None:
     """Make one admission step withdraw the scope just before (or after) it runs: a race, made deterministic."""
-    store = stack.gov.store
+    store = stack.parts.store
     original = getattr(store.admission, method)
 
     async def racing(*args, **kwargs):

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from sidecar.enforce import governed_handlers
-from sidecar.enforce.embedding import EMBED
-from sidecar.enforce.invoke import INVOKE
-from sidecar.enforce.memory import SEARCH, save_spec
+from sidecar.enforce.embedding import Embeddings
+from sidecar.enforce.invoke import Invocations
 from sidecar.enforce.pipeline import RouteSpec
+from sidecar.enforce.saves import Saves
+from sidecar.enforce.searches import Searches
 from sidecar.policy.model import Operation
 from sidecar.policy.outcome import deny_action
 from sidecar.reasons import Action
-from sidecar.routes import CONTENT_CLASSES, RouteClass
+from sidecar.root import route_parts
+from sidecar.routes import CONTENT_CLASSES
 
 
 async def _never(*_args: object) -> None:
@@ -20,15 +22,23 @@ async def _never(*_args: object) -> None:
 
 
 class TestDeclarations:
-    def test_every_governed_class_has_a_handler(self) -> None:
-        # Memory and embedding classes carry content, invocations carry memory: none may fall back
-        # to the transparent relay once governance is on.
-        assert set(governed_handlers()) == {*CONTENT_CLASSES, RouteClass.A2A_INVOKE}
+    async def test_every_governed_class_has_a_handler(self, stack) -> None:
+        # Memory and embedding classes carry content, invocations carry memory, other runtimes' stores
+        # are the policy's to refuse: none may fall back to the transparent relay once governance is on.
+        handlers = governed_handlers(stack.parts.decider, *route_parts(stack.parts))
+        assert set(handlers) == {*CONTENT_CLASSES, Operation.A2A_INVOKE, Operation.MEMORY_UNGOVERNED}
 
-    @pytest.mark.parametrize("spec", [INVOKE, SEARCH, EMBED, save_spec(Operation.MEMORY_SAVE)])
-    def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, spec: RouteSpec[object, object]) -> None:
-        rewrites = deny_action(spec.operation) is Action.REWRITE_DISABLED
-        assert (spec.degrade is not None) == rewrites
+    async def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, stack) -> None:
+        memory, invoke, embedding = route_parts(stack.parts)
+        specs: list[RouteSpec[object, object]] = [
+            Invocations(invoke).spec(),  # type: ignore[list-item]
+            Searches(memory).spec(),  # type: ignore[list-item]
+            Embeddings(embedding).spec(),  # type: ignore[list-item]
+            Saves(memory).spec(Operation.MEMORY_SAVE),  # type: ignore[list-item]
+        ]
+        for spec in specs:
+            rewrites = deny_action(spec.operation) is Action.REWRITE_DISABLED
+            assert (spec.degrade is not None) == rewrites
 
     def test_an_invocation_without_a_memory_free_answer_is_not_declarable(self) -> None:
         with pytest.raises(TypeError, match="degrade"):
@@ -45,7 +55,7 @@ class TestRunner:
         the refusal releases both, is recorded once, and nothing reaches kagent."""
         scope = await stack.scope()
         key = await stack.session_key()
-        store = stack.gov.store
+        store = stack.parts.store
         status, body, headers = await stack.save(key, "a" * 513)
         assert (status, body["error"]) == (403, "fact_too_large")
         assert headers["X-Memgov-Decision"].startswith("deny; reason=fact_too_large")

@@ -35,7 +35,7 @@ class TestStateStoreDown:
         assert (status, rows, reason(headers)) == (200, [], "state_unavailable")
         status, body, _ = await stack.save(key, "a fact")
         assert (status, body["error"]) == (503, "state_unavailable")
-        await stack.gov.store.health.wait_for(False)  # the failed calls started the check at once
+        await stack.parts.store.health.wait_for(False)  # the failed calls started the check at once
         async with stack.http.get(stack.gw.ops_url + "/readyz") as ready:
             assert ready.status == 200
             assert (await ready.json())["checks"]["state"] == {"ok": True, "backend": "postgresql", "available": False}
@@ -58,12 +58,12 @@ class TestGarbageUpstream:
         server = await aiohttp_server(app)
         stack = await make_stack(upstream={"controller_url": str(server.make_url("")).rstrip("/")})
         scope = await stack.scope()
-        key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        key = stack.parts.keys.session_key(scope.scope_id, scope.generation)
         status, body, _ = await stack.save(key, "fact")
         assert status == 502 and body["error"] == "upstream_unavailable" and "exploded" not in json.dumps(body)
         status, body, _ = await stack.search(key, "fact")
         assert status == 502 and body["error"] == "upstream_error"
-        entries = await stack.gov.store.ledger.entries_of_scope(scope.scope_id)
+        entries = await stack.parts.store.ledger.entries_of_scope(scope.scope_id)
         assert all(e.entry_id is None or e.tombstoned_at for e in entries)
 
 

@@ -20,7 +20,7 @@ ROUTE = "/embeddings/kagent/k8s-agent/v1/embeddings"
 
 async def _audit_text(stack) -> str:
     """Audit rows, the hourly counts of anonymous refusals (R-15) and what kagent logged: all sinks."""
-    store = stack.gov.store
+    store = stack.parts.store
     return (
         repr(await store.audit_log.audit_rows(limit=100000))
         + repr(await store.audit_log.refusal_counts())
@@ -50,11 +50,11 @@ class TestSentinels:
                 resp, seen = await stack.invoke(f"remember that {fact}", context=stack.context())
                 assert resp.status == 200 and seen.agent == "kagent/k8s-agent-nomem"
                 sinks.record(resp.status, resp.headers.items(), "")
-                spool = stack.gov.store.spool
+                spool = stack.parts.store.spool
                 assert len(spool) == 3
                 sinks.extra.append(repr(spool.snapshot()))
                 pg.resume()
-                await stack.gov.store.health.wait_for(True)
+                await stack.parts.store.health.wait_for(True)
                 assert len(spool) == 0
                 sinks.extra.append(await _audit_text(stack))
             sinks.assert_clean(fact)
@@ -158,10 +158,10 @@ class TestSentinels:
         await stack.invoke()  # no context → rewrite, anonymous
         await stack.save("mg1.bogus", "x")  # key_invalid, anonymous
         await stack.save(key, "x", agent_name="kagent__NS__helper")  # a genuine key, the wrong agent
-        rows = await stack.gov.store.audit_log.audit_rows(limit=100)
+        rows = await stack.parts.store.audit_log.audit_rows(limit=100)
         assert {r["reason"] for r in rows if r["kind"] == "decision"} == {"agent_mismatch"}
         assert all(r["decision_id"].startswith("d_") for r in rows if r.get("decision_id"))
-        counted = {(op, reason): n for _, op, reason, n in await stack.gov.store.audit_log.refusal_counts()}
+        counted = {(op, reason): n for _, op, reason, n in await stack.parts.store.audit_log.refusal_counts()}
         assert counted == {("a2a.invoke", "context_missing"): 1, ("memory.save", "key_invalid"): 1}
 
     async def test_bodies_the_strict_parse_refuses(self, stack):
@@ -220,7 +220,7 @@ class TestKagentLog:
         )
         resp, _ = await stack.invoke()  # refused: relayed to the memory-disabled variant as the caller
         assert resp.status == 200
-        await stack.gov.store.scopes.withdraw(scope.scope_id, stack.clock())
+        await stack.parts.store.scopes.withdraw(scope.scope_id, stack.clock())
         log = stack.kagent_log()
         assert '"msg":"added memory"' in log, "kagent logged the save (the sink is live)"
         for secret in (key, ALICE):
@@ -234,7 +234,7 @@ class TestKagentLog:
         scope = await stack.scope(consent=consented)
         resp, seen = await stack.invoke(context=stack.context(), query="?user_id=%40alice%3Aexample.org")
         assert resp.status == 200 and seen is not None
-        key = stack.gov.keys.session_key(scope.scope_id, scope.generation)
+        key = stack.parts.keys.session_key(scope.scope_id, scope.generation)
         log = stack.kagent_log()
         for secret in (key, ALICE):
             assert_absent(secret, log)

@@ -9,7 +9,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from sidecar.erasure.machine import ErasureEngine, Kind
+from sidecar.root import erasure_engine
+from sidecar.state.types import ErasureKind
 from tests.support.stack import APP
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -88,7 +89,7 @@ class TestErasure:
     async def test_each_erasure_step_is_a_span(self, stack: Any, spans: InMemorySpanExporter) -> None:
         """A forget-all runs fenced, quiesced, deleted and verified, each a span naming the erasure and step."""
         scope = await stack.scope()
-        erasure = await ErasureEngine(stack.gov).erase(scope, Kind.FORGET_ALL, "subject")
+        erasure = await erasure_engine(stack.parts).erase(scope, ErasureKind.FORGET_ALL, "subject")
         steps = [
             s
             for s in _named(spans, "memgov.erasure.step")

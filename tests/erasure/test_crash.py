@@ -24,7 +24,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from sidecar.control.client import ControlClient, ControlError
+from sidecar.control.client import ControlClient, ControlError, JsonAnswers
 from sidecar.dev.devstack import Devstack
 from sidecar.dev.devstack.deployment import Keys, write_keys
 from sidecar.dev.devstack.vectors import embed_text
@@ -50,8 +50,9 @@ class Crash:
     http: aiohttp.ClientSession
     upstream: Upstream
 
-    def api(self) -> ControlClient:
-        return ControlClient(self.gp.control_url, lambda: subject_token(self.keys, int(time.time())), session=self.http)
+    def api(self) -> JsonAnswers:
+        token = lambda: subject_token(self.keys, int(time.time()))  # noqa: E731 - a fresh token per call
+        return JsonAnswers(ControlClient(self.gp.control_url, token, session=self.http))
 
     async def save(self, scope_id: str, generation: int, text: str) -> None:
         key = SessionKeys(self.keys.session_file.read_bytes().strip()).session_key(scope_id, generation)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.erasure.machine import ErasureEngine, Kind
+from sidecar.root import erasure_engine
+from sidecar.state.types import ErasureKind
 from tests.support.harness import Harness, harness
 from tests.support.wait import until
 
@@ -15,7 +16,7 @@ STATES = ["requested", "fenced", "quiesced", "deleted"]
 
 
 async def _erasure_state(h: Harness, scope_id: str) -> str | None:
-    history = await h.gov.store.erasures.erasures_of_scope(scope_id, limit=1)
+    history = await h.parts.store.erasures.erasures_of_scope(scope_id, limit=1)
     return history[0].state if history else None
 
 
@@ -31,8 +32,8 @@ class TestQuiesce:
             return await _erasure_state(sh, scope_id) == "fenced"
 
         await until(fenced)
-        released_at = sh.gov.now()
-        await sh.gov.store.scopes.end_write(op)
+        released_at = sh.parts.clock()
+        await sh.parts.store.scopes.end_write(op)
         record = (await withdrawal)["erasure"]
         quiesced = next(s["at"] for s in record["steps"] if s["state"] == "quiesced")
         assert quiesced >= released_at.isoformat().replace("+00:00", "Z")
@@ -45,45 +46,47 @@ class TestQuiesce:
             await h.begin_write(scope_id, 1, 300.0)
             record = (await h.client().withdraw(scope_id))["erasure"]
             assert record["state"] == "verified"
-            rows = await h.gov.store.audit_log.audit_rows(scope_id)
+            rows = await h.parts.store.audit_log.audit_rows(scope_id)
             assert any(r["operation"] == "erasure.quiesce_timeout" and r["reason"] == "stale_generation" for r in rows)
 
     async def test_forget_all_does_not_wait_for_writes_of_the_new_generation(self, sh: Harness) -> None:
         """Only fenced generations are quiesced: a write already at the new generation is not waited for."""
         scope_id = await sh.scope()
-        await sh.gov.store.scopes.advance_generation(scope_id, sh.gov.now())  # generation 2, still enabled
+        await sh.parts.store.scopes.advance_generation(scope_id, sh.parts.clock())  # generation 2, still enabled
         await sh.begin_write(scope_id, 2, 300.0)
-        scope = await sh.gov.store.scopes.get_scope(scope_id)
+        scope = await sh.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        erasure = await sh.gov.store.erasures.create_erasure(
-            scope_id, Kind.FORGET_ALL.value, [], "rest", "subject", sh.gov.now()
+        erasure = await sh.parts.store.erasures.create_erasure(
+            scope_id, ErasureKind.FORGET_ALL.value, [], "rest", "subject", sh.parts.clock()
         )
-        await sh.gov.store.erasures.advance_erasure(erasure.erasure_id, "fenced", sh.gov.now())
-        done = await ErasureEngine(sh.gov).run(erasure.erasure_id)
+        await sh.parts.store.erasures.advance_erasure(erasure.erasure_id, "fenced", sh.parts.clock())
+        done = await erasure_engine(sh.parts).run(erasure.erasure_id)
         assert done.state == "verified"
 
 
 class TestResume:
     @pytest.mark.parametrize("stopped_at", STATES)
-    @pytest.mark.parametrize("kind", [Kind.WITHDRAW, Kind.FORGET_ALL, Kind.OFF, Kind.FORGET_ONE])
+    @pytest.mark.parametrize(
+        "kind", [ErasureKind.WITHDRAW, ErasureKind.FORGET_ALL, ErasureKind.OFF, ErasureKind.FORGET_ONE]
+    )
     async def test_an_erasure_stopped_after_any_step_completes_on_resume(
-        self, any_adapter: Harness, kind: Kind, stopped_at: str
+        self, any_adapter: Harness, kind: ErasureKind, stopped_at: str
     ) -> None:
         """A fresh engine (a restarted process) resumes from the recorded state and ends verified and empty."""
         h = any_adapter
         scope_id = await h.scope()
         entry = await h.saved(scope_id, "likes green tea")
-        scope = await h.gov.store.scopes.get_scope(scope_id)
+        scope = await h.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        first = ErasureEngine(h.gov)
-        erasure = await first.request(scope, kind, "subject", [entry] if kind is Kind.FORGET_ONE else [])
+        first = erasure_engine(h.parts)
+        erasure = await first.request(scope, kind, "subject", [entry] if kind is ErasureKind.FORGET_ONE else [])
         await first.run(erasure.erasure_id, until=stopped_at)
-        (resumed,) = await ErasureEngine(h.gov).resume_all()
+        (resumed,) = await erasure_engine(h.parts).resume_all()
         assert resumed.state == "verified"
         assert [s for s, _ in resumed.steps] == ["requested", "fenced", "quiesced", "deleted", "verified"]
-        if kind in (Kind.FORGET_ALL, Kind.FORGET_ONE):
+        if kind in (ErasureKind.FORGET_ALL, ErasureKind.FORGET_ONE):
             assert (await h.client().inspect(scope_id, h.context()))["entries"] == []
-        pending_over_rest = kind is Kind.FORGET_ONE and not h.gov.eraser.exact
+        pending_over_rest = kind is ErasureKind.FORGET_ONE and not h.parts.eraser.exact
         assert len(await h.rows(scope_id)) == (1 if pending_over_rest else 0)
 
     @pytest.mark.kagent
@@ -92,14 +95,14 @@ class TestResume:
         h = any_adapter
         scope_id = await h.scope()
         await h.saved(scope_id, "likes green tea")
-        scope = await h.gov.store.scopes.get_scope(scope_id)
+        scope = await h.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        erasure = await ErasureEngine(h.gov).request(scope, Kind.OFF, "subject")
+        erasure = await erasure_engine(h.parts).request(scope, ErasureKind.OFF, "subject")
         results = await asyncio.gather(
-            ErasureEngine(h.gov).run(erasure.erasure_id), ErasureEngine(h.gov).run(erasure.erasure_id)
+            erasure_engine(h.parts).run(erasure.erasure_id), erasure_engine(h.parts).run(erasure.erasure_id)
         )
         assert {r.state for r in results} == {"verified"}
-        final = await h.gov.store.erasures.get_erasure(erasure.erasure_id)
+        final = await h.parts.store.erasures.get_erasure(erasure.erasure_id)
         assert final is not None and [s for s, _ in final.steps] == [
             "requested",
             "fenced",

@@ -24,10 +24,9 @@ from aiohttp import web
 from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.sweeper import sweep_once
 from sidecar.identity.keys import SessionKeys
 from sidecar.state import open_store
-from tests.support.erasure import kagent_table
+from tests.support.erasure import kagent_table, sweep
 from tests.support.harness import AGENT, APP, context_token, install_role, policy_pack, role_url
 from tests.support.process import gate
 from tests.support.procs import governed_like, process_settings, two_gateways
@@ -161,8 +160,8 @@ class TestWithdrawalRace:
             assert statuses.count(201) >= WITHDRAW_AFTER // 2 and statuses.count(403) > 0
             assert set(statuses) <= {201, 403}
             async with governed_like(first) as gov:
-                assert (await sweep_once(gov)).failures == 0
-                assert await gov.store.namespaces.sweepable_namespaces(gov.now(), 10) == []
+                assert (await sweep(gov)).failures == 0
+                assert await gov.store.namespaces.sweepable_namespaces(gov.clock(), 10) == []
 
             rows = [row for row in await r["stack"].store.rows() if (row.user_id or "").startswith(f"mgs1.{scope_id}.")]
             assert rows == []

@@ -16,9 +16,9 @@ from prometheus_client import REGISTRY
 from sidecar.dev.devstack import DbFault
 from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.machine import ErasureEngine, Kind
-from sidecar.erasure.sweeper import sweep_once
-from sidecar.state.types import Erasure
+from sidecar.root import erasure_engine
+from sidecar.state.types import Erasure, ErasureKind
+from tests.support.erasure import sweep
 from tests.support.harness import AGENT, APP, MODEL, Harness, harness
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
@@ -79,7 +79,7 @@ async def _ranked(h: Harness, scope_id: str, query: str) -> list[tuple[str, floa
 
 
 async def _budget_rows(h: Harness) -> list[Any]:
-    async with h.gov.store.db.tx("read") as tx:
+    async with h.parts.store.db.tx("read") as tx:
         return [tuple(r) for r in await tx.fetch("SELECT kind, bkey, level, mark FROM budgets ORDER BY kind, bkey")]
 
 
@@ -88,7 +88,7 @@ def _counter(name: str, labels: dict[str, str]) -> float:
 
 
 async def _live_ns(h: Harness, scope_id: str) -> str:
-    scope = await h.gov.store.scopes.get_scope(scope_id)
+    scope = await h.parts.store.scopes.get_scope(scope_id)
     assert scope is not None and scope.namespace is not None
     ns_id: str = scope.namespace.ns_id
     return ns_id
@@ -134,12 +134,12 @@ class TestForgetOne:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         doomed = await rot.saved(scope_id, "likes green tea")
-        original = next(e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == kept)
+        original = next(e for e in await rot.parts.store.ledger.entries_of_scope(scope_id) if e.entry_id == kept)
         rot.advance(3 * 86400 + 3600)
         await rot.client().forget(scope_id, doomed)
         (copy,) = [
             e
-            for e in await rot.gov.store.ledger.entries_of_scope(scope_id)
+            for e in await rot.parts.store.ledger.entries_of_scope(scope_id)
             if e.tombstoned_at is None and e.entry_id != kept
         ]
         assert (copy.created_at, copy.expires_at) == (original.created_at, original.expires_at)
@@ -152,7 +152,9 @@ class TestForgetOne:
         scope_id = await rot.scope()
         first, second = await rot.saved(scope_id, "likes green tea"), await rot.saved(scope_id, "lives in Lisbon")
         await rot.client().forget(scope_id, first)  # rotates: `second` now lives under a new id
-        (copy,) = [e.entry_id for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None]
+        (copy,) = [
+            e.entry_id for e in await rot.parts.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None
+        ]
         record = await rot.client().forget(scope_id, second)
         assert record["physical_deletion"] == "complete"
         assert {e["entry_id"] for e in record["entries"]} == {second, copy}
@@ -166,15 +168,15 @@ class TestForgetOne:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         await rot.saved(scope_id, "has a cat")
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        engine = ErasureEngine(rot.gov)
-        rotation = await engine.request(scope, Kind.ROTATE, "sweeper")
+        engine = erasure_engine(rot.parts)
+        rotation = await engine.request(scope, ErasureKind.ROTATE, "sweeper")
         assert (await engine.run(rotation.erasure_id, until="deleted")).ns_id is not None  # switched
         record = await rot.client().forget(scope_id, kept)
         assert record["physical_deletion"] == "complete" and len(record["entries"]) == 2
         assert [r.content for r in await rot.rows(scope_id)] == ["has a cat"]
-        kinds = [(e.kind, e.state) for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)]
+        kinds = [(e.kind, e.state) for e in await rot.parts.store.erasures.erasures_of_scope(scope_id)]
         assert kinds.count(("rotate", "verified")) == 2
 
 
@@ -186,16 +188,16 @@ class TestEngine:
         scope_id = await rot.scope()
         kept = await rot.saved(scope_id, "lives in Lisbon")
         doomed = await rot.saved(scope_id, "likes green tea")
-        await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        await rot.parts.store.ledger.tombstone(scope_id, [doomed], rot.parts.clock())
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        first = ErasureEngine(rot.gov)
-        erasure = await first.request(scope, Kind.ROTATE, "operator")
+        first = erasure_engine(rot.parts)
+        erasure = await first.request(scope, ErasureKind.ROTATE, "operator")
         await first.run(erasure.erasure_id, until=stopped_at)
-        (resumed,) = await ErasureEngine(rot.gov).resume_all()
+        (resumed,) = await erasure_engine(rot.parts).resume_all()
         assert resumed.state == "verified"
         assert [s for s, _ in resumed.steps] == ["requested", "fenced", "quiesced", "deleted", "verified"]
-        states = [n.state for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id)]
+        states = [n.state for n in await rot.parts.store.namespaces.namespaces_of_scope(scope_id)]
         assert states.count("live") == 1 and "staged" not in states
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
@@ -208,24 +210,24 @@ async def _rotation_with_kept_facts(rot: Harness) -> tuple[str, list[str], Erasu
     for text in kept:
         await rot.saved(scope_id, text)
     doomed = await rot.saved(scope_id, "likes green tea")
-    await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
-    scope = await rot.gov.store.scopes.get_scope(scope_id)
+    await rot.parts.store.ledger.tombstone(scope_id, [doomed], rot.parts.clock())
+    scope = await rot.parts.store.scopes.get_scope(scope_id)
     assert scope is not None
-    return scope_id, kept, await ErasureEngine(rot.gov).request(scope, Kind.ROTATE, "sweeper")
+    return scope_id, kept, await erasure_engine(rot.parts).request(scope, ErasureKind.ROTATE, "sweeper")
 
 
 async def _kept_exactly_once(rot: Harness, scope_id: str, kept: list[str]) -> None:
     """Each kept fact is in kagent once, the forgotten one not at all, all under the live namespace's storage key
     and the ids the ledger holds live there; one live namespace, none staged."""
     live = await _live_ns(rot, scope_id)
-    namespaces = await rot.gov.store.namespaces.namespaces_of_scope(scope_id)
+    namespaces = await rot.parts.store.namespaces.namespaces_of_scope(scope_id)
     states = [n.state for n in namespaces]
     assert states.count("live") == 1 and "staged" not in states
     rows = await rot.rows(scope_id)
     assert sorted(r.content for r in rows) == sorted(kept)
     ledger = {
         e.entry_id
-        for e in await rot.gov.store.ledger.entries_of_scope(scope_id)
+        for e in await rot.parts.store.ledger.entries_of_scope(scope_id)
         if e.ns_id == live and e.tombstoned_at is None
     }
     assert {r.id for r in rows} == ledger
@@ -239,11 +241,11 @@ class TestConcurrentRunners:
         in kagent exactly once, in the live namespace, under the id the ledger holds, and nothing is staged."""
         scope_id, kept, erasure = await _rotation_with_kept_facts(rot)
         rot.stack.embedding.faults = EmbeddingFaults(delay_s=0.3)  # the copy takes a while: the runners overlap
-        engines = [ErasureEngine(rot.gov) for _ in range(3)]
+        engines = [erasure_engine(rot.parts) for _ in range(3)]
         ends = await asyncio.gather(*(engine.run(erasure.erasure_id) for engine in engines))
         rot.stack.embedding.faults = EmbeddingFaults()
         assert [e.state for e in ends] == ["verified"] * 3, [(e.state, e.failure_reason) for e in ends]
-        done = await rot.gov.store.erasures.get_erasure(erasure.erasure_id)
+        done = await rot.parts.store.erasures.get_erasure(erasure.erasure_id)
         assert done is not None and [s for s, _ in done.steps] == [
             "requested",
             "fenced",
@@ -258,22 +260,22 @@ class TestConcurrentRunners:
         the first one's remaining copies, its moves and its switch are refused, it fails nothing, and the
         rotation the second one finished keeps every entry exactly once."""
         scope_id, kept, erasure = await _rotation_with_kept_facts(rot)
-        stalled, other = ErasureEngine(rot.gov), ErasureEngine(rot.gov)
+        stalled, other = erasure_engine(rot.parts), erasure_engine(rot.parts)
         await stalled.run(erasure.erasure_id, until="quiesced")
         rot.stack.embedding.faults = EmbeddingFaults(delay_s=0.3)
         first = asyncio.create_task(stalled.run(erasure.erasure_id))
 
         async def staged() -> bool:
-            return any(n.state == "staged" for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id))
+            return any(n.state == "staged" for n in await rot.parts.store.namespaces.namespaces_of_scope(scope_id))
 
         await until(staged)  # the first runner is copying
-        async with rot.gov.store.db.tx("write") as tx:
+        async with rot.parts.store.db.tx("write") as tx:
             await tx.execute("UPDATE erasures SET runner_until_us = 0 WHERE erasure_id = $1", erasure.erasure_id)
         taken = await other.run(erasure.erasure_id)
         stopped = await first
         rot.stack.embedding.faults = EmbeddingFaults()
         assert taken.state == "verified" and stopped.state != "failed", stopped  # it stood aside, failing nothing
-        done = await rot.gov.store.erasures.get_erasure(erasure.erasure_id)
+        done = await rot.parts.store.erasures.get_erasure(erasure.erasure_id)
         assert done is not None and done.state == "verified" and done.failure_reason is None
         await _kept_exactly_once(rot, scope_id, kept)
 
@@ -286,7 +288,7 @@ class TestUnknownOutcome:
         doomed = await rot.saved(scope_id, "likes green tea")
         await rot.saved(scope_id, "lives in Lisbon")
         op = await rot.begin_write(scope_id, 1, 30.0)
-        await rot.gov.store.scopes.write_outcome_unknown(op, rot.gov.now() + timedelta(seconds=60))
+        await rot.parts.store.scopes.write_outcome_unknown(op, rot.parts.clock() + timedelta(seconds=60))
         record = await rot.client().forget(scope_id, doomed)
         assert (record["physical_deletion"], record["rotated_by"]["state"]) == ("pending_namespace_clear", "deleted")
         pending = await rot.client().erasure(record["rotated_by"]["erasure_id"])
@@ -333,10 +335,10 @@ class TestFailsSafe:
             "state": "failed",
             "failure_reason": reason,
         }
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None and scope.enabled and scope.generation == 1
         assert await _live_ns(rot, scope_id) == old_ns
-        assert [n.state for n in await rot.gov.store.namespaces.namespaces_of_scope(scope_id)].count("staged") == 0
+        assert [n.state for n in await rot.parts.store.namespaces.namespaces_of_scope(scope_id)].count("staged") == 0
         assert {r.id for r in await rot.rows(scope_id)} >= {doomed, kept}
         rot.stack.store.fault = None
         await rot.saved(scope_id, "has a cat")  # unfrozen: saves land again
@@ -351,7 +353,7 @@ class TestFailsSafe:
         record = await rot.client().forget(scope_id, doomed)
         assert record["physical_deletion"] == "pending_namespace_clear"
         rot.stack.embedding.faults = EmbeddingFaults()
-        report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
+        report = await sweep(rot.parts, erasure_engine(rot.parts))
         assert (report.rotated, report.failures) == (1, 0)
         later = await rot.client().erasure(record["erasure_id"])
         assert (later["physical_deletion"], later["verification"]["physically_absent"]) == ("complete", True)
@@ -373,17 +375,17 @@ class TestFailsSafe:
         rotation ends failed (stale_generation) without touching the scope further."""
         scope_id = await rot.scope()
         await rot.saved(scope_id, "likes green tea")
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None
-        engine = ErasureEngine(rot.gov)
-        rotation = await engine.request(scope, Kind.ROTATE, "operator")
+        engine = erasure_engine(rot.parts)
+        rotation = await engine.request(scope, ErasureKind.ROTATE, "operator")
         await engine.run(rotation.erasure_id, until="quiesced")
         withdrawal = (await rot.client().withdraw(scope_id))["erasure"]
         assert (withdrawal["state"], withdrawal["physical_deletion"]) == ("verified", "complete")
         done = await engine.run(rotation.erasure_id)
         assert (done.state, done.failure_reason) == ("failed", "stale_generation")
         assert await rot.rows(scope_id) == []
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None and not scope.enabled
         assert await engine.blocked(scope_id) is None
 
@@ -490,11 +492,11 @@ class TestCost:
         assert _counter("memgov_rotations_total", {"outcome": "verified"}) - verified == 1
         assert await _budget_rows(rot) == budgets
 
-        limits = rot.gov.settings.policy.dir / "data" / "limits.yaml"
+        limits = rot.parts.settings.policy.dir / "data" / "limits.yaml"
         limits.write_text(limits.read_text().replace("max_entries: 1000", "max_entries: 2"))
-        assert await rot.gov.policy.reload()
+        assert await rot.parts.policy.reload()
         first = next(
-            e.entry_id for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None
+            e.entry_id for e in await rot.parts.store.ledger.entries_of_scope(scope_id) if e.tombstoned_at is None
         )
         calls = len(rot.stack.embedding.calls)
         record = await rot.client().forget(scope_id, first)
@@ -525,13 +527,13 @@ class TestSweeper:
         await rot.stack.store.prune()
         (extended,) = [r for r in await rot.rows(scope_id) if r.id == old]
         assert extended.expires_at is not None and extended.expires_at > rot.stack.clock() + timedelta(days=14)
-        engine = ErasureEngine(rot.gov)
-        assert (await sweep_once(rot.gov, engine)).rotated == 0  # an hour past expiry: not yet
+        engine = erasure_engine(rot.parts)
+        assert (await sweep(rot.parts, engine)).rotated == 0  # an hour past expiry: not yet
         _later(rot, 9 * 3600)
-        assert (await sweep_once(rot.gov, engine)).rotated == 1  # ten hours past expiry: rotated
+        assert (await sweep(rot.parts, engine)).rotated == 1  # ten hours past expiry: rotated
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != fresh
-        (gone,) = [e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
+        (gone,) = [e for e in await rot.parts.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
         assert gone.physically_deleted_at is not None and gone.verified_at is not None
 
     async def test_scopes_without_anything_to_remove_are_never_rotated(self, rot: Harness) -> None:
@@ -540,28 +542,30 @@ class TestSweeper:
         for scope_id in scopes:
             await rot.saved(scope_id, "likes green tea")
         _later(rot, 2 * DAY)
-        engine = ErasureEngine(rot.gov)
-        assert (await sweep_once(rot.gov, engine)).rotated == 0
+        engine = erasure_engine(rot.parts)
+        assert (await sweep(rot.parts, engine)).rotated == 0
         doomed = await rot.saved(scopes[2], "lives in Lisbon")
-        await rot.gov.store.ledger.tombstone(scopes[2], [doomed], rot.gov.now())  # e.g. a rolled-back save
-        assert await rot.gov.store.rotations.rotation_candidates(rot.gov.now(), rot.gov.now(), 100) == [scopes[2]]
-        assert (await sweep_once(rot.gov, engine)).rotated == 1
+        await rot.parts.store.ledger.tombstone(scopes[2], [doomed], rot.parts.clock())  # e.g. a rolled-back save
+        assert await rot.parts.store.lineage.rotation_candidates(rot.parts.clock(), rot.parts.clock(), 100) == [
+            scopes[2]
+        ]
+        assert (await sweep(rot.parts, engine)).rotated == 1
         for scope_id in scopes:
-            kinds = [e.kind for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)]
+            kinds = [e.kind for e in await rot.parts.store.erasures.erasures_of_scope(scope_id)]
             assert kinds == (["rotate"] if scope_id == scopes[2] else [])
 
     async def test_a_legacy_unsalted_namespace_is_rotated_to_a_salted_one(self, rot: Harness) -> None:
         """Rows written before storage salts existed move to an unguessable key; the old key holds nothing."""
         scope_id = await rot.scope()
-        async with rot.gov.store.db.tx() as tx:  # as migration 2 leaves a scope's live namespace
+        async with rot.parts.store.db.tx() as tx:  # as migration 2 leaves a scope's live namespace
             await tx.execute("UPDATE namespaces SET salt = '' WHERE scope_id = $1", scope_id)
         await rot.saved(scope_id, "likes green tea")
         legacy_key = f"mgs1.{scope_id}.1"
         assert [r.user_id for r in await rot.rows(scope_id)] == [legacy_key]
-        assert (await sweep_once(rot.gov, ErasureEngine(rot.gov))).rotated == 1
+        assert (await sweep(rot.parts, erasure_engine(rot.parts))).rotated == 1
         (row,) = await rot.rows(scope_id)
         assert row.content == "likes green tea" and row.user_id != legacy_key
-        scope = await rot.gov.store.scopes.get_scope(scope_id)
+        scope = await rot.parts.store.scopes.get_scope(scope_id)
         assert scope is not None and scope.namespace is not None and not scope.namespace.legacy
 
 
@@ -626,14 +630,14 @@ class TestKagentPrune:
 
         pruning = asyncio.create_task(prune_again_and_again())
         try:
-            report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
+            report = await sweep(rot.parts, erasure_engine(rot.parts))
         finally:
             stop.set()
             await pruning
         assert (report.rotated, report.failures) == (1, 0)
         rows = await rot.rows(scope_id)
         assert [r.content for r in rows] == ["lives in Lisbon"] and rows[0].id != kept
-        (gone,) = [e for e in await rot.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
+        (gone,) = [e for e in await rot.parts.store.ledger.entries_of_scope(scope_id) if e.entry_id == old]
         assert gone.physically_deleted_at is not None and gone.verified_at is not None
 
 
@@ -670,13 +674,13 @@ class TestContentStaysInMemory:
             rot.stack.embedding.faults = EmbeddingFaults(status=400, body=f'{{"error": "bad input: {kept}"}}')
             failed = await rot.client().forget(scope_id, first)
             rot.stack.embedding.faults = EmbeddingFaults()
-            await sweep_once(rot.gov, ErasureEngine(rot.gov))
+            await sweep(rot.parts, erasure_engine(rot.parts))
             for record in (
                 failed,
                 await rot.client().erasure(failed["erasure_id"]),
                 *[
                     await rot.client().erasure(e.erasure_id)
-                    for e in await rot.gov.store.erasures.erasures_of_scope(scope_id)
+                    for e in await rot.parts.store.erasures.erasures_of_scope(scope_id)
                 ],
             ):
                 sinks.extra.append(repr(record))
@@ -688,7 +692,7 @@ class TestContentStaysInMemory:
 
 async def _state_dump(h: Harness) -> str:
     """Every row of every table of the gateway's state store."""
-    async with h.gov.store.db.tx("read") as tx:
+    async with h.parts.store.db.tx("read") as tx:
         tables = [r[0] for r in await tx.fetch("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return "\n".join([repr(await tx.fetch(f"SELECT * FROM {t}")) for t in tables])
 
@@ -699,10 +703,10 @@ class TestSweeperUnderFailure:
         async with harness(tmp_path, store_url=None, rotation="unpinned") as h:
             scope_id = await h.scope()
             doomed = await h.saved(scope_id, "likes green tea")
-            await h.gov.store.ledger.tombstone(scope_id, [doomed], h.gov.now())
-            report = await sweep_once(h.gov, ErasureEngine(h.gov))
+            await h.parts.store.ledger.tombstone(scope_id, [doomed], h.parts.clock())
+            report = await sweep(h.parts, erasure_engine(h.parts))
             assert (report.rotated, report.rotations_waiting, report.failures) == (0, 1, 0)
-            assert await h.gov.store.erasures.erasures_of_scope(scope_id) == []
+            assert await h.parts.store.erasures.erasures_of_scope(scope_id) == []
 
     async def test_a_provider_that_keeps_failing_pauses_the_pass(self, rot: Harness) -> None:
         """After a few failed rotations in a row the rest of the candidates wait for the next pass (bounded
@@ -711,12 +715,12 @@ class TestSweeperUnderFailure:
         for scope_id in scopes:
             await rot.saved(scope_id, "lives in Lisbon")  # something to keep: the copy needs the provider
             doomed = await rot.saved(scope_id, "likes green tea")
-            await rot.gov.store.ledger.tombstone(scope_id, [doomed], rot.gov.now())
+            await rot.parts.store.ledger.tombstone(scope_id, [doomed], rot.parts.clock())
         rot.stack.embedding.faults = EmbeddingFaults(status=503)
-        report = await sweep_once(rot.gov, ErasureEngine(rot.gov))
+        report = await sweep(rot.parts, erasure_engine(rot.parts))
         assert report.rotated == 0 and 3 <= report.failures < 8
         assert report.failures + report.rotations_waiting == 8
         for scope_id in scopes:
-            scope = await rot.gov.store.scopes.get_scope(scope_id)
+            scope = await rot.parts.store.scopes.get_scope(scope_id)
             assert scope is not None and scope.enabled and scope.namespace is not None
             assert scope.namespace.frozen_by is None

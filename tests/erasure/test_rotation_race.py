@@ -28,8 +28,8 @@ from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.embedding import EmbeddingFaults
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.machine import ErasureEngine
-from sidecar.erasure.sweeper import sweep_once
+from sidecar.root import erasure_engine
+from tests.support.erasure import sweep
 from tests.support.harness import AGENT, APP, policy_pack, with_embedding
 from tests.support.procs import governed_like, process_settings, two_gateways
 from tests.support.upstream import Upstream, runtime_headers, start_stack
@@ -89,7 +89,7 @@ async def _swept_until_complete(settings: dict[str, Any], api: Any, erasure_id: 
     record: dict[str, Any] = {}
     for _ in range(60):
         async with governed_like(settings) as gov:
-            await sweep_once(gov, ErasureEngine(gov))
+            await sweep(gov, erasure_engine(gov))
         record = await api.erasure(erasure_id)
         if record["physical_deletion"] == "complete":
             break
@@ -190,7 +190,7 @@ class TestRotationRace:
             assert all(doomed not in {r["id"] for r in results} for sent, results in searched if sent > tombstoned)
 
             async with governed_like(first) as gov:
-                report = await sweep_once(gov, ErasureEngine(gov))
+                report = await sweep(gov, erasure_engine(gov))
                 assert report.failures == 0
                 scope = await gov.store.scopes.get_scope(scope_id)
                 assert scope is not None and scope.namespace is not None

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.sweeper import sweep_once
+from tests.support.erasure import sweep
 from tests.support.harness import APP, Harness, harness
 
 DAY = 86400
@@ -35,13 +35,13 @@ class TestHardExpiry:
         sh.advance(3 * DAY)
         await sh.saved(scope_id, "lives in Lisbon")
         sh.advance(5 * DAY)  # the first entry is past its 7 days, the second is not
-        report = await sweep_once(sh.gov)
+        report = await sweep(sh.parts)
         assert (report.expired_pending, report.expired_deleted) == (1, 0)
         assert len(await sh.rows(scope_id)) == 2
         sh.advance(3 * DAY)
-        report = await sweep_once(sh.gov)
+        report = await sweep(sh.parts)
         assert report.expired_deleted == 2 and await sh.rows(scope_id) == []
-        ledger = {e.entry_id: e for e in await sh.gov.store.ledger.entries_of_scope(scope_id)}
+        ledger = {e.entry_id: e for e in await sh.parts.store.ledger.entries_of_scope(scope_id)}
         assert ledger[first].physically_deleted_at is not None and ledger[first].verified_at is not None
 
     @pytest.mark.kagent
@@ -52,10 +52,10 @@ class TestHardExpiry:
         kdb.advance(3 * DAY)
         live = await kdb.saved(scope_id, "lives in Lisbon")
         kdb.advance(4 * DAY)
-        report = await sweep_once(kdb.gov)
+        report = await sweep(kdb.parts)
         assert report.expired_deleted == 1
         assert [r.id for r in await kdb.rows(scope_id)] == [live]
-        (gone,) = [e for e in await kdb.gov.store.ledger.entries_of_scope(scope_id) if e.entry_id == expired]
+        (gone,) = [e for e in await kdb.parts.store.ledger.entries_of_scope(scope_id) if e.entry_id == expired]
         assert gone.verified_at is not None
 
     async def test_the_periodic_sweeper_runs_on_its_own(self, tmp_path: Path) -> None:
@@ -77,19 +77,19 @@ class TestDeadGenerations:
         h = any_adapter
         scope_id = await h.scope()
         await h.saved(scope_id, "likes green tea")
-        now = h.gov.now()
+        now = h.parts.clock()
         ns = await h.namespace(scope_id, 1)
-        (slot,) = await h.gov.store.ledger.reserve_entries(scope_id, 1, ns.ns_id, 1, 1000, now)
+        (slot,) = await h.parts.store.ledger.reserve_entries(scope_id, 1, ns.ns_id, 1, 1000, now)
         op = await h.begin_write(scope_id, 1, 1.0)  # lease lapses: the erasure stops waiting
         h.advance(2)
         record = (await h.client().withdraw(scope_id))["erasure"]
         assert record["state"] == "verified" and await h.rows(scope_id) == []
         late = await _plant(h, scope_id, 1, "late background save")
-        await h.gov.store.ledger.fill_entry(slot, late, h.gov.now(), h.gov.now() + timedelta(days=7))
-        await h.gov.store.scopes.end_write(op)
-        report = await sweep_once(h.gov)
+        await h.parts.store.ledger.fill_entry(slot, late, h.parts.clock(), h.parts.clock() + timedelta(days=7))
+        await h.parts.store.scopes.end_write(op)
+        report = await sweep(h.parts)
         assert report.dead_cleared == 1 and await h.rows(scope_id) == []
-        assert await h.gov.store.namespaces.sweepable_namespaces(h.gov.now(), 10) == []
+        assert await h.parts.store.namespaces.sweepable_namespaces(h.parts.clock(), 10) == []
 
     @pytest.mark.kagent
     async def test_a_reconsented_scope_loses_the_previous_generation(self, any_adapter: Harness) -> None:
@@ -99,7 +99,7 @@ class TestDeadGenerations:
         await h.saved(scope_id, "likes green tea")
         await h.client().grant(scope_id, "remember my preferences", "v2")
         fresh = await h.saved(scope_id, "lives in Lisbon")
-        await sweep_once(h.gov)
+        await sweep(h.parts)
         assert [r.id for r in await h.rows(scope_id)] == [fresh]
 
 
@@ -110,23 +110,25 @@ class TestOrphans:
         scope_id = await kdb.scope()
         kept = await kdb.saved(scope_id, "likes green tea")
         await _plant(kdb, scope_id, 1, "crash between save and ledger", age=timedelta(days=9))
-        report = await sweep_once(kdb.gov)
+        report = await sweep(kdb.parts)
         assert report.orphans_deleted == 1
         assert [r.id for r in await kdb.rows(scope_id)] == [kept]
 
     async def test_rest_cannot_see_orphans_and_says_so(self, sh: Harness) -> None:
         """Over REST the orphan pass does not run (reported as None), so nothing is claimed."""
-        assert (await sweep_once(sh.gov)).orphans_deleted is None
+        assert (await sweep(sh.parts)).orphans_deleted is None
 
 
 class TestAuditRetention:
     async def test_audit_rows_older_than_the_retention_window_are_purged(self, sh: Harness) -> None:
         """Audit records keep their own window: a sweep drops rows older than audit.retention_days."""
-        store = sh.gov.store
-        old = sh.gov.now() - timedelta(days=sh.gov.settings.audit.retention_days + 1)
+        store = sh.parts.store
+        old = sh.parts.clock() - timedelta(days=sh.parts.settings.audit.retention_days + 1)
         await store.audit_log.audit("decision", "consent_missing", decision_id="d_0000000000000001", now=old)
-        await store.audit_log.audit("decision", "consent_missing", decision_id="d_0000000000000002", now=sh.gov.now())
-        await sweep_once(sh.gov)  # the periodic pass may get there first; either way the old row goes
+        await store.audit_log.audit(
+            "decision", "consent_missing", decision_id="d_0000000000000002", now=sh.parts.clock()
+        )
+        await sweep(sh.parts)  # the periodic pass may get there first; either way the old row goes
         assert [
             r["decision_id"]
             for r in await store.audit_log.audit_rows(limit=1000)

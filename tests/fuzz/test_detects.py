@@ -17,7 +17,7 @@ from sidecar.dev.fuzz.run_data import run_data_case
 from sidecar.dev.fuzz.stack import FuzzStack
 from sidecar.logs import get_logger
 from sidecar.proxy import HANDLERS
-from sidecar.routes import RouteClass, RouteMatch
+from sidecar.routes import Operation, RouteClass, RouteMatch
 
 SEARCH = Doc(
     Obj(
@@ -95,7 +95,7 @@ class TestLoudOnBreakage:
     async def test_unrewritten_invoke_behind_an_upstream_failure(self, stack: FuzzStack) -> None:
         """An invocation relayed with the caller's identity, answered as an upstream failure, is still caught."""
 
-        governed = stack.gw.runners[0].app[HANDLERS][RouteClass.A2A_INVOKE]
+        governed = stack.gw.runners[0].app[HANDLERS][Operation.A2A_INVOKE]
 
         async def raw(request: web.Request, match: RouteMatch) -> web.StreamResponse:
             if "X-Agent-Name" not in request.headers:  # the setup's own invocation (it obtains the key)
@@ -111,7 +111,7 @@ class TestLoudOnBreakage:
                 headers={"X-Memgov-Decision": decision},
             )
 
-        swap(stack, RouteClass.A2A_INVOKE, raw)
+        swap(stack, Operation.A2A_INVOKE, raw)
         case = Case("data", "invoke", INVOKE, Setup(scope=True, new_conversation=False))
         assert "invoke_identity_not_rewritten" in kinds(await run_data_case(stack, case))
 
@@ -124,7 +124,7 @@ class TestLoudOnBreakage:
             get_logger("leak").info("leak", scope_id=core)
             return web.Response(status=500, body=body)
 
-        swap(stack, RouteClass.MEMORY_SEARCH, leaky)
+        swap(stack, Operation.MEMORY_SEARCH, leaky)
         case = Case("data", "search", Request("POST", ("/api/memories/search",), (), SEARCH), Setup(scope=True))
         assert {
             "5xx",
@@ -151,7 +151,7 @@ class TestLoudOnBreakage:
                     headers={"X-Memgov-Decision": "forward; reason=allowed; id=d_0123456789abcdef"},
                 )
 
-        swap(stack, RouteClass.EMBEDDING, raw)
+        swap(stack, Operation.EMBEDDING, raw)
         body = Doc(Obj((("input", Str((Ph("S:query"),))), ("INPUT", Str((Ph("S:query"),), "x", 600)))))
         case = Case(
             "data",

@@ -56,9 +56,9 @@ async def _finish(store: StateStore, erasure_id: str, at: datetime) -> None:
 
 async def _forget(store: StateStore, scope_id: str, entry_id: str, at: datetime) -> str:
     """A forget-one as the engine runs it over REST: tombstone, then verified (physically pending)."""
-    chain = await store.rotations.lineage(scope_id, entry_id)
+    chain = await store.lineage.lineage(scope_id, entry_id)
     erasure = await store.erasures.create_erasure(scope_id, "forget_one", chain, "rest", "subject", at)
-    await store.rotations.tombstone_forgotten(scope_id, erasure.erasure_id, chain, at)
+    await store.lineage.tombstone_forgotten(scope_id, erasure.erasure_id, chain, at)
     await _finish(store, erasure.erasure_id, at)
     return erasure.erasure_id
 
@@ -149,7 +149,7 @@ class TestBoundedHistory:
         scope_id, _, last = await _history(store, 3)
         first_kept = f"e{LIVE - 1}"
         await store.history.compact_history(last + DAY, last, 500)
-        chain = await store.rotations.lineage(scope_id, first_kept)
+        chain = await store.lineage.lineage(scope_id, first_kept)
         assert chain == [first_kept, f"{first_kept}.r", f"{first_kept}.r.r", f"{first_kept}.r.r.r"]
         assert [e.entry_id for e in await store.history.entries_by_id(scope_id, chain)] == [chain[-1]]
 
@@ -182,7 +182,7 @@ class TestBoundedHistory:
         failed = await store.erasures.create_erasure(scope_id, "off", [], "rest", "subject", last)
         await store.erasures.advance_erasure(failed.erasure_id, "failed", last, failure_reason="erasure_failed")
         await store.history.compact_history(last + DAY, last, 500)
-        assert await store.rotations.purge_erasures(last + DAY) == len(erasures)
+        assert await store.lineage.purge_erasures(last + DAY) == len(erasures)
         kept = {e.erasure_id for e in await store.erasures.erasures_of_scope(scope_id)}
         assert kept == {waiting, whole.erasure_id, failed.erasure_id}
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.reasons import Reason
-from sidecar.state import CapReached, Fenced, StateError, StateStore
+from sidecar.state import StateError, StateStore
 from sidecar.state.types import WriteAsk
 from tests.support.state import NOW, WEEK, new_scope, ns_of
 
@@ -30,7 +30,7 @@ class TestReserveEntries:
             len(await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW))
             == 3
         )
-        with pytest.raises(CapReached) as err:
+        with pytest.raises(StateError) as err:
             await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 3, 5, NOW)
         assert err.value.reason is Reason.ENTRY_CAP_REACHED
         assert (
@@ -49,7 +49,7 @@ class TestReserveEntries:
         """Only live entries and unexpired pending slots count toward the cap."""
         scope = await new_scope(store)
         slots = await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 2, 2, NOW)
-        with pytest.raises(CapReached):
+        with pytest.raises(StateError):
             await store.ledger.reserve_entries(scope.scope_id, 1, await ns_of(store, scope.scope_id), 1, 2, NOW)
         if freed_by == "release":
             await store.ledger.release_entries(slots)
@@ -60,7 +60,7 @@ class TestReserveEntries:
                 assert await store.ledger.tombstone(scope.scope_id, ["e0", "e1"], NOW) == 2
         ns = await ns_of(store, scope.scope_id)
         if later:
-            with pytest.raises(CapReached):
+            with pytest.raises(StateError):
                 await store.ledger.reserve_entries(scope.scope_id, 1, ns, 1, 2, NOW + later - timedelta(microseconds=1))
         assert len(await store.ledger.reserve_entries(scope.scope_id, 1, ns, 2, 2, NOW + later)) == 2
 
@@ -68,7 +68,7 @@ class TestReserveEntries:
     async def test_reservation_is_fenced(self, store: StateStore, generation: int, reason: Reason) -> None:
         """A save under a stale generation cannot take a slot."""
         scope = await new_scope(store)
-        with pytest.raises(Fenced) as err:
+        with pytest.raises(StateError) as err:
             await store.ledger.reserve_entries(
                 scope.scope_id, generation, await ns_of(store, scope.scope_id), 1, 100, NOW
             )
@@ -78,7 +78,7 @@ class TestReserveEntries:
         """After withdrawal the new generation is disabled, so no slot is handed out."""
         scope = await new_scope(store)
         await store.scopes.withdraw(scope.scope_id, NOW)
-        with pytest.raises(Fenced) as err:
+        with pytest.raises(StateError) as err:
             await store.ledger.reserve_entries(scope.scope_id, 2, await ns_of(store, scope.scope_id), 1, 100, NOW)
         assert err.value.reason is Reason.CONSENT_DISABLED
 

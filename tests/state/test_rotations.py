@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.reasons import Reason
-from sidecar.state import Fenced, StateStore
+from sidecar.state import StateError, StateStore
 from sidecar.state.types import Namespace, RunTaken
 from tests.state.test_ledger import save
 from tests.support.state import NOW, WEEK, new_scope, ns_of
@@ -46,7 +46,7 @@ class TestFreeze:
             store.scopes.begin_write(scope.scope_id, 1, ns, 30, NOW),
             store.ledger.reserve_entries(scope.scope_id, 1, ns, 1, 100, NOW),
         ):
-            with pytest.raises(Fenced) as err:
+            with pytest.raises(StateError) as err:
                 await write
             assert err.value.reason is Reason.STALE_GENERATION
         assert await ns_of(store, scope.scope_id) == ns  # still the namespace searches read
@@ -87,7 +87,7 @@ class TestSwitch:
         assert erasure is not None and erasure.ns_id == staged.ns_id
         assert erasure.entry_ids == ["gone"] and erasure.moves == [("kept", "c-kept")]
         assert await store.ledger.filter_live(scope.scope_id, staged.ns_id, ["c-kept"], LATER) == {"c-kept"}
-        assert await store.rotations.lineage(scope.scope_id, "kept") == ["kept", "c-kept"]
+        assert await store.lineage.lineage(scope.scope_id, "kept") == ["kept", "c-kept"]
 
     @pytest.mark.parametrize("since_copy", ["forgotten", "saved", "writing"])
     async def test_the_switch_waits_for_a_copy_that_missed_nothing(self, store: StateStore, since_copy: str) -> None:
@@ -101,7 +101,7 @@ class TestSwitch:
         await store.rotations.freeze_namespace(scope.scope_id, rotation)
         staged = await _copied(store, scope.scope_id, rotation, "a")
         if since_copy == "forgotten":
-            await store.rotations.tombstone_forgotten(scope.scope_id, "e" + "0" * 24, ["a"], NOW)
+            await store.lineage.tombstone_forgotten(scope.scope_id, "e" + "0" * 24, ["a"], NOW)
         elif since_copy == "saved":  # a slot reserved before the freeze, filled after the copy
             async with store.db.tx() as tx:
                 await tx.execute(
@@ -138,9 +138,9 @@ class TestSwitch:
         staged = await _copied(store, scope.scope_id, rotation)
         await store.scopes.withdraw(scope.scope_id, NOW)
         assert await store.rotations.switch_rotation(rotation, staged.ns_id, LATER) == "superseded"
-        with pytest.raises(Fenced):
+        with pytest.raises(StateError):
             await store.rotations.begin_copy(rotation, staged.ns_id, 30, NOW)
-        with pytest.raises(Fenced):
+        with pytest.raises(StateError):
             await store.rotations.stage_namespace(scope.scope_id, rotation, NOW)
         assert set(await _states(store, scope.scope_id)) == {"retired"}
 
@@ -214,7 +214,7 @@ class TestLineage:
         staged = await _copied(store, scope.scope_id, rotation, "a")
         assert await store.rotations.switch_rotation(rotation, staged.ns_id, NOW) == "switched"
         forget = await store.erasures.create_erasure(scope.scope_id, "forget_one", ["a"], "rest", "subject", NOW)
-        assert await store.rotations.tombstone_forgotten(scope.scope_id, forget.erasure_id, ["a"], LATER) == [
+        assert await store.lineage.tombstone_forgotten(scope.scope_id, forget.erasure_id, ["a"], LATER) == [
             "a",
             "c-a",
         ]
@@ -236,11 +236,11 @@ class TestCandidates:
         await store.rotations.freeze_namespace(frozen.scope_id, await _rotation(store, frozen.scope_id))
         async with store.db.tx() as tx:
             await tx.execute("UPDATE namespaces SET salt = '' WHERE scope_id = $1", legacy.scope_id)
-        found = await store.rotations.rotation_candidates(LATER, LATER, 100)
+        found = await store.lineage.rotation_candidates(LATER, LATER, 100)
         assert set(found) == {expired.scope_id, forgotten.scope_id, legacy.scope_id}
-        assert set(await store.rotations.rotation_candidates(LATER, NOW - timedelta(seconds=1), 100)) == {
+        assert set(await store.lineage.rotation_candidates(LATER, NOW - timedelta(seconds=1), 100)) == {
             forgotten.scope_id,
             legacy.scope_id,
         }
         await store.scopes.withdraw(forgotten.scope_id, NOW)
-        assert forgotten.scope_id not in await store.rotations.rotation_candidates(LATER, LATER, 100)
+        assert forgotten.scope_id not in await store.lineage.rotation_candidates(LATER, LATER, 100)

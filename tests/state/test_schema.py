@@ -10,11 +10,11 @@ import pytest
 from sidecar.reasons import Reason
 from sidecar.state import StateError, StateStore, open_store
 from sidecar.state.db import Database, connect
-from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, Migration, migrate
+from sidecar.state.migrations import LATEST, MIGRATIONS, Dialect, migrate
 from sidecar.state.types import SchemaMismatch
 from tests.state import workers
 from tests.state.workers import Pool
-from tests.support.state import NOW, new_scope
+from tests.support.state import NOW, migrate_as, new_scope, next_release
 
 #: Longest string any column may hold; only these columns may exceed the 64 of ids and codes.
 MAX_BOUND = 320
@@ -232,28 +232,11 @@ async def _apply_only(db: Database, version: int) -> None:
                 )
 
 
-def _newer(compatible_from: int | None) -> tuple[Migration, ...]:
-    """This release's migrations plus the next release's one (additive: a new table)."""
-
-    def extra(d: Dialect) -> list[str]:
-        return [d.table("next_release_table", d.i("x") + " PRIMARY KEY")]
-
-    return (*MIGRATIONS, Migration(LATEST + 1, "next_release", extra, compatible_from=compatible_from))
-
-
-async def _migrate_as(url: str, migrations: tuple[Migration, ...]) -> int:
-    db = await connect(url)
-    try:
-        return await migrate(db, migrations=migrations)
-    finally:
-        await db.close()
-
-
 class TestRollback:
     async def test_this_release_runs_on_a_newer_schema_that_names_it_compatible(self, state_url: str) -> None:
         """Rolled back after an additive migration that names it compatible, this release starts and works,
         and the newer release finds its schema intact when it rolls forward again."""
-        assert await _migrate_as(state_url, _newer(compatible_from=LATEST)) == LATEST + 1
+        assert await migrate_as(state_url, next_release(compatible_from=LATEST)) == LATEST + 1
         store = await open_store(state_url)
         try:
             scope = await new_scope(store)
@@ -262,24 +245,24 @@ class TestRollback:
             assert (await store.scopes.get_scope(scope.scope_id)) == scope
         finally:
             await store.close()
-        assert await _migrate_as(state_url, _newer(compatible_from=LATEST)) == 0
+        assert await migrate_as(state_url, next_release(compatible_from=LATEST)) == 0
 
     async def test_a_schema_this_release_cannot_follow_is_refused(self, state_url: str) -> None:
         """A newer migration that does not name this release compatible stops it before anything changes."""
-        await _migrate_as(state_url, _newer(compatible_from=None))
+        await migrate_as(state_url, next_release(compatible_from=None))
         with pytest.raises(SchemaMismatch) as refused:
             await open_store(state_url)
         assert (refused.value.found, refused.value.supported, refused.value.newer) == (LATEST + 1, LATEST, True)
         with pytest.raises(SchemaMismatch):
             await open_store(state_url, auto_migrate=False)
-        assert await _migrate_as(state_url, _newer(compatible_from=None)) == 0  # untouched by the refusals
+        assert await migrate_as(state_url, next_release(compatible_from=None)) == 0  # untouched by the refusals
 
     async def test_without_auto_migrate_an_unmigrated_schema_is_refused(self, state_url: str) -> None:
         """A gateway that does not migrate refuses a schema behind its release, and runs once it is migrated."""
         with pytest.raises(SchemaMismatch) as refused:
             await open_store(state_url, auto_migrate=False)
         assert (refused.value.found, refused.value.newer) == (0, False)
-        await _migrate_as(state_url, MIGRATIONS)
+        await migrate_as(state_url, MIGRATIONS)
         store = await open_store(state_url, auto_migrate=False)
         try:
             assert await store.schema_version() == LATEST

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.reasons import Reason
-from sidecar.state import Fenced, StateError, StateStore
+from sidecar.state import StateError, StateStore
 from tests.support.state import NOW, new_scope, ns_of
 
 TRIPLE = ("@alice:example.org", "native", "team/helper", "control_room", "!room:example.org")
@@ -171,7 +171,7 @@ class TestBeginWrite:
         scope = await new_scope(store, granted=granted)
         if withdrawn:
             await store.scopes.withdraw(scope.scope_id, NOW)
-        with pytest.raises(Fenced) as err:
+        with pytest.raises(StateError) as err:
             await store.scopes.begin_write(scope.scope_id, generation, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is reason
         assert await store.scopes.inflight_count(scope.scope_id, NOW) == 0
@@ -179,7 +179,7 @@ class TestBeginWrite:
     @pytest.mark.parametrize("scope_id", ["s" + "0" * 24, "mg1.bad", ""])
     async def test_unknown_scope_is_consent_missing(self, store: StateStore, scope_id: str) -> None:
         """A scope id that names no scope is refused as missing consent."""
-        with pytest.raises(Fenced) as err:
+        with pytest.raises(StateError) as err:
             await store.scopes.begin_write(scope_id, 1, await ns_of(store, scope_id), 30, NOW)
         assert err.value.reason is Reason.CONSENT_MISSING
 
@@ -205,7 +205,7 @@ class TestAdvanceGeneration:
         advanced = await store.scopes.advance_generation(scope.scope_id, NOW)
         assert (advanced.enabled, advanced.generation) == (True, 2)
         assert [r.action for r in await store.scopes.receipts(scope.scope_id)] == ["grant"]
-        with pytest.raises(Fenced) as err:
+        with pytest.raises(StateError) as err:
             await store.scopes.begin_write(scope.scope_id, 1, await ns_of(store, scope.scope_id), 30, NOW)
         assert err.value.reason is Reason.STALE_GENERATION
         assert await store.scopes.begin_write(scope.scope_id, 2, await ns_of(store, scope.scope_id), 30, NOW)

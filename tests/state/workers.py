@@ -16,8 +16,12 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.state import BudgetClaim, CapReached, Fenced, StateStore, open_store
+from sidecar.reasons import Reason
+from sidecar.state import BudgetClaim, StateError, StateStore, open_store
 from sidecar.state.types import WriteAsk
+
+#: The codes a write that lost the race to a consent change is refused with.
+FENCES = frozenset({Reason.CONSENT_MISSING, Reason.CONSENT_DISABLED, Reason.STALE_GENERATION})
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 #: Upper bound on attempts of a worker that loops until it is fenced (keeps a broken store finite).
@@ -59,7 +63,9 @@ async def write_until_fenced(
         for _ in range(MAX_ATTEMPTS):
             try:
                 await store.scopes.begin_write(scope_id, generation, ns_id, 600, NOW)
-            except Fenced as exc:
+            except StateError as exc:
+                if exc.reason not in FENCES:
+                    raise
                 reason = exc.reason.value
                 break
             successes += 1
@@ -114,8 +120,9 @@ async def reserve_slots(store: StateStore, scope_ids: list[str], attempts: int, 
         for _ in range(attempts):
             try:
                 granted[i] += len(await store.ledger.reserve_entries(scope_id, 1, ns_id, 1, cap, NOW))
-            except CapReached:
-                pass
+            except StateError as exc:
+                if exc.reason is not Reason.ENTRY_CAP_REACHED:
+                    raise
     return granted
 
 

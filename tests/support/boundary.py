@@ -32,6 +32,8 @@ BEGIN, END = "<!-- connectivity matrix: begin -->", "<!-- connectivity matrix: e
 
 MODES = ("gateway", "sidecar")
 STAGES = ("prepare", "enforce")
+#: memgov's namespace when it has its own (gateway mode).
+OWN_NAMESPACE = "memgov"
 CONTROLLER_LABELS = {
     "app.kubernetes.io/name": "kagent",
     "app.kubernetes.io/instance": "kagent",
@@ -52,8 +54,11 @@ def values_for(mode: str, stage: str, **extra: Any) -> dict[str, Any]:
     return {"mode": mode, "rollout": {"stage": stage}, **extra}
 
 
-def install_for(values: Mapping[str, Any], kagent_pods: Mapping[str, Mapping[str, str]]) -> Install:
-    """The install: memgov per the values, kagent's controller, UI and every other pod of kagent's chart."""
+def install_for(
+    values: Mapping[str, Any], kagent_pods: Mapping[str, Mapping[str, str]], memgov_namespace: str | None = None
+) -> Install:
+    """The install: memgov per the values (in its own namespace if given), kagent's controller, UI and every
+    other pod of kagent's chart."""
     others = [
         Peer(name, f"10.244.1.{i + 1}", name.split("/")[0], dict(labels))
         for i, (name, labels) in enumerate(sorted(kagent_pods.items()))
@@ -63,7 +68,9 @@ def install_for(values: Mapping[str, Any], kagent_pods: Mapping[str, Mapping[str
         "kagent/kagent-controller", "10.244.0.2", "kagent", CONTROLLER_LABELS, port_names=CONTROLLER_PORT_NAMES
     )
     ui = Peer("kagent/kagent-ui", "10.244.0.3", "kagent", UI_LABELS, port_names=UI_PORT_NAMES)
-    return Install.from_values(values, controller=controller, ui=ui, neighbours=others)
+    return Install.from_values(
+        values, memgov_namespace=memgov_namespace, controller=controller, ui=ui, neighbours=others
+    )
 
 
 def _np(name: str, spec: dict[str, Any]) -> Policy:
@@ -107,12 +114,18 @@ TARGETS = (("controller", KAGENT_API_PORT), ("controller", PPROF_PORT), ("ui", U
 
 @dataclass(frozen=True)
 class Case:
-    """One mode and stage: its install and the NetworkPolicies rendered for it."""
+    """One mode and stage, memgov in kagent's namespace or its own: the install and its rendered NetworkPolicies."""
 
     mode: str
     stage: str
     install: Install
     policies: Sequence[Policy]
+
+    @property
+    def column(self) -> str:
+        """The matrix column: mode (and memgov's own namespace) / stage."""
+        own = self.install.memgov_namespace != self.install.namespace
+        return f"{self.mode}{', own namespace' if own else ''} / {self.stage}"
 
 
 def reach(case: Case) -> dict[str, set[str]]:
@@ -131,9 +144,9 @@ def reach(case: Case) -> dict[str, set[str]]:
 
 def matrix_markdown(cases: Sequence[Case]) -> str:
     """The connectivity matrix: one row per source pod, one column per mode and stage."""
-    results = {(c.mode, c.stage): reach(c) for c in cases}
+    results = {c.column: reach(c) for c in cases}
     sources = sorted({name for r in results.values() for name in r}, key=_row_order)
-    head = "| source pod | " + " | ".join(f"{m} / {s}" for m, s in results) + " |"
+    head = "| source pod | " + " | ".join(results) + " |"
     lines = [head, "|---" * (len(results) + 1) + "|"]
     for name in sources:
         cells = []
@@ -155,8 +168,9 @@ def _target_order(target: str) -> int:
 
 
 def _row_order(name: str) -> tuple[int, str]:
-    first = ["kagent/memgov", "kagent/kagent-ui"]
-    return (first.index(name), name) if name in first else (len(first) + ("attacker" in name), name)
+    first = ["kagent/memgov", f"{OWN_NAMESPACE}/memgov", "kagent/kagent-ui"]
+    last = ("attacker", "impostor")
+    return (first.index(name), name) if name in first else (len(first) + any(w in name for w in last), name)
 
 
 def doc_section() -> str:

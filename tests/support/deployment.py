@@ -65,6 +65,7 @@ async def deploy(
     pg_server: PgServer | None = None,
     agents: Iterable[str] = (),
     clock: DevClock | None = None,
+    gateway_clock: DevClock | None = None,
     process: bool = False,
     gated: bool = False,
     **devstack: Any,
@@ -74,7 +75,8 @@ async def deploy(
     ``agents`` are the agents the real kagent knows (it proxies their invocations to the stand-in
     agents); ``devstack`` goes to the stand-ins (``store_url``, ``stream_delay_s``, ...). With
     ``process`` the gateway runs as ``memgov serve`` on fixed free ports; otherwise in this
-    process on port 0, returned once its start-up sweep has finished.
+    process on port 0, returned once its start-up sweep has finished. ``gateway_clock`` moves the
+    gateway's time alone (the stand-ins keep ``clock``, or real time).
     """
     keys = write_keys(tmp / "keys")
     if clock is not None:
@@ -89,7 +91,7 @@ async def deploy(
             if process:
                 proc = await stack.enter_async_context(gateway_process(tmp / "gw", config))
             else:
-                gw = await stack.enter_async_context(serving(config, clock))
+                gw = await stack.enter_async_context(serving(config, gateway_clock or clock))
             http = await stack.enter_async_context(aiohttp.ClientSession())
             yield Deployment(dev, keys, config, http, gw=gw, process=proc, gate=g, clock=clock)
     finally:

@@ -12,22 +12,21 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import asyncpg
 
-from sidecar.control.client import ControlClient, Token
+from sidecar.control.client import ControlClient, JsonAnswers, Token
 from sidecar.control.http import SWEEPERS
 from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.deployment import Keys, gateway_config, pack_with_limits
 from sidecar.dev.devstack.pg import PgServer
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.erasure.sweeper import Sweepers
-from sidecar.governance import utcnow
 from sidecar.identity.tokens import control_room, mint_context, mint_operator, mint_subject
 from sidecar.server import Gateway
 from sidecar.state.types import Namespace
@@ -133,16 +132,16 @@ class Harness:
     stack: Devstack
     keys: Keys
     http: aiohttp.ClientSession
-    clock_offset_s: float = 0.0
     upstream: Upstream = STANDIN
+    clock: DevClock = field(default_factory=DevClock)
 
     @property
-    def gov(self) -> Any:
-        assert self.gw.governance is not None
-        return self.gw.governance
+    def parts(self) -> Any:
+        assert self.gw.parts is not None
+        return self.gw.parts
 
     def now(self) -> int:
-        return int(self.gov.now().timestamp())
+        return int(self.parts.clock().timestamp())
 
     def subject_token(self, mxid: str = ALICE, ttl_s: int = 120) -> str:
         """What the bridge sends when ``mxid`` acts for itself."""
@@ -155,9 +154,10 @@ class Harness:
         """A fresh signed context attesting a correct control room (``room_state`` changes it)."""
         return context_token(self.keys, self.now(), mxid, room, agent=agent, **room_state)
 
-    def client(self, token: Token = None) -> ControlClient:
+    def client(self, token: Token = None) -> JsonAnswers:
         """A control API client acting as ``token`` (Alice, with a fresh token per call, by default)."""
-        return ControlClient(self.gw.control_url, self.subject_token if token is None else token, session=self.http)
+        token = self.subject_token if token is None else token
+        return JsonAnswers(ControlClient(self.gw.control_url, token, session=self.http))
 
     async def scope(self, mxid: str = ALICE, room: str = ROOM, *, granted: bool = True) -> str:
         """Create a scope through the API (and grant consent unless told otherwise); its id."""
@@ -168,13 +168,13 @@ class Harness:
         return scope_id
 
     def session_key(self, scope_id: str, generation: int) -> str:
-        key: str = self.gov.keys.session_key(scope_id, generation)
+        key: str = self.parts.keys.session_key(scope_id, generation)
         return key
 
     async def save(self, scope_id: str, text: str, *, generation: int | None = None) -> tuple[int, Any]:
         """The agent runtime's save_memory through the governed data plane: (status, body)."""
         if generation is None:
-            generation = (await self.gov.store.scopes.get_scope(scope_id)).generation
+            generation = (await self.parts.store.scopes.get_scope(scope_id)).generation
         key = self.session_key(scope_id, generation)
         body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
         headers = {"X-Agent-Name": APP, "X-User-Id": key, **runtime_headers(self.upstream, AGENT)}
@@ -184,13 +184,13 @@ class Harness:
     async def namespace(self, scope_id: str, generation: int) -> Namespace:
         """The namespace the scope wrote to at ``generation`` (the first, if several)."""
         return next(
-            n for n in await self.gov.store.namespaces.namespaces_of_scope(scope_id) if n.generation == generation
+            n for n in await self.parts.store.namespaces.namespaces_of_scope(scope_id) if n.generation == generation
         )
 
     async def begin_write(self, scope_id: str, generation: int, lease_s: float) -> str:
         """An in-flight write record, as the gateway makes for a save into the scope's live namespace."""
         ns = await self.namespace(scope_id, generation)
-        op: str = await self.gov.store.scopes.begin_write(scope_id, generation, ns.ns_id, lease_s, self.gov.now())
+        op: str = await self.parts.store.scopes.begin_write(scope_id, generation, ns.ns_id, lease_s, self.parts.clock())
         return op
 
     async def saved(self, scope_id: str, text: str) -> str:
@@ -206,7 +206,7 @@ class Harness:
 
     async def audit_text(self) -> str:
         """Every audit row as text (for sentinel checks)."""
-        return repr(await self.gov.store.audit_log.audit_rows(limit=100_000))
+        return repr(await self.parts.store.audit_log.audit_rows(limit=100_000))
 
     @property
     def sweepers(self) -> Sweepers:
@@ -215,9 +215,7 @@ class Harness:
 
     def advance(self, seconds: float) -> None:
         """Move the gateway's clock forward (hard expiry, token lifetimes)."""
-        self.clock_offset_s += seconds
-        offset = timedelta(seconds=self.clock_offset_s)
-        self.gov.clock = lambda: utcnow() + offset
+        self.clock.advance(seconds)
 
 
 #: The model a test agent's runtime uses, pinned in settings for rotations (the stand-in ignores it).
@@ -280,13 +278,15 @@ async def harness(
             config = with_embedding(config, dev.embedding_url, pinned=rotation == "pinned", dimensions=dimensions)
         return config
 
+    clock = DevClock()
     async with deploy(
         tmp,
         config_of,
         upstream=upstream,
         pg_server=pg_server,
         agents=(AGENT, "team/helper-nomem"),
+        gateway_clock=clock,
         store_url=store_url,
         stream_delay_s=0,
     ) as d:
-        yield Harness(d.gateway, d.dev, d.keys, d.http, upstream=upstream)
+        yield Harness(d.gateway, d.dev, d.keys, d.http, upstream=upstream, clock=clock)

@@ -5,7 +5,9 @@ the API server's own work on every object - schema validation, defaulting, admis
 ValidatingAdmissionPolicy, ServiceAccount, ...) and storage - which is what a chart install meets
 first. A pod is checked by creating it with a server-side dry run; Deployments and Jobs are stored
 but never start pods. The two controllers' jobs a test needs (a namespace's default ServiceAccount,
-a hook Job finishing) are done by the test, visibly, through the API.
+a hook Job finishing) are done by the test, visibly, through the API. Calls are made with an
+admin certificate (group system:masters), or as another user through impersonation (``as_user``),
+whom RBAC then judges: the server's bootstrap roles, the controllers' included, are in place.
 
 kube-apiserver is built by `make tools` (scripts/kube-apiserver, pinned in the Makefile) and etcd
 comes from the distribution (scripts/prereqs.sh etcd). Each xdist worker starts its own pair on
@@ -165,6 +167,7 @@ class KubeApi:
         dry_run: bool = False,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        as_user: str | None = None,
     ) -> Reply:
         params = dict(query or {})
         if dry_run:
@@ -173,6 +176,9 @@ class KubeApi:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/json")
+        if as_user is not None:
+            # The admin (system:masters) may impersonate anyone; a service account's groups are added by the server.
+            req.add_header("Impersonate-User", as_user)
         if data is not None:
             req.add_header("Content-Type", content_type)
         try:
@@ -186,17 +192,58 @@ class KubeApi:
     def get(self, path: str) -> Reply:
         return self.request("GET", path)
 
-    def create(self, obj: Obj, *, dry_run: bool = False, namespace: str | None = None) -> Reply:
+    def create(
+        self, obj: Obj, *, dry_run: bool = False, namespace: str | None = None, as_user: str | None = None
+    ) -> Reply:
         """POST an object to its collection (namespace from the object unless given)."""
-        return self.request("POST", collection(obj, namespace), obj, dry_run=dry_run)
+        return self.request("POST", collection(obj, namespace), obj, dry_run=dry_run, as_user=as_user)
 
-    def apply(self, obj: Obj, *, dry_run: bool = False, namespace: str | None = None) -> Reply:
+    def apply(
+        self, obj: Obj, *, dry_run: bool = False, namespace: str | None = None, as_user: str | None = None
+    ) -> Reply:
         """Server-side apply (field manager memgov-tests, conflicts forced)."""
         path = f"{collection(obj, namespace)}/{obj['metadata']['name']}"
         query = {"fieldManager": "memgov-tests", "force": "true"}
         return self.request(
-            "PATCH", path, obj, dry_run=dry_run, query=query, content_type="application/apply-patch+yaml"
+            "PATCH",
+            path,
+            obj,
+            dry_run=dry_run,
+            query=query,
+            content_type="application/apply-patch+yaml",
+            as_user=as_user,
         )
+
+    def delete(self, obj: Obj, *, dry_run: bool = False, as_user: str | None = None) -> Reply:
+        """DELETE an object (namespace from the object)."""
+        path = f"{collection(obj)}/{obj['metadata']['name']}"
+        return self.request("DELETE", path, dry_run=dry_run, as_user=as_user)
+
+    def allowed(self, user: str, attributes: Obj) -> bool:
+        """Whether RBAC lets user do what the resourceAttributes describe (a SubjectAccessReview)."""
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        }
+        return bool(self.create(review).ok()["status"].get("allowed"))
+
+    def install_crds(self, folder: Path) -> None:
+        """Create every CRD in folder (one per YAML file; already there is fine) and wait until each is served."""
+        for path in sorted(folder.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            reply = self.create(crd)
+            assert reply.status in (201, 409), reply.body.get("message")
+            name = crd["metadata"]["name"]
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                stored = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").ok()
+                conditions = (stored.get("status") or {}).get("conditions") or []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"CRD {name} not established")
 
     def create_namespace(self, name: str, *, pod_security: str | None = "restricted") -> None:
         """A namespace, enforcing (and warning on) a Pod Security Standard level, with its default
@@ -212,16 +259,37 @@ class KubeApi:
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}}
         ).ok()
 
-    def helm(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-        """Run the pinned helm against this server (helm's caches kept in the server's folder)."""
-        env = {
+    def env(self) -> dict[str, str]:
+        """The environment of a client of this server: its kubeconfig, helm's caches in the server's folder,
+        and the pinned tools (helm) first on PATH."""
+        return {
             **os.environ,
+            "PATH": f"{HELM.parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.kubeconfig),
             "HELM_CACHE_HOME": str(self.folder / "helm" / "cache"),
             "HELM_CONFIG_HOME": str(self.folder / "helm" / "config"),
             "HELM_DATA_HOME": str(self.folder / "helm" / "data"),
         }
-        return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+    def helm(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+        """Run the pinned helm against this server (helm's caches kept in the server's folder)."""
+        return subprocess.run(
+            [str(HELM), *args], capture_output=True, text=True, timeout=timeout, check=False, env=self.env()
+        )
+
+    def shell(
+        self, command: str, *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 180.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one command line as an operator types it (bash), against this server."""
+        return subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**self.env(), **(env or {})},
+            cwd=cwd,
+        )
 
 
 #: The resource (plural) of each kind the tests send; core kinds live under /api/v1.
@@ -234,6 +302,7 @@ PLURALS = {
     "Secret": "secrets",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Deployment": "deployments",
+    "ReplicaSet": "replicasets",
     "Job": "jobs",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
@@ -243,12 +312,23 @@ PLURALS = {
     "PrometheusRule": "prometheusrules",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "SubjectAccessReview": "subjectaccessreviews",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "CiliumNetworkPolicy": "ciliumnetworkpolicies",
+    "CiliumClusterwideNetworkPolicy": "ciliumclusterwidenetworkpolicies",
 }
 CLUSTER_SCOPED = {
     "Namespace",
     "CustomResourceDefinition",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "SubjectAccessReview",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CiliumClusterwideNetworkPolicy",
 }
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import aiohttp
 
-from sidecar.control.client import ControlClient
+from sidecar.control.client import ControlClient, JsonAnswers
 from sidecar.dev.devstack.deployment import Keys
-from sidecar.governance import Governance, governance
 from sidecar.identity.keys import SessionKeys
 from sidecar.ops import Readiness
+from sidecar.root import Parts, open_parts
 from sidecar.settings import load_settings
 from tests.support.harness import AGENT, ALICE, ROOM, overrides, subject_token
 from tests.support.pg import free_port
@@ -40,7 +40,7 @@ class Pair:
     a: GatewayProcess
     b: GatewayProcess
     http: aiohttp.ClientSession
-    api: ControlClient
+    api: JsonAnswers
     scope_id: str
     key: str  # the scope's session key at generation 1
 
@@ -59,7 +59,7 @@ async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dic
         gateway_process(tmp / "b", second) as b,
         aiohttp.ClientSession(connector=connector) as http,
     ):
-        api = ControlClient(a.control_url, lambda: subject_token(keys, int(time.time())), session=http)
+        api = JsonAnswers(ControlClient(a.control_url, lambda: subject_token(keys, int(time.time())), session=http))
         scope_id = (await api.create_scope(ALICE, AGENT, ROOM))["scope_id"]
         await api.grant(scope_id, "remember my preferences", "v1")
         key = SessionKeys(keys.session_file.read_bytes().strip()).session_key(scope_id, 1)
@@ -67,10 +67,10 @@ async def two_gateways(tmp: Path, keys: Keys, first: dict[str, Any], second: dic
 
 
 @asynccontextmanager
-async def governed_like(settings: dict[str, Any]) -> AsyncIterator[Governance]:
-    """A governance runtime configured as a gateway process is (no listeners), e.g. to sweep after a race."""
+async def governed_like(settings: dict[str, Any]) -> AsyncIterator[Parts]:
+    """A gateway's parts, configured as a gateway process is (no listeners), e.g. to sweep after a race."""
     local = load_settings(
         **{**settings, "listen": {"data": "127.0.0.1:0", "control": "127.0.0.1:0", "ops": "127.0.0.1:0"}}
     )
-    async with governance(local, Readiness()) as gov:
-        yield gov
+    async with open_parts(local, Readiness()) as parts:
+        yield parts

@@ -73,8 +73,8 @@ class Stack:
     upstream: Upstream = STANDIN
 
     @property
-    def gov(self) -> Any:
-        return self.gw.governance
+    def parts(self) -> Any:
+        return self.gw.parts
 
     # --- the bridge -------------------------------------------------------------------------
     def context(
@@ -120,7 +120,7 @@ class Stack:
             room_id=room_id,
             room=room,
             servers=servers if servers is not None else [SERVER],
-            classification=classification or self.gov.policy.pack.federation.classification,
+            classification=classification or self.parts.policy.pack.federation.classification,
             now=now,
             iat=iat,
             exp=exp,
@@ -136,7 +136,7 @@ class Stack:
         consent: bool = True,
         origin: str = "native",
     ) -> Any:
-        store = self.gov.store
+        store = self.parts.store
         scope, _ = await store.scopes.create_scope(mxid, origin, agent, "control_room", room_id, self.clock())
         if consent:
             scope, _ = await store.scopes.grant(scope.scope_id, "remember preferences", "v1", self.clock())

@@ -93,7 +93,22 @@ app.kubernetes.io/part-of: memgov
 {{- else if eq .Values.mode "sidecar" }}
 {{- printf "http://127.0.0.1:%s" (include "memgov.port.controller" .) }}
 {{- else }}
-{{- printf "http://kagent-controller.%s.svc:%s" .Values.kagent.namespace (include "memgov.port.controller" .) }}
+{{- printf "http://%s.%s.svc:%s" .Values.kagent.controller.name .Values.kagent.namespace (include "memgov.port.controller" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+memgov.imagePullSecrets: the pod's imagePullSecrets, global.imagePullSecrets (an umbrella chart's,
+names or {name} objects) then imagePullSecrets, each name once; nothing when there are none.
+*/}}
+{{- define "memgov.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) .Values.imagePullSecrets }}
+{{- $name := ternary . (get (kindIs "map" . | ternary . dict) "name") (kindIs "string" .) }}
+{{- if and $name (not (has $name $names)) }}{{- $names = append $names $name }}{{- end }}
+{{- end }}
+{{- range $names }}
+- name: {{ . | quote }}
 {{- end }}
 {{- end }}
 
@@ -174,4 +189,19 @@ ephemeral (SQLite in an emptyDir) - or nothing when they chose none (memgov.vali
 {{- else }}
 {{- printf "%s:%s" $image.repository $image.tag }}
 {{- end }}
+{{- end }}
+
+{{/*
+memgov.ownNamespace: "true" when memgov runs in a namespace of its own, not kagent's (gateway mode
+only). Its pods are then selected by that namespace and their labels, so no pod in kagent's
+namespace can pass for memgov.
+*/}}
+{{- define "memgov.ownNamespace" -}}
+{{- if ne .Release.Namespace .Values.kagent.namespace }}true{{- end }}
+{{- end }}
+
+{{/* memgov.namespaceSelector: the selector of one namespace by its immutable name label. */}}
+{{- define "memgov.namespaceSelector" -}}
+matchLabels:
+  kubernetes.io/metadata.name: {{ . }}
 {{- end }}

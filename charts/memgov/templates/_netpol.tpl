@@ -3,10 +3,15 @@ NetworkPolicy building blocks. A selector left empty in values is not rendered, 
 namespaceSelector keeps a peer inside kagent's namespace instead of opening every namespace.
 */}}
 
-{{/* memgov.peer: a one-element list holding the NetworkPolicyPeer of a {podSelector, namespaceSelector} pair. */}}
+{{/*
+memgov.peer: a one-element list holding the NetworkPolicyPeer of a {podSelector, namespaceSelector}
+pair. With "home" set (a policy outside kagent's namespace), an empty namespaceSelector names home.
+*/}}
 {{- define "memgov.peer" -}}
 {{- $peer := dict }}
-{{- with .namespaceSelector }}{{- $_ := set $peer "namespaceSelector" . }}{{- end }}
+{{- with .namespaceSelector }}{{- $_ := set $peer "namespaceSelector" . }}
+{{- else }}{{- with .home }}{{- $_ := set $peer "namespaceSelector" (include "memgov.namespaceSelector" . | fromYaml) }}{{- end }}
+{{- end }}
 {{- with .podSelector }}{{- $_ := set $peer "podSelector" . }}{{- end }}
 {{- if not $peer }}{{- $_ := set $peer "podSelector" dict }}{{- end }}
 {{- toYaml (list $peer) }}

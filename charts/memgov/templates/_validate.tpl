@@ -7,12 +7,31 @@ mode renders.
 {{- $v := .Values }}
 {{- $np := $v.networkPolicy }}
 {{- $errors := list }}
-{{- if ne .Release.Namespace $v.kagent.namespace }}
-{{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s %s"
-  "memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
-  "agents reach http://<KAGENT_CONTROLLER_NAME>.<kagent namespace>:8083,"
-  "and the sidecar patch mounts ConfigMaps of that namespace."
-  (printf "Use --namespace %s or set kagent.namespace." $v.kagent.namespace)) }}
+{{- $missing := list }}
+{{- range $version, $paths := .Files.Get "files/added-values.yaml" | fromYaml }}
+{{- range $path := $paths }}
+{{- $node := $v }}
+{{- range $key := splitList "." $path }}
+{{- $node = and (kindIs "map" $node) (hasKey $node $key) | ternary (index (kindIs "map" $node | ternary $node dict) $key) nil }}
+{{- end }}
+{{- if kindIs "invalid" $node }}{{- $missing = append $missing (printf "%s (new in %s)" $path $version) }}{{- end }}
+{{- end }}
+{{- end }}
+{{- if $missing }}
+{{- $errors = append $errors (printf "chart %s's values %s are missing: %s %s" .Chart.Version (join ", " $missing)
+  "`helm upgrade --reuse-values` from an older chart keeps that chart's values and drops this one's defaults."
+  "Upgrade with --reset-then-reuse-values (docs/deploy.md, \"Upgrade and rollback\").") }}
+{{- end }}
+{{- if and $v.prometheusRule.enabled (not (regexMatch "^https?://[^\\s]+$" (toString $v.prometheusRule.runbookUrl))) }}
+{{- $errors = append $errors (list "prometheusRule.enabled=true needs prometheusRule.runbookUrl: the absolute http(s) URL where your team"
+  "reads docs/runbook.md (each alert links <runbookUrl>#<alert name in lower case>; a relative path leads nowhere from a pager)."
+  | join " ") }}
+{{- end }}
+{{- if and (eq $v.mode "sidecar") (ne .Release.Namespace $v.kagent.namespace) }}
+{{- $errors = append $errors (printf "%s %q (release namespace is %q): %s %s"
+  "in sidecar mode memgov must be installed in kagent's namespace" $v.kagent.namespace .Release.Namespace
+  "memgov runs in kagent's controller pod, and the patch mounts ConfigMaps of that namespace."
+  (printf "Use --namespace %s or set kagent.namespace (gateway mode may run in a namespace of its own)." $v.kagent.namespace)) }}
 {{- end }}
 {{- $chosen := list }}
 {{- if $v.state.postgresql.existingSecret }}{{- $chosen = append $chosen "state.postgresql.existingSecret" }}{{- end }}
@@ -105,6 +124,10 @@ mode renders.
   "memgov's egress policy would block OPA. List the OPA peers." | join " ") }}
 {{- end }}
 {{- end }}
+{{- if and $np.enabled (include "memgov.migrationJob" .) (not $np.postgresql.to) (ne $v.mode "gateway") }}
+{{- $errors = append $errors (list "state.migrationJob.enabled=true with networkPolicy.enabled: the migration Jobs' egress policy"
+  "would block PostgreSQL. List the PostgreSQL peers in networkPolicy.postgresql.to." | join " ") }}
+{{- end }}
 {{- $files := $v.policy.pack.files }}
 {{- if and $files (not (hasKey $files "data/limits.yaml")) }}
 {{- $errors = append $errors (list "policy.pack.files has no data/limits.yaml:"
@@ -121,7 +144,8 @@ mode renders.
 {{- if and $v.admissionPolicy.enabled $np.enabled $np.allowOtherControllerPorts (eq $v.rollout.stage "enforce") }}
 {{- $errors = append $errors (list "networkPolicy.allowOtherControllerPorts=true opens the controller's other ports to anyone,"
   "which admissionPolicy refuses, the chart's own policy included. Open the one port a peer needs with a policy"
-  "labelled memgov/boundary-exception=true, or set admissionPolicy.enabled=false." | join " ") }}
+  "labelled memgov/boundary-exception=true, written by someone granted the verb exempt (docs/boundary.md),"
+  "or set admissionPolicy.enabled=false." | join " ") }}
 {{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if eq $v.kagent.ui.gatewayAccess "port-forward" }}

@@ -31,19 +31,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.control.entries import forgettable
-from sidecar.control.erasures import erasure_answer
-from sidecar.control.scopes import entry_counts, last_erasure
 from sidecar.dev.bench.report import publish
 from sidecar.dev.bench.state import backends, scratch_databases
 from sidecar.dev.bench.sweep import bench_scope, bench_settings, seed_entries
 from sidecar.dev.devstack import start_devstack
-from sidecar.erasure.machine import ErasureEngine, Kind
-from sidecar.governance import Governance, governance
+from sidecar.erasure.machine import ErasureEngine
 from sidecar.logs import configure_logging
 from sidecar.ops import Readiness
+from sidecar.root import ControlRoutes, Parts, control_routes, erasure_engine, open_parts
 from sidecar.state import Scope, StateStore
-from sidecar.state.types import WriteAsk
+from sidecar.state.types import ErasureKind, WriteAsk
 
 CHECKPOINTS: Final = (1, 10, 100, 1000)
 #: The largest scope the save and search state work is measured in; also at a tenth of it and empty.
@@ -86,36 +83,36 @@ async def _scope_rows(store: StateStore, scope_id: str) -> tuple[int, int]:
 class _History:
     """One scope forgetting one entry per round while its live entries stay the same."""
 
-    def __init__(self, gov: Governance, stack: Any, engine: ErasureEngine, scope: Scope) -> None:
-        self.gov, self.stack, self.engine, self.scope = gov, stack, engine, scope
+    def __init__(self, gov: Parts, stack: Any, engine: ErasureEngine, control: ControlRoutes, scope: Scope) -> None:
+        self.gov, self.stack, self.engine, self.control, self.scope = gov, stack, engine, control, scope
         self.rounds = 0
 
     async def forget_round(self) -> tuple[int, int]:
         """Forget the oldest entry as the control API does, then save one: (wall ns, cpu ns) of the forget."""
-        gov, now = self.gov, self.gov.now()
+        gov, now = self.gov, self.gov.clock()
         oldest = (await gov.store.ledger.live_entries(self.scope.scope_id, now, None, 1))[0]
         w, c = time.perf_counter_ns(), time.process_time_ns()
-        chain = await forgettable(gov, self.scope, oldest.entry_id)
-        erasure = await self.engine.erase(self.scope, Kind.FORGET_ONE, "subject", chain)
-        record = await erasure_answer(gov, erasure)
+        chain = await self.control.entries.forgettable(self.scope, oldest.entry_id)
+        erasure = await self.engine.erase(self.scope, ErasureKind.FORGET_ONE, "subject", chain)
+        record = await self.control.evidence.answer(erasure)
         cpu, wall = time.process_time_ns() - c, time.perf_counter_ns() - w
         if record.physical_deletion != "complete":
             raise RuntimeError("a forget-one did not finish with its entry physically deleted")
         scope = await gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
         self.scope = scope
-        await seed_entries(gov, self.stack, scope, [f"bench fact {self.rounds}"], gov.now())
+        await seed_entries(gov, self.stack, scope, [f"bench fact {self.rounds}"], gov.clock())
         self.rounds += 1
         return wall, cpu
 
     async def status(self) -> None:
         scope = await self.gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
-        await entry_counts(self.gov, scope)
-        await last_erasure(self.gov, scope)
+        await self.control.scopes.entry_counts(scope)
+        await self.control.scopes.last_erasure(scope)
 
     async def inspect(self) -> None:
-        now = self.gov.now()
+        now = self.gov.clock()
         scope = await self.gov.store.scopes.get_scope(self.scope.scope_id)
         assert scope is not None
         await self.gov.store.ledger.live_count(scope.scope_id, now)
@@ -124,15 +121,16 @@ class _History:
 
 
 async def _forget_checkpoints(
-    gov: Governance, stack: Any, forgets: int, live: int, samples: int
+    gov: Parts, stack: Any, forgets: int, live: int, samples: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per checkpoint: the scope's rows, status, inspect and forget-one timed in turn; then one compaction."""
-    engine = ErasureEngine(gov)
+    engine = erasure_engine(gov)
+    control = control_routes(gov, engine)
     scopes: dict[int, _History] = {}
     for target in (c for c in CHECKPOINTS if c <= forgets):
-        scope = await bench_scope(gov, f"forgetting{target}", gov.now())
-        await seed_entries(gov, stack, scope, [f"bench seed {i}" for i in range(live)], gov.now())
-        history = scopes[target] = _History(gov, stack, engine, scope)
+        scope = await bench_scope(gov, f"forgetting{target}", gov.clock())
+        await seed_entries(gov, stack, scope, [f"bench seed {i}" for i in range(live)], gov.clock())
+        history = scopes[target] = _History(gov, stack, engine, control, scope)
         while history.rounds < target:
             await history.forget_round()
         print(f"    a scope with {history.rounds} forget-ones …", flush=True)
@@ -167,9 +165,9 @@ async def _forget_checkpoints(
     }
 
 
-async def _entries_growth(gov: Governance, samples: int, entries: int) -> list[dict[str, Any]]:
+async def _entries_growth(gov: Parts, samples: int, entries: int) -> list[dict[str, Any]]:
     """CPU of a save's and a search's state work in scopes of 0, entries/10 and entries rows, in turn (cap lifted)."""
-    store, now = gov.store, gov.now()
+    store, now = gov.store, gov.clock()
 
     def no_claims(_scope: Scope, _window: str | None) -> list[Any]:
         return []
@@ -210,7 +208,7 @@ async def run_history_bench(
     stack = await start_devstack(stream_delay_s=0)
     try:
         settings = bench_settings(folder, state_url, stack.kagent_url, stack.embedding_url)
-        async with governance(settings, Readiness()) as gov:
+        async with open_parts(settings, Readiness()) as gov:
             points, compaction = await _forget_checkpoints(gov, stack, forgets, live, samples)
             growth = await _entries_growth(gov, samples, entries)
             backend = gov.store.backend

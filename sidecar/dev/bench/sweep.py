@@ -24,12 +24,11 @@ from sidecar.dev.bench.state import backends, grow, percentiles, scratch_databas
 from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
-from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.sweeper import sweep_once
-from sidecar.governance import Governance, governance
 from sidecar.identity.appname import app_name
 from sidecar.logs import configure_logging
 from sidecar.ops import Readiness
+from sidecar.root import Parts, erasure_engine, erasure_parts, open_parts, sweep_plan
 from sidecar.settings import PACKAGED_POLICY_DIR, load_settings
 from sidecar.state import Scope
 
@@ -59,7 +58,7 @@ def bench_settings(folder: Path, state_url: str, kagent_url: str, embedding_url:
     )
 
 
-async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, now: datetime) -> set[str]:
+async def _prepare(gov: Parts, stack: Any, rotations: int, entries: int, now: datetime) -> set[str]:
     """Scopes that need a rotation: ``entries`` rows each in kagent and the ledger, the first one forgotten."""
     store = gov.store
     prepared = set()
@@ -71,7 +70,7 @@ async def _prepare(gov: Governance, stack: Any, rotations: int, entries: int, no
     return prepared
 
 
-async def bench_scope(gov: Governance, name: str, now: datetime) -> Scope:
+async def bench_scope(gov: Parts, name: str, now: datetime) -> Scope:
     """A granted scope of the bench's rotating agent."""
     scope, _ = await gov.store.scopes.create_scope(
         f"@{name}:bench.example", "native", AGENT, "control_room", f"!{name}:bench.example", now
@@ -80,7 +79,7 @@ async def bench_scope(gov: Governance, name: str, now: datetime) -> Scope:
     return scope
 
 
-async def seed_entries(gov: Governance, stack: Any, scope: Scope, texts: list[str], now: datetime) -> list[str]:
+async def seed_entries(gov: Parts, stack: Any, scope: Scope, texts: list[str], now: datetime) -> list[str]:
     """Save ``texts`` into the scope's live namespace in the kagent stand-in and the ledger, as a save does."""
     ns = scope.namespace
     assert ns is not None  # a granted scope has its live namespace
@@ -102,23 +101,23 @@ async def run_sweep_bench(
     stack = await start_devstack(stream_delay_s=0)
     try:
         settings = bench_settings(folder, state_url, stack.kagent_url, stack.embedding_url)
-        async with governance(settings, Readiness()) as gov:
+        async with open_parts(settings, Readiness()) as gov:
             load_s = await grow(gov.store, scopes, ledger_rows, int(now.timestamp() * 1_000_000))
             prepared = await _prepare(gov, stack, rotations, entries, now)
-            found = set(await gov.store.rotations.rotation_candidates(now, now, 10 * rotations + 10))
+            found = set(await gov.store.lineage.rotation_candidates(now, now, 10 * rotations + 10))
             if found != prepared:
                 raise RuntimeError("the candidate query found other scopes than the prepared ones")
             samples = []
             for _ in range(ops):
                 begin = time.perf_counter_ns()
-                await gov.store.rotations.rotation_candidates(now, now, 10_000)
+                await gov.store.lineage.rotation_candidates(now, now, 10_000)
                 samples.append(time.perf_counter_ns() - begin)
-            engine = ErasureEngine(gov)
+            engine, erasing, plan = erasure_engine(gov), erasure_parts(gov), sweep_plan(gov)
             started = time.perf_counter()
-            busy = await sweep_once(gov, engine)
+            busy = await sweep_once(erasing, plan, engine)
             busy_s = time.perf_counter() - started
             started = time.perf_counter()
-            idle = await sweep_once(gov, engine)
+            idle = await sweep_once(erasing, plan, engine)
             idle_s = time.perf_counter() - started
             backend = gov.store.backend
         if (busy.rotated, busy.failures, idle.rotated) != (rotations, 0, 0):

@@ -27,6 +27,11 @@ def _bin(name: str) -> str:
     raise RuntimeError(f"PostgreSQL binary {name!r} not found; run `make pg` (apt-get install postgresql)")
 
 
+def bin_dir() -> str:
+    """The folder of the PostgreSQL binaries these servers run, its client tools (pg_dump, pg_restore) beside them."""
+    return os.path.dirname(_bin("pg_ctl"))
+
+
 #: ``LOW-HIGH``: pick test ports from this range instead of asking the kernel (the test runner gives each of
 #: its parallel workers its own slice below the kernel's ephemeral range, so a port picked here is never
 #: taken meanwhile by an outgoing connection or by another worker).

@@ -13,9 +13,9 @@ import asyncpg
 import pytest
 
 from sidecar.dev.devstack.deployment import write_keys
-from sidecar.governance import governance
 from sidecar.identity.tokens import SecretError
 from sidecar.ops import Readiness
+from sidecar.root import open_parts
 from sidecar.settings import load_settings
 from tests.support.harness import overrides, policy_pack
 
@@ -37,7 +37,7 @@ class TestExitStack:
         keys = write_keys(tmp_path / "keys")
         settings = load_settings(**overrides(keys, policy_pack(tmp_path), "http://127.0.0.1:9", pg_url))
         readiness = Readiness()
-        async with governance(settings, readiness):  # the good case opens connections and closes them
+        async with open_parts(settings, readiness):  # the good case opens connections and closes them
             assert await _connections(pg_url) >= 1
             assert {"policy", "state", "rotation"} <= set(readiness.checks)
         assert await _connections(pg_url) == 0
@@ -45,7 +45,7 @@ class TestExitStack:
 
         keys.bridge_file.write_bytes(b"changeme-changeme-changeme-changeme")
         with pytest.raises(SecretError):
-            async with governance(settings, readiness):
+            async with open_parts(settings, readiness):
                 pytest.fail("a placeholder bridge key must not start a gateway")
         assert await _connections(pg_url) == 0
         assert not {"policy", "state", "rotation"} & set(readiness.checks)
