@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -19,6 +21,8 @@ from sidecar.policy.review import diff, explain, find_case, read_input
 from sidecar.policy.semantic import semantic_diff
 from sidecar.policy.suite import load, run_suite
 from sidecar.settings import SettingsError, load_settings
+
+_R = TypeVar("_R")
 
 #: What the authoring commands can fail on without it being a bug: each prints one line, no traceback.
 _EXPECTED = (PackError, CaseError, ToolNotFound, OSError, ValueError, ValidationError, SettingsError)
@@ -100,13 +104,19 @@ def _cmd_test(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    if args.format == "json":
-        print(reports.test_json(report))
-    elif args.format == "markdown":
-        print(reports.test_markdown(report))
-    else:
-        print(reports.test_text(report, cases))
+    _print(args, lambda: reports.test_text(report, cases), reports.test_json, reports.test_markdown, report)
     return 0 if report.ok else 1
+
+
+def _print(
+    args: argparse.Namespace,
+    text: Callable[[], str],
+    as_json: Callable[[_R], str],
+    as_markdown: Callable[[_R], str],
+    report: _R,
+) -> None:
+    """The report in the format ``--format`` asks for."""
+    print(as_json(report) if args.format == "json" else as_markdown(report) if args.format == "markdown" else text())
 
 
 def _tables(args: argparse.Namespace, root: Path, pack: Pack) -> prove.Tables:
@@ -134,12 +144,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             prove.write_counterexamples(report, Path(args.out))
     except _EXPECTED as exc:
         return _fail("prove", exc)
-    if args.format == "json":
-        print(reports.prove_json(report))
-    elif args.format == "markdown":
-        print(reports.prove_markdown(report))
-    else:
-        print(reports.prove_text(report, root))
+    _print(args, lambda: reports.prove_text(report, root), reports.prove_json, reports.prove_markdown, report)
     return 0 if report.ok else 1
 
 

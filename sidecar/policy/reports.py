@@ -119,21 +119,6 @@ def check_sarif(steps: list[Step], require_tools: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _problems(report: SuiteReport) -> list[str]:
-    out = []
-    if report.failures():
-        out.append(f"{len(report.failures())} failing case result(s)")
-    if report.disagreements():
-        out.append(f"engines disagree on {len(report.disagreements())} case(s)")
-    if report.differences:
-        out.append(f"engines disagree on {len(report.differences)} mutated input(s)")
-    if report.full and report.uncovered():
-        out.append(f"{len(report.uncovered())} code(s) without ALLOW and DENY cases")
-    if report.full and report.unfired():
-        out.append(f"{len(report.unfired())} rule(s) no case fires")
-    return out
-
-
 def test_json(report: SuiteReport) -> str:
     """The run as JSON: verdict, failures with their input diff, disagreements, coverage gaps."""
     return _dump(
@@ -142,7 +127,7 @@ def test_json(report: SuiteReport) -> str:
             "cases": len(report.cases),
             "full_run": report.full,
             "engines": list(report.results),
-            "problems": _problems(report),
+            "problems": report.problems(),
             "failures": [
                 {
                     "case": r.case.id,
@@ -173,7 +158,7 @@ def test_json(report: SuiteReport) -> str:
 
 def test_markdown(report: SuiteReport) -> str:
     """The verdict, what failed and the conditions no case exercises, for a pull-request comment."""
-    verdict = "passed" if report.ok else "**failed**: " + "; ".join(_problems(report))
+    verdict = "passed" if report.ok else "**failed**: " + "; ".join(report.problems())
     lines = [
         f"### memgov policy test: {verdict}",
         "",

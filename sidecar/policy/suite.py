@@ -164,6 +164,21 @@ class SuiteReport:
         """Rules no selected case made fire, in either language."""
         return [site for fired in self.rules.values() for site, n in fired.items() if n == 0]
 
+    def problems(self, *, with_cases: bool = True) -> list[str]:
+        """Why the run failed, one phrase each (failing cases and case disagreements with ``with_cases``)."""
+        out = []
+        if with_cases and self.failures():
+            out.append(f"{len(self.failures())} failing case result(s)")
+        if with_cases and self.disagreements():
+            out.append(f"engines disagree on {len(self.disagreements())} case(s)")
+        if self.differences:
+            out.append(f"engines disagree on {len(self.differences)} mutated input(s)")
+        if self.full and self.uncovered():
+            out.append(f"{len(self.uncovered())} code(s) without ALLOW and DENY cases")
+        if self.full and self.unfired():
+            out.append(f"{len(self.unfired())} rule(s) no case fires")
+        return out
+
     @property
     def ok(self) -> bool:
         """Every case passed and the engines agree; on a full run every code and every rule is covered."""
@@ -319,13 +334,7 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
         lines.append(f"... and {len(report.differences) - 25} more mutated inputs on which the engines differ")
     if report.mutants:
         lines.append(f"differential: {report.mutants} mutated inputs, {len(report.differences)} disagreement(s)")
-    problems = []
-    if report.differences:
-        problems.append(f"engines disagree on {len(report.differences)} mutated input(s)")
-    if report.full and report.uncovered():
-        problems.append(f"{len(report.uncovered())} code(s) without ALLOW and DENY cases")
-    if report.full and report.unfired():
-        problems.append(f"{len(report.unfired())} rule(s) no case fires")
+    problems = report.problems(with_cases=False)
     if not report.full:
         lines.append("coverage is shown but not enforced on a selection or a single table")
     verdict = "ok" if report.ok else "FAILED" + (f" ({'; '.join(problems)})" if problems else "")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.policy.test_cli import run_cli
+from tests.policy.test_prove import PLANTED
 from tests.support.policy import CASES_DIR, PACK_DIR
 
 DECISION = "rego/memgov/decision"
@@ -52,22 +53,6 @@ class Mistake:
     args: tuple[str, ...] = ()
     #: False for the one mistake check only warns about.
     fails: bool = True
-
-
-def _ops_bot_cedar() -> tuple[str, str, str]:
-    return (
-        "cedar/room.cedar",
-        ROOM_TAIL + UNLESS,
-        ROOM_TAIL + f'unless {{\n  {PLAIN_INVOKE} ||\n  context.agent.ref == "kagent/ops-bot"\n}};',
-    )
-
-
-def _ops_bot_rego() -> tuple[str, str, str]:
-    return (
-        f"{DECISION}/room.rego",
-        "\tattested\n\tnot room_ok\n",
-        '\tattested\n\tinput.agent.ref != "kagent/ops-bot"\n\tnot room_ok\n',
-    )
 
 
 MISTAKES = [
@@ -247,7 +232,7 @@ MISTAKES = [
         "prove",
         "prove",
         "FAILS   room-state-valid: a2a.invoke, control.inspect",
-        [_ops_bot_cedar(), _ops_bot_rego()],
+        list(PLANTED[0][1]),
         args=("--property", "room-state-valid"),
     ),
     Mistake(
@@ -274,18 +259,7 @@ MISTAKES = [
         "prove",
         "prove",
         "FAILS   audience-local-and-partners",
-        [
-            (
-                "cedar/federation.cedar",
-                " ||\n    !context.deployment.audienceServers.containsAll(context.audience.servers)",
-                "",
-            ),
-            (
-                f"{DECISION}/federation.rego",
-                "\tevery server in input.audience.servers {\n\t\tserver in audience_servers\n\t}\n",
-                "",
-            ),
-        ],
+        list(PLANTED[2][1]),
         args=("--property", "audience-local-and-partners"),
     ),
     Mistake(
@@ -476,8 +450,7 @@ MISTAKES = [
         "prove",
         "FAILS   room-state-valid@baseline: a2a.invoke, control.inspect (the baseline's property",
         [
-            _ops_bot_cedar(),
-            _ops_bot_rego(),
+            *PLANTED[0][1],
             (
                 "properties.yaml",
                 f"    allows_only_if: |\n      {PLAIN_INVOKE} ||\n      (context has room &&",
