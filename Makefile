@@ -31,6 +31,10 @@ KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/v
 	-X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitTreeState=clean \
 	-X $(p).buildDate=1970-01-01T00:00:00Z)
 
+# The kagent releases the conformance part builds and tests (conformance/kagent/build.sh, docs/conformance.md).
+KAGENT_RELEASES := 0.9 0.10
+KAGENT_TARGETS := $(foreach r,$(KAGENT_RELEASES),kagent-$(r))
+
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= memgov:$(VERSION)
 # docker, podman or buildah: all three build the Containerfile with the same command line.
@@ -38,7 +42,7 @@ CONTAINER_TOOL ?= $(firstword $(foreach t,docker podman buildah,$(shell command 
 # The image CI builds from the same Containerfile on stand-in bases (scripts/image-ci.sh).
 IMAGE_CI := .tools/image/memgov-ci.tar
 
-.PHONY: prereqs builds $(TOOL_TARGETS) check test-fast venv tools promtool check-rules-promtool pg kagent conformance image image-tools image-ci test test-py test-rego lint \
+.PHONY: prereqs builds $(TOOL_TARGETS) check test-fast venv tools promtool check-rules-promtool pg kagent $(KAGENT_TARGETS) conformance image image-tools image-ci test test-py test-rego lint \
 	demo bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
@@ -52,7 +56,7 @@ venv: $(VENV)/.installed
 # The pinned Go tools above, and memgov-symcc, the symbolic checker of `memgov policy prove` (tools/symcc/,
 # built by cargo and cached the same way; its solver, cvc5, comes from PyPI with the test extra). One
 # target per tool, so `make -j` builds them side by side (the longest first).
-TOOL_TARGETS := tool-kube-apiserver tool-symcc tool-opa tool-regal tool-helm tool-cyclonus tool-rulecheck tool-crds
+TOOL_TARGETS := tool-kube-apiserver tool-symcc tool-kubectl tool-opa tool-regal tool-helm tool-cyclonus tool-rulecheck tool-crds
 tools: $(TOOL_TARGETS)
 
 tool-opa:
@@ -68,6 +72,11 @@ tool-rulecheck:
 tool-kube-apiserver:
 	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kube-apiserver ./$(KUBE_APISERVER) \
 	  $(KUBE_VERSION)-$$(cat $(KUBE_APISERVER)/go.mod $(KUBE_APISERVER)/go.sum $(KUBE_APISERVER)/main.go | sha256sum | cut -c1-12) .
+# kubectl at the API server's version: the runbook's kubectl commands run against it (tests/chart).
+KUBECTL := scripts/kubectl
+tool-kubectl:
+	GO_TOOL_LDFLAGS='-s -w $(KUBE_LDFLAGS)' scripts/go-tool.sh kubectl ./$(KUBECTL) \
+	  $(KUBE_VERSION)-$$(cat $(KUBECTL)/go.mod $(KUBECTL)/go.sum $(KUBECTL)/main.go | sha256sum | cut -c1-12) .
 tool-symcc:
 	scripts/rust-tool.sh memgov-symcc tools/symcc
 tool-crds:
@@ -105,14 +114,18 @@ prereqs:
 pg:
 	scripts/prereqs.sh initdb
 
-# kagent v0.9.11's own controller server and Go runtime driver, pgvector for the local PostgreSQL, and a
-# venv with kagent's Python runtime: built once from ../shared/vendor and PyPI, cached in
-# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh).
-kagent: pg
-	scripts/prereqs.sh go cc make flock postgres.h
-	conformance/kagent/build.sh all >/dev/null
+# For each supported kagent release (v0.9.11, v0.10.0-rc3): its own controller server and Go runtime
+# driver, and a venv with its Python runtime (kagent-adk 0.9.11, 0.10.4); pgvector for the local
+# PostgreSQL. Built once from ../shared/vendor, the Go module proxy and PyPI, cached in
+# ~/.cache/memgov-conformance by input hash (conformance/kagent/build.sh). One target per release,
+# so `make -j` builds them side by side.
+kagent: $(KAGENT_TARGETS)
 
-# Only the conformance part: every test that runs kagent v0.9.11 itself or kagent's own runtime code.
+$(KAGENT_TARGETS): pg
+	scripts/prereqs.sh go cc make flock postgres.h
+	conformance/kagent/build.sh release $(@:kagent-%=%) >/dev/null
+
+# Only the conformance part: every test that runs kagent itself (either release) or kagent's own runtime code.
 conformance: venv kagent
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m real_kagent
 

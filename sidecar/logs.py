@@ -94,6 +94,7 @@ ALLOWED: Final[dict[str, Callable[[object], bool]]] = {
     "decision_id": _opaque,
     "scope_id": _opaque,
     "erasure_id": _opaque,
+    "retry_of": _opaque,
     "entry_id": _opaque,
     "receipt_id": _opaque,
     "op_id": _opaque,

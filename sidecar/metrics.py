@@ -38,6 +38,12 @@ GOVERNED_DECISIONS = Counter(
     "Governed requests by operation, action and reason.",
     ["operation", "action", "reason"],
 )
+DEFINITION_CLAIMS = Counter(
+    "memgov_definition_claims_total",
+    "kagent definition writes found claiming memgov's boundary, by kind of field (label, annotation, name,"
+    " service_account, secret, host_path).",
+    ["claim"],
+)
 MEMORY_OPERATIONS = Counter(
     "memgov_memory_operations_total",
     "Admitted memory work by kind (embedding items, summarizations, saves, retrievals); not model tokens.",
@@ -56,6 +62,26 @@ AUDIT_SPOOL_DROPPED = Counter(
     "memgov_audit_spool_dropped_total",
     "Audit records (kind audit) and counted refusals (kind refusal_count) lost: the spool was full, or the"
     " process stopped before the state store came back.",
+    ["kind"],
+)
+
+KEY_VERIFICATIONS = Counter(
+    "memgov_key_verifications_total",
+    "Credentials that verified, by purpose (session, bridge, operator) and key slot: the session-key slot"
+    " (current, previous, next) or the verification key's configured id. A slot that stops counting is no"
+    " longer used.",
+    ["purpose", "slot"],
+)
+KEY_RELOADS = Counter(
+    "memgov_key_reloads_total",
+    "Key files and folders read again after a change, by outcome: loaded, or rejected (the keys in use stay).",
+    ["outcome"],
+)
+
+AUDIT_SPOOL_LEFT = Counter(
+    "memgov_audit_spool_left_total",
+    "Audit records (kind audit) and counted refusals (kind refusal_count) a stopping process left in its"
+    " spool folder with the state store down: the next process replays them; lost if the folder goes too.",
     ["kind"],
 )
 

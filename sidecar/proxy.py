@@ -82,6 +82,8 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
             Operation.EMBEDDING: _embedding,
             Traffic.MEMORY_OTHER: _route_denied,
             Traffic.A2A_NONCANONICAL: _route_denied,
+            Traffic.CONTROLLER_NONCANONICAL: _route_denied,
+            Operation.CONTROLLER_WRITE: _passthrough,
             Operation.MEMORY_UNGOVERNED: _ungoverned,
             Traffic.INVALID: _bad_target,
         }

@@ -70,6 +70,9 @@ class Reason(enum.StrEnum):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     EMBEDDING_MODEL_UNKNOWN = "embedding_model_unknown"
+    # kagent's definitions (controller writes)
+    OPERATOR_REQUIRED = "operator_required"
+    BOUNDARY_CLAIMED = "boundary_claimed"
     # dependencies
     POLICY_UNAVAILABLE = "policy_unavailable"
     STATE_UNAVAILABLE = "state_unavailable"
@@ -80,6 +83,7 @@ class Reason(enum.StrEnum):
     NOT_SUBJECT = "not_subject"
     ERASURE_FAILED = "erasure_failed"
     ERASURE_PENDING = "erasure_pending"
+    ERASURE_NOT_RETRYABLE = "erasure_not_retryable"
     VERIFICATION_FAILED = "verification_failed"
     # the policy allowed the request
     ALLOWED = "allowed"
@@ -137,6 +141,8 @@ RULE_REASONS: Final[tuple[Reason, ...]] = (
     Reason.HOURLY_BUDGET_EXHAUSTED,
     Reason.PREFETCH_LIMIT,
     Reason.UNGOVERNED_STORE,
+    Reason.OPERATOR_REQUIRED,
+    Reason.BOUNDARY_CLAIMED,
 )
 
 #: The codes built into memgov; a pack can never redefine them.
@@ -210,12 +216,14 @@ _PRIORITY: Final[tuple[Reason, ...]] = (
     Reason.BAD_REQUEST,
     Reason.POLICY_UNAVAILABLE,
     Reason.STATE_UNAVAILABLE,
+    Reason.BOUNDARY_CLAIMED,
     Reason.CONTEXT_MISSING,
     Reason.CONTEXT_EXPIRED,
     Reason.CONTEXT_REPLAYED,
     Reason.CONTEXT_INVALID,
     Reason.KEY_INVALID,
     Reason.PRINCIPAL_INVALID,
+    Reason.OPERATOR_REQUIRED,
     Reason.ORIGIN_NOT_ALLOWED,
     Reason.AGENT_MISMATCH,
     Reason.CONSENT_MISSING,
@@ -266,6 +274,7 @@ STATUS: Final[Mapping[Reason, HTTPStatus]] = MappingProxyType(
         Reason.BODY_TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
         Reason.CONFIRMATION_REQUIRED: HTTPStatus.CONFLICT,
         Reason.ERASURE_PENDING: HTTPStatus.CONFLICT,
+        Reason.ERASURE_NOT_RETRYABLE: HTTPStatus.CONFLICT,
         Reason.BODY_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
         Reason.CONCURRENCY_LIMITED: HTTPStatus.TOO_MANY_REQUESTS,
         Reason.INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR,

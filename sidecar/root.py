@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-from collections.abc import AsyncIterator
+import hashlib
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
 
 from aiohttp import web
 
-from sidecar import metrics
+from sidecar import evloop, metrics
 from sidecar.clock import Clock, utcnow
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
 from sidecar.contentstore.kagent import KagentMemory
@@ -31,13 +31,15 @@ from sidecar.control.app import create_control_app, handlers
 from sidecar.control.auth import Authenticator
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import ErasureEvidence
+from sidecar.control.erasures import ErasureAdmin, ErasureEvidence
 from sidecar.control.http import SWEEPERS
 from sidecar.control.scopes import Scopes
 from sidecar.decide.context import Contexts
 from sidecar.decide.decider import Decider
+from sidecar.decide.definitions import Boundary
 from sidecar.decide.record import AuditRecorder
 from sidecar.enforce import governed_handlers, governed_middlewares
+from sidecar.enforce.definitions import DefinitionParts
 from sidecar.enforce.embedding import EmbeddingParts
 from sidecar.enforce.invoke import InvokeParts
 from sidecar.enforce.memory import MemoryParts
@@ -46,19 +48,20 @@ from sidecar.erasure.parts import ErasureParts
 from sidecar.erasure.sweeper import Sweepers, SweepPlan
 from sidecar.identity.appname import Agents
 from sidecar.identity.keys import SessionKeys
-from sidecar.identity.tokens import Verifier, load_verifier
+from sidecar.identity.tokens import KEY_ID, KeySet, Verifier, load_keys, load_verifier
 from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime
 from sidecar.proxy import create_data_app
-from sidecar.reasons import Reason
+from sidecar.secretfile import SecretError
 from sidecar.settings import AdapterName, Settings
-from sidecar.state import StateError, StateStore, open_store
+from sidecar.state import StateError, StateStore
+from sidecar.state.store import pending_store
 from sidecar.upstream import MEMGOV_USER, KagentBearer, Upstreams, open_upstreams
 
 log = get_logger("root")
-#: Longest wait between two attempts to reach a state store that does not answer at start-up.
-_CONNECT_BACKOFF_MAX_S: Final = 30.0
+#: Session-key secrets: current, previous, next (``settings.session_keys``).
+KeyMaterial = tuple[bytes, bytes | None, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,97 @@ def make_rotator(settings: Settings, kagent: KagentMemory, upstreams: Upstreams)
     return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), pinned)
 
 
+def _verification_keys(file: Path | None, folder: Path | None, name: str) -> dict[str, Verifier] | None:
+    """One purpose's verification keys: a folder of keys named by id, or one file (id ``default``)."""
+    if folder is not None:
+        return load_keys(folder, f"trust.{name}_keys_dir")
+    if file is not None:
+        return {"default": load_verifier(file, setting=f"trust.{name}_key_file")}
+    return None
+
+
+def _read_keys(settings: Settings) -> tuple[KeyMaterial, dict[str, Verifier] | None, dict[str, Verifier] | None]:
+    trust = settings.trust
+    return (
+        settings.session_keys(),
+        _verification_keys(trust.bridge_key_file, trust.bridge_keys_dir, "bridge"),
+        _verification_keys(trust.operator_key_file, trust.operator_keys_dir, "operator"),
+    )
+
+
+def _counted(purpose: str) -> Callable[[str], None]:
+    """Count a verification per key slot (the slot names are configured: the labels stay few)."""
+    return lambda slot: metrics.KEY_VERIFICATIONS.labels(purpose, slot).inc()
+
+
+def trusted_keys(settings: Settings) -> tuple[SessionKeys, KeySet | None, KeySet | None]:
+    """The session keys and the bridge's and operators' verification keys (None: not configured, so every
+    such token is invalid), each counting its verifications per slot."""
+    session, bridge, operators = _read_keys(settings)
+    keys = SessionKeys(*session)
+    keys.on_verified = _counted("session")
+    sets = []
+    for purpose, slots in (("bridge", bridge), ("operator", operators)):
+        ring = KeySet(slots) if slots is not None else None
+        if ring is not None:
+            ring.on_verified = _counted(purpose)
+        sets.append(ring)
+    return keys, sets[0], sets[1]
+
+
+def _fingerprint(settings: Settings) -> bytes:
+    """A digest of every key file and key folder the settings name, as they are on disk now."""
+    digest = hashlib.sha256()
+    s, t = settings.secrets, settings.trust
+    for path in (
+        s.session_key_file,
+        s.previous_session_key_file,
+        s.next_session_key_file,
+        t.bridge_key_file,
+        t.operator_key_file,
+    ):
+        digest.update(b"\0" + (Path(path).read_bytes() if path is not None and Path(path).exists() else b"-"))
+    for folder in (t.bridge_keys_dir, t.operator_keys_dir):
+        if folder is not None and Path(folder).is_dir():
+            for entry in sorted(p for p in Path(folder).iterdir() if KEY_ID.fullmatch(p.name) and p.is_file()):
+                digest.update(b"\1" + entry.name.encode() + b"\0" + entry.read_bytes())
+    return digest.digest()
+
+
+async def reload_keys(settings: Settings, keys: SessionKeys, bridge: KeySet | None, operators: KeySet | None) -> None:
+    """Read the key files again every ``secrets.reload_interval_s`` and use them once they changed.
+
+    A Secret updated in place reaches a running pod this way, without a restart (docs/deploy.md, key
+    rotation). Keys that do not load (a half-written file, a placeholder) change nothing: the keys in use
+    stay, ``memgov_key_reloads_total{outcome="rejected"}`` counts it and the log says which kind of error.
+    """
+    seen = await asyncio.to_thread(_fingerprint, settings)
+    while True:
+        await asyncio.sleep(settings.secrets.reload_interval_s)
+        try:
+            now = await asyncio.to_thread(_fingerprint, settings)
+            if now == seen:
+                continue
+            session, bridge_keys, operator_keys = await asyncio.to_thread(_read_keys, settings)
+            if await asyncio.to_thread(_fingerprint, settings) != now:
+                continue  # changed while read (several files, one update): read again next time, whole
+            keys.replace(*session)
+            for ring, slots in ((bridge, bridge_keys), (operators, operator_keys)):
+                if ring is not None:
+                    # SECURITY: an emptied folder verifies nothing: a removed key is refused at once.
+                    ring.replace(slots or {})
+        except (SecretError, ValueError, OSError) as exc:
+            metrics.KEY_RELOADS.labels("rejected").inc()
+            log.error("keys.reload_failed", error_type=type(exc).__name__)
+            continue
+        seen = now
+        metrics.KEY_RELOADS.labels("loaded").inc()
+        log.info(
+            "keys.reloaded",
+            count=len(keys.slots) + len(bridge.ids if bridge else ()) + len(operators.ids if operators else ()),
+        )
+
+
 def rotation_check(parts: Parts) -> ReadyCheck:
     """A readiness detail naming the agents whose erasures rotation cannot make exact (no configured model).
 
@@ -132,47 +226,34 @@ def rotation_check(parts: Parts) -> ReadyCheck:
     return check
 
 
-async def open_state(settings: Settings) -> StateStore:
-    """Open (and migrate, unless told not to) the state store, waiting with backoff while it does not answer.
-
-    Nothing is served meanwhile; a signal ends the wait (``server.serve``). A schema this release
-    cannot run on is not waited for: SchemaMismatch is raised at once.
-    """
-    url = settings.state_url()
-    backend = "postgresql" if url.startswith("postgres") else "sqlite"
-    delay, attempt = 0.5, 0
-    while True:
-        attempt += 1
-        try:
-            return await open_store(
-                url,
-                pool_size=settings.state.pool_size,
-                auto_migrate=settings.state.auto_migrate,
-                spool_rows=settings.audit.spool_records,
-                spool_dir=settings.audit.spool_dir,
-                statement_timeout_s=settings.state.statement_timeout_s,
-                acquire_timeout_s=settings.state.acquire_timeout_s,
-            )
-        except StateError as exc:
-            if exc.reason is not Reason.STATE_UNAVAILABLE:
-                raise
-        # Jitter, so replicas restarted together do not knock in step.
-        wait = delay * random.uniform(0.75, 1.25)
-        log.warning("state.connect_failed", backend=backend, attempt=attempt, retry_in_ms=round(wait * 1000))
-        await asyncio.sleep(wait)
-        delay = min(delay * 2, _CONNECT_BACKOFF_MAX_S)
+def state_store(settings: Settings) -> StateStore:
+    """The state store, not connected yet: it connects (and migrates, unless told not to) in the background
+    once watched, waiting with backoff while it does not answer; meanwhile memory is degraded."""
+    return pending_store(
+        settings.state_url(),
+        pool_size=settings.state.pool_size,
+        auto_migrate=settings.state.auto_migrate,
+        spool_rows=settings.audit.spool_records,
+        spool_dir=settings.audit.spool_dir,
+        statement_timeout_s=settings.state.statement_timeout_s,
+        acquire_timeout_s=settings.state.acquire_timeout_s,
+    )
 
 
 @asynccontextmanager
-async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock | None = None) -> AsyncIterator[Parts]:
+async def open_parts(
+    settings: Settings, readiness: Readiness, *, clock: Clock | None = None, wait_for_store: bool = True
+) -> AsyncIterator[Parts]:
     """Open every long-lived part, register the readiness checks, and close everything on exit.
 
-    Readiness means "can serve traffic": a state store that stops answering degrades memory (SPEC
-    D6) but leaves the gateway ready; the check reports whether the store answers.
+    Readiness means "can serve traffic": a state store that stops answering, or has not answered yet,
+    degrades memory (SPEC D6) but leaves the gateway ready; the check reports whether the store
+    answers. The store connects in the background; ``wait_for_store`` (tools, benches, tests that need
+    memory at once) yields only once it did, and raises what stopped it (SchemaMismatch).
     """
     now = clock or utcnow
     async with contextlib.AsyncExitStack() as opened:
-        store = await open_state(settings)
+        store = state_store(settings)
         opened.push_async_callback(store.close)
         policy = await PolicyRuntime.start(settings.policy)
         opened.push_async_callback(policy.close)
@@ -182,13 +263,10 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
         eraser = make_eraser(settings, kagent)
         opened.push_async_callback(eraser.close)
         trust = settings.trust
-        current, previous = settings.session_keys()
-        bridge = load_verifier(trust.bridge_key_file) if trust.bridge_key_file else None
-        operators = (
-            load_verifier(trust.operator_key_file, setting="trust.operator_key_file")
-            if trust.operator_key_file is not None
-            else None
-        )
+        keys, bridge, operators = trusted_keys(settings)
+        if settings.secrets.reload_interval_s > 0:
+            reloading = reload_keys(settings, keys, bridge, operators)
+            await opened.enter_async_context(evloop.background(reloading))
         agents = Agents(
             {ref: a.disabled_variant for ref, a in settings.agents.items()},
             {ref: a.ghost for ref, a in settings.agents.items()},
@@ -200,7 +278,7 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
             clock=now,
             store=store,
             policy=policy,
-            keys=SessionKeys(current, previous),
+            keys=keys,
             bridge=bridge,
             operators=operators,
             agents=agents,
@@ -223,11 +301,26 @@ async def open_parts(settings: Settings, readiness: Readiness, *, clock: Clock |
         readiness.checks.update(checks)
         opened.callback(lambda: [readiness.checks.pop(name, None) for name in checks])
         await opened.enter_async_context(store.watched(settings.state.check_interval_s))
+        if wait_for_store:
+            await store.wait_connected()
         yield parts
 
 
-def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts]:
-    """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings."""
+def governed_definitions(settings: Settings) -> tuple[frozenset[str], frozenset[str]]:
+    """namespace/name of every definition an operator token guards: the memory agents with their
+    memory-disabled variants, and the ModelConfigs they use (a bare name is in the agent's namespace)."""
+    agents: set[str] = set()
+    models: set[str] = set()
+    for ref, agent in settings.agents.items():
+        ns = ref.partition("/")[0]
+        agents |= {ref, f"{ns}/{agent.disabled_variant}"}
+        models |= {m if "/" in m else f"{ns}/{m}" for m in agent.model_configs}
+    return frozenset(agents), frozenset(models)
+
+
+def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts]:
+    """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings,
+    definition writes."""
     s, store = parts.settings, parts.store
     memory = MemoryParts(
         admission=store.admission,
@@ -265,7 +358,17 @@ def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts]
         clock=parts.clock,
         provider=parts.upstreams.embedding,
     )
-    return memory, invoke, embedding
+    agents, models = governed_definitions(s)
+    definitions = DefinitionParts(
+        boundary=Boundary.of(s.boundary),
+        governed_agents=agents,
+        governed_models=models,
+        operators=parts.operators,
+        operator_max_age_s=s.trust.operator_max_age_s,
+        clock=parts.clock,
+        controller=parts.upstreams.controller,
+    )
+    return memory, invoke, embedding, definitions
 
 
 def data_app(parts: Parts) -> web.Application:
@@ -326,6 +429,7 @@ class ControlRoutes:
     entries: EntryRoutes
     erase: EraseRoutes
     evidence: ErasureEvidence
+    admin: ErasureAdmin
 
 
 def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
@@ -370,22 +474,36 @@ def control_routes(parts: Parts, engine: ErasureEngine) -> ControlRoutes:
         clock,
     )
     erase = EraseRoutes(auth, evidence, engine, store.single_use, store.scopes, store.audit_log, clock)
-    return ControlRoutes(scopes, entries, erase, evidence)
+    return ControlRoutes(scopes, entries, erase, evidence, ErasureAdmin(auth, evidence, engine, store.erasures))
 
 
 @asynccontextmanager
 async def control_plane(parts: Parts, *, resume: bool = True) -> AsyncIterator[web.Application]:
-    """Resume unfinished erasures (unless ``resume`` is False), then yield the control app while the sweepers run."""
+    """Yield the control app at once; once the state store is connected, resume unfinished erasures (unless
+    ``resume`` is False) and start the sweepers, which run until the block ends."""
     erasing = erasure_parts(parts)
     engine = ErasureEngine(erasing)
-    if resume:
-        await engine.resume_all()
     routes = control_routes(parts, engine)
-    app = create_control_app(handlers(routes.scopes, routes.entries, routes.erase, routes.evidence), parts.recorder)
+    table = handlers(routes.scopes, routes.entries, routes.erase, routes.evidence, routes.admin)
+    app = create_control_app(table, parts.recorder)
     sweepers = app[SWEEPERS] = Sweepers(erasing, sweep_plan(parts), engine)
-    sweepers.start()
+
+    async def once_connected() -> None:
+        try:
+            await parts.store.wait_connected()
+        except Exception:  # noqa: BLE001 - a store that can never connect stops the process (server.py)
+            return
+        if resume:
+            try:
+                await engine.resume_all()
+            except StateError:
+                # The store went away again: the sweepers resume what is left once it answers.
+                log.warning("erasure.resume_deferred")
+        sweepers.start()
+
     try:
-        yield app
+        async with evloop.background(once_connected()):
+            yield app
     finally:
         await sweepers.stop()
         await engine.close()

@@ -1,10 +1,12 @@
 """Pure route classification: ``(method, raw path) → RouteMatch`` (SPEC §2 traffic classes).
 
-Governed handling applies only to the exact, canonical spelling of a memory, A2A or embedding
-route. A path that merely *decodes or folds* to a governed route (percent-encoded slashes, other
-letter case, duplicate slashes, dot segments, trailing slash) is classified ``memory.other`` or
-``a2a.noncanonical`` and refused, because kagent's router may still reach the governed handler
-through such spellings; refusing them costs nothing legitimate.
+Governed handling applies only to the exact, canonical spelling of a memory, A2A, embedding or
+definition-write route. A path that merely *decodes or folds* to a governed route (percent-encoded
+slashes, other letter case, duplicate slashes, dot segments, trailing slash) is classified
+``memory.other``, ``a2a.noncanonical`` or ``controller.noncanonical`` and refused, because kagent's
+router may still reach the governed handler through such spellings; refusing them costs nothing
+legitimate. (A definition path with only a trailing slash added reaches no definition handler in
+kagent, and under ``/api/agentharnesses/{ns}/{name}/`` it is the harness gateway: relayed.)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Operation(enum.StrEnum):
     MEMORY_UNGOVERNED = "memory.ungoverned"
     EMBEDDING = "embedding"
     CONTROL_INSPECT = "control.inspect"
+    CONTROLLER_WRITE = "controller.write"
 
 
 class Traffic(enum.StrEnum):
@@ -41,6 +44,7 @@ class Traffic(enum.StrEnum):
     A2A_CARD = "a2a.card"
     A2A_NONCANONICAL = "a2a.noncanonical"
     MEMORY_OTHER = "memory.other"
+    CONTROLLER_NONCANONICAL = "controller.noncanonical"
     PASSTHROUGH = "passthrough"
     INVALID = "invalid"
 
@@ -83,6 +87,11 @@ _A2A = re.compile(rf"^/api/(?P<kind>a2a|a2a-sandboxes)/(?P<ns>{_SEG})/(?P<name>{
 _CARD_SUFFIX: Final = "/.well-known/agent-card.json"
 _EMBEDDING = re.compile(rf"^/embeddings/(?P<ns>{_SEG})/(?P<name>{_SEG})/v1/embeddings$")
 _UNGOVERNED = re.compile(r"^/api/(crewai/memory|crewai/flows/state|langgraph(/.*)?)$")
+#: kagent's definition collections: what a write there creates or changes is a workload or its config.
+DEFINITIONS: Final = ("agents", "sandboxagents", "agentharnesses", "modelconfigs", "toolservers", "prompttemplates")
+_WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_DEFINITION = re.compile(rf"^/api/(?P<kind>{'|'.join(DEFINITIONS)})(?:/(?P<ns>{_SEG})/(?P<name>{_SEG}))?$")
+_DEFINITION_FOLDED = re.compile(rf"^/api/({'|'.join(DEFINITIONS)})(/[^/]+/[^/]+)?$")
 
 # Templates for passthrough routes (logs and metrics never see raw paths).
 _TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
@@ -156,6 +165,9 @@ def classify(method: str, raw_path: str) -> RouteMatch:
         return RouteMatch(Operation.A2A_INVOKE, f"/api/{kind}/{{ns}}/{{name}}", params)
     if _UNGOVERNED.match(path) is not None:
         return RouteMatch(Operation.MEMORY_UNGOVERNED, _ungoverned_template(path))
+    if method in _WRITE_METHODS and (m := _DEFINITION.match(path)) is not None:
+        params = {k: v for k, v in m.groupdict().items() if v is not None}
+        return RouteMatch(Operation.CONTROLLER_WRITE, _definition_template(params), params)
 
     # Anything whose decoded, folded form lands on a governed prefix is a bypass attempt or a typo.
     folded = _canonical(unquote(unquote(path)))
@@ -165,10 +177,19 @@ def classify(method: str, raw_path: str) -> RouteMatch:
         return RouteMatch(Traffic.A2A_NONCANONICAL, "/api/a2a/{other}")
     if folded.startswith(("/api/crewai/", "/api/langgraph")):
         return RouteMatch(Operation.MEMORY_UNGOVERNED, "/api/{ungoverned}")
+    trailing_slash_only = path != "/" and _DEFINITION.match(path.rstrip("/")) is not None
+    if method in _WRITE_METHODS and _DEFINITION_FOLDED.match(folded) is not None and not trailing_slash_only:
+        # SECURITY: kagent's router decodes the path before matching, so `/api/%61gents` or
+        # `/api/agents/ns/./name` may reach a definition handler without memgov's decision.
+        return RouteMatch(Traffic.CONTROLLER_NONCANONICAL, "/api/{collection}/{other}")
     for rx, template in _TEMPLATES:
         if rx.match(path):
             return RouteMatch(Traffic.PASSTHROUGH, template)
     return RouteMatch(Traffic.PASSTHROUGH, "/{unknown}")
+
+
+def _definition_template(params: dict[str, str]) -> str:
+    return "/api/{collection}/{ns}/{name}" if "name" in params else "/api/{collection}"
 
 
 def _ungoverned_template(path: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from aiohttp import web
 
@@ -94,13 +94,19 @@ async def running_gateway(
 ) -> AsyncIterator[Gateway]:
     """Start every listener of a gateway (ports may be 0) and stop them on exit.
 
+    The listeners open before the state store answers: until it does, memory is degraded exactly as
+    in an outage (invocations go to the memory-disabled variant, searches answer ``[]``, saves
+    ``503``), ``/readyz`` is ready with the store ``available: false`` and metrics are exported; once
+    it connects, unfinished erasures resume and the sweepers start (``root.control_plane``). A caller
+    that needs memory at once awaits ``gw.parts.store.wait_connected()``.
+
     ``resume`` False leaves unfinished erasures to another worker of the same gateway, which
     resumes them as it starts (the sweepers of every worker still pick up stalled ones).
     """
     gw = Gateway(settings, gates=connections.gates(settings))
     readiness = Readiness()
     async with (
-        open_parts(settings, readiness, clock=clock) as parts,
+        open_parts(settings, readiness, clock=clock, wait_for_store=False) as parts,
         control_plane(parts, resume=resume) as control,
         sampling(parts.store, parts.clock),
     ):
@@ -116,24 +122,43 @@ async def running_gateway(
                 await runner.cleanup()
 
 
+async def _until_stopped(stop: asyncio.Event, connected: Coroutine[Any, Any, None]) -> None:
+    """Return once ``stop`` is set; raise what ``connected`` raises first (it returns once the store is up)."""
+    stopping = asyncio.ensure_future(stop.wait())
+    connecting = asyncio.ensure_future(connected)
+    try:
+        done, _ = await asyncio.wait({stopping, connecting}, return_when=asyncio.FIRST_COMPLETED)
+        if connecting in done:
+            connecting.result()
+            await stopping
+    finally:
+        for waiting in (stopping, connecting):
+            waiting.cancel()
+        await asyncio.gather(stopping, connecting, return_exceptions=True)
+
+
 async def serve(settings: Settings, started: Callable[[], object] | None = None, *, resume: bool = True) -> None:
     """Run until SIGINT/SIGTERM; ``started`` is called once every listener is open.
 
-    A signal that arrives while the gateway is still starting (a state store that does not answer,
-    a long erasure resume) cancels the start-up, whose clean-up then runs as on any error: the
-    orchestrator's SIGTERM is never held up by a start-up that may not finish.
+    A signal that arrives while the gateway is still starting (before its listeners open: the policy
+    pack loading, OPA not answering) cancels the start-up, whose clean-up then runs as on any error:
+    the orchestrator's SIGTERM is never held up by a start-up that may not finish. The state store
+    does not hold the start-up (``running_gateway``); one this release can never run on (a newer
+    schema) ends ``serve`` with SchemaMismatch once it is found.
     """
     stop, serving = asyncio.Event(), asyncio.Event()
     tracing.configure(settings.tracing)
 
     async def run() -> None:
         async with running_gateway(settings, resume=resume) as gw:
-            if gw.parts is not None:
-                gw.parts.policy.install_sighup()  # `kill -HUP` reloads the policy pack
+            assert gw.parts is not None
+            gw.parts.policy.install_sighup()  # `kill -HUP` reloads the policy pack
             serving.set()
             if started is not None:
                 started()
-            await stop.wait()  # then a graceful shutdown, requests in flight included
+            # Then a graceful shutdown, requests in flight included; a store that can never be used
+            # (a schema this release does not run on) ends it too, with its exception.
+            await _until_stopped(stop, gw.parts.store.wait_connected())
 
     gateway = asyncio.ensure_future(run())
 

@@ -56,6 +56,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A Kubernetes object name (DNS-1123 subdomain).
+_K8S_NAME = r"[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?"
+
+
 class UpstreamSettings(_Section):
     controller_url: str = Field("http://127.0.0.1:8083", description="kagent controller base URL.")
     embedding_url: str | None = Field(
@@ -241,7 +245,19 @@ class SecretsSettings(_Section):
         None, description="HMAC key for session/storage keys; generated under ./.memgov/ in dev when unset."
     )
     previous_session_key_file: Path | None = Field(
-        None, description="Previous HMAC key, still accepted for verification during rotation."
+        None,
+        description="Previous HMAC key, still accepted for verification during rotation (a missing file: none).",
+    )
+    next_session_key_file: Path | None = Field(
+        None,
+        description="Next HMAC key, accepted for verification before any replica mints with it: the first step"
+        " of a rotation (a missing file: none).",
+    )
+    reload_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="How often key files and folders (secrets.*, trust.*) are read again; a changed one is used"
+        " from then on, one that does not load keeps the keys in use. 0 reads them once at start.",
     )
 
 
@@ -250,6 +266,16 @@ class TrustSettings(_Section):
         None, description="Verifies delegation contexts and subject tokens (HS256 secret or PEM public key)."
     )
     operator_key_file: Path | None = Field(None, description="Verifies operator tokens (role: operator).")
+    bridge_keys_dir: Path | None = Field(
+        None,
+        description="Folder of bridge verification keys, one file each, named by its key id (the tokens' kid);"
+        " instead of bridge_key_file, for rotation.",
+    )
+    operator_keys_dir: Path | None = Field(
+        None,
+        description="Folder of operator verification keys, one file each, named by its key id (the tokens' kid);"
+        " instead of operator_key_file, for rotation.",
+    )
     context_max_age_s: int = Field(120, ge=1, le=120, description="Longest accepted context lifetime (exp - iat).")
     subject_max_age_s: int = Field(
         300, ge=1, le=3600, description="Longest accepted subject-token lifetime (exp - iat); jti is required."
@@ -284,6 +310,21 @@ class AgentSettings(_Section):
     embedding_dimensions: int | None = Field(
         None, ge=1, le=65536, description="'dimensions' to send with the pinned model (kagent's runtimes send 768)."
     )
+    model_configs: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The kagent ModelConfigs the agent uses (its modelConfig, memory.modelConfig and summarizer):"
+        " names in the agent's namespace or namespace/name. Changing one needs an operator token, like the"
+        " agent's own definition.",
+    )
+
+    @field_validator("model_configs")
+    @classmethod
+    def _model_configs(cls, v: list[str]) -> list[str]:
+        for ref in v:
+            if not re.fullmatch(rf"(?:{_K8S_NAME}/)?{_K8S_NAME}", ref):
+                raise ValueError("each entry must be a Kubernetes object name or namespace/name")
+        return v
 
     @field_validator("embedding_model")
     @classmethod
@@ -300,7 +341,7 @@ class AgentSettings(_Section):
     @field_validator("disabled_variant")
     @classmethod
     def _variant(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?", v):
+        if not re.fullmatch(_K8S_NAME, v):
             raise ValueError("must be a Kubernetes object name")
         return v
 
@@ -311,6 +352,93 @@ def _identity_check(kind: str, value: str) -> str:
         return normalise_server_name(value) if kind == "server_name" else str(parse_mxid(value))
     except IdentityError:
         raise ValueError(f"not a valid {'server name' if kind == 'server_name' else 'Matrix user id'}") from None
+
+
+#: A label or annotation key: an optional DNS prefix and a name (Kubernetes' qualified name).
+_LABEL_KEY = re.compile(
+    r"(?:[a-z0-9](?:[a-z0-9.\-]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9._\-]{0,61}[A-Za-z0-9])?"
+)
+
+
+class BoundarySettings(_Section):
+    """What a kagent definition relayed through memgov may never claim (docs/security.md).
+
+    Whatever is set here, a definition is also refused for the markers every memgov carries: the
+    label ``app.kubernetes.io/name: memgov``, any label or annotation key under ``memgov/``, and
+    the name ``memgov``. The chart fills every list from its own templates.
+    """
+
+    selectors: list[dict[str, str]] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Label sets of the pods memgov's boundary lets through or sends to: memgov's own selector"
+        " labels, kagent's controller and UI pods. A definition carrying any one label of them is refused.",
+    )
+    marker_keys: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Label and annotation keys that mark the boundary (e.g. an exception label), refused with"
+        " any value.",
+    )
+    service_accounts: list[str] = Field(
+        default_factory=list, max_length=8, description="memgov's service accounts: no definition may run as one."
+    )
+    secrets: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="The Secrets memgov reads its keys and URLs from: no definition may refer to one, by any field.",
+    )
+    names: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Names of memgov's own objects (Service, Deployment, ConfigMaps, claim): no definition may"
+        " take one, since kagent names the objects it creates for a definition after it.",
+    )
+    name_prefixes: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Prefixes of the names of memgov's own objects (the chart's '<full name>-'): no definition's"
+        " name may start with one.",
+    )
+    kagent_namespace: str = Field(
+        "kagent", description="kagent's own namespace, where kagent puts a definition that names no namespace."
+    )
+
+    @field_validator("selectors")
+    @classmethod
+    def _selectors(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
+        for labels in v:
+            if not labels or any(_LABEL_KEY.fullmatch(k) is None for k in labels):
+                raise ValueError("each selector is a non-empty map of label keys to values")
+        return v
+
+    @field_validator("marker_keys")
+    @classmethod
+    def _markers(cls, v: list[str]) -> list[str]:
+        if any(_LABEL_KEY.fullmatch(k) is None for k in v):
+            raise ValueError("each marker key must be a label key")
+        return v
+
+    @field_validator("service_accounts", "secrets", "names")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        if any(re.fullmatch(_K8S_NAME, n) is None for n in v):
+            raise ValueError("each entry must be a Kubernetes object name")
+        return v
+
+    @field_validator("name_prefixes")
+    @classmethod
+    def _prefixes(cls, v: list[str]) -> list[str]:
+        if any(re.fullmatch(r"[a-z0-9][a-z0-9.\-]{0,252}", p) is None for p in v):
+            raise ValueError("each entry must be the start of a Kubernetes object name")
+        return v
+
+    @field_validator("kagent_namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if re.fullmatch(r"[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?", v) is None:
+            raise ValueError("must be a Kubernetes namespace name")
+        return v
 
 
 class AdapterName(StrEnum):
@@ -421,6 +549,9 @@ class Settings(BaseSettings):
     trust: TrustSettings = Field(default_factory=TrustSettings, description="Token verification keys.")
     matrix: MatrixSettings = Field(default_factory=MatrixSettings, description="Matrix deployment facts.")
     agents: dict[str, AgentSettings] = Field(default_factory=dict, description="Memory-enabled agents by ns/name.")
+    boundary: BoundarySettings = Field(
+        default_factory=BoundarySettings, description="What relayed kagent definitions may never claim."
+    )
     erasure: ErasureSettings = Field(default_factory=ErasureSettings, description="Erasure.")
     enforce: EnforceSettings = Field(default_factory=EnforceSettings, description="Enforcement tuning.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit record retention.")
@@ -435,6 +566,17 @@ class Settings(BaseSettings):
             if not sep or not ns or not name or "/" in name:
                 raise ValueError(f"agent key {ref!r} must be namespace/name")
         return v
+
+    @model_validator(mode="after")
+    def _one_source_of_trust(self) -> Settings:
+        trust = self.trust
+        for name, file, folder in (
+            ("bridge", trust.bridge_key_file, trust.bridge_keys_dir),
+            ("operator", trust.operator_key_file, trust.operator_keys_dir),
+        ):
+            if file is not None and folder is not None:
+                raise ValueError(f"trust.{name}_key_file and trust.{name}_keys_dir are exclusive")
+        return self
 
     @model_validator(mode="after")
     def _production_guards(self) -> Settings:
@@ -479,8 +621,9 @@ class Settings(BaseSettings):
             return read_secret(self.erasure.kagent_db_url_file, "erasure.kagent_db_url_file").decode().strip()
         return self.erasure.kagent_db_url
 
-    def session_keys(self) -> tuple[bytes, bytes | None]:
-        """Return (current, previous) HMAC keys; in dev a missing current key is generated once."""
+    def session_keys(self) -> tuple[bytes, bytes | None, bytes | None]:
+        """Return (current, previous, next) HMAC keys; in dev a missing current key is generated once. A
+        previous or next file that does not exist holds no key (a rotation step removed it)."""
         if self.secrets.session_key_file is None:
             path = DEV_DIR / "session.key"
             if not path.exists():
@@ -491,10 +634,18 @@ class Settings(BaseSettings):
             current = read_secret(path, "secrets.session_key_file")
         else:
             current = read_secret(self.secrets.session_key_file, "secrets.session_key_file")
-        previous = None
-        if self.secrets.previous_session_key_file is not None:
-            previous = read_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file")
-        return current, previous
+        return (
+            current,
+            _optional_secret(self.secrets.previous_session_key_file, "secrets.previous_session_key_file"),
+            _optional_secret(self.secrets.next_session_key_file, "secrets.next_session_key_file"),
+        )
+
+
+def _optional_secret(path: Path | None, key: str) -> bytes | None:
+    """The secret of a file that may be absent (None then); one that exists must be a real secret."""
+    if path is None or not Path(path).exists():
+        return None
+    return read_secret(path, key)
 
 
 class _YamlSource(PydanticBaseSettingsSource):

@@ -47,6 +47,9 @@ _AUTO_HEADERS: Final = ("Accept-Encoding", "User-Agent", "Content-Type", "Accept
 
 #: Never forwarded, on any route: a delegation context is for memgov alone (SPEC §5).
 CONTEXT_HEADER: Final = "X-Memgov-Context"
+#: Never forwarded, on any route: an operator's token for a governed definition write is memgov's
+#: alone (kagent keeps ``Authorization`` for its own auth mode).
+OPERATOR_HEADER: Final = "X-Memgov-Operator"
 
 
 class BodyRefused(Refusal):
@@ -83,11 +86,11 @@ class UpstreamUnavailable(Refusal):
 @lru_cache(maxsize=32)
 def _skipped(drop: tuple[str, ...]) -> frozenset[str]:
     # ``drop`` comes from memgov's code (a handful of fixed tuples), never from a request.
-    return HOP_BY_HOP | {d.lower() for d in drop} | {CONTEXT_HEADER.lower()}
+    return HOP_BY_HOP | {d.lower() for d in drop} | {CONTEXT_HEADER.lower(), OPERATOR_HEADER.lower()}
 
 
 def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: tuple[str, ...] = ()) -> CIMultiDict[str]:
-    """Copy headers without hop-by-hop ones, those named in Connection, ``drop`` and the context header."""
+    """Copy headers without hop-by-hop ones, those named in Connection, ``drop``, the context and operator headers."""
     skip = _skipped(drop)
     connection = headers.get("Connection")
     if connection:

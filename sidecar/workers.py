@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
@@ -237,6 +238,12 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
             await _any_of([stop, died])
             for proc in workers.processes:
                 loop.remove_reader(proc.sentinel)
+            # A sentinel turns ready as the worker's files close, a moment before it can be reaped: wait for
+            # the exit code of each that ended.
+            ended = [proc for proc in workers.processes if proc.sentinel in wait_for([proc.sentinel], 0)]
+            for proc in ended:
+                await asyncio.to_thread(proc.join, 5)
+            exited = [proc.exitcode for proc in ended]
     except StartAborted:
         return 0
     except WorkerExited as exc:
@@ -246,7 +253,10 @@ async def supervise(settings: Settings, count: int, serve: Serve) -> int:
         return exc.exitcode if exc.exitcode in (SchemaMismatch.EXIT_CODE, MigrationFailed.EXIT_CODE) else 1
     if died.is_set() and not stop.is_set():
         log.error("workers.worker_exited", count=count, step="serve")
-        return 1
+        # The store connects after the listeners open: a schema this release cannot run on, or a refused
+        # migration, ends a serving worker, and the gateway with the same code.
+        codes = [code for code in (SchemaMismatch.EXIT_CODE, MigrationFailed.EXIT_CODE) if code in exited]
+        return codes[0] if codes else 1
     return 0
 
 

@@ -1,8 +1,8 @@
 """Shared fixtures: a real PostgreSQL server per test session, fresh databases per test, kagent, spans.
 
-``real_kagent`` is kagent v0.9.11's own controller HTTP server on a fresh database, once per auth
-mode. Tests marked ``@pytest.mark.kagent`` that use the ``upstream`` fixture run against the
-stand-in and against the real kagent in both auth modes (see tests/support/upstream.py).
+``real_kagent`` is kagent's own controller HTTP server on a fresh database, once per supported release
+and auth mode. Tests marked ``@pytest.mark.kagent`` that use the ``upstream`` fixture run against the
+stand-in and against each release of the real kagent in both auth modes (see tests/support/upstream.py).
 ``spans`` records every finished trace span in memory (traces are a sink, R-14).
 ``kube`` is a real Kubernetes API server (etcd and kube-apiserver, no kubelet) per worker session.
 """
@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sidecar import tracing
 from sidecar.dev.devstack.pg import PORT_RANGE_ENV
 from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, RealKagent, start_real_kagent
+from sidecar.dev.devstack.releases import RELEASES, KagentRelease
 from tests.support.hangs import tasks_dumped_before
 from tests.support.kube import KubeApi, kube_api
 from tests.support.pg import PgServer, start_pg
@@ -42,8 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     low = 20_000 + 1_000 * worker
     os.environ[PORT_RANGE_ENV] = f"{low}-{low + 999}"
-    config.addinivalue_line("markers", f"{MARKER}: also run against kagent v0.9.11 itself, in both auth modes")
-    config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent v0.9.11 itself (selected by make conformance)")
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(releases=, auth_modes=, standins=): also run against kagent itself, each release in both auth modes",
+    )
+    config.addinivalue_line("markers", f"{REAL_MARKER}: runs kagent itself (selected by make conformance)")
     config.addinivalue_line("markers", f"{SLOW}: left out of `make check` (see SLOW_FIXTURES and SLOW_MODULES)")
 
 
@@ -100,9 +104,9 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    real = marked_upstreams(metafunc.definition)
-    if "upstream" in metafunc.fixturenames and real:
-        metafunc.parametrize("upstream", upstream_params((STANDIN, *real)), indirect=True)
+    marked = marked_upstreams(metafunc.definition)
+    if "upstream" in metafunc.fixturenames and marked:
+        metafunc.parametrize("upstream", upstream_params(marked), indirect=True)
 
 
 @pytest.fixture
@@ -151,11 +155,22 @@ def kagent_auth_mode(request: pytest.FixtureRequest) -> AuthMode:
     return mode
 
 
+@pytest.fixture(params=[pytest.param(r, id=r.tag) for r in RELEASES.values()])
+def kagent_release(request: pytest.FixtureRequest) -> KagentRelease:
+    """A supported kagent release."""
+    release: KagentRelease = request.param
+    return release
+
+
 @pytest.fixture
-def real_kagent(pg_server: PgServer, tmp_path: Path, kagent_auth_mode: AuthMode) -> Iterator[RealKagent]:
+def real_kagent(
+    pg_server: PgServer, tmp_path: Path, kagent_auth_mode: AuthMode, kagent_release: KagentRelease
+) -> Iterator[RealKagent]:
     """kagent's own server (pgvector, a 1 s cleanup loop) on a fresh, migrated database; its log is a sink."""
-    db_url = kagent_database(pg_server)
-    kagent = start_real_kagent(db_url, tmp_path / "kagent", auth_mode=kagent_auth_mode, cleanup_interval_s=1)
+    db_url = kagent_database(pg_server, kagent_release)
+    kagent = start_real_kagent(
+        db_url, tmp_path / "kagent", auth_mode=kagent_auth_mode, release=kagent_release, cleanup_interval_s=1
+    )
     try:
         yield kagent
     finally:

@@ -208,3 +208,50 @@ class TestDocsIndex:
             links = [t.partition("#")[0] for t in LINK.findall(section)]
             doubled += sorted({t for t in links if links.count(t) > 1})
         assert not doubled, f"listed twice in one section of docs/README.md: {doubled}"
+
+
+_ERASURE_CLI = (
+    "tests/drill/test_scope_cli.py::TestErasureCommands::test_the_runbooks_erasure_commands_list_read_and_retry"
+)
+_ERASURE_API = "tests/control/test_erasures.py::TestRunbookRequests::test_the_runbooks_requests_answer_as_it_says"
+_DOWN = "tests/chart/test_runbook.py::TestMemgovDown::test_the_commands_list_and_describe_memgovs_pod"
+_POLICY = "tests/policy/test_cli.py::"
+_CONTROL = "--control-url $CONTROL --token-file operator.jwt"
+#: Every command docs/runbook.md gives, and the test that runs it: the memgov and kubectl lines and the
+#: control API requests as written there (read from the runbook by the test), the others as their
+#: section names them.
+RUNBOOK_COMMANDS: dict[str, str] = {
+    f"memgov erasures {_CONTROL} list --state failed --open": _ERASURE_CLI,
+    f"memgov scope {_CONTROL} erasure <erasure id>": _ERASURE_CLI,
+    f"memgov erasures {_CONTROL} retry <erasure id>": _ERASURE_CLI,
+    "GET /v1/erasures?state=failed&superseded=false": _ERASURE_API,
+    "GET /v1/erasures/<id>": _ERASURE_API,
+    "POST /v1/erasures/<id>/retry": _ERASURE_API,
+    "GET /readyz": (
+        "tests/adversarial/test_rotation.py::TestRotation::test_without_a_configured_model_traffic_never_supplies_one"
+    ),
+    "kubectl -n <namespace> get pods": _DOWN,
+    "kubectl -n <namespace> describe pod <pod>": _DOWN,
+    "memgov policy check": _POLICY + "TestPolicyCheck::test_reference_pack_is_clean",
+    "memgov policy bundle": "tests/chart/test_opa_run.py::test_opa_mode_runs_as_rendered",
+    "memgov policy test": _POLICY
+    + "TestPolicyTest::test_both_engines_pass_with_coverage_per_rule_and_a_differential_run",
+}
+_COMMAND = re.compile(r"`((?:memgov|kubectl|helm|curl) [^`]+|(?:GET|POST|PUT|PATCH|DELETE) /[^`]*)`")
+
+
+def _defined(node_id: str) -> bool:
+    """Whether a test node id (path::Class::test or path::test) names a function defined in that file."""
+    path, *names = node_id.split("::")
+    text = (ROOT / path).read_text()
+    if len(names) == 2 and not re.search(rf"^class {names[0]}\b", text, re.MULTILINE):
+        return False
+    return re.search(rf"^\s*(async )?def {names[-1]}\(", text, re.MULTILINE) is not None
+
+
+class TestRunbook:
+    def test_every_command_in_the_runbook_runs_in_a_named_test(self) -> None:
+        """A command added to docs/runbook.md needs a test that runs it; one removed drops out of the table."""
+        found = set(_COMMAND.findall((ROOT / "docs" / "runbook.md").read_text()))
+        assert found == set(RUNBOOK_COMMANDS)
+        assert [node for node in RUNBOOK_COMMANDS.values() if not _defined(node)] == []

@@ -57,10 +57,26 @@ CONTROLLER_ROUTES = [
     ("GET", "/api/tasks/t1", Traffic.PASSTHROUGH, "/api/tasks/{id}"),
     ("DELETE", "/api/tasks/t1", Traffic.PASSTHROUGH, "/api/tasks/{id}"),
     ("GET", "/api/agents", Traffic.PASSTHROUGH, "/api/{collection}"),
-    ("POST", "/api/agents", Traffic.PASSTHROUGH, "/api/{collection}"),
-    ("PUT", "/api/agents", Traffic.PASSTHROUGH, "/api/{collection}"),
     ("GET", "/api/agents/kagent/a", Traffic.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
-    ("DELETE", "/api/agents/kagent/a", Traffic.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
+    # writes to kagent's definitions
+    ("POST", "/api/agents", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("PUT", "/api/agents", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("DELETE", "/api/agents/kagent/a", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/sandboxagents", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("PUT", "/api/sandboxagents/kagent/a", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("DELETE", "/api/sandboxagents/kagent/a", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/agentharnesses", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("DELETE", "/api/agentharnesses/kagent/h", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/modelconfigs", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("PUT", "/api/modelconfigs/kagent/m", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("DELETE", "/api/modelconfigs/kagent/m", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/toolservers", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("DELETE", "/api/toolservers/kagent/t", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/prompttemplates", Operation.CONTROLLER_WRITE, "/api/{collection}"),
+    ("PUT", "/api/prompttemplates/kagent/p", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("DELETE", "/api/prompttemplates/kagent/p", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("PATCH", "/api/agents/kagent/a", Operation.CONTROLLER_WRITE, "/api/{collection}/{ns}/{name}"),
+    ("POST", "/api/agentharnesses/kagent/h/", Traffic.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
     ("GET", "/api/sandboxagents/kagent/a", Traffic.PASSTHROUGH, "/api/{collection}/{ns}/{name}"),
     ("GET", "/api/agentharnesses", Traffic.PASSTHROUGH, "/api/{collection}"),
     ("GET", "/api/agentharnesses/kagent/h/ws/x", Traffic.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
@@ -111,6 +127,14 @@ BYPASS_SPELLINGS = [
     ("GET", "/api/a2a/kagent/k8s-agent/x/.well-known/agent-card.json", Traffic.A2A_NONCANONICAL),
     ("GET", "/api/a2a/kagent/k8s-agent/.well-known/agent-card.json/", Traffic.A2A_NONCANONICAL),
     ("POST", "/API/CREWAI/memory", Operation.MEMORY_UNGOVERNED),
+    ("POST", "/api/%61gents", Traffic.CONTROLLER_NONCANONICAL),
+    ("POST", "/api/Agents", Traffic.CONTROLLER_NONCANONICAL),
+    ("PUT", "/api//agents", Traffic.CONTROLLER_NONCANONICAL),
+    ("PUT", "/api/x/../agents", Traffic.CONTROLLER_NONCANONICAL),
+    ("DELETE", "/api/agents/kagent/./k8s-agent", Traffic.CONTROLLER_NONCANONICAL),
+    ("DELETE", "/api/agents/kagent/k8s%2Dagent", Traffic.CONTROLLER_NONCANONICAL),
+    ("PUT", "/api/prompttemplates/kagent%2Fmemgov-policies", Traffic.CONTROLLER_NONCANONICAL),
+    ("POST", "/api/modelconfigs%2F", Traffic.CONTROLLER_NONCANONICAL),
 ]
 
 
@@ -135,6 +159,12 @@ class TestClassify:
         """Lower-case methods classify like upper-case ones."""
         assert classify("post", "/api/memories/search").cls is Operation.MEMORY_SEARCH
 
+    def test_definition_reads_stay_passthrough(self):
+        """Only writes to kagent's definitions are governed; reading them is relayed as before."""
+        for method in ("GET", "HEAD", "OPTIONS"):
+            assert classify(method, "/api/agents/kagent/k8s-agent").cls is Traffic.PASSTHROUGH
+            assert classify(method, "/api/%61gents").cls is Traffic.PASSTHROUGH
+
     @settings(max_examples=400, deadline=None)
     @given(st.sampled_from(["GET", "POST", "DELETE"]), st.text(alphabet="/%.aAeimnorsx2F-_", max_size=40))
     def test_templates_come_from_a_closed_set(self, method, path):
@@ -146,6 +176,7 @@ KNOWN_TEMPLATES = {row[3] for row in CONTROLLER_ROUTES} | {
     "/api/memories/{other}",
     "/api/a2a/{other}",
     "/api/{ungoverned}",
+    "/api/{collection}/{other}",
     "/api/a2a/{ns}/{name}/{rest}",
     "/api/a2a-sandboxes/{ns}/{name}/{rest}",
     "/api/a2a-sandboxes/{ns}/{name}/.well-known/agent-card.json",

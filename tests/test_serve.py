@@ -213,12 +213,12 @@ class TestWorkers:
 
 @pytest.fixture
 def starting(tmp_path: Path, silent_store):
-    """A supervisor whose two workers are both still starting: each is connecting to the silent store."""
+    """A supervisor whose two workers both connect to the silent store (and both serve meanwhile)."""
     url, accepted = silent_store
-    proc, log, _ = _start_supervisor(tmp_path, url)
+    proc, log, ops = _start_supervisor(tmp_path, url)
     try:
         _wait(lambda: len(accepted) >= 2 and len(_workers_of(proc.pid)) == 2, timeout_s=120)
-        yield proc, _workers_of(proc.pid), log
+        yield proc, _workers_of(proc.pid), log, f"http://127.0.0.1:{ops}"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -226,28 +226,28 @@ def starting(tmp_path: Path, silent_store):
 
 
 class TestStartUp:
-    """Start-up that does not finish (here: a state store that never answers) never holds the gateway up."""
+    """A state store that never answers (accepts connections, answers nothing) holds no start-up up."""
 
-    def test_a_worker_dying_during_start_up_stops_the_other_at_once(self, starting):
-        """The supervisor does not wait for the other worker's start-up: it stops it and exits 1.
-
-        The survivor's start-up is cancelled (``server.start_aborted``) rather than left to fail on
-        the store's connect timeout."""
-        proc, (first, second), log = starting
-        os.kill(first, signal.SIGKILL)
-        assert _exit_code(proc, log) == 1
-        _wait(lambda: _gone(second))
-        assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["start"]
-        assert len(_logged(log, "server.start_aborted")) == 1
-        assert not _logged(log, "workers.started")
-        assert "Traceback" not in log.read_text(errors="replace")
-
-    def test_sigterm_during_start_up_stops_every_worker_and_exits_0(self, starting):
-        """The orchestrator's SIGTERM is honoured while the workers are still starting."""
-        proc, workers, log = starting
+    def test_workers_serve_degraded_until_the_store_answers(self, starting):
+        """Both workers serve: ready, the store reported unavailable, its metric exported; SIGTERM exits 0."""
+        proc, workers, log, ops = starting
+        _wait(lambda: _logged(log, "workers.started"), timeout_s=120)
+        ready = _wait(lambda: (r := _ready(ops)).get("ready") and r)
+        assert ready["checks"]["state"] == {"ok": True, "backend": "postgresql", "available": False}
+        with urllib.request.urlopen(ops + "/metrics", timeout=5) as resp:
+            assert "memgov_state_available 0.0" in resp.read().decode()
         proc.terminate()
         assert _exit_code(proc, log) == 0
         assert all(_gone(w) for w in workers)
-        assert len(_logged(log, "server.start_aborted")) == 2
-        assert not _logged(log, "workers.worker_exited")
+        assert not _logged(log, "server.start_aborted") and not _logged(log, "workers.worker_exited")
+        assert "Traceback" not in log.read_text(errors="replace")
+
+    def test_a_worker_dying_while_the_store_is_silent_stops_the_other(self, starting):
+        """A worker killed while the store is away stops the gateway (exit 1) for the orchestrator to restart."""
+        proc, (first, second), log, _ = starting
+        _wait(lambda: _logged(log, "workers.started"), timeout_s=120)
+        os.kill(first, signal.SIGKILL)
+        assert _exit_code(proc, log) == 1
+        _wait(lambda: _gone(second))
+        assert [r.get("step") for r in _logged(log, "workers.worker_exited")] == ["serve"]
         assert "Traceback" not in log.read_text(errors="replace")

@@ -125,7 +125,7 @@ class TestSettings:
         """In dev, a missing session key is generated under ./.memgov and reused."""
         monkeypatch.chdir(tmp_path)
         s = load_settings()
-        first, _ = s.session_keys()
+        first = s.session_keys()[0]
         assert first == load_settings().session_keys()[0] and len(first) >= 32
         assert (tmp_path / ".memgov" / "session.key").stat().st_mode & 0o077 == 0
 

@@ -6,20 +6,33 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from sidecar.cli import EXIT_FAILED, main
+from sidecar.control.client import ControlClient
+from sidecar.dev.devstack import start_devstack
+from sidecar.dev.devstack.deployment import Keys, write_keys
+from sidecar.dev.devstack.stack import Devstack
+from sidecar.dev.devstack.vectors import embed_text
+from sidecar.identity.keys import SessionKeys
 from sidecar.server import EXIT_MIGRATION, EXIT_SCHEMA
 from sidecar.state.migrations import LATEST
+from tests.support.harness import AGENT, ALICE, APP, ROOM, context_token, policy_pack, subject_token
 from tests.support.pg import PgServer, start_pg
+from tests.support.process import GatewayProcess, gateway_process
+from tests.support.procs import process_settings
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.smoke import production_config, serving, url, wait_ready, write_config
 from tests.support.state import migrate_as, next_release
 from tests.support.wait import until
+
+NOMEM = AGENT.split("/")[0] + "/helper-nomem"  # the harness's disabled_variant
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
@@ -46,23 +59,29 @@ def halted_pg() -> Iterator[PgServer]:
         server.stop()
 
 
+def _decision(resp: aiohttp.ClientResponse) -> tuple[str, str]:
+    action, reason, _ = (p.strip() for p in resp.headers["X-Memgov-Decision"].split(";"))
+    return action, reason.removeprefix("reason=")
+
+
 class TestStateDownAtStart:
-    async def test_waits_with_backoff_then_serves(self, tmp_path: Path, halted_pg: PgServer) -> None:
-        """With PostgreSQL down, serve logs JSON retries with growing waits (no traceback, no DSN), and
-        becomes ready once PostgreSQL answers."""
-        config = production_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
-        log = tmp_path / "serve.log"
-        with _serve(config, tmp_path, log) as proc:
-
-            async def retried_twice() -> bool:
-                assert proc.poll() is None, log.read_text()
-                return sum(line["event"] == "state.connect_failed" for line in _lines(log)) >= 2
-
-            await until(retried_twice, timeout_s=60)
-            halted_pg.resume()
-            await wait_ready(proc, url(config, "ops"), log)
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(proc.wait, 30) == 0
+    async def test_serves_degraded_from_boot_then_memory_comes_back(self, tmp_path: Path, halted_pg: PgServer) -> None:
+        """Started with PostgreSQL down: listeners open at once, /readyz 200 with the store unavailable,
+        metrics exported, a chat relayed to the memory-disabled agent, a search `[]`, a save 503; the
+        store is retried with growing waits (JSON lines, no DSN); once PostgreSQL answers memory works."""
+        kagent = await start_devstack(agents=[AGENT, NOMEM], stream_delay_s=0)
+        keys = write_keys(tmp_path / "keys")
+        settings = process_settings(keys, policy_pack(tmp_path), kagent.kagent_url, halted_pg.url("state"))
+        settings["state"] = {"url": halted_pg.url("state"), "check_interval_s": 0.5}
+        try:
+            async with (
+                gateway_process(tmp_path / "gw", settings, wait_for_store=False) as gw,
+                aiohttp.ClientSession() as http,
+            ):
+                await self._degraded_then_up(gw, http, kagent, keys, halted_pg)
+        finally:
+            await kagent.stop()
+        log = tmp_path / "gw" / "gateway.log"
         text = log.read_text()
         assert "Traceback" not in text and "127.0.0.1:" + str(halted_pg.port) not in text
         retries = [line for line in _lines(log) if line["event"] == "state.connect_failed"]
@@ -70,8 +89,61 @@ class TestStateDownAtStart:
         assert retries[-1]["retry_in_ms"] > retries[0]["retry_in_ms"]
         assert {r["backend"] for r in retries} == {"postgresql"}
 
-    async def test_a_signal_ends_the_wait(self, tmp_path: Path, halted_pg: PgServer) -> None:
-        """SIGTERM while the store is still down stops the start-up cleanly: exit 0, JSON only."""
+    async def _degraded_then_up(
+        self, gw: GatewayProcess, http: aiohttp.ClientSession, kagent: Devstack, keys: Keys, pg: PgServer
+    ) -> None:
+        log = gw.workdir / "gateway.log"
+        async with http.get(gw.ops_url + "/readyz") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["checks"]["state"] == {"ok": True, "backend": "postgresql", "available": False}
+        async with http.get(gw.ops_url + "/metrics") as resp:
+            assert "memgov_state_available 0.0" in await resp.text()
+
+        async def invoke() -> tuple[tuple[str, str], str]:
+            before = len(kagent.recorder.of_kind("a2a"))
+            message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}
+            headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+            async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
+                await resp.read()
+                assert resp.status == 200
+                decided = _decision(resp)
+            (seen,) = kagent.recorder.of_kind("a2a")[before:]
+            return decided, seen.agent
+
+        assert await invoke() == (("rewrite_disabled", "state_unavailable"), NOMEM)
+        key = SessionKeys(keys.session_file.read_bytes().strip()).session_key("s" + "0" * 24, 1)
+        memory = {"X-Agent-Name": APP, "X-User-Id": key}
+        search = {"agent_name": APP, "user_id": key, "vector": embed_text("tea"), "limit": 5, "min_score": 0.0}
+        async with http.post(gw.data_url + "/api/memories/search", json=search, headers=memory) as resp:
+            assert (resp.status, await resp.json(), _decision(resp)) == (200, [], ("empty_result", "state_unavailable"))
+        save = {"agent_name": APP, "user_id": key, "content": "likes tea", "vector": embed_text("likes tea")}
+        async with http.post(gw.data_url + "/api/memories/sessions", json=save, headers=memory) as resp:
+            assert (resp.status, _decision(resp)[1]) == (503, "state_unavailable")
+
+        async def retried_twice() -> bool:
+            return sum(line["event"] == "state.connect_failed" for line in _lines(log)) >= 2
+
+        await until(retried_twice, timeout_s=60)
+        pg.resume()
+
+        async def available() -> bool:
+            async with http.get(gw.ops_url + "/readyz") as resp:
+                return bool((await resp.json())["checks"]["state"]["available"])
+
+        await until(available, timeout_s=60)
+        api = ControlClient(gw.control_url, lambda: subject_token(keys, int(time.time())), session=http)
+        scope_id = (await api.create_scope(ALICE, AGENT, ROOM)).scope_id
+        await api.grant(scope_id, "remember my preferences", "v1")
+        key = SessionKeys(keys.session_file.read_bytes().strip()).session_key(scope_id, 1)
+        memory = {"X-Agent-Name": APP, "X-User-Id": key}
+        save = {**save, "user_id": key}
+        async with http.post(gw.data_url + "/api/memories/sessions", json=save, headers=memory) as resp:
+            assert resp.status == 201, resp.headers["X-Memgov-Decision"]
+        assert (await invoke())[1] == AGENT
+
+    async def test_a_signal_while_the_store_is_down_stops_cleanly(self, tmp_path: Path, halted_pg: PgServer) -> None:
+        """SIGTERM while the store has not answered yet: the listeners were open, the stop is graceful, exit 0."""
         config = production_config(tmp_path, "http://127.0.0.1:9", state={"url": halted_pg.url("state")})
         log = tmp_path / "serve.log"
 
@@ -79,11 +151,13 @@ class TestStateDownAtStart:
             return any(line["event"] == "state.connect_failed" for line in _lines(log))
 
         with _serve(config, tmp_path, log) as proc:
+            await wait_ready(proc, url(config, "ops"), log, store=False)
             await until(retried, timeout_s=60)
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(proc.wait, 30) == 0
         events = [line["event"] for line in _lines(log)]
-        assert events[-2:] == ["server.start_aborted", "server.stopped"]
+        assert events[-1] == "server.stopped" and "server.start_aborted" not in events
+        assert events.count("listener.started") == 3
 
 
 async def _newer_schema(db_file: Path) -> None:

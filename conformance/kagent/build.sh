@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Build the real-kagent conformance inputs once and cache them; print where they are.
 #
-#   conformance/kagent/build.sh server     kagent v0.9.11's controller HTTP server (our main.go in its tree)
-#   conformance/kagent/build.sh runtime    a driver of kagent's Go runtime memory code (our runtime/main.go)
-#   conformance/kagent/build.sh pgvector   pgvector 0.8.6 for the installed PostgreSQL server
-#   conformance/kagent/build.sh client     a venv with kagent-adk/kagent-core 0.9.11 (kagent's Python runtime)
-#   conformance/kagent/build.sh all        all four
+#   conformance/kagent/build.sh server [V]   kagent's controller HTTP server of release V (our main.go in its tree)
+#   conformance/kagent/build.sh client [V]   a venv with release V's kagent-adk/kagent-core (kagent's Python runtime)
+#   conformance/kagent/build.sh runtime [V]  a driver of release V's Go runtime memory code (our runtime/main.go)
+#   conformance/kagent/build.sh pgvector     pgvector 0.8.6 for the installed PostgreSQL server
+#   conformance/kagent/build.sh release V    everything release V's tests use (server, runtime, client, pgvector)
+#   conformance/kagent/build.sh all          every release
 #
-# Inputs come from $MEMGOV_VENDOR_DIR (default: ../shared/vendor next to the repository) and are
-# checked against pinned sha256 sums. Each result lives under $MEMGOV_CONFORMANCE_CACHE (default
-# ~/.cache/memgov-conformance) in a folder named by the hash of everything it was built from, so
-# an unchanged input is never rebuilt and a changed one never reuses a stale build.
+# V is a supported kagent release: 0.9 (v0.9.11, with kagent-adk 0.9.11; the default) or 0.10
+# (v0.10.0-rc3, with kagent-adk 0.10.4). Inputs come from $MEMGOV_VENDOR_DIR (default:
+# ../shared/vendor next to the repository) and are checked against pinned sha256 sums. Each result
+# lives under $MEMGOV_CONFORMANCE_CACHE (default ~/.cache/memgov-conformance) in a folder named by
+# the hash of everything it was built from, so an unchanged input is never rebuilt and a changed
+# one never reuses a stale build.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,14 +21,30 @@ repo=$(cd "$here/../.." && pwd)
 vendor=${MEMGOV_VENDOR_DIR:-$(cd "$repo/.." && pwd)/shared/vendor}
 cache=${MEMGOV_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memgov-conformance}
 
-KAGENT_TARBALL=kagent-v0.9.11-go.tar.gz
-KAGENT_SHA256=0d9d7b78be6081b8c407347da02f0378a80a3c4ed4a3b53833a26d3ce37a2887
-KAGENT_VERSION=v0.9.11
-KAGENT_COMMIT=14dcbfc
-KAGENT_BUILD_DATE=2026-07-01
+RELEASES="0.9 0.10"
 PGVECTOR_TARBALL=pgvector-v0.8.6.tar.gz
 PGVECTOR_SHA256=6fb777e18d7e95e1ecec85c7a5fbd1633d504278019a1da0fd09a6b294c74547
-CLIENT_REQUIREMENTS=$here/client-requirements.txt
+
+# release V: the pins of one supported kagent release (its Go sources, what /version reports, the
+# build tag that picks our harness's per-release file, the major version of Google's Go ADK its
+# runtime imports, and its Python runtime's requirements).
+release() {
+  case "$1" in
+    0.9)
+      KAGENT_TARBALL=kagent-v0.9.11-go.tar.gz
+      KAGENT_SHA256=0d9d7b78be6081b8c407347da02f0378a80a3c4ed4a3b53833a26d3ce37a2887
+      KAGENT_VERSION=v0.9.11 KAGENT_COMMIT=14dcbfc KAGENT_BUILD_DATE=2026-07-01 GO_TAGS= ADK_MODULE=google.golang.org/adk
+      ;;
+    0.10)
+      KAGENT_TARBALL=kagent-v0.10.0-rc3-go.tar.gz
+      KAGENT_SHA256=32b588cdfcbe23fe7bb4bbdab3a7e42769020be1e1d2e502a3ebf91d56cdba97
+      KAGENT_VERSION=v0.10.0-rc3 KAGENT_COMMIT=7c52fff KAGENT_BUILD_DATE=2026-08-18 GO_TAGS=kagent_v0_10
+      ADK_MODULE=google.golang.org/adk/v2
+      ;;
+    *) echo "unknown kagent release $1 (supported: $RELEASES)" >&2; exit 2 ;;
+  esac
+  CLIENT_REQUIREMENTS=$here/client-requirements-$1.txt
+}
 
 log() { echo "conformance: $*" >&2; }
 
@@ -41,14 +60,14 @@ checked_input() {
   echo "$file"
 }
 
-# once OUT DONE STEP...: unless OUT/DONE exists, run STEP... WORK DEST under the cache lock, with
+# once OUT DONE STEP...: unless OUT/DONE exists, run STEP... WORK DEST under OUT's lock, with
 # WORK a scratch folder and DEST a fresh folder that becomes OUT only when the step succeeded.
 # Two test runs may start at once: the second waits for the lock and finds the result.
 once() {
   local out=$1 done=$2
   shift 2
   [ -e "$out/$done" ] && return 0
-  lock
+  lock "$out"
   [ -e "$out/$done" ] && return 0
   work=$(mktemp -d "$cache/build.XXXXXX")
   trap 'rm -rf "$work"' EXIT
@@ -58,32 +77,40 @@ once() {
   rm -rf "$work" && trap - EXIT
 }
 
+# lock OUT: one build of OUT at a time (another checkout building it is waited for); builds of
+# different outputs run side by side.
 lock() {
   mkdir -p "$cache"
-  exec 9>"$cache/.lock"
+  exec 9>"$1.lock"
   flock 9
 }
 
-# go_step NAME SOURCE PACKAGE WORK DEST: our SOURCE main at PACKAGE inside kagent's module tree,
-# built with kagent's own go.mod/go.sum.
+# go_step NAME PACKAGE WORK DEST: our SOURCES (main.go, and the per-release files beside it) as the
+# main package at PACKAGE inside kagent's module tree, built with kagent's own go.mod/go.sum. Our
+# sources import Google's Go ADK as v0.9.11 does (google.golang.org/adk/...); v0.10 moved to its
+# v2 module, with the same packages and the API our runtime driver uses, so the import path is
+# the one thing rewritten.
 go_step() {
-  local name=$1 source=$2 package=$3 work=$4 dest=$5 pkg=github.com/kagent-dev/kagent/go/core/internal/version
+  local name=$1 package=$2 work=$3 dest=$4 pkg=github.com/kagent-dev/kagent/go/core/internal/version
   log "building $name from kagent $KAGENT_VERSION with $(go env GOVERSION) (first build: minutes)"
   tar -xzf "$vendor/$KAGENT_TARBALL" -C "$work"
   mkdir -p "$work/go/$package"
-  cp "$source" "$work/go/$package/main.go"
-  (cd "$work/go" && go build -trimpath -o "$dest/$name" \
+  cp "${SOURCES[@]}" "$work/go/$package/"
+  sed -i "s#\"google.golang.org/adk/#\"$ADK_MODULE/#" "$work/go/$package"/*.go
+  (cd "$work/go" && go build -trimpath -tags "$GO_TAGS" -o "$dest/$name" \
     -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
     "./$package")
 }
 
-# build_go NAME SOURCE PACKAGE: print the path of the cached binary, building it first if needed.
+# build_go NAME PACKAGE SOURCE...: print the path of the cached binary, building it first if needed.
 build_go() {
-  local name=$1 source=$2 package=$3 out
+  local name=$1 package=$2 out
+  shift 2
+  SOURCES=("$@")
   checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256" >/dev/null
   command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
-  out="$cache/$name-$(key "$KAGENT_SHA256" "$(sha "$source")" "$(go env GOVERSION)")"
-  once "$out" "$name" go_step "$name" "$source" "$package"
+  out="$cache/$name-$KAGENT_VERSION-$(key "$KAGENT_SHA256" "$(cat "${SOURCES[@]}" | sha256sum)" "$GO_TAGS" "$ADK_MODULE" "$(go env GOVERSION)")"
+  once "$out" "$name" go_step "$name" "$package"
   echo "$out/$name"
 }
 
@@ -131,14 +158,15 @@ build_pgvector() {
 }
 
 build_client() {
-  local python out
+  local python out adk
   python=${MEMGOV_CONFORMANCE_PYTHON:-python3}
-  out="$cache/client-$(key "$(sha "$CLIENT_REQUIREMENTS")" "$("$python" -c 'import sys; print(sys.version)')")"
+  adk=$(sed -n 's/^kagent-adk==//p' "$CLIENT_REQUIREMENTS")
+  out="$cache/client-$adk-$(key "$(sha "$CLIENT_REQUIREMENTS")" "$("$python" -c 'import sys; print(sys.version)')")"
   # A venv cannot move (its scripts name their folder), so it is built in place and marked done.
   if [ ! -f "$out/.done" ]; then
-    lock
+    lock "$out"
     if [ ! -f "$out/.done" ]; then
-      log "installing kagent-adk 0.9.11 into $out (first install: a minute or two)"
+      log "installing kagent-adk $adk into $out (first install: a minute or two)"
       rm -rf "$out"
       "$python" -m venv "$out"
       "$out/bin/pip" install -q --upgrade pip
@@ -149,15 +177,26 @@ build_client() {
   echo "$out/bin/python"
 }
 
-build_server() { build_go memgov-conformance "$here/main.go" core/cmd/memgov-conformance; }
+build_server() { build_go memgov-conformance core/cmd/memgov-conformance "$here"/main.go "$here"/kagent_v0_*.go; }
 
-build_runtime() { build_go memgov-runtime "$here/runtime/main.go" adk/cmd/memgov-runtime; }
+build_runtime() { build_go memgov-runtime adk/cmd/memgov-runtime "$here/runtime/main.go"; }
 
-case "${1:-all}" in
-  server) build_server ;;
-  runtime) build_runtime ;;
+build_release() {
+  release "$1"
+  build_server
+  build_runtime
+  build_client
+  build_pgvector
+}
+
+part=${1:-all}
+version=${2:-0.9}
+case "$part" in
+  server) release "$version"; build_server ;;
+  client) release "$version"; build_client ;;
+  runtime) release "$version"; build_runtime ;;
   pgvector) build_pgvector ;;
-  client) build_client ;;
-  all) build_server; build_runtime; build_pgvector; build_client ;;
-  *) echo "usage: $0 [server|runtime|pgvector|client|all]" >&2; exit 2 ;;
+  release) build_release "$version" ;;
+  all) for v in $RELEASES; do build_release "$v"; done ;;
+  *) echo "usage: $0 [server [V]|client [V]|runtime [V]|pgvector|release V|all] (V: ${RELEASES// /, })" >&2; exit 2 ;;
 esac

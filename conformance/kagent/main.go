@@ -1,11 +1,15 @@
-// Command memgov-conformance serves kagent v0.9.11's own controller HTTP API without Kubernetes.
+// Command memgov-conformance serves kagent's own controller HTTP API without Kubernetes.
 //
 // It is built inside kagent's unpacked module tree (go/core/cmd/memgov-conformance), so it may
 // import kagent's internal packages, and it wires them the way go/core/pkg/app does: migrations,
 // the pgx pool and DB client, the gorilla router with kagent's middleware and handlers, the
-// memory cleanup loop, and the A2A proxy. Only the Kubernetes side is replaced: a fake
+// DB cleanup loop, and the A2A proxy. Only the Kubernetes side is replaced: a fake
 // controller-runtime client (no CRDs, no objects) and agents registered from flags instead of
-// from Agent resources. Nothing here changes how a request is handled.
+// from Agent resources (in the A2A registry and in the agent table, as kagent's reconciler
+// records them). Nothing here changes how a request is handled.
+//
+// One source serves kagent v0.9.11 and v0.10.0-rc3: the three calls whose signatures differ
+// between them live in kagent_v0_9.go and kagent_v0_10.go, picked by the kagent_v0_10 build tag.
 package main
 
 import (
@@ -39,7 +43,6 @@ import (
 	"github.com/kagent-dev/kagent/go/core/internal/httpserver"
 	authimpl "github.com/kagent-dev/kagent/go/core/internal/httpserver/auth"
 	"github.com/kagent-dev/kagent/go/core/pkg/auth"
-	"github.com/kagent-dev/kagent/go/core/pkg/migrations"
 )
 
 // agentFlags collects repeated --a2a-agent namespace/name=URL values.
@@ -77,7 +80,7 @@ func parseFlags() *options {
 	flag.BoolVar(&o.vector, "database-vector-enabled", true, "kagent's --database-vector-enabled.")
 	flag.StringVar(&o.authMode, "auth-mode", "unsecure", "kagent's --auth-mode: unsecure or trusted-proxy.")
 	flag.StringVar(&o.userIDClaim, "auth-user-id-claim", "sub", "kagent's --auth-user-id-claim.")
-	flag.DurationVar(&o.cleanup, "cleanup-interval", 24*time.Hour, "Interval of kagent's memory cleanup loop (24h in kagent).")
+	flag.DurationVar(&o.cleanup, "cleanup-interval", 24*time.Hour, "Interval of kagent's cleanup loop (24h in kagent).")
 	flag.Var(o.agents, "a2a-agent", "Register an agent as namespace/name=URL of its A2A endpoint (repeatable).")
 	o.zapOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -123,6 +126,17 @@ func registerAgent(ctx context.Context, muxer a2a.A2AHandlerMux, authn auth.Auth
 	return muxer.SetAgentHandler(ref, client, card, nil)
 }
 
+// recordAgent writes the agent's row the way kagent's reconciler does for a declarative Agent
+// (id in Python-identifier form), so session routes find it.
+func recordAgent(ctx context.Context, db dbpkg.Client, ref string) error {
+	id := strings.ReplaceAll(strings.ReplaceAll(ref, "-", "_"), "/", "__NS__")
+	agent := &dbpkg.Agent{ID: id, Type: string(v1alpha2.AgentType_Declarative), WorkloadType: v1alpha2.WorkloadModeDeployment}
+	if err := db.StoreAgent(ctx, agent); err != nil {
+		return fmt.Errorf("agent row for %s: %w", ref, err)
+	}
+	return nil
+}
+
 // serveAdmin answers POST /prune with kagent's own prune (the cleanup loop's body), so tests
 // need not wait for the loop.
 func serveAdmin(ctx context.Context, addr string, db dbpkg.Client) error {
@@ -157,7 +171,7 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := migrations.RunUp(o.dbURL, migrations.FS, o.vector); err != nil {
+	if err := runMigrations(ctx, o.dbURL, o.vector); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	pool, err := database.Connect(ctx, &database.PostgresConfig{URL: o.dbURL, VectorEnabled: o.vector})
@@ -172,9 +186,12 @@ func run(o *options) error {
 	utilruntime.Must(v1alpha2.AddToScheme(scheme))
 	kube := fake.NewClientBuilder().WithScheme(scheme).Build()
 
-	a2aMux := a2a.NewA2AHttpMux(httpserver.APIPathA2A, httpserver.APIPathA2ASandboxes, authn)
+	a2aMux := newA2AMux(authn, db)
 	for ref, url := range o.agents {
 		if err := registerAgent(ctx, a2aMux, authn, ref, url); err != nil {
+			return err
+		}
+		if err := recordAgent(ctx, db, ref); err != nil {
 			return err
 		}
 	}
@@ -200,7 +217,7 @@ func run(o *options) error {
 	}
 	log.Info("serving kagent's controller HTTP API", "address", o.addr, "authMode", o.authMode,
 		"vectorEnabled", o.vector, "cleanupInterval", o.cleanup.String())
-	return httpserver.NewMemoryCleanupRunnable(db, o.cleanup).Start(ctx)
+	return cleanupLoop(db, o.cleanup).Start(ctx)
 }
 
 func main() {

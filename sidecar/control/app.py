@@ -18,8 +18,8 @@ from aiohttp.typedefs import Handler, Middleware
 from sidecar.contentstore.adapters import AdapterError
 from sidecar.control.entries import EntryRoutes
 from sidecar.control.erase import EraseRoutes
-from sidecar.control.erasures import ErasureEvidence
-from sidecar.control.http import MAX_BODY_BYTES, OPERATION
+from sidecar.control.erasures import ErasureAdmin, ErasureEvidence
+from sidecar.control.http import CREDENTIALED, MAX_BODY_BYTES, OPERATION
 from sidecar.control.openapi import openapi
 from sidecar.control.routes import OPS
 from sidecar.control.scopes import Scopes
@@ -41,7 +41,9 @@ _ROUTER: Final = {
 }
 
 
-def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: ErasureEvidence) -> dict[str, Handler]:
+def handlers(
+    scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence: ErasureEvidence, admin: ErasureAdmin
+) -> dict[str, Handler]:
     """The handler of each operation id of ``routes.OPS``."""
     return {
         "getOpenApi": openapi,
@@ -55,6 +57,8 @@ def handlers(scopes: Scopes, entries: EntryRoutes, erase: EraseRoutes, evidence:
         "turnOff": erase.off,
         "offboardPrincipal": erase.offboard,
         "getErasure": evidence.get,
+        "listErasures": admin.list,
+        "retryErasure": admin.retry,
     }
 
 
@@ -90,14 +94,14 @@ def observing(recorder: AuditRecorder) -> Middleware:
             return await refused(request, Refusal(exc.reason, status=HTTPStatus.BAD_GATEWAY))
         except StateError as exc:
             if exc.reason is Reason.STATE_UNAVAILABLE:
-                # Counted, never a row of its own: whether the caller's credential held may be what the
-                # store could not tell (R-15). While the store is down the count waits in its spool.
+                # A caller whose token verified gets a row of its own, anyone else is counted (R-15);
+                # while the store is down either waits in its spool, on disk before the answer is sent.
                 await recorder.refusal(
                     request.get(OPERATION),
                     exc.reason,
                     decision_id=request[DECISION_ID],
                     scope_id=None,
-                    credentialed=False,
+                    credentialed=request.get(CREDENTIALED, False),
                 )
                 return refusal_answer(request, Refusal(exc.reason))
             # A missing row; anything else is ours.

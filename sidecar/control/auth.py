@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from aiohttp import web
 
 from sidecar.clock import Clock
+from sidecar.control.http import CREDENTIALED
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import Verifier, bearer, verify_operator_token, verify_subject_token
 from sidecar.reasons import Reason, Refusal
@@ -77,12 +78,14 @@ class Authenticator:
         if self._operators is not None:
             try:
                 op = verify_operator_token(token, self._operators, now=now, max_age_s=self._operator_max_age_s)
+                request[CREDENTIALED] = True
                 return Caller("operator", op.sub)
             except IdentityError:
                 pass
         if self._bridge is not None:
             try:
                 subject = verify_subject_token(token, self._bridge, now=now, max_age_s=self._subject_max_age_s)
+                request[CREDENTIALED] = True
                 return Caller("subject", subject.sub, subject.jti, subject.exp)
             except IdentityError:
                 pass

@@ -1,4 +1,4 @@
-"""``memgov scope …``: a thin command-line client for every control API endpoint.
+"""``memgov scope …`` and ``memgov erasures …``: a thin command-line client for every control API endpoint.
 
 Human-readable output by default, the API's own JSON with ``--json``. The bearer token comes from
 ``--token`` or ``--token-file`` and is never printed; the only secret ever shown is the
@@ -198,6 +198,43 @@ def _show_offboard(a: answers.OffboardResult) -> str:
     return "\n".join(lines)
 
 
+def _show_erasures(a: answers.ErasureList) -> str:
+    if not a.erasures:
+        return "no erasure matches"
+    lines = []
+    for e in a.erasures:
+        line = f"{e.erasure_id} {e.scope_id} {e.kind} {e.state}{_because(e.failure_reason)} created {e.created_at}"
+        if e.retry_of is not None:
+            line += f", retry of {e.retry_of}"
+        if e.superseded_by is not None:
+            line += f", superseded by {e.superseded_by}"
+        lines.append(line)
+    if a.next_cursor is not None:
+        lines.append(f"more: --cursor {a.next_cursor}")
+    return "\n".join(lines)
+
+
+async def _erasures(args: argparse.Namespace, client: ControlClient) -> answers.ErasureList:
+    """One page, or with ``--all`` every page joined."""
+    found: list[answers.ErasureListed] = []
+    cursor = args.cursor
+    while True:
+        page = await client.erasures(
+            state=args.state,
+            kind=args.kind,
+            scope=args.scope,
+            since=args.since,
+            until=args.until,
+            superseded=False if args.open else None,
+            cursor=cursor,
+            limit=args.limit,
+        )
+        found.extend(page.erasures)
+        cursor = page.next_cursor
+        if not args.all or cursor is None:
+            return answers.ErasureList(erasures=found, next_cursor=cursor)
+
+
 def _show_refusal(exc: ControlError) -> str:
     verdict = "failed" if exc.status >= 500 else "refused"
     text = f"{verdict}: {exc.reason} (HTTP {exc.status}, decision {exc.decision_id or '-'})"
@@ -259,19 +296,22 @@ _ACTIONS: dict[str, _Action] = {
     "off": lambda a, c: _confirmed(a, c, "off"),
     "offboard": _shown(lambda a, c: c.offboard(a.mxid), _show_offboard),
     "erasure": _shown(_erasure, _show_erasure),
+    "erasures list": _shown(_erasures, _show_erasures),
+    "erasures retry": _shown(lambda a, c: c.retry_erasure(a.erasure_id), _show_erasure),
 }
 
 
 async def _call(args: argparse.Namespace, url: str, token: str | None) -> _Answer:
     async with ControlClient(url, token) as client:
-        return await _ACTIONS[args.scope_command](args, client)
+        return await _ACTIONS[args.action](args, client)
 
 
 def _fail(args: argparse.Namespace, code: int, message: str, body: Mapping[str, object]) -> int:
     if args.json:
         print(json.dumps(body, sort_keys=True))
     else:
-        print(f"memgov scope: {message}", file=sys.stderr)
+        command = "erasures" if args.action.startswith("erasures ") else "scope"
+        print(f"memgov {command}: {message}", file=sys.stderr)
     return code
 
 
@@ -331,6 +371,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     def add(name: str, help_text: str, *positionals: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = cmds.add_parser(name, help=help_text)
+        p.set_defaults(action=name)
         _globals(p, suppress=True)
         for positional in positionals:
             p.add_argument(positional)
@@ -368,3 +409,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add("offboard", "Operator: disable, erase and verify every scope of one MXID.", "mxid")
     p = add("erasure", "Fetch the content-free evidence record of an erasure.", "erasure_id")
     p.add_argument("--output", type=Path, help="Also write the record to this JSON file.")
+    _register_erasures(sub)
+
+
+def _register_erasures(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    erasures = sub.add_parser(
+        "erasures",
+        help="Operator: list erasures (content-free) and retry a failed one.",
+        description="Operator commands of the control API (an operator token). Exit codes as for memgov scope.",
+    )
+    _globals(erasures, suppress=False)
+    erasures.set_defaults(func=_cmd_scope)
+    cmds = erasures.add_subparsers(dest="erasures_command", required=True, metavar="COMMAND")
+    p = cmds.add_parser("list", help="Erasures by state, kind, scope and creation time, newest first.")
+    p.set_defaults(action="erasures list")
+    _globals(p, suppress=True)
+    p.add_argument("--state", help="requested, fenced, quiesced, deleted, verified or failed.")
+    p.add_argument("--kind", help="forget_one, forget_all, off, withdraw, offboard or rotate.")
+    p.add_argument("--scope", help="Only erasures of this scope id.")
+    p.add_argument("--since", help="Created at or after this RFC 3339 time (e.g. 2026-01-31T00:00:00Z).")
+    p.add_argument("--until", help="Created before this RFC 3339 time.")
+    p.add_argument(
+        "--open", action="store_true", help="Leave out failures a later verified erasure covers (what alerts count)."
+    )
+    p.add_argument("--limit", type=int, help="Erasures per page (1-50).")
+    p.add_argument("--cursor", help="Start after this cursor (from the previous page).")
+    p.add_argument("--all", action="store_true", help="Every page.")
+    p = cmds.add_parser("retry", help="Run a failed erasure again; prints the retry's evidence summary.")
+    p.set_defaults(action="erasures retry")
+    _globals(p, suppress=True)
+    p.add_argument("erasure_id")

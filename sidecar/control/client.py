@@ -210,6 +210,36 @@ class ControlClient:
         """The evidence record."""
         return await self._json(a.ErasureRecord, "GET", f"/v1/erasures/{quote(erasure_id, safe='')}")
 
+    async def erasures(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        scope: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        superseded: bool | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> a.ErasureList:
+        """One page of the erasures matching every filter given (operator token), newest first."""
+        given = {
+            "state": state,
+            "kind": kind,
+            "scope": scope,
+            "since": since,
+            "until": until,
+            "superseded": None if superseded is None else str(superseded).lower(),
+            "cursor": cursor,
+            "limit": limit,
+        }
+        params = {k: str(v) for k, v in given.items() if v is not None}
+        return await self._json(a.ErasureList, "GET", "/v1/erasures", params=params)
+
+    async def retry_erasure(self, erasure_id: str) -> a.ErasureRecord:
+        """Run a failed erasure again (operator token); the record of the retry that ran."""
+        return await self._json(a.ErasureRecord, "POST", f"/v1/erasures/{quote(erasure_id, safe='')}/retry")
+
     async def erasure_document(self, erasure_id: str) -> Mapping[str, object]:
         """The evidence record exactly as the server sent it (checked to be one), to export as is."""
         return (await self._checked(a.ErasureRecord, "GET", f"/v1/erasures/{quote(erasure_id, safe='')}"))[1]

@@ -21,7 +21,7 @@ from sidecar.contentstore.adapters import AdapterError, listed
 from sidecar.contentstore.kagent import KagentMemory, contents
 from sidecar.control.auth import Authenticator
 from sidecar.control.erasures import ErasureEvidence
-from sidecar.control.http import ok, operation
+from sidecar.control.http import ok, operation, page_limit
 from sidecar.control.models import EntryOut, InspectPage, SourceScope
 from sidecar.decide.context import Contexts
 from sidecar.decide.decider import Decider, Facts
@@ -40,17 +40,6 @@ if TYPE_CHECKING:
     from sidecar.state.history import HistoryOps
     from sidecar.state.ledger import LedgerOps
     from sidecar.state.lineage import LineageOps
-
-DEFAULT_LIMIT = 20
-MAX_LIMIT = 50
-
-
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise Refusal(Reason.BAD_REQUEST)
-    return int(raw)
 
 
 def _entry_id(raw: str | None) -> str | None:
@@ -123,7 +112,7 @@ class EntryRoutes:
         """GET /v1/scopes/{scope_id}/entries?cursor&limit: one bounded page of the subject's memory."""
         operation(request, "scope.inspect")
         _, scope = await self._auth.subject_scope(request)
-        limit, cursor = _limit(request.query.get("limit")), _entry_id(request.query.get("cursor"))
+        limit, cursor = page_limit(request.query.get("limit")), _entry_id(request.query.get("cursor"))
         now = self._clock()
         decision = await self.attest(request, scope, await self._ledger.live_count(scope.scope_id, now))
         if not decision.allowed:

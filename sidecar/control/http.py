@@ -19,9 +19,23 @@ from sidecar.reasons import Reason, Refusal
 
 SWEEPERS: Final = web.AppKey("sweepers", Sweepers)
 OPERATION: Final = web.RequestKey("control_operation", str)
+#: The caller's bearer token verified (set before any state is read, so an outage's refusal knows it).
+CREDENTIALED: Final = web.RequestKey("control_credentialed", bool)
 MAX_BODY_BYTES: Final = 16 * 1024
 
 M = TypeVar("M", bound=BaseModel)
+#: A page's size (``limit``) by default, and at most (inspect pages, erasure listings).
+DEFAULT_PAGE = 20
+MAX_PAGE = 50
+
+
+def page_limit(raw: str | None) -> int:
+    """The ``limit`` query parameter: 1 to MAX_PAGE, DEFAULT_PAGE when absent; anything else is bad_request."""
+    if raw is None:
+        return DEFAULT_PAGE
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise Refusal(Reason.BAD_REQUEST)
+    return int(raw)
 
 
 def operation(request: web.Request, name: str) -> None:

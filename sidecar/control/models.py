@@ -262,6 +262,34 @@ class ErasureRecord(_Out):
     )
 
 
+class ErasureListed(_Out):
+    """One erasure in a listing: ids, kind, state, reason code and times; never its entries or evidence."""
+
+    erasure_id: str
+    scope_id: str
+    kind: ErasureKind
+    state: ErasureState
+    adapter: AdapterName
+    requested_by: Literal["subject", "operator", "sweeper"]
+    failure_reason: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    retry_of: str | None = Field(..., description="A retry: the failed erasure its chain of retries began with.")
+    superseded_by: str | None = Field(
+        ...,
+        description="A failed erasure: the later verified erasure that covers it (a retry of it, or a whole-scope"
+        " erasure); null while nothing does. Only failures with null here are counted as failed by"
+        " memgov_erasures and block re-consent.",
+    )
+
+
+class ErasureList(_Out):
+    """GET /v1/erasures: one page, newest first."""
+
+    erasures: list[ErasureListed]
+    next_cursor: str | None = Field(..., description="Pass as cursor for the next page; null on the last page.")
+
+
 class ConsentChange(_Out):
     """PUT or DELETE /v1/scopes/{scope_id}/consent."""
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from sidecar.control import models as m
+from sidecar.state.types import ErasureKind, ErasureState
 
 _SUBJECT: list[dict[str, list[str]]] = [{"subjectToken": []}]
 _OPERATOR: list[dict[str, list[str]]] = [{"operatorToken": []}]
@@ -33,6 +34,41 @@ PARAMS: dict[str, dict[str, object]] = {
         "in": "query",
         "required": False,
         "schema": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
+    },
+    "state": {
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": [s.value for s in ErasureState]},
+    },
+    "kind": {
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": [k.value for k in ErasureKind]},
+    },
+    "scope": {
+        "in": "query",
+        "required": False,
+        "description": "Only erasures of this scope.",
+        "schema": {"type": "string", "pattern": "^s[0-9a-f]{24}$"},
+    },
+    "since": {
+        "in": "query",
+        "required": False,
+        "description": "Only erasures created at or after this RFC 3339 time.",
+        "schema": {"type": "string", "format": "date-time", "maxLength": 40},
+    },
+    "until": {
+        "in": "query",
+        "required": False,
+        "description": "Only erasures created before this RFC 3339 time.",
+        "schema": {"type": "string", "format": "date-time", "maxLength": 40},
+    },
+    "superseded": {
+        "in": "query",
+        "required": False,
+        "description": "true: only failures a later verified erasure covers; false: everything else (the"
+        " failures the failed gauge counts, and every erasure that did not fail).",
+        "schema": {"type": "boolean"},
     },
     "X-Memgov-Context": {
         "in": "header",
@@ -149,6 +185,27 @@ OPS: tuple[Op, ...] = (
         {200: m.OffboardResult},
         (400, 401, 403),
         params=("mxid",),
+    ),
+    Op(
+        "get",
+        "/v1/erasures",
+        "listErasures",
+        "Operator: erasures by state, kind, scope and creation time, newest first; ids, codes and times only.",
+        _OPERATOR,
+        {200: m.ErasureList},
+        (400, 401, 403),
+        params=("state", "kind", "scope", "since", "until", "superseded", "cursor", "limit"),
+    ),
+    Op(
+        "post",
+        "/v1/erasures/{erasure_id}/retry",
+        "retryErasure",
+        "Operator: run a failed erasure again as a new erasure of the same scope, kind and entries (its"
+        " chain's unfinished retry is joined, a verified one answered).",
+        _OPERATOR,
+        {200: m.ErasureRecord},
+        (401, 403, 404, 409, 500, 502),
+        params=("erasure_id",),
     ),
     Op(
         "get",

@@ -41,6 +41,8 @@ class SeenContext:
 
 NO_CONTEXT: Final = SeenContext(ContextFacts(present=False), None)
 _SEEN: Final = web.RequestKey("seen_context", SeenContext)
+#: The request's context verified (whether or not it could then be spent).
+_VERIFIED: Final = web.RequestKey("context_verified", bool)
 
 
 class Contexts:
@@ -52,7 +54,7 @@ class Contexts:
         self._bridge, self._spent, self._clock, self._max_age_s = bridge, spent, clock, max_age_s
 
     @tracing.traced("memgov.identify")
-    async def _verify_and_spend(self, token: str) -> SeenContext:
+    async def _verify_and_spend(self, request: web.Request, token: str) -> SeenContext:
         if self._bridge is None:
             return SeenContext(ContextFacts(present=True), None)  # no trust key configured: every context is invalid
         now = self._clock()
@@ -60,6 +62,7 @@ class Contexts:
             ctx = verify_context(token, self._bridge, now=int(now.timestamp()), max_age_s=self._max_age_s)
         except IdentityError as exc:
             return SeenContext(ContextFacts(present=True, expired=exc.reason is Reason.CONTEXT_EXPIRED), None)
+        request[_VERIFIED] = True
         fresh = await self._spent.remember_jti(ctx.jti, datetime.fromtimestamp(ctx.exp, UTC), now)
         return SeenContext(ContextFacts(present=True, valid=True, replayed=not fresh, expires_at=ctx.exp), ctx)
 
@@ -71,9 +74,15 @@ class Contexts:
         if _SEEN in request:
             return request[_SEEN]
         token = request.headers.get(CONTEXT_HEADER)
-        seen = NO_CONTEXT if token is None else await self._verify_and_spend(token)
+        seen = NO_CONTEXT if token is None else await self._verify_and_spend(request, token)
         request[_SEEN] = seen
         return seen
+
+    @staticmethod
+    def verified(request: web.Request) -> bool:
+        """Whether the request's context verified, even if the store could not spend it (a refusal is then
+        audited as a credentialed one)."""
+        return bool(request.get(_VERIFIED, False))
 
     @web.middleware
     async def spend(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -13,6 +13,7 @@ from aiohttp.typedefs import Middleware
 from sidecar.decide.context import Contexts
 from sidecar.decide.decider import Decider, Facts
 from sidecar.decide.respond import decision_headers
+from sidecar.enforce.definitions import DefinitionParts, Definitions
 from sidecar.enforce.embedding import EmbeddingParts, Embeddings
 from sidecar.enforce.invoke import Invocations, InvokeParts
 from sidecar.enforce.memory import MemoryParts
@@ -43,7 +44,11 @@ UNGOVERNED = RouteSpec(Operation.MEMORY_UNGOVERNED, _nothing, _no_facts, _relay)
 
 
 def governed_handlers(
-    decider: Decider, memory: MemoryParts, invoke: InvokeParts, embedding: EmbeddingParts
+    decider: Decider,
+    memory: MemoryParts,
+    invoke: InvokeParts,
+    embedding: EmbeddingParts,
+    definitions: DefinitionParts,
 ) -> dict[RouteClass, ClassHandler]:
     """The class table entries that replace the transparent defaults once governance is on."""
     saves = Saves(memory)
@@ -54,6 +59,7 @@ def governed_handlers(
         Operation.MEMORY_SEARCH: run(Searches(memory).spec(), decider),
         Operation.EMBEDDING: run(Embeddings(embedding).spec(), decider),
         Operation.MEMORY_UNGOVERNED: run(UNGOVERNED, decider),
+        Operation.CONTROLLER_WRITE: run(Definitions(definitions).spec(), decider),
         # Whole-namespace list and delete are control-plane work: the data plane refuses them.
         Operation.MEMORY_LIST: closed(Operation.MEMORY_LIST, Reason.ROUTE_DENIED, decider),
         Operation.MEMORY_DELETE_ALL: closed(Operation.MEMORY_DELETE_ALL, Reason.ROUTE_DENIED, decider),

@@ -114,7 +114,10 @@ class Invocations(Stages[InvokeParts]):
     async def admit(self, call: Call, inv: _Invocation) -> Admitted[_Invocation]:
         """The context's principal, room and audience, its scope, and whether it has an operation left this hour."""
         p, ref = self._p, _ref(call)
-        seen = await p.contexts.seen(call.request)
+        try:
+            seen = await p.contexts.seen(call.request)
+        finally:
+            call.credentialed = p.contexts.verified(call.request)
         facts, ctx = seen.facts, seen.claims
         principal = scope = room = audience = None
         budget = Budget()

@@ -102,6 +102,10 @@ async def admit_key(
     """Verify the key, then read its scope and reserve the call's cost in one state transaction."""
     headers = call.request.headers
     kf = KeyFacts(p.keys, user_id, headers.get("X-User-Id"), agent_name, headers.get("X-Agent-Name"))
+    if kf.key_valid:
+        # The key verified before the store is asked: a refusal from here on (the store down included)
+        # is audited as a credentialed one, a row of its own naming the key's scope.
+        call.credentialed, call.scope_id = True, kf.scope_id
     if not (kf.key_valid and kf.scope_id and kf.user_id_matches):
         # Nothing to reserve for a caller that proved no scope; the decision still sees the scope.
         return kf, Admission(await p.scopes.get_scope(kf.scope_id) if kf.key_valid and kf.scope_id else None)

@@ -45,12 +45,14 @@ _FAILED_EXCHANGE: Final = frozenset(
 @dataclass(slots=True)
 class Call:
     """One governed request as every stage sees it; ``credentialed`` is set once it proved a genuine
-    credential (a session key or a context that verified), so a later refusal is audited as such."""
+    credential (a session key or a context that verified), so a later refusal is audited as such, with
+    the scope the credential named (``scope_id``), even when the state store cannot be asked (R-15)."""
 
     request: web.Request
     match: RouteMatch
     operation: Operation
     credentialed: bool = False
+    scope_id: str | None = None
 
     @property
     def decision_id(self) -> str:
@@ -108,7 +110,7 @@ async def _stages(spec: RouteSpec[P, T], call: Call, decider: Decider) -> web.St
         return await forward(call.request, call.request.app[CONTROLLER])
     parsed = await spec.parse(call)
     admitted = await spec.admit(call, parsed)
-    call.credentialed = admitted.credentialed
+    call.credentialed = call.credentialed or admitted.credentialed
     decision = await decider.decide(
         call.operation,
         admitted.facts,
@@ -170,7 +172,7 @@ async def answer(
             operation,
             refusal.reason,
             decision_id=call.decision_id,
-            scope_id=refusal.scope_id,
+            scope_id=refusal.scope_id or call.scope_id,
             credentialed=refusal.credentialed or call.credentialed,
         )
     action = deny_action(operation)

@@ -38,6 +38,15 @@ from sidecar.state.types import ERASURE_TERMINAL, WHOLE_SCOPE, Erasure, ErasureK
 log = get_logger("erasure")
 
 
+class NotRetryable(Exception):
+    """A retry was asked of an erasure that did not fail, or whose failure is already covered;
+    ``reason`` is ``erasure_pending`` while it (or its scope's rotation) is unfinished, else None."""
+
+    def __init__(self, reason: Reason | None) -> None:
+        super().__init__(reason.value if reason else "not_retryable")
+        self.reason = reason
+
+
 class ErasureEngine:
     """Creates, runs and resumes erasures for one gateway process."""
 
@@ -65,30 +74,29 @@ class ErasureEngine:
     async def blocked(self, scope_id: str) -> Reason | None:
         """Why re-consent must wait, or None.
 
-        ``erasure_pending`` while an erasure of the scope is unfinished; ``erasure_failed`` when a
-        failed erasure is newer than the last verified whole-scope erasure.
+        ``erasure_pending`` while an erasure of the scope is unfinished; ``erasure_failed`` while a
+        failed erasure of it is not superseded by a later verified one (a retry of it, or a whole-scope
+        erasure: ``state.audit.superseding``).
         """
         # A rotation never blocks consent: it only moves what the scope keeps, and fails safe.
-        history = await self._p.erasures.erasures_of_scope(scope_id, not_kind=ErasureKind.ROTATE)
+        erasures = self._p.erasures
+        history = await erasures.erasures_of_scope(scope_id, not_kind=ErasureKind.ROTATE)
         if any(e.state not in ERASURE_TERMINAL for e in history):
             return Reason.ERASURE_PENDING
-        for e in history:  # newest first
-            if e.state is ErasureState.VERIFIED and e.kind in WHOLE_SCOPE:
-                return None
-            if e.state is ErasureState.FAILED:
-                return Reason.ERASURE_FAILED
+        if await erasures.open_failures(scope_id, not_kind=ErasureKind.ROTATE):
+            return Reason.ERASURE_FAILED
         return None
+
+    async def _unerased(self, scope_id: str) -> list[str]:
+        """The entries of a scope not yet physically deleted: what a whole-scope erasure lists."""
+        return [e.entry_id for e in await self._p.history.unswept_entries(scope_id) if e.physically_deleted_at is None]
 
     async def request(
         self, scope: Scope, kind: ErasureKind, requested_by: str, entry_ids: Iterable[str] = ()
     ) -> Erasure:
         """Record an erasure; whole-scope erasures list every entry not yet physically deleted."""
         p = self._p
-        ids = list(entry_ids)
-        if kind in WHOLE_SCOPE:
-            ids = [
-                e.entry_id for e in await p.history.unswept_entries(scope.scope_id) if e.physically_deleted_at is None
-            ]
+        ids = await self._unerased(scope.scope_id) if kind in WHOLE_SCOPE else list(entry_ids)
         erasure = await p.erasures.create_erasure(scope.scope_id, kind, ids, self.adapter, requested_by, p.clock())
         await audit_erasure(p, erasure, Reason.ALLOWED)
         log.info(
@@ -104,8 +112,10 @@ class ErasureEngine:
     async def erase(self, scope: Scope, kind: ErasureKind, requested_by: str, entry_ids: Iterable[str] = ()) -> Erasure:
         """Request and run an erasure to its end; a forgotten entry is then rotated out where configured."""
         erasure = await self.request(scope, kind, requested_by, entry_ids)
-        done = await self.run(erasure.erasure_id)
-        if kind is ErasureKind.FORGET_ONE and done.state is ErasureState.VERIFIED and self.rotates:
+        return await self._finish(scope, await self.run(erasure.erasure_id), requested_by)
+
+    async def _finish(self, scope: Scope, done: Erasure, requested_by: str) -> Erasure:
+        if done.kind is ErasureKind.FORGET_ONE and done.state is ErasureState.VERIFIED and self.rotates:
             # Its evidence turns complete once a rotation's read-back stamps the entry deleted. A rotation
             # already under way may have switched before the tombstone (its copy is then erased by lineage
             # but still stored): one more rotation removes that copy.
@@ -115,6 +125,57 @@ class ErasureEngine:
                     break
             return await self._p.erasures.get_erasure(done.erasure_id) or done
         return done
+
+    async def retry(self, failed: Erasure, requested_by: str) -> Erasure:
+        """Retry a failed erasure to its end: a new erasure of the same scope, kind and entries, which names
+        the failure its chain began with; the failed one stays as it is (its evidence never changes).
+
+        Idempotent: while the chain's newest retry is unfinished it is joined, and once it is verified
+        it is answered as it stands. Raises :class:`NotRetryable` for an erasure that did not fail, or
+        whose failure a later verified erasure already covers (the scope may have been re-consented
+        since: a whole-scope retry would then disable it and erase what was saved after). The scope of
+        a failed erasure stays disabled: only its subject's new consent enables it again, which the
+        retry's verification allows (``blocked``).
+        """
+        p = self._p
+        head = await p.erasures.retry_head(failed)
+        if head.state is not ErasureState.FAILED:
+            if head.erasure_id == failed.erasure_id:
+                raise NotRetryable(Reason.ERASURE_PENDING if head.state not in ERASURE_TERMINAL else None)
+            return await self.run(head.erasure_id)
+        if await p.erasures.superseded_by(head.erasure_id) is not None:
+            raise NotRetryable(None)
+        scope = await p.scopes.get_scope(head.scope_id)
+        if scope is None:
+            raise NotRetryable(None)
+        if head.kind is ErasureKind.ROTATE:
+            newest = await p.erasures.erasures_of_scope(scope.scope_id, limit=1, kind=ErasureKind.ROTATE)
+            if newest and newest[0].state not in ERASURE_TERMINAL:
+                raise NotRetryable(Reason.ERASURE_PENDING)  # one rotation of a scope at a time
+        ids = await self._unerased(scope.scope_id) if head.kind in WHOLE_SCOPE else head.entry_ids
+        retry = await p.erasures.create_retry(head, ids, self.adapter, requested_by, p.clock())
+        if retry is None:  # another caller started this chain's retry first: join it
+            return await self.run((await p.erasures.retry_head(head)).erasure_id)
+        await p.audit.audit(
+            "erasure",
+            Reason.ALLOWED.value,
+            scope_id=scope.scope_id,
+            erasure_id=head.erasure_id,
+            operation="erasure.retry",
+            policy_revision=p.revision(),
+            now=p.clock(),
+        )
+        await audit_erasure(p, retry, Reason.ALLOWED)
+        log.info(
+            "erasure.retrying",
+            erasure_id=retry.erasure_id,
+            retry_of=head.erasure_id,
+            scope_id=scope.scope_id,
+            kind=retry.kind.value,
+            adapter=self.adapter,
+            count=len(ids),
+        )
+        return await self._finish(scope, await self.run(retry.erasure_id), requested_by)
 
     async def _gone(self, erasure: Erasure) -> bool:
         """Whether every entry of the erasure (copies included) is stamped physically deleted."""

@@ -9,8 +9,12 @@ before salts existed (``mgs1.<scope_id>.<generation>``) are still recognised.
 
 The MAC key is not the file secret itself but a sub-key derived from it for this one purpose
 (HMAC-SHA256(secret, "memgov session key v1")), so adding another use of the same secret later
-cannot produce values that collide with session keys. Verification accepts keys made with the
-current or the previous secret, so the secret can be rotated without cutting live conversations.
+cannot produce values that collide with session keys. Keys are minted with the ``current`` secret
+and verified against every accepted slot: ``current``, ``previous`` and ``next``. A rotation is three
+steps, each an in-place update of the secret files that every replica re-reads (``root.py``): add the
+new secret as ``next`` (every replica accepts it, none mints with it), then make it ``current`` and
+the old one ``previous`` (replicas that switched mint with it, the others' keys still verify), then
+remove ``previous``. No replica ever refuses a key another one minted.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
 from typing import Final
 
 from sidecar.identity import IdentityError
@@ -69,14 +74,35 @@ def _mac(subkey: bytes, scope_id: str, generation: int) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
+#: The session-key slots, in the order they are tried: ``current`` mints, all three verify.
+SESSION_SLOTS: Final = ("current", "previous", "next")
+
+
 class SessionKeys:
-    """Mints and verifies session keys with the current secret, still accepting the previous one."""
+    """Mints session keys with the current secret and verifies them against every accepted slot.
 
-    __slots__ = ("_accepted", "_current")
+    ``replace`` swaps the secrets in place (a re-read secret file): every holder sees the new ones at
+    once. ``on_verified`` is told the slot of each key that verified (bounded: the slot names).
+    """
 
-    def __init__(self, current: bytes, previous: bytes | None = None) -> None:
-        self._current = _derive(current)
-        self._accepted = (self._current,) if previous is None else (self._current, _derive(previous))
+    __slots__ = ("_accepted", "_current", "on_verified")
+
+    def __init__(self, current: bytes, previous: bytes | None = None, next_key: bytes | None = None) -> None:
+        self.on_verified: Callable[[str], None] | None = None
+        self._current = b""
+        self._accepted: tuple[tuple[str, bytes], ...] = ()
+        self.replace(current, previous, next_key)
+
+    def replace(self, current: bytes, previous: bytes | None = None, next_key: bytes | None = None) -> None:
+        """Use these secrets from now on (all derived first: a bad one changes nothing)."""
+        given = {"current": current, "previous": previous, "next": next_key}
+        derived = tuple((slot, _derive(secret)) for slot, secret in given.items() if secret is not None)
+        self._current, self._accepted = derived[0][1], derived
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The slots holding a secret now."""
+        return tuple(slot for slot, _ in self._accepted)
 
     def session_key(self, scope_id: str, generation: int) -> str:
         """Return ``mg1.<scope_id>.<generation>.<mac>`` made with the current secret."""
@@ -92,9 +118,12 @@ class SessionKeys:
         # SECURITY: compare the encoded MAC strings, not decoded bytes: the last base64 character
         # carries two spare bits, and decoding would let four spellings of one MAC verify.
         # Every accepted secret is tried so timing does not reveal which one matched.
-        matches = [hmac.compare_digest(presented, _mac(k, scope_id, generation)) for k in self._accepted]
+        accepted = self._accepted
+        matches = [hmac.compare_digest(presented, _mac(k, scope_id, generation)) for _, k in accepted]
         if not any(matches):
             raise IdentityError(Reason.KEY_INVALID)
+        if self.on_verified is not None:
+            self.on_verified(accepted[matches.index(True)][0])
         return scope_id, generation
 
 

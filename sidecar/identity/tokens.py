@@ -134,6 +134,83 @@ def load_verifier(path: Path, *, setting: str = "trust.bridge_key_file") -> Veri
     return Verifier("HS256", data)
 
 
+#: Shape of a verification key's id: the JWT ``kid`` and the file name in a key folder (a bounded metric label).
+KEY_ID: Final = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,31}$")
+#: Most verification keys one purpose holds at once (the labels of its metric stay few).
+MAX_KEYS: Final = 8
+
+
+class KeySet(Verifier):
+    """Several verification keys, each with an id (one purpose: the bridge's, or the operators').
+
+    A token whose header names a key (``kid``) is verified with that key alone, and refused when no
+    key has that id; a token naming none is tried with each key in turn. ``replace`` swaps the keys
+    in place (a re-read key folder): every holder sees them at once. ``on_verified`` is told the id of
+    each key a token verified with.
+    """
+
+    __slots__ = ("_slots", "on_verified")
+
+    def __init__(self, slots: Mapping[str, Verifier]) -> None:
+        self.on_verified: Callable[[str], None] | None = None
+        self._slots: dict[str, Verifier] = {}
+        self.replace(slots)
+
+    def __repr__(self) -> str:
+        return f"KeySet(ids={sorted(self._slots)!r})"
+
+    def replace(self, slots: Mapping[str, Verifier]) -> None:
+        """Use these keys from now on; ids of another shape, or more than MAX_KEYS, raise ValueError."""
+        if len(slots) > MAX_KEYS or any(KEY_ID.fullmatch(kid) is None for kid in slots):
+            raise ValueError(f"at most {MAX_KEYS} verification keys, each id matching {KEY_ID.pattern}")
+        self._slots = dict(slots)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self._slots))
+
+    def decode(self, token: str, *, typ: TokenType, now: int, required_claims: Iterable[str] = ()) -> dict[str, object]:
+        invalid = IdentityError(Reason.CONTEXT_INVALID)
+        if not isinstance(token, str) or len(token) > MAX_TOKEN_LEN:
+            raise invalid
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise invalid from None
+        slots = self._slots
+        if kid is not None:
+            # SECURITY: a named key is the only one tried; an unknown name is not a reason to try the others.
+            chosen = slots.get(kid) if isinstance(kid, str) else None
+            candidates = [(kid, chosen)] if chosen is not None else []
+        else:
+            candidates = list(slots.items())
+        failed: IdentityError = invalid
+        for slot, verifier in candidates:
+            try:
+                claims = verifier.decode(token, typ=typ, now=now, required_claims=required_claims)
+            except IdentityError as exc:
+                # An expired token that verified with this key is expired, whatever the other keys say.
+                failed = exc if exc.reason is Reason.CONTEXT_EXPIRED else failed
+                continue
+            if self.on_verified is not None:
+                self.on_verified(slot)
+            return claims
+        raise failed
+
+
+def load_keys(folder: Path, setting: str) -> dict[str, Verifier]:
+    """The verification keys of a folder: each file whose name is a key id (``KEY_ID``) is one key, named by
+    it; anything else there (a mounted Secret's ``..data`` links, dot files) is not a key. Raises
+    SecretError naming ``setting`` and the id, never the key."""
+    try:
+        names = sorted(p.name for p in Path(folder).iterdir() if KEY_ID.fullmatch(p.name) and p.is_file())
+    except OSError as exc:
+        raise SecretError(f"{setting}: cannot read the folder ({exc.strerror})") from None
+    if len(names) > MAX_KEYS:
+        raise SecretError(f"{setting}: more than {MAX_KEYS} keys")
+    return {name: load_verifier(Path(folder) / name, setting=f"{setting}/{name}") for name in names}
+
+
 def _public_key(data: bytes, setting: str) -> tuple[str, Ed25519PublicKey | RSAPublicKey]:
     if b"PRIVATE KEY-----" in data:
         raise SecretError(f"{setting}: holds a private key; give the gateway the public key only")
@@ -175,9 +252,12 @@ def load_signing_key(path: Path, option: str) -> SigningKey:
     raise SecretError(f"{option}: only Ed25519 and RSA private keys can sign")
 
 
-def mint_token(claims: dict[str, object], key: bytes, alg: str, *, typ: TokenType) -> str:
-    """Sign claims as a token of kind ``typ`` with an HS256 secret or an Ed25519/RSA PEM private key."""
+def mint_token(claims: dict[str, object], key: bytes, alg: str, *, typ: TokenType, kid: str | None = None) -> str:
+    """Sign claims as a token of kind ``typ`` with an HS256 secret or an Ed25519/RSA PEM private key;
+    ``kid`` names the verification key (a :class:`KeySet` slot) in the header."""
     headers = {"typ": TokenType(typ).value}
+    if kid is not None:
+        headers["kid"] = kid
     if alg == "HS256":
         return jwt.encode(claims, key, algorithm=alg, headers=headers)
     if alg not in ("EdDSA", "RS256"):
@@ -194,10 +274,10 @@ def mint_subject(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 120, 
     return mint_token(claims, key, alg, typ=TokenType.SUBJECT)
 
 
-def mint_operator(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 300) -> str:
+def mint_operator(sub: str, key: bytes, alg: str, *, now: int, ttl_s: int = 300, kid: str | None = None) -> str:
     """An operator bearer token."""
     return mint_token(
-        {"sub": sub, "role": "operator", "iat": now, "exp": now + ttl_s}, key, alg, typ=TokenType.OPERATOR
+        {"sub": sub, "role": "operator", "iat": now, "exp": now + ttl_s}, key, alg, typ=TokenType.OPERATOR, kid=kid
     )
 
 

@@ -226,6 +226,16 @@ def _context(inp: DecisionInput) -> dict[str, CedarValue]:
         context["room"] = room
     if inp.audience is not None:
         context["audience"] = {"servers": inp.audience.servers, "classification": inp.audience.classification}
+    write = req.write
+    if write is not None:
+        context["write"] = {
+            "kind": write.kind,
+            "verb": write.verb,
+            "targets": write.targets,
+            "governed": write.governed,
+            "operator": write.operator,
+            "claims": list(write.claims),
+        }
     return context
 
 

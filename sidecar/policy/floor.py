@@ -79,6 +79,11 @@ def floor_reasons(
     """Reasons the floor refuses this input for, whatever the engine said (``org``: the pack's lists)."""
     if inp.operation is Operation.MEMORY_UNGOVERNED:
         return {Reason.UNGOVERNED_STORE}
+    if inp.operation is Operation.CONTROLLER_WRITE:
+        write = inp.request.write
+        # SECURITY: a definition that claims memgov's identity or boundary (or whose claims were never
+        # read) is never relayed, whoever sends it and whatever the pack says (docs/security.md).
+        return {Reason.BOUNDARY_CLAIMED} if write is None or write.claims else set()
     found: set[Reason] = set()
     if scoped(inp):
         found |= _consent(inp)

@@ -90,6 +90,41 @@ class ContextScope(_Model):
     room_id: str = Field(..., description="Claimed room id.")
 
 
+#: The definition collections a controller write changes (kagent's API paths under /api/).
+DefinitionKind = Literal["agents", "sandboxagents", "agentharnesses", "modelconfigs", "toolservers", "prompttemplates"]
+#: What a controller write does to its definition.
+WriteVerb = Literal["create", "update", "delete"]
+#: What a definition claims of memgov's boundary (docs/security.md): a label or annotation that
+#: names memgov's pods or marks the boundary, a name of one of memgov's objects, memgov's service
+#: account, a reference to one of memgov's Secrets, or a volume of the node's own files (where
+#: the kubelet keeps every pod's Secrets).
+BoundaryClaim = Literal["label", "annotation", "name", "service_account", "secret", "host_path"]
+
+
+class WriteFacts(_Model):
+    """What the gateway found out about a write to kagent's definitions (controller.write)."""
+
+    kind: DefinitionKind = Field(..., description="The definition collection written to.")
+    verb: WriteVerb = Field(..., description="create (POST), update (PUT, PATCH) or delete (DELETE).")
+    targets: list[str] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Every namespace/name the write names, in the path or the body, as kagent resolves it.",
+    )
+    governed: bool = Field(
+        False,
+        description="A target is a memory agent memgov governs, its memory-disabled variant, or a ModelConfig"
+        " such an agent uses (agents.<ref>.model_configs).",
+    )
+    operator: bool = Field(False, description="The write carries an operator token that verified (X-Memgov-Operator).")
+    claims: list[BoundaryClaim] = Field(
+        default_factory=list,
+        max_length=6,
+        description="Sorted unique kinds of field in the definition that claim memgov's identity or touch its"
+        " boundary; empty for a definition that claims nothing.",
+    )
+
+
 class RequestFacts(_Model):
     """Facts about this request, computed by the gateway."""
 
@@ -123,6 +158,7 @@ class RequestFacts(_Model):
     context: ContextFacts = Field(default_factory=ContextFacts, description="Delegation context facts.")
     context_scope: ContextScope | None = Field(None, description="Scope claimed by the context.")
     context_agent: str | None = Field(None, description="Agent reference claimed by the context.")
+    write: WriteFacts | None = Field(None, description="A controller write's facts; null on every other operation.")
 
 
 class ServerAcl(_Model):

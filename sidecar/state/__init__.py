@@ -1,7 +1,8 @@
 """Durable control state: scopes, consent, ledger, budgets, replay cache, audit, erasures.
 
 ``open_store(url)`` connects (SQLite embedded default, PostgreSQL for more than one replica),
-runs pending migrations and returns a :class:`StateStore`. See docs/state.md.
+runs pending migrations and returns a :class:`StateStore`; ``store.pending_store(url)`` returns one
+that connects later, in the background (a gateway serves degraded meanwhile). See docs/state.md.
 """
 
 from sidecar.state.store import StateStore, open_store

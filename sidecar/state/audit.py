@@ -10,14 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sidecar.reasons import Reason
 from sidecar.settings import AdapterName
 from sidecar.state import codec
 from sidecar.state.codec import from_us, opt_from_us, to_us
-from sidecar.state.db import Database, Facet, Tx
+from sidecar.state.db import Database, Facet, Param, Row, Tx
 from sidecar.state.spool import INSERT_AUDIT, UPSERT_COUNT, AuditSpool
-from sidecar.state.types import ERASURE_NEXT, ERASURE_TERMINAL_SQL, Erasure, ErasureKind, ErasureState, StateError
+from sidecar.state.types import (
+    ERASURE_NEXT,
+    ERASURE_TERMINAL_SQL,
+    WHOLE_SCOPE,
+    Erasure,
+    ErasureFilter,
+    ErasureKind,
+    ErasureState,
+    ErasureSummary,
+    StateError,
+)
 
 _AUDIT_COLS = (
     "at",
@@ -32,9 +43,26 @@ _AUDIT_COLS = (
 )
 _ERASURE_COLS = (
     "erasure_id, scope_id, kind, state, adapter, requested_by_kind, failure_reason, created_us,"
-    " updated_us, not_before_us, ns_id, from_ns_id"
+    " updated_us, not_before_us, ns_id, from_ns_id, retry_of"
 )
 _HOUR_US = 3600 * 1_000_000
+_WHOLE_SCOPE_SQL = ", ".join(f"'{k}'" for k in sorted(WHOLE_SCOPE))
+
+
+def superseding(e: str) -> str:
+    """SQL: the first verified erasure that supersedes the failed erasure aliased ``e``, or NULL.
+
+    A failure is superseded by a verified erasure of the same scope that covers what it left: a retry
+    of its chain (the same kind and entries), or one created after it that erases the whole scope;
+    a failed rotation also by a later verified rotation (which moves everything out of the namespace
+    the failed one left live). The one rule for the failed gauge, the re-consent guard and listings.
+    """
+    return (
+        f"(SELECT v.erasure_id FROM erasures v WHERE v.scope_id = {e}.scope_id AND v.state = 'verified'"
+        f" AND (v.retry_of = COALESCE({e}.retry_of, {e}.erasure_id) OR (v.created_us > {e}.created_us"
+        f" AND (v.kind IN ({_WHOLE_SCOPE_SQL}) OR ({e}.kind = 'rotate' AND v.kind = 'rotate'))))"
+        " ORDER BY v.created_us, v.erasure_id LIMIT 1)"
+    )
 
 
 def _opt(value: str | None, check: Callable[[str, str], str], field: str) -> str | None:
@@ -142,10 +170,34 @@ class ErasureOps(Facet):
         now: datetime,
     ) -> Erasure:
         """Record a requested erasure of the given entries (empty for whole-scope erasures)."""
+        erasure = await self._create(scope_id, kind, entry_ids, adapter, requested_by_kind, now, None)
+        assert erasure is not None
+        return erasure
+
+    async def create_retry(
+        self, failed: Erasure, entry_ids: list[str], adapter: AdapterName, requested_by_kind: str, now: datetime
+    ) -> Erasure | None:
+        """Record a retry of a failed erasure (same scope and kind); None when its chain already has an
+        unfinished retry (another caller started one first)."""
+        root = failed.retry_of or failed.erasure_id
+        return await self._create(failed.scope_id, failed.kind, entry_ids, adapter, requested_by_kind, now, root)
+
+    async def _create(
+        self,
+        scope_id: str,
+        kind: ErasureKind,
+        entry_ids: list[str],
+        adapter: AdapterName,
+        requested_by_kind: str,
+        now: datetime,
+        retry_of: str | None,
+    ) -> Erasure | None:
         codec.check_scope_id(scope_id)
         codec.check_code(kind, "kind")
         codec.check_code(adapter, "adapter")
         codec.check_code(requested_by_kind, "requested_by_kind")
+        if retry_of is not None:
+            codec.check_id(retry_of, "retry_of")
         ids = sorted({codec.check_id(e, "entry_id") for e in entry_ids})
         erasure_id, at = codec.new_id("e"), to_us(now)
         async with self._db.tx("write") as tx:
@@ -153,16 +205,20 @@ class ErasureOps(Facet):
             # after it. KEY SHARE, the lock the erasure row's foreign key takes anyway, waits for nothing else.
             key_share = " FOR KEY SHARE OF s" if tx.dialect == "postgresql" else ""
             await tx.fetchrow(f"SELECT 1 FROM scopes s WHERE s.scope_id = $1{key_share}", scope_id)
-            await tx.execute(
+            # A retry conflicts with its chain's unfinished retry (a unique index): then nothing is written.
+            created = await tx.execute(
                 f"INSERT INTO erasures ({_ERASURE_COLS})"
-                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL, NULL)",
+                " VALUES ($1, $2, $3, 'requested', $4, $5, NULL, $6, $6, NULL, NULL, NULL, $7) ON CONFLICT DO NOTHING",
                 erasure_id,
                 scope_id,
                 kind,
                 adapter,
                 requested_by_kind,
                 at,
+                retry_of,
             )
+            if created != 1:
+                return None
             if ids:
                 await tx.executemany(
                     "INSERT INTO erasure_entries (erasure_id, entry_id) VALUES ($1, $2)", [(erasure_id, e) for e in ids]
@@ -172,9 +228,7 @@ class ErasureOps(Facet):
                 erasure_id,
                 at,
             )
-            erasure = await _load(tx, erasure_id)
-        assert erasure is not None
-        return erasure
+            return await _load(tx, erasure_id)
 
     async def advance_erasure(
         self, erasure_id: str, state: ErasureState, now: datetime, failure_reason: str | None = None
@@ -319,6 +373,76 @@ class ErasureOps(Facet):
             loaded = [await _load(tx, r[0]) for r in sorted(rows, key=lambda r: (int(r[1]), r[0]), reverse=True)]
         return [e for e in loaded if e is not None]
 
+    async def retry_head(self, erasure: Erasure) -> Erasure:
+        """The newest erasure of ``erasure``'s chain of retries (the erasure itself when it has none)."""
+        root = erasure.retry_of or erasure.erasure_id
+        async with self._db.tx("snapshot") as tx:
+            row = await tx.fetchrow(
+                "SELECT erasure_id FROM erasures WHERE retry_of = $1 ORDER BY created_us DESC, erasure_id DESC LIMIT 1",
+                root,
+            )
+            head = await _load(tx, row[0]) if row is not None else None
+        return erasure if head is None or head.created_at < erasure.created_at else head
+
+    async def superseded_by(self, erasure_id: str) -> str | None:
+        """The verified erasure that supersedes a failed one, or None (also for one that is not failed)."""
+        async with self._db.tx("read") as tx:
+            row = await tx.fetchrow(
+                f"SELECT {superseding('e')} FROM erasures e WHERE e.erasure_id = $1 AND e.state = 'failed'", erasure_id
+            )
+        return None if row is None or row[0] is None else str(row[0])
+
+    async def open_failures(self, scope_id: str, *, not_kind: ErasureKind | None = None) -> int:
+        """How many failed erasures of the scope no later verified erasure supersedes (every kind but ``not_kind``)."""
+        async with self._db.tx("read") as tx:
+            row = await tx.fetchrow(
+                "SELECT COUNT(*) FROM erasures e WHERE e.scope_id = $1 AND e.state = 'failed'"
+                f" AND (CAST($2 AS TEXT) IS NULL OR e.kind <> $2) AND {superseding('e')} IS NULL",
+                scope_id,
+                not_kind,
+            )
+        return int(row[0]) if row is not None else 0
+
+    async def list_erasures(
+        self, which: ErasureFilter, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[ErasureSummary]:
+        """Erasures matching ``which``, newest first, at most ``limit``, those after the cursor ``after``
+        (the creation time and id of the last one of the previous page). Ids, codes and times only."""
+        where: list[str] = []
+        args: list[Param] = []
+
+        def arg(value: Param) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        if which.state is not None:
+            where.append(f"e.state = {arg(str(which.state))}")
+        if which.kind is not None:
+            where.append(f"e.kind = {arg(str(which.kind))}")
+        if which.scope_id is not None:
+            where.append(f"e.scope_id = {arg(codec.check_scope_id(which.scope_id))}")
+        if which.since is not None:
+            where.append(f"e.created_us >= {arg(to_us(which.since))}")
+        if which.until is not None:
+            where.append(f"e.created_us < {arg(to_us(which.until))}")
+        if after is not None:
+            at, last = to_us(after[0]), codec.check_id(after[1], "cursor")
+            where.append(f"(e.created_us < {arg(at)} OR (e.created_us = {arg(at)} AND e.erasure_id < {arg(last)}))")
+        superseded = superseding("e")
+        if which.superseded is True:
+            where.append(f"e.state = 'failed' AND {superseded} IS NOT NULL")
+        elif which.superseded is False:
+            where.append(f"(e.state <> 'failed' OR {superseded} IS NULL)")
+        cond = " AND ".join(where) or "TRUE"
+        sql = (
+            "SELECT e.erasure_id, e.scope_id, e.kind, e.state, e.adapter, e.requested_by_kind, e.failure_reason,"
+            f" e.created_us, e.updated_us, e.retry_of, CASE WHEN e.state = 'failed' THEN {superseded} END"
+            f" FROM erasures e WHERE {cond} ORDER BY e.created_us DESC, e.erasure_id DESC LIMIT {arg(int(limit))}"
+        )
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(sql, *args)
+        return [ErasureSummary(**_head(r), retry_of=r[9], superseded_by=r[10]) for r in rows]
+
     async def unfinished_erasures(self) -> list[Erasure]:
         """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
         async with self._db.tx("snapshot") as tx:
@@ -328,6 +452,21 @@ class ErasureOps(Facet):
             )
             loaded = [await _load(tx, r[0]) for r in rows]
         return [e for e in loaded if e is not None]
+
+
+def _head(row: Row) -> dict[str, Any]:
+    """The fields every erasure row starts with (``_ERASURE_COLS`` up to ``updated_us``), decoded."""
+    return {
+        "erasure_id": row[0],
+        "scope_id": row[1],
+        "kind": ErasureKind(row[2]),
+        "state": ErasureState(row[3]),
+        "adapter": AdapterName(row[4]),
+        "requested_by_kind": row[5],
+        "failure_reason": row[6],
+        "created_at": from_us(row[7]),
+        "updated_at": from_us(row[8]),
+    }
 
 
 async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
@@ -351,15 +490,7 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         else []
     )
     return Erasure(
-        erasure_id=row[0],
-        scope_id=row[1],
-        kind=ErasureKind(row[2]),
-        state=ErasureState(row[3]),
-        adapter=AdapterName(row[4]),
-        requested_by_kind=row[5],
-        failure_reason=row[6],
-        created_at=from_us(row[7]),
-        updated_at=from_us(row[8]),
+        **_head(row),
         not_before=opt_from_us(row[9]),
         entry_ids=[r[0] for r in entries],
         steps=[(r[0], from_us(r[1])) for r in steps],
@@ -368,4 +499,5 @@ async def _load(tx: Tx, erasure_id: str) -> Erasure | None:
         moves=[(r[0], r[1]) for r in moves],
         ns_facts={r[0]: (int(r[4]), bool(r[5])) for r in readbacks if r[4] is not None and r[5] is not None},
         from_ns_id=row[11],
+        retry_of=row[12],
     )

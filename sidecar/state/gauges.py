@@ -1,5 +1,7 @@
 """Content-free figures about the state an operator watches: erasures by state and age, expiry backlog.
 
+Failed erasures are counted only while no later verified erasure supersedes them (``audit.superseding``).
+
 Counts and ages only, read in one snapshot; no id, scope or entry ever leaves this module.
 """
 
@@ -8,11 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from sidecar.state.audit import superseding
 from sidecar.state.codec import to_us
 from sidecar.state.db import Database, Row
 from sidecar.state.types import ERASURE_STATES, ERASURE_TERMINAL_SQL
 
-_BY_STATE = "SELECT state, COUNT(*) FROM erasures GROUP BY state"
+# A failed erasure a later verified one supersedes (a retry of it, a whole-scope erasure) is no longer
+# failed to an operator: it is left out, so the alert on it clears once the erasure is retried.
+_BY_STATE = (
+    f"SELECT e.state, COUNT(*) FROM erasures e WHERE e.state <> 'failed' OR {superseding('e')} IS NULL GROUP BY e.state"
+)
 _OLDEST_UNFINISHED = f"SELECT MIN(created_us) FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})"
 # Entries past their hard expiry that are not physically deleted yet (the sweeper's backlog).
 _OLDEST_OVERDUE = "SELECT MIN(expires_us) FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"

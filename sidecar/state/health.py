@@ -36,12 +36,12 @@ class StoreHealth:
 
     __slots__ = ("_available", "_changed", "_wake", "watched")
 
-    def __init__(self) -> None:
-        self._available = True
+    def __init__(self, available: bool = True) -> None:
+        self._available = available
         self._wake: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self.watched = False
-        metrics.STATE_AVAILABLE.set(1)
+        metrics.STATE_AVAILABLE.set(1 if available else 0)
 
     @property
     def available(self) -> bool:
@@ -105,6 +105,32 @@ class StoreHealth:
                         await self._wake.wait()
         finally:
             self._wake, self.watched = None, False
+
+
+class LateDatabase:
+    """The database of a store that connects after the gateway started: until it is attached, every call
+    fails as if the store were down (``StateError(state_unavailable)``), so memory degrades meanwhile."""
+
+    __slots__ = ("dialect", "inner")
+
+    def __init__(self, dialect: str, inner: Database | None = None) -> None:
+        self.dialect, self.inner = dialect, inner
+
+    def _connected(self) -> Database:
+        if self.inner is None:
+            # SECURITY: no control state yet, no governed work; the caller degrades or refuses.
+            raise StateError(Reason.STATE_UNAVAILABLE)
+        return self.inner
+
+    def tx(self, mode: Mode = "write") -> AbstractAsyncContextManager[Tx]:
+        return self._connected().tx(mode)
+
+    async def run(self, make: MakeScript[T], mode: Mode = "write") -> T:
+        return await self._connected().run(make, mode)
+
+    async def close(self) -> None:
+        if self.inner is not None:
+            await self.inner.close()
 
 
 class GuardedDatabase:

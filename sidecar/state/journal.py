@@ -2,9 +2,12 @@
 
 Each process appends the records it spools to its own segment file in ``audit.spool_dir``
 (``<segment id>.spool``, mode 0600, one JSON array per line: ``["r", <audit row values>]`` or
-``["c", hour_us, operation, reason, n]``). An audit row is written as it is spooled; refusal counts
-are added up in memory and written as one line per key and batch (at most ``max_count_lines``
-lines until they are replayed); every batch ends with an fsync.
+``["c", hour_us, operation, reason, n]``). Every record is in the file before the answer it belongs
+to is sent: an audit row is appended as it is spooled, and a refusal count has one line per key in
+a segment whose ``n`` is rewritten in place (a fixed-width number padded with JSON whitespace) as
+each refusal of that key is counted, so a killed process loses none and the lines stay bounded by
+the keys (at most ``max_count_lines`` until they are replayed). The page cache holds them across a
+process kill; an fsync follows within ``BATCH_S`` for a host that loses power.
 The lines hold exactly what the audit tables hold (codes, opaque ids, times), never memory content.
 
 A process holds an exclusive ``flock`` on every segment it owns. A segment nobody holds was left by
@@ -32,8 +35,10 @@ from sidecar.state.db import Param
 
 _log = get_logger("state")
 SUFFIX: Final = ".spool"
-#: How long spooled lines may wait for their fsync.
+#: How long spooled lines may wait for their fsync (they are in the file already).
 BATCH_S: Final = 0.2
+#: Width of a count line's number: any count of one key fits, so it is rewritten in place.
+_COUNT_WIDTH: Final = 20
 #: Marks a segment as replayed; the insert changes no row when it was replayed before.
 MARK_SEGMENT: Final = (
     "INSERT INTO audit_spool_segments (segment_id, replayed_us) VALUES ($1, $2) ON CONFLICT (segment_id) DO NOTHING"
@@ -43,30 +48,58 @@ MARK_SEGMENT: Final = (
 class _Segment:
     """One open segment file of this process, locked while it is open."""
 
-    __slots__ = ("count_lines", "fd", "path", "segment_id")
+    __slots__ = ("counts", "fd", "path", "segment_id", "size", "slots", "updates")
 
     def __init__(self, folder: Path) -> None:
-        self.count_lines = 0
         self.segment_id = "j" + secrets.token_hex(12)
         # Locked before it carries its final name, so no other process ever takes it for an orphan.
         tmp = folder / f"{self.segment_id}.tmp"
         self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Without O_APPEND (where pwrite would append): the count numbers are rewritten through it.
+        self.updates = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC)
         self.path = folder / f"{self.segment_id}{SUFFIX}"
         os.rename(tmp, self.path)
+        self.size = 0  # this process is the file's one writer: the offset of the next line
+        #: Each count key's total in this segment, and where its number is in the file.
+        self.counts: dict[tuple[int, str, str], int] = {}
+        self.slots: dict[tuple[int, str, str], int] = {}
+
+    def append(self, data: bytes) -> int:
+        """Append ``data``; the offset it starts at."""
+        at = self.size
+        os.write(self.fd, data)
+        self.size += len(data)
+        return at
+
+    def count(self, key: tuple[int, str, str], n: int) -> None:
+        """Add ``n`` to the key's count line (a new line for a key this segment has not counted yet)."""
+        total = self.counts.get(key, 0) + n
+        number = f"{total:<{_COUNT_WIDTH}d}".encode()
+        if key in self.slots:
+            os.pwrite(self.updates, number, self.slots[key])
+        else:
+            head = _line(["c", *key, 0])[: -len(b"0]\n")]
+            self.slots[key] = self.append(head + number + b"]\n") + len(head)
+        self.counts[key] = total
+
+    @property
+    def count_lines(self) -> int:
+        return len(self.slots)
 
     def close(self, remove: bool) -> None:
         if remove:
             # A file left behind is found as an orphan later, and only removed: its id is marked replayed.
             with contextlib.suppress(OSError):
                 self.path.unlink()
+        os.close(self.updates)
         os.close(self.fd)  # releases the lock
 
 
 class Journal:
     """This process's segments in one folder, and the orphans other processes left there."""
 
-    __slots__ = ("_current", "_dirty", "_folder", "_pending", "_sealed", "_timer", "max_count_lines")
+    __slots__ = ("_current", "_dirty", "_folder", "_sealed", "_timer", "max_count_lines")
 
     def __init__(self, folder: Path, max_count_lines: int = 10_000) -> None:
         self.max_count_lines = max_count_lines
@@ -74,7 +107,6 @@ class Journal:
         self._folder = folder
         self._current: _Segment | None = None
         self._sealed: list[_Segment] = []
-        self._pending: dict[tuple[int, str, str], int] = {}
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -85,17 +117,19 @@ class Journal:
 
     def append_row(self, values: tuple[Param, ...]) -> None:
         """Write one audit row now (its fsync follows within a batch). Raises OSError when it cannot."""
-        os.write(self._segment().fd, _line(["r", *values]))
+        self._segment().append(_line(["r", *values]))
         self._schedule()
 
     def add_count(self, key: tuple[int, str, str], n: int) -> bool:
-        """Add refusals to the count line this batch writes for their key; False when the count lines not yet
-        replayed reached ``max_count_lines`` (the spool counts the refusals as dropped)."""
-        if key not in self._pending:
-            written = sum(s.count_lines for s in self._sealed) + (self._current.count_lines if self._current else 0)
-            if written + len(self._pending) >= self.max_count_lines:
+        """Count refusals in the file now (its fsync follows within a batch); False when the count lines not
+        yet replayed reached ``max_count_lines`` (the spool counts the refusals as dropped). Raises OSError
+        when it cannot write."""
+        segment = self._segment()
+        if key not in segment.slots:
+            written = sum(s.count_lines for s in self._sealed) + segment.count_lines
+            if written >= self.max_count_lines:
                 return False
-        self._pending[key] = self._pending.get(key, 0) + n
+        segment.count(key, n)
         self._schedule()
         return True
 
@@ -113,15 +147,9 @@ class Journal:
             _log.error("audit.spool_write_failed", error_type=type(exc).__name__)
 
     def sync(self) -> None:
-        """Write the pending count lines and fsync the current segment."""
+        """fsync the current segment (everything is written already)."""
         if not self._dirty:
             return
-        if self._pending:
-            data = b"".join(_line(["c", *key, n]) for key, n in sorted(self._pending.items()))
-            segment = self._segment()
-            os.write(segment.fd, data)
-            segment.count_lines += len(self._pending)
-            self._pending.clear()
         if self._current is not None:
             os.fsync(self._current.fd)
         self._dirty = False

@@ -560,6 +560,18 @@ def _v9(d: Dialect) -> list[str]:
     ]
 
 
+def _v10(d: Dialect) -> list[str]:
+    """Retries of failed erasures: each names the first failure of its chain, and a chain has at most one
+    unfinished retry at a time (two replicas asked to retry the same failure start one)."""
+    return [
+        f"ALTER TABLE erasures ADD COLUMN {d.s('retry_of', 25, null=True)}",
+        "CREATE UNIQUE INDEX erasures_retry_unfinished ON erasures (retry_of)"
+        " WHERE retry_of IS NOT NULL AND state NOT IN ('verified', 'failed')",
+        "CREATE INDEX erasures_retries ON erasures (retry_of) WHERE retry_of IS NOT NULL",
+        "CREATE INDEX erasures_by_state ON erasures (state, created_us)",
+    ]
+
+
 #: From this version on, ``schema_migrations`` records each migration's ``compatible_from``.
 _COMPAT_RECORDED = 7
 
@@ -581,6 +593,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "schema_compatibility", _v7, compatible_from=6),
     Migration(8, "audit_spool_segments", _v8, compatible_from=7),
     Migration(9, "declining_statements", _v9, compatible_from=8),
+    Migration(10, "erasure_retries", _v10, compatible_from=9),
 )
 LATEST: int = MIGRATIONS[-1].version
 
@@ -611,7 +624,7 @@ class Release:
 #: version, whose row is added here (docs/releases.md).
 RELEASES: tuple[Release, ...] = (
     Release("0.1.0", 9, "cbadc7ccde08b8322f1030838a3fdbf05ab83ec1e136763a1fb2572211e11f61"),
-    Release("0.2.0", 9, "cbadc7ccde08b8322f1030838a3fdbf05ab83ec1e136763a1fb2572211e11f61"),
+    Release("0.2.0", 10, "54e5877a95f8d79bed996b9888aed8b5959f443c8a4d8a0bf2f3876b95b2eda3"),
 )
 
 

@@ -8,9 +8,12 @@ hour, operation and reason). Anything beyond that is counted in ``memgov_audit_s
 and logged: nothing is lost without being counted.
 
 With a :class:`~sidecar.state.journal.Journal` (``audit.spool_dir``) every spooled record is also
-on disk, so it outlives the process: one that stops, or is killed, with the store down leaves its
-segment for the next process to replay (``journal.py``), exactly once. Without one, what is still
-spooled when the process stops is counted as dropped.
+in its file before the answer is sent, so it outlives the process: one that stops, or is killed,
+with the store down leaves its segment for the next process to replay (``journal.py``), exactly
+once. A process that stops with records still spooled reports them, by kind: left in the folder
+(``memgov_audit_spool_left_total``, log ``audit.spool_left``: lost only if the folder goes too, as
+an emptyDir with its pod) or, without a journal or where it could not write, dropped
+(``memgov_audit_spool_dropped_total``, log ``audit.spool_dropped``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ CountKey = tuple[int, str, str]
 class AuditSpool:
     """Audit rows and refusal counts waiting for the store, bounded; overflow is counted, never silent."""
 
-    __slots__ = ("_counts", "_flushing", "_journal", "_rows", "_volatile", "max_rows")
+    __slots__ = ("_counts", "_flushing", "_journal", "_rows", "_volatile", "_volatile_counts", "max_rows")
 
     def __init__(self, max_rows: int, journal: Journal | None = None) -> None:
         self.max_rows = max_rows
@@ -53,6 +56,7 @@ class AuditSpool:
         self._flushing = asyncio.Lock()
         self._journal = journal
         self._volatile = 0  # rows kept in memory only: the journal could not take them
+        self._volatile_counts = 0  # refusals likewise
         self._publish()
 
     def __len__(self) -> int:
@@ -88,9 +92,14 @@ class AuditSpool:
         if key not in self._counts and len(self._counts) >= self.max_rows:
             self._drop("refusal_count", n)
             return
-        if self._journal is not None and not self._journal.add_count(key, n):
-            self._drop("refusal_count", n)
-            return
+        if self._journal is not None:
+            try:
+                if not self._journal.add_count(key, n):
+                    self._drop("refusal_count", n)
+                    return
+            except OSError as exc:
+                self._volatile_counts += n
+                _log.error("audit.spool_write_failed", error_type=type(exc).__name__)
         self._counts[key] = self._counts.get(key, 0) + n
         self._publish()
 
@@ -107,7 +116,8 @@ class AuditSpool:
                     segments = self._journal.seal()
                 except OSError as exc:
                     _log.error("audit.spool_write_failed", error_type=type(exc).__name__)
-            rows, counts, volatile = list(self._rows), dict(self._counts), self._volatile
+            rows, counts = list(self._rows), dict(self._counts)
+            volatile, volatile_counts = self._volatile, self._volatile_counts
             if not rows and not counts and not segments:
                 return 0
             async with db.tx("write") as tx:
@@ -117,6 +127,7 @@ class AuditSpool:
             if self._journal is not None:
                 self._journal.replayed(segments)
             self._volatile -= volatile
+            self._volatile_counts -= volatile_counts
             for _ in rows:  # rows spooled during the write were appended after these
                 self._rows.popleft()
             for key, n in counts.items():
@@ -162,31 +173,30 @@ class AuditSpool:
         return landed
 
     def lose(self) -> int:
-        """The process stops with records still spooled. Those on disk stay there for the next process to
-        replay; the rest are counted as dropped. Return how many were dropped."""
+        """The process stops with records still spooled: report them. Those on disk stay there for the next
+        process to replay (counted as left); the rest are counted as dropped. Return how many were dropped."""
+        rows, counts = len(self._rows), sum(self._counts.values())
+        lost_rows, lost_counts = rows, counts
         if self._journal is not None:
-            volatile = self._volatile
+            lost_rows, lost_counts = self._volatile, self._volatile_counts
             try:
                 self._journal.close()
             except OSError as exc:
                 _log.error("audit.spool_write_failed", error_type=type(exc).__name__)
-                volatile = len(self._rows) + sum(self._counts.values())
-            if volatile:
-                self._drop("audit", volatile)
-            self._rows.clear()
-            self._counts.clear()
-            self._volatile = 0
-            self._publish()
-            return volatile
-        rows, counts = len(self._rows), sum(self._counts.values())
-        if rows:
-            self._drop("audit", rows)
-        if counts:
-            self._drop("refusal_count", counts)
+                lost_rows, lost_counts = rows, counts
+            for kind, n in (("audit", rows - lost_rows), ("refusal_count", counts - lost_counts)):
+                if n:
+                    metrics.AUDIT_SPOOL_LEFT.labels(kind).inc(n)
+                    _log.warning("audit.spool_left", kind=kind, count=n)
+        if lost_rows:
+            self._drop("audit", lost_rows)
+        if lost_counts:
+            self._drop("refusal_count", lost_counts)
         self._rows.clear()
         self._counts.clear()
+        self._volatile = self._volatile_counts = 0
         self._publish()
-        return rows + counts
+        return lost_rows + lost_counts
 
 
 def open_journal(folder: Path | None, max_rows: int) -> Journal | None:

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Final
 
 from sidecar import evloop
+from sidecar.logs import get_logger
+from sidecar.reasons import Reason
 from sidecar.state.admission import AdmissionOps
 from sidecar.state.audit import AuditOps, ErasureOps
 from sidecar.state.budgets import BudgetOps
 from sidecar.state.codec import to_us
 from sidecar.state.db import ACQUIRE_TIMEOUT_S, STATEMENT_TIMEOUT_S, Database, connect
-from sidecar.state.health import GuardedDatabase, StoreHealth
+from sidecar.state.health import GuardedDatabase, LateDatabase, StoreHealth
 from sidecar.state.history import HistoryOps
 from sidecar.state.ledger import LedgerOps
 from sidecar.state.lineage import LineageOps
@@ -31,6 +35,10 @@ from sidecar.state.scopes import ScopeOps
 from sidecar.state.single_use import SingleUseOps
 from sidecar.state.spool import AuditSpool, open_journal
 from sidecar.state.types import ERASURE_TERMINAL_SQL, StateError
+
+_log = get_logger("state")
+#: Longest wait between two attempts to reach a state store that did not answer at start-up.
+CONNECT_BACKOFF_MAX_S: Final = 30.0
 
 _STATS = {
     "scopes": "SELECT COUNT(*) FROM scopes",
@@ -70,11 +78,23 @@ class StateStore:
     housekeeping.
     """
 
-    def __init__(self, db: Database, *, spool_rows: int = 10_000, spool_dir: Path | None = None) -> None:
-        self.health = StoreHealth()
-        self._raw = db
-        self._db: Database = GuardedDatabase(db, self.health)
-        self.backend: str = db.dialect
+    def __init__(
+        self,
+        dialect: str,
+        connect: Callable[[], Awaitable[Database]],
+        *,
+        spool_rows: int = 10_000,
+        spool_dir: Path | None = None,
+    ) -> None:
+        # Not connected yet: every call fails as if the store were down until ``connect_once`` or the
+        # watcher (``watched``) attaches the database.
+        self.health = StoreHealth(available=False)
+        self._raw = LateDatabase(dialect)
+        self._connect = connect
+        self._connected: asyncio.Event | None = None
+        self._fatal: BaseException | None = None
+        self._db: Database = GuardedDatabase(self._raw, self.health)
+        self.backend: str = dialect
         self.spool = AuditSpool(spool_rows, open_journal(spool_dir, spool_rows))
         guarded = self._db
         #: Scope records, consent receipts and in-flight write leases.
@@ -116,10 +136,72 @@ class StateStore:
         await self.spool.replay_orphans(self._raw)  # on start, too: the watcher's first check passes
         await self.spool.flush(self._raw)
 
+    async def connect_once(self) -> None:
+        """Connect (and migrate, when told to) now; StateError(state_unavailable) when the backend does not
+        answer, SchemaMismatch when its schema is not one this release runs on."""
+        if self._raw.inner is None:
+            self._raw.inner = await self._connect()
+        self.health.set(True)
+        self._event().set()
+
+    def _event(self) -> asyncio.Event:
+        if self._connected is None:
+            self._connected = asyncio.Event()
+        return self._connected
+
+    async def wait_connected(self) -> None:
+        """Return once the store is connected; raise what stopped it from ever connecting (SchemaMismatch)."""
+        await self._event().wait()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _connect_in_background(self) -> None:
+        """Connect, waiting with backoff while the backend does not answer; meanwhile memory is degraded.
+
+        Spooled and orphaned audit records are written first, then the store counts as available. A
+        schema this release cannot run on (or any other start-up failure) is not waited out: it is kept
+        for ``wait_connected`` to raise, so ``memgov serve`` stops with its exit code.
+        """
+        delay, attempt = 0.5, 0
+        while True:
+            attempt += 1
+            try:
+                if self._raw.inner is None:
+                    self._raw.inner = await self._connect()
+                await self._recovered()
+                break
+            except StateError as exc:
+                if exc.reason is not Reason.STATE_UNAVAILABLE:
+                    self._fail(exc)
+                    return
+            except Exception as exc:  # noqa: BLE001 - SchemaMismatch and the unforeseen: stop, never retry blindly
+                self._fail(exc)
+                return
+            # Jitter, so replicas restarted together do not knock in step.
+            wait = delay * random.uniform(0.75, 1.25)
+            _log.warning("state.connect_failed", backend=self.backend, attempt=attempt, retry_in_ms=round(wait * 1000))
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, CONNECT_BACKOFF_MAX_S)
+        if self.health.set(True) and attempt > 1:
+            _log.warning("state.available")
+        self._event().set()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._fatal = exc
+        self._event().set()
+
+    async def _watch(self, interval_s: float) -> None:
+        if self._raw.inner is None or not self._event().is_set():
+            await self._connect_in_background()
+            if self._fatal is not None:
+                return
+        await self.health.watch(self.ping, interval_s, self._recovered)
+
     @asynccontextmanager
     async def watched(self, interval_s: float) -> AsyncIterator[None]:
-        """Check the store's health in the background while the context is open (see ``health.py``)."""
-        async with evloop.background(self.health.watch(self.ping, interval_s, self._recovered)):
+        """Connect, if not yet connected, then check the store's health in the background while the context
+        is open (see ``health.py``)."""
+        async with evloop.background(self._watch(interval_s)):
             yield
 
     async def close(self) -> None:
@@ -152,6 +234,35 @@ class StateStore:
         return out
 
 
+def pending_store(
+    url: str,
+    pool_size: int = 10,
+    *,
+    auto_migrate: bool = True,
+    spool_rows: int = 10_000,
+    spool_dir: Path | None = None,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
+) -> StateStore:
+    """A store for ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` that is not connected
+    yet: ``watched`` connects it (and migrates, unless ``auto_migrate`` is False: then the schema is only
+    checked) in the background, ``connect_once`` at once. Until then it answers as a store that is down."""
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ValueError("state URL must start with sqlite:/// or postgresql://")
+
+    async def connected() -> Database:
+        db = await connect(url, pool_size, statement_timeout_s=statement_timeout_s, acquire_timeout_s=acquire_timeout_s)
+        try:
+            await migrate(db, apply=auto_migrate)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    dialect = "sqlite" if url.startswith("sqlite:///") else "postgresql"
+    return StateStore(dialect, connected, spool_rows=spool_rows, spool_dir=spool_dir)
+
+
 async def open_store(
     url: str,
     pool_size: int = 10,
@@ -162,16 +273,19 @@ async def open_store(
     statement_timeout_s: float = STATEMENT_TIMEOUT_S,
     acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
 ) -> StateStore:
-    """Connect to ``sqlite:///path`` (or ``sqlite:///:memory:``) or ``postgresql://…`` and migrate.
+    """Connect to ``url`` and migrate now (see :func:`pending_store`).
 
-    With ``auto_migrate`` False the schema is only checked (another process migrates it). Raises
-    StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its schema
-    is not one this release runs on.
+    Raises StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its
+    schema is not one this release runs on.
     """
-    db = await connect(url, pool_size, statement_timeout_s=statement_timeout_s, acquire_timeout_s=acquire_timeout_s)
-    try:
-        await migrate(db, apply=auto_migrate)
-    except BaseException:
-        await db.close()
-        raise
-    return StateStore(db, spool_rows=spool_rows, spool_dir=spool_dir)
+    store = pending_store(
+        url,
+        pool_size,
+        auto_migrate=auto_migrate,
+        spool_rows=spool_rows,
+        spool_dir=spool_dir,
+        statement_timeout_s=statement_timeout_s,
+        acquire_timeout_s=acquire_timeout_s,
+    )
+    await store.connect_once()
+    return store

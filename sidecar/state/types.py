@@ -247,6 +247,40 @@ class Erasure:
     ns_facts: dict[str, tuple[int, bool]] = field(default_factory=dict)
     #: A rotation: the live namespace it froze and moved away from (None until frozen).
     from_ns_id: str | None = None
+    #: A retry: the failed erasure its chain of retries began with (None: not a retry).
+    retry_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureSummary:
+    """One erasure as an operator lists it: ids, kind, state, reason code and times; never its entries."""
+
+    erasure_id: str
+    scope_id: str
+    kind: ErasureKind
+    state: ErasureState
+    adapter: AdapterName
+    requested_by_kind: str
+    failure_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    retry_of: str | None
+    #: A failed erasure: the later verified erasure that covers it (None while nothing does).
+    superseded_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureFilter:
+    """Which erasures a listing returns (every field optional), newest first, after ``cursor``."""
+
+    state: ErasureState | None = None
+    kind: ErasureKind | None = None
+    scope_id: str | None = None
+    #: Created at or after ``since`` and before ``until``.
+    since: datetime | None = None
+    until: datetime | None = None
+    #: True: only failures a later verified erasure covers; False: everything else.
+    superseded: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,9 +156,9 @@ class TestPassthroughBytes:
         """memgov neither decompresses, truncates nor relabels a passthrough body."""
         async with _capture() as (url, seen):
             t = await launch(upstream={"controller_url": url})
-            payload = gzip.compress(json.dumps({"name": "agent", "spec": "x" * 5000}).encode())
+            payload = gzip.compress(json.dumps({"name": "session", "spec": "x" * 5000}).encode())
             async with t.http.post(
-                t.gw.data_url + "/api/agents",
+                t.gw.data_url + "/api/sessions",
                 data=payload,
                 headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
             ) as resp:

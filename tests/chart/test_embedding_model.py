@@ -29,12 +29,14 @@ def _agent_config(values: dict[str, Any]) -> dict[str, Any]:
 
 class TestDeclaredModel:
     def test_the_agents_memory_model_config_becomes_its_rotation_model(self) -> None:
-        """memory.modelConfig names a described ModelConfig: its model, at the 768 dimensions kagent's runtimes use."""
+        """memory.modelConfig names a described ModelConfig: its model, at the 768 dimensions kagent's runtimes
+        use (and the ModelConfig is one an operator token guards)."""
         assert _agent_config(DECLARED)["kagent/helper"] == {
             "disabled_variant": "helper-nomem",
             "ghost": "@agent-helper:example.org",
             "embedding_model": "text-embedding-3-small",
             "embedding_dimensions": 768,
+            "model_configs": ["embeddings"],
         }
 
     def test_the_provider_defaults_to_openai_as_in_kagent(self) -> None:

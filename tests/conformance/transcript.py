@@ -2,7 +2,9 @@
 
 Each step is a request (compared by status, Content-Type and normalised body), a SQL statement
 run on both ``memory`` tables (setup the transcript did by hand), a prune, or a query whose rows
-must be the same on both. Step names are the transcript's (B6, D13, ...).
+must be the same on both. Step names are the transcript's (B6, D13, ...). Both releases replay
+sections A-H (E11 is where they differ: v0.10's search also matches the ``_`` spelling); v0.10
+adds section S, its sessions, share links and owned tasks.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class Req:
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     compare: Literal["exact", "count"] = "exact"
+    #: Keep the answer's ``data.token`` under this name: later paths and headers say ``{name}``.
+    capture: str | None = None
 
     def payload(self) -> bytes | None:
         if self.raw is not None:
@@ -339,6 +343,106 @@ TRANSCRIPT: list[Step] = [
     *SECTION_F,
     *SECTION_G,
     *SECTION_H,
+]
+
+ALICE = {"X-User-Id": "alice"}
+BOB = {"X-User-Id": "bob"}
+AGENT = "team/helper"
+AS_AGENT = {"X-Agent-Name": AGENT}
+
+
+def as_bob(token: str) -> dict[str, str]:
+    """bob carrying the share captured as ``token``."""
+    return {**BOB, "X-Share-Token": "{" + token + "}"}
+
+
+def rpc(name: str, method: str, params: dict[str, Any], headers: dict[str, str]) -> Req:
+    """A JSON-RPC call on AGENT's A2A route (kagent answers these before the agent is asked)."""
+    return Req(
+        name,
+        "POST",
+        f"/api/a2a/{AGENT}/",
+        {"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        headers=headers,
+    )
+
+
+def send(name: str, context: str, headers: dict[str, str]) -> Req:
+    message = {"kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    return rpc(name, "message/send", {"message": {**message, "contextId": context}}, headers)
+
+
+TASK = {"id": "t1", "contextId": "ctx-1", "kind": "task", "status": {"state": "completed"}}
+
+#: Section S (v0.10 only): sessions keyed by owner, share links and X-Share-Token, tasks owned by users.
+SECTION_S: list[Step] = [
+    Req("S1", "POST", "/api/sessions", {"agent_ref": AGENT, "name": "chat", "id": "ctx-1"}, headers=ALICE),
+    Req("S2", "POST", "/api/sessions", {"agent_ref": "team/nothere", "name": "chat"}, headers=ALICE),
+    Req("S3", "POST", "/api/sessions", {"name": "chat"}, headers=ALICE),
+    Req("S4", "GET", "/api/sessions/ctx-1", headers=ALICE),
+    Req("S5", "GET", "/api/sessions/ctx-1", headers=BOB),
+    Req("S6", "POST", "/api/sessions/ctx-1/shares", headers=ALICE, capture="ro"),
+    Req("S7", "POST", "/api/sessions/ctx-1/shares", {"read_only": False}, headers=ALICE, capture="rw"),
+    Req("S8", "POST", "/api/sessions/ctx-1/shares", headers=BOB),
+    Req("S9", "POST", "/api/sessions/ctx-1/shares", {"read_only": "yes"}, headers=ALICE),
+    Req("S10", "POST", "/api/sessions/ctx-2/shares", headers=ALICE),
+    Req("S11", "GET", "/api/sessions/ctx-1/shares", headers=ALICE),
+    Req("S12", "GET", "/api/sessions/ctx-1/shares", headers=BOB),
+    Req("S13", "GET", "/api/sessions/ctx-1", headers=as_bob("ro")),
+    Req("S14", "GET", "/api/sessions/ctx-1", headers={**BOB, "X-Share-Token": "not-a-share"}),
+    Req("S15", "GET", "/health", headers={"X-Share-Token": "not-a-share"}),
+    Req("S16", "GET", "/version", headers={"X-Share-Token": "{ro}"}),
+    Req("S17", "PUT", "/api/sessions/ctx-1", {"name": "x"}, headers=as_bob("ro")),
+    Req("S18", "PATCH", "/api/sessions/ctx-1", {"name": "renamed"}, headers=ALICE),
+    Req("S19", "PATCH", "/api/sessions/ctx-1", {}, headers=ALICE),
+    Req("S20", "PATCH", "/api/sessions/ctx-1", {"name": "mine"}, headers=as_bob("rw")),
+    Req("S21", "POST", "/api/sessions/ctx-1/events", {"id": "e1", "data": "{}"}, headers={**ALICE, **AS_AGENT}),
+    Req("S22", "POST", "/api/sessions/ctx-1/events", {"id": "e2", "data": "{}"}, headers={**as_bob("rw"), **AS_AGENT}),
+    Req(
+        "S23",
+        "POST",
+        "/api/sessions/ctx-1/events",
+        {"id": "e3", "data": "{}"},
+        headers={**ALICE, "X-Agent-Name": "team/other"},
+    ),
+    Req("S24", "GET", "/api/sessions/ctx-1?order=asc", headers=as_bob("rw")),
+    Req("S25", "POST", "/api/tasks", TASK, headers=ALICE),
+    Req("S26", "GET", "/api/tasks/t1", headers=ALICE),
+    Req("S27", "GET", "/api/tasks/t1", headers=BOB),
+    Req("S28", "POST", "/api/tasks", TASK, headers=BOB),
+    Req("S29", "DELETE", "/api/tasks/t1", headers=BOB),
+    Req("S30", "GET", "/api/sessions/ctx-1/tasks", headers=as_bob("ro")),
+    Req("S31", "GET", "/api/sessions/ctx-1/tasks", headers=BOB),
+    send("S32", "ctx-1", as_bob("ro")),
+    send("S33", "other", as_bob("rw")),
+    rpc("S34", "tasks/list", {"contextId": "ctx-1"}, as_bob("ro")),
+    rpc("S35", "tasks/list", {}, BOB),
+    rpc("S36", "tasks/list", {"contextId": "nope"}, ALICE),
+    rpc("S37", "tasks/list", {"pageSize": 1}, ALICE),
+    Req("S38", "GET", "/api/sessions", headers=BOB),
+    Req("S39", "GET", "/api/sessions", headers=ALICE),
+    Req("S40", "GET", f"/api/sessions/agent/{AGENT}", headers=BOB),
+    Req("S41", "GET", "/api/sessions/agent/team/nothere", headers=BOB),
+    search("S42", "u1", E0, agent="x"),
+    Req(
+        "S43",
+        "POST",
+        "/api/memories/search",
+        {"agent_name": NS, "user_id": "u1", "vector": E0},
+        headers={"X-Share-Token": "not-a-share"},
+    ),
+    Req("S44", "DELETE", "/api/sessions/ctx-1/shares/{rw}", headers=BOB),
+    Req("S45", "DELETE", "/api/sessions/ctx-1/shares/{rw}", headers=ALICE),
+    Req("S46", "DELETE", "/api/sessions/ctx-1/shares/not-a-share", headers=ALICE),
+    Req("S47", "GET", "/api/sessions/ctx-1", headers=as_bob("rw")),
+    Req("S48", "DELETE", "/api/sessions/ctx-1", headers=BOB),
+    Req("S49", "GET", "/api/sessions/ctx-1", headers=ALICE),
+    Req("S50", "DELETE", "/api/tasks/t1", headers=ALICE),
+    Req("S51", "GET", "/api/tasks/t1", headers=ALICE),
+    Req("S52", "POST", "/api/tasks", TASK, headers=ALICE),
+    Req("S53", "DELETE", "/api/sessions/ctx-1", headers=ALICE),
+    Req("S54", "GET", "/api/sessions/ctx-1", headers=ALICE),
+    Req("S55", "GET", "/api/sandbox/ssh"),
 ]
 
 #: Section K: every memory route with --database-vector-enabled=false (no memory table at all).

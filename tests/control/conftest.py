@@ -1,6 +1,6 @@
 """Fixtures: a gateway in front of the kagent stand-in over SQLite and over a real PostgreSQL.
 
-Tests marked ``kagent`` also run ``h`` in front of kagent v0.9.11 itself, in both auth modes.
+Tests marked ``kagent`` also run ``h`` in front of kagent itself, each release in each auth mode.
 """
 
 from __future__ import annotations
@@ -11,21 +11,24 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness import Harness, harness
-from tests.support.upstream import STANDIN, UPSTREAMS, marked_upstreams, upstream_params
+from tests.support.upstream import REAL, STANDIN, STANDINS, marked_upstreams, upstream_params
 
 STANDIN_STORES = ("sqlite", "postgresql")
-REAL = {u.id: u for u in UPSTREAMS if u.real}
+#: Every other kagent a test may ask for by its marker: the real releases and the stand-in's other models.
+OTHER = {u.id: u for u in (*STANDINS, *REAL) if u != STANDIN}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
-        real = upstream_params(marked_upstreams(metafunc.definition), lambda u: u.id)
+        others = tuple(u for u in marked_upstreams(metafunc.definition) if u != STANDIN)
+        real = upstream_params(others, lambda u: u.id)
         metafunc.parametrize("backend", [*STANDIN_STORES, *real], indirect=True)
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """The stand-in's store (``sqlite``, ``postgresql``) or a real kagent (``kagent-<auth mode>``)."""
+    """The stand-in's store (``sqlite``, ``postgresql``), a real kagent (``kagent-<release>-<auth mode>``) or
+    another model of the stand-in (``standin-<release>``, over SQLite)."""
     name: str = request.param
     return name
 
@@ -33,10 +36,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def h(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """A gateway (REST erasure adapter, SQLite state) in front of the stand-in or the real kagent."""
-    if backend in REAL:
-        async with harness(
-            tmp_path, store_url=None, upstream=REAL[backend], pg_server=request.getfixturevalue("pg_server")
-        ) as running:
+    if backend in OTHER:
+        upstream = OTHER[backend]
+        pg = request.getfixturevalue("pg_server") if upstream.real else None
+        async with harness(tmp_path, store_url=None, upstream=upstream, pg_server=pg) as running:
             yield running
         return
     store_url = request.getfixturevalue("pg_url") if backend == "postgresql" else None

@@ -9,7 +9,7 @@ import aiohttp
 import asyncpg
 import pytest
 
-from sidecar.dev.devstack import DevClock, Devstack, start_devstack
+from sidecar.dev.devstack import V0_10, DevClock, Devstack, start_devstack
 from tests.support.devstack import START, Api
 from tests.support.pg import PgServer
 
@@ -78,3 +78,19 @@ def api(stack: Devstack, http: aiohttp.ClientSession) -> Api:
 def sqlite_api(sqlite_stack: Devstack, http: aiohttp.ClientSession) -> Api:
     """Client of the kagent stand-in over in-memory SQLite."""
     return Api(http, sqlite_stack.kagent_url)
+
+
+@pytest.fixture
+async def v010_stack(clock: DevClock) -> AsyncIterator[Devstack]:
+    """The stand-in modelling kagent v0.10.0-rc3 over in-memory SQLite, knowing one agent (team/helper)."""
+    ds = await start_devstack(clock=clock, stream_delay_s=0, agents=["team/helper"], release=V0_10)
+    try:
+        yield ds
+    finally:
+        await ds.stop()
+
+
+@pytest.fixture
+def v010(v010_stack: Devstack, http: aiohttp.ClientSession) -> Api:
+    """Client of the stand-in's v0.10 model."""
+    return Api(http, v010_stack.kagent_url)

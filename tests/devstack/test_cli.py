@@ -18,7 +18,13 @@ class TestParser:
         """Without options the stand-ins take ports 8083 and 8090, in-memory SQLite, no runtime."""
         args = build_parser().parse_args(["devstack"])
         assert (args.kagent_port, args.embedding_port, args.store, args.func) == (8083, 8090, None, run)
-        assert _runtime(args) is None
+        assert _runtime(args) is None and args.kagent_version == "0.9"
+
+    def test_only_supported_kagent_releases_are_accepted(self) -> None:
+        """--kagent-version takes 0.9 or 0.10 and refuses anything else."""
+        assert build_parser().parse_args(["devstack", "--kagent-version", "0.10"]).kagent_version == "0.10"
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["devstack", "--kagent-version", "0.11"])
 
     def test_runtime_agents_need_both_urls(self) -> None:
         """--runtime-agent without the memory and embedding URLs is refused with a message."""
@@ -47,8 +53,9 @@ class TestParser:
 
 
 class TestServe:
-    async def test_serves_until_interrupted(self) -> None:
-        """The command prints both URLs, answers /health, and exits 0 on SIGINT."""
+    @pytest.mark.parametrize(("release", "tag"), [("0.9", "v0.9.11"), ("0.10", "v0.10.0-rc3")])
+    async def test_serves_until_interrupted(self, release: str, tag: str) -> None:
+        """The command prints both URLs, answers /health and /version as the chosen release, and exits 0 on SIGINT."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -58,6 +65,8 @@ class TestServe:
             "0",
             "--embedding-port",
             "0",
+            "--kagent-version",
+            release,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
@@ -74,6 +83,8 @@ class TestServe:
             async with aiohttp.ClientSession() as http:
                 async with http.get(urls["kagent"] + "/health") as resp:
                     assert resp.status == 200
+                async with http.get(urls["kagent"] + "/version") as resp:
+                    assert (await resp.json())["kagent_version"] == tag
                 async with http.post(urls["embedding"] + "/embeddings", json={"model": "m", "input": "x"}) as resp:
                     assert resp.status == 200
             proc.send_signal(signal.SIGINT)

@@ -190,11 +190,13 @@ async def _drill_on(
 
 
 class TestDrillAgainstKagent:
-    """The whole drill with kagent v0.9.11 itself as the controller: its log is one of the scanned sinks."""
+    """The whole drill with each release of kagent itself as the controller: its log is one of the scanned sinks,
+    and the evidence names the release the drill ran against."""
 
-    def _assert_passed(self, report: Report, planted: list[str], adapter: str) -> None:
+    def _assert_passed(self, report: Report, planted: list[str], adapter: str, upstream: Upstream) -> None:
         by_id = {c.id: c for c in report.checks}
         assert report.exit_code == 0, {c.id: c.evidence for c in report.checks if not c.passed}
+        assert report.versions["kagent"] == upstream.release.tag
         assert "kagent_log" in by_id["sentinel_absence"].evidence["scanned"]
         assert by_id["exact_one_entry_erase"].evidence["erasure"]["adapter"] == adapter
         # Exact under either adapter: the devstack pins its agents' embedding model, so rest rotates.
@@ -206,13 +208,14 @@ class TestDrillAgainstKagent:
 
     @pytest.mark.kagent
     async def test_kagent_db_adapter(self, upstream, planted, tmp_path, request):
-        """With kagent-db on kagent's own schema every check passes, in both of kagent's auth modes."""
-        self._assert_passed(await _drill_on(upstream, "kagent-db", tmp_path, request), planted, "kagent-db")
+        """With kagent-db on kagent's own schema every check passes, on each release in both of its auth modes."""
+        self._assert_passed(await _drill_on(upstream, "kagent-db", tmp_path, request), planted, "kagent-db", upstream)
 
     @pytest.mark.kagent
     async def test_rest_adapter(self, upstream, planted, tmp_path, request):
-        """With the REST adapter (kagent's own list and delete routes) every check passes, in both auth modes."""
-        self._assert_passed(await _drill_on(upstream, "rest", tmp_path, request), planted, "rest")
+        """With the REST adapter (kagent's own list and delete routes) every check passes, on each release in
+        both auth modes."""
+        self._assert_passed(await _drill_on(upstream, "rest", tmp_path, request), planted, "rest", upstream)
 
     @pytest.mark.kagent
     async def test_rest_adapter_with_the_agents_declared_model(self, upstream, planted, tmp_path, request):
@@ -221,7 +224,7 @@ class TestDrillAgainstKagent:
         agents = declared_agents()
         assert {a["embedding_model"] for a in agents.values()} == {EMBEDDING_MODEL}
         report = await _drill_on(upstream, "rest", tmp_path, request, settings=agents)
-        self._assert_passed(report, planted, "rest")
+        self._assert_passed(report, planted, "rest", upstream)
 
 
 class TestKagentToken:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
 from sidecar.dev.devstack.store import DbFault
 from sidecar.drill.actors import PURPOSE
+
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 
 
 def _base(dep, token_file: Path) -> list[str]:
@@ -131,6 +134,54 @@ class TestScopeCommands:
         record = json.loads(exported.read_text())
         assert code == 0 and f"evidence written to {exported}" in out
         assert (record["format"], record["kind"], record["state"]) == ("memgov.erasure.v1", "forget_all", "verified")
+
+
+def _runbook_commands(section: str) -> list[str]:
+    """The ``memgov …`` commands of one alert's section of docs/runbook.md, as written there."""
+    text = RUNBOOK.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"`(memgov [^`]+)`", text)
+
+
+class TestErasureCommands:
+    async def test_the_runbooks_erasure_commands_list_read_and_retry(self, deployment, memgov, tmp_path):
+        """The MemgovErasureFailed steps, run exactly as written: the list names the failure, its evidence
+        reads, the retry verifies it, and the list of what the alert counts is then empty."""
+        dep = deployment
+        scope = await dep.run.new_scope(dep.run.subject("cli"))
+        await dep.run.remember(scope, 1, "cli")
+        dep.local.dev.store.fault = DbFault(times=100)
+        code, _, err = await memgov(
+            *_base(dep, dep.token_file(tmp_path, dep.run.subject_token(scope.subject))), "off", scope.scope_id, "--yes"
+        )
+        assert code == 3
+        failed_id = err.split("evidence at /v1/erasures/", 1)[1].split()[0]
+        token_file = dep.token_file(tmp_path, dep.run.operator_token(), "operator")
+        listing, evidence, retry = _runbook_commands("MemgovErasureFailed")
+
+        def argv(command: str) -> list[str]:
+            written = command.replace("<erasure id>", failed_id).replace("$CONTROL", dep.target.control_url)
+            return [str(token_file) if a == "operator.jwt" else a for a in shlex.split(written)[1:]]
+
+        code, out, _ = await memgov(*argv(listing))
+        assert code == 0 and out.startswith(f"{failed_id} {scope.scope_id} off failed (upstream_error)")
+        code, out, _ = await memgov(*argv(evidence))
+        assert code == 0 and f"erasure {failed_id} (off): failed" in out
+        code, out, err = await memgov(*argv(retry))
+        assert code == 3 and "failed: upstream_error (HTTP 502" in err  # kagent still fails: a failed retry
+        dep.local.dev.store.fault = None
+        code, out, _ = await memgov(*argv(retry))
+        assert code == 0 and "(off): verified" in out
+        code, out, _ = await memgov(*argv(listing))
+        assert (code, out) == (0, "no erasure matches\n")
+        code, out, _ = await memgov(*argv(listing)[:-1])  # without --open
+        assert code == 0 and f"{failed_id} " in out and "superseded by e" in out
+        operator = ["erasures", "--control-url", dep.target.control_url, "--token-file", str(token_file)]
+        code, out, _ = await memgov(*operator, "--json", "list", "--scope", scope.scope_id, "--all")
+        assert code == 0 and len(json.loads(out)["erasures"]) == 3
+        subject = ["erasures", "--control-url", dep.target.control_url]
+        subject += ["--token-file", str(dep.token_file(tmp_path, dep.run.subject_token(scope.subject)))]
+        code, _, err = await memgov(*subject, "list")
+        assert code == 1 and "memgov erasures: refused: route_denied (HTTP 403" in err
 
 
 class TestScopeErrors:

@@ -49,6 +49,7 @@ async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureReques
                 gw=d.gateway,
                 http=d.http,
                 bridge_key=d.keys.bridge,
+                operator_key=d.keys.operator,
                 clock=d.clock,
                 ghosts={OTHER_AGENT: "@helper:example.org"},
                 upstream=upstream,

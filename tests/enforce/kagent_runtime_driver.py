@@ -1,6 +1,6 @@
-"""Drive kagent's own Python runtime memory code (kagent-adk 0.9.11) from a test, in its own venv.
+"""Drive kagent's own Python runtime memory code (kagent-adk 0.9.11 or 0.10.4) from a test, in its own venv.
 
-Runs under the venv built by ``conformance/kagent/build.sh client``, never under memgov's. It
+Runs under a venv built by ``conformance/kagent/build.sh client <release>``, never under memgov's. It
 wires what kagent's A2A app wires for a memory-enabled agent: an ``httpx.AsyncClient`` on
 KAGENT_URL with ``KAgentTokenService``'s hooks, ``KagentMemoryService`` with an OpenAI-provider
 ``EmbeddingConfig``, and an ADK agent given kagent's memory configuration (prefetch, load and save
@@ -11,11 +11,16 @@ Protocol: a configuration line starts a session; then one JSON object per stdin 
 arguments), one JSON answer per stdout line, until ``{"op": "end"}`` (answered ``{"ended": true}``),
 after which the next configuration line starts a fresh session. Logs of kagent's runtime during the
 session are captured and returned by ``{"op": "logs"}``.
+
+``add_memory`` differs between the releases: 0.9.11 takes one ``content`` and swallows a refusal
+(it only logs it); 0.10.4 takes several ``MemoryEntry``s, posts once per entry and raises at the
+first refusal. The op takes ``content`` or ``contents`` and answers with the error it raised, if any.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -134,12 +139,27 @@ class Driver:
                 replies += [p.text for p in event.content.parts if p.text]
         return {"replies": replies}
 
+    async def add_memory(self, contents: list[str]) -> None:
+        """kagent's explicit save of ``contents``, in the release's own signature."""
+        if "memories" in inspect.signature(self.memory.add_memory).parameters:  # 0.10: several entries
+            from google.adk.memory.memory_entry import MemoryEntry
+
+            entries = [MemoryEntry(content=types.Content(role="user", parts=[types.Part(text=c)])) for c in contents]
+            await self.memory.add_memory(app_name=self.app_name, user_id=self.user_id, memories=entries)
+            return
+        if len(contents) != 1:
+            raise ValueError("kagent-adk 0.9.11 saves one content per call")
+        await self.memory.add_memory(app_name=self.app_name, user_id=self.user_id, content=contents[0])
+
     async def run(self, op: dict[str, Any]) -> dict[str, Any]:
         name = op["op"]
         if name == "turn":
             return await self.turn(op["session"], op["text"])
         if name == "add_memory":
-            await self.memory.add_memory(app_name=self.app_name, user_id=self.user_id, content=op["content"])
+            try:
+                await self.add_memory(op.get("contents") or [op["content"]])
+            except httpx.HTTPStatusError as exc:
+                return {"error": type(exc).__name__, "status": exc.response.status_code}
             return {}
         if name == "search_memory":
             found = await self.memory.search_memory(app_name=self.app_name, user_id=self.user_id, query=op["query"])

@@ -1,12 +1,13 @@
-"""kagent's own agent runtimes through memgov, against the stand-in and kagent v0.9.11 itself.
+"""kagent's own agent runtimes through memgov, against the stand-in and each release of kagent itself.
 
-The Python runtime (kagent-adk 0.9.11) runs in its own venv (tests/enforce/kagent_runtime_driver.py):
-KagentMemoryService with kagent's token hooks and OpenAI-provider embeddings through memgov's
-embedding route, and an ADK agent with kagent's memory tools and auto-save callback. The Go runtime
-(go/adk of the same release) runs as conformance/kagent/runtime/main.go built in kagent's tree:
-its memory service, token-service HTTP client, and the preload/load/save memory tools. The test
-plays the bridge: it makes the scope, takes the session key memgov hands kagent, and gives that
-key to the runtime.
+Each upstream brings its release's runtimes: kagent-adk 0.9.11 with v0.9.11 (and the stand-in's
+default model), kagent-adk 0.10.4 with v0.10.0-rc3 (and the stand-in's v0.10 model). The Python
+runtime runs in its own venv (tests/enforce/kagent_runtime_driver.py): KagentMemoryService with
+kagent's token hooks and OpenAI-provider embeddings through memgov's embedding route, and an ADK
+agent with kagent's memory tools and auto-save callback. The Go runtime (go/adk of the same
+release) runs as conformance/kagent/runtime/main.go built in kagent's tree: its memory service,
+token-service HTTP client, and the preload/load/save memory tools. The test plays the bridge: it
+makes the scope, takes the session key memgov hands kagent, and gives that key to the runtime.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 import pytest
 
 from sidecar.control.client import ControlClient
-from sidecar.dev.devstack.realkagent import build
+from sidecar.dev.devstack.deployment import pack_with_limits
+from sidecar.dev.devstack.realkagent import AUTH_MODES, build
 from sidecar.identity.tokens import mint_subject
 from tests.support.sentinel import assert_absent, make_sentinel
 from tests.support.stack import AGENT, ALICE, APP, BOB, ROOM_B, Stack
@@ -61,8 +63,9 @@ class Runtime:
         return "\n".join((await self("logs"))["lines"])
 
 
-#: Python driver processes between sessions, in this test process (importing kagent-adk takes seconds).
-_IDLE: list[subprocess.Popen[bytes]] = []
+#: Python driver processes between sessions, per kagent-adk release, in this test process (importing
+#: kagent-adk takes seconds).
+_IDLE: dict[str, list[subprocess.Popen[bytes]]] = {}
 
 
 def _start(argv: list[str], stderr_path: Path) -> subprocess.Popen[bytes]:
@@ -86,15 +89,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _idle_drivers() -> Iterator[None]:
     """Stop the pooled driver processes when the session ends."""
     yield
-    while _IDLE:
-        _stop(_IDLE.pop())
+    for idle in _IDLE.values():
+        while idle:
+            _stop(idle.pop())
 
 
 @asynccontextmanager
 async def kagent_runtime(
     stack: Stack, user_id: str, tmp_path: Path, *, go: bool = False, **cfg: Any
 ) -> AsyncIterator[Runtime]:
-    """kagent's Python (or Go) runtime for AGENT with KAGENT_URL = memgov's data plane."""
+    """kagent's Python (or Go) runtime of the upstream's release for AGENT, with KAGENT_URL = memgov's data plane."""
+    release = stack.upstream.release
+    idle = _IDLE.setdefault(release.adk, [])
     ns, name = AGENT.split("/")
     config = {
         "kagent_url": stack.gw.data_url,
@@ -106,15 +112,15 @@ async def kagent_runtime(
     }
     if go:
         config["token"] = sa_token(AGENT)
-        proc = _start([await asyncio.to_thread(build, "runtime")], tmp_path / "kagent-runtime.stderr")
+        proc = _start([await asyncio.to_thread(build, "runtime", release)], tmp_path / "kagent-runtime.stderr")
     else:
         token = tmp_path / "kagent-token"
         token.write_text(sa_token(AGENT))
         config["token_path"] = str(token)
-        proc = _IDLE.pop() if _IDLE else None
+        proc = idle.pop() if idle else None
         if proc is None or proc.poll() is not None:
             stderr = tmp_path.parent / f"kagent-runtime-{os.getpid()}-{time.monotonic_ns()}.stderr"
-            proc = _start([await asyncio.to_thread(build, "client"), str(DRIVER)], stderr)
+            proc = _start([await asyncio.to_thread(build, "client", release), str(DRIVER)], stderr)
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(config) + "\n").encode())
     proc.stdin.flush()
@@ -126,7 +132,7 @@ async def kagent_runtime(
             ended = (await runtime("end")) == {"ended": True}
     finally:
         if ended:
-            _IDLE.append(proc)
+            idle.append(proc)
         else:
             await asyncio.to_thread(_stop, proc)
 
@@ -137,7 +143,7 @@ async def _scope_rows(stack: Stack, scope_id: str) -> list[Any]:
     return [r for r in await stack.rows() if r.id in ids]
 
 
-@pytest.mark.kagent
+@pytest.mark.kagent(standins=("0.9", "0.10"), auth_modes=AUTH_MODES)
 class TestKagentRuntime:
     async def test_consented_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
         """add_memory, the save tool and the fifth-turn auto-save batch land; search, load and prefetch recall them."""
@@ -230,7 +236,7 @@ class TestKagentRuntime:
         assert await _scope_rows(stack, scope.scope_id) == [] and await stack.rows() == []
 
 
-@pytest.mark.kagent
+@pytest.mark.kagent(standins=("0.9", "0.10"), auth_modes=AUTH_MODES)
 class TestKagentGoRuntime:
     async def test_saves_land_under_the_storage_key_and_come_back(self, stack: Stack, tmp_path: Path):
         """The save_memory tool and AddSessionToMemory land; SearchMemory and the preload tool recall."""
@@ -261,3 +267,40 @@ class TestKagentGoRuntime:
         assert found == {"memories": [], "error": ""}
         assert preloaded["replies"] and not preloaded["errors"]
         assert await stack.rows() == []
+
+
+#: Five explicit memories for one add_memory call.
+FIVE = [f"alice's fact number {i}" for i in range(5)]
+
+
+@pytest.mark.kagent(releases=("0.10",), standins=("0.10",), auth_modes=AUTH_MODES)
+class TestSeveralEntries:
+    """kagent-adk 0.10.4's ``add_memory`` takes several entries and posts once per entry."""
+
+    async def _add_five(self, stack: Stack, tmp_path: Path) -> tuple[list[str], list[str]]:
+        """One add_memory of FIVE in a consented scope: the contents kagent kept, and the refusals kagent-adk logged.
+
+        kagent-adk raises at the first refused entry, so it never sends the ones after it."""
+        scope = await stack.scope()
+        key = await stack.session_key()
+        async with kagent_runtime(stack, key, tmp_path) as rt:
+            assert await rt("add_memory", contents=FIVE) == {"error": "HTTPStatusError", "status": 403}
+            logs = await rt.logs()
+        kept = sorted(r.content for r in await _scope_rows(stack, scope.scope_id))
+        return kept, [line for line in logs.splitlines() if "Response body" in line]
+
+    async def test_each_entry_is_rate_limited(self, stack: Stack, tmp_path: Path):
+        """Five entries against the burst of three explicit saves: three land, the fourth is refused with
+        rate_limited."""
+        kept, refusals = await self._add_five(stack, tmp_path)
+        assert kept == FIVE[:3]
+        assert len(refusals) == 1 and "rate_limited" in refusals[0]
+
+    async def test_each_entry_pays_the_hourly_budget(self, make_stack, tmp_path: Path):
+        """With the rate limit out of the way, each entry costs a save and an embedding item of the scope's
+        hourly budget: six operations fit three entries of five."""
+        pack = pack_with_limits(tmp_path, {"hourly_operations": 6, "rate_per_minute": 60, "rate_burst": 60})
+        stack = await make_stack(policy={"dir": str(pack), "reload_interval_s": 0})
+        kept, refusals = await self._add_five(stack, tmp_path)
+        assert kept == FIVE[:3]
+        assert len(refusals) == 1 and "hourly_budget_exhausted" in refusals[0]

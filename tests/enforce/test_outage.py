@@ -82,7 +82,6 @@ class TestStateStoreOutage:
         http, key = pair.http, pair.key
         saved_before = len(kagent.recorder.of_kind("memory"))
         refusals: list[str] = []
-        control_refusals = 0
 
         async def save(gw: GatewayProcess, text: str) -> aiohttp.ClientResponse:
             body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
@@ -125,10 +124,11 @@ class TestStateStoreOutage:
             refused = await save(gw, "likes coffee")
             assert refused.status == 503 and _decision(refused)["reason"] == "state_unavailable"
             refusals.append(_decision(refused)["id"])
-            # The control API answers by reason code (counted, so it lands after the outage too).
+            # The control API answers by reason code (the token verified: a row, landing after the outage too).
             async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
-                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
-                control_refusals += 1
+                answer = await resp.json()
+                assert (resp.status, answer["error"]) == (503, "state_unavailable")
+                refusals.append(answer["decision_id"])
             # Ready: it serves traffic; the check says the store does not answer.
             await until(lambda gw=gw: self._down(http, gw), timeout_s=30)
             assert await _metric(http, gw, "memgov_state_available") == 0.0
@@ -149,8 +149,9 @@ class TestStateStoreOutage:
             )
         finally:
             await con.close()
-        audited = [d for d in refusals if d in rows]
-        assert len(audited) + counted == len(refusals) + control_refusals == 6 + 2
+        # Every refusal carried a verified credential (a key, a context, a subject token): each is its own row.
+        assert [d for d in refusals if d in rows] == refusals and len(refusals) == 8
+        assert counted == 0
         # And memory works again.
         again = await save(pair.b, "likes coffee")
         assert again.status == 201, again.headers["X-Memgov-Decision"]
@@ -216,9 +217,10 @@ class TestStateStoreOutage:
     async def test_a_gateway_killed_during_an_outage_loses_no_spooled_audit_record(
         self, tmp_path: Path, own_pg: PgServer, kagent: Devstack
     ) -> None:
-        """A gateway spools the audit records of an outage to its spool folder and is SIGKILLed before
-        PostgreSQL returns. The folder holds them (mode 0600, no memory content); restarted once
-        PostgreSQL is back, the gateway writes every one of them exactly once and counts nothing lost."""
+        """A gateway refuses during an outage and is SIGKILLed right after the last answer, without waiting
+        for anything: every refusal is in its spool folder already (mode 0600, no memory content), each
+        with a verified credential as a row of its own, the anonymous one in its hourly count; restarted
+        once PostgreSQL is back, the gateway writes every one of them exactly once and counts nothing lost."""
         state_url = own_pg.create_database("state")
         keys = write_keys(tmp_path / "keys")
         pack = policy_pack(tmp_path)
@@ -250,22 +252,25 @@ class TestStateStoreOutage:
                 assert _decision(resp)["reason"] == "state_unavailable"
                 decisions.append(_decision(resp)["id"])
             async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
-                assert (resp.status, (await resp.json())["error"]) == (503, "state_unavailable")
+                answer = await resp.json()
+                assert (resp.status, answer["error"]) == (503, "state_unavailable")
+                decisions.append(answer["decision_id"])
+            # The last refusal carries no credential: counted per hour, operation and reason (R-15).
+            forged = {"agent_name": APP, "user_id": "not-a-key", "content": sentinel, "vector": embed_text("x")}
+            async with http.post(
+                gw.data_url + "/api/memories/sessions",
+                json=forged,
+                headers={"X-Agent-Name": APP, "X-User-Id": "not-a-key"},
+            ) as resp:
+                assert (resp.status, _decision(resp)["reason"]) == (403, "key_invalid")
+            await gw.kill()  # right after the last answer: no batch, no timer had a chance to run
 
-            refused = len(decisions) + 1  # and the control API's refusal
-
-            async def journaled() -> bool:
-                # Each refusal is either its own audit row or one in a count of its hour, operation and reason.
-                lines = [json.loads(line) for f in spool.glob("*.spool") for line in f.read_bytes().splitlines()]
-                rows = sum(1 for line in lines if line[0] == "r" and line[4] in decisions)
-                counted = sum(line[4] for line in lines if line[0] == "c" and line[3] == "state_unavailable")
-                return rows + counted == refused
-
-            await until(journaled, timeout_s=30)  # the refusal count is written with the next batch
-            await gw.kill()
             files = sorted(spool.glob("*.spool"))
             assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
             assert_absent(sentinel, *(f.read_bytes() for f in files))
+            lines = [json.loads(line) for f in files for line in f.read_bytes().splitlines()]
+            assert sorted(line[4] for line in lines if line[0] == "r") == sorted(decisions)
+            assert [line[2:] for line in lines if line[0] == "c"] == [["memory.save", "key_invalid", 1]]
 
             own_pg.resume()
             await gw.start()
@@ -274,19 +279,20 @@ class TestStateStoreOutage:
             con = await asyncpg.connect(state_url)
             try:
                 rows = await con.fetch(
-                    "SELECT decision_id, COUNT(*) AS n FROM audit"
-                    " WHERE decision_id = ANY($1::text[]) GROUP BY decision_id",
+                    "SELECT decision_id, scope_id, COUNT(*) AS n FROM audit"
+                    " WHERE decision_id = ANY($1::text[]) GROUP BY decision_id, scope_id",
                     decisions,
                 )
                 counted = await con.fetchval(
-                    "SELECT COALESCE(SUM(n), 0) FROM audit_counts WHERE reason = 'state_unavailable'"
+                    "SELECT COALESCE(SUM(n), 0) FROM audit_counts WHERE reason IN ('state_unavailable', 'key_invalid')"
                 )
                 stored = await con.fetch("SELECT * FROM audit")
             finally:
                 await con.close()
-            # Each landed once: no row twice, and rows plus counts make exactly the refusals of the outage.
-            assert all(r["n"] == 1 for r in rows)
-            assert len(rows) + counted == refused
+            # Each landed once, as its own row; the saves' rows name the scope their key verified for.
+            assert sorted(r["decision_id"] for r in rows) == sorted(decisions) and all(r["n"] == 1 for r in rows)
+            assert {r["scope_id"] for r in rows if r["decision_id"] in decisions[:3]} == {pair.scope_id}
+            assert counted == 1
             assert_absent(sentinel, *(repr(tuple(r)) for r in stored))
 
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.enforce import governed_handlers
+from sidecar.enforce.definitions import Definitions
 from sidecar.enforce.embedding import Embeddings
 from sidecar.enforce.invoke import Invocations
 from sidecar.enforce.pipeline import RouteSpec
@@ -26,15 +27,21 @@ class TestDeclarations:
         # Memory and embedding classes carry content, invocations carry memory, other runtimes' stores
         # are the policy's to refuse: none may fall back to the transparent relay once governance is on.
         handlers = governed_handlers(stack.parts.decider, *route_parts(stack.parts))
-        assert set(handlers) == {*CONTENT_CLASSES, Operation.A2A_INVOKE, Operation.MEMORY_UNGOVERNED}
+        assert set(handlers) == {
+            *CONTENT_CLASSES,
+            Operation.A2A_INVOKE,
+            Operation.MEMORY_UNGOVERNED,
+            Operation.CONTROLLER_WRITE,
+        }
 
     async def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, stack) -> None:
-        memory, invoke, embedding = route_parts(stack.parts)
+        memory, invoke, embedding, definitions = route_parts(stack.parts)
         specs: list[RouteSpec[object, object]] = [
             Invocations(invoke).spec(),  # type: ignore[list-item]
             Searches(memory).spec(),  # type: ignore[list-item]
             Embeddings(embedding).spec(),  # type: ignore[list-item]
             Saves(memory).spec(Operation.MEMORY_SAVE),  # type: ignore[list-item]
+            Definitions(definitions).spec(),  # type: ignore[list-item]
         ]
         for spec in specs:
             rewrites = deny_action(spec.operation) is Action.REWRITE_DISABLED

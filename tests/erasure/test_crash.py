@@ -147,6 +147,10 @@ def _read_after_delete(c: Crash) -> Hold:
     return hold
 
 
+async def _finished(c: Crash, scope_id: str) -> bool:
+    return all(e.state in ("verified", "failed") for e in await c.store.erasures.erasures_of_scope(scope_id))
+
+
 class TestKillBetweenSteps:
     @pytest.mark.kagent
     @pytest.mark.parametrize("stuck_in", ["requested", "fenced", "quiesced", "deleted"])
@@ -184,6 +188,7 @@ class TestKillBetweenSteps:
         c.gate.hold = None
         c.gate.release.set()
         await c.gp.start()
+        await until(lambda: _finished(c, scope_id))  # resumed once the restarted gateway's store answers
 
         (erasure,) = await c.store.erasures.erasures_of_scope(scope_id)
         assert erasure.state == "verified"
@@ -214,6 +219,7 @@ class TestKillBetweenSteps:
         c.gate.hold = None
         c.gate.release.set()
         await c.gp.start()
+        await until(lambda: _finished(c, scope_id))
 
         (erasure,) = await c.store.erasures.erasures_of_scope(scope_id)
         assert (erasure.state, erasure.failure_reason) == ("failed", "erasure_failed")

@@ -1,6 +1,6 @@
 """docs/erasure-role.sql on a real PostgreSQL with kagent's memory table: delete and verify, never read.
 
-The table comes from the stand-in and from kagent v0.9.11's own migrations (pgvector, HNSW index).
+The table comes from the stand-in and from each kagent release's own migrations (pgvector, HNSW index).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from sidecar.contentstore.adapters import KagentDbAdapter
 from sidecar.dev.devstack import MemoryStore, open_memory_store
 from sidecar.dev.devstack.realkagent import start_real_kagent
+from sidecar.dev.devstack.releases import RELEASES
 from sidecar.dev.devstack.store import NewMemory
 from sidecar.dev.devstack.vectors import embed_text
 from tests.support.harness import APP, install_role, role_url
@@ -23,12 +24,17 @@ from tests.support.harness import APP, install_role, role_url
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["standin-schema", pytest.param("kagent-schema", marks=pytest.mark.real_kagent)])
+@pytest.fixture(
+    params=[
+        pytest.param(None, id="standin-schema"),
+        *(pytest.param(r, id=f"kagent-{r.tag}-schema", marks=pytest.mark.real_kagent) for r in RELEASES.values()),
+    ]
+)
 async def kagent_db(pg_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[MemoryStore]:
-    """kagent's memory table, as the stand-in creates it or as kagent v0.9.11's own migrations do, with the role."""
+    """kagent's memory table, as the stand-in creates it or as a kagent release's own migrations do, with the role."""
     kagent = None
-    if request.param == "kagent-schema":
-        kagent = await asyncio.to_thread(start_real_kagent, pg_url, tmp_path / "kagent")
+    if request.param is not None:
+        kagent = await asyncio.to_thread(start_real_kagent, pg_url, tmp_path / "kagent", release=request.param)
     store = await open_memory_store(pg_url, now=lambda: NOW)
     await install_role(pg_url)
     try:

@@ -195,3 +195,45 @@ class TestStorageKeys:
         ids = {new_scope_id() for _ in range(100)}
         assert len(ids) == 100
         assert all(parse_storage_key(storage_key(i, 0, "")) == (i, 0, "") for i in ids)
+
+
+#: Each replica's session-key files (current, previous, next) at each step of a rotation from OLD to NEW.
+_STEPS = {
+    "before": (OLD, None, None),
+    "accept-next": (OLD, None, NEW),
+    "mint-next": (NEW, OLD, None),
+    "retire-previous": (NEW, None, None),
+}
+_ORDER = list(_STEPS)
+
+
+class TestRotationAcrossReplicas:
+    @pytest.mark.parametrize(
+        ("ahead", "behind"),
+        [(_ORDER[i + 1], _ORDER[i]) for i in range(len(_ORDER) - 1)] + [(step, step) for step in _ORDER],
+        ids=lambda step: step,
+    )
+    def test_no_replica_refuses_a_key_another_minted(self, ahead: str, behind: str) -> None:
+        """Replicas one rotation step apart (a Secret updated in place reaches them at different times)
+        accept each other's keys: accept the next secret, then mint with it, then retire the old one."""
+        first, second = SessionKeys(*_STEPS[ahead]), SessionKeys(*_STEPS[behind])
+        for minter, verifier in ((first, second), (second, first), (first, first), (second, second)):
+            assert verifier.verify(minter.session_key(SCOPE, 3)) == (SCOPE, 3)
+
+    def test_skipping_the_accept_step_cuts_conversations(self) -> None:
+        """The one-step swap this replaces: a replica still on the old secret refuses a key minted with the new one."""
+        assert _refused(SessionKeys(OLD), SessionKeys(NEW, previous=OLD).session_key(SCOPE, 3)) is Reason.KEY_INVALID
+
+    def test_a_retired_secret_verifies_nothing_and_each_slot_is_reported(self) -> None:
+        """After the last step an old key is refused; every verification names its slot, never a secret."""
+        seen: list[str] = []
+        keys = SessionKeys(*_STEPS["mint-next"])
+        keys.on_verified = seen.append
+        keys.verify(SessionKeys(OLD).session_key(SCOPE, 1))
+        keys.verify(SessionKeys(NEW).session_key(SCOPE, 1))
+        keys.replace(*_STEPS["accept-next"])
+        keys.verify(SessionKeys(NEW).session_key(SCOPE, 1))
+        assert seen == ["previous", "current", "next"]
+        keys.replace(*_STEPS["retire-previous"])
+        assert keys.slots == ("current",)
+        assert _refused(keys, SessionKeys(OLD).session_key(SCOPE, 1)) is Reason.KEY_INVALID

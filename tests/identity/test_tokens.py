@@ -14,10 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from sidecar.identity import IdentityError
 from sidecar.identity.tokens import (
+    KeySet,
     OperatorToken,
     SubjectToken,
     TokenType,
+    Verifier,
     bearer,
+    load_keys,
     load_verifier,
     mint_operator,
     mint_subject,
@@ -256,3 +259,70 @@ class TestMintToken:
         """Minting refuses unsupported algorithms and keys of the wrong type."""
         with pytest.raises(ValueError):
             mint_token({"sub": "@alice:example.org"}, make_key(), alg, typ=TokenType.SUBJECT)
+
+
+_A, _B = b"bridge-key-a-0123456789abcdefghij", b"bridge-key-b-klmnopqrstuvwxyz012345"
+
+
+def _operator_token(key: bytes, kid: str | None, now: int = NOW, ttl_s: int = 300) -> str:
+    return mint_operator("ops-oncall", key, "HS256", now=now, ttl_s=ttl_s, kid=kid)
+
+
+class TestKeySet:
+    @pytest.mark.parametrize(
+        ("signed_with", "kid", "verifies_as"),
+        [
+            (_A, "2026-a", "2026-a"),
+            (_B, "2026-b", "2026-b"),
+            (_B, None, "2026-b"),
+            (_A, "2026-b", None),
+            (_A, "unknown", None),
+            (b"stranger-key-0123456789abcdefghij", None, None),
+        ],
+        ids=["named-a", "named-b", "unnamed-tries-each", "named-the-other", "unknown-kid", "stranger"],
+    )
+    def test_a_named_key_alone_verifies_its_tokens(
+        self, signed_with: bytes, kid: str | None, verifies_as: str | None
+    ) -> None:
+        """A kid names the one key tried (an unknown kid is refused outright); without one, each key is tried."""
+        seen: list[str] = []
+        keys = KeySet({"2026-a": Verifier("HS256", _A), "2026-b": Verifier("HS256", _B)})
+        keys.on_verified = seen.append
+        token = _operator_token(signed_with, kid)
+        if verifies_as is None:
+            with pytest.raises(IdentityError) as err:
+                verify_operator_token(token, keys, now=NOW)
+            assert err.value.reason is Reason.AUTH_REQUIRED and seen == []
+        else:
+            assert verify_operator_token(token, keys, now=NOW).sub == "ops-oncall"
+            assert seen == [verifies_as]
+
+    def test_an_expired_token_is_expired_whichever_key_is_tried_first(self) -> None:
+        """Without a kid, a key that verified the signature decides: expired, not invalid."""
+        keys = KeySet({"2026-a": Verifier("HS256", _A), "2026-b": Verifier("HS256", _B)})
+        with pytest.raises(IdentityError) as err:
+            keys.decode(_operator_token(_B, None, now=NOW - 600), typ=TokenType.OPERATOR, now=NOW)
+        assert err.value.reason is Reason.CONTEXT_EXPIRED
+
+    def test_replaced_keys_apply_at_once_and_ids_are_bounded(self) -> None:
+        """replace swaps the keys for every holder; an id of another shape or a ninth key is refused."""
+        keys = KeySet({"2026-a": Verifier("HS256", _A)})
+        token = _operator_token(_A, "2026-a")
+        keys.replace({"2026-b": Verifier("HS256", _B)})
+        with pytest.raises(IdentityError):
+            verify_operator_token(token, keys, now=NOW)
+        for bad in ({"Key A": Verifier("HS256", _A)}, {f"k{n}": Verifier("HS256", _A) for n in range(9)}):
+            with pytest.raises(ValueError):
+                keys.replace(bad)
+        assert keys.ids == ("2026-b",)
+
+    def test_a_key_folder_holds_one_key_per_id_named_file(self, tmp_path: Path) -> None:
+        """Files named like a key id are keys; a mounted Secret's ..data link and dot files are not."""
+        (tmp_path / "2026-a").write_bytes(_A)
+        (tmp_path / "..data").mkdir()
+        (tmp_path / ".hidden").write_bytes(_B)
+        assert sorted(load_keys(tmp_path, "trust.operator_keys_dir")) == ["2026-a"]
+        (tmp_path / "2026-b").write_bytes(b"changeme")
+        with pytest.raises(SecretError) as err:
+            load_keys(tmp_path, "trust.operator_keys_dir")
+        assert "trust.operator_keys_dir/2026-b" in str(err.value) and "changeme" not in str(err.value)

@@ -52,6 +52,14 @@ FLOOR_CASES: list[tuple[str, dict[str, Any], Action, Reason]] = [
     ("embedding", {"budget.embedding_ok": False}, Action.DENY, Reason.HOURLY_BUDGET_EXHAUSTED),
     ("prefetch", {"budget.prefetch_ok": False}, Action.EMPTY_RESULT, Reason.PREFETCH_LIMIT),
     ("ungoverned", {}, Action.DENY, Reason.UNGOVERNED_STORE),
+    ("controller_write", {"request.write.claims": ["label"]}, Action.DENY, Reason.BOUNDARY_CLAIMED),
+    (
+        "controller_write",
+        {"request.write.operator": True, "request.write.claims": ["secret"]},
+        Action.DENY,
+        Reason.BOUNDARY_CLAIMED,
+    ),
+    ("controller_write", {"request.write": None}, Action.DENY, Reason.BOUNDARY_CLAIMED),
 ]
 FLOOR_IDS = [f"{base}:{reason.value}:{i}" for i, (base, _, _, reason) in enumerate(FLOOR_CASES)]
 

@@ -92,6 +92,8 @@ PROPERTIES = [
     "budgets-reserved",
     "agent-caps",
     "ungoverned-store-refused",
+    "definitions-claim-nothing",
+    "governed-definitions-need-an-operator",
     "never-errors",
 ]
 
@@ -122,6 +124,7 @@ class TestProve:
         for prop in PROPERTIES:
             assert f"proved  {prop}: " in out
         assert "proved  room-state-valid: a2a.invoke, control.inspect" in out
+        assert "proved  governed-definitions-need-an-operator: controller.write" in out
         assert f"{len(PROPERTIES)} of {len(PROPERTIES)} properties proved" in out
         assert "FAILS" not in out
         assert ", 0 decided otherwise by the Rego pack" in out
@@ -295,7 +298,7 @@ class TestSemanticDiff:
         """Every action is proved to decide alike, and --exit-code stays 0."""
         code, out = self._diff(capsys, pack_copy, "--exit-code")
         assert code == 0, out
-        assert "9 of 9 actions decide every request alike" in out
+        assert "10 of 10 actions decide every request alike" in out
         assert "equivalent  a2a.invoke" in out
         assert "0 change(s): 0 loosened, 0 tightened, 0 with other reasons" in out
 
@@ -307,7 +310,7 @@ class TestSemanticDiff:
         code, out = self._diff(capsys, pack_copy, "--exit-code")
         assert code == 1, out
         assert "[cedar" not in out[out.index("policy diff ") :]
-        assert "7 of 9 actions decide every request alike" in out
+        assert "8 of 10 actions decide every request alike" in out
         section = out[out.index("LOOSENS     a2a.invoke (rules)") :]
         assert '    agent.ref: "team/helper" -> "kagent/ops-bot"' in section
         assert (

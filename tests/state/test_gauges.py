@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
 from prometheus_client import REGISTRY
 
 from sidecar.sampler import sample_once
@@ -55,6 +56,78 @@ class TestReadGauges:
         gauges = await read_gauges(store.db, NOW)
         assert (gauges.erasures["requested"], gauges.erasures["fenced"], gauges.erasures["failed"]) == (1, 1, 1)
         assert gauges.oldest_unfinished_erasure_s == 2 * 3600
+
+    @pytest.mark.parametrize(
+        ("failed_kind", "later_kind", "retry", "counted"),
+        [
+            ("forget_all", "forget_all", True, 0),
+            ("forget_one", "forget_one", True, 0),
+            ("forget_one", "off", False, 0),
+            ("withdraw", "offboard", False, 0),
+            ("rotate", "rotate", False, 0),
+            ("forget_one", "forget_one", False, 1),
+            ("forget_one", "rotate", False, 1),
+            ("off", "rotate", False, 1),
+        ],
+        ids=[
+            "retried",
+            "forget-one-retried",
+            "whole-scope-after",
+            "offboard-after-withdraw",
+            "rotation-after-rotation",
+            "other-forget-one",
+            "rotation-after-forget-one",
+            "rotation-after-off",
+        ],
+    )
+    async def test_a_failure_counts_until_a_later_verified_erasure_supersedes_it(
+        self, store: StateStore, failed_kind: str, later_kind: str, retry: bool, counted: int
+    ) -> None:
+        """Failed counts only while no retry of it and no later whole-scope (or, for rotations, rotation) verified."""
+        scope = await new_scope(store)
+        failed = await store.erasures.create_erasure(
+            scope.scope_id, failed_kind, ["e1"] if failed_kind == "forget_one" else [], "rest", "subject", NOW
+        )
+        failed = await store.erasures.advance_erasure(failed.erasure_id, "failed", NOW, failure_reason="erasure_failed")
+        assert (await read_gauges(store.db, NOW)).erasures["failed"] == 1
+        later_at = NOW + timedelta(minutes=1)
+        if retry:
+            later = await store.erasures.create_retry(failed, failed.entry_ids, "rest", "operator", later_at)
+            assert later is not None and later.retry_of == failed.erasure_id
+        else:
+            later = await store.erasures.create_erasure(scope.scope_id, later_kind, ["e2"], "rest", "subject", later_at)
+        for state in ("fenced", "quiesced", "deleted", "verified"):
+            await store.erasures.advance_erasure(later.erasure_id, state, later_at)
+        assert (await read_gauges(store.db, NOW)).erasures["failed"] == counted
+        expected = None if counted else later.erasure_id
+        assert await store.erasures.superseded_by(failed.erasure_id) == expected
+        assert await store.erasures.open_failures(scope.scope_id) == counted
+
+    async def test_a_whole_scope_erasure_before_the_failure_does_not_supersede_it(self, store: StateStore) -> None:
+        """Only an erasure created after the failure covers it."""
+        scope = await new_scope(store)
+        earlier = await store.erasures.create_erasure(scope.scope_id, "off", [], "rest", "subject", NOW)
+        failed = await store.erasures.create_erasure(
+            scope.scope_id, "forget_all", [], "rest", "subject", NOW + timedelta(seconds=1)
+        )
+        await store.erasures.advance_erasure(failed.erasure_id, "failed", NOW, failure_reason="erasure_failed")
+        for state in ("fenced", "quiesced", "deleted", "verified"):
+            await store.erasures.advance_erasure(earlier.erasure_id, state, NOW + timedelta(seconds=2))
+        assert (await read_gauges(store.db, NOW)).erasures["failed"] == 1
+
+    async def test_a_chain_has_one_unfinished_retry(self, store: StateStore) -> None:
+        """A second retry of the same failure while the first is unfinished is not recorded (two replicas, one run)."""
+        scope = await new_scope(store)
+        failed = await store.erasures.create_erasure(scope.scope_id, "off", [], "rest", "subject", NOW)
+        failed = await store.erasures.advance_erasure(failed.erasure_id, "failed", NOW, failure_reason="erasure_failed")
+        first = await store.erasures.create_retry(failed, [], "rest", "operator", NOW)
+        assert first is not None
+        assert await store.erasures.create_retry(failed, [], "rest", "operator", NOW) is None
+        assert (await store.erasures.retry_head(failed)).erasure_id == first.erasure_id
+        first = await store.erasures.advance_erasure(first.erasure_id, "failed", NOW, failure_reason="erasure_failed")
+        second = await store.erasures.create_retry(first, [], "rest", "operator", NOW + timedelta(seconds=1))
+        assert second is not None and second.retry_of == failed.erasure_id
+        assert (await store.erasures.retry_head(failed)).erasure_id == second.erasure_id
 
     async def test_expiry_backlog_is_the_oldest_overdue_undeleted_entry(self, store: StateStore) -> None:
         """Entries past expiry and not physically deleted form the backlog; deleted ones do not count."""

@@ -103,7 +103,7 @@ class TestVersions:
                 "do not strictly increase",
             ),
             (RELEASES[:1], MIGRATIONS, "0.1.0", None, "is already released"),
-            (RELEASES, MIGRATIONS, "0.2.0", LATEST - 1, "shipped schema"),
+            (RELEASES, MIGRATIONS, "0.2.0", RELEASES[0].schema - 1, "shipped schema"),
         ],
         ids=[
             "new-migration-no-version",

@@ -14,9 +14,9 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 from sidecar.state import StateStore, open_store
-from sidecar.state.journal import SUFFIX
+from sidecar.state.journal import SUFFIX, read_segment
+from tests.support.sentinel import capture_sinks
 from tests.support.state import NOW
-from tests.support.wait import until
 
 HOUR_US = int(NOW.replace(minute=0).timestamp()) * 1_000_000
 
@@ -36,6 +36,10 @@ async def _landed(store: StateStore) -> tuple[list[str], int]:
     return sorted(r["decision_id"] for r in rows), sum(n for _, op, _, n in counts if op == "memory.search")
 
 
+def _left(kind: str) -> float:
+    return REGISTRY.get_sample_value("memgov_audit_spool_left_total", {"kind": kind}) or 0.0
+
+
 def _segments(folder: Path) -> list[Path]:
     return sorted(folder.glob(f"*{SUFFIX}"))
 
@@ -45,17 +49,24 @@ class TestJournal:
         self, state_url: str, tmp_path: Path
     ) -> None:
         """Records spooled by a process that stops with the store away stay on disk (0600, in a 0700
-        folder), uncounted as dropped; the next process writes them once, and a segment put back after
-        its replay committed (a crash before the file's removal) adds nothing."""
+        folder), counted as left (not dropped) and logged by kind; the next process writes them once, and a
+        segment put back after its replay committed (a crash before the file's removal) adds nothing."""
         folder = tmp_path / "spool"
         first = await open_store(state_url, spool_dir=folder)
         for n in range(3):
             first.spool.add_row(_row(n))
         for _ in range(4):
             first.spool.add_count((HOUR_US, "memory.search", "state_unavailable"))
-        dropped = _dropped()
-        assert first.spool.lose() == 0  # what the process could not write stays on disk
+        dropped, left = _dropped(), {k: _left(k) for k in ("audit", "refusal_count")}
+        with capture_sinks() as sinks:
+            assert first.spool.lose() == 0  # what the process could not write stays on disk
         assert _dropped() == dropped
+        assert {k: _left(k) - v for k, v in left.items()} == {"audit": 3, "refusal_count": 4}
+        logged = [json.loads(line) for line in sinks.log_stream.getvalue().splitlines()]
+        assert [(x["event"], x["kind"], x["count"]) for x in logged if x["event"] == "audit.spool_left"] == [
+            ("audit.spool_left", "audit", 3),
+            ("audit.spool_left", "refusal_count", 4),
+        ]
         await first.close()
         (segment,) = _segments(folder)
         assert stat.S_IMODE(segment.stat().st_mode) == 0o600
@@ -136,26 +147,36 @@ class TestJournal:
     async def test_count_lines_on_disk_are_bounded_and_what_exceeds_them_is_counted(
         self, state_url: str, tmp_path: Path
     ) -> None:
-        """Refusal counts are written once per key and batch; once ``audit.spool_records`` such lines wait
-        on disk, further refusals are counted as dropped (a flood cannot grow the folder without bound)."""
+        """Each refusal is in the file as it is counted (its key's line rewritten in place, no batch to wait
+        for); once ``audit.spool_records`` keys wait on disk, refusals of a new key are counted as dropped
+        (a flood cannot grow the folder without bound)."""
         folder = tmp_path / "spool"
         store = await open_store(state_url, spool_rows=3, spool_dir=folder)
-        key = (HOUR_US, "memory.search", "state_unavailable")
+        keys = [(HOUR_US, "memory.search", reason) for reason in ("state_unavailable", "key_invalid", "not_found")]
 
-        async def written(n: int) -> bool:
-            return sum(len(f.read_bytes().splitlines()) for f in _segments(folder)) == n
+        def on_disk() -> dict[tuple[int, str, str], int]:
+            counts: dict[tuple[int, str, str], int] = {}
+            for segment in _segments(folder):
+                with segment.open("rb") as f:
+                    counts.update(read_segment(f.fileno())[1])
+            return counts
 
         try:
-            for n in range(1, 4):
+            for n in range(1, 6):
+                store.spool.add_count(keys[0])
+                assert on_disk() == {keys[0]: n}  # at once: nothing waits for a batch
+            for key in keys[1:]:
                 store.spool.add_count(key)
-                await until(lambda n=n: written(n), timeout_s=10)  # each its own batch
+            assert sum(len(f.read_bytes().splitlines()) for f in _segments(folder)) == 3
             dropped = _dropped("refusal_count")
-            store.spool.add_count(key)
+            store.spool.add_count((HOUR_US, "memory.save", "state_unavailable"))
             assert _dropped("refusal_count") == dropped + 1
-            assert len(store.spool) == 3
-            assert await store.spool.flush(store.db) == 3
+            store.spool.add_count(keys[1])  # a key already on disk still counts
+            assert on_disk() == {keys[0]: 5, keys[1]: 2, keys[2]: 1}
+            assert len(store.spool) == 8
+            assert await store.spool.flush(store.db) == 8
             assert _segments(folder) == []
-            store.spool.add_count(key)  # replayed: room again
+            store.spool.add_count((HOUR_US, "memory.save", "state_unavailable"))  # replayed: room again
             assert len(store.spool) == 1
         finally:
             await store.close()

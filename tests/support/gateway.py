@@ -22,4 +22,6 @@ def gateway_settings(controller_url: str, **overrides: Any) -> Any:
 @asynccontextmanager
 async def gateway(controller_url: str, **overrides: Any) -> AsyncIterator[Gateway]:
     async with running_gateway(gateway_settings(controller_url, **overrides)) as gw:
+        assert gw.parts is not None
+        await gw.parts.store.wait_connected()
         yield gw

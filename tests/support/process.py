@@ -84,6 +84,8 @@ class GatewayProcess:
     workdir: Path
     settings: dict[str, Any]
     proc: asyncio.subprocess.Process | None = None
+    #: Whether ``start`` waits for the state store too, not only for readiness.
+    wait_for_store: bool = True
 
     @property
     def data_url(self) -> str:
@@ -98,7 +100,8 @@ class GatewayProcess:
         return "http://" + self.settings["listen"]["ops"]
 
     async def start(self) -> None:
-        """Start and wait until it is ready (erasures are resumed before the listeners open).
+        """Start and wait until it is ready and, unless ``wait_for_store`` is False, until every worker's
+        state store answers (the listeners open before it connects; memory is degraded until then).
 
         A free port picked before the process binds it can be taken meanwhile by another process on the
         machine: a start that ends on EADDRINUSE ("address already in use") is retried on fresh ports, and any other
@@ -140,8 +143,17 @@ class GatewayProcess:
                 # of the others, and a test that stops the store while one still starts ends them all.
                 return False
             try:
-                async with aiohttp.ClientSession() as s, s.get(self.ops_url + "/readyz") as resp:
-                    return resp.status == 200
+                async with aiohttp.ClientSession() as s:
+                    async with s.get(self.ops_url + "/readyz") as resp:
+                        if resp.status != 200:
+                            return False
+                        state = (await resp.json())["checks"]["state"]
+                    if not self.wait_for_store:
+                        return True
+                    # The gauge is merged over the workers: 1 once every one of them has its store.
+                    async with s.get(self.ops_url + "/metrics") as resp:
+                        up = "memgov_state_available 1.0" in await resp.text()
+                    return bool(state["available"]) and up
             except aiohttp.ClientError:
                 return False
 
@@ -171,10 +183,12 @@ class GatewayProcess:
 
 
 @asynccontextmanager
-async def gateway_process(workdir: Path, settings: dict[str, Any]) -> AsyncIterator[GatewayProcess]:
+async def gateway_process(
+    workdir: Path, settings: dict[str, Any], *, wait_for_store: bool = True
+) -> AsyncIterator[GatewayProcess]:
     """A started gateway process, stopped (or already killed) at the end."""
     workdir.mkdir(parents=True, exist_ok=True)
-    gp = GatewayProcess(workdir, settings)
+    gp = GatewayProcess(workdir, settings, wait_for_store=wait_for_store)
     await gp.start()
     try:
         yield gp

@@ -100,8 +100,15 @@ def serving(argv: Sequence[str], *, log: Path, **popen: Any) -> Iterator[subproc
             _stop_group(proc, signal.SIGKILL, 20)
 
 
-async def wait_ready(proc: subprocess.Popen[bytes], ops_url: str, log: Path, timeout_s: float = 90.0) -> dict[str, Any]:
-    """Poll /readyz until it answers 200; fail with the process log when it exits or never gets ready."""
+async def wait_ready(
+    proc: subprocess.Popen[bytes], ops_url: str, log: Path, timeout_s: float = 90.0, *, store: bool = True
+) -> dict[str, Any]:
+    """Poll /readyz until it answers 200 and, with ``store``, until the state store answers too.
+
+    The listeners open before the store connects (memory is degraded until then, SPEC D6), so a test
+    that reads what a request recorded waits for both. Fails with the process log when memgov exits
+    or never gets there.
+    """
     last: dict[str, Any] = {}
     async with aiohttp.ClientSession() as http:
         async with asyncio.timeout(timeout_s):
@@ -110,7 +117,7 @@ async def wait_ready(proc: subprocess.Popen[bytes], ops_url: str, log: Path, tim
                 try:
                     async with http.get(ops_url + "/readyz") as resp:
                         last = await resp.json()
-                        if resp.status == 200:
+                        if resp.status == 200 and (not store or last["checks"]["state"]["available"]):
                             return last
                 except aiohttp.ClientError:
                     pass

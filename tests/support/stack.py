@@ -1,19 +1,21 @@
-"""A governed stack on loopback: the stand-ins (or kagent v0.9.11 itself), a gateway in front, and the
+"""A governed stack on loopback: the stand-ins (or kagent itself), a gateway in front, and the
 bridge's and agent runtime's side of the conversation (see tests/support/upstream.py for the real kagent)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.deployment import Keys, gateway_config
 from sidecar.dev.devstack.stack import Devstack
-from sidecar.identity.tokens import control_room, mint_context
+from sidecar.identity.tokens import control_room, mint_context, mint_operator
 from sidecar.server import Gateway
 from tests.support.upstream import STANDIN, Upstream, bridge_headers, runtime_headers
 
@@ -71,6 +73,7 @@ class Stack:
     clock: DevClock
     ghosts: dict[str, str] = field(default_factory=dict)
     upstream: Upstream = STANDIN
+    operator_key: bytes = b""
 
     @property
     def parts(self) -> Any:
@@ -182,6 +185,28 @@ class Stack:
         assert resp.headers["X-Memgov-Decision"].startswith("forward"), resp.headers["X-Memgov-Decision"]
         return seen.user_id_header
 
+    # --- someone editing kagent's definitions (the UI, a CLI, an operator) ------------------
+    def operator_token(self) -> str:
+        return mint_operator("ops-oncall", self.operator_key, "HS256", now=int(self.clock().timestamp()))
+
+    async def definition(
+        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None, operator: bool = False
+    ) -> tuple[int, Any, dict[str, str]]:
+        """A write (or read) of a kagent definition through the data plane, as the bridge's user."""
+        headers = {"Content-Type": "application/json", **bridge_headers(self.upstream, ALICE)}
+        if operator:
+            headers["X-Memgov-Operator"] = f"Bearer {self.operator_token()}"
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        # The path is sent as written (a look-alike spelling must reach the gateway unnormalized).
+        url = URL(self.gw.data_url + path, encoded=True)
+        async with self.http.request(method, url, data=data, headers=headers) as resp:
+            text = await resp.read()
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = text
+            return resp.status, parsed, dict(resp.headers)
+
     # --- the agent runtime ------------------------------------------------------------------
     async def memory(
         self,
@@ -244,12 +269,25 @@ class Stack:
         return self.dev.kagent_log()
 
 
+#: The ModelConfigs the memory agent uses (its model and its memory's embedding provider).
+AGENT_MODEL_CONFIGS = ("default-model-config", "embeddings")
+
+
 #: The embedding model kagent's runtime under test is configured with (tests/enforce/kagent_runtime_driver.py).
 RUNTIME_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
-def stack_settings(keys: Keys, kagent_url: str, dev: Devstack, kagent: Upstream = STANDIN, **overrides: Any) -> Any:
-    """Settings of a data-plane test gateway: the packaged pack, the two memory agents, ``overrides`` merged in."""
+def stack_settings(
+    keys: Keys,
+    kagent_url: str,
+    dev: Devstack,
+    kagent: Upstream = STANDIN,
+    *,
+    agents: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Settings of a data-plane test gateway: the packaged pack, the two memory agents (and ``agents``),
+    ``overrides`` merged in."""
     return gateway_config(
         keys,
         kagent_url=kagent_url,
@@ -264,8 +302,10 @@ def stack_settings(keys: Keys, kagent_url: str, dev: Devstack, kagent: Upstream 
                 "ghost": GHOST,
                 "embedding_model": RUNTIME_EMBEDDING_MODEL,
                 "embedding_dimensions": 768,
+                "model_configs": list(AGENT_MODEL_CONFIGS),
             },
             OTHER_AGENT: {"disabled_variant": "helper-nomem", "ghost": "@helper:example.org"},
+            **(agents or {}),
         },
         upstream={"kagent_auth_mode": kagent.auth_mode, **overrides.pop("upstream", {})},
         **overrides,

@@ -1,12 +1,17 @@
-"""Which kagent a test's gateway talks to: the stand-in, or kagent v0.9.11 itself in one auth mode.
+"""Which kagent a test's gateway talks to: the stand-in, or kagent itself (one release, one auth mode).
 
-A test opts in to the real kagent with ``@pytest.mark.kagent``; it then runs three times (stand-in,
-real kagent in ``unsecure`` mode, real kagent in ``trusted-proxy`` mode) through the ``upstream``
-fixture (``@pytest.mark.kagent(auth_modes=(...))`` narrows the real modes). With the real kagent
-the stack is a hybrid: kagent's own server answers every controller route and owns the ``memory``
-table; the stand-in app only plays the agents kagent proxies A2A
-invocations to (and their simulated Python runtime) and the embedding provider; the stand-in's
-store is opened on kagent's database, so ``dev.store.rows()`` reads kagent's real rows.
+A test opts in to the real kagent with ``@pytest.mark.kagent``; it then runs on the stand-in and on
+each supported release of kagent itself through the ``upstream`` fixture: v0.9.11 in both of its
+auth modes (``unsecure``, ``trusted-proxy``), v0.10.0-rc3 in ``trusted-proxy`` mode
+(``DEFAULT_AUTH_MODES``); each parameter is named by what it runs (``standin``,
+``kagent-v0.10.0-rc3-trusted-proxy``, ...). The marker's ``releases=("0.10",)`` narrows the
+releases, ``auth_modes=(...)`` names the modes for every release; ``standins=("0.9", "0.10")``
+also runs the stand-in's v0.10 model (``standin-v0.10.0-rc3``), ``standins=("0.10",)`` that model
+alone. With the real
+kagent the stack is a hybrid: kagent's own server answers every controller route and owns the
+``memory`` table; the stand-in app only plays the agents kagent proxies A2A invocations to (and
+their simulated Python runtime) and the embedding provider; the stand-in's store is opened on
+kagent's database, so ``dev.store.rows()`` reads kagent's real rows.
 """
 
 from __future__ import annotations
@@ -27,21 +32,23 @@ import pytest
 
 from sidecar.dev.devstack.pg import PgServer
 from sidecar.dev.devstack.realkagent import AUTH_MODES, AuthMode, start_real_kagent
+from sidecar.dev.devstack.releases import DEFAULT, RELEASES, KagentRelease
 from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.dev.devstack.stores import open_memory_store
 
 MARKER = "kagent"
 _databases = itertools.count()
-#: Carried by every test (or parameter) that runs kagent v0.9.11 itself: ``make conformance`` selects it.
+#: Carried by every test (or parameter) that runs kagent itself: ``make conformance`` selects it.
 REAL_MARKER = "real_kagent"
 
 
 @dataclass(frozen=True)
 class Upstream:
-    """One choice of kagent for a test."""
+    """One choice of kagent for a test: the stand-in modelling a release, or that release itself."""
 
     kind: Literal["standin", "kagent"]
     auth_mode: AuthMode = "unsecure"
+    release: KagentRelease = DEFAULT
 
     @property
     def real(self) -> bool:
@@ -49,30 +56,39 @@ class Upstream:
 
     @property
     def id(self) -> str:
-        return "standin" if not self.real else f"kagent-{self.auth_mode}"
+        if not self.real:
+            return "standin" if self.release == DEFAULT else f"standin-{self.release.tag}"
+        return f"kagent-{self.release.tag}-{self.auth_mode}"
 
 
 STANDIN = Upstream("standin")
-UPSTREAMS = (STANDIN, *(Upstream("kagent", mode) for mode in AUTH_MODES))
+STANDINS = tuple(Upstream("standin", release=r) for r in RELEASES.values())
+REAL = tuple(Upstream("kagent", mode, r) for r in RELEASES.values() for mode in AUTH_MODES)
+UPSTREAMS = (STANDIN, *REAL)
+#: The auth modes a marked test runs each release in unless its marker names them. Both for v0.9.11;
+#: v0.10 changes nothing memgov's bearer handling depends on (its changes are proved in both modes by
+#: the tests that name them), so the rest runs it in trusted-proxy mode, where memgov mints the bearer
+#: of its own calls: the second release then costs half as much (docs/testing.md).
+DEFAULT_AUTH_MODES: dict[str, tuple[AuthMode, ...]] = {"0.9": AUTH_MODES, "0.10": ("trusted-proxy",)}
 
 
-_templates: dict[int, str] = {}
+_templates: dict[tuple[int, str], str] = {}
 _template_lock = threading.Lock()
 
 
-def kagent_database(pg_server: PgServer) -> str:
-    """A fresh database as kagent v0.9.11 leaves it after its migrations, copied from a template.
+def kagent_database(pg_server: PgServer, release: KagentRelease = DEFAULT) -> str:
+    """A fresh database as ``release`` leaves it after its migrations, copied from a template.
 
-    kagent migrates the template once per PostgreSQL server (and test worker); every later database
-    is a file copy of it, so a test's kagent starts without running its migrations again.
+    kagent migrates the template once per PostgreSQL server, release (and test worker); every later
+    database is a file copy of it, so a test's kagent starts without running its migrations again.
     """
     with _template_lock:
-        template = _templates.get(pg_server.port)
+        template = _templates.get((pg_server.port, release.name))
         if template is None:
-            template = f"kagent_template_{pg_server.port}"
+            template = f"kagent_template_{pg_server.port}_{release.name.replace('.', '_')}"
             url = pg_server.create_database(template)
-            start_real_kagent(url, pg_server.datadir.parent / "kagent-template").stop()
-            _templates[pg_server.port] = template
+            start_real_kagent(url, pg_server.datadir.parent / f"kagent-template-{release.name}", release=release).stop()
+            _templates[(pg_server.port, release.name)] = template
     return pg_server.create_database(f"kagent_{next(_databases)}", template=template)
 
 
@@ -87,12 +103,22 @@ def upstream_params(upstreams: tuple[Upstream, ...], value: Any = None) -> list[
 
 
 def marked_upstreams(definition: pytest.Function) -> tuple[Upstream, ...]:
-    """The real kagents a test asked for with its ``kagent`` marker (none when unmarked)."""
+    """Every kagent a test asked for with its ``kagent`` marker: the stand-in models (by default the
+    default one) and the real releases in their auth modes; none when unmarked."""
     marker = definition.get_closest_marker(MARKER)
     if marker is None:
         return ()
-    modes = marker.kwargs.get("auth_modes", AUTH_MODES)
-    return tuple(u for u in UPSTREAMS if u.real and u.auth_mode in modes)
+    releases = marker.kwargs.get("releases", tuple(RELEASES))
+    standins = marker.kwargs.get("standins", (DEFAULT.name,))
+    return (
+        *(u for u in STANDINS if u.release.name in standins),
+        *(
+            u
+            for u in REAL
+            if u.release.name in releases
+            and u.auth_mode in marker.kwargs.get("auth_modes", DEFAULT_AUTH_MODES[u.release.name])
+        ),
+    )
 
 
 def sa_token(agent_ref: str) -> str:
@@ -135,10 +161,11 @@ async def start_stack(
 ) -> Devstack:
     """Start the stand-ins, or the hybrid around a real kagent on a fresh database of ``pg_server``."""
     if not upstream.real:
-        return await start_devstack(store_url=store_url, **devstack)
+        return await start_devstack(store_url=store_url, release=upstream.release, **devstack)
     assert pg_server is not None, "the real kagent needs the session's PostgreSQL server"
-    db_url = await asyncio.to_thread(kagent_database, pg_server)
-    dev = await start_devstack(**devstack)  # the agents kagent proxies to; its store is replaced below
+    db_url = await asyncio.to_thread(kagent_database, pg_server, upstream.release)
+    # The agents kagent proxies to; its store is replaced below.
+    dev = await start_devstack(release=upstream.release, **devstack)
     try:
         standin_port = int(dev.kagent_url.rsplit(":", 1)[1])
         kagent = await asyncio.to_thread(
@@ -147,6 +174,7 @@ async def start_stack(
                 db_url,
                 log_dir,
                 auth_mode=upstream.auth_mode,
+                release=upstream.release,
                 agents=a2a_agents(agents, standin_port),
             )
         )

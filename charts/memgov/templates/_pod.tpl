@@ -72,6 +72,10 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- range $ref, $agent := $v.agents }}
 {{- $entry := dict "disabled_variant" $agent.disabledVariant "ghost" $agent.ghost }}
 {{- with $agent.embeddingModel }}{{- $_ := set $entry "embedding_model" . }}{{- end }}
+{{- /* The ModelConfigs the agent uses change only with an operator token (boundary, docs/security.md). */}}
+{{- $models := concat (list) ($agent.modelConfigs | default list) }}
+{{- with dig "memory" "modelConfig" "" $agent }}{{- $models = append $models . }}{{- end }}
+{{- with $models }}{{- $_ := set $entry "model_configs" (uniq .) }}{{- end }}
 {{- with include "memgov.declaredModel" (dict "ref" $ref "agent" $agent "modelConfigs" $v.modelConfigs) | fromJson }}
 {{- /* kagent's runtimes ask an OpenAI provider for 768 dimensions (go/adk embedding.TargetDimension). */}}
 {{- $_ := set $entry "embedding_model" .model }}{{- $_ := set $entry "embedding_dimensions" 768 }}
@@ -100,6 +104,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   "trust" dict
   "matrix" $matrix
   "agents" $agents
+  "boundary" (include "memgov.boundarySettings" . | fromYaml)
   "erasure" (dict "adapter" $v.erasure.adapter "rotate" $v.erasure.rotate)
   "log" (dict "level" $v.log.level)
   "tracing" $tracing }}

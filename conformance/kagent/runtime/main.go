@@ -1,4 +1,4 @@
-// Command memgov-runtime drives kagent v0.9.11's Go agent runtime memory code (go/adk) from a test.
+// Command memgov-runtime drives kagent's Go agent runtime memory code (go/adk) from a test.
 //
 // It is built inside kagent's module tree (go/adk/cmd/memgov-runtime) and wires what kagent's Go
 // runtime wires for a memory-enabled agent: the token-service HTTP client (X-Agent-Name,

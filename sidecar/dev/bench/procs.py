@@ -70,6 +70,8 @@ async def _memgov(params: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
             yield {"url": running.urls["data"], **{f"{name}_url": url for name, url in running.urls.items()}}
         return
     async with running_gateway(settings) as gw:
+        assert gw.parts is not None
+        await gw.parts.store.wait_connected()
         yield {"url": gw.data_url, **{f"{name}_url": url for name, url in gw.urls.items()}}
 
 

@@ -4,11 +4,19 @@ JSON-RPC ``message/send`` answers one agent message that names the agent and ech
 ``message/stream`` answers server-sent events (task, working, artifact chunks, final completed
 status). A path ending in ``/.well-known/agent-card.json`` returns the agent card. With a runtime
 configured, memory-enabled agents make the calls kagent's Python runtime would make first.
+
+In the 0.10 model kagent's own A2A handling comes first: under ``X-Share-Token`` a read-only
+share refuses sending (and cancelling), a message naming another context than the shared
+session is refused, and the agent receives the message with ``metadata.initiated_by`` set to the
+caller (the user it is sent as stays the caller); ``tasks/list`` is answered from kagent's task
+table, for the caller or, for the shared session's own context, for the share's owner. Those
+answers are spelled as kagent's a2a-go server spells them; the agent's own answers are not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -16,13 +24,18 @@ from typing import Any
 
 from aiohttp import web
 
+from sidecar.dev.devstack import sessions
 from sidecar.dev.devstack.gohttp import go_json, http_error, method_not_allowed
 from sidecar.dev.devstack.gojson import go_dumps, go_loads, go_query_get
+from sidecar.dev.devstack.memory_api import rfc3339
 from sidecar.dev.devstack.runtime import run_turn
 from sidecar.dev.devstack.state import PARAMS, STATE, KagentState
 
 CARD_SUFFIX = "/.well-known/agent-card.json"
-DEFAULT_USER = "admin@kagent.dev"
+DEFAULT_USER = sessions.DEFAULT_USER
+#: JSON-RPC methods a read-only share may not call (kagent's requireWritableShare).
+_WRITES = frozenset({"message/send", "message/stream", "tasks/cancel", "tasks/pushNotificationConfig/set"})
+_PAGE, _MAX_PAGE = 50, 100
 SANDBOX_PREFIX = "/api/a2a-sandboxes/"
 
 
@@ -55,7 +68,7 @@ def card(request: web.Request) -> dict[str, Any]:
         "name": params["name"],
         "description": f"Stand-in for agent {params['namespace']}/{params['name']}",
         "url": base,
-        "version": "v0.9.11",
+        "version": request.app[STATE].release.tag,
         "protocolVersion": "0.3.0",
         "preferredTransport": "JSONRPC",
         "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": False},
@@ -115,18 +128,112 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if not isinstance(rpc, dict) or rpc.get("jsonrpc") != "2.0" or not isinstance(rpc.get("method"), str):
         return go_json(200, _rpc(None, code=-32600, message="Invalid Request"))
     rpc_id, method = rpc.get("id"), rpc["method"]
+    params = rpc.get("params")
+    if state.sessions is not None:
+        refused = _kagent_checks(request, rpc_id, method, params)
+        if refused is not None:
+            return refused
+        if method == "tasks/list":
+            return _list_tasks(request, state.sessions, rpc_id, params if isinstance(params, dict) else {})
     if method not in ("message/send", "message/stream"):
         return go_json(200, _rpc(rpc_id, code=-32601, message="Method not found"))
-    params = rpc.get("params")
     message = params.get("message") if isinstance(params, dict) else None
     text = _text_of(message) if isinstance(message, dict) else None
     if text is None or not isinstance(message, dict):
         return go_json(200, _rpc(rpc_id, code=-32602, message="Invalid params"))
+    if sessions.share_of(request) is not None:
+        message["metadata"] = {**(message.get("metadata") or {}), "initiated_by": sessions.caller(request)}
     context_id = str(message.get("contextId") or uuid.uuid4())
     if method == "message/send":
         reply = await _reply(request, state, text, context_id)
         return go_json(200, _rpc(rpc_id, result=_agent_message(reply, context_id)))
     return await _stream(request, state, rpc_id, message, text, context_id)
+
+
+def _kagent_error(rpc_id: Any, message: str, *, stream: bool) -> web.StreamResponse:
+    """An internal error as kagent's a2a-go server writes it (with its ErrorInfo detail)."""
+    stamp = rfc3339(datetime.now(UTC))
+    info: dict[str, Any] = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "domain": "a2a-protocol.org"}
+    info |= {"metadata": {"timestamp": stamp}, "reason": "INTERNAL_ERROR"}
+    body = go_dumps({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32603, "message": message, "data": [info]}})
+    if stream:
+        event = f"id: {uuid.uuid4()}\ndata: {body}\n\n"
+        return web.Response(body=event.encode(), headers={"Content-Type": "text/event-stream"})
+    return web.Response(body=(body + "\n").encode(), content_type="application/json")
+
+
+def _kagent_checks(request: web.Request, rpc_id: Any, method: str, params: Any) -> web.StreamResponse | None:
+    """What kagent's A2A handler refuses under a share token before the agent sees the request."""
+    share = sessions.share_of(request)
+    if share is None:
+        return None
+    stream = method == "message/stream"
+    if method in _WRITES and share.read_only:
+        return _kagent_error(rpc_id, "share token is read-only", stream=stream)
+    message = params.get("message") if isinstance(params, dict) else None
+    context = message.get("contextId") if isinstance(message, dict) else None
+    sending = method in ("message/send", "message/stream")
+    if sending and isinstance(context, str) and context and context != share.session_id:
+        return _kagent_error(rpc_id, f"share token is not valid for session {go_dumps(context)}", stream=stream)
+    return None
+
+
+def _task_json(task: sessions.Task, history_length: Any, artifacts: bool) -> dict[str, Any]:
+    """A stored task as ``tasks/list`` returns it (legacy wire, a2a-go's field order)."""
+    out: dict[str, Any] = {"kind": "task", "id": task.id}
+    if artifacts and task.data.get("artifacts"):
+        out["artifacts"] = task.data["artifacts"]
+    out["contextId"] = task.data.get("contextId") or ""
+    history = task.data.get("history") or []
+    if isinstance(history_length, int):
+        history = history[len(history) - history_length :] if history_length > 0 else []
+    if history:
+        out["history"] = history
+    if task.data.get("metadata"):
+        out["metadata"] = task.data["metadata"]
+    return out | {"status": task.json()["status"]}
+
+
+def _offset(token: Any) -> int | None:
+    """kagent's page token: the base64url (unpadded) decimal offset of the page; None when malformed."""
+    if not token:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(str(token) + "=" * (-len(str(token)) % 4)).decode()
+    except ValueError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _list_tasks(request: web.Request, book: sessions.SessionBook, rpc_id: Any, params: dict[str, Any]) -> web.Response:
+    """kagent v0.10's ``tasks/list``: the caller's tasks, or the share owner's for the shared context."""
+    context = params.get("contextId") if isinstance(params.get("contextId"), str) else ""
+    user = sessions.effective_user(request, context) if context else sessions.caller(request)
+    if context:
+        if book.session(context, user) is None:
+            text = f"get session {context}: failed to get session {context}: record not found"
+            body = go_dumps({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32603, "message": text}})
+            return web.Response(body=(body + "\n").encode(), content_type="application/json")
+        contexts = {context}
+    else:
+        contexts = {s.id for s in book.sessions.values() if s.user_id == user and not s.deleted}
+    found = sorted(
+        (t for t in book.tasks.values() if t.session_id in contexts and t.user_id == user and not t.deleted),
+        key=lambda t: t.id,
+    )
+    status = params.get("status")
+    if isinstance(status, str) and status:
+        found = [t for t in found if t.json()["status"].get("state") == status]
+    size = params.get("pageSize")
+    page = _PAGE if not isinstance(size, int) or size <= 0 else min(size, _MAX_PAGE)
+    offset = _offset(params.get("pageToken"))
+    if offset is None:
+        return go_json(200, _rpc(rpc_id, code=-32602, message="invalid pageToken"))
+    end = min(offset + page, len(found))
+    shown = [_task_json(t, params.get("historyLength"), params.get("includeArtifacts") is True) for t in found]
+    after = base64.urlsafe_b64encode(str(end).encode()).rstrip(b"=").decode() if end < len(found) else ""
+    result = {"tasks": shown[min(offset, end) : end], "pageSize": page, "totalSize": len(found), "nextPageToken": after}
+    return web.Response(body=(go_dumps(_rpc(rpc_id, result=result)) + "\n").encode(), content_type="application/json")
 
 
 async def _stream(

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 
+from sidecar.dev.devstack.releases import DEFAULT, RELEASES, release
 from sidecar.dev.devstack.runtime import RuntimeConfig
 from sidecar.dev.devstack.stack import start_devstack
 from sidecar.logs import configure_logging, get_logger
@@ -15,8 +16,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``devstack`` command."""
     parser = subparsers.add_parser(
         "devstack",
-        help="Run the kagent v0.9.11 and embedding stand-ins (tests, demo).",
-        description="Serve a kagent v0.9.11 controller stand-in and an OpenAI-compatible embedding stand-in.",
+        help="Run the kagent and embedding stand-ins (tests, demo).",
+        description="Serve a kagent controller stand-in (v0.9.11 or v0.10.0-rc3) and an OpenAI-compatible "
+        "embedding stand-in.",
+    )
+    parser.add_argument(
+        "--kagent-version",
+        choices=sorted(RELEASES),
+        default=DEFAULT.name,
+        help=f"The kagent release the stand-in behaves as (default {DEFAULT.name}: {DEFAULT.tag}).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="Listen address (default 127.0.0.1).")
     parser.add_argument("--kagent-port", type=int, default=8083, help="kagent stand-in port (default 8083).")
@@ -61,10 +69,11 @@ async def _serve(args: argparse.Namespace) -> None:
         agents=args.agents,
         runtime=_runtime(args),
         stream_delay_s=args.stream_delay,
+        release=release(args.kagent_version),
     )
     log = get_logger("devstack")
     log.info("devstack.started", listener="kagent", port=int(stack.kagent_url.rsplit(":", 1)[1]))
-    print(f"kagent v0.9.11 stand-in:  {stack.kagent_url}", flush=True)
+    print(f"kagent {release(args.kagent_version).tag} stand-in:  {stack.kagent_url}", flush=True)
     print(f"embedding stand-in:       {stack.embedding_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -161,6 +161,8 @@ async def serving(config: Mapping[str, Any] | Settings, clock: DevClock | None =
     """
     settings = config if isinstance(config, Settings) else load_settings(**config)
     async with running_gateway(settings, clock=clock) as gw:
+        assert gw.parts is not None
+        await gw.parts.store.wait_connected()
         sweepers = next((r.app[SWEEPERS] for r in gw.runners if SWEEPERS in r.app), None)
         if sweepers is not None:
             await sweepers.swept.wait()

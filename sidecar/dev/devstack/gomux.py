@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-_VAR = re.compile(r"\{([a-z_]+)\}")
+_VAR = re.compile(r"\{([A-Za-z_]+)\}")
 
 
 def clean_path(path: str) -> str:

@@ -1,7 +1,8 @@
-"""kagent v0.9.11's five memory handlers (``handlers/memory.go``), flaws included.
+"""kagent's five memory handlers (``handlers/memory.go``, the same in v0.9.11 and v0.10), flaws included.
 
-Identity comes only from the body or query (no ownership check); search and insert use
-agent_name exactly as sent while list and delete also match the ``_`` spelling; search has no
+Identity comes only from the body or query (no ownership check); insert uses agent_name exactly
+as sent, search too in v0.9.11 (v0.10's DB client also matches the ``-``→``_`` spelling and
+shrugs off a failed access-count update), while list and delete also match the ``_`` spelling; search has no
 expiry filter and no maximum limit, counts rows min_score then drops, and fails with 500 after
 counting when an all-zero vector is involved; 500 answers carry the raw database error. These texts are
 kagent's, reproduced on purpose: the gateway in front is what must never echo them.
@@ -152,7 +153,12 @@ async def search(request: web.Request) -> web.Response:
     min_score = fields.get("min_score", 0.0)
     try:
         hits = await state.store.search(
-            fields["agent_name"], fields["user_id"], fields["vector"], limit if limit > 0 else DEFAULT_LIMIT
+            fields["agent_name"],
+            fields["user_id"],
+            fields["vector"],
+            limit if limit > 0 else DEFAULT_LIMIT,
+            both_spellings=state.release.search_matches_both_spellings,
+            best_effort_bump=state.release.access_bump_best_effort,
         )
     except StoreError as exc:
         return go_error(500, f"search failed: {exc}")

@@ -1,7 +1,8 @@
-"""Run kagent v0.9.11's own controller HTTP server (built by conformance/kagent/build.sh) on loopback.
+"""Run kagent's own controller HTTP server (built by conformance/kagent/build.sh) on loopback.
 
-The binary is kagent's router, middleware, memory handlers, DB client, migrations and cleanup
-loop, wired without Kubernetes by ``conformance/kagent/main.go``. It needs PostgreSQL with
+One binary per supported release (``releases.py``: v0.9.11 and v0.10.0-rc3). Each is kagent's
+router, middleware, memory handlers, DB client, migrations and cleanup loop, wired without
+Kubernetes by ``conformance/kagent/main.go``. It needs PostgreSQL with
 pgvector (the build script installs pgvector into the local server's folders). Its JSON log goes
 to a file that tests read as one more sink. Used by the conformance tests and ``memgov bench``.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from sidecar.dev.devstack.pg import free_port
+from sidecar.dev.devstack.releases import DEFAULT, KagentRelease
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
 AUTH_MODES: tuple[AuthMode, ...] = ("unsecure", "trusted-proxy")
@@ -30,13 +32,15 @@ class RealKagentError(RuntimeError):
     """The real kagent could not be built or did not come up."""
 
 
-def build(part: Literal["server", "runtime", "pgvector", "client"]) -> str:
-    """Run the cached build of one part; returns the path it prints (binary, pgvector folder, python)."""
+def build(part: Literal["server", "runtime", "pgvector", "client"], release: KagentRelease = DEFAULT) -> str:
+    """Run the cached build of one part of ``release``; returns the path it prints (binary, pgvector
+    folder, python)."""
     if not BUILD_SCRIPT.is_file():
         raise RealKagentError(f"{BUILD_SCRIPT} not found: the real kagent runs from a memgov source checkout")
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), part], capture_output=True, text=True, check=False)
+    argv = ["bash", str(BUILD_SCRIPT), part] + ([release.name] if part != "pgvector" else [])
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RealKagentError(f"conformance build of {part} failed:\n{done.stderr[-4000:]}")
+        raise RealKagentError(f"conformance build of {part} {release.name} failed:\n{done.stderr[-4000:]}")
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -49,6 +53,7 @@ class RealKagent:
     admin_url: str
     auth_mode: AuthMode
     log_path: Path
+    release: KagentRelease
     _proc: subprocess.Popen[bytes] = field(repr=False)
 
     def log_text(self) -> str:
@@ -90,6 +95,7 @@ def start_real_kagent(
     log_dir: Path,
     *,
     auth_mode: AuthMode = "unsecure",
+    release: KagentRelease = DEFAULT,
     vector: bool = True,
     agents: Mapping[str, str] | None = None,
     cleanup_interval_s: float | None = None,
@@ -97,9 +103,10 @@ def start_real_kagent(
 ) -> RealKagent:
     """Start the server on free loopback ports against ``db_url`` (kagent migrates it on start).
 
-    ``agents`` maps ``namespace/name`` to the A2A endpoint kagent proxies that agent's invocations to.
+    ``agents`` maps ``namespace/name`` to the A2A endpoint kagent proxies that agent's invocations to
+    (and each gets kagent's agent row, so session routes find it).
     """
-    binary = build("server")
+    binary = build("server", release)
     if vector:
         build("pgvector")
     port = port or free_port()
@@ -123,7 +130,9 @@ def start_real_kagent(
         # KUBECONFIG is irrelevant (no Kubernetes client is ever built) but kept out of the child anyway.
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-    kagent = RealKagent(f"http://127.0.0.1:{port}", db_url, f"http://127.0.0.1:{admin_port}", auth_mode, log_path, proc)
+    kagent = RealKagent(
+        f"http://127.0.0.1:{port}", db_url, f"http://127.0.0.1:{admin_port}", auth_mode, log_path, release, proc
+    )
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not _healthy(kagent.url):
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -14,6 +14,7 @@ from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.embedding import EMBEDDING, EmbeddingFaults, EmbeddingState, create_embedding_app
 from sidecar.dev.devstack.kagent import create_kagent_app
 from sidecar.dev.devstack.recorder import Recorder
+from sidecar.dev.devstack.releases import DEFAULT, KagentRelease
 from sidecar.dev.devstack.runtime import RuntimeConfig
 from sidecar.dev.devstack.state import RECORDER, STATE
 from sidecar.dev.devstack.store import MemoryStore
@@ -94,14 +95,22 @@ async def start_devstack(
     stream_delay_s: float = 0.05,
     embedding_faults: EmbeddingFaults | None = None,
     middlewares: Iterable[Middleware] = (),
+    release: KagentRelease = DEFAULT,
 ) -> Devstack:
-    """Open the store and serve both stand-ins; port 0 picks free ports; ``middlewares`` wrap both."""
+    """Open the store and serve both stand-ins (kagent as ``release`` behaves); port 0 picks free ports;
+    ``middlewares`` wrap both."""
     now = clock if clock is not None else DevClock()
     middlewares = tuple(middlewares)
     store = await open_memory_store(store_url, now=now)
     try:
         kagent_app = create_kagent_app(
-            store, clock=now, agents=agents, stream_delay_s=stream_delay_s, runtime=runtime, middlewares=middlewares
+            store,
+            clock=now,
+            agents=agents,
+            stream_delay_s=stream_delay_s,
+            runtime=runtime,
+            middlewares=middlewares,
+            release=release,
         )
         embedding_app = create_embedding_app(faults=embedding_faults, middlewares=middlewares)
         kagent_runner, kagent_port = await _serve(kagent_app, host, kagent_port)

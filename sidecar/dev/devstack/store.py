@@ -1,4 +1,4 @@
-"""kagent v0.9.11's ``memory`` table and the queries its Go DB client runs on it.
+"""kagent's ``memory`` table and the queries its Go DB client runs on it (v0.9.11; v0.10 on request).
 
 One interface, two backends: SQLite (default, in memory or a file) and PostgreSQL (``real[]``
 stands in for pgvector's ``vector(768)``; the table keeps kagent's name and columns so a
@@ -22,7 +22,9 @@ DEFAULT_DB_ERROR = 'ERROR: relation "memory" does not exist (SQLSTATE 42P01)'
 NEGATIVE_LIMIT = "ERROR: LIMIT must not be negative (SQLSTATE 2201W)"
 POPULAR_ACCESS_COUNT = 10
 EXTENSION = timedelta(days=15)
-OPS = frozenset({"insert", "insert_batch", "search", "list", "delete", "prune"})
+OPS = frozenset({"insert", "insert_batch", "search", "bump", "list", "delete", "prune"})
+#: Operations a fault trips only when it names them (so an all-operations fault keeps its count).
+NAMED_ONLY = frozenset({"bump"})
 
 
 class StoreError(Exception):
@@ -76,7 +78,8 @@ class SearchHit:
 class DbFault:
     """Makes matching store calls fail with ``message`` as the database error text.
 
-    ``ops`` limits it to some operations (empty: all of :data:`OPS`); the first ``after`` matching
+    ``ops`` limits it to some operations (empty: all of :data:`OPS` but the access-count update
+    after a search, ``bump``, which only a fault naming it trips); the first ``after`` matching
     calls still succeed; then ``times`` calls fail (``None``: until the fault is cleared).
     """
 
@@ -87,7 +90,7 @@ class DbFault:
 
     def trips(self, op: str) -> bool:
         """Count one call of ``op`` and say whether it fails."""
-        if self.ops and op not in self.ops:
+        if (self.ops or op in NAMED_ONLY) and op not in self.ops:
             return False
         if self.after > 0:
             self.after -= 1
@@ -163,21 +166,38 @@ class MemoryStore(ABC):
         except DbError as exc:
             raise StoreError(f"failed to store memory: {exc}") from None
 
-    async def search(self, agent_name: str, user_id: str, vector: Sequence[float], limit: int) -> list[SearchHit]:
-        """Nearest rows for the exact agent_name (no expiry filter), then access_count + 1 on each."""
+    async def search(
+        self,
+        agent_name: str,
+        user_id: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        both_spellings: bool = False,
+        best_effort_bump: bool = False,
+    ) -> list[SearchHit]:
+        """Nearest rows (no expiry filter), then access_count + 1 on each.
+
+        v0.9.11 matches agent_name exactly and fails the search when the access-count update
+        fails; v0.10 (``both_spellings``, ``best_effort_bump``) also matches the ``-``→``_``
+        spelling and only logs a failed update.
+        """
         limit = _int32(limit)
+        names = (agent_name, agent_name.replace("-", "_") if both_spellings else agent_name)
         try:
             self._trip("search")
             if limit < 0:
                 raise DbError(NEGATIVE_LIMIT)
-            hits = rank(vector, await self._candidates(agent_name, user_id), limit)
+            hits = rank(vector, await self._candidates(*names, user_id), limit)
         except DbError as exc:
             raise StoreError(f"failed to search agent memory: {exc}") from None
         if hits:
             try:
+                self._trip("bump")
                 await self._bump([hit.row.id for hit in hits])
             except DbError as exc:
-                raise StoreError(f"failed to increment access count: {exc}") from None
+                if not best_effort_bump:
+                    raise StoreError(f"failed to increment access count: {exc}") from None
         return hits
 
     async def list_memories(self, agent_name: str, user_id: str) -> list[MemoryRow]:
@@ -231,7 +251,7 @@ class MemoryStore(ABC):
     async def _insert(self, items: Sequence[NewMemory], created_at: datetime) -> list[str]: ...
 
     @abstractmethod
-    async def _candidates(self, agent_name: str, user_id: str) -> list[MemoryRow]: ...
+    async def _candidates(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]: ...
 
     @abstractmethod
     async def _bump(self, ids: Sequence[str]) -> None: ...

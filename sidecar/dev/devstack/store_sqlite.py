@@ -119,10 +119,13 @@ class SqliteMemoryStore(MemoryStore):
         await self._write(statements)
         return ids
 
-    async def _candidates(self, agent_name: str, user_id: str) -> list[MemoryRow]:
+    async def _candidates(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
         _no_nul(agent_name, user_id)
-        sql = f"SELECT {_COLUMNS} FROM memory WHERE agent_name = ? AND user_id = ? ORDER BY created_at, rowid"
-        return await self._select(sql, (agent_name, user_id))
+        sql = (
+            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? "
+            "ORDER BY created_at, rowid"
+        )
+        return await self._select(sql, (agent_name, normalized, user_id))
 
     async def _bump(self, ids: Sequence[str]) -> None:
         marks = ", ".join("?" for _ in ids)

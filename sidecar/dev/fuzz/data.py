@@ -45,11 +45,11 @@ PASSTHROUGH = (
     "/health",
     "/api/me",
     "/api/sessions",
-    f"/api/agents/{AGENT}",
+    f"/api/sessions/agent/{AGENT}",
     "/api/feedback",
-    "/api/toolservers",
+    "/api/tools",
     "/mcp/tools",
-    "/api/modelconfigs",
+    "/api/modelproviderconfigs/models",
     "/nowhere/at/all",
 )
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "PROPFIND")

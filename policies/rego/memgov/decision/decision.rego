@@ -46,6 +46,7 @@ known_operations := {
 	"memory.ungoverned",
 	"embedding",
 	"control.inspect",
+	"controller.write",
 }
 
 # METADATA
