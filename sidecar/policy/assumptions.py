@@ -1,24 +1,25 @@
 """What the symbolic checks may assume about a request, and a pack's data inlined into its policies.
 
 A symbolic request is any value of the schema's types. Only some are requests memgov can send:
-every count and time within the decision input's bounds, origins within the origin kinds, and the
-deployment's data as memgov joins it in. ``pack_data`` pins that data to one pack's files
-(limits.yaml, federation.yaml, org.yaml); ``any_data`` admits every valid data set instead (every
-limit in its range, an agent's caps at most the global ones, any partner origins and audience
-servers), so a property proved under it holds whatever the data files say. ``inline_data``
-rewrites a pack's policies to read its own data as constants, so two packs can be compared on
-one request while each decides with its own data.
+every count and time within the decision input's bounds, origins within the origin kinds, a
+definition write's facts within their kinds and on controller.write alone, and the deployment's
+data as memgov joins it in. ``pack_data`` pins that data to one pack's files (limits.yaml,
+federation.yaml, org.yaml); ``any_data`` admits every valid data set instead (every limit in its
+range, an agent's caps at most the global ones, any partner origins and audience servers), so a
+property proved under it holds whatever the data files say. ``inline_data`` rewrites a pack's
+policies to read its own data as constants, so two packs can be compared on one request while
+each decides with its own data.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Final
+from typing import Final, get_args
 
 from sidecar.identity.mxid import Origin
 from sidecar.policy.cedar_input import LIMIT_NAMES, limits_record
-from sidecar.policy.model import AgentLimitName, Limits
+from sidecar.policy.model import AgentLimitName, BoundaryClaim, DefinitionKind, Limits, Operation, WriteVerb
 from sidecar.policy.pack import Pack, PackError, is_complete
 
 #: The decision input's bound on every count and time (model._BIG).
@@ -64,6 +65,21 @@ def schema_with_empty_set(schema: str) -> str:
 _ORIGINS: Final = "[" + ", ".join(lit(o.value) for o in Origin) + "]"
 
 
+def _one_of(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(map(lit, values)) + "]"
+
+
+#: A definition write's facts exist on controller.write alone, each field within its kinds (model.WriteFacts).
+_WRITE: Final = (
+    "(if context has write then"
+    f" action == Action::{lit(Operation.CONTROLLER_WRITE.value)} &&"
+    f" {_one_of(get_args(DefinitionKind))}.contains(context.write.kind) &&"
+    f" {_one_of(get_args(WriteVerb))}.contains(context.write.verb) &&"
+    f" {_one_of(get_args(BoundaryClaim))}.containsAll(context.write.claims)"
+    " else true)"
+)
+
+
 def _request_bounds() -> list[str]:
     """Bounds every request memgov builds meets, whatever the data."""
     return [
@@ -80,6 +96,7 @@ def _request_bounds() -> list[str]:
         bounded("context.now"),
         _bounded_optional("context.request", "presentedGeneration"),
         _bounded_optional("context.delegation", "expiresAt"),
+        _WRITE,
     ]
 
 

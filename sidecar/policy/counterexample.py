@@ -103,7 +103,7 @@ def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> De
     dep_ref = _value(ctx["deployment"])
     dep = attrs.get((dep_ref["type"], dep_ref["id"]), {})
     agent, r, d = ctx["agent"], ctx["request"], ctx["delegation"]
-    room, aud = ctx.get("room"), ctx.get("audience")
+    room, aud, write = ctx.get("room"), ctx.get("audience"), ctx.get("write")
     data: dict[str, Any] = {
         "operation": req["action"]["id"],
         "principal": {
@@ -145,6 +145,16 @@ def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> De
             },
             "context_scope": {"kind": d["scope"]["kind"], "room_id": d["scope"]["roomId"]} if "scope" in d else None,
             "context_agent": d.get("agent"),
+            "write": {
+                "kind": write["kind"],
+                "verb": write["verb"],
+                "targets": write["targets"],
+                "governed": write["governed"],
+                "operator": write["operator"],
+                "claims": sorted(write["claims"]),
+            }
+            if write is not None
+            else None,
         },
         "room": {
             "room_version": room["roomVersion"],

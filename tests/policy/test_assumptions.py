@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cedarpy
 import pytest
 import yaml
 
 from sidecar.policy.assumptions import EMPTY_SET, any_data, inline_data, pack_data, schema_with_empty_set
+from sidecar.policy.cases import build_input, load_bases
+from sidecar.policy.cedar_input import entities, request
 from sidecar.policy.pack import PackError, read_pack
 from sidecar.policy.prove import assume_forbid
-from tests.support.policy import PACK_DIR
+from tests.support.policy import CASES_DIR, PACK_DIR
 
 
 def _schema(pack_dir: Path) -> cedarpy.Schema:
@@ -41,6 +46,52 @@ class TestAssumptions:
         assert "memgovProveEmpty: Set<String>," in text
         with pytest.raises(PackError):
             schema_with_empty_set("entity User = {};")
+
+
+def _write(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(req: dict[str, Any]) -> None:
+        write = {"kind": "agents", "verb": "create", "targets": [], "governed": False, "operator": False, "claims": []}
+        req["context"]["write"] = {**req["context"].get("write", write), **changes}
+
+    return edit
+
+
+def _meets_bounds(base: str, edit: Callable[[dict[str, Any]], None] | None = None) -> bool:
+    """Whether a base input's Cedar request, edited, meets the bounds of any valid data."""
+    pack = read_pack(PACK_DIR)
+    inp = build_input(load_bases(CASES_DIR, pack), base)
+    req: dict[str, Any] = json.loads(json.dumps(request(inp)))
+    found: list[dict[str, Any]] = json.loads(json.dumps(entities(inp)))
+    for entity in found:
+        if entity["uid"]["type"] == "Deployment":
+            entity["attrs"]["memgovProveEmpty"] = []
+    if edit is not None:
+        edit(req)
+    policies = cedarpy.PolicySet.from_str(f"permit (principal, action, resource) when {{ {any_data()} }};")
+    result = cedarpy.is_authorized(req, policies, cedarpy.Entities.from_json_str(json.dumps(found), _schema(PACK_DIR)))
+    assert not result.diagnostics.errors
+    return bool(result.allowed)
+
+
+class TestBounds:
+    @pytest.mark.parametrize(
+        ("base", "edit", "meets"),
+        [
+            ("controller_write", None, True),
+            ("controller_write", _write(kind="modelconfigs", verb="delete", claims=["host_path"]), True),
+            ("controller_write", _write(verb="D"), False),
+            ("controller_write", _write(kind="secrets"), False),
+            ("controller_write", _write(claims=["label", "A"]), False),
+            ("save", None, True),
+            ("save", _write(), False),
+        ],
+        ids=["base", "other-kinds", "verb", "kind", "claim", "save", "write-on-save"],
+    )
+    def test_a_definition_write_stays_within_its_kinds(
+        self, base: str, edit: Callable[[dict[str, Any]], None] | None, meets: bool
+    ) -> None:
+        """A write's kind, verb and claims are the model's, on controller.write alone: the solver cannot pick others."""
+        assert _meets_bounds(base, edit) is meets
 
 
 class TestInlineData:
