@@ -24,7 +24,7 @@ from sidecar.policy.model import ADR_CEILINGS
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import DATA_FILES, Pack, PackError, read_pack, reference_data
-from sidecar.policy.properties import properties_or_none
+from sidecar.policy.properties import Properties, properties_or_none
 from sidecar.policy.reads import cedar_misreads, rego_misreads
 from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
 from sidecar.policy.vet import (
@@ -157,30 +157,63 @@ def _typed_keys(pack: Pack) -> Step:
     return Step(name, not found, "\n".join(found))
 
 
-_ACTION_DECL = re.compile(r"^\s*action\s+(.+?)(?:\s+in\s+\[|\s+appliesTo|;)", re.MULTILINE)
+_ACTION_NAME = r'(?:"[^"]*"|[\w:]+)'
+_ACTION_DECL = re.compile(
+    rf"^[ \t]*action\s+(?P<names>{_ACTION_NAME}(?:\s*,\s*{_ACTION_NAME})*)"
+    r"\s*(?:\bin\s*\[(?P<groups>[^\]]*)\])?\s*(?P<applies>appliesTo\b)?[^;]*;",
+    re.MULTILINE,
+)
 
 
-def _schema_actions(pack: Pack) -> set[str]:
-    """The action ids and action groups the Cedar schema declares."""
-    names: set[str] = set()
-    for text in pack.select("cedar", ".cedarschema").values():
-        for m in _ACTION_DECL.finditer(text):
-            names.update(n.strip().strip('"') for n in m.group(1).split(","))
-    return names
+@dataclass(frozen=True)
+class SchemaAction:
+    """An action of the Cedar schema: where it is declared, the groups it is in, and whether a request
+    can name it (it ``appliesTo`` something) or it only groups others."""
+
+    name: str
+    where: str
+    groups: frozenset[str]
+    requested: bool
 
 
-def _properties(pack: Pack, root: Path) -> Step:
-    """Every rule's code is enforcing some property of properties.yaml, and every property names
-    known actions and codes: a new rule comes with the guarantee it gives, or check says so."""
-    name = "properties.yaml names every code and action"
-    try:
-        props = properties_or_none(root)
-    except PackError as exc:
-        return Step(name, False, str(exc))
-    if props is None:
-        return Step(name, True, "no properties.yaml: `memgov policy prove` has nothing to prove", warning=True)
-    codes = set(rule_codes(pack))
-    actions = _schema_actions(pack)
+def _names(text: str) -> list[str]:
+    return [n.strip().strip('"') for n in text.split(",") if n.strip()]
+
+
+def schema_actions(pack: Pack) -> dict[str, SchemaAction]:
+    """The actions and action groups the Cedar schema declares, by name."""
+    found: dict[str, SchemaAction] = {}
+    for rel, text in sorted(pack.select("cedar", ".cedarschema").items()):
+        code = re.sub(r"//[^\n]*", lambda c: " " * len(c.group(0)), text)
+        for m in _ACTION_DECL.finditer(code):
+            where = f"{rel}:{code.count(chr(10), 0, m.start('names')) + 1}"
+            groups = frozenset(_names(m.group("groups") or ""))
+            for name in _names(m.group("names")):
+                found[name] = SchemaAction(name, where, groups, m.group("applies") is not None)
+    return found
+
+
+def _covers(named: Collection[str], action: str, actions: dict[str, SchemaAction]) -> bool:
+    """Whether a property naming ``named`` covers ``action`` (named itself, or a group it is in at any depth)."""
+    seen: set[str] = set()
+    todo = [action]
+    while todo:
+        current = todo.pop()
+        if current in named:
+            return True
+        if current in seen or current not in actions:
+            continue
+        seen.add(current)
+        todo += actions[current].groups
+    return False
+
+
+def property_gaps(pack: Pack, props: Properties) -> list[str]:
+    """What properties.yaml misses or misnames: every code a rule answers is some property's
+    ``enforced_by``, every action a request can name is some property's (itself or a group it is in),
+    and every name a property uses exists. Each line names what is missing and where it is declared."""
+    codes = rule_codes(pack)
+    actions = schema_actions(pack)
     lines = []
     for prop in props.properties:
         lines += [
@@ -192,11 +225,40 @@ def _properties(pack: Pack, root: Path) -> Step:
             f"properties.yaml: {prop.name}: action {a!r} is not in the schema" for a in prop.actions if a not in actions
         ]
     named = {c for p in props.properties for c in p.enforced_by}
-    lines += [
-        f"properties.yaml: no property is enforced_by {code}: say which guarantee its rules give"
-        for code in rule_codes(pack)
-        if code not in named
-    ]
+    sites: dict[str, list[str]] = {}
+    for site in [*cedar_sites(pack), *rego_sites(pack)]:
+        if site.code:
+            at = "@id " if site.engine == "cedar" else ""
+            sites.setdefault(site.code, []).append(f"{site.where} {at}{site.name}")
+    for code in codes:
+        if code not in named:
+            rules = f" ({', '.join(sites[code])})" if code in sites else ""
+            lines.append(
+                f"properties.yaml: no property is enforced_by {code}{rules}: add {code} to the enforced_by of"
+                " the property its rules give, or a property saying which guarantee they give"
+            )
+    covered = [a for p in props.properties for a in p.actions]
+    for action in sorted((a for a in actions.values() if a.requested), key=lambda a: a.name):
+        if not _covers(covered, action.name, actions):
+            lines.append(
+                f"properties.yaml: no property covers action {action.name} ({action.where}): add a property with"
+                f" actions: [{action.name}] (or a group it is in) saying what the pack guarantees for it"
+            )
+    return lines
+
+
+def _properties(pack: Pack, root: Path) -> Step:
+    """Every rule's code is enforcing some property of properties.yaml, every action a request can
+    name is covered by one, and every property names known actions and codes: a new rule or a new
+    operation comes with the guarantee it gives, or check says so."""
+    name = "properties.yaml names every code and action"
+    try:
+        props = properties_or_none(root)
+    except PackError as exc:
+        return Step(name, False, str(exc))
+    if props is None:
+        return Step(name, True, "no properties.yaml: `memgov policy prove` has nothing to prove", warning=True)
+    lines = property_gaps(pack, props)
     return Step(name, not lines, "\n".join(lines))
 
 

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from sidecar.policy.cedar import compile_pack
-from sidecar.policy.check import _agents, _ceilings
+from sidecar.policy.check import _agents, _ceilings, property_gaps, schema_actions
 from sidecar.policy.pack import PackError, read_pack
+from sidecar.policy.properties import load_properties
 from sidecar.policy.reads import cedar_misreads, cedar_reads
 from sidecar.policy.vet import rego_permits, vet
 from tests.support.policy import PACK_DIR
@@ -120,6 +121,77 @@ class TestPermitCarryingACode:
     def test_the_reference_pack_has_none(self) -> None:
         """The shipped Rego pack's allow is exactly "nothing denies"."""
         assert rego_permits(read_pack(PACK_DIR)) == []
+
+
+SCHEMA = "cedar/memgov.cedarschema"
+SHARE = '\naction "session.share"{groups}\n  appliesTo {{ principal: User, resource: Scope, context: Facts }};\n'
+
+
+def _gaps(pack: Path) -> list[str]:
+    return property_gaps(read_pack(pack), load_properties(pack))
+
+
+class TestProperties:
+    def test_the_reference_pack_has_a_property_for_every_code_and_action(self) -> None:
+        """Every code is some property's enforced_by and every requestable action some property's."""
+        assert _gaps(PACK_DIR) == []
+
+    def test_the_schema_actions_and_their_groups_are_read(self) -> None:
+        """Each action with the line that declares it and its groups; a group alone is not requested."""
+        actions = schema_actions(read_pack(PACK_DIR))
+        assert actions["memory.save"].groups == {"keyed", "saves", "scoped", "memoryWork"}
+        assert actions["memory.save"].requested and not actions["keyed"].requested
+        assert actions["controller.write"].where.startswith(f"{SCHEMA}:")
+        assert actions["controller.write"].groups == frozenset()
+
+    def test_a_new_operation_without_a_property_is_named_with_its_declaration(self, pack_copy: Path) -> None:
+        """An action no property covers: the line names it, where the schema declares it, and what to add."""
+        schema = pack_copy / SCHEMA
+        line = schema.read_text().count("\n") + 2
+        with schema.open("a") as f:
+            f.write(SHARE.format(groups=""))
+        assert _gaps(pack_copy) == [
+            f"properties.yaml: no property covers action session.share ({SCHEMA}:{line}): add a property with"
+            " actions: [session.share] (or a group it is in) saying what the pack guarantees for it"
+        ]
+
+    def test_a_new_operation_in_a_covered_group_needs_nothing_more(self, pack_copy: Path) -> None:
+        """The group properties cover an action that joins their group (memoryWork here)."""
+        with (pack_copy / SCHEMA).open("a") as f:
+            f.write(SHARE.format(groups=" in [memoryWork]"))
+        assert _gaps(pack_copy) == []
+
+    def test_a_code_no_property_names_is_named_with_its_rules(self, pack_copy: Path) -> None:
+        """A code left out of every enforced_by: the line names it and each rule answering it, in both languages."""
+        _edit(pack_copy / "properties.yaml", "enforced_by: [operator_required]", "enforced_by: []")
+        (gap,) = _gaps(pack_copy)
+        assert gap.startswith(
+            "properties.yaml: no property is enforced_by operator_required (cedar/definitions.cedar:7 @id"
+            f' operator-required, {DECISION}/definitions.rego:10 deny["operator_required"]): add operator_required'
+        )
+
+    @pytest.mark.parametrize(
+        ("old", "new", "gap"),
+        [
+            (
+                "actions: [controller.write]\n    enforced_by: [operator_required]",
+                "actions: [controller.writes]\n    enforced_by: [operator_required]",
+                "properties.yaml: governed-definitions-need-an-operator: action 'controller.writes' is not in the"
+                " schema",
+            ),
+            (
+                "enforced_by: [operator_required]",
+                "enforced_by: [operator_required, operator_missing]",
+                "properties.yaml: governed-definitions-need-an-operator: enforced_by 'operator_missing' is not a"
+                " reason code",
+            ),
+        ],
+        ids=["action", "code"],
+    )
+    def test_a_misspelt_name_is_named(self, pack_copy: Path, old: str, new: str, gap: str) -> None:
+        """A property naming an action or code that does not exist says which and where."""
+        _edit(pack_copy / "properties.yaml", old, new)
+        assert gap in _gaps(pack_copy)
 
 
 class TestTypedKeysCedar:
