@@ -348,6 +348,11 @@ def diff_json(report: DiffReport, semantic: list[ActionDiff] | None = None, *, l
     )
 
 
+#: A pull-request comment lists this many loosened decisions, and folds this many other changes, at most.
+_LISTED: Final = 50
+_FOLDED: Final = 200
+
+
 def diff_markdown(
     report: DiffReport,
     old: Path,
@@ -389,14 +394,18 @@ def diff_markdown(
     loose = [(c, e) for c, e in groups if c.direction == LOOSENED]
     if loose:
         lines += ["**Loosened decisions** (refused before, forwarded now)", ""]
-        lines += [f"- `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in loose[:50]]
-        if len(loose) > 50:
-            lines.append(f"- … and {len(loose) - 50} more")
+        lines += [f"- `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in loose[:_LISTED]]
+        if len(loose) > _LISTED:
+            lines.append(f"- … and {len(loose) - _LISTED} more (`--format text` lists them all)")
         lines.append("")
     rest = [(c, e) for c, e in groups if c.direction != LOOSENED]
     if rest and not loosening_only:
         lines += [f"<details><summary>{len(rest)} other change(s)</summary>", ""]
-        lines += [f"- {c.direction}: `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in rest[:200]]
+        lines += [
+            f"- {c.direction}: `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in rest[:_FOLDED]
+        ]
+        if len(rest) > _FOLDED:
+            lines.append(f"- … and {len(rest) - _FOLDED} more (`--format text` lists them all)")
         lines += ["", "</details>"]
     if not changes_anything(report, semantic):
         lines.append("No decision, property or data changes.")

@@ -78,7 +78,8 @@ class TestDiff:
     def test_a_looser_limit_loosens_the_rows_under_each_packs_data(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path
     ) -> None:
-        """Each pack decides its rows with its own data: a larger fact limit forwards the 513-byte rows."""
+        """Each pack decides its rows with its own data: a larger fact limit forwards the 513-byte rows, as JSON
+        for tools and as a pull-request comment of the loosenings alone."""
         _edit(pack_copy / "data" / "limits.yaml", "max_fact_bytes: 512", "max_fact_bytes: 600")
         code, out = run_cli(
             capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--format", "json"
@@ -95,6 +96,26 @@ class TestDiff:
         loosened = [c for c in data["changes"] if c["direction"] == "loosened"]
         assert any(c["input"] == "case limits::fact of 513 ASCII bytes is refused" for c in loosened)
         assert data["summary"]["memory.save"]["loosened"] >= 1
+        code, out = run_cli(
+            capsys,
+            "diff",
+            str(PACK_DIR),
+            str(pack_copy),
+            "--cases",
+            str(CASES_DIR),
+            "--format",
+            "markdown",
+            "--loosening-only",
+            "--exit-code",
+        )
+        assert code == 1, out
+        assert out.startswith(f"### memgov policy diff `{PACK_DIR}` → `{pack_copy}`: **loosens** the pack\n")
+        assert "| ⚠ looser | data/limits.yaml | `max_fact_bytes` | 512 -> 600 |" in out
+        assert (
+            "- `case limits::fact of 513 ASCII bytes is refused` (cedar+opa): `deny ['fact_too_large']` →"
+            " `forward ['allowed']`"
+        ) in out
+        assert "<details>" not in out  # --loosening-only: nothing but what admits more
 
     def test_each_row_is_also_decided_with_each_unknown_object(
         self, capsys: pytest.CaptureFixture[str], pack_copy: Path

@@ -124,6 +124,20 @@ class TestDiffReports:
         assert "- `case room::a` (cedar+opa): `rewrite_disabled ['room_state_invalid']` → `forward ['allowed']`" in text
         assert "<details><summary>2 other change(s)</summary>" in text
 
+    def test_a_long_diff_says_how_many_it_left_out(self) -> None:
+        """A comment lists 50 loosenings and folds 200 other changes, and counts the rest it leaves out."""
+        changes = [
+            Change("cedar", f"case a::{i}", "deny ['fact_too_large']", "forward ['allowed']", "memory.save")
+            for i in range(53)
+        ] + [
+            Change("cedar", f"case b::{i}", "forward ['allowed']", "deny ['fact_too_large']", "memory.save")
+            for i in range(204)
+        ]
+        text = diff_markdown(DiffReport(changes, 300, 0, []), OLD, NEW)
+        assert "- … and 3 more (`--format text` lists them all)" in text
+        assert "- … and 4 more (`--format text` lists them all)" in text
+        assert text.count("\n- `case a::") == 50 and text.count("\n- tightened: `case b::") == 200
+
 
 class TestProveReports:
     def _report(self) -> ProofReport:
