@@ -5,13 +5,14 @@ The kinds follow a review of the workflow on planted mistakes: those ``check``, 
 ``prove`` already caught, the nine that showed only in ``policy diff`` (most with the row that
 showed them edited away), the three that slipped past every tool, and the data and rule mistakes
 ``check`` missed. Every mistake here makes its gate fail except the one that ``check`` only warns
-about (an agent the gateway configuration does not name). The prove gates run one property each
+about (an agent the gateway configuration does not name), which ``policy diff`` lists instead. The prove gates run one property each
 (``--property``), which is what the corpus needs and keeps the module's time down.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +52,10 @@ class Mistake:
     #: Rows of the tables edited with the mistake: name -> new expectation (None: the row is deleted).
     rows: dict[str, dict[str, object] | None] = field(default_factory=dict)
     args: tuple[str, ...] = ()
-    #: False for the one mistake check only warns about.
+    #: False for the one mistake check only warns about ...
     fails: bool = True
+    #: ... which ``policy diff --exit-code`` shows instead, with this line.
+    diff: str = ""
 
 
 MISTAKES = [
@@ -311,6 +314,25 @@ MISTAKES = [
             ),
         ],
         args=("--property", "room-state-valid"),
+    ),
+    Mistake(
+        "a governed ModelConfig exempted from the operator token, in both languages",
+        "prove",
+        "prove",
+        '    request.write.kind: "agents" -> "modelconfigs"',
+        [
+            (
+                "cedar/definitions.cedar",
+                "context.write.governed && !context.write.operator };",
+                'context.write.governed && !context.write.operator && context.write.kind != "modelconfigs" };',
+            ),
+            (
+                f"{DECISION}/definitions.rego",
+                "\tnot is_true(input.request.write.operator)\n",
+                '\tnot is_true(input.request.write.operator)\n\tinput.request.write.kind != "modelconfigs"\n',
+            ),
+        ],
+        args=("--property", "governed-definitions-need-an-operator"),
     ),
     # ---- showed only in policy diff ---------------------------------------------------------
     Mistake(
@@ -589,6 +611,7 @@ MISTAKES = [
             )
         ],
         fails=False,
+        diff="stricter data/limits.yaml: agent_limits kagent/indexr embedding_items_per_agent_hour: global -> 50",
     ),
     Mistake(
         "a second Rego allow exempting ops-bot",
@@ -668,10 +691,14 @@ def _gate(capsys: pytest.CaptureFixture[str], mistake: Mistake, pack: Path, tabl
 
 class TestCorpus:
     def test_the_corpus_covers_every_kind(self) -> None:
-        """At least 35 mistakes, every kind of the review among them, at least 33 failing a gate."""
+        """At least 35 mistakes, every kind of the review among them, at least 33 failing a gate (each one's
+        failure is its own test below); the one that fails none shows in policy diff."""
         assert len(MISTAKES) >= 35
         assert {m.kind for m in MISTAKES} == set(KINDS)
-        assert sum(m.fails for m in MISTAKES) >= 33
+        failing = Counter(m.gate for m in MISTAKES if m.fails)
+        assert failing == {"check": 13, "test": 11, "prove": 17}
+        assert sum(failing.values()) >= 33
+        assert [m.name for m in MISTAKES if not m.fails] == [m.name for m in MISTAKES if m.diff]
         assert sum(m.kind == "diff-only" for m in MISTAKES) == 9
         assert sum(m.kind == "slipped" for m in MISTAKES) == 3
         assert len({m.name for m in MISTAKES}) == len(MISTAKES)
@@ -688,3 +715,17 @@ class TestCorpus:
         assert code == (1 if mistake.fails else 0), out
         assert mistake.expect in out, out
         assert "Traceback" not in out
+
+    @pytest.mark.parametrize(
+        "mistake", [m for m in MISTAKES if not m.fails], ids=[m.name for m in MISTAKES if not m.fails]
+    )
+    def test_what_no_gate_fails_on_shows_in_the_diff(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, tmp_path: Path, mistake: Mistake
+    ) -> None:
+        """A mistake check only warns about is a contract change policy diff lists, and --exit-code fails on."""
+        tables = tmp_path / "tables"
+        shutil.copytree(CASES_DIR, tables, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+        _plant(mistake, pack_copy, tables)
+        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(tables), "--exit-code")
+        assert code == 1, out
+        assert mistake.diff in out, out
