@@ -70,6 +70,23 @@ PLANTED = [
     ),
 ]
 
+#: An exemption of two conditions: ops-bot, and only on inspect, in both languages.
+OPS_BOT_INSPECTS = [
+    (
+        "cedar/room.cedar",
+        "    context.room.serverAcl.allowIpLiterals\n  else\n    true\n}\n" + _INVOKE_UNLESS,
+        "    context.room.serverAcl.allowIpLiterals\n  else\n    true\n}\n"
+        'unless {\n  (action == Action::"a2a.invoke" && !context.agent.memoryEnabled) ||\n'
+        '  (context.agent.ref == "kagent/ops-bot" && action == Action::"control.inspect")\n};',
+    ),
+    (
+        f"{DECISION}/room.rego",
+        "\tattested\n\tnot room_ok\n",
+        "\tattested\n\tnot room_ok\n\tnot ops_bot_inspects\n}\n\n# METADATA\n# description: ops-bot inspecting.\n"
+        'ops_bot_inspects if {\n\tinput.agent.ref == "kagent/ops-bot"\n\tinput.operation == "control.inspect"\n',
+    ),
+]
+
 #: Every property the reference pack's properties.yaml declares, and never-errors.
 PROPERTIES = [
     "consent-and-generation",
@@ -129,19 +146,45 @@ class TestProve:
         assert "FAILS" not in out
         assert ", 0 decided otherwise by the Rego pack" in out
 
+    @pytest.mark.parametrize(
+        ("edits", "actions", "unless", "stops"),
+        [
+            (
+                PLANTED[0][1],
+                "a2a.invoke, control.inspect",
+                'context.agent.ref == "kagent/ops-bot"',
+                'line 13: input.agent.ref != "kagent/ops-bot"',
+            ),
+            (
+                OPS_BOT_INSPECTS,
+                "control.inspect",
+                '(context.agent.ref == "kagent/ops-bot" && action == Action::"control.inspect")',
+                "line 14: not ops_bot_inspects",
+            ),
+        ],
+        ids=["ops-bot", "ops-bot-and-inspect"],
+    )
     def test_the_ops_bot_counterexample_reads_in_at_most_25_lines(
-        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, tmp_path: Path
+        self,
+        capsys: pytest.CaptureFixture[str],
+        pack_copy: Path,
+        tmp_path: Path,
+        edits: list[tuple[str, str, str]],
+        actions: str,
+        unless: str,
+        stops: str,
     ) -> None:
-        """One counterexample for both failing actions, a few fields from a base, the deployment, both
+        """One counterexample for every failing action, a few fields from a base, the deployment, both
         engines' answers and their per-condition explanation: at most 25 lines, no solver values."""
-        _plant(pack_copy, PLANTED[0][1])
+        _plant(pack_copy, edits)
         found = tmp_path / "found"
         code, out = _prove(capsys, pack_copy, "--property", "room-state-valid", "--out", str(found))
         assert code == 1, out
         block = _block(out, "FAILS   room-state-valid")
         assert len(block) <= 25, "\n".join(block)
+        assert len(out.splitlines()) <= 25, out  # the whole report of the one property
         text = "\n".join(block)
-        assert block[0] == "FAILS   room-state-valid: a2a.invoke, control.inspect"
+        assert block[0] == f"FAILS   room-state-valid: {actions}"
         assert out.count("FAILS") == 1
         assert (
             "  counterexample: base invoke with 4 change(s)" in text
@@ -153,8 +196,8 @@ class TestProve:
         assert "  cedar: forward ['allowed']; opa: forward ['allowed']" in text
         assert "  why room_state_invalid did not refuse it:" in text
         assert "    cedar cedar/room.cedar:6 @id room-state-invalid:" in text
-        assert '      unless true  context.agent.ref == "kagent/ops-bot"' in text
-        assert f'    opa   {DECISION}/room.rego:11 deny["room_state_invalid"]: stops at line 13:' in text
+        assert f"      unless true  {unless}" in text
+        assert f'    opa   {DECISION}/room.rego:11 deny["room_state_invalid"]: stops at {stops}' in text
         assert BIG not in out
         # The file replays through explain, and the reference pack refuses the same input.
         example = found / "room-state-valid.yaml"
