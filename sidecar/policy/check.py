@@ -26,7 +26,7 @@ from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import DATA_FILES, Pack, PackError, read_pack, reference_data
 from sidecar.policy.properties import Properties, properties_or_none
 from sidecar.policy.reads import cedar_misreads, rego_misreads
-from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
+from sidecar.policy.rules import CEDAR_COMMENT, cedar_sites, rego_sites, rule_codes
 from sidecar.policy.vet import (
     bracket_problem,
     check_declared,
@@ -184,7 +184,7 @@ def schema_actions(pack: Pack) -> dict[str, SchemaAction]:
     """The actions and action groups the Cedar schema declares, by name."""
     found: dict[str, SchemaAction] = {}
     for rel, text in sorted(pack.select("cedar", ".cedarschema").items()):
-        code = re.sub(r"//[^\n]*", lambda c: " " * len(c.group(0)), text)
+        code = CEDAR_COMMENT.sub(lambda c: " " * len(c.group(0)), text)
         for m in _ACTION_DECL.finditer(code):
             where = f"{rel}:{code.count(chr(10), 0, m.start('names')) + 1}"
             groups = frozenset(_names(m.group("groups") or ""))

@@ -23,7 +23,15 @@ from typing import Any, Final
 from sidecar.policy.cedar_input import LIMIT_NAMES
 from sidecar.policy.opa_server import tool_binary
 from sidecar.policy.pack import Pack
-from sidecar.policy.rules import cedar_annotations, cedar_statements, code_of_id, limit_keys, rego_sites
+from sidecar.policy.rules import (
+    CEDAR_ANNOTATION,
+    CEDAR_COMMENT,
+    cedar_annotations,
+    cedar_statements,
+    code_of_id,
+    limit_keys,
+    rego_sites,
+)
 
 #: Every limit at once: a rule that reads the whole limits record (or a key it computes).
 EVERY: Final = "*"
@@ -37,8 +45,6 @@ _LIMITS: Final = re.compile(
     rf"\bcontext{_DOT}deployment{_DOT}limits(?:{_DOT}(\w+)|\s*\[\s*\"(\w+)\"\s*\]|(?!\s*[.\[\w]))"
 )
 _CAPS: Final = re.compile(rf"\bcontext{_DOT}agent{_DOT}(embeddingCap|hourlyCap)\b")
-_ANNOTATION: Final = re.compile(r'@\w+\s*\(\s*"(?:[^"\\]|\\.)*"\s*\)')
-_COMMENT: Final = re.compile(r"//[^\n]*")
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class Misread:
 
 def cedar_reads(text: str) -> set[str]:
     """The limits.yaml keys one Cedar policy's text reads (EVERY for the whole record)."""
-    code = _COMMENT.sub("", _ANNOTATION.sub("", text))
+    code = CEDAR_COMMENT.sub("", CEDAR_ANNOTATION.sub("", text))
     found: set[str] = set()
     for m in _LIMITS.finditer(code):
         name = m.group(1) or m.group(2)

@@ -123,28 +123,30 @@ def cedar_statements(text: str) -> list[Statement]:
     return out
 
 
-_ANNOTATION: Final = re.compile(r'@(\w+)\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)')
+#: A Cedar ``@name("value")`` annotation, and a ``//`` comment.
+CEDAR_ANNOTATION: Final = re.compile(r'@(\w+)\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)')
+CEDAR_COMMENT: Final = re.compile(r"//[^\n]*")
+_EFFECT: Final = re.compile(r"(permit|forbid)\b")
+
+
+def _head(statement: str) -> tuple[dict[str, str], str]:
+    """The annotations at the head of one statement, and what follows them (comments left out)."""
+    found: dict[str, str] = {}
+    body = CEDAR_COMMENT.sub("", statement).lstrip()
+    while (m := CEDAR_ANNOTATION.match(body)) is not None:
+        found.setdefault(m.group(1), m.group(2))
+        body = body[m.end() :].lstrip()
+    return found, body
 
 
 def cedar_annotations(statement: str) -> dict[str, str]:
     """The ``@name("value")`` annotations at the head of one statement."""
-    found: dict[str, str] = {}
-    body = re.sub(r"//[^\n]*", "", statement).lstrip()
-    while (m := _ANNOTATION.match(body)) is not None:
-        found.setdefault(m.group(1), m.group(2))
-        body = body[m.end() :].lstrip()
-    return found
-
-
-_EFFECT: Final = re.compile(r"(permit|forbid)\b")
+    return _head(statement)[0]
 
 
 def cedar_effect(statement: str) -> str:
     """``permit`` or ``forbid``: the word after a statement's annotations ("" when it is neither)."""
-    body = re.sub(r"//[^\n]*", "", statement).lstrip()
-    while (m := _ANNOTATION.match(body)) is not None:
-        body = body[m.end() :].lstrip()
-    found = _EFFECT.match(body)
+    found = _EFFECT.match(_head(statement)[1])
     return found.group(1) if found else ""
 
 

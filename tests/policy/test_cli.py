@@ -25,6 +25,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
+def run_diff(capsys: pytest.CaptureFixture[str], new: Path, *args: str, cases: Path = CASES_DIR) -> tuple[int, str]:
+    """Run ``memgov policy diff`` from the reference pack to ``new``, on ``cases``."""
+    return run_cli(capsys, "diff", str(PACK_DIR), str(new), "--cases", str(cases), *args)
+
+
 def _edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.policy.test_cli import _edit, run_cli
+from tests.policy.test_cli import _edit, run_diff
 from tests.policy.test_prove import PLANTED
 from tests.support.policy import CASES_DIR, PACK_DIR
 
@@ -32,17 +32,7 @@ class TestDiff:
         doc = yaml.safe_load((tables / "identity.yaml").read_text())
         doc["cases"] = [c for c in doc["cases"] if "audience" not in c["name"] or "accepted" in c["name"]]
         (tables / "identity.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        code, out = run_cli(
-            capsys,
-            "diff",
-            str(PACK_DIR),
-            str(pack_copy),
-            "--cases",
-            str(tables),
-            "--old-cases",
-            str(CASES_DIR),
-            "--exit-code",
-        )
+        code, out = run_diff(capsys, pack_copy, "--old-cases", str(CASES_DIR), "--exit-code", cases=tables)
         assert code == 1, out
         loosened = out[out.index("LOOSENED (refused before, forwarded now):") :]
         assert (
@@ -56,9 +46,7 @@ class TestDiff:
         """A new, unused org list changes no decision and loosens nothing; the contract still counts it."""
         (pack_copy / "data/org.yaml").write_text("unused_agents: [kagent/a-bot, kagent/b-bot]\n")
         _edit(pack_copy / "cedar/memgov.cedarschema", "type Org = {};", "type Org = { unused_agents: Set<String> };")
-        code, out = run_cli(
-            capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code", "--loosening-only"
-        )
+        code, out = run_diff(capsys, pack_copy, "--exit-code", "--loosening-only")
         assert code == 0, out
         assert out.startswith("contract: 1 change(s) to properties.yaml and the data files\n")
         assert "0 change(s): 0 loosened, 0 tightened, 0 with other reasons" in out
@@ -67,9 +55,7 @@ class TestDiff:
     def test_a_weakened_property_is_flagged(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """No decision changes, yet properties.yaml loses a condition: diff says so, and --exit-code fails."""
         _edit(pack_copy / "properties.yaml", " &&\n       !context.room.serverAcl.allowIpLiterals", "")
-        code, out = run_cli(
-            capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code", "--loosening-only"
-        )
+        code, out = run_diff(capsys, pack_copy, "--exit-code", "--loosening-only")
         assert code == 1, out
         assert "LOOSER   properties.yaml: room-state-valid: allows_only_if -" in out
         assert "!context.room.serverAcl.allowIpLiterals" in out
@@ -81,9 +67,7 @@ class TestDiff:
         """Each pack decides its rows with its own data: a larger fact limit forwards the 513-byte rows, as JSON
         for tools and as a pull-request comment of the loosenings alone."""
         _edit(pack_copy / "data" / "limits.yaml", "max_fact_bytes: 512", "max_fact_bytes: 600")
-        code, out = run_cli(
-            capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--format", "json"
-        )
+        code, out = run_diff(capsys, pack_copy, "--format", "json")
         assert code == 0, out
         data = json.loads(out)
         assert data["loosened"] is True
@@ -96,18 +80,7 @@ class TestDiff:
         loosened = [c for c in data["changes"] if c["direction"] == "loosened"]
         assert any(c["input"] == "case limits::fact of 513 ASCII bytes is refused" for c in loosened)
         assert data["summary"]["memory.save"]["loosened"] >= 1
-        code, out = run_cli(
-            capsys,
-            "diff",
-            str(PACK_DIR),
-            str(pack_copy),
-            "--cases",
-            str(CASES_DIR),
-            "--format",
-            "markdown",
-            "--loosening-only",
-            "--exit-code",
-        )
+        code, out = run_diff(capsys, pack_copy, "--format", "markdown", "--loosening-only", "--exit-code")
         assert code == 1, out
         assert out.startswith(f"### memgov policy diff `{PACK_DIR}` → `{pack_copy}`: **loosens** the pack\n")
         assert "| ⚠ looser | data/limits.yaml | `max_fact_bytes` | 512 -> 600 |" in out
@@ -126,7 +99,7 @@ class TestDiff:
             '\thas_principal\n\tinput.principal.localpart != ""\n\tinput.principal.server_name != ""\n',
             '\tnot input.principal.localpart == ""\n\tnot input.principal.server_name == ""\n',
         )
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR))
+        code, out = run_diff(capsys, pack_copy)
         assert code == 0, out
         assert "  [opa] case identity::" in out and " ~ principal=null\n" in out
         assert "[cedar" not in out
@@ -149,7 +122,7 @@ class TestDiff:
             "\tattested\n\tnot room_ok\n\tnot exempt_room\n}\n\nexempt_room if {\n"
             '\tinput.room.encrypted == true\n\tinput.room.join_rule == "public"\n}\n',
         )
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(CASES_DIR), "--exit-code")
+        code, out = run_diff(capsys, pack_copy, "--exit-code")
         assert code == 1, out
         pair = (
             "  [cedar+opa] pair room::encrypted room is refused + room::public join rule is refused\n"

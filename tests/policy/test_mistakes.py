@@ -5,8 +5,9 @@ The kinds follow a review of the workflow on planted mistakes: those ``check``, 
 ``prove`` already caught, the nine that showed only in ``policy diff`` (most with the row that
 showed them edited away), the three that slipped past every tool, and the data and rule mistakes
 ``check`` missed. Every mistake here makes its gate fail except the one that ``check`` only warns
-about (an agent the gateway configuration does not name), which ``policy diff`` lists instead. The prove gates run one property each
-(``--property``), which is what the corpus needs and keeps the module's time down.
+about (an agent the gateway configuration does not name), which ``policy diff`` lists instead.
+The prove gates run one property each (``--property``), which is what the corpus needs and keeps
+the module's time down.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.policy.test_cli import run_cli
+from tests.policy.test_cli import run_cli, run_diff
 from tests.policy.test_prove import PLANTED
 from tests.support.policy import CASES_DIR, PACK_DIR
 
@@ -726,6 +727,6 @@ class TestCorpus:
         tables = tmp_path / "tables"
         shutil.copytree(CASES_DIR, tables, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
         _plant(mistake, pack_copy, tables)
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack_copy), "--cases", str(tables), "--exit-code")
+        code, out = run_diff(capsys, pack_copy, "--exit-code", cases=tables)
         assert code == 1, out
         assert mistake.diff in out, out

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sidecar.policy import opa_server
-from tests.policy.test_cli import DECISION, _edit, run_cli
+from tests.policy.test_cli import DECISION, _edit, run_cli, run_diff
 from tests.support.policy import CASES_DIR, PACK_DIR
 
 _INVOKE_UNLESS = 'unless { action == Action::"a2a.invoke" && !context.agent.memoryEnabled };'
@@ -335,7 +335,7 @@ class TestProve:
 
 class TestSemanticDiff:
     def _diff(self, capsys: pytest.CaptureFixture[str], new: Path, *args: str) -> tuple[int, str]:
-        return run_cli(capsys, "diff", str(PACK_DIR), str(new), "--cases", str(CASES_DIR), "--semantic", *args)
+        return run_diff(capsys, new, "--semantic", *args)
 
     def test_a_pack_is_equivalent_to_itself(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """Every action is proved to decide alike, and --exit-code stays 0."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.policy.test_cli import run_cli
+from tests.policy.test_cli import run_cli, run_diff
 from tests.support.policy import CASES_DIR, PACK_DIR, REPO
 
 _BLOCK = re.compile(r"^```\w+ file=(\S+)\n(.*?)^```$", re.M | re.S)
@@ -96,7 +96,7 @@ class TestWorkedExample:
     ) -> None:
         """policy diff between the reference pack and the example names the finance-bot cases on both engines."""
         pack, tables = apply_example(tmp_path)
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack), "--cases", str(tables), "--exit-code")
+        code, out = run_diff(capsys, pack, "--exit-code", cases=tables)
         assert code == 1
         assert "stricter properties.yaml: org-memory-denied: added (memoryWork)" in out
         assert (
