@@ -57,8 +57,8 @@ SLOW = "slow"
 SLOW_FIXTURES = frozenset({"launch", "target", "image", "wheel", "venv", "smoke", "kube"})
 #: ... and every test of these modules (processes killed and restarted, races between processes, the
 #: fuzz sample, the supervisor and serve's start-up, listeners and outage processes, OPA and Helm runs, the
-#: policy CLI run end to end (OPA, Regal, an OPA server) and its worked example, proofs and pack diffs,
-#: the drill, the doctor's CLI, the history benchmark).
+#: policy CLI run end to end (OPA, Regal, an OPA server) and its worked example, proofs and pack diffs, the
+#: corpus of planted policy mistakes, the drill, the doctor's CLI, the history benchmark).
 SLOW_MODULES = frozenset(
     {
         "tests/erasure/test_crash.py",
@@ -75,6 +75,7 @@ SLOW_MODULES = frozenset(
         "tests/policy/test_cli.py",
         "tests/policy/test_prove.py",
         "tests/policy/test_diff.py",
+        "tests/policy/test_mistakes.py",
         "tests/drill/test_drill.py",
         "tests/boundary/test_doctor.py",
         "tests/test_startup.py",

@@ -241,8 +241,21 @@ def _reason_map(pack: Pack, sites: list[Site]) -> dict[str, str]:
             raise _refuse(f"{site.where}: @id {site.name} is used twice", site.file)
         seen.add(site.name)
         if site.name == PERMIT_ID:
+            if site.effect != "permit":
+                raise _refuse(
+                    f'{site.where}: @id("{PERMIT_ID}") is a {site.effect or "statement"}: it must be the permit',
+                    site.file,
+                )
             reasons[f"policy{index}"] = PERMIT_ID
             continue
+        if site.effect == "permit":
+            # A permit never denies: one carrying a reason code would count as that code's rule
+            # (coverage, rules in both packs) while it can only admit.
+            raise _refuse(
+                f"{site.where}: @id {site.name!r} carries a reason code on a permit; only forbid policies"
+                f' answer codes, and the one permit is @id("{PERMIT_ID}")',
+                site.file,
+            )
         if site.code not in known:
             raise _refuse(
                 f"{site.where}: @id {site.name!r} is not a reason code in kebab-case (optionally /suffix) "

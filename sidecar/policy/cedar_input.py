@@ -44,6 +44,19 @@ _DEPLOYMENT: Final[EntityUid] = {"type": "Deployment", "id": "local"}
 _OPEN_ACL: Final[Mapping[str, CedarValue]] = {"allow": ["*"], "allowIpLiterals": True}
 
 
+def cedar_name(name: str) -> str:
+    """A limits.yaml key as the Cedar Limits record spells it (``max_fact_bytes`` → ``maxFactBytes``)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+#: limits.yaml's key of each attribute of the Cedar Limits record (agent_limits and the per-source
+#: embedding share, which no rule reads, are not in it).
+LIMIT_NAMES: Final = {
+    cedar_name(k): k for k in Limits.model_fields if k not in ("agent_limits", "embedding_items_per_source_hour")
+}
+
+
 def limits_record(lim: Limits) -> dict[str, int]:
     """limits.yaml as the Cedar ``Limits`` record."""
     return {

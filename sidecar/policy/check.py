@@ -2,36 +2,60 @@
 
 The steps run on both packs whatever engine is live, and later steps still run after an earlier
 one fails (a broken data file is replaced by the reference one for the later steps): Cedar parse,
-schema validation and annotations;
-Cedar format; Rego rule heads against known codes and METADATA; rules present in one language
-only or missing; ``opa fmt``; ``opa check --strict --schema``; ``opa test``; ``regal lint``.
+schema validation and annotations (a permit carrying a reason code is refused); the global limits
+against the ADR's values; agent_limits against the configured agents (a warning); Cedar format;
+Rego rule heads against known codes and METADATA (a rule that admits carrying a code, an ``allow``
+other than "nothing denies"); rules present in one language only or missing; the limits each rule
+reads against its code's typed keys; ``opa fmt``; ``opa check --strict --schema``; ``opa test``;
+``regal lint``.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.policy.cedar import compile_pack
 from sidecar.policy.fmt import FIX_HINT, Unformatted, cedar_unformatted, rego_unformatted
+from sidecar.policy.model import ADR_CEILINGS
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import DATA_FILES, Pack, PackError, read_pack, reference_data
-from sidecar.policy.rules import cedar_sites, rego_sites, rule_codes
-from sidecar.policy.vet import bracket_problem, check_declared, missing_codes, opa_compile, rego_problems
+from sidecar.policy.properties import Properties, properties_or_none
+from sidecar.policy.reads import cedar_misreads, rego_misreads
+from sidecar.policy.rules import CEDAR_COMMENT, cedar_sites, rego_sites, rule_codes
+from sidecar.policy.vet import (
+    bracket_problem,
+    check_declared,
+    missing_codes,
+    opa_compile,
+    rego_permits,
+    rego_problems,
+)
 
 _REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Step:
-    """The outcome of one check; ``skipped`` when a tool it needs is not installed (the detail says which)."""
+    """The outcome of one check; ``skipped`` when a tool it needs is not installed (the detail says which);
+    ``warning`` when it passes but has something to say (e.g. an agent no gateway configuration names)."""
 
     name: str
     ok: bool
     detail: str = ""
     skipped: bool = False
+    warning: bool = False
+
+    @property
+    def status(self) -> str:
+        """``fail``, ``skip``, ``warn`` or ``ok``."""
+        if not self.ok:
+            return "fail"
+        return "skip" if self.skipped else "warn" if self.warning else "ok"
 
 
 def _missing(step: str, exc: ToolNotFound) -> Step:
@@ -77,7 +101,7 @@ def _rego_rules(pack: Pack) -> Step:
         found = bracket_problem(text)
         if found is not None:
             problems.append(f"{rel}:{found[0]}: {found[1]}")
-    problems += rego_problems(pack, rego_sites(pack))
+    problems += rego_problems(pack, rego_sites(pack)) + rego_permits(pack)
     return Step("rego rules: reason codes and METADATA custom.reason", not problems, "\n".join(problems))
 
 
@@ -94,6 +118,148 @@ def _parity(pack: Pack) -> Step:
         if missing:
             lines.append(f"{lang}/: no rule for: {', '.join(missing)}")
     return Step("rules in both packs for every expected code", not lines, "\n".join(lines))
+
+
+def _ceilings(pack: Pack) -> Step:
+    """Global limits above the ADR's values (a looser limits.yaml is not the product the ADR describes)."""
+    lines = [
+        f"data/limits.yaml: {name} {getattr(pack.limits, name)} is above the ADR's {ceiling}; the global"
+        " limits may only be stricter than the ADR's values"
+        for name, ceiling in ADR_CEILINGS.items()
+        if getattr(pack.limits, name) > ceiling
+    ]
+    return Step("limits within the ADR's values", not lines, "\n".join(lines))
+
+
+def _agents(pack: Pack, configured: Collection[str] | None) -> Step:
+    """agent_limits entries naming agents the gateway configuration does not know: they limit nobody today."""
+    name = "agent_limits name configured agents"
+    named = sorted({ref for entry in pack.limits.agent_limits for ref in entry.agents})
+    if not named:
+        return Step(name, True)
+    if not configured:
+        return Step(name, True, "no agents configured (memgov --config FILE policy check): not compared", warning=True)
+    unknown = [ref for ref in named if ref not in configured]
+    lines = [f"data/limits.yaml: agent_limits names {ref}, which is not a configured agent" for ref in unknown]
+    return Step(name, True, "\n".join(lines), warning=bool(lines))
+
+
+def _typed_keys(pack: Pack) -> Step:
+    """Each rule reads only the limits its code names (rules.LIMIT_KEYS, data/reasons.yaml ``limits``)."""
+    name = "rules read their own limits (typed keys)"
+    found = [str(m) for m in cedar_misreads(pack)]
+    try:
+        found += [str(m) for m in rego_misreads(pack)]
+    except ToolNotFound as exc:
+        if not found:
+            return _missing(name, exc)
+        found.append(f"rego/: not read ({exc})")
+    return Step(name, not found, "\n".join(found))
+
+
+_ACTION_NAME = r'(?:"[^"]*"|[\w:]+)'
+_ACTION_DECL = re.compile(
+    rf"^[ \t]*action\s+(?P<names>{_ACTION_NAME}(?:\s*,\s*{_ACTION_NAME})*)"
+    r"\s*(?:\bin\s*\[(?P<groups>[^\]]*)\])?\s*(?P<applies>appliesTo\b)?[^;]*;",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class SchemaAction:
+    """An action of the Cedar schema: where it is declared, the groups it is in, and whether a request
+    can name it (it ``appliesTo`` something) or it only groups others."""
+
+    name: str
+    where: str
+    groups: frozenset[str]
+    requested: bool
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip().strip('"') for n in text.split(",") if n.strip()]
+
+
+def schema_actions(pack: Pack) -> dict[str, SchemaAction]:
+    """The actions and action groups the Cedar schema declares, by name."""
+    found: dict[str, SchemaAction] = {}
+    for rel, text in sorted(pack.select("cedar", ".cedarschema").items()):
+        code = CEDAR_COMMENT.sub(lambda c: " " * len(c.group(0)), text)
+        for m in _ACTION_DECL.finditer(code):
+            where = f"{rel}:{code.count(chr(10), 0, m.start('names')) + 1}"
+            groups = frozenset(_names(m.group("groups") or ""))
+            for name in _names(m.group("names")):
+                found[name] = SchemaAction(name, where, groups, m.group("applies") is not None)
+    return found
+
+
+def _covers(named: Collection[str], action: str, actions: dict[str, SchemaAction]) -> bool:
+    """Whether a property naming ``named`` covers ``action`` (named itself, or a group it is in at any depth)."""
+    seen: set[str] = set()
+    todo = [action]
+    while todo:
+        current = todo.pop()
+        if current in named:
+            return True
+        if current in seen or current not in actions:
+            continue
+        seen.add(current)
+        todo += actions[current].groups
+    return False
+
+
+def property_gaps(pack: Pack, props: Properties) -> list[str]:
+    """What properties.yaml misses or misnames: every code a rule answers is some property's
+    ``enforced_by``, every action a request can name is some property's (itself or a group it is in),
+    and every name a property uses exists. Each line names what is missing and where it is declared."""
+    codes = rule_codes(pack)
+    actions = schema_actions(pack)
+    lines = []
+    for prop in props.properties:
+        lines += [
+            f"properties.yaml: {prop.name}: enforced_by {c!r} is not a reason code"
+            for c in prop.enforced_by
+            if c not in codes
+        ]
+        lines += [
+            f"properties.yaml: {prop.name}: action {a!r} is not in the schema" for a in prop.actions if a not in actions
+        ]
+    named = {c for p in props.properties for c in p.enforced_by}
+    sites: dict[str, list[str]] = {}
+    for site in [*cedar_sites(pack), *rego_sites(pack)]:
+        if site.code:
+            at = "@id " if site.engine == "cedar" else ""
+            sites.setdefault(site.code, []).append(f"{site.where} {at}{site.name}")
+    for code in codes:
+        if code not in named:
+            rules = f" ({', '.join(sites[code])})" if code in sites else ""
+            lines.append(
+                f"properties.yaml: no property is enforced_by {code}{rules}: add {code} to the enforced_by of"
+                " the property its rules give, or a property saying which guarantee they give"
+            )
+    covered = [a for p in props.properties for a in p.actions]
+    for action in sorted((a for a in actions.values() if a.requested), key=lambda a: a.name):
+        if not _covers(covered, action.name, actions):
+            lines.append(
+                f"properties.yaml: no property covers action {action.name} ({action.where}): add a property with"
+                f" actions: [{action.name}] (or a group it is in) saying what the pack guarantees for it"
+            )
+    return lines
+
+
+def _properties(pack: Pack, root: Path) -> Step:
+    """Every rule's code is enforcing some property of properties.yaml, every action a request can
+    name is covered by one, and every property names known actions and codes: a new rule or a new
+    operation comes with the guarantee it gives, or check says so."""
+    name = "properties.yaml names every code and action"
+    try:
+        props = properties_or_none(root)
+    except PackError as exc:
+        return Step(name, False, str(exc))
+    if props is None:
+        return Step(name, True, "no properties.yaml: `memgov policy prove` has nothing to prove", warning=True)
+    lines = property_gaps(pack, props)
+    return Step(name, not lines, "\n".join(lines))
 
 
 def _schema_check(pack: Pack) -> Step:
@@ -136,17 +302,24 @@ def _read_leniently(root: Path) -> tuple[Pack, Step]:
     raise PackError("data files: cannot be read", step="data")
 
 
-def check_pack(root: Path) -> list[Step]:
-    """Run every check on both languages; each failing step says where and what."""
+def check_pack(root: Path, agents: Collection[str] | None = None) -> list[Step]:
+    """Run every check on both languages; each failing step says where and what.
+
+    ``agents`` are the agent references the gateway configuration names (None: not known).
+    """
     root = Path(root).resolve()
     pack, data = _read_leniently(root)
     unparsable: list[str] = []
     steps = [
         data,
+        _ceilings(pack),
+        _agents(pack, agents),
         _cedar(pack),
         _formatting("cedar format", cedar_unformatted(root, unparsable), tuple(unparsable)),
         _rego_rules(pack),
         _parity(pack),
+        _typed_keys(pack),
+        _properties(pack, root),
     ]
     try:
         steps.append(_formatting("opa fmt", rego_unformatted(root)))

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
-from sidecar.policy import fmt, prove, schema, why
-from sidecar.policy.cases import CaseError
+from sidecar.policy import fmt, prove, reports, schema, why
+from sidecar.policy.cases import CaseError, load_bases, load_cases
 from sidecar.policy.check import check_pack
 from sidecar.policy.opa_bundle import write_folder, write_tarball
 from sidecar.policy.opa_server import OpaServer, ToolNotFound, start_opa
-from sidecar.policy.pack import PackError, fingerprint, read_pack
-from sidecar.policy.review import diff, explain, find_case, read_input, render_diff
-from sidecar.policy.suite import load, render, run_suite
+from sidecar.policy.pack import Pack, PackError, fingerprint, read_pack
+from sidecar.policy.properties import NEVER_ERRORS, Properties, load_properties, properties_or_none
+from sidecar.policy.review import diff, explain, find_case, read_input
+from sidecar.policy.semantic import semantic_diff
+from sidecar.policy.suite import load, run_suite
 from sidecar.settings import SettingsError, load_settings
+
+_R = TypeVar("_R")
 
 #: What the authoring commands can fail on without it being a bug: each prints one line, no traceback.
 _EXPECTED = (PackError, CaseError, ToolNotFound, OSError, ValueError, ValidationError, SettingsError)
@@ -42,23 +48,27 @@ def _fail(command: str, exc: BaseException) -> int:
     return 2
 
 
+def _configured_agents() -> list[str] | None:
+    """The agents the gateway configuration names, or None when there is no usable configuration."""
+    try:
+        return list(load_settings().agents)
+    except SettingsError:
+        return None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
-        steps = check_pack(_pack_dir(args))
+        steps = check_pack(_pack_dir(args), _configured_agents())
     except _EXPECTED as exc:
         return _fail("check", exc)
-    for step in steps:
-        mark = "FAIL" if not step.ok or (step.skipped and args.require_tools) else "SKIP" if step.skipped else "ok  "
-        print(f"{mark} {step.name}")
-        if step.detail:
-            print("     " + step.detail.replace("\n", "\n     "))
-    skipped = [s.name for s in steps if s.skipped]
-    if skipped:
-        print(
-            f"{len(skipped)} check(s) not run for want of a tool"
-            + (": --require-tools makes that a failure" if not args.require_tools else "")
-        )
-    return 0 if all(s.ok for s in steps) and not (skipped and args.require_tools) else 1
+    render = {
+        "text": reports.check_text,
+        "json": reports.check_json,
+        "markdown": reports.check_markdown,
+        "sarif": reports.check_sarif,
+    }[args.format]
+    print(render(steps, args.require_tools))
+    return 0 if reports.check_ok(steps, args.require_tools) else 1
 
 
 def _cmd_fmt(args: argparse.Namespace) -> int:
@@ -94,22 +104,48 @@ def _cmd_test(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    print(render(report, cases))
+    _print(args, lambda: reports.test_text(report, cases), reports.test_json, reports.test_markdown, report)
     return 0 if report.ok else 1
+
+
+def _print(
+    args: argparse.Namespace,
+    text: Callable[[], str],
+    as_json: Callable[[_R], str],
+    as_markdown: Callable[[_R], str],
+    report: _R,
+) -> None:
+    """The report in the format ``--format`` asks for."""
+    print(as_json(report) if args.format == "json" else as_markdown(report) if args.format == "markdown" else text())
+
+
+def _tables(args: argparse.Namespace, root: Path, pack: Pack) -> prove.Tables:
+    """The bases and rows a counterexample is reduced towards (none when no tables are found)."""
+    try:
+        cases = _cases(args, root)
+    except CaseError:
+        return prove.Tables()
+    folder = cases if cases.is_dir() else cases.parent
+    return prove.Tables(load_bases(folder, pack), load_cases(cases, pack))
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
     try:
         root = _pack_dir(args)
-        props = prove.load_properties(root)
+        props = load_properties(root)
         pack = load(root)
-        results, findings = asyncio.run(prove.prove(pack, props))
-        files = prove.write_counterexamples(findings, Path(args.out)) if args.out else {}
+        baseline = load_properties(Path(args.baseline)) if args.baseline else None
+        unknown = [n for n in args.property if not props.named(n) and n != NEVER_ERRORS]
+        if unknown:
+            raise ValueError(f"--property {', '.join(unknown)}: no such property in {root / 'properties.yaml'}")
+        tables = _tables(args, root, pack)
+        report = asyncio.run(prove.prove(pack, props, tables, baseline=baseline, only=args.property))
+        if args.out:
+            prove.write_counterexamples(report, Path(args.out))
     except _EXPECTED as exc:
         return _fail("prove", exc)
-    print(f"prove {root} (revision {pack.revision})")
-    print(prove.render_proof(props, results, findings, files))
-    return 0 if all(v.proved for v in results) else 1
+    _print(args, lambda: reports.prove_text(report, root), reports.prove_json, reports.prove_markdown, report)
+    return 0 if report.ok else 1
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -136,20 +172,25 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         beside_old = old.resolve().parent / "policy-tests"
         old_cases = Path(args.old_cases) if args.old_cases else beside_old if beside_old.is_dir() else None
         report = asyncio.run(diff(old, new, cases, old_cases))
-        semantic = ""
-        changed = 0
+        semantic = None
         if args.semantic:
-            props = prove.load_properties(new) if (new / prove.PROPERTIES_FILE).is_file() else prove.Properties()
-            results, findings = asyncio.run(prove.semantic_diff(load(old), load(new), props))
-            semantic = prove.render_semantic(results, findings)
-            changed = sum(1 for v in results if not v.proved)
+            props = properties_or_none(new) or Properties()
+            new_pack = load(new)
+            tables = _tables(args, new, new_pack)
+            semantic = asyncio.run(semantic_diff(load(old), new_pack, props, tables))
     except _EXPECTED as exc:
         return _fail("diff", exc)
-    if semantic:
-        print(f"semantic diff {old} -> {new} (Cedar, every request the new pack's data admits):")
-        print(semantic)
-    print(render_diff(report, old, new))
-    return 1 if (report.changes or changed) and args.exit_code else 0
+    only = args.loosening_only
+    if args.format == "json":
+        print(reports.diff_json(report, semantic, loosening_only=only))
+    elif args.format == "markdown":
+        print(reports.diff_markdown(report, old, new, semantic, loosening_only=only))
+    else:
+        print(reports.diff_text(report, old, new, semantic, loosening_only=only))
+    if not args.exit_code:
+        return 0
+    found = reports.loosens(report, semantic) if only else reports.changes_anything(report, semantic)
+    return 1 if found else 0
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
@@ -185,6 +226,16 @@ def _dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", help="Policy pack folder (default: policy.dir from the configuration).")
 
 
+def _format(p: argparse.ArgumentParser, *, sarif: bool = False) -> None:
+    choices = (*reports.FORMATS, "sarif") if sarif else reports.FORMATS
+    p.add_argument(
+        "--format",
+        choices=choices,
+        default="text",
+        help="text (default), json, markdown (a pull-request comment)" + (", or sarif" if sarif else "") + ".",
+    )
+
+
 def _case_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", help="Case tables: a folder, or one table file (default: policy-tests/ beside the pack).")
 
@@ -203,6 +254,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="Fail when opa or regal is missing, instead of skipping their checks (CI).",
     )
+    _format(check, sarif=True)
     check.set_defaults(func=_cmd_check)
 
     fmt_ = policy.add_parser("fmt", help="Format Cedar and Rego files (default: list the files that need it).")
@@ -230,13 +282,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _dir(test)
     _case_args(test)
+    _format(test)
     test.set_defaults(func=_cmd_test)
 
     prv = policy.add_parser(
         "prove", help="Prove properties.yaml and never-errors for every request (Cedar symbolic compiler)."
     )
-    prv.add_argument("--out", help="Write each counterexample as a decision input file into this folder.")
+    prv.add_argument("--out", help="Write each property's counterexample as OUT/<property>.yaml (a decision input).")
+    prv.add_argument(
+        "--baseline",
+        metavar="OLD_DIR",
+        help="Also prove OLD_DIR/properties.yaml's properties that this pack's file dropped or changed.",
+    )
+    prv.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Prove only this property (repeatable; never-errors is one too).",
+    )
     _dir(prv)
+    _case_args(prv)
+    _format(prv)
     prv.set_defaults(func=_cmd_prove)
 
     exp = policy.add_parser("explain", help="One input on both engines: rules that decided, Rego trace, the floor.")
@@ -257,7 +324,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--old-cases",
         help="The old pack's tables, also decided (default: policy-tests/ beside OLD when there is one).",
     )
-    dif.add_argument("--exit-code", action="store_true", help="Exit 1 when a decision changes.")
+    dif.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="Exit 1 when a decision, a property or the data changes (with --loosening-only: when anything loosens).",
+    )
+    dif.add_argument(
+        "--loosening-only",
+        action="store_true",
+        help="Show only what admits more than before: loosened decisions, looser contract changes.",
+    )
+    _format(dif)
     dif.add_argument(
         "--semantic",
         action="store_true",

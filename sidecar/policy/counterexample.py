@@ -8,11 +8,19 @@ shows whether the Rego pack has the same hole.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+import cedarpy
 from pydantic import ValidationError
 
+from sidecar.policy import why
+from sidecar.policy.cedar import compile_pack
+from sidecar.policy.cedar_input import LIMIT_NAMES, entities, request
+from sidecar.policy.minimize import Change, nearest
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.pack import Pack
 from sidecar.policy.review import ENGINES, answers
@@ -31,10 +39,61 @@ def _app_name(ref: str) -> str:
     return f"{ns}__NS__{name}".replace("-", "_")
 
 
-def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
+#: Text fields of the partner records a counterexample's data needs (any complete record will do).
+_PARTNER_TEXT: Final = {
+    "controller": "counterexample controller",
+    "processor": "counterexample processor",
+    "purpose": "counterexample purpose",
+    "residency": "counterexample residency",
+    "erasure_owner": "counterexample erasure owner",
+    "principal_binding": "mxid",
+}
+
+
+def _partners(user: dict[str, Any], dep: dict[str, Any]) -> list[dict[str, Any]]:
+    """Complete partner records that join to what the request holds: the principal's partner origins
+    (User.partnerOrigins) and the audience servers beyond the local one (Deployment.audienceServers)."""
+    classification = dep.get("classification", "")
+    audience = [s for s in dep.get("audienceServers", []) if s != dep.get("serverName")]
+    origins = list(user.get("partnerOrigins", [])) if user.get("known") else []
+    server = user.get("serverName", "")
+    records: dict[str, dict[str, Any]] = {}
+    for name in audience:
+        records[name] = {"server_name": name, "origins": [], "classification": classification}
+    if origins:
+        record = records.setdefault(server, {"server_name": server, "origins": [], "classification": ""})
+        record["origins"] = origins
+        if server not in audience:
+            # Admits the origins without covering the audience: another classification than the local one.
+            record["classification"] = classification + "-partner"
+    return [{**r, **_PARTNER_TEXT, "retention_days": 7} for r in records.values()]
+
+
+def _data(found: dict[str, Any], pack: Pack, user: dict[str, Any], dep: dict[str, Any]) -> dict[str, Any]:
+    """The deployment's data a counterexample found under any data holds: limits, caps, partners, org."""
+    agent = found["request"]["context"]["agent"]
+    record = dep.get("limits", {})
+    limits: dict[str, Any] = {LIMIT_NAMES.get(k, k): v for k, v in record.items()}
+    limits["embedding_items_per_source_hour"] = pack.limits.embedding_items_per_source_hour
+    entries = []
+    for attr, name in (("embeddingCap", "embedding_items_per_agent_hour"), ("hourlyCap", "hourly_operations")):
+        if agent.get("known") and agent.get(attr, 0) < limits.get(name, 0):
+            entries.append({"agents": [agent["ref"]], name: agent[attr]})
+    limits["agent_limits"] = entries
+    return {
+        "classification": dep.get("classification", ""),
+        "federation_partners": _partners(user, dep),
+        "limits": limits,
+        "org": {k: list(v) for k, v in (dep.get("org") or {}).items()},
+    }
+
+
+def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> DecisionInput:
     """A counterexample (Cedar request and entities) as the memgov decision input that maps to it.
 
-    ValueError when it lies outside what a decision input can hold (e.g. a count past 2^53).
+    The deployment's data is the pack's, or (``own_data``, for a counterexample found under any
+    data) the limits, caps, partner records and org lists the request itself holds. ValueError when
+    it lies outside what a decision input can hold (e.g. a count past 2^53).
     """
     req = {k: _value(v) for k, v in found["request"].items()}
     attrs = {(e["uid"]["type"], e["uid"]["id"]): e["attrs"] for e in found["entities"]}
@@ -44,7 +103,7 @@ def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
     dep_ref = _value(ctx["deployment"])
     dep = attrs.get((dep_ref["type"], dep_ref["id"]), {})
     agent, r, d = ctx["agent"], ctx["request"], ctx["delegation"]
-    room, aud = ctx.get("room"), ctx.get("audience")
+    room, aud, write = ctx.get("room"), ctx.get("audience"), ctx.get("write")
     data: dict[str, Any] = {
         "operation": req["action"]["id"],
         "principal": {
@@ -86,6 +145,16 @@ def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
             },
             "context_scope": {"kind": d["scope"]["kind"], "room_id": d["scope"]["roomId"]} if "scope" in d else None,
             "context_agent": d.get("agent"),
+            "write": {
+                "kind": write["kind"],
+                "verb": write["verb"],
+                "targets": write["targets"],
+                "governed": write["governed"],
+                "operator": write["operator"],
+                "claims": sorted(write["claims"]),
+            }
+            if write is not None
+            else None,
         },
         "room": {
             "room_version": room["roomVersion"],
@@ -116,10 +185,16 @@ def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
             "server_name": dep.get("serverName", ""),
             "bridge_bot": dep.get("bridgeBot") or None,
             "agent_ghost": dep.get("agentGhost") or None,
-            "classification": pack.federation.classification,
-            "federation_partners": [p.model_dump(mode="json") for p in pack.federation.partners],
-            "limits": pack.limits.model_dump(mode="json"),
-            "org": pack.org,
+            **(
+                _data(found, pack, user, dep)
+                if own_data
+                else {
+                    "classification": pack.federation.classification,
+                    "federation_partners": [p.model_dump(mode="json") for p in pack.federation.partners],
+                    "limits": pack.limits.model_dump(mode="json"),
+                    "org": pack.org,
+                }
+            ),
         },
     }
     try:
@@ -127,6 +202,140 @@ def to_input(found: dict[str, Any], pack: Pack) -> DecisionInput:
     except ValidationError as exc:
         where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors())
         raise ValueError(f"not a decision input ({where})") from None
+
+
+_POLICY_IN_ERROR: Final = re.compile(r"`(policy\d+)`")
+
+
+class Oracle:
+    """A pack's Cedar policies and some extra conditions, decided in-process on decision inputs.
+
+    The conditions (a property, the assumptions) are evaluated as permits of the same request, so
+    a counterexample can be checked again after each change the minimization makes.
+    """
+
+    def __init__(self, pack: Pack, conditions: dict[str, str] | None = None) -> None:
+        self.pack = pack
+        self.compiled = compile_pack(pack)
+        self.names = list(conditions or {})
+        text = "\n".join(
+            f"permit (principal, action, resource) when {{ {cond} }};" for cond in (conditions or {}).values()
+        )
+        self.checks = cedarpy.PolicySet.from_str(text) if text else None
+
+    def _entities(self, inp: DecisionInput) -> cedarpy.Entities:
+        return cedarpy.Entities.from_json_str(json.dumps(entities(inp)), self.compiled.schema)
+
+    def decide(self, inp: DecisionInput) -> str:
+        """``allow``, ``deny <codes>`` or ``error``: the pack's Cedar answer, without the floor."""
+        try:
+            result = cedarpy.is_authorized(dict(request(inp)), self.compiled.policies, self._entities(inp))
+        except (ValueError, TypeError):
+            return "error"
+        if result.diagnostics.errors:
+            return "error"
+        if result.allowed:
+            return "allow"
+        return "deny " + " ".join(sorted({self.compiled.reasons.get(p, "") for p in result.diagnostics.reasons}))
+
+    def holds(self, inp: DecisionInput) -> dict[str, bool | None]:
+        """Each condition's value on the input (None when evaluating it fails)."""
+        if self.checks is None:
+            return {}
+        try:
+            result = cedarpy.is_authorized(dict(request(inp)), self.checks, self._entities(inp))
+        except (ValueError, TypeError):
+            return dict.fromkeys(self.names)
+        failed = {m for e in result.diagnostics.errors for m in _POLICY_IN_ERROR.findall(str(e))}
+        held = set(result.diagnostics.reasons)
+        out: dict[str, bool | None] = {}
+        for i, name in enumerate(self.names):
+            pid = f"policy{i}"
+            out[name] = None if pid in failed else pid in held
+        return out
+
+    def breaks(self, inp: DecisionInput) -> bool:
+        """The pack allows the input, it meets ``assume`` and not ``property`` (a counterexample)."""
+        if self.decide(inp) != "allow":
+            return False
+        values = self.holds(inp)
+        return values.get("assume") is True and values.get("property") is False
+
+
+def with_data(inp: DecisionInput, pack: Pack) -> DecisionInput:
+    """The same request under ``pack``'s data files (limits, partners, classification, org lists)."""
+    dep = inp.deployment.model_copy(
+        update={
+            "classification": pack.federation.classification,
+            "federation_partners": list(pack.federation.partners),
+            "limits": pack.limits,
+            "org": pack.org,
+        }
+    )
+    return inp.model_copy(update={"deployment": dep})
+
+
+@dataclass(frozen=True)
+class Example:
+    """A counterexample as a reviewer reads it: the base it is nearest to and the fields that differ,
+    the deployment, each engine's answer, and why the rules that should have refused it did not."""
+
+    verdict: Verdict
+    inp: DecisionInput | None
+    base: str = ""
+    changes: tuple[Change, ...] = ()
+    answers: tuple[tuple[str, str], ...] = ()
+    why: tuple[str, ...] = ()
+    raw: dict[str, Any] | None = None
+    problem: str = ""
+
+
+def deployment_line(inp: DecisionInput) -> str:
+    """The deployment of an input in one line (its settings, and how much data it carries)."""
+    dep = inp.deployment
+    return (
+        f"deployment: server_name {dep.server_name}, bridge_bot {dep.bridge_bot}, agent_ghost {dep.agent_ghost},"
+        f" classification {dep.classification}, {len(dep.federation_partners)} partner record(s),"
+        f" {len(dep.limits.agent_limits)} agent_limits entr{'y' if len(dep.limits.agent_limits) == 1 else 'ies'},"
+        f" {len(dep.org)} org list(s)"
+    )
+
+
+def explained(pack: Pack, inp: DecisionInput, codes: list[str]) -> tuple[str, ...]:
+    """The per-condition explanation of both engines for the rules of ``codes``."""
+    lines: list[str] = []
+    for code in codes:
+        lines += why.cedar_brief(pack, inp, code)
+        lines += why.rego_brief(pack, inp, code)
+    return tuple(lines)
+
+
+def reduced(
+    verdict: Verdict,
+    inp: DecisionInput,
+    bases: dict[str, dict[str, Any]],
+    still: Callable[[DecisionInput], bool],
+    seeds: list[tuple[str, DecisionInput]] | None = None,
+) -> Example:
+    """The counterexample reduced to the fewest fields away from a base that keep it one (``seeds``:
+    rows the enforcing rules refuse, to start from)."""
+    if not still(inp):
+        # An input that does not break what the solver found broken is never shown as its counterexample.
+        return Example(
+            verdict, None, raw=verdict.counterexample, problem="the request does not map to a decision input"
+        )
+    found = nearest(inp, bases, still, seeds) if bases else None
+    if found is None:
+        return Example(verdict, inp)
+    return Example(verdict, found.inp, found.base, tuple(found.changes))
+
+
+def smallest(examples: list[Example]) -> Example | None:
+    """The example with the fewest changes from its base (one with a base before one without)."""
+    usable = [e for e in examples if e.inp is not None]
+    if not usable:
+        return examples[0] if examples else None
+    return min(usable, key=lambda e: (not e.base, len(e.changes)))
 
 
 @dataclass(frozen=True)

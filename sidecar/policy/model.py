@@ -368,6 +368,31 @@ class Limits(_Model):
         return overall if ref is None else self.agent_caps(name, org).get(ref, overall)
 
 
+#: The ADR's values for the global limits, the ceiling limits.yaml may not exceed (ADR 0023, decision
+#: 41-42: 7 days, 100 entries, 512 bytes per fact, 8 prefetch queries of 512 bytes, 6 per minute with a
+#: burst of 3, 60 operations per scope and hour, 10 facts per automatic save). The embedding and search
+#: limits, which the ADR leaves to the implementation, are the README's Limits table. ``memgov policy
+#: check`` fails on a value above its ceiling; the gateway itself loads any value (tests run with
+#: larger ones), and the floor applies whatever limits.yaml says.
+ADR_CEILINGS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "max_days": 7,
+        "max_entries": 100,
+        "max_fact_bytes": 512,
+        "max_batch_facts": 10,
+        "rate_per_minute": 6,
+        "rate_burst": 3,
+        "hourly_operations": 60,
+        "prefetch_searches": 8,
+        "prefetch_query_bytes": 512,
+        "embedding_item_bytes": 512,
+        "search_max_limit": 10,
+        "embedding_items_per_agent_hour": 600,
+        "embedding_items_per_source_hour": 150,
+    }
+)
+
+
 class PartnerRecord(_Model):
     """A bilateral federation record; it admits anything only when every field is named."""
 
@@ -389,6 +414,10 @@ class DeclaredReason(_Model):
     code: str = Field(..., description="The code, a lower-case identifier that is not built in.")
     after: str = Field(..., description="The code it is reported right after when several apply (priority).")
     description: str = Field(..., min_length=1, max_length=200, description="What a denial with this code means.")
+    limits: list[str] = Field(
+        default_factory=list,
+        description="The limits.yaml keys its rules may read (memgov policy check fails on a rule reading another).",
+    )
 
 
 class Federation(_Model):

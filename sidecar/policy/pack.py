@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sidecar.identity import IdentityError
+from sidecar.identity.appname import parse_agent_ref
 from sidecar.policy.model import DeclaredReason, Federation, Limits, PartnerRecord
 from sidecar.settings import PACKAGED_POLICY_DIR
 
@@ -238,8 +240,20 @@ def read_pack(root: Path, replace: dict[str, bytes | None] | None = None) -> Pac
 
 
 def _agent_lists(limits: Limits, org: dict[str, list[str]]) -> None:
-    """Every list an agent limit names is one of data/org.yaml's (a misspelt list would limit no one)."""
+    """Every agent an agent limit names is a reference namespace/name, and every list one of data/org.yaml's
+    (a name without its namespace, or a misspelt list, would limit no one)."""
     for index, entry in enumerate(limits.agent_limits):
+        for ref in entry.agents:
+            try:
+                parse_agent_ref(ref)
+            except IdentityError:
+                # SECURITY: a reference that is not namespace/name matches no agent: refused, never applied.
+                raise PackError(
+                    f"data/limits.yaml: agent_limits[{index}] names {ref!r}, which is not an agent reference"
+                    " namespace/name (it would limit no agent)",
+                    file="data/limits.yaml",
+                    step="data",
+                ) from None
         for name in entry.lists:
             if name not in org:
                 raise PackError(

@@ -38,7 +38,7 @@ class RegoEval:
         """Remove the private copy."""
         self._tmp.cleanup()
 
-    def _eval(self, inputs: list[dict[str, Any]], *extra: str) -> dict[str, Any]:
+    def _eval(self, inputs: list[dict[str, Any]], *extra: str, query: str = _QUERY) -> dict[str, Any]:
         data = self.root / "inputs.json"
         data.write_text(json.dumps({"memgov_tool_inputs": inputs}), encoding="utf-8")
         proc = subprocess.run(
@@ -52,7 +52,7 @@ class RegoEval:
                 str(self.root / "rego"),
                 "-d",
                 str(data),
-                _QUERY,
+                query,
             ],
             capture_output=True,
             text=True,
@@ -75,6 +75,18 @@ class RegoEval:
             except EngineUnavailable:
                 found[index] = None
         return found
+
+    def probe(self, inputs: list[dict[str, Any]], module: str, rule: str) -> list[list[Any]]:
+        """The value of ``rule`` (of the extra Rego ``module``, in the pack's package) for each input."""
+        extra = self.root / "memgov_probe.rego"
+        extra.write_text(f"package {PACKAGE}\n\n{module}", encoding="utf-8")
+        try:
+            query = f"[v | some x in data.memgov_tool_inputs; v := data.{PACKAGE}.{rule} with input as x]"
+            out = self._eval(inputs, "-d", str(extra), query=query)
+        finally:
+            extra.unlink()
+        values: list[list[Any]] = out.get("result", [{}])[0].get("expressions", [{}])[0].get("value", [])
+        return values
 
     def verdicts(self, inputs: list[dict[str, Any]]) -> list[Verdict | None]:
         """One verdict per input; None where the pack gave no usable answer (the gateway would deny)."""

@@ -10,20 +10,22 @@ carry identifiers, flags and counts only: nothing here can print memory text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import ValidationError
 
 from sidecar.policy import cedar_input
 from sidecar.policy.cases import Case, CaseError, build_input, judge, load_bases, load_cases
+from sidecar.policy.contract import LOOSER, ContractChange, data_changes, properties_changes
 from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import DecisionInput
-from sidecar.policy.mutate import data_strings, mutants, null_variants, vocabulary
+from sidecar.policy.mutate import data_mutants, data_strings, mutants, null_variants, vocabulary
 from sidecar.policy.outcome import assemble, unavailable
 from sidecar.policy.pack import Pack
+from sidecar.policy.properties import properties_or_none
 from sidecar.policy.rules import Site, rule_codes
 from sidecar.policy.suite import Engines, load, select
 from sidecar.reasons import Action
@@ -122,6 +124,13 @@ def read_input(path: Path) -> DecisionInput:
         raise ValueError(f"{path}: not a decision input ({where})") from None
 
 
+#: How restrictive each action is: a change to a smaller rank admits more (a loosening).
+_RANK: Final = {"forward": 0, "rewrite_disabled": 1, "empty_result": 1, "deny": 1, "error": 1}
+LOOSENED: Final = "loosened"
+TIGHTENED: Final = "tightened"
+REASONS: Final = "reasons"
+
+
 @dataclass(frozen=True)
 class Change:
     """One input whose answer differs between the packs, on one engine."""
@@ -130,6 +139,13 @@ class Change:
     label: str
     before: str
     after: str
+    operation: str = ""
+
+    @property
+    def direction(self) -> str:
+        """``loosened`` (refused before, forwarded now), ``tightened``, or ``reasons`` (refused both times)."""
+        was, now = _RANK.get(self.before.split()[0], 1), _RANK.get(self.after.split()[0], 1)
+        return LOOSENED if now < was else TIGHTENED if now > was else REASONS
 
 
 async def answers(pack: Pack, labelled: dict[str, DecisionInput]) -> dict[str, dict[str, str]]:
@@ -190,21 +206,48 @@ def _inputs(
     bases = load_bases(folder, pack)
     labelled.update(_pairs(bases, rows))
     variants = mutants(bases, vocabulary([c.changes for c in vocab_from]), data)
+    for name, doc in bases.items():
+        variants += data_mutants(name, doc)
     labelled.update({f"mutant {m.label}": m.inp for m in variants})
     return labelled
 
 
-@dataclass(frozen=True)
+@dataclass
 class DiffReport:
-    """What changed between two packs: per engine, and how many inputs were compared or one-sided."""
+    """What changed between two packs: per engine, and how many inputs were compared or one-sided,
+    and the contract changes (properties.yaml, data)."""
 
     changes: list[Change]
     compared: int
     one_sided: int
+    contract: list[ContractChange] = field(default_factory=list)
+
+    def grouped(self) -> list[tuple[Change, list[str]]]:
+        """Each distinct change once, with the engines that show it: loosenings first, then
+        tightenings, then changed reasons, each in label order."""
+        by: dict[tuple[str, str, str], tuple[Change, list[str]]] = {}
+        for c in self.changes:
+            key = (c.label, c.before, c.after)
+            by.setdefault(key, (c, []))[1].append(c.engine)
+        order = {LOOSENED: 0, TIGHTENED: 1, REASONS: 2}
+        return sorted(by.values(), key=lambda g: (order[g[0].direction], g[0].label))
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per operation, how many inputs were loosened, tightened or changed in reasons (any engine)."""
+        out: dict[str, dict[str, int]] = {}
+        for change, _ in self.grouped():
+            row = out.setdefault(change.operation or "?", {LOOSENED: 0, TIGHTENED: 0, REASONS: 0})
+            row[change.direction] += 1
+        return dict(sorted(out.items()))
+
+    def loosened(self) -> bool:
+        """Anything admits more than before: a decision or the contract."""
+        return any(c.direction == LOOSENED for c in self.changes) or any(c.direction == LOOSER for c in self.contract)
 
 
 async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path | None = None) -> DiffReport:
-    """Every case (of the new and the old tables) and mutated input whose decision changes between the packs."""
+    """Every case (of the new and the old tables) and mutated input whose decision changes between the
+    packs, and every change to properties.yaml and the data files."""
     old, new = load(old_dir), load(new_dir)
     # A row may name a code only one of the two packs declares: the tables are read against both.
     rules = tuple(dict.fromkeys(rule_codes(old) + rule_codes(new)))
@@ -212,32 +255,17 @@ async def diff(old_dir: Path, new_dir: Path, cases_path: Path, old_cases: Path |
     tables = [cases_path, *([old_cases] if old_cases is not None and old_cases != cases_path else [])]
     both = [c for t in tables for pack in (old, new) for c in load_cases(t, pack, rules)]
     data = list(dict.fromkeys(data_strings(old.org) + data_strings(new.org)))
-    before = await answers(old, _inputs(old, tables, rules, both, data))
-    after = await answers(new, _inputs(new, tables, rules, both, data))
+    inputs_old = _inputs(old, tables, rules, both, data)
+    inputs_new = _inputs(new, tables, rules, both, data)
+    before = await answers(old, inputs_old)
+    after = await answers(new, inputs_new)
     common = sorted(set(before["cedar"]) & set(after["cedar"]))
     one_sided = len(set(before["cedar"]) ^ set(after["cedar"]))
     changes = [
-        Change(engine, label, before[engine][label], after[engine][label])
+        Change(engine, label, before[engine][label], after[engine][label], inputs_new[label].operation.value)
         for engine in ENGINES
         for label in common
         if before[engine][label] != after[engine][label]
     ]
-    return DiffReport(changes, len(common), one_sided)
-
-
-def render_diff(report: DiffReport, old: Path, new: Path) -> str:
-    """What a reviewer reads: per engine, each changed input with its old and new answer."""
-    lines = [
-        f"policy diff {old} -> {new}: {report.compared} inputs (cases, their null variants, pairs of cases of one"
-        " base and mutated base inputs),"
-        f" {len(report.changes)} change(s)"
-    ]
-    if report.one_sided:
-        # An input only one pack can build (its data adds a field) has nothing to compare with.
-        lines.append(f"  {report.one_sided} input(s) exist for one pack only and are not compared")
-    for engine in ENGINES:
-        mine = [c for c in report.changes if c.engine == engine]
-        if mine:
-            lines.append(f"{engine}:")
-            lines += [f"  {c.label}\n      {c.before}  ->  {c.after}" for c in mine]
-    return "\n".join(lines)
+    contract = properties_changes(properties_or_none(old_dir), properties_or_none(new_dir)) + data_changes(old, new)
+    return DiffReport(changes, len(common), one_sided, contract)

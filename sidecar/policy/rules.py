@@ -22,6 +22,18 @@ from sidecar.reasons import RULE_REASONS
 BUILT_IN_RULES: Final[tuple[str, ...]] = tuple(r.value for r in RULE_REASONS)
 #: The Cedar @id of the single permit; it answers "allowed", not a denial code.
 PERMIT_ID: Final = "allowed"
+#: The limits.yaml keys each built-in code's rules read (their "typed keys"): a rule of a code
+#: reading any other limit fails ``memgov policy check`` (e.g. the embedding size rule reading the
+#: fact size limit, which goes unnoticed while both are 512). ``agent_limits`` stands for the
+#: agents' own caps (Cedar: ``context.agent.embeddingCap`` and ``hourlyCap``). A declared code lists
+#: its keys in data/reasons.yaml (``limits:``); a code not named reads no limit.
+LIMIT_KEYS: Final[dict[str, frozenset[str]]] = {
+    "entry_cap_reached": frozenset({"max_entries"}),
+    "fact_too_large": frozenset({"max_fact_bytes"}),
+    "batch_too_large": frozenset({"max_batch_facts"}),
+    "embedding_item_too_large": frozenset({"embedding_item_bytes"}),
+    "hourly_budget_exhausted": frozenset({"hourly_operations", "embedding_items_per_agent_hour", "agent_limits"}),
+}
 
 _KEBAB: Final = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _DENY: Final = re.compile(r'^deny\s+contains\s+("(?:[^"\\]|\\.)*"|[^\s{]+)')
@@ -39,6 +51,8 @@ class Site:
     line: int
     #: Rego only: custom.reason from the rule's METADATA (None when absent).
     declared_reason: str | None = None
+    #: Cedar only: ``permit`` or ``forbid`` ("" when the statement names neither).
+    effect: str = ""
 
     @property
     def where(self) -> str:
@@ -49,6 +63,11 @@ class Site:
 def rule_codes(pack: Pack) -> tuple[str, ...]:
     """Every code a rule of this pack may answer with: built-in rule codes, then declared ones."""
     return BUILT_IN_RULES + tuple(d.code for d in pack.reasons)
+
+
+def limit_keys(pack: Pack) -> dict[str, frozenset[str]]:
+    """The limits each code's rules may read: the built-in table and what data/reasons.yaml declares."""
+    return {**LIMIT_KEYS, **{d.code: frozenset(d.limits) for d in pack.reasons}}
 
 
 def code_of_id(ident: str) -> str | None:
@@ -104,17 +123,31 @@ def cedar_statements(text: str) -> list[Statement]:
     return out
 
 
-_ANNOTATION: Final = re.compile(r'@(\w+)\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)')
+#: A Cedar ``@name("value")`` annotation, and a ``//`` comment.
+CEDAR_ANNOTATION: Final = re.compile(r'@(\w+)\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)')
+CEDAR_COMMENT: Final = re.compile(r"//[^\n]*")
+_EFFECT: Final = re.compile(r"(permit|forbid)\b")
+
+
+def _head(statement: str) -> tuple[dict[str, str], str]:
+    """The annotations at the head of one statement, and what follows them (comments left out)."""
+    found: dict[str, str] = {}
+    body = CEDAR_COMMENT.sub("", statement).lstrip()
+    while (m := CEDAR_ANNOTATION.match(body)) is not None:
+        found.setdefault(m.group(1), m.group(2))
+        body = body[m.end() :].lstrip()
+    return found, body
 
 
 def cedar_annotations(statement: str) -> dict[str, str]:
     """The ``@name("value")`` annotations at the head of one statement."""
-    found: dict[str, str] = {}
-    body = re.sub(r"//[^\n]*", "", statement).lstrip()
-    while (m := _ANNOTATION.match(body)) is not None:
-        found.setdefault(m.group(1), m.group(2))
-        body = body[m.end() :].lstrip()
-    return found
+    return _head(statement)[0]
+
+
+def cedar_effect(statement: str) -> str:
+    """``permit`` or ``forbid``: the word after a statement's annotations ("" when it is neither)."""
+    found = _EFFECT.match(_head(statement)[1])
+    return found.group(1) if found else ""
 
 
 def cedar_sites(pack: Pack) -> list[Site]:
@@ -124,7 +157,7 @@ def cedar_sites(pack: Pack) -> list[Site]:
         for st in cedar_statements(text):
             ident = cedar_annotations(st.text).get("id", "")
             code = None if ident == PERMIT_ID else code_of_id(ident)
-            sites.append(Site("cedar", code, ident or "(no @id)", rel, st.line))
+            sites.append(Site("cedar", code, ident or "(no @id)", rel, st.line, effect=cedar_effect(st.text)))
     return sites
 
 
@@ -133,7 +166,8 @@ def cedar_sites(pack: Pack) -> list[Site]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _metadata(lines: list[str], at: int) -> dict[str, Any]:
+def rule_metadata(lines: list[str], at: int) -> dict[str, Any]:
+    """The METADATA block right above line ``at`` (0-based) of a Rego file, parsed ({} when none)."""
     block: list[str] = []
     i = at - 1
     while i >= 0 and lines[i].startswith("#"):
@@ -159,7 +193,7 @@ def rego_sites(pack: Pack) -> list[Site]:
             m = _DENY.match(line)
             key = m.group(1) if m else ""
             code = key[1:-1] if key.startswith('"') else None
-            custom = _metadata(lines, at).get("custom")
+            custom = rule_metadata(lines, at).get("custom")
             reason = custom.get("reason") if isinstance(custom, dict) else None
             named = reason if isinstance(reason, str) else None
             sites.append(Site("opa", code, f"deny[{key or '?'}]", rel, at + 1, named))

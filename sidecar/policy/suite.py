@@ -15,9 +15,10 @@ from typing import Any
 
 from sidecar.policy.cases import Case, CaseError, Result, coverage, judge, load_bases, load_cases
 from sidecar.policy.cedar import CedarEngine
+from sidecar.policy.conditions import Uncovered, cedar_uncovered, rego_uncovered, rego_unevaluated
 from sidecar.policy.engine import EngineUnavailable
 from sidecar.policy.model import DecisionInput
-from sidecar.policy.mutate import Mutant, data_strings, mutants, vocabulary
+from sidecar.policy.mutate import Mutant, data_mutants, data_strings, mutants, vocabulary
 from sidecar.policy.opa import OpaEngine
 from sidecar.policy.outcome import Verdict
 from sidecar.policy.pack import Pack, PackError, read_pack
@@ -55,6 +56,8 @@ class Engines:
         self._cedar = CedarEngine()
         self._cedar_ready = False
         self._rego: RegoEval | None = None
+        #: The Rego lines OPA evaluated in the last ``evaluate`` with rules, as (file, line).
+        self.covered_lines: set[tuple[str, int]] = set()
 
     async def cedar(self) -> CedarEngine:
         """The Cedar engine with this pack committed."""
@@ -87,7 +90,7 @@ class Engines:
                     fired[site] = fired.get(site, 0) + 1
             return verdicts, fired
         if rules:
-            verdicts, hits, _ = self.rego().covered([i.model_dump(mode="json") for i in inputs])
+            verdicts, hits, self.covered_lines = self.rego().covered([i.model_dump(mode="json") for i in inputs])
             fired = dict.fromkeys(hits, 1)
         if self._opa_url:
             return await self._server(inputs), fired
@@ -134,6 +137,11 @@ class SuiteReport:
     rules: dict[str, dict[Site, int]]
     mutants: int = 0
     differences: list[tuple[Mutant, dict[str, Result]]] = field(default_factory=list)
+    #: Conditions no selected case made do their job, and Rego lines OPA never evaluated (reported only).
+    conditions: list[Uncovered] = field(default_factory=list)
+    unevaluated: list[str] = field(default_factory=list)
+    #: Why condition coverage is missing for a language, when it could not be computed.
+    conditions_note: str = ""
 
     def failures(self) -> list[Result]:
         """Results that differ from the case's expectation."""
@@ -155,6 +163,21 @@ class SuiteReport:
     def unfired(self) -> list[Site]:
         """Rules no selected case made fire, in either language."""
         return [site for fired in self.rules.values() for site, n in fired.items() if n == 0]
+
+    def problems(self, *, with_cases: bool = True) -> list[str]:
+        """Why the run failed, one phrase each (failing cases and case disagreements with ``with_cases``)."""
+        out = []
+        if with_cases and self.failures():
+            out.append(f"{len(self.failures())} failing case result(s)")
+        if with_cases and self.disagreements():
+            out.append(f"engines disagree on {len(self.disagreements())} case(s)")
+        if self.differences:
+            out.append(f"engines disagree on {len(self.differences)} mutated input(s)")
+        if self.full and self.uncovered():
+            out.append(f"{len(self.uncovered())} code(s) without ALLOW and DENY cases")
+        if self.full and self.unfired():
+            out.append(f"{len(self.unfired())} rule(s) no case fires")
+        return out
 
     @property
     def ok(self) -> bool:
@@ -188,6 +211,7 @@ async def run_suite(
             verdicts, fired = await tools.evaluate(name, [c.inp for c in cases])
             report.results[name] = [judge(c, name, v) for c, v in zip(cases, verdicts, strict=True)]
             report.rules[name] = {site: fired.get(site, 0) for site in tools.sites(name)}
+        _conditions(report, tools, engines)
         if len(engines) > 1:
             await _differential(report, tools, engines, everything)
     finally:
@@ -195,8 +219,34 @@ async def run_suite(
     return report
 
 
+def _conditions(report: SuiteReport, tools: Engines, engines: list[str]) -> None:
+    """Coverage per condition of the selected cases, in each language run."""
+    inputs = [c.inp for c in report.cases]
+    if "cedar" in engines:
+        report.conditions += cedar_uncovered(report.pack, inputs)
+    if "opa" in engines:
+        try:
+            report.conditions += rego_uncovered(report.pack, tools.rego(), inputs)
+        except PackError as exc:
+            report.conditions_note = f"Rego conditions not evaluated: {exc}"
+        report.unevaluated = rego_unevaluated(report.pack, tools.covered_lines)
+
+
+def differential_inputs(bases: dict[str, dict[str, Any]], cases: list[Case], pack: Pack) -> list[Mutant]:
+    """The differential run's inputs: one-field variants of every base, every base under changed
+    data, and every row of a non-native principal under changed data (the partner records that
+    admit it are data, and no base has such a principal)."""
+    variants = mutants(bases, vocabulary([c.changes for c in cases]), data_strings(pack.org))
+    for name, doc in bases.items():
+        variants += data_mutants(name, doc)
+    for case in cases:
+        if case.inp.principal is not None and case.inp.principal.origin != "native":
+            variants += data_mutants(case.id, case.inp.model_dump(mode="json"))
+    return list({m.label: m for m in variants}.values())
+
+
 async def _differential(report: SuiteReport, tools: Engines, engines: list[str], cases: list[Case]) -> None:
-    variants = mutants(report.bases, vocabulary([c.changes for c in cases]), data_strings(report.pack.org))
+    variants = differential_inputs(report.bases, cases, report.pack)
     report.mutants = len(variants)
     # Probes carry no expectation: only the engines' answers are compared.
     probes = [Case("mutant", m.label, "", "", m.inp, Action.FORWARD, ()) for m in variants]
@@ -263,6 +313,12 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
         for site, count in fired.items():
             shown = (str(count) if engine == "cedar" else "fired") if count else "never  <- no case fires this rule"
             lines.append(f"  {engine:<6}{site.where:<44}{site.name:<36}{shown}")
+    if report.conditions or report.unevaluated or report.conditions_note:
+        lines.append("conditions no case exercises (reported, not enforced; add a row that makes each one matter):")
+        lines += [f"  {u}" for u in report.conditions]
+        lines += [f"  opa   {line.replace(': ', ' is never evaluated: ', 1)}" for line in report.unevaluated]
+        if report.conditions_note:
+            lines.append(f"  {report.conditions_note}")
     for r in report.failures():
         want = f"{r.case.action.value} {list(r.case.reasons)}"
         lines.append(f"FAIL [{r.engine}] {r.case.id}: got {r.action} {list(r.reasons)}, want {want}")
@@ -270,19 +326,15 @@ def render(report: SuiteReport, cases_path: Path | None = None) -> str:
         lines += [f"       {d}" for d in input_diff(report.bases[r.case.base], r.case.inp)]
     for case, answers in report.disagreements():
         lines.append(f"DISAGREE {case.id}: {_said(answers)}")
-    for variant, said in report.differences[:25]:
+    # Where one engine forwards what the other refuses comes first: that is a hole, not a wording.
+    differences = sorted(report.differences, key=lambda d: all(r.action != "forward" for r in d[1].values()))
+    for variant, said in differences[:25]:
         lines.append(f"DIFFER {variant.label}: {_said(said)}")
     if len(report.differences) > 25:
         lines.append(f"... and {len(report.differences) - 25} more mutated inputs on which the engines differ")
     if report.mutants:
         lines.append(f"differential: {report.mutants} mutated inputs, {len(report.differences)} disagreement(s)")
-    problems = []
-    if report.differences:
-        problems.append(f"engines disagree on {len(report.differences)} mutated input(s)")
-    if report.full and report.uncovered():
-        problems.append(f"{len(report.uncovered())} code(s) without ALLOW and DENY cases")
-    if report.full and report.unfired():
-        problems.append(f"{len(report.unfired())} rule(s) no case fires")
+    problems = report.problems(with_cases=False)
     if not report.full:
         lines.append("coverage is shown but not enforced on a selection or a single table")
     verdict = "ok" if report.ok else "FAILED" + (f" ({'; '.join(problems)})" if problems else "")

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -21,8 +22,10 @@ from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import PackError
 
 _HELPER: Final = "memgov-symcc"
-#: A whole pack takes seconds; the solver gives up on one check after a minute (--tlimit).
-_TIMEOUT_S: Final = 600
+#: A whole pack takes a minute on an idle machine; a busy one can take many times that.
+_TIMEOUT_S: Final = 1800
+#: Helpers run side by side on one job (each drives its own solver process).
+_PARALLEL: Final = 4
 
 
 class ProverUnavailable(ToolNotFound):
@@ -46,23 +49,19 @@ def _solver_env() -> dict[str, str]:
     return env
 
 
-def run_helper(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run one job through memgov-symcc; ProverUnavailable or PackError on failure, never a traceback."""
+def _run_one(helper: str, task: dict[str, Any], env: dict[str, str]) -> list[dict[str, Any]]:
     try:
-        helper = tool_binary(_HELPER)
-    except ToolNotFound:
-        raise ProverUnavailable(
-            f"{_HELPER} not found: run `make tools` (builds tools/symcc/ with cargo) or put {_HELPER} on PATH"
-        ) from None
-    proc = subprocess.run(
-        [helper],
-        input=json.dumps(task),
-        capture_output=True,
-        text=True,
-        env=_solver_env(),
-        timeout=_TIMEOUT_S,
-        check=False,
-    )
+        proc = subprocess.run(
+            [helper],
+            input=json.dumps(task),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise PackError(f"{_HELPER} gave no answer within {_TIMEOUT_S} s", step="cedar") from None
     try:
         answer = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -72,6 +71,31 @@ def run_helper(task: dict[str, Any]) -> list[dict[str, Any]]:
         raise PackError(f"{_HELPER}: {answer['error']}", step="cedar")
     results: list[dict[str, Any]] = answer["results"]
     return results
+
+
+def run_helper(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one job through memgov-symcc; ProverUnavailable or PackError on failure, never a traceback.
+
+    The checks are independent: they are split over one helper per core (at most _PARALLEL), each
+    with its own solver, and the results come back in the job's order.
+    """
+    try:
+        helper = tool_binary(_HELPER)
+    except ToolNotFound:
+        raise ProverUnavailable(
+            f"{_HELPER} not found: run `make tools` (builds tools/symcc/ with cargo) or put {_HELPER} on PATH"
+        ) from None
+    env = _solver_env()
+    checks = task["checks"]
+    ways = max(1, min(_PARALLEL, os.cpu_count() or 1, len(checks)))
+    if ways == 1:
+        return _run_one(helper, task, env)
+    parts = [{**task, "checks": checks[i::ways]} for i in range(ways)]
+    with ThreadPoolExecutor(max_workers=ways) as pool:
+        answers = list(pool.map(lambda part: _run_one(helper, part, env), parts))
+    order = {c["name"]: i for i, c in enumerate(checks)}
+    merged = [r for found in answers for r in found]
+    return sorted(merged, key=lambda r: order.get(r["name"], len(order)))
 
 
 @dataclass(frozen=True)

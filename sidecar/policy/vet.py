@@ -10,6 +10,7 @@ ones), and each Rego rule's code must equal its METADATA ``custom.reason``.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ from pathlib import Path
 
 from sidecar.policy import schema
 from sidecar.policy.cedar import CedarPolicies, compile_pack
+from sidecar.policy.model import Limits
 from sidecar.policy.opa_bundle import check_layout
 from sidecar.policy.opa_server import ToolNotFound, tool_binary
 from sidecar.policy.pack import Pack, PackError
-from sidecar.policy.rules import Site, rego_sites, rule_codes
+from sidecar.policy.rules import Site, rego_sites, rule_codes, rule_metadata
 from sidecar.reasons import BUILT_IN, DECLARED_CODE
 
 _PAIRS = {")": "(", "]": "[", "}": "{"}
@@ -81,6 +83,13 @@ def check_declared(pack: Pack) -> None:
                 file="data/reasons.yaml",
                 step="data",
             )
+        unknown = [k for k in d.limits if k not in Limits.model_fields]
+        if unknown:
+            raise PackError(
+                f"data/reasons.yaml: {d.code}: limits names {', '.join(map(repr, unknown))}, not keys of limits.yaml",
+                file="data/reasons.yaml",
+                step="data",
+            )
         if d.after not in BUILT_IN and d.after not in codes:
             raise PackError(
                 f"data/reasons.yaml: {d.code}: after {d.after!r} names no known code",
@@ -105,6 +114,40 @@ def rego_problems(pack: Pack, sites: list[Site]) -> list[str]:
             problems.append(
                 f"{site.where}: deny contains {site.code!r} but METADATA custom.reason is {site.declared_reason!r}"
             )
+    return problems
+
+
+_HEAD = re.compile(r"^(?!default\b|package\b|import\b)([a-z_][a-z0-9_]*)\b")
+
+
+def rego_permits(pack: Pack) -> list[str]:
+    """Rules that admit instead of deny while carrying a reason code, and any ``allow`` that is more
+    than "no rule denies": a second ``allow`` definition is an exemption every deny rule misses."""
+    problems = []
+    for rel, text in sorted(pack.select("rego", ".rego").items()):
+        lines = text.splitlines()
+        for at, line in enumerate(lines):
+            head = _HEAD.match(line)
+            if head is None or head.group(1) == "deny":
+                continue
+            custom = rule_metadata(lines, at).get("custom")
+            reason = custom.get("reason") if isinstance(custom, dict) else None
+            if reason is not None:
+                problems.append(
+                    f"{rel}:{at + 1}: {head.group(1)} carries METADATA custom.reason {reason!r}, but only"
+                    " deny rules answer reason codes"
+                )
+            if head.group(1) == "allow":
+                body = [line]
+                for row in lines[at + 1 :]:
+                    if not row.startswith(("\t", "}")):
+                        break
+                    body.append(row)
+                if "count(deny) == 0" not in "\n".join(body):
+                    problems.append(
+                        f"{rel}:{at + 1}: allow is defined by something other than an empty deny set;"
+                        " every exemption belongs in the deny rules"
+                    )
     return problems
 
 
@@ -151,7 +194,7 @@ def _rego(pack: Pack, compile_rego: bool) -> list[Site]:
         if found is not None:
             raise PackError(f"{rel}:{found[0]}: {found[1]}", file=rel, step="rego")
     sites = rego_sites(pack)
-    problems = rego_problems(pack, sites)
+    problems = rego_problems(pack, sites) + rego_permits(pack)
     if problems:
         raise PackError("rego rules:\n" + "\n".join(problems), file=problems[0].split(":", 1)[0], step="rego")
     if compile_rego and (report := opa_compile(pack)) is not None:

@@ -171,7 +171,8 @@ class TestThroughAnOrgList:
     ) -> None:
         """With a list capped, the property is proved; a Cedar rule reading the global value instead fails it."""
         _bulk_list(pack_copy)
-        code, out = run_cli(capsys, "prove", "--dir", str(pack_copy))
+        prove = ("prove", "--dir", str(pack_copy), "--cases", str(CASES_DIR), "--property", "agent-caps")
+        code, out = run_cli(capsys, *prove)
         assert code == 0, out
         assert "proved  agent-caps: " in out
         _edit(
@@ -179,7 +180,7 @@ class TestThroughAnOrgList:
             "context.budget.embeddingUsed > context.agent.embeddingCap",
             "context.budget.embeddingUsed > context.deployment.limits.embeddingItemsPerAgentHour",
         )
-        code, out = run_cli(capsys, "prove", "--dir", str(pack_copy))
+        code, out = run_cli(capsys, *prove)
         assert code == 1, out
         assert "FAILS   agent-caps: " in out
         assert "team/indexer" in out or "team/bulk" in out

@@ -25,6 +25,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
+def run_diff(capsys: pytest.CaptureFixture[str], new: Path, *args: str, cases: Path = CASES_DIR) -> tuple[int, str]:
+    """Run ``memgov policy diff`` from the reference pack to ``new``, on ``cases``."""
+    return run_cli(capsys, "diff", str(PACK_DIR), str(new), "--cases", str(cases), *args)
+
+
 def _edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text
@@ -37,10 +42,15 @@ class TestPolicyCheck:
         code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR))
         assert code == 0, out
         for step in (
+            "data files",
+            "limits within the ADR's values",
+            "agent_limits name configured agents",
             "cedar parse + schema validation + @id",
             "cedar format",
             "rego rules",
             "rules in both packs",
+            "rules read their own limits (typed keys)",
+            "properties.yaml names every code and action",
             "opa fmt",
             "opa check --strict --schema",
             "opa test",
@@ -222,10 +232,68 @@ class TestPolicyCheck:
         for step in ("opa fmt", "opa check --strict --schema (decision input)", "opa test"):
             assert f"SKIP {step}\n     skipped: opa not found: run `make tools` or put opa on PATH" in out
         assert "SKIP regal lint\n     skipped: regal not found" in out
-        assert "4 check(s) not run for want of a tool: --require-tools makes that a failure" in out
+        assert "SKIP rules read their own limits (typed keys)\n     skipped: opa not found" in out
+        assert "5 check(s) not run for want of a tool: --require-tools makes that a failure" in out
         code, out = run_cli(capsys, "check", "--dir", str(PACK_DIR), "--require-tools")
         assert code == 1
         assert "FAIL regal lint" in out
+
+    def test_a_rego_rule_reading_another_codes_limit_through_a_helper(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path
+    ) -> None:
+        """Typed keys through OPA's parse: the entry cap helper reading the fact limit is named at its rule."""
+        _edit(
+            pack_copy / DECISION / "limits.rego",
+            "\tinput.entries.count <= input.deployment.limits.max_entries\n",
+            "\tinput.entries.count <= input.deployment.limits.max_fact_bytes\n",
+        )
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 1
+        assert (
+            f'FAIL rules read their own limits (typed keys)\n     {DECISION}/limits.rego:8: deny["entry_cap_reached"]'
+            " reads limit max_fact_bytes, but entry_cap_reached reads only max_entries"
+        ) in out
+
+    def test_formats_for_tools_and_reviews(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
+        """The same findings as JSON, SARIF located at the file and line, and a Markdown comment."""
+        _edit(pack_copy / "data" / "limits.yaml", "max_fact_bytes: 512", "max_fact_bytes: 5120")
+        _edit(pack_copy / "cedar" / "consent.cedar", "!context.request.keyValid", "!context.request.keyVald")
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy), "--format", "json")
+        assert code == 1
+        steps = {s["name"]: s for s in json.loads(out)["steps"]}
+        assert steps["limits within the ADR's values"]["status"] == "fail"
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy), "--format", "sarif")
+        assert code == 1
+        results = json.loads(out)["runs"][0]["results"]
+        located = [r["locations"][0]["physicalLocation"] for r in results if "locations" in r]
+        assert {
+            "artifactLocation": {"uri": "cedar/consent.cedar"},
+            "region": {"startLine": 47, "startColumn": 25},
+        } in located
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy), "--format", "markdown")
+        assert code == 1
+        assert "| limits within the ADR's values | fail |" in out
+
+    def test_configured_agents_are_compared(
+        self, capsys: pytest.CaptureFixture[str], pack_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With a gateway configuration, an agent_limits entry naming an unconfigured agent is a warning."""
+        _edit(
+            pack_copy / "data" / "limits.yaml",
+            "agent_limits: []",
+            "agent_limits:\n  - {agents: [team/helper, kagent/indexr], hourly_operations: 20}",
+        )
+        config = tmp_path / "memgov.yaml"
+        config.write_text(
+            "agents:\n  team/helper: {disabled_variant: helper-nomem, ghost: '@agent-helper:example.org'}\n"
+        )
+        monkeypatch.setenv("MEMGOV_CONFIG", str(config))
+        code, out = run_cli(capsys, "check", "--dir", str(pack_copy))
+        assert code == 0, out
+        assert (
+            "warn agent_limits name configured agents\n"
+            "     data/limits.yaml: agent_limits names kagent/indexr, which is not a configured agent"
+        ) in out
 
     def test_rule_in_one_pack_only_is_listed(self, capsys: pytest.CaptureFixture[str], pack_copy: Path) -> None:
         """A Cedar policy whose code no Rego rule answers, and a code left without Cedar policy, are named."""
@@ -274,9 +342,32 @@ class TestPolicyTest:
         code, out = run_cli(capsys, "test", "--dir", str(PACK_DIR), "--cases", str(CASES_DIR))
         assert code == 0, out
         assert "cedar cedar/limits.cedar:5" in out and f"opa   {DECISION}/limits.rego:8" in out
-        assert "never" not in out
+        assert "never  <-" not in out
         assert ", 0 disagreement(s)" in out.splitlines()[-2]
         assert out.strip().endswith("2 engine(s), 0 disagreement(s)")
+        # Coverage per condition: only what the input model makes unreachable is left.
+        section = out[out.index("conditions no case exercises") : out.index("differential:")]
+        assert section.count("\n  ") == 7
+        assert "@id entry-cap-reached: when part is never true: context.entries.count < 0" in section
+
+    def test_json_and_markdown(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        """A failing case as data for tools, and the run as a pull-request comment."""
+        cases = _tables(tmp_path)
+        _edit(cases / "limits.yaml", "reasons: [batch_too_large]}", "reasons: [fact_too_large]}")
+        code, out = run_cli(
+            capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases), "--format", "json"
+        )
+        assert code == 1
+        data = json.loads(out)
+        (failure,) = data["failures"]
+        assert failure["case"] == "limits::automatic save of 11 facts is refused"
+        assert failure["got"] == {"action": "deny", "reasons": ["batch_too_large"]}
+        assert "+ request.item_count: 11" in failure["input_diff"]
+        code, out = run_cli(
+            capsys, "test", "--engine", "cedar", "--dir", str(PACK_DIR), "--cases", str(cases), "--format", "markdown"
+        )
+        assert code == 1
+        assert out.startswith("### memgov policy test: **failed**: 1 failing case result(s)")
 
     def test_rego_on_an_opa_server(self, capsys: pytest.CaptureFixture[str], opa: OpaServers) -> None:
         """With --opa-url the Rego decisions come from a real OPA server serving the pack and still agree."""

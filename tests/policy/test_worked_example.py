@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.policy.test_cli import run_cli
+from tests.policy.test_cli import run_cli, run_diff
 from tests.support.policy import CASES_DIR, PACK_DIR, REPO
 
 _BLOCK = re.compile(r"^```\w+ file=(\S+)\n(.*?)^```$", re.M | re.S)
@@ -21,11 +21,13 @@ def apply_example(into: Path) -> tuple[Path, Path]:
     shutil.copytree(PACK_DIR, pack)
     shutil.copytree(CASES_DIR, tables, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     blocks = _BLOCK.findall((REPO / "docs" / "policies.md").read_text())
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     for target, text in blocks:
         path, _, declaration = target.partition("#")
         dest = into / path
-        if declaration:
+        if declaration == "append":
+            dest.write_text(dest.read_text() + "\n" + text)
+        elif declaration:
             # A declaration replaced in an existing file (the schema's Org type).
             original = dest.read_text()
             assert re.search(rf"^type {declaration} = {{}};$", original, re.M)
@@ -37,7 +39,7 @@ def apply_example(into: Path) -> tuple[Path, Path]:
 
 class TestWorkedExample:
     def test_example_passes_check_and_test(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-        """The finance-bot rule from the docs is clean under check and passes test on both engines."""
+        """The finance-bot rule from the docs, with its property, is clean under check and passes test."""
         pack, tables = apply_example(tmp_path)
         code, out = run_cli(capsys, "check", "--dir", str(pack))
         assert code == 0, out
@@ -45,6 +47,26 @@ class TestWorkedExample:
         assert code == 0, out
         assert "agent_memory_denied" in out and "cedar/org.cedar:2" in out
         assert "rego/memgov/decision/org.rego:8" in out
+
+    def test_example_proves_its_property(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        """The new property holds for every request, Rego refuses the solver's finance-bot requests too,
+        and the reference pack's properties still hold."""
+        pack, tables = apply_example(tmp_path)
+        code, out = run_cli(
+            capsys,
+            "prove",
+            "--dir",
+            str(pack),
+            "--cases",
+            str(tables),
+            "--baseline",
+            str(PACK_DIR),
+            "--property",
+            "org-memory-denied",
+        )
+        assert code == 0, out
+        assert "proved  org-memory-denied: a2a.invoke, control.inspect, embedding, memory.delete_all" in out
+        assert "solver inputs that break one property alone, 0 decided otherwise by the Rego pack" in out
 
     def test_too_broad_rule_is_caught_by_the_differential_run(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -74,10 +96,11 @@ class TestWorkedExample:
     ) -> None:
         """policy diff between the reference pack and the example names the finance-bot cases on both engines."""
         pack, tables = apply_example(tmp_path)
-        code, out = run_cli(capsys, "diff", str(PACK_DIR), str(pack), "--cases", str(tables), "--exit-code")
+        code, out = run_diff(capsys, pack, "--exit-code", cases=tables)
         assert code == 1
-        for engine in ("cedar:", "opa:"):
-            assert engine in out
-        assert "case org::finance-bot save is refused despite consent" in out
-        assert "forward ['allowed']  ->  deny ['agent_memory_denied']" in out
+        assert "stricter properties.yaml: org-memory-denied: added (memoryWork)" in out
+        assert (
+            "  [cedar+opa] case org::finance-bot save is refused despite consent\n"
+            "      forward ['allowed']  ->  deny ['agent_memory_denied']"
+        ) in out
         assert "case org::another agent keeps its memory" not in out
