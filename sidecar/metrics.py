@@ -123,11 +123,18 @@ EXPIRY_OVERDUE = Gauge(
     multiprocess_mode="livemax",
 )
 
-# Set once at start-up from the configuration (the same in every worker).
+# Read from kagent at start and every upstream.kagent_refresh_s (the same in every worker).
+KAGENT_RELEASE_UNTESTED = Gauge(
+    "memgov_kagent_release_untested",
+    "1 while kagent's controller reports a release memgov is not tested against, or none it recognises"
+    " (/readyz names it and the tested ones); 0 on a tested release.",
+    multiprocess_mode="livemax",
+)
 ROTATION_AGENTS_WITHOUT_MODEL = Gauge(
     "memgov_rotation_agents_without_model",
-    "Memory-enabled agents with rotation on but no configured embedding model: forget-one and hard expiry of"
-    " their scopes stay pending until the namespace is cleared (0: every agent is exact).",
+    "Memory-enabled agents with rotation on but no embedding model, neither configured nor declared by their"
+    " kagent definition: forget-one and hard expiry of their scopes stay pending until the namespace is"
+    " cleared (0: every agent is exact).",
     multiprocess_mode="livemax",
 )
 

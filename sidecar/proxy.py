@@ -43,7 +43,8 @@ INFLIGHT: Final = web.AppKey("inflight", dict[tuple[str, str], int])
 log = get_logger("proxy")
 
 
-async def _passthrough(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+async def passthrough(request: web.Request, match: RouteMatch) -> web.StreamResponse:
+    """Relay to the controller as it came (a WebSocket upgrade included), minus the headers no route forwards."""
     if is_websocket(request):
         return await relay_websocket(request, request.app[CONTROLLER])
     return await forward(request, request.app[CONTROLLER])
@@ -76,14 +77,15 @@ def default_handlers() -> dict[RouteClass, ClassHandler]:
     table: dict[RouteClass, ClassHandler] = {c: _content for c in CONTENT_CLASSES}
     table.update(
         {
-            Traffic.PASSTHROUGH: _passthrough,
-            Operation.A2A_INVOKE: _passthrough,
-            Traffic.A2A_CARD: _passthrough,
+            Traffic.PASSTHROUGH: passthrough,
+            Operation.A2A_INVOKE: passthrough,
+            Traffic.A2A_CARD: passthrough,
             Operation.EMBEDDING: _embedding,
             Traffic.MEMORY_OTHER: _route_denied,
             Traffic.A2A_NONCANONICAL: _route_denied,
             Traffic.CONTROLLER_NONCANONICAL: _route_denied,
-            Operation.CONTROLLER_WRITE: _passthrough,
+            Operation.CONTROLLER_WRITE: passthrough,
+            Operation.SESSION_SHARE: passthrough,
             Operation.MEMORY_UNGOVERNED: _ungoverned,
             Traffic.INVALID: _bad_target,
         }

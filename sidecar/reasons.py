@@ -73,6 +73,8 @@ class Reason(enum.StrEnum):
     # kagent's definitions (controller writes)
     OPERATOR_REQUIRED = "operator_required"
     BOUNDARY_CLAIMED = "boundary_claimed"
+    # kagent's share links (v0.10)
+    SHARE_REFUSED = "share_refused"
     # dependencies
     POLICY_UNAVAILABLE = "policy_unavailable"
     STATE_UNAVAILABLE = "state_unavailable"
@@ -143,6 +145,7 @@ RULE_REASONS: Final[tuple[Reason, ...]] = (
     Reason.UNGOVERNED_STORE,
     Reason.OPERATOR_REQUIRED,
     Reason.BOUNDARY_CLAIMED,
+    Reason.SHARE_REFUSED,
 )
 
 #: The codes built into memgov; a pack can never redefine them.
@@ -232,6 +235,7 @@ _PRIORITY: Final[tuple[Reason, ...]] = (
     Reason.SCOPE_MISMATCH,
     Reason.ROOM_STATE_INVALID,
     Reason.AUDIENCE_MISMATCH,
+    Reason.SHARE_REFUSED,
     Reason.ROUTE_DENIED,
     Reason.UNGOVERNED_STORE,
     Reason.BATCH_TOO_LARGE,

@@ -24,9 +24,10 @@ from aiohttp import web
 from sidecar import evloop, metrics
 from sidecar.clock import Clock, utcnow
 from sidecar.contentstore.adapters import EraseAdapter, KagentDbAdapter, RestAdapter
+from sidecar.contentstore.controller import KagentController, KagentWatch
 from sidecar.contentstore.kagent import KagentMemory
 from sidecar.contentstore.reembed import EmbeddingModel, Reembedder
-from sidecar.contentstore.rotator import Rotator
+from sidecar.contentstore.rotator import ModelBook, Rotator
 from sidecar.control.app import create_control_app, handlers
 from sidecar.control.auth import Authenticator
 from sidecar.control.entries import EntryRoutes
@@ -43,6 +44,7 @@ from sidecar.enforce.definitions import DefinitionParts
 from sidecar.enforce.embedding import EmbeddingParts
 from sidecar.enforce.invoke import InvokeParts
 from sidecar.enforce.memory import MemoryParts
+from sidecar.enforce.shares import ShareParts
 from sidecar.erasure.machine import ErasureEngine
 from sidecar.erasure.parts import ErasureParts
 from sidecar.erasure.sweeper import Sweepers, SweepPlan
@@ -52,7 +54,7 @@ from sidecar.identity.tokens import KEY_ID, KeySet, Verifier, load_keys, load_ve
 from sidecar.logs import get_logger
 from sidecar.ops import Readiness, ReadyCheck
 from sidecar.policy import PolicyRuntime
-from sidecar.proxy import create_data_app
+from sidecar.proxy import create_data_app, passthrough
 from sidecar.secretfile import SecretError
 from sidecar.settings import AdapterName, Settings
 from sidecar.state import StateError, StateStore
@@ -106,16 +108,18 @@ def make_rotator(settings: Settings, kagent: KagentMemory, upstreams: Upstreams)
 
     Its kagent calls share memgov's one kagent client; the provider is reached over its own small
     pool with a whole-call timeout (``upstreams.reembedding``), so rotation never waits on the data plane.
+    Each agent's model is the configured one, else the one its kagent definition declares.
     """
     provider = upstreams.reembedding
     if settings.erasure.adapter is not AdapterName.REST or not settings.erasure.rotate or provider is None:
         return None
-    pinned = {
+    configured = {
         ref: EmbeddingModel(a.embedding_model, a.embedding_dimensions)
         for ref, a in settings.agents.items()
         if a.embedding_model is not None
     }
-    return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), pinned)
+    models = ModelBook(settings.agents, configured)
+    return Rotator(kagent, Reembedder(provider.session, provider.base, settings.embedding_api_key()), models)
 
 
 def _verification_keys(file: Path | None, folder: Path | None, name: str) -> dict[str, Verifier] | None:
@@ -209,19 +213,22 @@ async def reload_keys(settings: Settings, keys: SessionKeys, bridge: KeySet | No
         )
 
 
-def rotation_check(parts: Parts) -> ReadyCheck:
-    """A readiness detail naming the agents whose erasures rotation cannot make exact (no configured model).
+def rotation_check(rotator: Rotator | None) -> ReadyCheck:
+    """A readiness detail naming the agents whose erasures rotation cannot make exact (no model known).
 
     It never makes the pod unready: memory keeps working, only physical deletion waits for the
     namespace to be cleared. The same count is the ``memgov_rotation_agents_without_model`` gauge.
     """
-    rotator = parts.rotator
-    missing = sorted(ref for ref in parts.agents.refs if rotator is not None and not rotator.knows_model(ref))
-    metrics.ROTATION_AGENTS_WITHOUT_MODEL.set(len(missing))
-    detail: dict[str, object] = {"enabled": rotator is not None, "agents_without_model": missing}
+
+    def missing() -> list[str]:
+        names = rotator.models.missing() if rotator is not None else []
+        metrics.ROTATION_AGENTS_WITHOUT_MODEL.set(len(names))
+        return names
+
+    missing()
 
     async def check() -> tuple[bool, dict[str, object]]:
-        return True, detail
+        return True, {"enabled": rotator is not None, "agents_without_model": missing()}
 
     return check
 
@@ -297,10 +304,21 @@ async def open_parts(
         async def state_ready() -> tuple[bool, dict[str, object]]:
             return True, {"backend": store.backend, "available": store.health.available}
 
-        checks = {"policy": policy.ready_check, "state": state_ready, "rotation": rotation_check(parts)}
+        controller = KagentController(upstreams.controller, lambda: bearer.headers(MEMGOV_USER, int(now().timestamp())))
+        rotator = parts.rotator
+        watch = KagentWatch(
+            controller, rotator.models if rotator is not None else None, settings.upstream.kagent_refresh_s
+        )
+        checks = {
+            "policy": policy.ready_check,
+            "state": state_ready,
+            "rotation": rotation_check(rotator),
+            "kagent": watch.ready_check,
+        }
         readiness.checks.update(checks)
         opened.callback(lambda: [readiness.checks.pop(name, None) for name in checks])
         await opened.enter_async_context(store.watched(settings.state.check_interval_s))
+        await opened.enter_async_context(evloop.background(watch.run()))
         if wait_for_store:
             await store.wait_connected()
         yield parts
@@ -318,9 +336,9 @@ def governed_definitions(settings: Settings) -> tuple[frozenset[str], frozenset[
     return frozenset(agents), frozenset(models)
 
 
-def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts]:
+def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts, DefinitionParts, ShareParts]:
     """The bundles of the data plane's governed routes: saves and searches, invocations, embeddings,
-    definition writes."""
+    definition writes, session shares."""
     s, store = parts.settings, parts.store
     memory = MemoryParts(
         admission=store.admission,
@@ -363,12 +381,13 @@ def route_parts(parts: Parts) -> tuple[MemoryParts, InvokeParts, EmbeddingParts,
         boundary=Boundary.of(s.boundary),
         governed_agents=agents,
         governed_models=models,
+        declared_models=parts.rotator.models.declared_configs if parts.rotator is not None else frozenset,
         operators=parts.operators,
         operator_max_age_s=s.trust.operator_max_age_s,
         clock=parts.clock,
         controller=parts.upstreams.controller,
     )
-    return memory, invoke, embedding, definitions
+    return memory, invoke, embedding, definitions, ShareParts(controller=parts.upstreams.controller)
 
 
 def data_app(parts: Parts) -> web.Application:
@@ -376,7 +395,7 @@ def data_app(parts: Parts) -> web.Application:
     return create_data_app(
         parts.settings,
         parts.upstreams,
-        handlers=governed_handlers(parts.decider, *route_parts(parts)),
+        handlers=governed_handlers(parts.decider, *route_parts(parts), passthrough=passthrough),
         middlewares=governed_middlewares(parts.contexts),
     )
 

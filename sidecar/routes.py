@@ -36,6 +36,7 @@ class Operation(enum.StrEnum):
     EMBEDDING = "embedding"
     CONTROL_INSPECT = "control.inspect"
     CONTROLLER_WRITE = "controller.write"
+    SESSION_SHARE = "session.share"
 
 
 class Traffic(enum.StrEnum):
@@ -91,6 +92,12 @@ _UNGOVERNED = re.compile(r"^/api/(crewai/memory|crewai/flows/state|langgraph(/.*
 DEFINITIONS: Final = ("agents", "sandboxagents", "agentharnesses", "modelconfigs", "toolservers", "prompttemplates")
 _WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _DEFINITION = re.compile(rf"^/api/(?P<kind>{'|'.join(DEFINITIONS)})(?:/(?P<ns>{_SEG})/(?P<name>{_SEG}))?$")
+#: kagent v0.10's share links of a session: list and create on the collection, revoke one by token.
+_SHARES = re.compile(rf"^/api/sessions/(?P<session>{_SEG})/shares(?:/(?P<token>{_SEG}))?$")
+_SHARES_FOLDED = re.compile(r"^/api/sessions/[^/]+/shares(/[^/]+)?$")
+_SHARE_VERBS: Final = {("POST", False): "create", ("GET", False): "list", ("DELETE", True): "revoke"}
+#: A session's own routes, where a share token makes kagent act as the session's owner.
+SESSION_PATH: Final = re.compile(rf"^/api/sessions/(?P<session>{_SEG})(?:/(?:events|tasks))?$")
 _DEFINITION_FOLDED = re.compile(rf"^/api/({'|'.join(DEFINITIONS)})(/[^/]+/[^/]+)?$")
 
 # Templates for passthrough routes (logs and metrics never see raw paths).
@@ -105,6 +112,7 @@ _TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
         (r"^/api/sessions/[^/]+$", "/api/sessions/{id}"),
         (r"^/api/sessions/[^/]+/tasks$", "/api/sessions/{id}/tasks"),
         (r"^/api/sessions/[^/]+/events$", "/api/sessions/{id}/events"),
+        (r"^/api/sessions/[^/]+/shares(/[^/]+)?$", "/api/sessions/{id}/shares"),
         (r"^/api/tasks$", "/api/tasks"),
         (r"^/api/tasks/[^/]+$", "/api/tasks/{id}"),
         (r"^/api/(agents|sandboxagents|agentharnesses|modelconfigs|toolservers|prompttemplates)$", "/api/{collection}"),
@@ -118,6 +126,8 @@ _TEMPLATES: Final[list[tuple[re.Pattern[str], str]]] = [
         (r"^/api/(models|tools|toolservertypes|namespaces|feedback)$", "/api/{collection}"),
         (r"^/api/substrate/status$", "/api/substrate/status"),
         (r"^/api/sandbox/ssh$", "/api/sandbox/ssh"),
+        # kagent v0.10: MCP apps (rc3 spells the collection with a hyphen; the release notes without).
+        (r"^/api/(mcp-apps|mcpapps)(/.*)?$", "/api/mcp-apps/{rest}"),
         (r"^/mcp(/.*)?$", "/mcp"),
     ]
 ]
@@ -169,6 +179,14 @@ def classify(method: str, raw_path: str) -> RouteMatch:
         params = {k: v for k, v in m.groupdict().items() if v is not None}
         return RouteMatch(Operation.CONTROLLER_WRITE, _definition_template(params), params)
 
+    if (m := _SHARES.match(path)) is not None:
+        verb = _SHARE_VERBS.get((method, m["token"] is not None))
+        params = {"session": m["session"], "verb": verb or ""}
+        if verb is None:
+            # Any other method on a share collection or link: no share handler answers it in kagent.
+            return RouteMatch(Traffic.PASSTHROUGH, "/api/sessions/{id}/shares")
+        return RouteMatch(Operation.SESSION_SHARE, "/api/sessions/{id}/shares", params)
+
     # Anything whose decoded, folded form lands on a governed prefix is a bypass attempt or a typo.
     folded = _canonical(unquote(unquote(path)))
     if folded == "/api/memories" or folded.startswith(("/api/memories/", "/embeddings/")):
@@ -177,6 +195,10 @@ def classify(method: str, raw_path: str) -> RouteMatch:
         return RouteMatch(Traffic.A2A_NONCANONICAL, "/api/a2a/{other}")
     if folded.startswith(("/api/crewai/", "/api/langgraph")):
         return RouteMatch(Operation.MEMORY_UNGOVERNED, "/api/{ungoverned}")
+    if _SHARES_FOLDED.match(folded) is not None:
+        # SECURITY: `/api/sessions/x/%73hares` may reach kagent's share handler once its router
+        # decodes the path; only the exact spelling is decided, every other one refused.
+        return RouteMatch(Traffic.CONTROLLER_NONCANONICAL, "/api/sessions/{id}/shares")
     trailing_slash_only = path != "/" and _DEFINITION.match(path.rstrip("/")) is not None
     if method in _WRITE_METHODS and _DEFINITION_FOLDED.match(folded) is not None and not trailing_slash_only:
         # SECURITY: kagent's router decodes the path before matching, so `/api/%61gents` or

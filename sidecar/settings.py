@@ -99,6 +99,12 @@ class UpstreamSettings(_Section):
         "unsecure", description="kagent's --auth-mode; decides how the session key is carried on an invocation."
     )
     kagent_user_claim: str = Field("sub", description="kagent's --auth-user-id-claim (trusted-proxy mode).")
+    kagent_refresh_s: float = Field(
+        300.0,
+        ge=5,
+        le=86400,
+        description="How often kagent's release and the memory agents' declared embedding models are read again.",
+    )
 
     @field_validator("controller_url", "embedding_url")
     @classmethod

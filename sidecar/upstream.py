@@ -50,6 +50,9 @@ CONTEXT_HEADER: Final = "X-Memgov-Context"
 #: Never forwarded, on any route: an operator's token for a governed definition write is memgov's
 #: alone (kagent keeps ``Authorization`` for its own auth mode).
 OPERATOR_HEADER: Final = "X-Memgov-Operator"
+#: kagent v0.10's share token: kagent then acts as the shared session's owner. Dropped on every
+#: route; put back only on the request a session.share decision allowed (``enforce/shares.py``).
+SHARE_HEADER: Final = "X-Share-Token"
 
 
 class BodyRefused(Refusal):
@@ -86,11 +89,13 @@ class UpstreamUnavailable(Refusal):
 @lru_cache(maxsize=32)
 def _skipped(drop: tuple[str, ...]) -> frozenset[str]:
     # ``drop`` comes from memgov's code (a handful of fixed tuples), never from a request.
-    return HOP_BY_HOP | {d.lower() for d in drop} | {CONTEXT_HEADER.lower(), OPERATOR_HEADER.lower()}
+    never = {CONTEXT_HEADER.lower(), OPERATOR_HEADER.lower(), SHARE_HEADER.lower()}
+    return HOP_BY_HOP | {d.lower() for d in drop} | never
 
 
 def filter_headers(headers: Mapping[str, str] | CIMultiDictProxy[str], drop: tuple[str, ...] = ()) -> CIMultiDict[str]:
-    """Copy headers without hop-by-hop ones, those named in Connection, ``drop``, the context and operator headers."""
+    """Copy headers without hop-by-hop ones, those named in Connection, ``drop``, the context,
+    operator and share headers."""
     skip = _skipped(drop)
     connection = headers.get("Connection")
     if connection:

@@ -99,6 +99,18 @@ CONTROLLER_ROUTES = [
     ("POST", "/api/feedback", Traffic.PASSTHROUGH, "/api/{collection}"),
     ("GET", "/api/substrate/status", Traffic.PASSTHROUGH, "/api/substrate/status"),
     ("GET", "/api/sandbox/ssh", Traffic.PASSTHROUGH, "/api/sandbox/ssh"),
+    # kagent v0.10: share links are decided (session.share); the session's other new routes, MCP
+    # apps and the harness lifecycle are relayed (a share token on a session route is decided too).
+    ("POST", "/api/sessions/s-1/shares", Operation.SESSION_SHARE, "/api/sessions/{id}/shares"),
+    ("GET", "/api/sessions/s-1/shares", Operation.SESSION_SHARE, "/api/sessions/{id}/shares"),
+    ("DELETE", "/api/sessions/s-1/shares/tok_1", Operation.SESSION_SHARE, "/api/sessions/{id}/shares"),
+    ("PUT", "/api/sessions/s-1/shares", Traffic.PASSTHROUGH, "/api/sessions/{id}/shares"),
+    ("PATCH", "/api/sessions/s-1", Traffic.PASSTHROUGH, "/api/sessions/{id}"),
+    ("GET", "/api/mcp-apps/kagent/app/ui", Traffic.PASSTHROUGH, "/api/mcp-apps/{rest}"),
+    ("GET", "/api/mcpapps", Traffic.PASSTHROUGH, "/api/mcp-apps/{rest}"),
+    ("POST", "/api/agentharnesses/kagent/h/ensure", Traffic.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
+    ("POST", "/api/agentharnesses/kagent/h/suspend", Traffic.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
+    ("GET", "/api/agentharnesses/kagent/h/status", Traffic.PASSTHROUGH, "/api/agentharnesses/{ns}/{name}/{rest}"),
     ("POST", "/mcp", Traffic.PASSTHROUGH, "/mcp"),
     ("GET", "/nothing/here", Traffic.PASSTHROUGH, "/{unknown}"),
 ]
@@ -135,6 +147,11 @@ BYPASS_SPELLINGS = [
     ("DELETE", "/api/agents/kagent/k8s%2Dagent", Traffic.CONTROLLER_NONCANONICAL),
     ("PUT", "/api/prompttemplates/kagent%2Fmemgov-policies", Traffic.CONTROLLER_NONCANONICAL),
     ("POST", "/api/modelconfigs%2F", Traffic.CONTROLLER_NONCANONICAL),
+    ("POST", "/api/sessions/s-1/%73hares", Traffic.CONTROLLER_NONCANONICAL),
+    ("GET", "/api/sessions/s-1/Shares", Traffic.CONTROLLER_NONCANONICAL),
+    ("DELETE", "/api/sessions/s-1/shares/tok%5F1", Traffic.CONTROLLER_NONCANONICAL),
+    ("POST", "/api/sessions/s-1/shares/", Traffic.CONTROLLER_NONCANONICAL),
+    ("POST", "/api/sessions/x/../s-1/shares", Traffic.CONTROLLER_NONCANONICAL),
 ]
 
 

@@ -90,6 +90,11 @@ lock() {
 # sources import Google's Go ADK as v0.9.11 does (google.golang.org/adk/...); v0.10 moved to its
 # v2 module, with the same packages and the API our runtime driver uses, so the import path is
 # the one thing rewritten.
+# kagent's release builds link its agent runtime images' digests into the controller; v0.9.11's
+# translator refuses every declarative Agent (POST /api/agents answers 400) without one. No image
+# is ever pulled here, so a placeholder digest stands in for the one a release build links.
+RUNTIME_DIGEST="-X github.com/kagent-dev/kagent/go/core/internal/controller/translator/agent.PythonADKImageDigest=sha256:$(printf '%064d' 0)"
+
 go_step() {
   local name=$1 package=$2 work=$3 dest=$4 pkg=github.com/kagent-dev/kagent/go/core/internal/version
   log "building $name from kagent $KAGENT_VERSION with $(go env GOVERSION) (first build: minutes)"
@@ -98,7 +103,7 @@ go_step() {
   cp "${SOURCES[@]}" "$work/go/$package/"
   sed -i "s#\"google.golang.org/adk/#\"$ADK_MODULE/#" "$work/go/$package"/*.go
   (cd "$work/go" && go build -trimpath -tags "$GO_TAGS" -o "$dest/$name" \
-    -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE" \
+    -ldflags "-X $pkg.Version=$KAGENT_VERSION -X $pkg.GitCommit=$KAGENT_COMMIT -X $pkg.BuildDate=$KAGENT_BUILD_DATE $RUNTIME_DIGEST" \
     "./$package")
 }
 
@@ -109,7 +114,7 @@ build_go() {
   SOURCES=("$@")
   checked_input "$KAGENT_TARBALL" "$KAGENT_SHA256" >/dev/null
   command -v go >/dev/null || { log "go is required to build $name"; exit 2; }
-  out="$cache/$name-$KAGENT_VERSION-$(key "$KAGENT_SHA256" "$(cat "${SOURCES[@]}" | sha256sum)" "$GO_TAGS" "$ADK_MODULE" "$(go env GOVERSION)")"
+  out="$cache/$name-$KAGENT_VERSION-$(key "$KAGENT_SHA256" "$(cat "${SOURCES[@]}" | sha256sum)" "$GO_TAGS" "$ADK_MODULE" "$RUNTIME_DIGEST" "$(go env GOVERSION)")"
   once "$out" "$name" go_step "$name" "$package"
   echo "$out/$name"
 }

@@ -6,14 +6,18 @@ which connections the policies allow, and prints each connection that reaches ka
 controller (API 8083, pprof 6060) without passing memgov, or reaches kagent's UI while the UI may
 reach the controller, with the policy that opens it. Without ``--pods`` it knows only the labels
 the chart values name, so a selector asking for others may select the controller or UI and is
-tried as if it did. Exit codes: 0 no path, 1 at least one path, 2 unreadable input, 3 cyclonus
-is missing or failed.
+tried as if it did. With ``--ops-url`` (memgov's operations listener, e.g. port-forwarded) it also
+reports the kagent release memgov reads from the controller, and whether memgov is tested against
+it. Exit codes: 0 no path, 1 at least one path, 2 unreadable input, 3 cyclonus is missing or failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,7 +229,29 @@ def build(args: argparse.Namespace) -> tuple[Install, list[Policy]]:
     return install, policies
 
 
+def kagent_release(ops_url: str) -> str:
+    """What memgov's /readyz says of kagent's release, as one line."""
+    try:
+        with urllib.request.urlopen(ops_url.rstrip("/") + "/readyz", timeout=10) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()  # not ready: the details are there all the same
+    except (urllib.error.URLError, OSError) as exc:
+        return f"kagent release: memgov's /readyz did not answer ({type(exc).__name__})"
+    try:
+        detail = json.loads(body)["checks"]["kagent"]
+        release, tested, known = detail["release"], bool(detail["tested"]), ", ".join(detail["tested_releases"])
+    except (ValueError, KeyError, TypeError):
+        return "kagent release: memgov's /readyz does not report it (an older memgov)"
+    if release is None:
+        return f"kagent release: unknown (kagent's /version gave none memgov recognises; tested: {known})"
+    verdict = "tested" if tested else f"NOT tested (tested: {known})"
+    return f"kagent release: {release}, {verdict}"
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    if args.ops_url:
+        print(f"memgov doctor: {kagent_release(args.ops_url)}")
     try:
         install, policies = build(args)
     except BoundaryInputError as exc:
@@ -263,4 +289,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--memgov-namespace", help="memgov's namespace when it has its own (gateway mode); kagent's by default."
     )
     p.add_argument("--release", default="memgov", help="memgov's Helm release name (its pods' instance label).")
+    p.add_argument(
+        "--ops-url", help="memgov's operations listener (e.g. a port-forward): also report kagent's release."
+    )
     p.set_defaults(func=_cmd_doctor)

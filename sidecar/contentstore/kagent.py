@@ -38,7 +38,15 @@ SAVE_PATH: Final = "/api/memories/sessions"
 SEARCH_PATH: Final = "/api/memories/search"
 LIST_PATH: Final = "/api/memories"
 #: Headers the client sets itself on every call (the body or the query says everything kagent reads).
-OWN_HEADERS: Final = ("Host", "Content-Length", "Content-Type", "Content-Encoding", "X-User-Id", "X-Agent-Name")
+OWN_HEADERS: Final = (
+    "Host",
+    "Content-Length",
+    "Content-Type",
+    "Content-Encoding",
+    "X-User-Id",
+    "X-Agent-Name",
+    "X-Share-Token",
+)
 
 
 @dataclass(frozen=True, slots=True)

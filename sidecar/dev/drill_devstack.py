@@ -17,6 +17,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from sidecar.dev.devstack import definitions
 from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.deployment import devstack_config, memory_agents, pack_with_limits, serving, write_keys
 from sidecar.dev.devstack.stack import Devstack, start_devstack
@@ -67,12 +70,15 @@ async def devstack_target(
     erasure: Mapping[str, Any] | None = None,
     kagent_token: str | None = None,
     agents: Mapping[str, Mapping[str, Any]] | None = None,
+    declare: bool = False,
 ) -> AsyncIterator[tuple[Target, LocalStack]]:
     """Start the stand-ins and a gateway; yield the drill's target and the local views; stop all.
 
     A caller may bring its own ``dev`` (e.g. with kagent v0.9.11 itself attached, whose clock must be
     a DevClock), the gateway's erasure settings, ``kagent_token`` for kagent's trusted-proxy mode,
     and the agents' settings (for :data:`AGENTS`; by default each with the stand-in's model pinned).
+    With ``declare``, each drill agent's definition (an Agent whose memory names a ModelConfig of the
+    stand-in's model) is created in kagent before the gateway starts, as a cluster holds it.
     """
     own = dev is None
     clock, logs = dev.clock if dev is not None else DevClock(), io.StringIO()
@@ -84,6 +90,12 @@ async def devstack_target(
             keys, pack = write_keys(folder), pack_with_limits(folder, {"max_entries": CAP})
             dev = dev if dev is not None else await start_devstack(clock=clock)
             try:
+                if declare:
+                    auth = {"Authorization": f"Bearer {kagent_token}"} if kagent_token else {}
+                    async with aiohttp.ClientSession() as http:
+                        await definitions.declare(
+                            http, dev.kagent_url, {ref: EMBEDDING_MODEL for ref, _ in AGENTS}, headers=auth
+                        )
                 config = devstack_config(
                     dev,
                     keys,

@@ -20,10 +20,11 @@ from sidecar.enforce.memory import MemoryParts
 from sidecar.enforce.pipeline import Admitted, Call, RouteSpec, closed, run
 from sidecar.enforce.saves import Saves
 from sidecar.enforce.searches import Searches
+from sidecar.enforce.shares import ShareParts, Shares, TokenRoutes
 from sidecar.policy.model import Decision, Operation
 from sidecar.reasons import Reason
 from sidecar.relay import CONTROLLER, ClassHandler, forward
-from sidecar.routes import RouteClass
+from sidecar.routes import RouteClass, RouteMatch, Traffic
 
 
 async def _nothing(call: Call) -> None:
@@ -49,11 +50,23 @@ def governed_handlers(
     invoke: InvokeParts,
     embedding: EmbeddingParts,
     definitions: DefinitionParts,
+    shares: ShareParts,
+    passthrough: ClassHandler,
 ) -> dict[RouteClass, ClassHandler]:
-    """The class table entries that replace the transparent defaults once governance is on."""
+    """The class table entries that replace the transparent defaults once governance is on
+    (``passthrough``: the transparent relay, which share tokens are decided in front of)."""
     saves = Saves(memory)
+    invocations = Invocations(invoke)
+    decided_share = run(Shares(shares).spec(), decider)
+
+    def memory_agent(match: RouteMatch) -> bool:
+        return invocations.governs_route(match)
+
+    tokens = TokenRoutes(decided_share, passthrough, run(invocations.spec(), decider), memory_agent)
     return {
-        Operation.A2A_INVOKE: run(Invocations(invoke).spec(), decider),
+        Traffic.PASSTHROUGH: tokens.on_passthrough,
+        Operation.SESSION_SHARE: decided_share,
+        Operation.A2A_INVOKE: tokens.on_a2a,
         Operation.MEMORY_SAVE: run(saves.spec(Operation.MEMORY_SAVE), decider),
         Operation.MEMORY_SAVE_BATCH: run(saves.spec(Operation.MEMORY_SAVE_BATCH), decider),
         Operation.MEMORY_SEARCH: run(Searches(memory).spec(), decider),

@@ -12,7 +12,8 @@ body memgov serialized from the value it checked, without the operator token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
@@ -49,6 +50,9 @@ class DefinitionParts:
     operator_max_age_s: int
     clock: Clock
     controller: Upstream
+    #: namespace/name of the ModelConfigs the memory agents' kagent definitions name for their memory
+    #: (read from kagent, ``contentstore.controller``): governed like the configured ones.
+    declared_models: Callable[[], frozenset[str]] = field(default=frozenset)
 
 
 class Definitions(Stages[DefinitionParts]):
@@ -69,7 +73,8 @@ class Definitions(Stages[DefinitionParts]):
 
     def _governed(self, write: Definition) -> bool:
         refs = {t.ref for t in write.targets}
-        governed = self._p.governed_models if write.kind == _MODELCONFIGS else self._p.governed_agents
+        models = self._p.governed_models | self._p.declared_models()
+        governed = models if write.kind == _MODELCONFIGS else self._p.governed_agents
         return write.kind in ("agents", "sandboxagents", "agentharnesses", _MODELCONFIGS) and bool(refs & governed)
 
     async def parse(self, call: Call) -> Definition:

@@ -45,7 +45,7 @@ _PARSER = StrictJSON(_FIELDS)
 #: SECURITY: providers echo the name in their answer, which memgov relays; a name that could carry
 #: text (spaces, quotes, control or non-ASCII characters) is refused, so an answer never carries it.
 _MODEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}")
-_DROPPED: Final = ("X-User-Id", "X-Agent-Name", "Content-Length", "Content-Encoding")
+_DROPPED: Final = ("X-User-Id", "X-Agent-Name", "X-Share-Token", "Content-Length", "Content-Encoding")
 
 
 def embedding_request(payload: dict[str, object]) -> tuple[list[str], dict[str, object]] | None:

@@ -29,7 +29,8 @@ from sidecar.identity.mxid import check_principal
 from sidecar.policy.model import Budget, ContextScope, Decision, Limits, Operation, RequestFacts, ScopeRecord
 from sidecar.reasons import Reason, Refusal
 from sidecar.relay import forward, read_body
-from sidecar.upstream import KagentBearer, Upstream
+from sidecar.routes import RouteMatch
+from sidecar.upstream import SHARE_HEADER, KagentBearer, Upstream
 from sidecar.wire import BadBody, StrictJSON
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ def _ref(call: Call) -> str:
 
 
 async def _parse(call: Call) -> _Invocation:
+    if SHARE_HEADER in call.request.headers:
+        # SECURITY: a share token would make kagent answer as another conversation's owner (a session
+        # key): a memory agent is never invoked under one, not even as its memory-free variant.
+        raise Refusal(Reason.SHARE_REFUSED)
     body = await read_body(call.request)
     try:
         return _Invocation(body, _INVOKE.parse_object(body))
@@ -107,9 +112,14 @@ async def _parse(call: Call) -> _Invocation:
 class Invocations(Stages[InvokeParts]):
     """The stages of a governed A2A invocation, over one :class:`InvokeParts`."""
 
-    def governs(self, call: Call) -> bool:
+    def governs_route(self, match: RouteMatch) -> bool:
         """Only A2A invocations of a memory-enabled agent are governed; any other is relayed as it came."""
-        return call.match.params["kind"] == "a2a" and self._p.agents.has_memory(_ref(call))
+        params = match.params
+        return params["kind"] == "a2a" and self._p.agents.has_memory(f"{params['ns']}/{params['name']}")
+
+    def governs(self, call: Call) -> bool:
+        """:meth:`governs_route` of the call's route."""
+        return self.governs_route(call.match)
 
     async def admit(self, call: Call, inv: _Invocation) -> Admitted[_Invocation]:
         """The context's principal, room and audience, its scope, and whether it has an operation left this hour."""

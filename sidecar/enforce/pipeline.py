@@ -36,9 +36,16 @@ P = TypeVar("P")
 T = TypeVar("T")
 B = TypeVar("B")
 
-#: The request or the upstream failed: there is nothing to degrade to, the answer is the error.
+#: The request or the upstream failed, or the request may not be answered by any agent (a share
+#: token on a memory agent's route): there is nothing to degrade to, the answer is the error.
 _FAILED_EXCHANGE: Final = frozenset(
-    {Reason.BODY_TOO_LARGE, Reason.BODY_TIMEOUT, Reason.UPSTREAM_ERROR, Reason.UPSTREAM_UNAVAILABLE}
+    {
+        Reason.BODY_TOO_LARGE,
+        Reason.BODY_TIMEOUT,
+        Reason.UPSTREAM_ERROR,
+        Reason.UPSTREAM_UNAVAILABLE,
+        Reason.SHARE_REFUSED,
+    }
 )
 
 

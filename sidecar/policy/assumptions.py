@@ -19,7 +19,16 @@ from typing import Final, get_args
 
 from sidecar.identity.mxid import Origin
 from sidecar.policy.cedar_input import LIMIT_NAMES, limits_record
-from sidecar.policy.model import AgentLimitName, BoundaryClaim, DefinitionKind, Limits, Operation, WriteVerb
+from sidecar.policy.model import (
+    AgentLimitName,
+    BoundaryClaim,
+    DefinitionKind,
+    Limits,
+    Operation,
+    ShareOwner,
+    ShareVerb,
+    WriteVerb,
+)
 from sidecar.policy.pack import Pack, PackError, is_complete
 
 #: The decision input's bound on every count and time (model._BIG).
@@ -80,6 +89,16 @@ _WRITE: Final = (
 )
 
 
+#: A share's facts exist on session.share alone, each field within its kinds (model.ShareFacts).
+_SHARE: Final = (
+    "(if context has share then"
+    f" action == Action::{lit(Operation.SESSION_SHARE.value)} &&"
+    f" {_one_of(get_args(ShareVerb))}.contains(context.share.verb) &&"
+    f" {_one_of(get_args(ShareOwner))}.contains(context.share.owner)"
+    " else true)"
+)
+
+
 def _request_bounds() -> list[str]:
     """Bounds every request memgov builds meets, whatever the data."""
     return [
@@ -97,6 +116,7 @@ def _request_bounds() -> list[str]:
         _bounded_optional("context.request", "presentedGeneration"),
         _bounded_optional("context.delegation", "expiresAt"),
         _WRITE,
+        _SHARE,
     ]
 
 

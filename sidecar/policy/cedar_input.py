@@ -236,6 +236,9 @@ def _context(inp: DecisionInput) -> dict[str, CedarValue]:
             "operator": write.operator,
             "claims": list(write.claims),
         }
+    share = req.share
+    if share is not None:
+        context["share"] = {"verb": share.verb, "owner": share.owner}
     return context
 
 

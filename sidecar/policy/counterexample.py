@@ -103,7 +103,7 @@ def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> De
     dep_ref = _value(ctx["deployment"])
     dep = attrs.get((dep_ref["type"], dep_ref["id"]), {})
     agent, r, d = ctx["agent"], ctx["request"], ctx["delegation"]
-    room, aud, write = ctx.get("room"), ctx.get("audience"), ctx.get("write")
+    room, aud, write, share = ctx.get("room"), ctx.get("audience"), ctx.get("write"), ctx.get("share")
     data: dict[str, Any] = {
         "operation": req["action"]["id"],
         "principal": {
@@ -155,6 +155,7 @@ def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> De
             }
             if write is not None
             else None,
+            "share": {"verb": share["verb"], "owner": share["owner"]} if share is not None else None,
         },
         "room": {
             "room_version": room["roomVersion"],

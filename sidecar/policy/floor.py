@@ -84,6 +84,11 @@ def floor_reasons(
         # SECURITY: a definition that claims memgov's identity or boundary (or whose claims were never
         # read) is never relayed, whoever sends it and whatever the pack says (docs/security.md).
         return {Reason.BOUNDARY_CLAIMED} if write is None or write.claims else set()
+    if inp.operation is Operation.SESSION_SHARE:
+        share = inp.request.share
+        # SECURITY: a memory agent's conversation holds recalled memory; a link to it (or a share of
+        # a session whose owner kagent did not show) would hand that to whoever opens it.
+        return set() if share is not None and share.owner == "user" else {Reason.SHARE_REFUSED}
     found: set[Reason] = set()
     if scoped(inp):
         found |= _consent(inp)

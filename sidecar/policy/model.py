@@ -125,6 +125,27 @@ class WriteFacts(_Model):
     )
 
 
+#: What a request does with one of kagent's share links (v0.10): create, list or revoke the links of
+#: a session, or use one (an ``X-Share-Token`` that makes kagent act as the session's owner).
+ShareVerb = Literal["create", "list", "revoke", "use"]
+#: Who owns the shared session, as kagent answered for it: one of memgov's session keys (a memory
+#: agent's conversation), anyone else, or unknown (kagent did not show the session).
+ShareOwner = Literal["session_key", "user", "unknown"]
+
+
+class ShareFacts(_Model):
+    """What the gateway found out about a share of a kagent session (session.share)."""
+
+    verb: ShareVerb = Field(
+        ..., description="create (POST …/shares), list (GET …/shares), revoke (DELETE …/shares/{token}) or use."
+    )
+    owner: ShareOwner = Field(
+        "unknown",
+        description="The session's owner as kagent answered GET /api/sessions/{id} for this caller: a memgov"
+        " session key, another user, or unknown when kagent did not answer with the session.",
+    )
+
+
 class RequestFacts(_Model):
     """Facts about this request, computed by the gateway."""
 
@@ -159,6 +180,7 @@ class RequestFacts(_Model):
     context_scope: ContextScope | None = Field(None, description="Scope claimed by the context.")
     context_agent: str | None = Field(None, description="Agent reference claimed by the context.")
     write: WriteFacts | None = Field(None, description="A controller write's facts; null on every other operation.")
+    share: ShareFacts | None = Field(None, description="A session share's facts; null on every other operation.")
 
 
 class ServerAcl(_Model):

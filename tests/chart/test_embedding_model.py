@@ -55,10 +55,6 @@ class TestModelGuards:
         ("values", "message"),
         [
             (
-                {**ROTATING, "agents": {"kagent/helper": HELPER}},
-                "agents.kagent/helper has no embedding model while rotation is on",
-            ),
-            (
                 {**DECLARED, "modelConfigs": {"kagent/other": {"model": "m"}}},
                 "agents.kagent/helper.memory.modelConfig=embeddings names no modelConfigs entry",
             ),
@@ -81,7 +77,6 @@ class TestModelGuards:
             ),
         ],
         ids=[
-            "rotation-without-model",
             "undescribed-model-config",
             "model-config-of-another-namespace",
             "not-openai",
@@ -95,6 +90,7 @@ class TestModelGuards:
     @pytest.mark.parametrize(
         "values",
         [
+            {**ROTATING, "agents": {"kagent/helper": HELPER}},
             {**ROTATING, "agents": {"kagent/helper": HELPER}, "erasure": {"rotate": False}},
             {"agents": {"kagent/helper": HELPER}},
             {
@@ -104,10 +100,11 @@ class TestModelGuards:
                 "networkPolicy": {**ROTATING["networkPolicy"], "postgresql": {"to": [cases.POSTGRES_PEER]}},
             },
         ],
-        ids=["rotation-off", "no-embedding-provider", "kagent-db-adapter"],
+        ids=["rotation-on", "rotation-off", "no-embedding-provider", "kagent-db-adapter"],
     )
-    def test_without_rotation_no_model_is_needed(self, values: dict[str, Any]) -> None:
-        """Where nothing is re-embedded (rotation off, no provider, exact kagent-db deletes) the render succeeds."""
+    def test_no_model_in_the_values_renders(self, values: dict[str, Any]) -> None:
+        """No model in the values renders, rotation on or off: memgov then reads the model each Agent's
+        definition declares from kagent (tests/drill: the chart's defaults on both releases)."""
         assert "embedding_model" not in _agent_config(values)["kagent/helper"]
 
 

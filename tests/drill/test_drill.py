@@ -22,6 +22,17 @@ from tests.support.upstream import Upstream, sa_token, start_stack
 EXACT = [c for c in CHECKS if c.id == "exact_one_entry_erase"]
 
 
+def chart_default_agents() -> dict:
+    """The drill agents' settings as the chart renders them with nothing about their models: rotation on,
+    and the model left to what each Agent's definition in kagent declares."""
+    values = {
+        "upstream": {"embeddingUrl": "https://embeddings.example.org/v1"},
+        "networkPolicy": {"embedding": {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}},
+        "agents": {ref: {"disabledVariant": ref.split("/")[1] + "-nomem", "ghost": ghost} for ref, ghost in AGENTS},
+    }
+    return config_file(render(values))["agents"]
+
+
 def declared_agents() -> dict:
     """The drill agents' settings as the chart renders them: its defaults, rotation on (an embedding provider),
     and each Agent's memory ModelConfig declared the way kagent declares it."""
@@ -166,7 +177,13 @@ class TestDrillUsage:
 
 
 async def _drill_on(
-    upstream: Upstream, adapter: str, tmp_path: Path, request: pytest.FixtureRequest, settings: dict | None = None
+    upstream: Upstream,
+    adapter: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    settings: dict | None = None,
+    *,
+    declare: bool = False,
 ) -> Report:
     """The devstack drill with the given kagent behind the gateway, the given erasure adapter and agents' settings."""
     pg_server = request.getfixturevalue("pg_server")
@@ -183,7 +200,10 @@ async def _drill_on(
             await install_role(owner)
             erasure["kagent_db_url"] = role_url(owner)
         token = sa_token(AGENTS[0][0]) if upstream.auth_mode == "trusted-proxy" else None
-        async with devstack_target(dev, erasure=erasure, kagent_token=token, agents=settings) as (target, local):
+        async with devstack_target(dev, erasure=erasure, kagent_token=token, agents=settings, declare=declare) as (
+            target,
+            local,
+        ):
             return await run_drill(target, local=local, clock=local.clock)
     finally:
         await dev.stop()
@@ -224,6 +244,15 @@ class TestDrillAgainstKagent:
         agents = declared_agents()
         assert {a["embedding_model"] for a in agents.values()} == {EMBEDDING_MODEL}
         report = await _drill_on(upstream, "rest", tmp_path, request, settings=agents)
+        self._assert_passed(report, planted, "rest", upstream)
+
+    @pytest.mark.kagent(standins=("0.9", "0.10"))
+    async def test_rest_adapter_with_no_model_in_memgovs_configuration(self, upstream, planted, tmp_path, request):
+        """The chart's defaults with no model anywhere in memgov's configuration: memgov reads each Agent's memory
+        ModelConfig from kagent, and every check passes over REST, the exact erase by a verified rotation."""
+        agents = chart_default_agents()
+        assert not any("embedding_model" in a or "model_configs" in a for a in agents.values())
+        report = await _drill_on(upstream, "rest", tmp_path, request, settings=agents, declare=True)
         self._assert_passed(report, planted, "rest", upstream)
 
 

@@ -9,7 +9,7 @@ Tests marked ``kagent`` run the same stack with kagent v0.9.11 itself as the con
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -24,12 +24,17 @@ from tests.support.upstream import Upstream
 
 @pytest.fixture
 async def make_stack(tmp_path, upstream: Upstream, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """Factory: build a stack with settings overrides; everything is torn down after the test."""
+    """Factory: build a stack with settings overrides; everything is torn down after the test.
+
+    ``in_kagent`` (an async function of the devstack) runs once kagent is up and before the gateway
+    starts: what a cluster already holds when memgov is deployed (definitions, sessions)."""
     pg_server = request.getfixturevalue("pg_server") if upstream.real else None
     async with contextlib.AsyncExitStack() as stacks:
 
-        async def build(**overrides: Any) -> Stack:
+        async def build(in_kagent: Callable[[Devstack], Awaitable[None]] | None = None, **overrides: Any) -> Stack:
             async def config_of(keys: Keys, kagent_url: str, dev: Devstack) -> dict[str, Any]:
+                if in_kagent is not None:
+                    await in_kagent(dev)
                 return stack_settings(keys, kagent_url, dev, upstream, **overrides)
 
             d = await stacks.enter_async_context(

@@ -11,11 +11,15 @@ import copy
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 
+from sidecar.dev.devstack import Devstack, definitions
 from sidecar.wire import dumps
 from tests.support.sentinel import capture_sinks, make_sentinel
-from tests.support.stack import AGENT_MODEL_CONFIGS
+from tests.support.stack import AGENT, AGENT_MODEL_CONFIGS, GHOST, RUNTIME_EMBEDDING_MODEL
+from tests.support.upstream import bridge_headers
+from tests.support.wait import until
 
 #: memgov's identity as the chart renders it for a release named "memgov" in kagent's namespace.
 BOUNDARY = {
@@ -178,6 +182,35 @@ class TestDefinitionWrites:
             sent = [r for r in gated.dev.recorder.requests if r.method == "POST"][-1]
             assert sent.body == dumps(agent)
 
+    @pytest.mark.kagent(standins=("0.9", "0.10"))
+    async def test_the_model_config_an_agent_declares_in_kagent_is_governed(self, make_stack, upstream):
+        """No ModelConfig in memgov's configuration: the one the memory agent's kagent definition names for its
+        memory, read from kagent, changes only with an operator token, like a configured one."""
+
+        async def in_kagent(dev: Devstack) -> None:
+            async with aiohttp.ClientSession() as http:
+                headers = bridge_headers(upstream, "ops@example.org")
+                await definitions.declare(
+                    http, dev.kagent_url, {AGENT: RUNTIME_EMBEDDING_MODEL}, headers=headers, config="memory-embed"
+                )
+
+        bare = {AGENT: {"disabled_variant": "k8s-agent-nomem", "ghost": GHOST}}
+        gated = await make_stack(in_kagent=in_kagent, boundary=BOUNDARY, agents=bare)
+
+        async def learnt() -> bool:
+            async with gated.http.get(gated.gw.ops_url + "/readyz") as resp:
+                detail = (await resp.json())["checks"]["kagent"]
+                return AGENT not in detail.get("agents_without_model", [AGENT])
+
+        await until(learnt)
+        swapped = {"spec": {"provider": "OpenAI", "model": "text-embedding-3-large"}}
+        status, body, _ = await gated.definition("PUT", "/api/modelconfigs/kagent/memory-embed", swapped)
+        assert (status, body["error"]) == (403, "operator_required")
+        status, body, _ = await gated.definition("PUT", "/api/modelconfigs/kagent/other-config", swapped)
+        assert body.get("error") != "operator_required"
+        status, body, _ = await gated.definition("PUT", "/api/modelconfigs/kagent/memory-embed", swapped, operator=True)
+        assert body.get("error") != "operator_required", body
+
     @pytest.mark.kagent
     async def test_a_governed_agents_definition_needs_an_operator(self, gated):
         """The memory agent's memory-free variant and its ModelConfig change only with an operator token,
@@ -239,7 +272,8 @@ class TestDefinitionWrites:
         for path in ("/api/%61gents", "/api/Agents", "/api//agents", "/api/prompttemplates/kagent%2Fmemgov-policies"):
             status, body, _ = await gated.definition("POST", path, byo())
             assert (status, body["error"]) == (403, "route_denied"), path
-        assert gated.dev.recorder.requests == []
+        # Only memgov's own reads (kagent's release, the memory agents' declared models) reached kagent.
+        assert [r for r in gated.dev.recorder.requests if r.method != "GET"] == []
 
     async def test_without_configuration_memgovs_generic_markers_are_refused(self, stack):
         """A gateway with no boundary settings still refuses memgov's name label and memgov/ keys."""

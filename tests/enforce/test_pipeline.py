@@ -11,11 +11,13 @@ from sidecar.enforce.invoke import Invocations
 from sidecar.enforce.pipeline import RouteSpec
 from sidecar.enforce.saves import Saves
 from sidecar.enforce.searches import Searches
+from sidecar.enforce.shares import Shares
 from sidecar.policy.model import Operation
 from sidecar.policy.outcome import deny_action
+from sidecar.proxy import passthrough
 from sidecar.reasons import Action
 from sidecar.root import route_parts
-from sidecar.routes import CONTENT_CLASSES
+from sidecar.routes import CONTENT_CLASSES, Traffic
 
 
 async def _never(*_args: object) -> None:
@@ -26,22 +28,27 @@ class TestDeclarations:
     async def test_every_governed_class_has_a_handler(self, stack) -> None:
         # Memory and embedding classes carry content, invocations carry memory, other runtimes' stores
         # are the policy's to refuse: none may fall back to the transparent relay once governance is on.
-        handlers = governed_handlers(stack.parts.decider, *route_parts(stack.parts))
+        handlers = governed_handlers(stack.parts.decider, *route_parts(stack.parts), passthrough=passthrough)
         assert set(handlers) == {
             *CONTENT_CLASSES,
             Operation.A2A_INVOKE,
             Operation.MEMORY_UNGOVERNED,
             Operation.CONTROLLER_WRITE,
+            Operation.SESSION_SHARE,
+            # Decided in front of the relay when a share token comes with the request.
+            Traffic.PASSTHROUGH,
         }
+        assert handlers[Traffic.PASSTHROUGH] is not passthrough
 
     async def test_a_spec_degrades_exactly_when_its_refusals_rewrite(self, stack) -> None:
-        memory, invoke, embedding, definitions = route_parts(stack.parts)
+        memory, invoke, embedding, definitions, shares = route_parts(stack.parts)
         specs: list[RouteSpec[object, object]] = [
             Invocations(invoke).spec(),  # type: ignore[list-item]
             Searches(memory).spec(),  # type: ignore[list-item]
             Embeddings(embedding).spec(),  # type: ignore[list-item]
             Saves(memory).spec(Operation.MEMORY_SAVE),  # type: ignore[list-item]
             Definitions(definitions).spec(),  # type: ignore[list-item]
+            Shares(shares).spec(),  # type: ignore[list-item]
         ]
         for spec in specs:
             rewrites = deny_action(spec.operation) is Action.REWRITE_DISABLED

@@ -22,7 +22,7 @@ class TestCompile:
         """Each policy's @id becomes a reason code; the permit is 'allowed'."""
         compiled = compile_pack(read_pack(Path(__file__).resolve().parents[2] / "policies"))
         assert "allowed" in compiled.reasons.values()
-        assert len(set(compiled.reasons.values())) == len(compiled.reasons) == 25
+        assert len(set(compiled.reasons.values())) == len(compiled.reasons) == 26
 
     @pytest.mark.parametrize(
         ("text", "message"),

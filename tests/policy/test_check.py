@@ -124,7 +124,7 @@ class TestPermitCarryingACode:
 
 
 SCHEMA = "cedar/memgov.cedarschema"
-SHARE = '\naction "session.share"{groups}\n  appliesTo {{ principal: User, resource: Scope, context: Facts }};\n'
+NEW_ACTION = '\naction "session.export"{groups}\n  appliesTo {{ principal: User, resource: Scope, context: Facts }};\n'
 
 
 def _gaps(pack: Path) -> list[str]:
@@ -149,16 +149,16 @@ class TestProperties:
         schema = pack_copy / SCHEMA
         line = schema.read_text().count("\n") + 2
         with schema.open("a") as f:
-            f.write(SHARE.format(groups=""))
+            f.write(NEW_ACTION.format(groups=""))
         assert _gaps(pack_copy) == [
-            f"properties.yaml: no property covers action session.share ({SCHEMA}:{line}): add a property with"
-            " actions: [session.share] (or a group it is in) saying what the pack guarantees for it"
+            f"properties.yaml: no property covers action session.export ({SCHEMA}:{line}): add a property with"
+            " actions: [session.export] (or a group it is in) saying what the pack guarantees for it"
         ]
 
     def test_a_new_operation_in_a_covered_group_needs_nothing_more(self, pack_copy: Path) -> None:
         """The group properties cover an action that joins their group (memoryWork here)."""
         with (pack_copy / SCHEMA).open("a") as f:
-            f.write(SHARE.format(groups=" in [memoryWork]"))
+            f.write(NEW_ACTION.format(groups=" in [memoryWork]"))
         assert _gaps(pack_copy) == []
 
     def test_a_code_no_property_names_is_named_with_its_rules(self, pack_copy: Path) -> None:

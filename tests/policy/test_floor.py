@@ -60,6 +60,14 @@ FLOOR_CASES: list[tuple[str, dict[str, Any], Action, Reason]] = [
         Reason.BOUNDARY_CLAIMED,
     ),
     ("controller_write", {"request.write": None}, Action.DENY, Reason.BOUNDARY_CLAIMED),
+    ("session_share", {"request.share.owner": "session_key"}, Action.DENY, Reason.SHARE_REFUSED),
+    (
+        "session_share",
+        {"request.share.verb": "use", "request.share.owner": "unknown"},
+        Action.DENY,
+        Reason.SHARE_REFUSED,
+    ),
+    ("session_share", {"request.share": None}, Action.DENY, Reason.SHARE_REFUSED),
 ]
 FLOOR_IDS = [f"{base}:{reason.value}:{i}" for i, (base, _, _, reason) in enumerate(FLOOR_CASES)]
 

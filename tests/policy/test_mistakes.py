@@ -335,6 +335,29 @@ MISTAKES = [
         ],
         args=("--property", "governed-definitions-need-an-operator"),
     ),
+    Mistake(
+        "a share of a session whose owner kagent did not show allowed, in both languages, its rows edited",
+        "prove",
+        "prove",
+        '    request.share.owner: "user" -> "unknown"',
+        [
+            (
+                "cedar/sessions.cedar",
+                'unless { context has share && context.share.owner == "user" };',
+                'unless { context has share && context.share.owner != "session_key" };',
+            ),
+            (
+                f"{DECISION}/sessions.rego",
+                'shared_by_a_user if input.request.share.owner == "user"',
+                'shared_by_a_user if input.request.share.owner != "session_key"',
+            ),
+        ],
+        rows={
+            "a session kagent did not show the caller is not shared": {"action": "forward"},
+            "a token on a session kagent did not show is not used": {"action": "forward"},
+        },
+        args=("--property", "memory-sessions-are-never-shared"),
+    ),
     # ---- showed only in policy diff ---------------------------------------------------------
     Mistake(
         'entry cap checking only "already full", its row edited',
@@ -697,7 +720,7 @@ class TestCorpus:
         assert len(MISTAKES) >= 35
         assert {m.kind for m in MISTAKES} == set(KINDS)
         failing = Counter(m.gate for m in MISTAKES if m.fails)
-        assert failing == {"check": 13, "test": 11, "prove": 17}
+        assert failing == {"check": 13, "test": 11, "prove": 18}
         assert sum(failing.values()) >= 33
         assert [m.name for m in MISTAKES if not m.fails] == [m.name for m in MISTAKES if m.diff]
         assert sum(m.kind == "diff-only" for m in MISTAKES) == 9

@@ -216,8 +216,9 @@ class Stack:
         *,
         user_header: str | None = None,
         agent_header: str | None = APP,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[int, Any, dict[str, str]]:
-        headers = runtime_headers(self.upstream, AGENT)
+        headers = {**runtime_headers(self.upstream, AGENT), **(extra_headers or {})}
         if user_header is not None:
             headers["X-User-Id"] = user_header
         if agent_header is not None:

@@ -47,6 +47,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- $upstream := dict "controller_url" (include "memgov.controllerUrl" .) }}
 {{- with $v.upstream.embeddingUrl }}{{- $_ := set $upstream "embedding_url" . }}{{- end }}
 {{- if $v.upstream.embeddingTrustEnv }}{{- $_ := set $upstream "embedding_trust_env" true }}{{- end }}
+{{- $_ := set $upstream "kagent_refresh_s" $v.upstream.kagentRefreshS }}
 {{- $state := dict }}
 {{- if ne (include "memgov.stateStore" .) "postgresql" }}
 {{- $_ := set $state "url" "sqlite:////var/lib/memgov/state.db" }}

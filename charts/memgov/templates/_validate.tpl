@@ -80,7 +80,6 @@ mode renders.
 {{- $errors = append $errors (list "erasure.adapter=kagent-db needs the least-privilege role's URL:"
   "set erasure.kagentDb.existingSecret (a Secret holding a postgresql:// URL)." | join " ") }}
 {{- end }}
-{{- $rotates := and (eq $v.erasure.adapter "rest") $v.erasure.rotate $v.upstream.embeddingUrl }}
 {{- range $ref, $agent := $v.agents }}
 {{- $declared := dig "memory" "modelConfig" "" $agent }}
 {{- $spec := include "memgov.declaredModel" (dict "ref" $ref "agent" $agent "modelConfigs" $v.modelConfigs) | fromJson }}
@@ -94,12 +93,6 @@ mode renders.
 {{- end }}
 {{- if and $declared $agent.embeddingModel }}
 {{- $errors = append $errors (printf "agents.%s sets both memory.modelConfig and embeddingModel: keep one." $ref) }}
-{{- end }}
-{{- if and $rotates (not $declared) (not $agent.embeddingModel) }}
-{{- $errors = append $errors (printf "agents.%s has no embedding model while rotation is on (%s): %s %s" $ref
-  "erasure.adapter=rest, erasure.rotate=true, upstream.embeddingUrl set"
-  "its forget-one and hard expiry would stay pending. Declare agents.<ref>.memory.modelConfig (and modelConfigs.<ns>/<name>)"
-  "as the Agent declares it in kagent, set agents.<ref>.embeddingModel, or set erasure.rotate=false.") }}
 {{- end }}
 {{- end }}
 {{- if and $v.tracing.enabled (not $v.tracing.endpoint) }}

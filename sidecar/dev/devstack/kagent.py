@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sidecar.dev.devstack import a2a, memory_api, sessions
+from sidecar.dev.devstack import a2a, definitions, memory_api, sessions
 from sidecar.dev.devstack.admin import admin_mux
 from sidecar.dev.devstack.gohttp import go_error, go_json, method_not_allowed, moved, not_found
 from sidecar.dev.devstack.gojson import go_query_get
@@ -157,9 +157,23 @@ _HARNESS_SESSION_ROUTES: Routes = (
 )
 
 
+#: The definition routes modelled (``definitions.py``); each other method of their paths echoes.
+_MODELLED: dict[tuple[str, str], Handler] = {
+    ("/api/modelconfigs", "POST"): definitions.create_model_config,
+    ("/api/modelconfigs/{namespace}/{name}", "GET"): definitions.get_model_config,
+    ("/api/agents", "POST"): definitions.create_agent,
+    ("/api/agents/{namespace}/{name}", "GET"): definitions.get_agent,
+}
+
+
 def _echoes(mux: Mux[Target], routes: Routes) -> None:
     for template, methods in routes:
-        mux.add(template, Target("api", echo), methods)
+        echoed = [m for m in methods if (template, m) not in _MODELLED]
+        for method in methods:
+            if (template, method) in _MODELLED:
+                mux.add(template, Target("api", _MODELLED[(template, method)]), [method])
+        if echoed:
+            mux.add(template, Target("api", echo), echoed)
 
 
 def controller_mux(release: KagentRelease = DEFAULT) -> Mux[Target]:
@@ -263,6 +277,7 @@ def create_kagent_app(
         sessions=sessions.SessionBook(now) if release.owns_sessions else None,
     )
     app[RECORDER] = Recorder()
+    app[definitions.BOOK] = definitions.DefinitionBook()
     app.router.add_route("*", "/{tail:.*}", _dispatcher(controller_mux(release), admin_mux()))
     app.cleanup_ctx.append(_http_client)
     return app

@@ -47,6 +47,7 @@ known_operations := {
 	"embedding",
 	"control.inspect",
 	"controller.write",
+	"session.share",
 }
 
 # METADATA
