@@ -54,14 +54,19 @@ class OpaServer:
 
     def stop(self) -> None:
         """Terminate the server, wait for it and remove its bundle."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
         shutil.rmtree(self.bundle.parent, ignore_errors=True)
+
+
+def stop_child(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a tool's child process and wait for it (SIGTERM, then SIGKILL after ten seconds)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _healthy(url: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Literal
 
 from sidecar.dev.devstack.pg import free_port
 from sidecar.dev.devstack.releases import DEFAULT, KagentRelease
+from sidecar.policy.opa_server import stop_child
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
 AUTH_MODES: tuple[AuthMode, ...] = ("unsecure", "trusted-proxy")
@@ -73,13 +74,7 @@ class RealKagent:
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after a grace period)."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_child(self._proc)
 
 
 def _healthy(url: str) -> bool:
