@@ -69,9 +69,10 @@ def stop_child(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether the server at ``url`` answers 200 on ``/health`` within ``timeout_s``."""
     try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+        with urllib.request.urlopen(url + "/health", timeout=timeout_s) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -107,7 +108,7 @@ def start_opa(pack_dir: Path, port: int | None = None, startup_timeout_s: float 
             first = next(iter((work / "output").read_text(errors="replace").splitlines()), "")
             server.stop()
             raise RuntimeError(f"opa exited during startup (status {proc.returncode}): {first[:300]}")
-        if _healthy(server.url):
+        if healthy(server.url):
             return server
         time.sleep(0.05)
     server.stop()
