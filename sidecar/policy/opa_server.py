@@ -58,12 +58,12 @@ class OpaServer:
         shutil.rmtree(self.bundle.parent, ignore_errors=True)
 
 
-def stop_child(process: subprocess.Popen[bytes]) -> None:
-    """Terminate a tool's child process and wait for it (SIGTERM, then SIGKILL after ten seconds)."""
+def stop_child(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Terminate a tool's child process and wait for it (SIGTERM, then SIGKILL after ``grace_s``)."""
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
