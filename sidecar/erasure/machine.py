@@ -26,9 +26,9 @@ import asyncio
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sidecar.erasure.parts import ErasureParts
+from sidecar.erasure.parts import ErasureParts, audit_erasure
 from sidecar.erasure.rotation import RotationSteps
-from sidecar.erasure.runner import Runner, audit_erasure
+from sidecar.erasure.runner import Runner
 from sidecar.erasure.steps import EntrySteps, NoRotation, Steps, WholeScopeSteps
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
@@ -156,15 +156,7 @@ class ErasureEngine:
         retry = await p.erasures.create_retry(head, ids, self.adapter, requested_by, p.clock())
         if retry is None:  # another caller started this chain's retry first: join it
             return await self.run((await p.erasures.retry_head(head)).erasure_id)
-        await p.audit.audit(
-            "erasure",
-            Reason.ALLOWED.value,
-            scope_id=scope.scope_id,
-            erasure_id=head.erasure_id,
-            operation="erasure.retry",
-            policy_revision=p.revision(),
-            now=p.clock(),
-        )
+        await audit_erasure(p, head, Reason.ALLOWED, "erasure.retry")
         await audit_erasure(p, retry, Reason.ALLOWED)
         log.info(
             "erasure.retrying",

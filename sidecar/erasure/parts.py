@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sidecar.clock import Clock
@@ -12,6 +13,8 @@ from sidecar.contentstore.adapters import EraseAdapter
 from sidecar.contentstore.rotator import Rotator
 from sidecar.identity.appname import Agents
 from sidecar.policy.model import Limits
+from sidecar.reasons import Reason
+from sidecar.state.types import Erasure
 
 if TYPE_CHECKING:
     from sidecar.state.audit import AuditOps, ErasureOps
@@ -50,3 +53,25 @@ class ErasureParts:
     #: A rotation's copies are saves like any other: their in-flight lease and call timeout.
     write_lease_s: float
     memory_timeout_s: float
+
+
+async def audit_erasure(
+    p: ErasureParts,
+    erasure: Erasure,
+    reason: Reason,
+    operation: str | None = None,
+    *,
+    kind: str = "erasure",
+    now: datetime | None = None,
+) -> None:
+    """The content-free audit row of an erasure, under the live pack's revision: its reaching ``reason``'s
+    outcome in its current state, or the ``operation`` (of another audit ``kind``) done for it."""
+    await p.audit.audit(
+        kind,
+        reason.value,
+        scope_id=erasure.scope_id,
+        erasure_id=erasure.erasure_id,
+        operation=operation or f"erasure.{erasure.kind}.{erasure.state}",
+        policy_revision=p.revision(),
+        now=p.clock() if now is None else now,
+    )

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from sidecar import metrics, tracing
 from sidecar.contentstore.adapters import AdapterError
-from sidecar.erasure.parts import ErasureParts
+from sidecar.erasure.parts import ErasureParts, audit_erasure
 from sidecar.erasure.readback import Deferred
 from sidecar.erasure.steps import Steps, step_to
 from sidecar.logs import get_logger
@@ -36,19 +36,6 @@ from sidecar.state.types import (
 log = get_logger("erasure")
 #: How often a caller that must wait for another process's run looks again.
 _CLAIM_POLL_S = 0.25
-
-
-async def audit_erasure(p: ErasureParts, erasure: Erasure, reason: Reason) -> None:
-    """The content-free audit row of an erasure reaching ``reason``'s outcome in its current state."""
-    await p.audit.audit(
-        "erasure",
-        reason.value,
-        scope_id=erasure.scope_id,
-        erasure_id=erasure.erasure_id,
-        operation=f"erasure.{erasure.kind}.{erasure.state}",
-        policy_revision=p.revision(),
-        now=p.clock(),
-    )
 
 
 class Runner:

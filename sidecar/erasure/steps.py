@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from sidecar.contentstore.adapters import AdapterError
-from sidecar.erasure.parts import ErasureParts
+from sidecar.erasure.parts import ErasureParts, audit_erasure
 from sidecar.erasure.readback import quiesce, read_back, stamp_erased
 from sidecar.logs import get_logger
 from sidecar.reasons import Reason
@@ -80,15 +80,7 @@ class WholeScopeSteps(_Disables):
             return
         if erasure.kind is ErasureKind.WITHDRAW:
             _, receipt = await p.scopes.withdraw(scope.scope_id, now)
-            await p.audit.audit(
-                "consent",
-                Reason.ALLOWED.value,
-                scope_id=scope.scope_id,
-                erasure_id=erasure.erasure_id,
-                operation="consent.withdraw",
-                policy_revision=p.revision(),
-                now=now,
-            )
+            await audit_erasure(p, erasure, Reason.ALLOWED, "consent.withdraw", kind="consent", now=now)
             log.info(
                 "consent.withdrawn",
                 scope_id=scope.scope_id,

@@ -54,19 +54,25 @@ class OpaServer:
 
     def stop(self) -> None:
         """Terminate the server, wait for it and remove its bundle."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
         shutil.rmtree(self.bundle.parent, ignore_errors=True)
 
 
-def _healthy(url: str) -> bool:
+def stop_child(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Terminate a tool's child process and wait for it (SIGTERM, then SIGKILL after ``grace_s``)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def healthy(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether the server at ``url`` answers 200 on ``/health`` within ``timeout_s``."""
     try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+        with urllib.request.urlopen(url + "/health", timeout=timeout_s) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -102,7 +108,7 @@ def start_opa(pack_dir: Path, port: int | None = None, startup_timeout_s: float 
             first = next(iter((work / "output").read_text(errors="replace").splitlines()), "")
             server.stop()
             raise RuntimeError(f"opa exited during startup (status {proc.returncode}): {first[:300]}")
-        if _healthy(server.url):
+        if healthy(server.url):
             return server
         time.sleep(0.05)
     server.stop()

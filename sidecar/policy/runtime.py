@@ -28,6 +28,17 @@ from sidecar.settings import PolicySettings
 log = get_logger("policy")
 
 
+def _logged(decision: Decision, inp: DecisionInput) -> dict[str, object]:
+    """The fields of a ``policy.decision`` line: its id, codes and engine (never an input's facts)."""
+    return {
+        "decision_id": decision.decision_id,
+        "operation": inp.operation.value,
+        "action": decision.action.value,
+        "reasons": [r.value for r in decision.reasons],
+        "engine": decision.engine,
+    }
+
+
 def build_engine(settings: PolicySettings, engine: str | None = None, opa_url: str | None = None) -> Engine:
     """Construct the configured engine (nothing is loaded yet)."""
     name = engine or settings.engine
@@ -148,29 +159,14 @@ class PolicyRuntime:
         decision = decision.model_copy(update=stamp)
         metrics.count_decision(inp.operation, decision, time.perf_counter() - started)
         # Debug level: the enforcement stage logs every governed request once at info, with these fields.
-        log.debug(
-            "policy.decision",
-            decision_id=did,
-            operation=inp.operation.value,
-            action=decision.action.value,
-            reasons=[r.value for r in decision.reasons],
-            engine=decision.engine,
-            revision=decision.revision,
-        )
+        log.debug("policy.decision", **_logged(decision, inp), revision=decision.revision)
         return decision
 
     def _unloaded(self, inp: DecisionInput, did: str) -> Decision:
         # SECURITY: no validated pack, no memory: fail closed.
         decision = unavailable(inp).model_copy(update={"decision_id": did, "engine": self.engine.name})
         metrics.ENGINE_FAILURES.labels(self.engine.name, "unloaded").inc()
-        log.warning(
-            "policy.decision",
-            decision_id=did,
-            operation=inp.operation.value,
-            action=decision.action.value,
-            reasons=[r.value for r in decision.reasons],
-            engine=self.engine.name,
-        )
+        log.warning("policy.decision", **_logged(decision, inp))
         return decision
 
     def _conclude(

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -31,8 +32,8 @@ _EFFECT = re.compile(r"^\s*(forbid|permit)\b", re.MULTILINE)
 _PACKAGE: Final = "memgov.decision"
 
 
-def _closing(text: str, start: int) -> int:
-    """Index of the bracket closing the one at ``start`` (strings skipped)."""
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """Each index from ``start`` on, strings skipped, with the bracket depth once its character is read."""
     depth, i = 0, start
     while i < len(text):
         ch = text[i]
@@ -42,29 +43,24 @@ def _closing(text: str, start: int) -> int:
             depth += 1
         elif ch in "})]":
             depth -= 1
-            if depth == 0:
-                return i
+        yield i, depth
         i += 1
-    return len(text)
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``start`` (strings skipped)."""
+    return next((i for i, depth in _scan(text, start) if depth == 0 and text[i] in "})]"), len(text))
 
 
 def split_top(body: str) -> tuple[str, list[str]]:
     """The operator (``||``, else ``&&``, else none) a condition splits at on its top level, and its parts."""
     for op in ("||", "&&"):
-        parts, depth, last, i = [], 0, 0, 0
-        while i < len(body):
-            ch = body[i]
-            if ch == '"':
-                i = body.index('"', i + 1)
-            elif ch in "{([":
-                depth += 1
-            elif ch in "})]":
-                depth -= 1
-            elif depth == 0 and body.startswith(op, i):
+        parts: list[str] = []
+        last = 0
+        for i, depth in _scan(body):
+            if depth == 0 and i >= last and body.startswith(op, i):
                 parts.append(body[last:i])
                 last = i + len(op)
-                i += 1
-            i += 1
         parts.append(body[last:])
         if len(parts) > 1:
             return op, [" ".join(p.split()) for p in parts]

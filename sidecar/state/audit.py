@@ -106,8 +106,7 @@ class AuditOps(Facet):
             _opt(policy_revision, codec.check_id, "policy_revision"),
         )
         try:
-            async with self._db.tx("single") as tx:
-                await tx.execute(INSERT_AUDIT, *values)
+            await self._execute("single", INSERT_AUDIT, *values)
         except StateError as exc:
             if not _outage(exc):
                 raise
@@ -120,8 +119,7 @@ class AuditOps(Facet):
         hour = to_us(now) // _HOUR_US * _HOUR_US
         key = (hour, codec.check_code(operation, "operation"), codec.check_reason(reason))
         try:
-            async with self._db.tx("single") as tx:
-                await tx.execute(UPSERT_COUNT, *key, 1)
+            await self._execute("single", UPSERT_COUNT, *key, 1)
         except StateError as exc:
             if not _outage(exc):
                 raise
@@ -129,10 +127,9 @@ class AuditOps(Facet):
 
     async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
         """Counted refusals: (hour, operation, reason, count), newest first."""
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                "SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC, operation, reason"
-            )
+        rows = await self._fetch(
+            "read", "SELECT hour_us, operation, reason, n FROM audit_counts ORDER BY hour_us DESC, operation, reason"
+        )
         return [(from_us(r[0]), r[1], r[2], int(r[3])) for r in rows]
 
     async def audit_rows(self, scope_id: str | None = None, limit: int = 1000) -> list[dict[str, object]]:
@@ -267,22 +264,22 @@ class ErasureOps(Facet):
     async def record_readback(self, erasure_id: str, ns_id: str, remaining: int, what: str, now: datetime) -> None:
         """Keep one read-back of an erasure as evidence: the namespace, when, and how many rows were found."""
         codec.check_code(what, "what")
-        async with self._db.tx("write") as tx:
-            # The namespace's generation and kind are kept with the read-back: evidence outlives the namespace row.
-            await tx.execute(
-                "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check,"
-                " generation, legacy) SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5,"
-                " (SELECT n.generation FROM namespaces n WHERE n.ns_id = $7),"
-                " (SELECT n.salt = '' FROM namespaces n WHERE n.ns_id = $7)"
-                " FROM erasure_readbacks WHERE erasure_id = $6",
-                erasure_id,
-                codec.check_id(ns_id, "ns_id"),
-                to_us(now),
-                int(remaining),
-                what,
-                erasure_id,
-                ns_id,
-            )
+        # The namespace's generation and kind are kept with the read-back: evidence outlives the namespace row.
+        await self._execute(
+            "write",
+            "INSERT INTO erasure_readbacks (erasure_id, seq, ns_id, at_us, remaining, scope_of_check,"
+            " generation, legacy) SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, $3, $4, $5,"
+            " (SELECT n.generation FROM namespaces n WHERE n.ns_id = $7),"
+            " (SELECT n.salt = '' FROM namespaces n WHERE n.ns_id = $7)"
+            " FROM erasure_readbacks WHERE erasure_id = $6",
+            erasure_id,
+            codec.check_id(ns_id, "ns_id"),
+            to_us(now),
+            int(remaining),
+            what,
+            erasure_id,
+            ns_id,
+        )
 
     async def claim_erasure(self, erasure_id: str, runner: str, until: datetime, now: datetime) -> bool:
         """Take (or keep) the erasure's run lease for ``runner`` until ``until``: True when it is now ours.
@@ -291,46 +288,46 @@ class ErasureOps(Facet):
         The conditional update is the compare-and-set, so of two processes claiming at once one wins.
         """
         codec.check_id(runner, "runner")
-        async with self._db.tx("write") as tx:
-            changed = await tx.execute(
-                "UPDATE erasures SET runner = $2, runner_until_us = $3 WHERE erasure_id = $1"
-                f" AND state NOT IN ({ERASURE_TERMINAL_SQL})"
-                " AND (runner IS NULL OR runner = $2 OR runner_until_us <= $4)",
-                erasure_id,
-                runner,
-                to_us(until),
-                to_us(now),
-            )
+        changed = await self._execute(
+            "write",
+            "UPDATE erasures SET runner = $2, runner_until_us = $3 WHERE erasure_id = $1"
+            f" AND state NOT IN ({ERASURE_TERMINAL_SQL})"
+            " AND (runner IS NULL OR runner = $2 OR runner_until_us <= $4)",
+            erasure_id,
+            runner,
+            to_us(until),
+            to_us(now),
+        )
         return bool(changed == 1)
 
     async def renew_erasure(self, erasure_id: str, runner: str, until: datetime) -> bool:
         """Extend a run lease ``runner`` still holds; False when another runner took it (or it was released)."""
-        async with self._db.tx("write") as tx:
-            changed = await tx.execute(
-                "UPDATE erasures SET runner_until_us = $3 WHERE erasure_id = $1 AND runner = $2",
-                erasure_id,
-                codec.check_id(runner, "runner"),
-                to_us(until),
-            )
+        changed = await self._execute(
+            "write",
+            "UPDATE erasures SET runner_until_us = $3 WHERE erasure_id = $1 AND runner = $2",
+            erasure_id,
+            codec.check_id(runner, "runner"),
+            to_us(until),
+        )
         return bool(changed == 1)
 
     async def release_erasure(self, erasure_id: str, runner: str) -> None:
         """Give up ``runner``'s run lease (a deferred or finished run); another runner may claim it at once."""
-        async with self._db.tx("write") as tx:
-            await tx.execute(
-                "UPDATE erasures SET runner = NULL, runner_until_us = NULL WHERE erasure_id = $1 AND runner = $2",
-                erasure_id,
-                codec.check_id(runner, "runner"),
-            )
+        await self._execute(
+            "write",
+            "UPDATE erasures SET runner = NULL, runner_until_us = NULL WHERE erasure_id = $1 AND runner = $2",
+            erasure_id,
+            codec.check_id(runner, "runner"),
+        )
 
     async def defer_erasure(self, erasure_id: str, until: datetime | None) -> None:
         """Set (or clear) the time before which an erasure's verification must not run."""
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                "UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1",
-                erasure_id,
-                None if until is None else to_us(until),
-            )
+        await self._execute(
+            "single",
+            "UPDATE erasures SET not_before_us = $2 WHERE erasure_id = $1",
+            erasure_id,
+            None if until is None else to_us(until),
+        )
 
     async def get_erasure(self, erasure_id: str) -> Erasure | None:
         """Return the erasure with its entries and steps, or None."""
@@ -386,21 +383,22 @@ class ErasureOps(Facet):
 
     async def superseded_by(self, erasure_id: str) -> str | None:
         """The verified erasure that supersedes a failed one, or None (also for one that is not failed)."""
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                f"SELECT {superseding('e')} FROM erasures e WHERE e.erasure_id = $1 AND e.state = 'failed'", erasure_id
-            )
+        row = await self._fetchrow(
+            "read",
+            f"SELECT {superseding('e')} FROM erasures e WHERE e.erasure_id = $1 AND e.state = 'failed'",
+            erasure_id,
+        )
         return None if row is None or row[0] is None else str(row[0])
 
     async def open_failures(self, scope_id: str, *, not_kind: ErasureKind | None = None) -> int:
         """How many failed erasures of the scope no later verified erasure supersedes (every kind but ``not_kind``)."""
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                "SELECT COUNT(*) FROM erasures e WHERE e.scope_id = $1 AND e.state = 'failed'"
-                f" AND (CAST($2 AS TEXT) IS NULL OR e.kind <> $2) AND {superseding('e')} IS NULL",
-                scope_id,
-                not_kind,
-            )
+        row = await self._fetchrow(
+            "read",
+            "SELECT COUNT(*) FROM erasures e WHERE e.scope_id = $1 AND e.state = 'failed'"
+            f" AND (CAST($2 AS TEXT) IS NULL OR e.kind <> $2) AND {superseding('e')} IS NULL",
+            scope_id,
+            not_kind,
+        )
         return int(row[0]) if row is not None else 0
 
     async def list_erasures(
@@ -439,8 +437,7 @@ class ErasureOps(Facet):
             f" e.created_us, e.updated_us, e.retry_of, CASE WHEN e.state = 'failed' THEN {superseded} END"
             f" FROM erasures e WHERE {cond} ORDER BY e.created_us DESC, e.erasure_id DESC LIMIT {arg(int(limit))}"
         )
-        async with self._db.tx("snapshot") as tx:
-            rows = await tx.fetch(sql, *args)
+        rows = await self._fetch("snapshot", sql, *args)
         return [ErasureSummary(**_head(r), retry_of=r[9], superseded_by=r[10]) for r in rows]
 
     async def unfinished_erasures(self) -> list[Erasure]:

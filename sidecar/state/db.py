@@ -211,6 +211,19 @@ class Facet:
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    # A statement that stands alone: the transaction of ``mode`` around it opens and closes with it.
+    async def _fetch(self, mode: Mode, sql: str, *args: Param) -> list[Row]:
+        async with self._db.tx(mode) as tx:
+            return await tx.fetch(sql, *args)
+
+    async def _fetchrow(self, mode: Mode, sql: str, *args: Param) -> Row | None:
+        async with self._db.tx(mode) as tx:
+            return await tx.fetchrow(sql, *args)
+
+    async def _execute(self, mode: Mode, sql: str, *args: Param) -> int:
+        async with self._db.tx(mode) as tx:
+            return await tx.execute(sql, *args)
+
 
 #: Errors a backend raises when it answered and refused a statement (or stopped answering: see refusal_code).
 STATEMENT_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, sqlite3.Error)

@@ -84,23 +84,22 @@ class HistoryOps(Facet):
         if ns_ids is not None:
             sql += f" AND ns_id IN ({placeholders(2, len(ns_ids))})"
             args.extend(ns_ids)
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(sql, *args)
+        rows = await self._fetch("read", sql, *args)
         return sorted((entry_of(r) for r in rows), key=lambda e: (e.created_at, e.entry_id))
 
     async def entry_counts(self, scope_id: str, live_ns: str | None, now: datetime) -> tuple[int, int]:
         """(readable entries of the live namespace, entries awaiting physical deletion) of the scope."""
         if not valid_scope_id(scope_id):
             return 0, 0
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                "SELECT COALESCE(SUM(CASE WHEN ns_id = $2 AND tombstoned_us IS NULL AND expires_us > $3"
-                " THEN 1 ELSE 0 END), 0), COUNT(*) FROM ledger"
-                " WHERE scope_id = $1 AND verified_us IS NULL AND deleted_us IS NULL AND expires_us IS NOT NULL",
-                scope_id,
-                live_ns,
-                to_us(now),
-            )
+        row = await self._fetchrow(
+            "read",
+            "SELECT COALESCE(SUM(CASE WHEN ns_id = $2 AND tombstoned_us IS NULL AND expires_us > $3"
+            " THEN 1 ELSE 0 END), 0), COUNT(*) FROM ledger"
+            " WHERE scope_id = $1 AND verified_us IS NULL AND deleted_us IS NULL AND expires_us IS NOT NULL",
+            scope_id,
+            live_ns,
+            to_us(now),
+        )
         live, unswept = (int(row[0]), int(row[1])) if row is not None else (0, 0)
         return live, unswept - live
 
@@ -108,14 +107,14 @@ class HistoryOps(Facet):
         """Each entry of an erasure as its evidence shows it: the ledger row, or the erasure's copy of it
         once the row was compacted (ids the ledger never filled are left out)."""
         kept = ", ".join(f"COALESCE(l.{c}, ee.{c})" for c in _SNAPSHOT_COLS.split(", "))
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT ee.entry_id, e.scope_id, {kept} FROM erasure_entries ee"
-                " JOIN erasures e ON e.erasure_id = ee.erasure_id"
-                " LEFT JOIN ledger l ON l.entry_id = ee.entry_id AND l.expires_us IS NOT NULL"
-                " WHERE ee.erasure_id = $1",
-                erasure_id,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT ee.entry_id, e.scope_id, {kept} FROM erasure_entries ee"
+            " JOIN erasures e ON e.erasure_id = ee.erasure_id"
+            " LEFT JOIN ledger l ON l.entry_id = ee.entry_id AND l.expires_us IS NOT NULL"
+            " WHERE ee.erasure_id = $1",
+            erasure_id,
+        )
         # In ENTRY_COLS order: entry_id, scope_id, then the snapshot columns.
         return [entry_of(r) for r in rows if r[2] is not None and r[4] is not None]
 
@@ -127,15 +126,15 @@ class HistoryOps(Facet):
         """
         cutoff, at = to_us(older_than), to_us(now)
         report = Compaction()
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                "SELECT scope_id FROM (SELECT l.scope_id FROM ledger l WHERE l.deleted_us IS NOT NULL"
-                " AND l.verified_us IS NOT NULL AND l.verified_us <= $1"
-                " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'cleared' AND n.cleared_us <= $1) c"
-                f" WHERE NOT EXISTS ({_UNFINISHED.replace('$1', 'c.scope_id')}) ORDER BY scope_id LIMIT $2",
-                cutoff,
-                limit,
-            )
+        rows = await self._fetch(
+            "read",
+            "SELECT scope_id FROM (SELECT l.scope_id FROM ledger l WHERE l.deleted_us IS NOT NULL"
+            " AND l.verified_us IS NOT NULL AND l.verified_us <= $1"
+            " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'cleared' AND n.cleared_us <= $1) c"
+            f" WHERE NOT EXISTS ({_UNFINISHED.replace('$1', 'c.scope_id')}) ORDER BY scope_id LIMIT $2",
+            cutoff,
+            limit,
+        )
         for (scope_id,) in rows:
             done = await self._compact_scope(scope_id, cutoff, at)
             if done is None:

@@ -134,15 +134,15 @@ class LedgerOps(Facet):
         created, expires = to_us(created_at), to_us(expires_at)
         if expires < created:
             raise ValueError("expires_at must not precede created_at")
-        async with self._db.tx("single") as tx:
-            changed = await tx.execute(
-                "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
-                " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
-                slot_id,
-                entry_id,
-                created,
-                expires,
-            )
+        changed = await self._execute(
+            "single",
+            "UPDATE ledger SET entry_id = $2, created_us = $3, expires_us = $4, lease_us = NULL"
+            " WHERE slot_id = $1 AND expires_us IS NULL AND lease_us > $3",
+            slot_id,
+            entry_id,
+            created,
+            expires,
+        )
         if changed != 1:
             raise StateError(Reason.INTERNAL_ERROR)
 
@@ -177,25 +177,23 @@ class LedgerOps(Facet):
             )
             args.append(after)
         sql += f" ORDER BY created_us, entry_id LIMIT ${len(args) + 1}"
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(sql, *args, limit)
+        rows = await self._fetch("read", sql, *args, limit)
         return [entry_of(r) for r in rows]
 
     async def live_count(self, scope_id: str, now: datetime) -> int:
         """Count live (filled, not erased, not expired) entries of the scope."""
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(COUNTS, scope_id, to_us(now))
+        row = await self._fetchrow("read", COUNTS, scope_id, to_us(now))
         return int(row[0]) if row else 0
 
     async def entries_of_scope(self, scope_id: str) -> list[LedgerEntry]:
         """Every filled entry the scope still has a row of, erased and expired ones included (its whole
         uncompacted history: for inspection tools and tests, never a request path)."""
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
-                " ORDER BY created_us, entry_id",
-                scope_id,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {ENTRY_COLS} FROM ledger WHERE scope_id = $1 AND expires_us IS NOT NULL"
+            " ORDER BY created_us, entry_id",
+            scope_id,
+        )
         return [entry_of(r) for r in rows]
 
     async def tombstone(self, scope_id: str, entry_ids: list[str], now: datetime) -> int:
@@ -232,11 +230,11 @@ class LedgerOps(Facet):
 
     async def expired_unswept(self, now: datetime, limit: int) -> list[LedgerEntry]:
         """Entries past their hard expiry that the sweeper has not yet physically deleted."""
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
-                " ORDER BY expires_us LIMIT $2",
-                to_us(now),
-                limit,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {ENTRY_COLS} FROM ledger WHERE deleted_us IS NULL AND expires_us <= $1"
+            " ORDER BY expires_us LIMIT $2",
+            to_us(now),
+            limit,
+        )
         return [entry_of(r) for r in rows]

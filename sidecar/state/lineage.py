@@ -90,16 +90,16 @@ class LineageOps(Facet):
 
         Found from the ledger rows and namespaces that need it (partial indexes), never by scanning scopes.
         """
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                "SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.frozen_by IS NULL AND n.ns_id IN ("
-                "SELECT l.ns_id FROM ledger l WHERE l.deleted_us IS NULL AND l.expires_us <= $1"
-                " UNION SELECT l.ns_id FROM ledger l WHERE l.tombstoned_us IS NOT NULL AND l.deleted_us IS NULL)"
-                " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.salt = ''"
-                " AND n.frozen_by IS NULL LIMIT $2",
-                to_us(min(now, expired_before)),
-                limit,
-            )
+        rows = await self._fetch(
+            "read",
+            "SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.frozen_by IS NULL AND n.ns_id IN ("
+            "SELECT l.ns_id FROM ledger l WHERE l.deleted_us IS NULL AND l.expires_us <= $1"
+            " UNION SELECT l.ns_id FROM ledger l WHERE l.tombstoned_us IS NOT NULL AND l.deleted_us IS NULL)"
+            " UNION SELECT n.scope_id FROM namespaces n WHERE n.state = 'live' AND n.salt = ''"
+            " AND n.frozen_by IS NULL LIMIT $2",
+            to_us(min(now, expired_before)),
+            limit,
+        )
         return [r[0] for r in rows]
 
     async def purge_erasures(self, older_than: datetime) -> int:

@@ -45,22 +45,20 @@ class NamespaceOps(Facet):
         """Every namespace the scope ever had, oldest first."""
         if not valid_scope_id(scope_id):
             return []
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
-            )
+        rows = await self._fetch(
+            "read", f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
+        )
         return [namespace_of(r) for r in rows]
 
     async def open_namespaces(self, scope_id: str) -> list[Namespace]:
         """The scope's namespaces not yet cleared (live, staged, retired), oldest first."""
         if not valid_scope_id(scope_id):
             return []
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 AND state <> 'cleared'"
-                " ORDER BY created_us, ns_id",
-                scope_id,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 AND state <> 'cleared' ORDER BY created_us, ns_id",
+            scope_id,
+        )
         return [namespace_of(r) for r in rows]
 
     async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]:
@@ -68,13 +66,13 @@ class NamespaceOps(Facet):
         ids = sorted(set(ns_ids))
         if not valid_scope_id(scope_id) or not ids:
             return []
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1"
-                f" AND ns_id IN ({', '.join(f'${i + 2}' for i in range(len(ids)))})",
-                scope_id,
-                *ids,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1"
+            f" AND ns_id IN ({', '.join(f'${i + 2}' for i in range(len(ids)))})",
+            scope_id,
+            *ids,
+        )
         return [namespace_of(r) for r in rows]
 
     async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]:
@@ -83,15 +81,15 @@ class NamespaceOps(Facet):
         A late write is one the ledger knows (a filled entry or a pending slot not yet physically
         deleted); one still possibly landing (unknown outcome) waits until its lease ends.
         """
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {NS_COLS} FROM namespaces n WHERE (n.state = 'retired' OR (n.state = 'cleared'"
-                " AND EXISTS (SELECT 1 FROM ledger l WHERE l.ns_id = n.ns_id AND l.deleted_us IS NULL)))"
-                " AND (n.possibly_until_us IS NULL OR n.possibly_until_us <= $1)"
-                " ORDER BY n.retired_us, n.ns_id LIMIT $2",
-                to_us(now),
-                limit,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {NS_COLS} FROM namespaces n WHERE (n.state = 'retired' OR (n.state = 'cleared'"
+            " AND EXISTS (SELECT 1 FROM ledger l WHERE l.ns_id = n.ns_id AND l.deleted_us IS NULL)))"
+            " AND (n.possibly_until_us IS NULL OR n.possibly_until_us <= $1)"
+            " ORDER BY n.retired_us, n.ns_id LIMIT $2",
+            to_us(now),
+            limit,
+        )
         return [namespace_of(r) for r in rows]
 
     async def mark_cleared(self, ns_ids: list[str], now: datetime) -> None:

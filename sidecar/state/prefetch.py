@@ -48,8 +48,7 @@ class PrefetchOps(Facet):
     async def open_prefetch_window(self, scope_id: str, now: datetime, until: datetime) -> None:
         """Start a new window for the scope (a new conversation replaces the previous window)."""
         codec.check_scope_id(scope_id)
-        async with self._db.tx("write") as tx:
-            await tx.execute(_OPEN, window_key(scope_id), to_us(until), to_us(now))
+        await self._execute("write", _OPEN, window_key(scope_id), to_us(until), to_us(now))
 
     async def prefetch_window(self, scope_id: str, now: datetime) -> str | None:
         """An opaque id of the scope's open window (for its prefetch counter), or None."""

@@ -93,11 +93,11 @@ class RotationOps(Facet):
 
     async def rotation_namespaces(self, erasure_id: str) -> list[Namespace]:
         """Every namespace a rotation froze or staged, oldest first."""
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {NS_COLS} FROM namespaces WHERE frozen_by = $1 OR rotation_id = $1 ORDER BY created_us, ns_id",
-                erasure_id,
-            )
+        rows = await self._fetch(
+            "read",
+            f"SELECT {NS_COLS} FROM namespaces WHERE frozen_by = $1 OR rotation_id = $1 ORDER BY created_us, ns_id",
+            erasure_id,
+        )
         return [namespace_of(r) for r in rows]
 
     async def stage_namespace(self, scope_id: str, erasure_id: str, now: datetime) -> Namespace:
@@ -267,9 +267,9 @@ class RotationOps(Facet):
 
     async def touch_erasure(self, erasure_id: str, now: datetime) -> None:
         """Show that a long step is still being worked on (the sweeper resumes only stalled erasures)."""
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({ERASURE_TERMINAL_SQL})",
-                erasure_id,
-                to_us(now),
-            )
+        await self._execute(
+            "single",
+            f"UPDATE erasures SET updated_us = $2 WHERE erasure_id = $1 AND state NOT IN ({ERASURE_TERMINAL_SQL})",
+            erasure_id,
+            to_us(now),
+        )

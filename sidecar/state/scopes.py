@@ -191,33 +191,32 @@ class ScopeOps(Facet):
         """Return the scope, or None when unknown."""
         if not valid_scope_id(scope_id):
             return None
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(f"{SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
+        row = await self._fetchrow("read", f"{SCOPE_SELECT} WHERE s.scope_id = $1", scope_id)
         return None if row is None else scope_of_row(row)
 
     async def find_scope(self, mxid: str, origin: str, agent: str, kind: str, room_id: str) -> Scope | None:
         """Return the scope of exactly this triple, or None."""
         triple = _triple(mxid, origin, agent, kind, room_id)
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
-                " AND s.kind = $4 AND s.room_id = $5",
-                *triple,
-            )
+        row = await self._fetchrow(
+            "read",
+            f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 AND s.origin = $2 AND s.agent = $3"
+            " AND s.kind = $4 AND s.room_id = $5",
+            *triple,
+        )
         return None if row is None else scope_of_row(row)
 
     async def scopes_for_principal(self, mxid: str) -> list[Scope]:
         """Every scope of one MXID (any origin, agent, room), oldest first; used by offboarding."""
         codec.check_bounded(mxid, "principal_mxid", MXID_MAX)
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid)
+        rows = await self._fetch(
+            "read", f"{SCOPE_SELECT} WHERE s.principal_mxid = $1 ORDER BY s.created_us, s.scope_id", mxid
+        )
         return [scope_of_row(r) for r in rows]
 
     async def has_enabled_scope(self, agent: str) -> bool:
         """True when at least one scope of this agent is enabled."""
         codec.check_bounded(agent, "agent", AGENT_MAX)
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow("SELECT 1 FROM scopes WHERE agent = $1 AND enabled LIMIT 1", agent)
+        row = await self._fetchrow("read", "SELECT 1 FROM scopes WHERE agent = $1 AND enabled LIMIT 1", agent)
         return row is not None
 
     async def _consent(
@@ -308,10 +307,9 @@ class ScopeOps(Facet):
         """Every consent receipt of the scope, oldest first."""
         if not valid_scope_id(scope_id):
             return []
-        async with self._db.tx("read") as tx:
-            rows = await tx.fetch(
-                f"SELECT {_RECEIPT_COLS} FROM receipts WHERE scope_id = $1 ORDER BY generation_after", scope_id
-            )
+        rows = await self._fetch(
+            "read", f"SELECT {_RECEIPT_COLS} FROM receipts WHERE scope_id = $1 ORDER BY generation_after", scope_id
+        )
         return [_receipt(r) for r in rows]
 
     async def begin_write(self, scope_id: str, generation: int, ns_id: str, lease_s: float, now: datetime) -> str:
@@ -356,8 +354,7 @@ class ScopeOps(Facet):
 
     async def end_write(self, op_id: str) -> None:
         """Drop an in-flight record (finished or abandoned write); unknown ids are ignored."""
-        async with self._db.tx("single") as tx:
-            await tx.execute("DELETE FROM inflight WHERE op_id = $1", op_id)
+        await self._execute("single", "DELETE FROM inflight WHERE op_id = $1", op_id)
 
     async def inflight_count(
         self,
@@ -373,16 +370,16 @@ class ScopeOps(Facet):
         ``running`` leaves out writes whose outcome is unknown: their call has ended, only its
         effect may still land (the namespace is marked possibly written until then).
         """
-        async with self._db.tx("read") as tx:
-            row = await tx.fetchrow(
-                "SELECT COUNT(*) FROM inflight WHERE scope_id = $1 AND lease_us > $2"
-                " AND (CAST($3 AS TEXT) IS NULL OR ns_id = $3)"
-                " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)"
-                " AND NOT (outcome_unknown AND $5)",
-                scope_id,
-                to_us(now),
-                ns_id,
-                except_ns,
-                running,
-            )
+        row = await self._fetchrow(
+            "read",
+            "SELECT COUNT(*) FROM inflight WHERE scope_id = $1 AND lease_us > $2"
+            " AND (CAST($3 AS TEXT) IS NULL OR ns_id = $3)"
+            " AND (CAST($4 AS TEXT) IS NULL OR ns_id IS NULL OR ns_id <> $4)"
+            " AND NOT (outcome_unknown AND $5)",
+            scope_id,
+            to_us(now),
+            ns_id,
+            except_ns,
+            running,
+        )
         return int(row[0]) if row else 0

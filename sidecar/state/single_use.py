@@ -51,27 +51,26 @@ class SingleUseOps(Facet):
         codec.check_bounded(subject, "subject", MXID_MAX)
         codec.check_code(action, "action")
         codec.check_bounded(action, "action", CODE_MAX)
-        async with self._db.tx("single") as tx:
-            await tx.execute(
-                "INSERT INTO confirmations (token_hash, scope_id, subject, action, expires_us)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                token_hash,
-                scope_id,
-                subject,
-                action,
-                to_us(expires_at),
-            )
+        await self._execute(
+            "single",
+            "INSERT INTO confirmations (token_hash, scope_id, subject, action, expires_us) VALUES ($1, $2, $3, $4, $5)",
+            token_hash,
+            scope_id,
+            subject,
+            action,
+            to_us(expires_at),
+        )
 
     async def take_confirmation(self, token_hash: str, scope_id: str, subject: str, action: str, now: datetime) -> bool:
         """Consume a matching, unexpired token; True exactly once."""
-        async with self._db.tx("single") as tx:
-            row = await tx.fetchrow(
-                "DELETE FROM confirmations WHERE token_hash = $1 AND scope_id = $2 AND subject = $3 AND action = $4"
-                " AND expires_us > $5 RETURNING 1",
-                token_hash,
-                scope_id,
-                subject,
-                action,
-                to_us(now),
-            )
+        row = await self._fetchrow(
+            "single",
+            "DELETE FROM confirmations WHERE token_hash = $1 AND scope_id = $2 AND subject = $3 AND action = $4"
+            " AND expires_us > $5 RETURNING 1",
+            token_hash,
+            scope_id,
+            subject,
+            action,
+            to_us(now),
+        )
         return row is not None

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
 from sidecar import evloop
 from sidecar.logs import get_logger
@@ -234,6 +234,16 @@ class StateStore:
         return out
 
 
+class StoreOptions(TypedDict, total=False):
+    """The options :func:`pending_store` takes, which :func:`open_store` passes on."""
+
+    auto_migrate: bool
+    spool_rows: int
+    spool_dir: Path | None
+    statement_timeout_s: float
+    acquire_timeout_s: float
+
+
 def pending_store(
     url: str,
     pool_size: int = 10,
@@ -263,29 +273,12 @@ def pending_store(
     return StateStore(dialect, connected, spool_rows=spool_rows, spool_dir=spool_dir)
 
 
-async def open_store(
-    url: str,
-    pool_size: int = 10,
-    *,
-    auto_migrate: bool = True,
-    spool_rows: int = 10_000,
-    spool_dir: Path | None = None,
-    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
-    acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
-) -> StateStore:
-    """Connect to ``url`` and migrate now (see :func:`pending_store`).
+async def open_store(url: str, pool_size: int = 10, **options: Unpack[StoreOptions]) -> StateStore:
+    """Connect to ``url`` and migrate now (see :func:`pending_store`, which takes the same options).
 
     Raises StateError(state_unavailable) when the backend does not answer, SchemaMismatch when its
     schema is not one this release runs on.
     """
-    store = pending_store(
-        url,
-        pool_size,
-        auto_migrate=auto_migrate,
-        spool_rows=spool_rows,
-        spool_dir=spool_dir,
-        statement_timeout_s=statement_timeout_s,
-        acquire_timeout_s=acquire_timeout_s,
-    )
+    store = pending_store(url, pool_size, **options)
     await store.connect_once()
     return store

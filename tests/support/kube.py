@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from sidecar.policy.opa_server import stop_child
 from tests.support.pg import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -370,16 +371,6 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextmanager
 def kube_api(folder: Path) -> Iterator[KubeApi]:
     """Start etcd and kube-apiserver in ``folder``; stop both on exit."""
@@ -476,4 +467,4 @@ def kube_api(folder: Path) -> Iterator[KubeApi]:
         yield KubeApi(url, folder, kubeconfig, context)
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_child(proc, grace_s=15)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +19,7 @@ from typing import Any, Final
 import cedarpy
 import orjson
 
-from sidecar.dev.bench.report import machine_info, versions, write_json
+from sidecar.dev.bench.report import publish
 from sidecar.logs import configure_logging
 from sidecar.policy.cases import load_bases
 from sidecar.policy.cedar import CedarEngine
@@ -173,18 +172,15 @@ def _cmd(args: argparse.Namespace) -> int:
         args.out,
         *(["--context-cost"] if args.context_cost else []),
     ]
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    report = {
-        "command": shlex.join(argv),
-        "started": stamp,
-        "machine": machine_info(),
-        "versions": versions(None),
-        "targets_p50_us": TARGETS_US,
-        "results": results,
-        "cedar_context_us": context,
-    }
-    print(_render(results, context))
-    print(f"\nresults: {write_json(report, Path(args.out), 'decisions-' + stamp)}")
+    publish(
+        "decisions",
+        argv,
+        _render(results, context),
+        Path(args.out),
+        targets_p50_us=TARGETS_US,
+        results=results,
+        cedar_context_us=context,
+    )
     return 0
 
 

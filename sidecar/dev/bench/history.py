@@ -284,7 +284,7 @@ def _cmd(args: argparse.Namespace) -> int:
     argv = ["memgov", "bench", "history", "--backend", args.backend, "--forgets", str(args.forgets)]
     argv += ["--live", str(args.live), "--samples", str(args.samples), "--entries", str(args.entries)]
     argv += ["--out", args.out]
-    publish("history", argv, runs, _render(runs), Path(args.out))
+    publish("history", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 
 

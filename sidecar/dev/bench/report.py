@@ -211,15 +211,16 @@ def write_json(report: Mapping[str, Any], out_dir: Path, stamp: str) -> Path:
     return path
 
 
-def publish(name: str, argv: list[str], runs: list[dict[str, Any]], table: str, out_dir: Path) -> Path:
-    """Print a bench's table and write its JSON report (command, machine, versions, runs) as ``<name>-<time>``."""
+def publish(name: str, argv: list[str], table: str, out_dir: Path, **fields: Any) -> Path:
+    """Print a bench's table and write its JSON report (command, machine, versions, then ``fields``, e.g. its
+    runs) as ``<name>-<time>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
     report = {
         "command": shlex.join(argv),
         "started": stamp,
         "machine": machine_info(),
         "versions": versions(None),
-        "runs": runs,
+        **fields,
     }
     print(table)
     path = write_json(report, out_dir, f"{name}-{stamp}")

@@ -271,7 +271,7 @@ def _cmd(args: argparse.Namespace) -> int:
         *(["--large"] if args.large else []),
         *(["--pg-url", "URL"] if args.pg_url else []),
     ]
-    publish("state", argv, runs, _render(runs), Path(args.out))
+    publish("state", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 
 

@@ -194,7 +194,7 @@ def _cmd(args: argparse.Namespace) -> int:
         args.out,
         *(["--large"] if args.large else []),
     ]
-    publish("sweep", argv, runs, _render(runs), Path(args.out))
+    publish("sweep", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 
 

@@ -21,6 +21,7 @@ from typing import Literal
 
 from sidecar.dev.devstack.pg import free_port
 from sidecar.dev.devstack.releases import DEFAULT, KagentRelease
+from sidecar.policy.opa_server import healthy, stop_child
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
 AUTH_MODES: tuple[AuthMode, ...] = ("unsecure", "trusted-proxy")
@@ -73,21 +74,7 @@ class RealKagent:
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after a grace period)."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+        stop_child(self._proc)
 
 
 def start_real_kagent(
@@ -134,7 +121,7 @@ def start_real_kagent(
         f"http://127.0.0.1:{port}", db_url, f"http://127.0.0.1:{admin_port}", auth_mode, log_path, release, proc
     )
     deadline = time.monotonic() + _START_TIMEOUT_S
-    while not _healthy(kagent.url):
+    while not healthy(kagent.url, timeout_s=2):
         if proc.poll() is not None or time.monotonic() > deadline:
             kagent.stop()
             raise RealKagentError(f"kagent did not start:\n{kagent.log_text()[-4000:]}")

@@ -188,7 +188,7 @@ class MemoryStore(ABC):
             self._trip("search")
             if limit < 0:
                 raise DbError(NEGATIVE_LIMIT)
-            hits = rank(vector, await self._candidates(*names, user_id), limit)
+            hits = rank(vector, await self._of_agent(*names, user_id, busiest=False), limit)
         except DbError as exc:
             raise StoreError(f"failed to search agent memory: {exc}") from None
         if hits:
@@ -204,7 +204,7 @@ class MemoryStore(ABC):
         """Rows of either agent_name spelling (``-`` or ``_``), expired ones included, busiest first."""
         try:
             self._trip("list")
-            return await self._list(agent_name, agent_name.replace("-", "_"), user_id)
+            return await self._of_agent(agent_name, agent_name.replace("-", "_"), user_id, busiest=True)
         except DbError as exc:
             raise StoreError(f"failed to list agent memories: {exc}") from None
 
@@ -251,13 +251,11 @@ class MemoryStore(ABC):
     async def _insert(self, items: Sequence[NewMemory], created_at: datetime) -> list[str]: ...
 
     @abstractmethod
-    async def _candidates(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]: ...
+    async def _of_agent(self, agent_name: str, normalized: str, user_id: str, *, busiest: bool) -> list[MemoryRow]:
+        """Rows of either spelling: oldest first for a search's candidates, or ``busiest`` first for a listing."""
 
     @abstractmethod
     async def _bump(self, ids: Sequence[str]) -> None: ...
-
-    @abstractmethod
-    async def _list(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]: ...
 
     @abstractmethod
     async def _delete(self, agent_name: str, user_id: str) -> None: ...

@@ -136,22 +136,15 @@ class PgMemoryStore(MemoryStore):
             raise DbError(_pgx_text(exc)) from None
         return ids
 
-    async def _candidates(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = $1 OR agent_name = $2) AND user_id = $3 "
-            "ORDER BY created_at, id"
+    async def _of_agent(self, agent_name: str, normalized: str, user_id: str, *, busiest: bool) -> list[MemoryRow]:
+        order = "access_count DESC, created_at, id" if busiest else "created_at, id"
+        where = "(agent_name = $1 OR agent_name = $2) AND user_id = $3"
+        return await self._fetch(
+            f"SELECT {_COLUMNS} FROM memory WHERE {where} ORDER BY {order}", agent_name, normalized, user_id
         )
-        return await self._fetch(sql, agent_name, normalized, user_id)
 
     async def _bump(self, ids: Sequence[str]) -> None:
         await self._execute("UPDATE memory SET access_count = access_count + 1 WHERE id = ANY($1::text[])", list(ids))
-
-    async def _list(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = $1 OR agent_name = $2) AND user_id = $3 "
-            "ORDER BY access_count DESC, created_at, id"
-        )
-        return await self._fetch(sql, agent_name, normalized, user_id)
 
     async def _delete(self, agent_name: str, user_id: str) -> None:
         await self._execute("DELETE FROM memory WHERE agent_name = $1 AND user_id = $2", agent_name, user_id)

@@ -119,25 +119,15 @@ class SqliteMemoryStore(MemoryStore):
         await self._write(statements)
         return ids
 
-    async def _candidates(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
+    async def _of_agent(self, agent_name: str, normalized: str, user_id: str, *, busiest: bool) -> list[MemoryRow]:
         _no_nul(agent_name, user_id)
-        sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? "
-            "ORDER BY created_at, rowid"
-        )
+        order = "access_count DESC, created_at, rowid" if busiest else "created_at, rowid"
+        sql = f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? ORDER BY {order}"
         return await self._select(sql, (agent_name, normalized, user_id))
 
     async def _bump(self, ids: Sequence[str]) -> None:
         marks = ", ".join("?" for _ in ids)
         await self._write([(f"UPDATE memory SET access_count = access_count + 1 WHERE id IN ({marks})", ids)])
-
-    async def _list(self, agent_name: str, normalized: str, user_id: str) -> list[MemoryRow]:
-        _no_nul(agent_name, user_id)
-        sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? "
-            "ORDER BY access_count DESC, created_at, rowid"
-        )
-        return await self._select(sql, (agent_name, normalized, user_id))
 
     async def _delete(self, agent_name: str, user_id: str) -> None:
         _no_nul(agent_name, user_id)

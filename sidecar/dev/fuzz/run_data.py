@@ -32,20 +32,8 @@ from sidecar.dev.fuzz.stack import AGENT, AGENT2, FuzzStack, Scope
 from sidecar.dev.fuzz.wire import Reply
 
 CASE_SCOPE = frozenset({"KEY", "KEY_FORGED", "KEY_STALE", "STORAGE_KEY", *CONTEXTS})
-GENUINE = frozenset(
-    {
-        "KEY",
-        "KEY_NEIGHBOUR",
-        "KEY_OTHER_AGENT",
-        "KEY_STALE",
-        "CTX",
-        "CTX_EXPIRED",
-        "CTX_OTHER_ROOM",
-        "CTX_OTHER_AGENT",
-        "CTX_MEMBERS",
-        "CTX_UNTYPED",
-    }
-)
+#: Genuine credentials: the keys, and every context but a subject token and a forged one.
+GENUINE = frozenset({"KEY", "KEY_NEIGHBOUR", "KEY_OTHER_AGENT", "KEY_STALE", *CONTEXTS}) - {"CTX_SUBJECT", "CTX_FORGED"}
 GOVERNED = frozenset({"save", "batch", "search", "list", "delete_all", "embedding", "invoke"})
 
 
