@@ -56,3 +56,19 @@ class TestComposition:
         )
         assert _imports_root(module)
         assert _store_uses(module) == [4]
+
+
+#: The most lines one class may span: a class that grows past it is split by concern.
+MAX_CLASS_LINES = 250
+
+
+def test_no_class_spans_more_than_the_limit() -> None:
+    """Every class in sidecar/ (dev tooling included) spans at most MAX_CLASS_LINES lines."""
+    long = []
+    for path in sorted(SIDECAR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                span = node.end_lineno - node.lineno + 1
+                if span > MAX_CLASS_LINES:
+                    long.append(f"{path.relative_to(SIDECAR)}:{node.lineno} {node.name} ({span} lines)")
+    assert long == []

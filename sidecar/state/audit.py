@@ -154,8 +154,135 @@ class AuditOps(Facet):
             return await tx.execute("DELETE FROM audit WHERE at_us < $1", to_us(older_than))
 
 
-class ErasureOps(Facet):
-    """Erasure records: created, advanced through their states, claimed by one runner at a time."""
+class ErasureReads(Facet):
+    """Erasure records as read: one with its entries and steps, a scope's, the failures an operator
+    lists and retries, and the unfinished ones a start resumes."""
+
+    async def get_erasure(self, erasure_id: str) -> Erasure | None:
+        """Return the erasure with its entries and steps, or None."""
+        async with self._db.tx("snapshot") as tx:
+            return await _load(tx, erasure_id)
+
+    async def erasures_of_scope(
+        self, scope_id: str, limit: int = 100, *, kind: ErasureKind | None = None, not_kind: ErasureKind | None = None
+    ) -> list[Erasure]:
+        """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
+        of every kind but ``not_kind``, when given."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                "SELECT erasure_id FROM erasures WHERE scope_id = $1"
+                " AND (CAST($3 AS TEXT) IS NULL OR kind = $3) AND (CAST($4 AS TEXT) IS NULL OR kind <> $4)"
+                " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
+                scope_id,
+                limit,
+                kind,
+                not_kind,
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
+    async def rotations_after(self, erasure: Erasure) -> list[Erasure]:
+        """For a forget-one's evidence, newest first: the rotations that erased one of its entries, and the
+        newest rotation of its scope since it (whatever the scope's history since, a handful of rows)."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                "SELECT e.erasure_id, e.created_us FROM erasures e WHERE e.kind = 'rotate' AND e.erasure_id IN"
+                " (SELECT r.erasure_id FROM erasure_entries f JOIN erasure_entries r ON r.entry_id = f.entry_id"
+                " WHERE f.erasure_id = $1 AND r.erasure_id <> $1) AND e.scope_id = $2"
+                " UNION SELECT n.erasure_id, n.created_us FROM (SELECT erasure_id, created_us FROM erasures"
+                " WHERE scope_id = $2 AND kind = 'rotate' AND created_us >= $3"
+                " ORDER BY created_us DESC, erasure_id DESC LIMIT 1) n",
+                erasure.erasure_id,
+                erasure.scope_id,
+                to_us(erasure.created_at),
+            )
+            loaded = [await _load(tx, r[0]) for r in sorted(rows, key=lambda r: (int(r[1]), r[0]), reverse=True)]
+        return [e for e in loaded if e is not None]
+
+    async def retry_head(self, erasure: Erasure) -> Erasure:
+        """The newest erasure of ``erasure``'s chain of retries (the erasure itself when it has none)."""
+        root = erasure.retry_of or erasure.erasure_id
+        async with self._db.tx("snapshot") as tx:
+            row = await tx.fetchrow(
+                "SELECT erasure_id FROM erasures WHERE retry_of = $1 ORDER BY created_us DESC, erasure_id DESC LIMIT 1",
+                root,
+            )
+            head = await _load(tx, row[0]) if row is not None else None
+        return erasure if head is None or head.created_at < erasure.created_at else head
+
+    async def superseded_by(self, erasure_id: str) -> str | None:
+        """The verified erasure that supersedes a failed one, or None (also for one that is not failed)."""
+        row = await self._fetchrow(
+            "read",
+            f"SELECT {superseding('e')} FROM erasures e WHERE e.erasure_id = $1 AND e.state = 'failed'",
+            erasure_id,
+        )
+        return None if row is None or row[0] is None else str(row[0])
+
+    async def open_failures(self, scope_id: str, *, not_kind: ErasureKind | None = None) -> int:
+        """How many failed erasures of the scope no later verified erasure supersedes (every kind but ``not_kind``)."""
+        row = await self._fetchrow(
+            "read",
+            "SELECT COUNT(*) FROM erasures e WHERE e.scope_id = $1 AND e.state = 'failed'"
+            f" AND (CAST($2 AS TEXT) IS NULL OR e.kind <> $2) AND {superseding('e')} IS NULL",
+            scope_id,
+            not_kind,
+        )
+        return int(row[0]) if row is not None else 0
+
+    async def list_erasures(
+        self, which: ErasureFilter, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[ErasureSummary]:
+        """Erasures matching ``which``, newest first, at most ``limit``, those after the cursor ``after``
+        (the creation time and id of the last one of the previous page). Ids, codes and times only."""
+        where: list[str] = []
+        args: list[Param] = []
+
+        def arg(value: Param) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        if which.state is not None:
+            where.append(f"e.state = {arg(str(which.state))}")
+        if which.kind is not None:
+            where.append(f"e.kind = {arg(str(which.kind))}")
+        if which.scope_id is not None:
+            where.append(f"e.scope_id = {arg(codec.check_scope_id(which.scope_id))}")
+        if which.since is not None:
+            where.append(f"e.created_us >= {arg(to_us(which.since))}")
+        if which.until is not None:
+            where.append(f"e.created_us < {arg(to_us(which.until))}")
+        if after is not None:
+            at, last = to_us(after[0]), codec.check_id(after[1], "cursor")
+            where.append(f"(e.created_us < {arg(at)} OR (e.created_us = {arg(at)} AND e.erasure_id < {arg(last)}))")
+        superseded = superseding("e")
+        if which.superseded is True:
+            where.append(f"e.state = 'failed' AND {superseded} IS NOT NULL")
+        elif which.superseded is False:
+            where.append(f"(e.state <> 'failed' OR {superseded} IS NULL)")
+        cond = " AND ".join(where) or "TRUE"
+        sql = (
+            "SELECT e.erasure_id, e.scope_id, e.kind, e.state, e.adapter, e.requested_by_kind, e.failure_reason,"
+            f" e.created_us, e.updated_us, e.retry_of, CASE WHEN e.state = 'failed' THEN {superseded} END"
+            f" FROM erasures e WHERE {cond} ORDER BY e.created_us DESC, e.erasure_id DESC LIMIT {arg(int(limit))}"
+        )
+        rows = await self._fetch("snapshot", sql, *args)
+        return [ErasureSummary(**_head(r), retry_of=r[9], superseded_by=r[10]) for r in rows]
+
+    async def unfinished_erasures(self) -> list[Erasure]:
+        """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
+        async with self._db.tx("snapshot") as tx:
+            rows = await tx.fetch(
+                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})"
+                " ORDER BY created_us, erasure_id"
+            )
+            loaded = [await _load(tx, r[0]) for r in rows]
+        return [e for e in loaded if e is not None]
+
+
+class ErasureOps(ErasureReads):
+    """Erasure records: created, advanced through their states, claimed by one runner at a time
+    (and read, :class:`ErasureReads`)."""
 
     async def create_erasure(
         self,
@@ -328,127 +455,6 @@ class ErasureOps(Facet):
             erasure_id,
             None if until is None else to_us(until),
         )
-
-    async def get_erasure(self, erasure_id: str) -> Erasure | None:
-        """Return the erasure with its entries and steps, or None."""
-        async with self._db.tx("snapshot") as tx:
-            return await _load(tx, erasure_id)
-
-    async def erasures_of_scope(
-        self, scope_id: str, limit: int = 100, *, kind: ErasureKind | None = None, not_kind: ErasureKind | None = None
-    ) -> list[Erasure]:
-        """The scope's erasures, newest first (status, and the re-consent guard); of ``kind`` only, or
-        of every kind but ``not_kind``, when given."""
-        async with self._db.tx("snapshot") as tx:
-            rows = await tx.fetch(
-                "SELECT erasure_id FROM erasures WHERE scope_id = $1"
-                " AND (CAST($3 AS TEXT) IS NULL OR kind = $3) AND (CAST($4 AS TEXT) IS NULL OR kind <> $4)"
-                " ORDER BY created_us DESC, erasure_id DESC LIMIT $2",
-                scope_id,
-                limit,
-                kind,
-                not_kind,
-            )
-            loaded = [await _load(tx, r[0]) for r in rows]
-        return [e for e in loaded if e is not None]
-
-    async def rotations_after(self, erasure: Erasure) -> list[Erasure]:
-        """For a forget-one's evidence, newest first: the rotations that erased one of its entries, and the
-        newest rotation of its scope since it (whatever the scope's history since, a handful of rows)."""
-        async with self._db.tx("snapshot") as tx:
-            rows = await tx.fetch(
-                "SELECT e.erasure_id, e.created_us FROM erasures e WHERE e.kind = 'rotate' AND e.erasure_id IN"
-                " (SELECT r.erasure_id FROM erasure_entries f JOIN erasure_entries r ON r.entry_id = f.entry_id"
-                " WHERE f.erasure_id = $1 AND r.erasure_id <> $1) AND e.scope_id = $2"
-                " UNION SELECT n.erasure_id, n.created_us FROM (SELECT erasure_id, created_us FROM erasures"
-                " WHERE scope_id = $2 AND kind = 'rotate' AND created_us >= $3"
-                " ORDER BY created_us DESC, erasure_id DESC LIMIT 1) n",
-                erasure.erasure_id,
-                erasure.scope_id,
-                to_us(erasure.created_at),
-            )
-            loaded = [await _load(tx, r[0]) for r in sorted(rows, key=lambda r: (int(r[1]), r[0]), reverse=True)]
-        return [e for e in loaded if e is not None]
-
-    async def retry_head(self, erasure: Erasure) -> Erasure:
-        """The newest erasure of ``erasure``'s chain of retries (the erasure itself when it has none)."""
-        root = erasure.retry_of or erasure.erasure_id
-        async with self._db.tx("snapshot") as tx:
-            row = await tx.fetchrow(
-                "SELECT erasure_id FROM erasures WHERE retry_of = $1 ORDER BY created_us DESC, erasure_id DESC LIMIT 1",
-                root,
-            )
-            head = await _load(tx, row[0]) if row is not None else None
-        return erasure if head is None or head.created_at < erasure.created_at else head
-
-    async def superseded_by(self, erasure_id: str) -> str | None:
-        """The verified erasure that supersedes a failed one, or None (also for one that is not failed)."""
-        row = await self._fetchrow(
-            "read",
-            f"SELECT {superseding('e')} FROM erasures e WHERE e.erasure_id = $1 AND e.state = 'failed'",
-            erasure_id,
-        )
-        return None if row is None or row[0] is None else str(row[0])
-
-    async def open_failures(self, scope_id: str, *, not_kind: ErasureKind | None = None) -> int:
-        """How many failed erasures of the scope no later verified erasure supersedes (every kind but ``not_kind``)."""
-        row = await self._fetchrow(
-            "read",
-            "SELECT COUNT(*) FROM erasures e WHERE e.scope_id = $1 AND e.state = 'failed'"
-            f" AND (CAST($2 AS TEXT) IS NULL OR e.kind <> $2) AND {superseding('e')} IS NULL",
-            scope_id,
-            not_kind,
-        )
-        return int(row[0]) if row is not None else 0
-
-    async def list_erasures(
-        self, which: ErasureFilter, limit: int, after: tuple[datetime, str] | None = None
-    ) -> list[ErasureSummary]:
-        """Erasures matching ``which``, newest first, at most ``limit``, those after the cursor ``after``
-        (the creation time and id of the last one of the previous page). Ids, codes and times only."""
-        where: list[str] = []
-        args: list[Param] = []
-
-        def arg(value: Param) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        if which.state is not None:
-            where.append(f"e.state = {arg(str(which.state))}")
-        if which.kind is not None:
-            where.append(f"e.kind = {arg(str(which.kind))}")
-        if which.scope_id is not None:
-            where.append(f"e.scope_id = {arg(codec.check_scope_id(which.scope_id))}")
-        if which.since is not None:
-            where.append(f"e.created_us >= {arg(to_us(which.since))}")
-        if which.until is not None:
-            where.append(f"e.created_us < {arg(to_us(which.until))}")
-        if after is not None:
-            at, last = to_us(after[0]), codec.check_id(after[1], "cursor")
-            where.append(f"(e.created_us < {arg(at)} OR (e.created_us = {arg(at)} AND e.erasure_id < {arg(last)}))")
-        superseded = superseding("e")
-        if which.superseded is True:
-            where.append(f"e.state = 'failed' AND {superseded} IS NOT NULL")
-        elif which.superseded is False:
-            where.append(f"(e.state <> 'failed' OR {superseded} IS NULL)")
-        cond = " AND ".join(where) or "TRUE"
-        sql = (
-            "SELECT e.erasure_id, e.scope_id, e.kind, e.state, e.adapter, e.requested_by_kind, e.failure_reason,"
-            f" e.created_us, e.updated_us, e.retry_of, CASE WHEN e.state = 'failed' THEN {superseded} END"
-            f" FROM erasures e WHERE {cond} ORDER BY e.created_us DESC, e.erasure_id DESC LIMIT {arg(int(limit))}"
-        )
-        rows = await self._fetch("snapshot", sql, *args)
-        return [ErasureSummary(**_head(r), retry_of=r[9], superseded_by=r[10]) for r in rows]
-
-    async def unfinished_erasures(self) -> list[Erasure]:
-        """Erasures that are neither verified nor failed, oldest first (resumed on start)."""
-        async with self._db.tx("snapshot") as tx:
-            rows = await tx.fetch(
-                f"SELECT erasure_id FROM erasures WHERE state NOT IN ({ERASURE_TERMINAL_SQL})"
-                " ORDER BY created_us, erasure_id"
-            )
-            loaded = [await _load(tx, r[0]) for r in rows]
-        return [e for e in loaded if e is not None]
 
 
 def _head(row: Row) -> dict[str, Any]:
