@@ -120,6 +120,15 @@ class TestConfigFile:
             "embedding-api.key": "memgov-embedding/api-key",
         }
 
+    def test_a_next_session_key_is_mounted_and_accepted(self, load: Any) -> None:
+        """secrets.nextSessionKey (rotation step 1) is mounted from its Secret and named as the key only accepted."""
+        values = {"secrets": {"nextSessionKey": {"existingSecret": "memgov-session-key-new"}}}
+        mounted = _mounted_files(values)
+        config = config_file(render(values))
+        path = config["secrets"]["next_session_key_file"]
+        assert path.endswith("/next-session.key") and mounted[path] == "memgov-session-key-new/session-key"
+        assert load(config).secrets.next_session_key_file is not None
+
     @pytest.mark.parametrize("rotate", [True, False])
     def test_rotation_settings_reach_memgov(self, rotate: bool, load: Any) -> None:
         """erasure.rotate arrives as is (on by default); the re-embedding key is mounted only with a provider."""

@@ -21,6 +21,7 @@ and the setting (section, key) of sidecar/settings.py that names that file.
   (list (dict "existingSecret" (include "memgov.sessionKeySecret" .) "key" $v.secrets.sessionKey.key)
     "session.key" "secrets" "session_key_file")
   (list $v.secrets.previousSessionKey "previous-session.key" "secrets" "previous_session_key_file")
+  (list $v.secrets.nextSessionKey "next-session.key" "secrets" "next_session_key_file")
   (list $v.trust.bridgeKey "bridge.key" "trust" "bridge_key_file")
   (list $v.trust.operatorKey "operator.key" "trust" "operator_key_file")
   (list $v.state.postgresql "state-url" "state" "url_file") }}
