@@ -181,12 +181,13 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     except _EXPECTED as exc:
         return _fail("diff", exc)
     only = args.loosening_only
+    view = reports.DiffView(report, old, new, semantic, loosening_only=only)
     if args.format == "json":
-        print(reports.diff_json(report, semantic, loosening_only=only))
+        print(reports.diff_json(view))
     elif args.format == "markdown":
-        print(reports.diff_markdown(report, old, new, semantic, loosening_only=only))
+        print(reports.diff_markdown(view))
     else:
-        print(reports.diff_text(report, old, new, semantic, loosening_only=only))
+        print(reports.diff_text(view))
     if not args.exit_code:
         return 0
     found = reports.loosens(report, semantic) if only else reports.changes_anything(report, semantic)
