@@ -12,8 +12,6 @@ import argparse
 import asyncio
 import json
 import secrets
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,9 +19,8 @@ import aiohttp
 from sidecar.contentstore.reembed import TARGET_DIM
 from sidecar.control.client import ControlClient, ControlError
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.deployment import devstack_config, memory_agents, serving, write_keys
+from sidecar.dev.devstack.deployment import local_gateway, memory_agents
 from sidecar.dev.devstack.runtime import RuntimeConfig
-from sidecar.dev.devstack.stack import start_devstack
 from sidecar.identity.tokens import control_room, mint_context, mint_subject
 from sidecar.logs import configure_logging
 from sidecar.policy import load_federation
@@ -103,31 +100,25 @@ async def _say_to_agent(
 async def run_demo() -> int:
     story = Story()
     clock = DevClock()
-    with tempfile.TemporaryDirectory(prefix="memgov-demo-") as tmpdir:
-        keys = write_keys(Path(tmpdir))
-        bridge = Bridge(keys.bridge, clock, load_federation(PACKAGED_POLICY_DIR).classification)
-        dev = await start_devstack(clock=clock)
-        try:
-            config = devstack_config(
-                dev,
-                keys,
-                server=SERVER,
-                bridge_bot=BOT,
-                # The stand-in runtime's model, declared as the chart renders an Agent's memory ModelConfig.
-                agents=memory_agents([(AGENT, GHOST)], model=RuntimeConfig.embedding_model, dimensions=TARGET_DIM),
+    async with local_gateway(
+        "memgov-demo-",
+        clock,
+        server=SERVER,
+        bridge_bot=BOT,
+        # The stand-in runtime's model, declared as the chart renders an Agent's memory ModelConfig.
+        agents=memory_agents([(AGENT, GHOST)], model=RuntimeConfig.embedding_model, dimensions=TARGET_DIM),
+    ) as local:
+        bridge = Bridge(local.keys.bridge, clock, load_federation(PACKAGED_POLICY_DIR).classification)
+        dev, gw = local.dev, local.gw
+        dev.set_runtime(
+            RuntimeConfig(
+                memory_base_url=gw.data_url,
+                embedding_base_url=f"{gw.data_url}/embeddings/{AGENT}/v1",
+                memory_agents=frozenset({AGENT}),
             )
-            async with serving(config, clock) as gw, aiohttp.ClientSession() as http:
-                dev.set_runtime(
-                    RuntimeConfig(
-                        memory_base_url=gw.data_url,
-                        embedding_base_url=f"{gw.data_url}/embeddings/{AGENT}/v1",
-                        memory_agents=frozenset({AGENT}),
-                    )
-                )
-                async with ControlClient(gw.control_url, bridge.subject_token) as control:
-                    await _story(story, dev, gw, http, control, bridge, clock)
-        finally:
-            await dev.stop()
+        )
+        async with ControlClient(gw.control_url, bridge.subject_token) as control:
+            await _story(story, dev, gw, local.http, control, bridge, clock)
     print("\nDone: every step above was decided by memgov; nothing was remembered without consent.")
     return 0
 

@@ -98,16 +98,21 @@ class ErasureEngine:
         p = self._p
         ids = await self._unerased(scope.scope_id) if kind in WHOLE_SCOPE else list(entry_ids)
         erasure = await p.erasures.create_erasure(scope.scope_id, kind, ids, self.adapter, requested_by, p.clock())
-        await audit_erasure(p, erasure, Reason.ALLOWED)
-        log.info(
-            "erasure.requested",
-            erasure_id=erasure.erasure_id,
-            scope_id=scope.scope_id,
-            kind=kind.value,
-            adapter=self.adapter,
-            count=len(ids),
-        )
+        await self._recorded("erasure.requested", erasure, len(ids))
         return erasure
+
+    async def _recorded(self, event: str, erasure: Erasure, count: int, **more: str) -> None:
+        """Audit a newly recorded erasure and log ``event`` with its ids, kind, adapter and entry count."""
+        await audit_erasure(self._p, erasure, Reason.ALLOWED)
+        log.info(
+            event,
+            erasure_id=erasure.erasure_id,
+            **more,
+            scope_id=erasure.scope_id,
+            kind=erasure.kind.value,
+            adapter=self.adapter,
+            count=count,
+        )
 
     async def erase(self, scope: Scope, kind: ErasureKind, requested_by: str, entry_ids: Iterable[str] = ()) -> Erasure:
         """Request and run an erasure to its end; a forgotten entry is then rotated out where configured."""
@@ -157,16 +162,7 @@ class ErasureEngine:
         if retry is None:  # another caller started this chain's retry first: join it
             return await self.run((await p.erasures.retry_head(head)).erasure_id)
         await audit_erasure(p, head, Reason.ALLOWED, "erasure.retry")
-        await audit_erasure(p, retry, Reason.ALLOWED)
-        log.info(
-            "erasure.retrying",
-            erasure_id=retry.erasure_id,
-            retry_of=head.erasure_id,
-            scope_id=scope.scope_id,
-            kind=retry.kind.value,
-            adapter=self.adapter,
-            count=len(ids),
-        )
+        await self._recorded("erasure.retrying", retry, len(ids), retry_of=head.erasure_id)
         return await self._finish(scope, await self.run(retry.erasure_id), requested_by)
 
     async def _gone(self, erasure: Erasure) -> bool:

@@ -181,12 +181,13 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     except _EXPECTED as exc:
         return _fail("diff", exc)
     only = args.loosening_only
+    view = reports.DiffView(report, old, new, semantic, loosening_only=only)
     if args.format == "json":
-        print(reports.diff_json(report, semantic, loosening_only=only))
+        print(reports.diff_json(view))
     elif args.format == "markdown":
-        print(reports.diff_markdown(report, old, new, semantic, loosening_only=only))
+        print(reports.diff_markdown(view))
     else:
-        print(reports.diff_text(report, old, new, semantic, loosening_only=only))
+        print(reports.diff_text(view))
     if not args.exit_code:
         return 0
     found = reports.loosens(report, semantic) if only else reports.changes_anything(report, semantic)
@@ -236,6 +237,11 @@ def _format(p: argparse.ArgumentParser, *, sarif: bool = False) -> None:
     )
 
 
+def _names(p: argparse.ArgumentParser, *flags: str, dest: str | None = None, help: str) -> None:
+    """A repeatable ``NAME`` option that narrows what runs (empty: everything)."""
+    p.add_argument(*flags, dest=dest, action="append", default=[], metavar="NAME", help=help)
+
+
 def _case_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", help="Case tables: a folder, or one table file (default: policy-tests/ beside the pack).")
 
@@ -271,13 +277,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     test.add_argument("--opa-url", help="Decide Rego on this OPA server instead of `opa eval` (coverage still local).")
     test.add_argument("--server", action="store_true", help="Decide Rego on a throwaway local OPA server.")
-    test.add_argument(
+    _names(
+        test,
         "-k",
         "--case",
         dest="select",
-        action="append",
-        default=[],
-        metavar="NAME",
         help="Only cases whose name is NAME or whose file::name contains it (repeatable).",
     )
     _dir(test)
@@ -294,13 +298,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="OLD_DIR",
         help="Also prove OLD_DIR/properties.yaml's properties that this pack's file dropped or changed.",
     )
-    prv.add_argument(
-        "--property",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="Prove only this property (repeatable; never-errors is one too).",
-    )
+    _names(prv, "--property", help="Prove only this property (repeatable; never-errors is one too).")
     _dir(prv)
     _case_args(prv)
     _format(prv)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from sidecar.policy.check import Step
-from sidecar.policy.contract import LOOSER
+from sidecar.policy.contract import LOOSER, ContractChange
 from sidecar.policy.prove import BASELINE, ProofReport, example_json, example_lines, proof_json, render_proof
 from sidecar.policy.review import LOOSENED, REASONS, TIGHTENED, DiffReport
 from sidecar.policy.semantic import LOOSENS, RULES, TIGHTENS, ActionDiff
@@ -260,21 +261,30 @@ def changes_anything(report: DiffReport, semantic: list[ActionDiff] | None) -> b
     return bool(report.changes or report.contract or any(d.changed for d in semantic or []))
 
 
-def diff_text(
-    report: DiffReport,
-    old: Path,
-    new: Path,
-    semantic: list[ActionDiff] | None = None,
-    *,
-    loosening_only: bool = False,
-) -> str:
+@dataclass(frozen=True)
+class DiffView:
+    """One ``policy diff`` as its reports show it: the two packs, what changed between them, and whether
+    only what admits more than before is shown (``loosening_only``)."""
+
+    report: DiffReport
+    old: Path
+    new: Path
+    semantic: list[ActionDiff] | None = None
+    loosening_only: bool = False
+
+    def contract(self) -> list[ContractChange]:
+        """The contract changes shown: only the looser ones with ``loosening_only``."""
+        return [c for c in self.report.contract if c.direction == LOOSER or not self.loosening_only]
+
+
+def diff_text(view: DiffView) -> str:
     """Contract changes, the per-action proof, then every changed decision: loosenings first, with a
     per-action summary; ``loosening_only`` leaves out everything that admits no more than before."""
-    contract = [c for c in report.contract if c.direction == LOOSER or not loosening_only]
+    report, old, new, semantic = view.report, view.old, view.new, view.semantic
     lines = []
     if report.contract:
         lines.append(f"contract: {len(report.contract)} change(s) to properties.yaml and the data files")
-        lines += [f"  {c.direction.upper() if c.direction == LOOSER else c.direction:<8} {c}" for c in contract]
+        lines += [f"  {c.direction.upper() if c.direction == LOOSER else c.direction:<8} {c}" for c in view.contract()]
     if semantic is not None:
         lines.append(
             f"semantic diff {old} -> {new} (Cedar, every request; rules under any data, then each pack's data):"
@@ -298,7 +308,7 @@ def diff_text(
     heads = {LOOSENED: "LOOSENED (refused before, forwarded now):", TIGHTENED: "tightened:", REASONS: "other reasons:"}
     current = ""
     for change, engines in groups:
-        if loosening_only and change.direction != LOOSENED:
+        if view.loosening_only and change.direction != LOOSENED:
             continue
         if change.direction != current:
             current = change.direction
@@ -307,17 +317,16 @@ def diff_text(
     return "\n".join(lines)
 
 
-def diff_json(report: DiffReport, semantic: list[ActionDiff] | None = None, *, loosening_only: bool = False) -> str:
+def diff_json(view: DiffView) -> str:
     """The diff as JSON: contract changes, per-action proof, summary and every grouped change."""
+    report, semantic = view.report, view.semantic
     return _dump(
         {
             "loosened": loosens(report, semantic),
             "compared": report.compared,
             "one_sided": report.one_sided,
             "contract": [
-                {"area": c.area, "item": c.item, "direction": c.direction, "detail": c.detail}
-                for c in report.contract
-                if c.direction == LOOSER or not loosening_only
+                {"area": c.area, "item": c.item, "direction": c.direction, "detail": c.detail} for c in view.contract()
             ],
             "semantic": None
             if semantic is None
@@ -342,7 +351,7 @@ def diff_json(report: DiffReport, semantic: list[ActionDiff] | None = None, *, l
                     "after": c.after,
                 }
                 for c, engines in report.grouped()
-                if c.direction == LOOSENED or not loosening_only
+                if c.direction == LOOSENED or not view.loosening_only
             ],
         }
     )
@@ -353,15 +362,9 @@ _LISTED: Final = 50
 _FOLDED: Final = 200
 
 
-def diff_markdown(
-    report: DiffReport,
-    old: Path,
-    new: Path,
-    semantic: list[ActionDiff] | None = None,
-    *,
-    loosening_only: bool = False,
-) -> str:
+def diff_markdown(view: DiffView) -> str:
     """A pull-request comment: what loosens first (contract, proof, decisions), then the rest folded."""
+    report, old, new, semantic = view.report, view.old, view.new, view.semantic
     verdict = "**loosens** the pack" if loosens(report, semantic) else "loosens nothing"
     lines = [f"### memgov policy diff `{old}` → `{new}`: {verdict}", ""]
     if report.contract:
@@ -373,8 +376,7 @@ def diff_markdown(
         ]
         lines += [
             f"| {'⚠ looser' if c.direction == LOOSER else c.direction} | {c.area} | `{c.item}` | {c.detail} |"
-            for c in report.contract
-            if c.direction == LOOSER or not loosening_only
+            for c in view.contract()
         ]
         lines.append("")
     if semantic is not None:
@@ -399,7 +401,7 @@ def diff_markdown(
             lines.append(f"- … and {len(loose) - _LISTED} more (`--format text` lists them all)")
         lines.append("")
     rest = [(c, e) for c, e in groups if c.direction != LOOSENED]
-    if rest and not loosening_only:
+    if rest and not view.loosening_only:
         lines += [f"<details><summary>{len(rest)} other change(s)</summary>", ""]
         lines += [
             f"- {c.direction}: `{c.label}` ({'+'.join(e)}): `{c.before}` → `{c.after}`" for c, e in rest[:_FOLDED]

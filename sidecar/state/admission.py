@@ -25,12 +25,12 @@ from functools import lru_cache
 from sidecar.reasons import Reason
 from sidecar.state import codec
 from sidecar.state.budgets import ClaimRefused, reserve
-from sidecar.state.codec import to_us
+from sidecar.state.codec import to_us, valid_scope_id
 from sidecar.state.db import Facet, MakeScript, Mode, Param, Script, execute, executemany, fetchrow
 from sidecar.state.ledger import COUNTS, SLOT_LEASE_S
 from sidecar.state.prefetch import WINDOW_JOIN, window_key
 from sidecar.state.prefetch import window_id as open_window
-from sidecar.state.scopes import SCOPE_COLUMNS, SCOPE_FROM, SCOPE_SELECT, scope_of_row, valid_scope_id
+from sidecar.state.scopes import SCOPE_COLUMNS, SCOPE_FROM, SCOPE_SELECT, scope_of_row
 from sidecar.state.types import Admission, Claims, StateError, WriteAsk
 
 _SCOPE = f"{SCOPE_SELECT} WHERE s.scope_id = $1"

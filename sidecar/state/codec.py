@@ -111,6 +111,15 @@ def check_scope_id(value: str) -> str:
     return _matching(_SCOPE_ID, value, "scope_id")
 
 
+def valid_scope_id(scope_id: str) -> bool:
+    """True when ``scope_id`` has the stored shape (anything else cannot name a scope)."""
+    try:
+        check_scope_id(scope_id)
+    except ValueError:
+        return False
+    return True
+
+
 def check_hex64(value: str, field: str) -> str:
     """Require a lower-case SHA-256 hex digest."""
     return _matching(_HEX64, value, field)

@@ -59,6 +59,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from sidecar import tracing
 from sidecar.reasons import Reason
+from sidecar.state.codec import valid_scope_id
 from sidecar.state.lanes import IN_DATA_LANE, LONG_STATEMENT_S, LONG_STATEMENTS
 from sidecar.state.types import StateError
 
@@ -223,6 +224,13 @@ class Facet:
     async def _execute(self, mode: Mode, sql: str, *args: Param) -> int:
         async with self._db.tx(mode) as tx:
             return await tx.execute(sql, *args)
+
+    async def _scope_rows(self, of: Callable[[Row], T], sql: str, scope_id: str, *args: Param) -> list[T]:
+        """One scope's rows (``scope_id`` is ``$1``), each read by ``of``; none for a string that cannot
+        name a scope."""
+        if not valid_scope_id(scope_id):
+            return []
+        return [of(r) for r in await self._fetch("read", sql, scope_id, *args)]
 
 
 #: Errors a backend raises when it answered and refused a statement (or stopped answering: see refusal_code).

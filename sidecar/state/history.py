@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sidecar.state.codec import to_us
+from sidecar.state.codec import to_us, valid_scope_id
 from sidecar.state.db import Facet, Param
 from sidecar.state.ledger import ENTRY_COLS, by_entry_ids, entry_of, placeholders
-from sidecar.state.scopes import update_lock, valid_scope_id
+from sidecar.state.scopes import update_lock
 from sidecar.state.types import ERASURE_TERMINAL_SQL, LedgerEntry
 
 #: A ledger row nothing will change any more: kagent no longer has it, and a read-back said so.

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.codec import from_us, opt_from_us, to_us
+from sidecar.state.codec import from_us, opt_from_us, to_us, valid_scope_id
 from sidecar.state.db import Facet, Param, Row, Script, fetch
-from sidecar.state.scopes import fence, update_lock, valid_scope_id
+from sidecar.state.scopes import fence, update_lock
 from sidecar.state.types import LedgerEntry, StateError
 
 #: How long a reserved, not yet filled slot counts against the cap before it lapses.

@@ -13,7 +13,6 @@ from datetime import datetime
 
 from sidecar.state.codec import from_us, opt_from_us, to_us
 from sidecar.state.db import Facet, Row
-from sidecar.state.scopes import valid_scope_id
 from sidecar.state.types import Namespace
 
 NS_COLS = (
@@ -43,37 +42,30 @@ class NamespaceOps(Facet):
 
     async def namespaces_of_scope(self, scope_id: str) -> list[Namespace]:
         """Every namespace the scope ever had, oldest first."""
-        if not valid_scope_id(scope_id):
-            return []
-        rows = await self._fetch(
-            "read", f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
+        return await self._scope_rows(
+            namespace_of, f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 ORDER BY created_us, ns_id", scope_id
         )
-        return [namespace_of(r) for r in rows]
 
     async def open_namespaces(self, scope_id: str) -> list[Namespace]:
         """The scope's namespaces not yet cleared (live, staged, retired), oldest first."""
-        if not valid_scope_id(scope_id):
-            return []
-        rows = await self._fetch(
-            "read",
+        return await self._scope_rows(
+            namespace_of,
             f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1 AND state <> 'cleared' ORDER BY created_us, ns_id",
             scope_id,
         )
-        return [namespace_of(r) for r in rows]
 
     async def namespaces_by_id(self, scope_id: str, ns_ids: list[str]) -> list[Namespace]:
         """The scope's namespaces of these ids (a compacted one is left out)."""
         ids = sorted(set(ns_ids))
-        if not valid_scope_id(scope_id) or not ids:
+        if not ids:
             return []
-        rows = await self._fetch(
-            "read",
+        return await self._scope_rows(
+            namespace_of,
             f"SELECT {NS_COLS} FROM namespaces WHERE scope_id = $1"
             f" AND ns_id IN ({', '.join(f'${i + 2}' for i in range(len(ids)))})",
             scope_id,
             *ids,
         )
-        return [namespace_of(r) for r in rows]
 
     async def sweepable_namespaces(self, now: datetime, limit: int) -> list[Namespace]:
         """Namespaces to clear, oldest first: retired ones, and cleared ones a late write reached since.

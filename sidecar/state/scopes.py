@@ -15,7 +15,17 @@ from datetime import datetime
 from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.codec import AGENT_MAX, CODE_MAX, MXID_MAX, PURPOSE_MAX, ROOM_MAX, from_us, opt_from_us, to_us
+from sidecar.state.codec import (
+    AGENT_MAX,
+    CODE_MAX,
+    MXID_MAX,
+    PURPOSE_MAX,
+    ROOM_MAX,
+    from_us,
+    opt_from_us,
+    to_us,
+    valid_scope_id,
+)
 from sidecar.state.db import Facet, Row, Tx
 from sidecar.state.types import Namespace, Receipt, Scope, StateError
 
@@ -141,15 +151,6 @@ async def switch_namespace(tx: Tx, scope_id: str, generation: int, live: bool, a
             new_salt(),
             at,
         )
-
-
-def valid_scope_id(scope_id: str) -> bool:
-    """True when ``scope_id`` has the stored shape (anything else cannot name a scope)."""
-    try:
-        codec.check_scope_id(scope_id)
-    except ValueError:
-        return False
-    return True
 
 
 async def _reload(tx: Tx, scope_id: str) -> Row:
@@ -305,12 +306,9 @@ class ScopeOps(Facet):
 
     async def receipts(self, scope_id: str) -> list[Receipt]:
         """Every consent receipt of the scope, oldest first."""
-        if not valid_scope_id(scope_id):
-            return []
-        rows = await self._fetch(
-            "read", f"SELECT {_RECEIPT_COLS} FROM receipts WHERE scope_id = $1 ORDER BY generation_after", scope_id
+        return await self._scope_rows(
+            _receipt, f"SELECT {_RECEIPT_COLS} FROM receipts WHERE scope_id = $1 ORDER BY generation_after", scope_id
         )
-        return [_receipt(r) for r in rows]
 
     async def begin_write(self, scope_id: str, generation: int, ns_id: str, lease_s: float, now: datetime) -> str:
         """Check the fence and record an in-flight write to namespace ``ns_id`` in one step; return its op id."""

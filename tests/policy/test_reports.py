@@ -11,6 +11,7 @@ from sidecar.policy.counterexample import Example
 from sidecar.policy.minimize import Change as FieldChange
 from sidecar.policy.prove import Outcome, ProofReport
 from sidecar.policy.reports import (
+    DiffView,
     check_json,
     check_markdown,
     check_sarif,
@@ -86,7 +87,7 @@ class TestCheckFormats:
 class TestDiffReports:
     def test_loosenings_first_once_per_change_with_a_summary(self) -> None:
         """Both engines' copies of a change are one line; loosened before tightened before reasons."""
-        text = diff_text(_diff(), OLD, NEW)
+        text = diff_text(DiffView(_diff(), OLD, NEW))
         assert "3 change(s): 1 loosened, 1 tightened, 1 with other reasons" in text
         assert text.index("LOOSENED") < text.index("tightened:") < text.index("other reasons:")
         assert (
@@ -97,14 +98,14 @@ class TestDiffReports:
 
     def test_loosening_only(self) -> None:
         """Only what admits more: the loosened decision and the looser contract change."""
-        text = diff_text(_diff(), OLD, NEW, loosening_only=True)
+        text = diff_text(DiffView(_diff(), OLD, NEW, loosening_only=True))
         assert "case room::a" in text
         assert "mutant save" not in text and "room::b" not in text
         assert "max_entries" not in text
 
     def test_json(self) -> None:
         """Structured changes with direction, engines and operation; the summary per operation."""
-        data = json.loads(diff_json(_diff()))
+        data = json.loads(diff_json(DiffView(_diff(), OLD, NEW)))
         assert data["loosened"] is True
         assert data["summary"]["memory.save"] == {"loosened": 0, "tightened": 1, "reasons": 0}
         assert data["changes"][0] == {
@@ -118,7 +119,7 @@ class TestDiffReports:
 
     def test_markdown_for_a_pull_request(self) -> None:
         """The verdict, the contract table, the summary, loosenings listed and the rest folded away."""
-        text = diff_markdown(_diff(), OLD, NEW)
+        text = diff_markdown(DiffView(_diff(), OLD, NEW))
         assert text.startswith("### memgov policy diff `old` → `new`: **loosens** the pack")
         assert "| ⚠ looser | properties.yaml | `room-state-valid` |" in text
         assert "- `case room::a` (cedar+opa): `rewrite_disabled ['room_state_invalid']` → `forward ['allowed']`" in text
@@ -133,7 +134,7 @@ class TestDiffReports:
             Change("cedar", f"case b::{i}", "forward ['allowed']", "deny ['fact_too_large']", "memory.save")
             for i in range(204)
         ]
-        text = diff_markdown(DiffReport(changes, 300, 0, []), OLD, NEW)
+        text = diff_markdown(DiffView(DiffReport(changes, 300, 0, []), OLD, NEW))
         assert "- … and 3 more (`--format text` lists them all)" in text
         assert "- … and 4 more (`--format text` lists them all)" in text
         assert text.count("\n- `case a::") == 50 and text.count("\n- tightened: `case b::") == 200

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Iterable, Mapping
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
+from aiohttp.typedefs import Middleware
 
 from sidecar.control.http import SWEEPERS
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.stack import Devstack
+from sidecar.dev.devstack.stack import Devstack, start_devstack
 from sidecar.server import Gateway, running_gateway
 from sidecar.settings import PACKAGED_POLICY_DIR, Settings, load_settings
 
@@ -167,3 +170,43 @@ async def serving(config: Mapping[str, Any] | Settings, clock: DevClock | None =
         if sweepers is not None:
             await sweepers.swept.wait()
         yield gw
+
+
+@dataclass(frozen=True)
+class LocalGateway:
+    """A gateway in this process in front of the stand-ins, its key files' folder and an HTTP session."""
+
+    folder: Path
+    keys: Keys
+    dev: Devstack
+    gw: Gateway
+    http: aiohttp.ClientSession
+
+
+@asynccontextmanager
+async def local_gateway(
+    prefix: str,
+    clock: DevClock,
+    *,
+    server: str,
+    bridge_bot: str,
+    agents: Mapping[str, Mapping[str, Any]],
+    middlewares: Iterable[Middleware] = (),
+    before_stop: Callable[[], Awaitable[None]] | None = None,
+    **sections: Any,
+) -> AsyncIterator[LocalGateway]:
+    """Fresh keys in a temporary folder, the stand-ins, a gateway in front of them (:func:`devstack_config`
+    with ``sections``) and an HTTP session, until the block ends; ``before_stop`` runs before the
+    stand-ins stop (to let what they still hold settle)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        folder = Path(tmp)
+        keys = write_keys(folder)
+        dev = await start_devstack(clock=clock, middlewares=middlewares)
+        try:
+            config = devstack_config(dev, keys, server=server, bridge_bot=bridge_bot, agents=agents, **sections)
+            async with serving(config, clock) as gw, aiohttp.ClientSession() as http:
+                yield LocalGateway(folder, keys, dev, gw, http)
+        finally:
+            if before_stop is not None:
+                await before_stop()
+            await dev.stop()

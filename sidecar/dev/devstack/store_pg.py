@@ -16,23 +16,8 @@ from typing import Any
 import asyncpg
 
 from sidecar.dev.devstack.store import EXTENSION, POPULAR_ACCESS_COUNT, DbError, MemoryRow, MemoryStore, NewMemory
+from sidecar.dev.devstack.table import COLUMNS, Handle, schema
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS memory (
-    id           TEXT        PRIMARY KEY DEFAULT gen_random_uuid()::text,
-    agent_name   TEXT,
-    user_id      TEXT,
-    content      TEXT,
-    embedding    REAL[],
-    metadata     TEXT        DEFAULT '{}',
-    created_at   TIMESTAMPTZ,
-    expires_at   TIMESTAMPTZ,
-    access_count BIGINT      DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS idx_memory_agent_user ON memory(agent_name, user_id);
-CREATE INDEX IF NOT EXISTS idx_memory_expires_at ON memory(expires_at);
-"""
-_COLUMNS = "id, agent_name, user_id, content, embedding, metadata, created_at, expires_at, access_count"
 _INSERT = (
     "INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at, expires_at, "
     "access_count) VALUES ($1, $2, $3, $4, $5, $6, $7, 0) RETURNING id"
@@ -85,40 +70,34 @@ class PgMemoryStore(MemoryStore):
         super().__init__(now)
         self._url = url
         self._pool_size = pool_size
-        self._pool: asyncpg.Pool | None = None
+        self._pool: Handle[asyncpg.Pool] = Handle("closed pool")
 
     async def open(self) -> None:
-        self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=self._pool_size, init=_vector_codec)
-        async with self._pool.acquire() as conn:
-            await conn.execute(_SCHEMA)
+        pool = self._pool.hold(
+            await asyncpg.create_pool(self._url, min_size=1, max_size=self._pool_size, init=_vector_codec)
+        )
+        async with pool.acquire() as conn:
+            await conn.execute(schema(id_default=" DEFAULT gen_random_uuid()::text", embedding_type="REAL[]"))
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-
-    @property
-    def _p(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise DbError("closed pool")
-        return self._pool
+        await self._pool.close()
 
     async def _fetch(self, sql: str, *args: Any) -> list[MemoryRow]:
         try:
-            return [_row(r) for r in await self._p.fetch(sql, *args)]
+            return [_row(r) for r in await self._pool.get().fetch(sql, *args)]
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise DbError(_pgx_text(exc)) from None
 
     async def _execute(self, sql: str, *args: Any) -> None:
         try:
-            await self._p.execute(sql, *args)
+            await self._pool.get().execute(sql, *args)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise DbError(_pgx_text(exc)) from None
 
     async def _insert(self, items: Sequence[NewMemory], created_at: datetime) -> list[str]:
         ids: list[str] = []
         try:
-            async with self._p.acquire() as conn, conn.transaction():
+            async with self._pool.get().acquire() as conn, conn.transaction():
                 for m in items:
                     ids.append(
                         await conn.fetchval(
@@ -140,7 +119,7 @@ class PgMemoryStore(MemoryStore):
         order = "access_count DESC, created_at, id" if busiest else "created_at, id"
         where = "(agent_name = $1 OR agent_name = $2) AND user_id = $3"
         return await self._fetch(
-            f"SELECT {_COLUMNS} FROM memory WHERE {where} ORDER BY {order}", agent_name, normalized, user_id
+            f"SELECT {COLUMNS} FROM memory WHERE {where} ORDER BY {order}", agent_name, normalized, user_id
         )
 
     async def _bump(self, ids: Sequence[str]) -> None:
@@ -152,7 +131,7 @@ class PgMemoryStore(MemoryStore):
     async def _prune(self, now: datetime) -> None:
         step = 0
         try:
-            async with self._p.acquire() as conn, conn.transaction():
+            async with self._pool.get().acquire() as conn, conn.transaction():
                 await conn.execute(
                     "UPDATE memory SET expires_at = $1, access_count = 0 WHERE expires_at < $2 AND access_count >= $3",
                     now + EXTENSION,
@@ -168,7 +147,7 @@ class PgMemoryStore(MemoryStore):
 
     async def _rows(self, agent_name: str | None, user_id: str | None) -> list[MemoryRow]:
         sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE ($1::text IS NULL OR agent_name = $1) "
+            f"SELECT {COLUMNS} FROM memory WHERE ($1::text IS NULL OR agent_name = $1) "
             "AND ($2::text IS NULL OR user_id = $2) ORDER BY created_at, id"
         )
         return await self._fetch(sql, agent_name, user_id)

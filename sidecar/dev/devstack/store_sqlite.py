@@ -13,23 +13,8 @@ from typing import Any
 import aiosqlite
 
 from sidecar.dev.devstack.store import EXTENSION, POPULAR_ACCESS_COUNT, DbError, MemoryRow, MemoryStore, NewMemory
+from sidecar.dev.devstack.table import COLUMNS, Handle, schema
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS memory (
-    id           TEXT        PRIMARY KEY,
-    agent_name   TEXT,
-    user_id      TEXT,
-    content      TEXT,
-    embedding    TEXT,
-    metadata     TEXT        DEFAULT '{}',
-    created_at   TIMESTAMPTZ,
-    expires_at   TIMESTAMPTZ,
-    access_count BIGINT      DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS idx_memory_agent_user ON memory(agent_name, user_id);
-CREATE INDEX IF NOT EXISTS idx_memory_expires_at ON memory(expires_at);
-"""
-_COLUMNS = "id, agent_name, user_id, content, embedding, metadata, created_at, expires_at, access_count"
 # PostgreSQL refuses NUL in text; kagent runs on PostgreSQL, so the stand-in refuses it too.
 _NUL = 'ERROR: invalid byte sequence for encoding "UTF8": 0x00 (SQLSTATE 22021)'
 
@@ -59,24 +44,16 @@ class SqliteMemoryStore(MemoryStore):
     def __init__(self, path: str, *, now: Callable[[], datetime] | None = None) -> None:
         super().__init__(now)
         self._path = path
-        self._db: aiosqlite.Connection | None = None
+        self._db: Handle[aiosqlite.Connection] = Handle("sql: database is closed")
         self._lock = asyncio.Lock()
 
     async def open(self) -> None:
-        self._db = await aiosqlite.connect(self._path)
-        await self._db.executescript(_SCHEMA)
-        await self._db.commit()
+        db = self._db.hold(await aiosqlite.connect(self._path))
+        await db.executescript(schema(id_default="", embedding_type="TEXT"))
+        await db.commit()
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._db.close()
-            self._db = None
-
-    @property
-    def _conn(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise DbError("sql: database is closed")
-        return self._db
+        await self._db.close()
 
     async def _write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run statements in one transaction; a failure rolls back and names the failing step."""
@@ -84,17 +61,17 @@ class SqliteMemoryStore(MemoryStore):
             step = 0
             try:
                 for sql, args in statements:
-                    await self._conn.execute(sql, args)
+                    await self._db.get().execute(sql, args)
                     step += 1
-                await self._conn.commit()
+                await self._db.get().commit()
             except sqlite3.Error as exc:
-                await self._conn.rollback()
+                await self._db.get().rollback()
                 raise DbError(str(exc), step) from None
 
     async def _select(self, sql: str, args: Sequence[Any]) -> list[MemoryRow]:
         async with self._lock:
             try:
-                async with self._conn.execute(sql, args) as cursor:
+                async with self._db.get().execute(sql, args) as cursor:
                     return [_row(r) for r in await cursor.fetchall()]
             except sqlite3.Error as exc:
                 raise DbError(str(exc)) from None
@@ -115,14 +92,14 @@ class SqliteMemoryStore(MemoryStore):
                 _ts(m.expires_at),
                 0,
             )
-            statements.append((f"INSERT INTO memory ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args))
+            statements.append((f"INSERT INTO memory ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args))
         await self._write(statements)
         return ids
 
     async def _of_agent(self, agent_name: str, normalized: str, user_id: str, *, busiest: bool) -> list[MemoryRow]:
         _no_nul(agent_name, user_id)
         order = "access_count DESC, created_at, rowid" if busiest else "created_at, rowid"
-        sql = f"SELECT {_COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? ORDER BY {order}"
+        sql = f"SELECT {COLUMNS} FROM memory WHERE (agent_name = ? OR agent_name = ?) AND user_id = ? ORDER BY {order}"
         return await self._select(sql, (agent_name, normalized, user_id))
 
     async def _bump(self, ids: Sequence[str]) -> None:
@@ -147,7 +124,7 @@ class SqliteMemoryStore(MemoryStore):
 
     async def _rows(self, agent_name: str | None, user_id: str | None) -> list[MemoryRow]:
         sql = (
-            f"SELECT {_COLUMNS} FROM memory WHERE (? IS NULL OR agent_name = ?) AND (? IS NULL OR user_id = ?) "
+            f"SELECT {COLUMNS} FROM memory WHERE (? IS NULL OR agent_name = ?) AND (? IS NULL OR user_id = ?) "
             "ORDER BY created_at, rowid"
         )
         return await self._select(sql, (agent_name, agent_name, user_id, user_id))

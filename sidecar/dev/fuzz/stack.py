@@ -12,7 +12,6 @@ import io
 import json
 import secrets
 import sqlite3
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,9 +22,9 @@ import aiohttp
 import jwt
 
 from sidecar.dev.devstack.clock import DevClock
-from sidecar.dev.devstack.deployment import devstack_config, memory_agents, serving, write_keys
+from sidecar.dev.devstack.deployment import local_gateway, memory_agents
 from sidecar.dev.devstack.gojson import go_query
-from sidecar.dev.devstack.stack import Devstack, start_devstack
+from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.store import MemoryRow
 from sidecar.dev.devstack.vectors import embed_text
 from sidecar.dev.fuzz.chaos import Chaos
@@ -311,47 +310,40 @@ async def fuzz_stack() -> AsyncIterator[FuzzStack]:
     clock, logs, chaos = DevClock(), LogCapture(), Chaos(delay_s=DELAY_S)
     configure_logging("debug", logs)  # every level: a leak at debug is still a leak
     try:
-        with tempfile.TemporaryDirectory(prefix="memgov-fuzz-") as tmp:
-            folder = Path(tmp)
-            keys = write_keys(folder)
-            dev = await start_devstack(clock=clock, middlewares=[chaos.middleware])
-            try:
-                config = devstack_config(
-                    dev,
-                    keys,
-                    server=SERVER,
-                    bridge_bot=BOT,
-                    # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
-                    agents=memory_agents(AGENTS.items(), model=EMBEDDING_MODEL),
-                    upstream={
-                        "read_timeout_s": READ_TIMEOUT_S,
-                        "memory_timeout_s": READ_TIMEOUT_S,
-                        "embedding_timeout_s": READ_TIMEOUT_S,
-                    },
-                    enforce={"write_lease_s": 1},
-                    erasure={"quiesce_timeout_s": QUIESCE_TIMEOUT_S},
-                )
-                async with serving(config, clock) as gw, aiohttp.ClientSession() as http:
-                    stack = FuzzStack(
-                        gw=gw,
-                        dev=dev,
-                        chaos=chaos,
-                        clock=clock,
-                        logs=logs,
-                        http=http,
-                        bridge_key=keys.bridge,
-                        operator_key=keys.operator,
-                        state_path=folder / "state.db",
-                        limits=load_limits(PACKAGED_POLICY_DIR),
-                        classification=load_federation(PACKAGED_POLICY_DIR).classification,
-                    )
-                    for agent in AGENTS:
-                        scope = await stack.new_scope(agent=agent)
-                        await stack.session_key(scope)
-                        stack.neighbours[agent] = scope
-                    yield stack
-            finally:
-                await chaos.settle()
-                await dev.stop()
+        async with local_gateway(
+            "memgov-fuzz-",
+            clock,
+            server=SERVER,
+            bridge_bot=BOT,
+            # Each agent's model declared (as the chart renders it), so forget-one rotates, exact over REST.
+            agents=memory_agents(AGENTS.items(), model=EMBEDDING_MODEL),
+            middlewares=[chaos.middleware],
+            before_stop=chaos.settle,
+            upstream={
+                "read_timeout_s": READ_TIMEOUT_S,
+                "memory_timeout_s": READ_TIMEOUT_S,
+                "embedding_timeout_s": READ_TIMEOUT_S,
+            },
+            enforce={"write_lease_s": 1},
+            erasure={"quiesce_timeout_s": QUIESCE_TIMEOUT_S},
+        ) as local:
+            stack = FuzzStack(
+                gw=local.gw,
+                dev=local.dev,
+                chaos=chaos,
+                clock=clock,
+                logs=logs,
+                http=local.http,
+                bridge_key=local.keys.bridge,
+                operator_key=local.keys.operator,
+                state_path=local.folder / "state.db",
+                limits=load_limits(PACKAGED_POLICY_DIR),
+                classification=load_federation(PACKAGED_POLICY_DIR).classification,
+            )
+            for agent in AGENTS:
+                scope = await stack.new_scope(agent=agent)
+                await stack.session_key(scope)
+                stack.neighbours[agent] = scope
+            yield stack
     finally:
         configure_logging("info")
