@@ -111,6 +111,7 @@ PROPERTIES = [
     "ungoverned-store-refused",
     "definitions-claim-nothing",
     "governed-definitions-need-an-operator",
+    "memory-sessions-are-never-shared",
     "never-errors",
 ]
 
@@ -341,7 +342,7 @@ class TestSemanticDiff:
         """Every action is proved to decide alike, and --exit-code stays 0."""
         code, out = self._diff(capsys, pack_copy, "--exit-code")
         assert code == 0, out
-        assert "10 of 10 actions decide every request alike" in out
+        assert "11 of 11 actions decide every request alike" in out
         assert "equivalent  a2a.invoke" in out
         assert "0 change(s): 0 loosened, 0 tightened, 0 with other reasons" in out
 
@@ -353,7 +354,7 @@ class TestSemanticDiff:
         code, out = self._diff(capsys, pack_copy, "--exit-code")
         assert code == 1, out
         assert "[cedar" not in out[out.index("policy diff ") :]
-        assert "8 of 10 actions decide every request alike" in out
+        assert "9 of 11 actions decide every request alike" in out
         section = out[out.index("LOOSENS     a2a.invoke (rules)") :]
         assert '    agent.ref: "team/helper" -> "kagent/ops-bot"' in section
         assert (
