@@ -23,7 +23,16 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.identity.keys import SessionKeys
 from sidecar.server import EXIT_MIGRATION, EXIT_SCHEMA
 from sidecar.state.migrations import LATEST
-from tests.support.harness import AGENT, ALICE, APP, ROOM, context_token, policy_pack, subject_token
+from tests.support.harness import (
+    AGENT,
+    ALICE,
+    APP,
+    ROOM,
+    decision_of,
+    invoke_as_alice,
+    policy_pack,
+    subject_token,
+)
 from tests.support.pg import PgServer, start_pg
 from tests.support.process import GatewayProcess, gateway_process
 from tests.support.procs import process_settings
@@ -60,8 +69,8 @@ def halted_pg() -> Iterator[PgServer]:
 
 
 def _decision(resp: aiohttp.ClientResponse) -> tuple[str, str]:
-    action, reason, _ = (p.strip() for p in resp.headers["X-Memgov-Decision"].split(";"))
-    return action, reason.removeprefix("reason=")
+    decided = decision_of(resp)
+    return decided["action"], decided["reason"]
 
 
 class TestStateDownAtStart:
@@ -100,16 +109,8 @@ class TestStateDownAtStart:
             assert "memgov_state_available 0.0" in await resp.text()
 
         async def invoke() -> tuple[tuple[str, str], str]:
-            before = len(kagent.recorder.of_kind("a2a"))
-            message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}
-            headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
-            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-            async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
-                await resp.read()
-                assert resp.status == 200
-                decided = _decision(resp)
-            (seen,) = kagent.recorder.of_kind("a2a")[before:]
-            return decided, seen.agent
+            decided, asked = await invoke_as_alice(http, gw.data_url, keys, kagent)
+            return (decided["action"], decided["reason"]), asked
 
         assert await invoke() == (("rewrite_disabled", "state_unavailable"), NOMEM)
         key = SessionKeys(keys.session_file.read_bytes().strip()).session_key("s" + "0" * 24, 1)

@@ -24,7 +24,16 @@ from sidecar.dev.devstack.deployment import write_keys
 from sidecar.dev.devstack.stack import Devstack
 from sidecar.dev.devstack.vectors import embed_text
 from tests.support.blackhole import Blackhole, blackhole
-from tests.support.harness import AGENT, ALICE, APP, context_token, policy_pack, subject_token
+from tests.support.harness import (
+    AGENT,
+    ALICE,
+    APP,
+    context_token,
+    decision_of,
+    invoke_as_alice,
+    policy_pack,
+    subject_token,
+)
 from tests.support.pg import PgServer
 from tests.support.process import GatewayProcess
 from tests.support.procs import Pair, process_settings, two_gateways
@@ -41,11 +50,6 @@ async def kagent() -> AsyncIterator[Devstack]:
         yield stack
     finally:
         await stack.stop()
-
-
-def _decision(resp: aiohttp.ClientResponse) -> dict[str, str]:
-    action, reason, ident = (p.strip() for p in resp.headers["X-Memgov-Decision"].split(";"))
-    return {"action": action, "reason": reason.removeprefix("reason="), "id": ident.removeprefix("id=")}
 
 
 async def _metric(http: aiohttp.ClientSession, gw: GatewayProcess, name: str) -> float:
@@ -100,17 +104,8 @@ class TestStateStoreOutage:
             async with http.get(gw.data_url + "/version") as resp:
                 assert resp.status == 200
             # An invocation answers from the memory-disabled agent.
-            before = len(kagent.recorder.of_kind("a2a"))
-            message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}
-            headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
-            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-            async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
-                await resp.read()
-                assert resp.status == 200
-                decision = _decision(resp)
-            assert (decision["action"], decision["reason"]) == ("rewrite_disabled", "state_unavailable")
-            (seen,) = kagent.recorder.of_kind("a2a")[before:]
-            assert seen.agent == NOMEM
+            decision, asked = await invoke_as_alice(http, gw.data_url, keys, kagent)
+            assert (decision["action"], decision["reason"], asked) == ("rewrite_disabled", "state_unavailable", NOMEM)
             refusals.append(decision["id"])
             # A search answers empty, a save is refused and never forwarded.
             search = {"agent_name": APP, "user_id": key, "vector": embed_text("tea"), "limit": 5, "min_score": 0.0}
@@ -118,12 +113,12 @@ class TestStateStoreOutage:
                 gw.data_url + "/api/memories/search", json=search, headers={"X-Agent-Name": APP, "X-User-Id": key}
             ) as resp:
                 assert (resp.status, await resp.json()) == (200, [])
-                decision = _decision(resp)
+                decision = decision_of(resp)
             assert (decision["action"], decision["reason"]) == ("empty_result", "state_unavailable")
             refusals.append(decision["id"])
             refused = await save(gw, "likes coffee")
-            assert refused.status == 503 and _decision(refused)["reason"] == "state_unavailable"
-            refusals.append(_decision(refused)["id"])
+            assert refused.status == 503 and decision_of(refused)["reason"] == "state_unavailable"
+            refusals.append(decision_of(refused)["id"])
             # The control API answers by reason code (the token verified: a row, landing after the outage too).
             async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
                 answer = await resp.json()
@@ -192,12 +187,12 @@ class TestStateStoreOutage:
                 gw.data_url + "/api/memories/search", json=search, headers=memory, timeout=bounded
             ) as resp:
                 assert (resp.status, await resp.json()) == (200, [])
-                assert _decision(resp)["reason"] == "state_unavailable"
+                assert decision_of(resp)["reason"] == "state_unavailable"
             body = {"agent_name": APP, "user_id": key, "content": "likes tea", "vector": embed_text("likes tea")}
             async with http.post(
                 gw.data_url + "/api/memories/sessions", json=body, headers=memory, timeout=bounded
             ) as resp:
-                assert (resp.status, _decision(resp)["reason"]) == (503, "state_unavailable")
+                assert (resp.status, decision_of(resp)["reason"]) == (503, "state_unavailable")
             async with http.get(
                 f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys), timeout=bounded
             ) as resp:
@@ -242,15 +237,15 @@ class TestStateStoreOutage:
                 text = f"{sentinel} likes tea {n}"
                 body = {"agent_name": APP, "user_id": key, "content": text, "vector": embed_text(text)}
                 async with http.post(gw.data_url + "/api/memories/sessions", json=body, headers=memory) as resp:
-                    assert (resp.status, _decision(resp)["reason"]) == (503, "state_unavailable")
-                    decisions.append(_decision(resp)["id"])
+                    assert (resp.status, decision_of(resp)["reason"]) == (503, "state_unavailable")
+                    decisions.append(decision_of(resp)["id"])
             message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": sentinel}]}
             headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
             body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
             async with http.post(f"{gw.data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
                 await resp.read()
-                assert _decision(resp)["reason"] == "state_unavailable"
-                decisions.append(_decision(resp)["id"])
+                assert decision_of(resp)["reason"] == "state_unavailable"
+                decisions.append(decision_of(resp)["id"])
             async with http.get(f"{gw.control_url}/v1/scopes/{pair.scope_id}", headers=self._subject(keys)) as resp:
                 answer = await resp.json()
                 assert (resp.status, answer["error"]) == (503, "state_unavailable")
@@ -262,7 +257,7 @@ class TestStateStoreOutage:
                 json=forged,
                 headers={"X-Agent-Name": APP, "X-User-Id": "not-a-key"},
             ) as resp:
-                assert (resp.status, _decision(resp)["reason"]) == (403, "key_invalid")
+                assert (resp.status, decision_of(resp)["reason"]) == (403, "key_invalid")
             await gw.kill()  # right after the last answer: no batch, no timer had a chance to run
 
             files = sorted(spool.glob("*.spool"))

@@ -10,6 +10,7 @@ gateway sits in front of kagent v0.9.11 itself and ``rows`` reads kagent's own t
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -290,3 +291,26 @@ async def harness(
         stream_delay_s=0,
     ) as d:
         yield Harness(d.gateway, d.dev, d.keys, d.http, upstream=upstream, clock=clock)
+
+
+def decision_of(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    """The ``X-Memgov-Decision`` header of an answer: action, reason and decision id."""
+    action, reason, ident = (p.strip() for p in resp.headers["X-Memgov-Decision"].split(";"))
+    return {"action": action, "reason": reason.removeprefix("reason="), "id": ident.removeprefix("id=")}
+
+
+async def invoke_as_alice(
+    http: aiohttp.ClientSession, data_url: str, keys: Keys, dev: Devstack
+) -> tuple[dict[str, str], str]:
+    """alice invokes AGENT through the gateway with a fresh delegation context: the decision, and the agent
+    kagent was asked (the memory-disabled variant when memgov refused the call)."""
+    before = len(dev.recorder.of_kind("a2a"))
+    message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}
+    headers = {"X-User-Id": ALICE, "X-Memgov-Context": context_token(keys, int(time.time()))}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    async with http.post(f"{data_url}/api/a2a/{AGENT}/", json=body, headers=headers) as resp:
+        await resp.read()
+        assert resp.status == 200
+        decided = decision_of(resp)
+    (seen,) = dev.recorder.of_kind("a2a")[before:]
+    return decided, seen.agent
