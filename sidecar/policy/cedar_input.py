@@ -58,21 +58,8 @@ LIMIT_NAMES: Final = {
 
 
 def limits_record(lim: Limits) -> dict[str, int]:
-    """limits.yaml as the Cedar ``Limits`` record."""
-    return {
-        "maxDays": lim.max_days,
-        "maxEntries": lim.max_entries,
-        "maxFactBytes": lim.max_fact_bytes,
-        "maxBatchFacts": lim.max_batch_facts,
-        "ratePerMinute": lim.rate_per_minute,
-        "rateBurst": lim.rate_burst,
-        "hourlyOperations": lim.hourly_operations,
-        "prefetchSearches": lim.prefetch_searches,
-        "prefetchQueryBytes": lim.prefetch_query_bytes,
-        "embeddingItemBytes": lim.embedding_item_bytes,
-        "searchMaxLimit": lim.search_max_limit,
-        "embeddingItemsPerAgentHour": lim.embedding_items_per_agent_hour,
-    }
+    """limits.yaml as the Cedar ``Limits`` record (attributes in limits.yaml's order)."""
+    return {name: getattr(lim, key) for name, key in LIMIT_NAMES.items()}
 
 
 def deployment_entity(dep: Deployment) -> Entity:

@@ -8,11 +8,14 @@ never echoed in the error.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import secrets
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from enum import Enum
+from typing import Any, Final, Generic, TypeVar, get_type_hints
 
 from sidecar.reasons import REASON_VALUES
 
@@ -52,6 +55,59 @@ def from_us(us: int) -> datetime:
 def opt_from_us(us: int | None) -> datetime | None:
     """Like :func:`from_us`, keeping NULL as None."""
     return None if us is None else from_us(us)
+
+
+R = TypeVar("R")
+
+
+def _decoder(hint: Any) -> Callable[[Any], Any] | None:
+    """How a stored column becomes a field of type ``hint`` (None: taken as stored)."""
+    if hint is datetime:
+        return from_us
+    if hint == datetime | None:
+        return opt_from_us
+    if hint in (int, bool) or (isinstance(hint, type) and issubclass(hint, Enum)):
+        return hint  # type: ignore[no-any-return]
+    return None
+
+
+class Columns(Generic[R]):
+    """A record read from a row whose columns follow its fields, in the record's field order.
+
+    A time field (``datetime``) is stored as microseconds in the column ``x_us`` (``created_at`` reads
+    ``created_us``, ``at`` reads ``at_us``); ``int``, ``bool`` and enum fields are cast, every other
+    field is taken as stored. ``renamed`` names a column that does not follow that rule; ``omit``
+    leaves out fields the row does not hold (given to :meth:`read` instead, or left at their default).
+    """
+
+    __slots__ = ("_decoders", "_make", "names")
+
+    def __init__(self, record: type[R], *, omit: Collection[str] = (), renamed: Mapping[str, str] = {}) -> None:
+        hints = get_type_hints(record)
+        fields = [f.name for f in dataclasses.fields(record) if f.name not in omit]  # type: ignore[arg-type]
+        self._make = record
+        self._decoders = tuple((name, _decoder(hints[name])) for name in fields)
+        self.names: tuple[str, ...] = tuple(renamed.get(name) or _column(name, hints[name]) for name in fields)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def select(self, alias: str = "") -> str:
+        """The column list, each prefixed with ``alias`` (``"s."``)."""
+        return ", ".join(alias + name for name in self.names)
+
+    def read(self, row: Sequence[Any], start: int = 0, **given: Any) -> R:
+        """The record from ``row``'s columns from ``start`` on, with the omitted fields ``given``."""
+        for at, (name, decode) in enumerate(self._decoders, start):
+            value = row[at]
+            given[name] = value if decode is None else decode(value)
+        return self._make(**given)
+
+
+def _column(field: str, hint: Any) -> str:
+    if hint not in (datetime, datetime | None):
+        return field
+    return (field.removesuffix("_at") if field.endswith("_at") else field) + "_us"
 
 
 def new_id(prefix: str) -> str:

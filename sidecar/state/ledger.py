@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Final
 
 from sidecar.reasons import Reason
 from sidecar.state import codec
-from sidecar.state.codec import from_us, opt_from_us, to_us, valid_scope_id
+from sidecar.state.codec import Columns, to_us, valid_scope_id
 from sidecar.state.db import Facet, Param, Row, Script, fetch
 from sidecar.state.scopes import fence, update_lock
 from sidecar.state.types import LedgerEntry, StateError
@@ -20,7 +21,9 @@ from sidecar.state.types import LedgerEntry, StateError
 #: How long a reserved, not yet filled slot counts against the cap before it lapses.
 SLOT_LEASE_S = 300
 _CHUNK = 500
-ENTRY_COLS = "entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us, ns_id"
+_ENTRY: Final = Columns(LedgerEntry, renamed={"physically_deleted_at": "deleted_us"})
+#: entry_id, scope_id, generation, created_us, expires_us, tombstoned_us, deleted_us, verified_us, ns_id
+ENTRY_COLS: Final = _ENTRY.select()
 _LIVE = "tombstoned_us IS NULL AND deleted_us IS NULL AND expires_us > $2"
 _FILTER_COLS = "entry_id, scope_id, ns_id, tombstoned_us, deleted_us, expires_us"
 _OPEN = "scope_id = $1 AND tombstoned_us IS NULL AND deleted_us IS NULL"
@@ -36,17 +39,7 @@ COUNTS = (
 
 
 def entry_of(r: Row) -> LedgerEntry:
-    return LedgerEntry(
-        entry_id=r[0],
-        scope_id=r[1],
-        generation=int(r[2]),
-        created_at=from_us(r[3]),
-        expires_at=from_us(r[4]),
-        tombstoned_at=opt_from_us(r[5]),
-        physically_deleted_at=opt_from_us(r[6]),
-        verified_at=opt_from_us(r[7]),
-        ns_id=r[8],
-    )
+    return _ENTRY.read(r)
 
 
 def placeholders(first: int, n: int) -> str:

@@ -10,31 +10,20 @@ transitions in :mod:`sidecar.state.scopes`.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
-from sidecar.state.codec import from_us, opt_from_us, to_us
+from sidecar.state.codec import Columns, to_us
 from sidecar.state.db import Facet, Row
 from sidecar.state.types import Namespace
 
-NS_COLS = (
-    "ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us,"
-    " frozen_by, rotation_id"
-)
+_NAMESPACE: Final = Columns(Namespace)
+#: ns_id, scope_id, generation, salt, state, possibly_until_us, created_us, retired_us, cleared_us,
+#: frozen_by, rotation_id
+NS_COLS: Final = _NAMESPACE.select()
 
 
 def namespace_of(r: Row) -> Namespace:
-    return Namespace(
-        ns_id=r[0],
-        scope_id=r[1],
-        generation=int(r[2]),
-        salt=r[3],
-        state=r[4],
-        possibly_until=opt_from_us(r[5]),
-        created_at=from_us(r[6]),
-        retired_at=opt_from_us(r[7]),
-        cleared_at=opt_from_us(r[8]),
-        frozen_by=r[9],
-        rotation_id=r[10],
-    )
+    return _NAMESPACE.read(r)
 
 
 class NamespaceOps(Facet):

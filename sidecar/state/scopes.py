@@ -11,6 +11,7 @@ refused as stale.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from sidecar.identity.keys import new_salt
 from sidecar.reasons import Reason
@@ -21,71 +22,39 @@ from sidecar.state.codec import (
     MXID_MAX,
     PURPOSE_MAX,
     ROOM_MAX,
-    from_us,
-    opt_from_us,
+    Columns,
     to_us,
     valid_scope_id,
 )
 from sidecar.state.db import Facet, Row, Tx
 from sidecar.state.types import Namespace, Receipt, Scope, StateError
 
-_SCOPE_COLS = (
-    "scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation, purpose, policy_version,"
-    " created_us, updated_us, consented_us"
-)
-#: A scope row joined with its live namespace (none while disabled).
-#: A scope's columns and its live namespace's, in the order ``scope_of_row`` reads them.
-SCOPE_COLUMNS = (
-    "s.scope_id, s.principal_mxid, s.origin, s.agent, s.kind, s.room_id, s.enabled, s.generation,"
-    " s.purpose, s.policy_version, s.created_us, s.updated_us, s.consented_us,"
-    " n.ns_id, n.generation, n.salt, n.possibly_until_us, n.created_us, n.frozen_by"
-)
+_SCOPE: Final = Columns(Scope, omit=("namespace",))
+#: A live namespace as a scope row joins it: its scope and state are the scope's and ``live``.
+_LIVE_NAMESPACE: Final = Columns(Namespace, omit=("scope_id", "state", "retired_at", "cleared_at", "rotation_id"))
+_RECEIPT: Final = Columns(Receipt)
+#: scope_id, principal_mxid, origin, agent, kind, room_id, enabled, generation, purpose, policy_version,
+#: created_us, updated_us, consented_us
+_SCOPE_COLS: Final = _SCOPE.select()
+#: A scope's columns and its live namespace's (ns_id, generation, salt, possibly_until_us, created_us,
+#: frozen_by; none while disabled), in the order ``scope_of_row`` reads them.
+SCOPE_COLUMNS: Final = f"{_SCOPE.select('s.')}, {_LIVE_NAMESPACE.select('n.')}"
 SCOPE_FROM = "scopes s LEFT JOIN namespaces n ON n.scope_id = s.scope_id AND n.state = 'live'"
 SCOPE_SELECT = f"SELECT {SCOPE_COLUMNS} FROM {SCOPE_FROM}"
-_RECEIPT_COLS = "receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us"
+#: receipt_id, scope_id, action, purpose, policy_version, generation_after, at_us
+_RECEIPT_COLS: Final = _RECEIPT.select()
+_NS_AT: Final = len(_SCOPE)
 
 
 def scope_of_row(r: Row) -> Scope:
     namespace = None
-    if r[13] is not None:
-        namespace = Namespace(
-            ns_id=r[13],
-            scope_id=r[0],
-            generation=int(r[14]),
-            salt=r[15],
-            state="live",
-            possibly_until=opt_from_us(r[16]),
-            created_at=from_us(r[17]),
-            frozen_by=r[18],
-        )
-    return Scope(
-        scope_id=r[0],
-        principal_mxid=r[1],
-        origin=r[2],
-        agent=r[3],
-        kind=r[4],
-        room_id=r[5],
-        enabled=bool(r[6]),
-        generation=int(r[7]),
-        purpose=r[8],
-        policy_version=r[9],
-        created_at=from_us(r[10]),
-        updated_at=from_us(r[11]),
-        consented_at=opt_from_us(r[12]),
-        namespace=namespace,
-    )
+    if r[_NS_AT] is not None:
+        namespace = _LIVE_NAMESPACE.read(r, _NS_AT, scope_id=r[0], state="live")
+    return _SCOPE.read(r, namespace=namespace)
 
 
 def _receipt(r: Row) -> Receipt:
-    return Receipt(
-        receipt_id=r[0],
-        scope_id=r[1],
-        action=r[2],
-        purpose=r[3],
-        policy_version=r[4],
-        generation_after=int(r[5]),
-        at=from_us(r[6]),
-    )
+    return _RECEIPT.read(r)
 
 
 def _triple(mxid: str, origin: str, agent: str, kind: str, room_id: str) -> tuple[str, str, str, str, str]:
