@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.dev.bench.report import aggregate, render, write_json
+from sidecar.dev.bench.report import aggregate, bench_argv, render, write_json
 
 
 def _run(rnd: int, target: str, rps: float, p50: float, p99: float = 10.0) -> dict[str, Any]:
@@ -112,3 +113,15 @@ class TestOutput:
         path = write_json({"x": math.nan, "y": [1.0, math.inf], "z": {"w": 2}}, tmp_path / "out", "stamp")
         assert path.name == "stamp.json"
         assert json.loads(path.read_text()) == {"x": None, "y": [1.0, None], "z": {"w": 2}}
+
+
+def test_a_bench_records_the_command_that_reproduces_it_without_a_database_url() -> None:
+    """Each option given with its value, set flags only, and a database URL (it may hold a password) as URL."""
+    args = argparse.Namespace(
+        backend="both", ops=20, out="out", large=True, context_cost=False, pg_url="postgresql://u:secret@h/db"
+    )
+    argv = bench_argv("state", args, "backend", "ops", "out", flags=("large", "context_cost"), masked=("pg_url",))
+    assert " ".join(argv) == "memgov bench state --backend both --ops 20 --out out --large --pg-url URL"
+    assert "secret" not in " ".join(argv)
+    args.pg_url, args.large = None, False
+    assert bench_argv("state", args, "ops", masked=("pg_url",)) == ["memgov", "bench", "state", "--ops", "20"]

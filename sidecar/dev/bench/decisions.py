@@ -19,7 +19,7 @@ from typing import Any, Final
 import cedarpy
 import orjson
 
-from sidecar.dev.bench.report import publish
+from sidecar.dev.bench.report import bench_argv, publish
 from sidecar.logs import configure_logging
 from sidecar.policy.cases import load_bases
 from sidecar.policy.cedar import CedarEngine
@@ -158,20 +158,7 @@ def _cmd(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    argv = [
-        "memgov",
-        "bench",
-        "decisions",
-        "--engine",
-        args.engine,
-        "--iterations",
-        str(args.iterations),
-        "--warmup",
-        str(args.warmup),
-        "--out",
-        args.out,
-        *(["--context-cost"] if args.context_cost else []),
-    ]
+    argv = bench_argv("decisions", args, "engine", "iterations", "warmup", "out", flags=("context_cost",))
     publish(
         "decisions",
         argv,

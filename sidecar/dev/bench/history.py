@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.dev.bench.report import publish
+from sidecar.dev.bench.report import bench_argv, publish
 from sidecar.dev.bench.state import backends, scratch_databases
 from sidecar.dev.bench.sweep import bench_scope, bench_settings, seed_entries
 from sidecar.dev.devstack import start_devstack
@@ -281,9 +281,7 @@ def _cmd(args: argparse.Namespace) -> int:
                     )
                 )
             )
-    argv = ["memgov", "bench", "history", "--backend", args.backend, "--forgets", str(args.forgets)]
-    argv += ["--live", str(args.live), "--samples", str(args.samples), "--entries", str(args.entries)]
-    argv += ["--out", args.out]
+    argv = bench_argv("history", args, "backend", "forgets", "live", "samples", "entries", "out")
     publish("history", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 

@@ -7,6 +7,7 @@ next to the median of each target's own numbers across rounds.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import math
@@ -209,6 +210,24 @@ def write_json(report: Mapping[str, Any], out_dir: Path, stamp: str) -> Path:
     path = out_dir / f"{stamp}.json"
     path.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
     return path
+
+
+def bench_argv(
+    name: str, args: argparse.Namespace, *options: str, flags: Sequence[str] = (), masked: Sequence[str] = ()
+) -> list[str]:
+    """The command that reproduces a bench run: ``options`` with their values, the ``flags`` that are set, and
+    the ``masked`` options that are set with ``URL`` for their value (a database URL may hold a password)."""
+    argv = ["memgov", "bench", name]
+    for option in options:
+        argv += [_flag(option), str(getattr(args, option))]
+    argv += [_flag(flag) for flag in flags if getattr(args, flag)]
+    for option in masked:
+        argv += [_flag(option), "URL"] if getattr(args, option) else []
+    return argv
+
+
+def _flag(attribute: str) -> str:
+    return "--" + attribute.replace("_", "-")
 
 
 def publish(name: str, argv: list[str], table: str, out_dir: Path, **fields: Any) -> Path:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.dev.bench.report import publish
+from sidecar.dev.bench.report import bench_argv, publish
 from sidecar.logs import configure_logging
 from sidecar.state import BudgetClaim, Scope, StateStore, open_store
 from sidecar.state.codec import to_us
@@ -258,19 +258,7 @@ def _cmd(args: argparse.Namespace) -> int:
             for scopes, rows in sizes:
                 print(f"  {backend}: {scopes} scopes, {rows} ledger rows …", flush=True)
                 runs.append(asyncio.run(run_state_bench(database, scopes, rows, args.ops)))
-    argv = [
-        "memgov",
-        "bench",
-        "state",
-        "--backend",
-        args.backend,
-        "--ops",
-        str(args.ops),
-        "--out",
-        args.out,
-        *(["--large"] if args.large else []),
-        *(["--pg-url", "URL"] if args.pg_url else []),
-    ]
+    argv = bench_argv("state", args, "backend", "ops", "out", flags=("large",), masked=("pg_url",))
     publish("state", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 

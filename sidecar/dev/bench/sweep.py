@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from sidecar.dev.bench.report import publish
+from sidecar.dev.bench.report import bench_argv, publish
 from sidecar.dev.bench.state import backends, grow, percentiles, scratch_databases
 from sidecar.dev.devstack import start_devstack
 from sidecar.dev.devstack.store import NewMemory
@@ -178,22 +178,7 @@ def _cmd(args: argparse.Namespace) -> int:
                         )
                     )
                 )
-    argv = [
-        "memgov",
-        "bench",
-        "sweep",
-        "--backend",
-        args.backend,
-        "--rotations",
-        str(args.rotations),
-        "--entries",
-        str(args.entries),
-        "--ops",
-        str(args.ops),
-        "--out",
-        args.out,
-        *(["--large"] if args.large else []),
-    ]
+    argv = bench_argv("sweep", args, "backend", "rotations", "entries", "ops", "out", flags=("large",))
     publish("sweep", argv, _render(runs), Path(args.out), runs=runs)
     return 0
 
