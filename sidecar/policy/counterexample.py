@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from sidecar.policy import why
 from sidecar.policy.cedar import compile_pack
-from sidecar.policy.cedar_input import LIMIT_NAMES, entities, request
+from sidecar.policy.cedar_input import LIMIT_NAMES, cedar_name, entities, request
 from sidecar.policy.minimize import Change, nearest
 from sidecar.policy.model import DecisionInput
 from sidecar.policy.pack import Pack
@@ -88,6 +88,11 @@ def _data(found: dict[str, Any], pack: Pack, user: dict[str, Any], dep: dict[str
     }
 
 
+def _named(record: dict[str, Any], *fields: str) -> dict[str, Any]:
+    """The decision input's ``fields`` from the Cedar record that holds each under its Cedar name."""
+    return {name: record[cedar_name(name)] for name in fields}
+
+
 def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> DecisionInput:
     """A counterexample (Cedar request and entities) as the memgov decision input that maps to it.
 
@@ -104,83 +109,46 @@ def to_input(found: dict[str, Any], pack: Pack, *, own_data: bool = False) -> De
     dep = attrs.get((dep_ref["type"], dep_ref["id"]), {})
     agent, r, d = ctx["agent"], ctx["request"], ctx["delegation"]
     room, aud, write, share = ctx.get("room"), ctx.get("audience"), ctx.get("write"), ctx.get("share")
+    budget = ctx["budget"]
     data: dict[str, Any] = {
         "operation": req["action"]["id"],
-        "principal": {
-            "mxid": user["mxid"],
-            "localpart": user["localpart"],
-            "server_name": user["serverName"],
-            "origin": user["origin"],
-        }
-        if user.get("known")
-        else None,
+        "principal": _named(user, "mxid", "localpart", "server_name", "origin") if user.get("known") else None,
         "agent": {"ref": agent["ref"], "app_name": _app_name(agent["ref"]), "memory_enabled": agent["memoryEnabled"]}
         if agent["known"]
         else None,
         "scope": {
             "scope_id": req["resource"]["id"] or "scope",
-            "kind": scope["kind"],
-            "room_id": scope["roomId"],
-            "enabled": scope["enabled"],
-            "generation": scope["generation"],
-            "principal_mxid": scope["principalMxid"],
-            "origin": scope["origin"],
-            "agent": scope["agent"],
+            **_named(scope, "kind", "room_id", "enabled", "generation", "principal_mxid", "origin", "agent"),
         }
         if scope.get("exists")
         else None,
         "request": {
             "presented_generation": r.get("presentedGeneration"),
-            "key_valid": r["keyValid"],
-            "user_id_matches": r["userIdMatches"],
-            "agent_name_matches": r["agentNameMatches"],
-            "item_count": r["itemCount"],
-            "max_item_bytes": r["maxItemBytes"],
-            "context": {
-                "present": d["present"],
-                "valid": d["valid"],
-                "expired": d["expired"],
-                "replayed": d["replayed"],
-                "expires_at": d.get("expiresAt"),
-            },
-            "context_scope": {"kind": d["scope"]["kind"], "room_id": d["scope"]["roomId"]} if "scope" in d else None,
+            **_named(r, "key_valid", "user_id_matches", "agent_name_matches", "item_count", "max_item_bytes"),
+            "context": {**_named(d, "present", "valid", "expired", "replayed"), "expires_at": d.get("expiresAt")},
+            "context_scope": _named(d["scope"], "kind", "room_id") if "scope" in d else None,
             "context_agent": d.get("agent"),
             "write": {
-                "kind": write["kind"],
-                "verb": write["verb"],
-                "targets": write["targets"],
-                "governed": write["governed"],
-                "operator": write["operator"],
+                **_named(write, "kind", "verb", "targets", "governed", "operator"),
                 "claims": sorted(write["claims"]),
             }
             if write is not None
             else None,
-            "share": {"verb": share["verb"], "owner": share["owner"]} if share is not None else None,
+            "share": _named(share, "verb", "owner") if share is not None else None,
         },
         "room": {
-            "room_version": room["roomVersion"],
-            "encrypted": room["encrypted"],
-            "join_rule": room["joinRule"],
-            "history_visibility": room["historyVisibility"],
-            "members": room["members"],
-            "invited": room["invited"],
-            "server_acl": {
-                "allow": room["serverAcl"]["allow"],
-                "allow_ip_literals": room["serverAcl"]["allowIpLiterals"],
-            },
+            **_named(room, "room_version", "encrypted", "join_rule", "history_visibility", "members", "invited"),
+            "server_acl": _named(room["serverAcl"], "allow", "allow_ip_literals"),
         }
         if room is not None
         else None,
-        "audience": {"servers": aud["servers"], "classification": aud["classification"]} if aud is not None else None,
+        "audience": _named(aud, "servers", "classification") if aud is not None else None,
         "budget": {
-            "rate_ok": ctx["budget"]["rateOk"],
-            "hourly_ok": ctx["budget"]["hourlyOk"],
-            "prefetch_ok": ctx["budget"]["prefetchOk"],
-            "embedding_ok": ctx["budget"]["embeddingOk"],
-            "hourly_operations_used": ctx["budget"]["hourlyUsed"],
-            "embedding_items_used": ctx["budget"]["embeddingUsed"],
+            **_named(budget, "rate_ok", "hourly_ok", "prefetch_ok", "embedding_ok"),
+            "hourly_operations_used": budget["hourlyUsed"],
+            "embedding_items_used": budget["embeddingUsed"],
         },
-        "entries": {"count": ctx["entries"]["count"], "cap": ctx["entries"]["cap"]},
+        "entries": _named(ctx["entries"], "count", "cap"),
         "now": ctx["now"],
         "deployment": {
             "server_name": dep.get("serverName", ""),
