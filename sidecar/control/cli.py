@@ -24,7 +24,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from sidecar.control import models as answers
-from sidecar.control.client import ControlClient, ControlError
+from sidecar.control.client import Confirmed, ControlClient, ControlError
 from sidecar.identity.tokens import control_room, load_signing_key, mint_context
 from sidecar.policy.pack import load_federation
 from sidecar.secretfile import SecretError, read_secret
@@ -272,15 +272,14 @@ def _shown(call: Callable[[argparse.Namespace, ControlClient], Awaitable[_T]], s
     return run
 
 
-async def _confirmed(args: argparse.Namespace, client: ControlClient, action: str) -> _Answer:
-    run = client.forget_all if action == "forget-all" else client.off
+async def _confirmed(args: argparse.Namespace, client: ControlClient, action: Confirmed) -> _Answer:
     if args.yes:
         record = await client.confirm_and_run(args.scope_id, action)
     elif args.confirm is None:
-        issued = await run(args.scope_id)
+        issued = await client.confirmed(args.scope_id, action)
         return _Answer(issued, lambda: _show_confirmation(issued, args.scope_command, args.scope_id), pending=True)
     else:
-        record = await run(args.scope_id, args.confirm)
+        record = await client.confirmed(args.scope_id, action, args.confirm)
     return _Answer(record, lambda: _show_erasure(record))
 
 

@@ -10,7 +10,7 @@ server sent it, for export (:meth:`ControlClient.erasure_document`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import aiohttp
@@ -34,6 +34,8 @@ T = TypeVar("T", bound=BaseModel)
 #: A bearer token, or something that mints a fresh one per call (subject tokens are single-use
 #: for consent changes and erasures).
 Token = str | Callable[[], str] | None
+#: The two erasures the control API runs only with a confirmation token from a first call.
+Confirmed = Literal["forget-all", "off"]
 
 
 class ControlClient:
@@ -171,37 +173,23 @@ class ControlClient:
         return await self._json(a.ErasureRecord, "DELETE", path)
 
     @overload
-    async def _confirmed(self, scope_id: str, action: str, confirm: None) -> a.ConfirmationIssued: ...
+    async def confirmed(self, scope_id: str, action: Confirmed, confirm: None = None) -> a.ConfirmationIssued: ...
     @overload
-    async def _confirmed(self, scope_id: str, action: str, confirm: str) -> a.ErasureRecord: ...
-    async def _confirmed(
-        self, scope_id: str, action: str, confirm: str | None
+    async def confirmed(self, scope_id: str, action: Confirmed, confirm: str) -> a.ErasureRecord: ...
+    async def confirmed(
+        self, scope_id: str, action: Confirmed, confirm: str | None = None
     ) -> a.ConfirmationIssued | a.ErasureRecord:
+        """Forget-all (``forget-all``) or off (``off``): without ``confirm``, the confirmation token; with
+        it, the erasure record."""
         path = f"/v1/scopes/{scope_id}/{action}"
         if confirm is None:
             return await self._json(a.ConfirmationIssued, "POST", path, json=None)
         return await self._json(a.ErasureRecord, "POST", path, json={"confirm": confirm})
 
-    @overload
-    async def forget_all(self, scope_id: str, confirm: None = None) -> a.ConfirmationIssued: ...
-    @overload
-    async def forget_all(self, scope_id: str, confirm: str) -> a.ErasureRecord: ...
-    async def forget_all(self, scope_id: str, confirm: str | None = None) -> a.ConfirmationIssued | a.ErasureRecord:
-        """Without ``confirm``: the confirmation token; with it: the erasure record."""
-        return await self._confirmed(scope_id, "forget-all", confirm)
-
-    @overload
-    async def off(self, scope_id: str, confirm: None = None) -> a.ConfirmationIssued: ...
-    @overload
-    async def off(self, scope_id: str, confirm: str) -> a.ErasureRecord: ...
-    async def off(self, scope_id: str, confirm: str | None = None) -> a.ConfirmationIssued | a.ErasureRecord:
-        """Without ``confirm``: the confirmation token; with it: the erasure record."""
-        return await self._confirmed(scope_id, "off", confirm)
-
-    async def confirm_and_run(self, scope_id: str, action: str) -> a.ErasureRecord:
+    async def confirm_and_run(self, scope_id: str, action: Confirmed) -> a.ErasureRecord:
         """Both calls of forget-all (``forget-all``) or off (``off``)."""
-        issued = await self._confirmed(scope_id, action, None)
-        return await self._confirmed(scope_id, action, issued.confirm_token)
+        issued = await self.confirmed(scope_id, action)
+        return await self.confirmed(scope_id, action, issued.confirm_token)
 
     async def offboard(self, mxid: str) -> a.OffboardResult:
         return await self._json(a.OffboardResult, "POST", f"/v1/principals/{quote(mxid, safe='')}/offboard")

@@ -209,9 +209,9 @@ async def _story(
     await control.grant(scope.scope_id, "remember my preferences", "privacy-v1")
     await _say_to_agent(http, gw.data_url, "remember: I live in Lyon", context=bridge.context())
     story.note(f"after re-consent a new fact is stored: {len(await dev.store.rows())} row(s)")
-    issued = await control.off(scope.scope_id)
+    issued = await control.confirmed(scope.scope_id, "off")
     story.note(f"confirmation required, token expires {issued.expires_at}")
-    record = await control.off(scope.scope_id, issued.confirm_token)
+    record = await control.confirmed(scope.scope_id, "off", issued.confirm_token)
     evidence = await control.erasure_document(record.erasure_id)
     story.note("erasure evidence (content-free):")
     for line in json.dumps(evidence, indent=2, sort_keys=True).splitlines():

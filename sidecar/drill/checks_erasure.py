@@ -118,14 +118,16 @@ async def disable_and_clear(run: DrillRun, ev: Evidence) -> None:
     ev["scope_id"] = scope.scope_id
     control = run.control(subject)
 
-    issued = await control.off(scope.scope_id)
+    issued = await control.confirmed(scope.scope_id, "off")
     ev["confirmation"] = {"issued": bool(issued.get("confirm_token")), "expires_at": issued.get("expires_at")}
-    ev["wrong_confirmation"] = refused = await refusal(control.off(scope.scope_id, "memgov-drill-wrong-token"))
+    ev["wrong_confirmation"] = refused = await refusal(
+        control.confirmed(scope.scope_id, "off", "memgov-drill-wrong-token")
+    )
     expect(refused["reason"] == "confirmation_required", "off_without_valid_confirmation_ran")
     unchanged = await run.status(scope)
     expect(unchanged["enabled"] and unchanged["entries"]["live"] == 2, "scope_changed_before_confirmation")
 
-    record = await control.off(scope.scope_id, issued["confirm_token"])
+    record = await control.confirmed(scope.scope_id, "off", issued["confirm_token"])
     ev["erasure"] = _record(record)
     expect(record.get("kind") == "off" and record.get("state") == "verified", "off_not_verified")
     status = await run.status(scope)

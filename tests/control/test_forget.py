@@ -69,24 +69,24 @@ class TestConfirmation:
         scope_id = await sh.scope()
         bobs_scope = await sh.scope(BOB, BOB_ROOM)
         api = sh.client()
-        token = (await api.forget_all(scope_id))["confirm_token"]
+        token = (await api.confirmed(scope_id, "forget-all"))["confirm_token"]
         if misuse == "reused":
-            await api.forget_all(scope_id, token)
-            call = api.forget_all(scope_id, token)
+            await api.confirmed(scope_id, "forget-all", token)
+            call = api.confirmed(scope_id, "forget-all", token)
         elif misuse == "other_action":
-            call = api.off(scope_id, token)
+            call = api.confirmed(scope_id, "off", token)
         elif misuse == "other_subject":
-            bob_token = (await sh.client(sh.subject_token(BOB)).forget_all(bobs_scope))["confirm_token"]
-            call = sh.client(sh.subject_token(BOB)).forget_all(bobs_scope, token)
+            bob_token = (await sh.client(sh.subject_token(BOB)).confirmed(bobs_scope, "forget-all"))["confirm_token"]
+            call = sh.client(sh.subject_token(BOB)).confirmed(bobs_scope, "forget-all", token)
             assert bob_token != token
         elif misuse == "other_scope":
             other = await sh.scope(ALICE, "!second:example.org")
-            call = api.forget_all(other, token)
+            call = api.confirmed(other, "forget-all", token)
         elif misuse == "expired":
             sh.advance(301)
-            call = sh.client().forget_all(scope_id, token)
+            call = sh.client().confirmed(scope_id, "forget-all", token)
         else:
-            call = api.forget_all(scope_id, "made-up-token")
+            call = api.confirmed(scope_id, "forget-all", "made-up-token")
         with pytest.raises(ControlError) as err:
             await call
         assert (err.value.status, err.value.reason) == (409, "confirmation_required")
@@ -132,9 +132,9 @@ class TestFailures:
         await h.saved(scope_id, "likes green tea")
         h.stack.store.fault = DbFault(ops=frozenset({"delete"}))
         api = h.client()
-        token = (await api.forget_all(scope_id))["confirm_token"]
+        token = (await api.confirmed(scope_id, "forget-all"))["confirm_token"]
         with pytest.raises(ControlError) as err:
-            await api.forget_all(scope_id, token)
+            await api.confirmed(scope_id, "forget-all", token)
         assert (err.value.status, err.value.reason) == (500, "erasure_failed")
         assert err.value.location is not None
         record = await api.erasure(err.value.location.rsplit("/", 1)[1])

@@ -159,8 +159,8 @@ class TestCallers:
             api.status(scope_id),
             api.grant(scope_id, "p", "v2"),
             api.withdraw(scope_id),
-            api.forget_all(scope_id),
-            api.off(scope_id),
+            api.confirmed(scope_id, "forget-all"),
+            api.confirmed(scope_id, "off"),
         ):
             with pytest.raises(ControlError) as err:
                 await call

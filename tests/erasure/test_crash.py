@@ -205,8 +205,8 @@ class TestKillBetweenSteps:
         c = crash
         scope_id = await _scope_with_memory(c)
         c.gate.hold = lambda r: r.method == "DELETE"
-        token = (await c.api().forget_all(scope_id))["confirm_token"]
-        erasing = asyncio.create_task(c.api().forget_all(scope_id, token))
+        token = (await c.api().confirmed(scope_id, "forget-all"))["confirm_token"]
+        erasing = asyncio.create_task(c.api().confirmed(scope_id, "forget-all", token))
 
         async def reached() -> bool:
             return c.gate.arrived.is_set() and await c.state_of("forget_all") == "quiesced"
