@@ -42,6 +42,7 @@ from sidecar.boundary.model import (
     stand_ins,
     witnesses,
 )
+from sidecar.command import add_command
 
 EXIT_CLEAR, EXIT_PATH, EXIT_INPUT, EXIT_CYCLONUS = 0, 1, 2, 3
 MAX_INPUT_BYTES = 16 * 1024 * 1024
@@ -275,11 +276,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "doctor",
-        help="Find every path around memgov in a namespace's NetworkPolicies (needs cyclonus).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "doctor", "Find every path around memgov in a namespace's NetworkPolicies (needs cyclonus).", __doc__
     )
     p.add_argument("--policies", type=Path, required=True, help="kubectl get networkpolicy -n <ns> -o yaml output.")
     p.add_argument("--values", type=Path, help="memgov's Helm values file (chart defaults when left out).")

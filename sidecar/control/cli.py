@@ -23,6 +23,7 @@ from typing import TypeVar
 import aiohttp
 from pydantic import BaseModel
 
+from sidecar.command import add_command
 from sidecar.control import models as answers
 from sidecar.control.client import Confirmed, ControlClient, ControlError
 from sidecar.identity.tokens import control_room, load_signing_key, mint_context
@@ -358,11 +359,8 @@ def _globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    scope = sub.add_parser(
-        "scope",
-        help="Call the control API: consent, inspect, forget, off, offboard, evidence.",
-        description=(__doc__ or "").replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    scope = add_command(
+        sub, "scope", "Call the control API: consent, inspect, forget, off, offboard, evidence.", __doc__
     )
     _globals(scope, suppress=False)
     scope.set_defaults(func=_cmd_scope)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+from sidecar.command import add_command
 from sidecar.drill.actors import LocalView
 from sidecar.drill.bundle import default_folder, report_json, write_bundle
 from sidecar.drill.runner import EXIT_UNREACHABLE, EXIT_USAGE, Report, TargetUnreachable, run_drill
@@ -118,12 +119,7 @@ def _cmd_drill(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "drill",
-        help="Run the ADR acceptance proof and write an evidence bundle.",
-        description=(__doc__ or "").replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "drill", "Run the ADR acceptance proof and write an evidence bundle.", __doc__)
     p.add_argument("--devstack", action="store_true", help="Run against in-process stand-ins (the default).")
     target = p.add_argument_group("deployment")
     target.add_argument("--data-url", help="memgov data plane (the URL agents use as KAGENT_URL).")

@@ -1,4 +1,8 @@
-"""``memgov devstack``: run the kagent and embedding stand-ins until interrupted."""
+"""``memgov devstack``: run the kagent and embedding stand-ins until interrupted.
+
+Serves a kagent controller stand-in (v0.9.11 or v0.10.0-rc3) and an OpenAI-compatible embedding
+stand-in.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 import asyncio
 import signal
 
+from sidecar.command import add_command
 from sidecar.dev.devstack.releases import DEFAULT, RELEASES, release
 from sidecar.dev.devstack.runtime import RuntimeConfig
 from sidecar.dev.devstack.stack import start_devstack
@@ -14,12 +19,7 @@ from sidecar.logs import configure_logging, get_logger
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``devstack`` command."""
-    parser = subparsers.add_parser(
-        "devstack",
-        help="Run the kagent and embedding stand-ins (tests, demo).",
-        description="Serve a kagent controller stand-in (v0.9.11 or v0.10.0-rc3) and an OpenAI-compatible "
-        "embedding stand-in.",
-    )
+    parser = add_command(subparsers, "devstack", "Run the kagent and embedding stand-ins (tests, demo).", __doc__)
     parser.add_argument(
         "--kagent-version",
         choices=sorted(RELEASES),

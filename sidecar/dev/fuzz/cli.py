@@ -13,6 +13,8 @@ import importlib.util
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from sidecar.command import add_command
+
 if TYPE_CHECKING:  # the fuzzer needs the test extra (hypothesis, jsonschema); `memgov --help` must not
     from sidecar.dev.fuzz.runner import Key, Report, Target
 
@@ -25,11 +27,8 @@ LEGEND = (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``fuzz`` command."""
-    parser = subparsers.add_parser(
-        "fuzz",
-        help="Fuzz the data plane and the control API against their contracts (dev tooling).",
-        description="Property-based and schema-driven fuzzing of an in-process gateway in front of the "
-        "kagent and embedding stand-ins. Exits 1 when any contract broke.",
+    parser = add_command(
+        subparsers, "fuzz", "Fuzz the data plane and the control API against their contracts (dev tooling).", __doc__
     )
     parser.add_argument("--cases", type=int, default=1000, help="How many cases to run (default 1000).")
     parser.add_argument("--seed", type=int, default=0, help="Seed; the same seed draws the same cases (default 0).")
