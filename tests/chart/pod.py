@@ -7,8 +7,10 @@ with two substitutions a shared machine needs: the mount root and loopback port 
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -18,28 +20,54 @@ from tests.chart.helm import Manifest, find
 _PORT = re.compile(r"^(?P<head>.*:)(?P<port>\d+)$")
 
 
-def _kubelet_files(folder: Path, files: Mapping[str, bytes]) -> None:
-    """Write files the way the kubelet writes a projected volume: a timestamped folder behind ..data."""
-    stamp = folder / "..2025_01_01_00_00_00.000000001"
+def _kubelet_files(folder: Path, files: Mapping[str, bytes], *, version: int = 1) -> None:
+    """Write files the way the kubelet writes a Secret, ConfigMap or projected volume: a new timestamped
+    folder, then ``..data`` pointed at it in one rename, then a link for each new top-level name and none
+    left for a name that is gone (what a reader sees is always one whole version)."""
+    stamp = folder / f"..2025_01_01_00_00_00.{version:09d}"
     for rel, data in files.items():
         (stamp / rel).parent.mkdir(parents=True, exist_ok=True)
         (stamp / rel).write_bytes(data)
-    (folder / "..data").symlink_to(stamp.name)
-    for top in {rel.split("/", 1)[0] for rel in files}:
-        (folder / top).symlink_to(f"..data/{top}")
+    old = os.readlink(folder / "..data") if (folder / "..data").is_symlink() else None
+    (folder / "..data_tmp").symlink_to(stamp.name)
+    os.replace(folder / "..data_tmp", folder / "..data")
+    tops = {rel.split("/", 1)[0] for rel in files}
+    for top in tops:
+        if not (folder / top).is_symlink():
+            (folder / top).symlink_to(f"..data/{top}")
+    for entry in folder.iterdir():
+        if not entry.name.startswith("..") and entry.name not in tops:
+            entry.unlink()
+    if old is not None:
+        shutil.rmtree(folder / old)
 
 
 class PodDisk:
     """The volumes of one pod spec as local folders."""
 
-    def __init__(self, root: Path, manifests: list[Manifest], spec: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        manifests: list[Manifest],
+        spec: dict[str, Any],
+        existing: Mapping[str, Mapping[str, bytes]] | None = None,
+    ) -> None:
+        """``existing``: the data of the Secrets mounted whole (the operator's, not rendered), by name."""
         self.root = root
         self.spec = spec
+        self._versions: dict[str, int] = {}
         for volume in spec["volumes"]:
             folder = root / volume["name"]
             folder.mkdir(parents=True)
             if "projected" in volume:
                 _kubelet_files(folder, self._projected(manifests, volume["projected"]["sources"]))
+            elif "secret" in volume:
+                self.edit_secret(volume["name"], (existing or {})[volume["secret"]["secretName"]])
+
+    def edit_secret(self, volume: str, data: Mapping[str, bytes]) -> None:
+        """The Secret behind a whole-Secret volume now holds ``data``: the kubelet's update of the volume."""
+        self._versions[volume] = version = self._versions.get(volume, 0) + 1
+        _kubelet_files(self.root / volume, data, version=version)
 
     @staticmethod
     def _projected(manifests: list[Manifest], sources: list[dict[str, Any]]) -> dict[str, bytes]:

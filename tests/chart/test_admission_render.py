@@ -155,6 +155,13 @@ class TestGrant:
         (own,) = [c["expression"] for c in guard["spec"]["matchConditions"] if c["name"] == "memgovs-own"]
         assert '["memgov-session-key","memgov-bridge"]' in own
 
+    def test_key_folder_secrets_are_memgovs_own_too(self) -> None:
+        """A Secret mounted as a key folder (trust.bridgeKeys) is guarded like a mounted key file."""
+        values = {"rollout": cases.ENFORCE, "trust": {"bridgeKeys": {"existingSecret": "memgov-bridge-keys"}}}
+        guard = find(render(values), "ValidatingAdmissionPolicy", f"{POLICY}-own")
+        (own,) = [c["expression"] for c in guard["spec"]["matchConditions"] if c["name"] == "memgovs-own"]
+        assert '["memgov-session-key","memgov-bridge-keys"]' in own
+
 
 class TestNotes:
     def test_the_notes_say_to_grant_before_enforcing(self) -> None:

@@ -13,7 +13,7 @@ from sidecar.cli import build_parser
 from sidecar.policy.opa_server import RUN_FLAGS
 from sidecar.settings import PACKAGED_POLICY_DIR, Settings, load_settings
 from tests.chart import cases
-from tests.chart.helm import RELEASE, config_file, find, kagent_files, pod_spec, render
+from tests.chart.helm import RELEASE, config_file, find, kagent_files, pod_spec, render, render_error
 
 MATRIX = list(cases.MATRIX.items())
 IDS = list(cases.MATRIX)
@@ -128,6 +128,39 @@ class TestConfigFile:
         path = config["secrets"]["next_session_key_file"]
         assert path.endswith("/next-session.key") and mounted[path] == "memgov-session-key-new/session-key"
         assert load(config).secrets.next_session_key_file is not None
+
+    @pytest.mark.parametrize("values", [cases.GATEWAY_DEFAULT, cases.SIDECAR], ids=["gateway", "sidecar"])
+    def test_key_folders_mount_whole_secrets_and_name_the_folders(self, values: dict[str, Any], load: Any) -> None:
+        """trust.bridgeKeys and trust.operatorKeys mount their Secrets whole (each data key a key id's file, and
+        the Secret's edits followed, which a projected item list would not) and name the folders; no key file."""
+        folders = {
+            "bridgeKeys": {"existingSecret": "memgov-bridge-keys"},
+            "operatorKeys": {"existingSecret": "op-keys"},
+        }
+        manifests = render({**values, "trust": folders})
+        spec, config = pod_spec(manifests), config_file(manifests)
+        memgov = next(c for c in spec["containers"] if c["name"] == "memgov")
+        mounts = {m["mountPath"]: m for m in memgov["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for purpose, secret in (("bridge", "memgov-bridge-keys"), ("operator", "op-keys")):
+            mount = mounts[config["trust"][f"{purpose}_keys_dir"]]
+            assert mount["readOnly"] is True and mount["name"].startswith("memgov-")
+            assert volumes[mount["name"]] == {
+                "name": mount["name"],
+                "secret": {"secretName": secret, "defaultMode": 0o440},
+            }
+            assert f"{purpose}_key_file" not in config["trust"]
+        settings = load(config)
+        assert settings.trust.bridge_keys_dir is not None and settings.trust.operator_keys_dir is not None
+        assert {"memgov-bridge-keys", "op-keys"} <= set(config["boundary"]["secrets"])
+
+    @pytest.mark.parametrize("purpose", ["bridge", "operator"])
+    def test_a_key_file_and_a_key_folder_of_one_purpose_are_refused(self, purpose: str) -> None:
+        """memgov reads one key file or one key folder per purpose; the render says which to keep."""
+        trust = {f"{purpose}Key": {"existingSecret": "one"}, f"{purpose}Keys": {"existingSecret": "many"}}
+        message = render_error({"trust": trust})
+        assert f"trust.{purpose}Key and trust.{purpose}Keys both name a Secret" in message
+        assert f"Keep trust.{purpose}Keys (it rotates)" in message
 
     @pytest.mark.parametrize("rotate", [True, False])
     def test_rotation_settings_reach_memgov(self, rotate: bool, load: Any) -> None:

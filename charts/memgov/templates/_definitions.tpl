@@ -9,8 +9,7 @@ objects this chart creates, and kagent's namespace (where kagent puts a definiti
 {{- $v := .Values }}
 {{- $full := include "memgov.fullname" . }}
 {{- $selectors := list (include "memgov.selectorLabels" . | fromYaml) $v.kagent.controllerSelector $v.kagent.ui.selector }}
-{{- $secrets := list }}
-{{- range (include "memgov.secretFiles" . | fromYaml).files }}{{- $secrets = append $secrets .secret }}{{- end }}
+{{- $secrets := (include "memgov.secretNames" . | fromYaml).names }}
 {{- /* Every object this chart creates is named "<full name>" or "<full name>-…"; a claim may be the user's own. */}}
 {{- $names := list $full (include "memgov.stateClaim" .) }}
 {{- $accounts := list }}
@@ -22,7 +21,7 @@ objects this chart creates, and kagent's namespace (where kagent puts a definiti
   "selectors" $selectors
   "marker_keys" (list (include "memgov.exceptionLabel" .))
   "service_accounts" $accounts
-  "secrets" ($secrets | uniq)
+  "secrets" $secrets
   "names" ($names | uniq)
   "name_prefixes" (list (printf "%s-" $full))
   "kagent_namespace" $v.kagent.namespace) }}

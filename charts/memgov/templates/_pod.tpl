@@ -42,6 +42,31 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- toYaml (dict "files" $files) }}
 {{- end }}
 
+{{/*
+memgov.keyFolders: the verification-key Secrets mounted whole as folders (trust.bridgeKeys,
+trust.operatorKeys; each data key one key, named by its id), with the volume, the mount path and the
+setting of sidecar/settings.py that names the folder. A whole-Secret volume follows the Secret's
+edits, so a key id added or removed reaches memgov without a restart.
+*/}}
+{{- define "memgov.keyFolders" -}}
+{{- $folders := list }}
+{{- range $purpose := list "bridge" "operator" }}
+{{- with (index $.Values.trust (printf "%sKeys" $purpose)).existingSecret }}
+{{- $folders = append $folders (dict "secret" . "volume" (printf "memgov-%s-keys" $purpose)
+  "path" (printf "/var/run/memgov/keys/%s" $purpose) "setting" (printf "%s_keys_dir" $purpose)) }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "folders" $folders) }}
+{{- end }}
+
+{{/* memgov.secretNames: every Secret memgov reads, as files or as key folders. */}}
+{{- define "memgov.secretNames" -}}
+{{- $names := list }}
+{{- range (include "memgov.secretFiles" . | fromYaml).files }}{{- $names = append $names .secret }}{{- end }}
+{{- range (include "memgov.keyFolders" . | fromYaml).folders }}{{- $names = append $names .secret }}{{- end }}
+{{- toYaml (dict "names" ($names | uniq)) }}
+{{- end }}
+
 {{/* memgov.config: the YAML file `memgov --config` reads; keys are exactly sidecar/settings.py's. */}}
 {{- define "memgov.config" -}}
 {{- $v := .Values }}
@@ -113,6 +138,9 @@ and the setting (section, key) of sidecar/settings.py that names that file.
 {{- $dir := include "memgov.secretDir" . }}
 {{- range (include "memgov.secretFiles" . | fromYaml).files }}
 {{- $_ := set (index $config .section) .setting (printf "%s/%s" $dir .file) }}
+{{- end }}
+{{- range (include "memgov.keyFolders" . | fromYaml).folders }}
+{{- $_ := set (index $config "trust") .setting .path }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}
@@ -267,6 +295,11 @@ containers: the API server does not add the token to a container that already mo
     - name: memgov-secrets
       mountPath: {{ include "memgov.secretDir" . }}
       readOnly: true
+    {{- range (include "memgov.keyFolders" . | fromYaml).folders }}
+    - name: {{ .volume }}
+      mountPath: {{ .path }}
+      readOnly: true
+    {{- end }}
     - name: memgov-tmp
       mountPath: /tmp
     {{- if ne (include "memgov.stateStore" .) "postgresql" }}
@@ -359,6 +392,12 @@ containers: the API server does not add the token to a container that already mo
             - key: {{ .key }}
               path: {{ .file }}
       {{- end }}
+{{- range (include "memgov.keyFolders" . | fromYaml).folders }}
+- name: {{ .volume }}
+  secret:
+    secretName: {{ .secret }}
+    defaultMode: 0440
+{{- end }}
 - name: memgov-tmp
   emptyDir:
     sizeLimit: 64Mi

@@ -151,6 +151,12 @@ mode renders.
   "leaves requests in flight less than 5 s after shutdown.drainSeconds and the 5 s margin:"
   "raise it or lower shutdown.drainSeconds.") }}
 {{- end }}
+{{- range $purpose := list "bridge" "operator" }}
+{{- if and (index $v.trust (printf "%sKey" $purpose)).existingSecret (index $v.trust (printf "%sKeys" $purpose)).existingSecret }}
+{{- $errors = append $errors (printf "trust.%sKey and trust.%sKeys both name a Secret: memgov reads one key file or one key folder. %s"
+  $purpose $purpose (printf "Keep trust.%sKeys (it rotates) and empty trust.%sKey.existingSecret." $purpose $purpose)) }}
+{{- end }}
+{{- end }}
 {{- if $errors }}
 {{- fail (printf "\n  - %s" (join "\n  - " $errors)) }}
 {{- end }}
