@@ -2,7 +2,10 @@
 
 Erasures by state and the age of the oldest unfinished one, and the sweeper's expiry backlog. A
 reading that fails keeps the last figures, so they do not jump to zero while the store is down
-(``memgov_state_available``, set by the store's health check, says so).
+(``memgov_state_available``, set by the store's health check, says so). While the store is known to
+be down (not connected yet at start, or after a failed check) no reading is tried: the store's own
+health lines report the outage, and the sampler adds a warning only when a store counted as
+available fails it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ INTERVAL_S: Final = 15.0
 
 
 async def sample_once(store: Any, now: datetime) -> bool:
-    """Take one reading and publish it; False when the store did not answer."""
+    """Take one reading and publish it; False when the store is known to be down or did not answer."""
+    if not store.health.available:
+        return False
     try:
         gauges = await read_gauges(store.db, now)
     except StateError:

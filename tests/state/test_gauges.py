@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
@@ -11,7 +12,9 @@ from prometheus_client import REGISTRY
 from sidecar.sampler import sample_once
 from sidecar.state import StateStore, open_store
 from sidecar.state.gauges import read_gauges
+from sidecar.state.store import pending_store
 from tests.support.pg import start_pg
+from tests.support.sentinel import capture_sinks
 from tests.support.state import NOW, new_scope, ns_of
 
 
@@ -145,7 +148,8 @@ class TestSampler:
         assert _sample("memgov_erasures", {"state": "verified"}) == 0.0
 
     async def test_unreachable_store_is_reported_down(self) -> None:
-        """With PostgreSQL stopped the sampler does not raise and keeps the last figures."""
+        """With PostgreSQL stopped the sampler does not raise, keeps the last figures and warns once the
+        store it counted as available fails a reading."""
         pg = start_pg(max_connections=20)
         try:
             store = await open_store(pg.create_database("gauges"))
@@ -153,7 +157,22 @@ class TestSampler:
             pg.stop()
         before = _sample("memgov_expiry_overdue_seconds")
         try:
-            assert not await sample_once(store, NOW)
+            with capture_sinks() as sinks:
+                assert not await sample_once(store, NOW)
             assert _sample("memgov_expiry_overdue_seconds") == before
+            assert '"state.sample_failed"' in sinks.log_stream.getvalue()
+        finally:
+            await store.close()
+
+    async def test_a_store_not_connected_yet_is_not_sampled(self, tmp_path: Path) -> None:
+        """At start, before the store connects, no reading is tried and nothing is logged: the store's own
+        lines report it; once connected, readings publish."""
+        store = pending_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            with capture_sinks() as sinks:
+                assert not await sample_once(store, NOW)
+            assert "sample_failed" not in sinks.log_stream.getvalue()
+            await store.connect_once()
+            assert await sample_once(store, NOW)
         finally:
             await store.close()
