@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from sidecar.control.client import ControlError
+from sidecar.control.client import Confirmed, ControlError
 from sidecar.dev.devstack import DbFault
 from sidecar.erasure.evidence import iso
 from sidecar.identity.tokens import mint_operator
@@ -35,6 +37,33 @@ async def _failed(h: Harness, action: str, fault: DbFault | None = None) -> tupl
             await h.client().confirm_and_run(scope_id, action)
     assert err.value.status == 500 and err.value.location is not None
     return scope_id, err.value.location.rsplit("/", 1)[1]
+
+
+@asynccontextmanager
+async def _kagent_refuses_deletes(h: Harness) -> AsyncIterator[None]:
+    """kagent's database refuses every DELETE from its memory table while the block runs: the stand-in's
+    store fault, or on kagent itself a trigger on its own table (so kagent answers a delete with its error)."""
+    if h.stack.real is None:
+        h.stack.store.fault = DbFault(ops=frozenset({"delete"}))
+        try:
+            yield
+        finally:
+            h.stack.store.fault = None
+        return
+    db = await asyncpg.connect(h.stack.real.db_url)
+    try:
+        await db.execute(
+            "CREATE FUNCTION memgov_test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$;"
+            " CREATE TRIGGER memgov_test_refuse BEFORE DELETE ON memory"
+            " FOR EACH STATEMENT EXECUTE FUNCTION memgov_test_refuse()"
+        )
+        try:
+            yield
+        finally:
+            await db.execute("DROP TRIGGER memgov_test_refuse ON memory; DROP FUNCTION memgov_test_refuse()")
+    finally:
+        await db.close()
 
 
 async def _failed_count(h: Harness) -> int:
@@ -64,6 +93,37 @@ class TestRetry:
         assert (await sh.client().grant(scope_id, "remember my preferences", "v2"))["enabled"] is True
         rows = await sh.parts.store.audit_log.audit_rows(scope_id)
         assert any(r["operation"] == "erasure.retry" and r["erasure_id"] == failed_id for r in rows)
+
+    @pytest.mark.kagent
+    @pytest.mark.parametrize("action", ["forget-all", "off"])
+    async def test_a_delete_kagent_refused_is_retried_to_verified(self, h: Harness, action: Confirmed) -> None:
+        """kagent failing to delete fails the erasure (500 erasure_failed, its evidence failed, the row
+        still there); once kagent deletes again, the operator's retry erases it, verified, and supersedes it.
+        (A forget-one under the rest adapter does not fail this way: it is verified unreadable and its row
+        waits for the namespace to be cleared, evidence pending_namespace_clear.)"""
+        scope_id = await h.scope()
+        entry_id = await h.saved(scope_id, "likes green tea")
+        async with _kagent_refuses_deletes(h):
+            with pytest.raises(ControlError) as err:
+                await h.client().confirm_and_run(scope_id, action)
+            assert (err.value.status, err.value.reason) == (500, "erasure_failed")
+            assert err.value.location is not None
+            failed_id = err.value.location.rsplit("/", 1)[1]
+            assert (await h.client().erasure(failed_id))["state"] == "failed"
+            assert [r.id for r in await h.rows(scope_id)] == [entry_id]
+        ops = h.client(h.operator_token())
+        retried = await ops.retry_erasure(failed_id)
+        assert (retried["state"], retried["scope_id"], retried["kind"]) == (
+            "verified",
+            scope_id,
+            action.replace("-", "_"),
+        )
+        assert await h.rows(scope_id) == []
+        listed = {e["erasure_id"]: e for e in (await ops.erasures(scope=scope_id))["erasures"]}
+        assert (listed[failed_id]["superseded_by"], listed[retried["erasure_id"]]["retry_of"]) == (
+            retried["erasure_id"],
+            failed_id,
+        )
 
     async def test_retry_is_idempotent_and_follows_the_chain(self, h: Harness) -> None:
         """A retry that fails again is retried by naming either failure; a verified chain is answered as it is."""
