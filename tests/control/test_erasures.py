@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
@@ -20,7 +18,7 @@ from sidecar.erasure.evidence import iso
 from sidecar.identity.tokens import mint_operator
 from sidecar.sampler import sample_once
 from sidecar.state.gauges import read_gauges
-from tests.support.harness import BOB, BOB_ROOM, Harness, harness
+from tests.support.harness import BOB, BOB_ROOM, Harness, harness, kagent_refuses
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.wait import until
 
@@ -37,33 +35,6 @@ async def _failed(h: Harness, action: str, fault: DbFault | None = None) -> tupl
             await h.client().confirm_and_run(scope_id, action)
     assert err.value.status == 500 and err.value.location is not None
     return scope_id, err.value.location.rsplit("/", 1)[1]
-
-
-@asynccontextmanager
-async def _kagent_refuses_deletes(h: Harness) -> AsyncIterator[None]:
-    """kagent's database refuses every DELETE from its memory table while the block runs: the stand-in's
-    store fault, or on kagent itself a trigger on its own table (so kagent answers a delete with its error)."""
-    if h.stack.real is None:
-        h.stack.store.fault = DbFault(ops=frozenset({"delete"}))
-        try:
-            yield
-        finally:
-            h.stack.store.fault = None
-        return
-    db = await asyncpg.connect(h.stack.real.db_url)
-    try:
-        await db.execute(
-            "CREATE FUNCTION memgov_test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$;"
-            " CREATE TRIGGER memgov_test_refuse BEFORE DELETE ON memory"
-            " FOR EACH STATEMENT EXECUTE FUNCTION memgov_test_refuse()"
-        )
-        try:
-            yield
-        finally:
-            await db.execute("DROP TRIGGER memgov_test_refuse ON memory; DROP FUNCTION memgov_test_refuse()")
-    finally:
-        await db.close()
 
 
 async def _failed_count(h: Harness) -> int:
@@ -103,7 +74,7 @@ class TestRetry:
         waits for the namespace to be cleared, evidence pending_namespace_clear.)"""
         scope_id = await h.scope()
         entry_id = await h.saved(scope_id, "likes green tea")
-        async with _kagent_refuses_deletes(h):
+        async with kagent_refuses(h, "delete"):
             with pytest.raises(ControlError) as err:
                 await h.client().confirm_and_run(scope_id, action)
             assert (err.value.status, err.value.reason) == (500, "erasure_failed")

@@ -19,7 +19,7 @@ from sidecar.dev.devstack.vectors import embed_text
 from sidecar.root import erasure_engine
 from sidecar.state.types import Erasure, ErasureKind
 from tests.support.erasure import sweep
-from tests.support.harness import AGENT, APP, MODEL, Harness, harness
+from tests.support.harness import AGENT, APP, MODEL, Harness, harness, kagent_refuses
 from tests.support.sentinel import capture_sinks, make_sentinel
 from tests.support.upstream import Upstream, runtime_headers
 from tests.support.wait import until
@@ -343,6 +343,23 @@ class TestFailsSafe:
         rot.stack.store.fault = None
         await rot.saved(scope_id, "has a cat")  # unfrozen: saves land again
         await rot.client().grant(scope_id, "remember my preferences", "v1")  # re-consent is not blocked
+
+    @pytest.mark.kagent
+    async def test_a_rotation_kagent_refused_is_retried_by_the_operator(self, rot: Harness) -> None:
+        """kagent refusing the copies fails the rotation (the forget-one verified, its deletion pending); once
+        kagent writes again, the operator's retry of the rotation completes it and the forget-one's evidence."""
+        scope_id = await rot.scope()
+        doomed = await rot.saved(scope_id, "likes green tea")
+        await rot.saved(scope_id, "lives in Lisbon")
+        async with kagent_refuses(rot, "insert"):
+            record = await rot.client().forget(scope_id, doomed)
+        assert (record["state"], record["physical_deletion"]) == ("verified", "pending_namespace_clear")
+        assert record["rotated_by"]["state"] == "failed"
+        retried = await rot.client(rot.operator_token()).retry_erasure(record["rotated_by"]["erasure_id"])
+        assert (retried["kind"], retried["state"], retried["physical_deletion"]) == ("rotate", "verified", "complete")
+        later = await rot.client().erasure(record["erasure_id"])
+        assert (later["physical_deletion"], later["verification"]["physically_absent"]) == ("complete", True)
+        assert [r.content for r in await rot.rows(scope_id)] == ["lives in Lisbon"]
 
     async def test_the_sweeper_finishes_what_a_failed_rotation_left(self, rot: Harness) -> None:
         """The tombstoned entry makes its scope a candidate; the next pass rotates and the evidence completes."""

@@ -15,14 +15,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import asyncpg
 
 from sidecar.control.client import ControlClient, JsonAnswers, Token
 from sidecar.control.http import SWEEPERS
-from sidecar.dev.devstack import Devstack, MemoryRow
+from sidecar.dev.devstack import DbFault, Devstack, MemoryRow
 from sidecar.dev.devstack.clock import DevClock
 from sidecar.dev.devstack.deployment import Keys, gateway_config, pack_with_limits
 from sidecar.dev.devstack.pg import PgServer
@@ -314,3 +314,30 @@ async def invoke_as_alice(
         decided = decision_of(resp)
     (seen,) = dev.recorder.of_kind("a2a")[before:]
     return decided, seen.agent
+
+
+@asynccontextmanager
+async def kagent_refuses(h: Harness, op: Literal["delete", "insert"]) -> AsyncIterator[None]:
+    """kagent's database refuses every ``op`` on its memory table while the block runs: the stand-in's
+    store fault, or on kagent itself a trigger on its own table (so kagent answers with its own error)."""
+    if h.stack.real is None:
+        h.stack.store.fault = DbFault(ops=frozenset({op}))
+        try:
+            yield
+        finally:
+            h.stack.store.fault = None
+        return
+    db = await asyncpg.connect(h.stack.real.db_url)
+    try:
+        await db.execute(
+            "CREATE FUNCTION memgov_test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused'; END $$;"
+            f" CREATE TRIGGER memgov_test_refuse BEFORE {op.upper()} ON memory"
+            " FOR EACH STATEMENT EXECUTE FUNCTION memgov_test_refuse()"
+        )
+        try:
+            yield
+        finally:
+            await db.execute("DROP TRIGGER memgov_test_refuse ON memory; DROP FUNCTION memgov_test_refuse()")
+    finally:
+        await db.close()
