@@ -167,7 +167,7 @@ check: venv tools
 test-fast: venv
 	$(PYTEST) -m "not slow and not real_kagent"
 
-# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/), the import
+# Style, types and layers: ruff lint and format (pyproject [tool.ruff]), mypy --strict (sidecar/ and tests/policy/), the import
 # contracts of pyproject [tool.importlinter] (the layers of docs/architecture.md), and no declared dependency
 # that nothing imports (scripts/unused_deps.py).
 # mypy's cache lives beside the other build caches, so a fresh clone re-checks only what changed

@@ -12,7 +12,7 @@ from sidecar.policy.floor import apply_floor, floor_reasons
 from sidecar.policy.model import Decision, Federation, Obligations
 from sidecar.policy.pack import read_pack
 from sidecar.policy.runtime import PolicyRuntime
-from sidecar.reasons import Action, Reason
+from sidecar.reasons import Action, Code, Reason
 from tests.support.policy import CASES_DIR, PACK_DIR, MakeInput, policy_settings
 
 REMOTE_BOB = {
@@ -137,7 +137,7 @@ class TestFloorOnlyNarrows:
     def test_a_floor_refusal_turns_any_answer_into_a_denial(self, make_input: MakeInput, action: Action) -> None:
         """A forward becomes a denial naming the floor's reason; a denial keeps the engine's reasons too."""
         inp = make_input("save", {"scope.enabled": False})
-        engine_reasons = [Reason.ALLOWED] if action is Action.FORWARD else [Reason.RATE_LIMITED]
+        engine_reasons: list[Code] = [Reason.ALLOWED] if action is Action.FORWARD else [Reason.RATE_LIMITED]
         pack = read_pack(PACK_DIR)
         out = apply_floor(Decision(action=action, reasons=engine_reasons), inp, pack.limits, pack.federation, pack.org)
         expected = [Reason.CONSENT_DISABLED] + ([] if action is Action.FORWARD else [Reason.RATE_LIMITED])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.policy.model import Origin, PartnerRecord
+from sidecar.identity.mxid import Origin
+from sidecar.policy.model import PartnerRecord
 from sidecar.policy.pack import PackError, fingerprint, is_complete, load_federation, load_limits, read_pack
 from tests.support.policy import PACK_DIR
 

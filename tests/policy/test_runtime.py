@@ -202,6 +202,7 @@ class TestReload:
         ready, detail = await runtime.ready_check()
         assert ready and detail["revision"] == before
         last = detail["last_reload"]
+        assert isinstance(last, dict)
         assert {k: v for k, v in last.items() if k != "message"} == {
             "outcome": "rejected",
             "revision": fingerprint(pack_copy),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sidecar.policy.tree import load_yaml, with_set
 
 
 def test_an_edit_copies_its_path_and_leaves_the_original_alone() -> None:
-    doc = {"request": {"item_count": 1, "ttl": {"days": 3}}, "deployment": {"limits": {"max_days": 7}}}
+    doc: dict[str, Any] = {"request": {"item_count": 1, "ttl": {"days": 3}}, "deployment": {"limits": {"max_days": 7}}}
     out = with_set(doc, "request.ttl.days", 9)
     assert out["request"]["ttl"]["days"] == 9
     assert doc["request"]["ttl"]["days"] == 3
