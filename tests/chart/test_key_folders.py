@@ -9,7 +9,6 @@ keys are re-read every 0.2 s instead of the default 10 s.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import sys
 import time
@@ -26,6 +25,7 @@ from sidecar.identity.tokens import TokenType, mint_operator, mint_token
 from tests.chart.helm import config_file, pod_spec, render
 from tests.chart.pod import PodDisk
 from tests.support.smoke import serving, wait_ready
+from tests.support.wait import until
 
 MEMGOV = str(Path(sys.executable).parent / "memgov")
 FOLDERS = {"bridgeKeys": {"existingSecret": "memgov-bridge-keys"}, "operatorKeys": {"existingSecret": "memgov-op-keys"}}
@@ -60,20 +60,21 @@ async def _rotate(
     async def answer(key: bytes, kid: str) -> int:
         return await _status(http, url, mint(key, kid))
 
-    async def until(key: bytes, kid: str, expected: int) -> None:
-        async with asyncio.timeout(30):
-            while await answer(key, kid) != expected:
-                await asyncio.sleep(0.1)
+    async def answers(key: bytes, kid: str, expected: int) -> None:
+        async def now() -> bool:
+            return await answer(key, kid) == expected
+
+        await until(now)
 
     assert await answer(old, "2026-a") == accepted
     assert await answer(new, "2026-b") == 401
     # Step 1: the new id joins the Secret; both verify.
     pod.edit_secret(volume, {"2026-a": old, "2026-b": new})
-    await until(new, "2026-b", accepted)
+    await answers(new, "2026-b", accepted)
     assert await answer(old, "2026-a") == accepted
     # Step 3: the old id leaves the Secret; only the new one verifies.
     pod.edit_secret(volume, {"2026-b": new})
-    await until(old, "2026-a", 401)
+    await answers(old, "2026-a", 401)
     assert await answer(new, "2026-b") == accepted
     # A token naming the new id but signed with the old key is refused.
     assert await answer(old, "2026-b") == 401
